@@ -1,0 +1,2 @@
+//! rebalance-guard: placeholder, filled in below.
+pub mod guard;
