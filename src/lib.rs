@@ -1,2 +1,5 @@
-//! rebalance-guard: placeholder, filled in below.
+//! rebalance-guard: a synchronous Kafka consumer that keeps side effects safe across rebalances.
 pub mod guard;
+pub mod partition;
+
+pub use partition::TopicPartition;
