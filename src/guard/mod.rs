@@ -1,0 +1,851 @@
+//! The rebalance guard: the sans-IO state machine that decides what may be processed and what may
+//! be committed while partition ownership moves.
+//!
+//! Everything that decides *when* and *what* to commit lives in this module, so that a reviewer
+//! can read the commit ordering top to bottom. It performs no I/O and owns no threads: the consumer
+//! layer hands it `flush` and `commit` functions. It is `Send + Sync`; one mutex guards the state,
+//! and no caller-supplied function ever runs while that mutex is held.
+//!
+//! The rules (seed 000, extended by seed 004 for concurrent work):
+//! 1. **Assign** activates partitions; under cooperative rebalancing the argument is only the newly
+//!    added partitions, so it activates and never replaces.
+//! 2. **Admit** (`process_message`) checks the fence first, then the idempotency key, then offset
+//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch.
+//! 3. **Revoke** fences *every* revoked partition before any I/O; then per partition flushes the
+//!    buffered and in-flight work through the caller's flush function and commits the contiguous
+//!    completed position (`last + 1`) only when that flush succeeded; failures are aggregated into
+//!    one [`OffsetCommitError`] naming only the failed partitions, raised after every partition was
+//!    fenced and pruned.
+//! 4. **Lost** fences and discards: no flush, no commit. Another member may own the partitions.
+//! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one rebalance.
+
+mod clock;
+mod error;
+mod lru;
+mod progress;
+mod storm;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use error::{
+    AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffStage,
+    OffsetCommitError, PartitionFailure, RewindError,
+};
+pub use storm::StormStatus;
+
+use crate::TopicPartition;
+use lru::KeyLru;
+use progress::{Admitted, Progress, WorkState};
+use storm::StormDetector;
+
+/// Tunables of the guard. The defaults suit a worker that handles up to a few thousand messages
+/// per second and rebalances rarely.
+#[derive(Debug, Clone)]
+pub struct GuardConfig {
+    /// How many recently processed idempotency keys to remember. Bounded because a consumer runs
+    /// for weeks; an unbounded set is a slow memory leak. Zero disables duplicate detection.
+    pub idempotency_capacity: usize,
+    /// The sliding window over which rebalances are counted.
+    pub storm_window: Duration,
+    /// Rebalances within `storm_window` that make a storm. Zero disables storm detection.
+    pub storm_threshold: usize,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            idempotency_capacity: 100_000,
+            storm_window: Duration::from_secs(300),
+            storm_threshold: 5,
+        }
+    }
+}
+
+impl GuardConfig {
+    /// Checks the settings, naming the one at fault.
+    pub fn validate(&self) -> Result<(), GuardConfigError> {
+        if self.storm_threshold > 0 && self.storm_window.is_zero() {
+            return Err(GuardConfigError {
+                setting: "storm_window",
+                rule: "must be greater than zero when storm_threshold is set",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether this member may do work for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerStatus {
+    /// Assigned to this member: messages are admitted.
+    Owned,
+    /// Being revoked: fenced against new messages, in-flight work is draining, completions of the
+    /// current epoch still count.
+    Draining,
+    /// Handed off cleanly.
+    Revoked,
+    /// Taken away without a handoff (session timeout, poll interval overrun, fenced generation).
+    Lost,
+}
+
+impl fmt::Display for OwnerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Owned => "owned",
+            Self::Draining => "being revoked",
+            Self::Revoked => "revoked",
+            Self::Lost => "lost",
+        })
+    }
+}
+
+/// Proof that a message was admitted under a given assignment of its partition.
+///
+/// Work that finishes after its partition moved carries a lease from an older epoch; the guard
+/// recognises it as stale ([`RebalanceGuard::is_current`]) so the worker can skip the side effect,
+/// and refuses its completion so it never counts as this member's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The message offset.
+    pub offset: i64,
+    /// The partition's assignment epoch when the message was admitted.
+    pub epoch: u64,
+}
+
+/// What a revocation hands the caller's flush function for one partition.
+#[derive(Debug)]
+pub struct FlushBatch<M> {
+    /// The partition being revoked.
+    pub partition: TopicPartition,
+    /// Admitted messages the caller never took out of the guard, in offset order: hand them to
+    /// the executor now.
+    pub buffered: Vec<(i64, M)>,
+    /// Offsets taken earlier and not completed yet: wait (boundedly) for them to finish.
+    pub running: Vec<i64>,
+}
+
+/// One position to commit: the offset of the next message to read (`last processed + 1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOffset {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The next offset to read.
+    pub next_offset: i64,
+}
+
+/// What a revocation did, when every partition was handed off.
+#[derive(Debug, Default)]
+pub struct RevokeReport {
+    /// The positions committed.
+    pub committed: Vec<CommitOffset>,
+    /// Partitions that had no new progress to commit.
+    pub unchanged: Vec<TopicPartition>,
+    /// The storm detector's view after this rebalance.
+    pub storm: Option<StormStatus>,
+}
+
+/// What a loss discarded.
+#[derive(Debug, Default)]
+pub struct LostReport {
+    /// Partitions that were fenced by this call.
+    pub fenced: Vec<TopicPartition>,
+    /// Admitted messages dropped without flush or commit; they will be redelivered elsewhere.
+    pub discarded: usize,
+    /// The storm detector's view after this rebalance.
+    pub storm: Option<StormStatus>,
+}
+
+/// A point-in-time view of one partition, for stats lines and dashboards (seed 004's
+/// "operational signals").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSnapshot {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Assignment epoch; increases on every assign, revoke and loss.
+    pub epoch: u64,
+    /// Ownership status.
+    pub status: OwnerStatus,
+    /// Highest offset admitted in the current assignment.
+    pub highest_admitted: Option<i64>,
+    /// Last offset of the contiguous completed prefix.
+    pub contiguous_completed: Option<i64>,
+    /// The last position committed through the guard (the next offset to read).
+    pub last_committed: Option<i64>,
+    /// Admitted messages not finished yet.
+    pub in_flight: usize,
+    /// Age of the oldest pending message.
+    pub oldest_in_flight_age: Option<Duration>,
+    /// Messages refused as duplicates.
+    pub duplicates_rejected: u64,
+    /// Messages refused as offset regressions.
+    pub regressions_rejected: u64,
+    /// Messages refused because the partition was fenced.
+    pub fenced_rejected: u64,
+    /// Work that finished after its partition was revoked or lost (stale leases).
+    pub completed_after_revocation: u64,
+    /// How many times this partition was revoked or lost.
+    pub rebalances: u64,
+}
+
+/// A point-in-time view of the whole guard.
+#[derive(Debug, Clone)]
+pub struct GuardSnapshot {
+    /// Every partition this guard has ever been assigned, sorted.
+    pub partitions: Vec<PartitionSnapshot>,
+    /// Rebalances counted since the guard was created (revoke + assign counted once).
+    pub rebalances: u64,
+    /// The storm detector's current view.
+    pub storm: StormStatus,
+    /// Idempotency keys currently remembered.
+    pub remembered_keys: usize,
+}
+
+#[derive(Debug)]
+struct PartitionState<K, M> {
+    status: OwnerStatus,
+    epoch: u64,
+    progress: Progress<K, M>,
+    last_committed: Option<i64>,
+    duplicates_rejected: u64,
+    regressions_rejected: u64,
+    fenced_rejected: u64,
+    completed_after_revocation: u64,
+    rebalances: u64,
+}
+
+impl<K, M> PartitionState<K, M> {
+    fn accepts_completions(&self, epoch: u64) -> bool {
+        self.epoch == epoch && matches!(self.status, OwnerStatus::Owned | OwnerStatus::Draining)
+    }
+}
+
+struct Inner<K, M> {
+    /// Entries are never removed, so that a partition's epoch only ever increases: a lease from
+    /// an old assignment can never match a later one.
+    partitions: HashMap<TopicPartition, PartitionState<K, M>>,
+    keys: KeyLru<K>,
+    storm: StormDetector,
+}
+
+impl<K: Eq + Hash + Clone, M> Inner<K, M> {
+    /// Forgets the keys of work that is being discarded unfinished, so that its redelivery to
+    /// this worker is processed instead of being mistaken for a duplicate and dropped.
+    fn forget_unfinished(&mut self, discarded: impl IntoIterator<Item = Admitted<K, M>>) -> usize {
+        let mut count = 0;
+        for admitted in discarded {
+            if !matches!(admitted.state, WorkState::Done) {
+                count += 1;
+                if let Some(key) = &admitted.key {
+                    self.keys.remove(key);
+                }
+            }
+        }
+        count
+    }
+
+    fn storm_status(&mut self, now: Instant) -> Option<StormStatus> {
+        let status = self.storm.status(now);
+        if status.is_storm() {
+            log::warn!(
+                "rebalance storm: {} rebalances within {:?} (threshold {})",
+                status.rebalances_in_window,
+                status.window,
+                status.threshold
+            );
+        }
+        Some(status)
+    }
+}
+
+/// The rebalance guard. `K` is the idempotency key type (an order id, an event id); `M` is the
+/// payload a caller may leave buffered in the guard until it is flushed (use `()` when every
+/// message is processed as soon as it is admitted).
+pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
+    inner: Mutex<Inner<K, M>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<K, M> fmt::Debug for RebalanceGuard<K, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RebalanceGuard").finish_non_exhaustive()
+    }
+}
+
+impl<K: Eq + Hash + Clone, M> RebalanceGuard<K, M> {
+    /// A guard on the real monotonic clock.
+    pub fn new(config: GuardConfig) -> Result<Self, GuardConfigError> {
+        Self::with_clock(config, Arc::new(MonotonicClock))
+    }
+
+    /// A guard on the given clock; tests use [`ManualClock`] to move time without sleeping.
+    pub fn with_clock(
+        config: GuardConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, GuardConfigError> {
+        config.validate()?;
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                partitions: HashMap::new(),
+                keys: KeyLru::new(config.idempotency_capacity),
+                storm: StormDetector::new(config.storm_window, config.storm_threshold),
+            }),
+            clock,
+        })
+    }
+
+    /// The state is consistent between any two statements that can panic (no caller code runs
+    /// under the lock), so a poisoned lock is still safe to use.
+    fn lock(&self) -> MutexGuard<'_, Inner<K, M>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Activates newly assigned partitions with empty state and a new epoch.
+    ///
+    /// Under cooperative rebalancing the argument is only the partitions added in this round:
+    /// partitions not listed keep their state. A listed partition that is already owned keeps its
+    /// progress (activate, never replace).
+    pub fn assign(&self, partitions: &[TopicPartition]) -> Option<StormStatus> {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        for tp in partitions {
+            let state = inner
+                .partitions
+                .entry(tp.clone())
+                .or_insert_with(|| PartitionState {
+                    status: OwnerStatus::Revoked,
+                    epoch: 0,
+                    progress: Progress::default(),
+                    last_committed: None,
+                    duplicates_rejected: 0,
+                    regressions_rejected: 0,
+                    fenced_rejected: 0,
+                    completed_after_revocation: 0,
+                    rebalances: 0,
+                });
+            match state.status {
+                OwnerStatus::Owned => {
+                    log::debug!("{tp} assigned while already owned: keeping its progress");
+                }
+                OwnerStatus::Draining => {
+                    // Cannot happen through the guard's own API (revoke holds Draining only
+                    // between its phases); refuse to resurrect a partition mid-handoff.
+                    log::warn!("{tp} assigned while its revocation is still draining: ignored");
+                }
+                OwnerStatus::Revoked | OwnerStatus::Lost => {
+                    let discarded = state.progress.clear();
+                    state.status = OwnerStatus::Owned;
+                    state.epoch += 1;
+                    state.last_committed = None;
+                    log::info!("{tp} assigned (epoch {})", state.epoch);
+                    inner.forget_unfinished(discarded);
+                }
+            }
+        }
+        inner.storm.record_assign(now);
+        inner.storm_status(now)
+    }
+
+    /// Admits a message for processing, or says why not.
+    ///
+    /// The checks run in a fixed order: fence first (a revoked partition is refused even if the
+    /// message is also a duplicate, because the reason is what the caller acts on), then the
+    /// idempotency key, then offset monotonicity. An admitted message stays pending until
+    /// [`complete`](Self::complete), a revocation flush, or a loss.
+    pub fn process_message(
+        &self,
+        partition: &TopicPartition,
+        offset: i64,
+        key: Option<K>,
+        payload: M,
+    ) -> Result<Lease, AdmitError> {
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some(state) = inner.partitions.get_mut(partition) else {
+            return Err(AdmitError::Fenced {
+                partition: partition.clone(),
+                offset,
+                status: None,
+            });
+        };
+        if state.status != OwnerStatus::Owned {
+            state.fenced_rejected += 1;
+            return Err(AdmitError::Fenced {
+                partition: partition.clone(),
+                offset,
+                status: Some(state.status),
+            });
+        }
+        if let Some(key) = &key {
+            if inner.keys.contains(key) {
+                state.duplicates_rejected += 1;
+                return Err(AdmitError::Duplicate {
+                    partition: partition.clone(),
+                    offset,
+                });
+            }
+        }
+        if state.progress.is_regression(offset) {
+            let high_water = state.progress.high_water().unwrap_or(offset);
+            state.regressions_rejected += 1;
+            return Err(AdmitError::OffsetRegression {
+                partition: partition.clone(),
+                offset,
+                high_water,
+            });
+        }
+        if let Some(key) = &key {
+            inner.keys.insert(key.clone());
+        }
+        state.progress.admit(Admitted {
+            offset,
+            admitted_at: now,
+            key,
+            state: WorkState::Buffered(payload),
+        });
+        Ok(Lease {
+            partition: partition.clone(),
+            offset,
+            epoch: state.epoch,
+        })
+    }
+
+    /// Records that the leased message finished (its side effect happened).
+    ///
+    /// A lease from an earlier assignment is refused and counted as "completed after revocation":
+    /// it is not this member's progress any more.
+    pub fn complete(&self, lease: &Lease) -> Result<(), CompleteError> {
+        let mut inner = self.lock();
+        let Some(state) = inner.partitions.get_mut(&lease.partition) else {
+            return Err(CompleteError::NotPending {
+                partition: lease.partition.clone(),
+                offset: lease.offset,
+            });
+        };
+        if !state.accepts_completions(lease.epoch) {
+            state.completed_after_revocation += 1;
+            return Err(CompleteError::StaleLease {
+                partition: lease.partition.clone(),
+                offset: lease.offset,
+                lease_epoch: lease.epoch,
+                current_epoch: state.epoch,
+            });
+        }
+        if state.progress.complete(lease.offset) {
+            Ok(())
+        } else {
+            Err(CompleteError::NotPending {
+                partition: lease.partition.clone(),
+                offset: lease.offset,
+            })
+        }
+    }
+
+    /// True while the lease's assignment is still this member's (owned, or draining during a
+    /// revocation). Check it right before an external side effect.
+    pub fn is_current(&self, lease: &Lease) -> bool {
+        self.lock()
+            .partitions
+            .get(&lease.partition)
+            .is_some_and(|state| state.accepts_completions(lease.epoch))
+    }
+
+    /// Takes the buffered payloads of a partition out of the guard to hand them to an executor.
+    /// They stay pending (running) until completed.
+    pub fn take_buffered(&self, partition: &TopicPartition) -> Vec<(Lease, M)> {
+        let mut inner = self.lock();
+        let Some(state) = inner.partitions.get_mut(partition) else {
+            return Vec::new();
+        };
+        if state.status != OwnerStatus::Owned {
+            return Vec::new();
+        }
+        let epoch = state.epoch;
+        state
+            .progress
+            .take_buffered()
+            .into_iter()
+            .map(|(offset, payload)| {
+                (
+                    Lease {
+                        partition: partition.clone(),
+                        offset,
+                        epoch,
+                    },
+                    payload,
+                )
+            })
+            .collect()
+    }
+
+    /// Forgets unfinished work at or after `offset` so that it can be admitted again, for a
+    /// consumer that seeks back (a failed handler, a batch deadline). Refuses to go back past
+    /// finished work, whose side effect already happened.
+    pub fn rewind(&self, partition: &TopicPartition, offset: i64) -> Result<(), RewindError> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let state = inner
+            .partitions
+            .get_mut(partition)
+            .filter(|state| state.status == OwnerStatus::Owned)
+            .ok_or_else(|| RewindError::NotOwned {
+                partition: partition.clone(),
+            })?;
+        let discarded = state.progress.rewind(offset).map_err(|finished_offset| {
+            RewindError::PastFinishedWork {
+                partition: partition.clone(),
+                finished_offset,
+            }
+        })?;
+        inner.forget_unfinished(discarded);
+        Ok(())
+    }
+
+    /// Hands off revoked partitions: fence all, then flush each, then commit `last + 1` for each
+    /// partition whose flush succeeded, then prune.
+    ///
+    /// `commit` must be synchronous and carry the current generation and member id (or member
+    /// epoch): an asynchronous commit lets the rebalance finish before the commit lands, and the
+    /// new owner reprocesses. Without a commit function the guard fences and drains but commits
+    /// nothing, and logs a warning saying so.
+    ///
+    /// Returns an [`OffsetCommitError`] naming only the partitions whose flush or commit failed,
+    /// after every revoked partition was fenced and pruned.
+    pub fn revoke(
+        &self,
+        partitions: &[TopicPartition],
+        flush: &mut dyn FnMut(FlushBatch<M>) -> Result<(), BoxError>,
+        commit: Option<&mut dyn FnMut(&[CommitOffset]) -> Result<(), CommitFailure>>,
+    ) -> Result<RevokeReport, OffsetCommitError> {
+        let now = self.clock.now();
+
+        // Phase 1, under the lock: fence every revoked partition before any I/O, so that no
+        // flush or commit failure can leave a partition still accepting work.
+        let mut fenced = Vec::with_capacity(partitions.len());
+        {
+            let mut inner = self.lock();
+            for tp in partitions {
+                match inner.partitions.get_mut(tp) {
+                    Some(state) if state.status == OwnerStatus::Owned => {
+                        state.status = OwnerStatus::Draining;
+                        let batch = FlushBatch {
+                            partition: tp.clone(),
+                            buffered: state.progress.take_buffered(),
+                            running: state.progress.running_offsets(),
+                        };
+                        fenced.push((state.epoch, batch));
+                    }
+                    _ => log::debug!("{tp} revoked but not owned here: nothing to hand off"),
+                }
+            }
+            inner.storm.record_revoke(now);
+        }
+
+        // Phase 2, without the lock (workers must be able to complete while we drain): flush.
+        let mut failures = Vec::new();
+        let mut flushed = Vec::with_capacity(fenced.len());
+        for (epoch, batch) in fenced {
+            let tp = batch.partition.clone();
+            match flush(batch) {
+                Ok(()) => flushed.push((tp, epoch, true)),
+                Err(error) => {
+                    log::warn!("{tp}: flush failed during revocation, not committing: {error}");
+                    failures.push(PartitionFailure {
+                        partition: tp.clone(),
+                        stage: HandoffStage::Flush,
+                        error,
+                    });
+                    flushed.push((tp, epoch, false));
+                }
+            }
+        }
+
+        // Phase 3, under the lock: the flushed work is finished; compute what to commit.
+        let mut to_commit = Vec::new();
+        let mut unchanged = Vec::new();
+        {
+            let mut inner = self.lock();
+            for (tp, epoch, ok) in &flushed {
+                let Some(state) = inner.partitions.get_mut(tp) else {
+                    continue;
+                };
+                if !(*ok && state.epoch == *epoch && state.status == OwnerStatus::Draining) {
+                    continue;
+                }
+                state.progress.complete_all();
+                match state.progress.completed_next() {
+                    Some(next) if state.last_committed.map_or(true, |last| next > last) => {
+                        to_commit.push(CommitOffset {
+                            partition: tp.clone(),
+                            next_offset: next,
+                        })
+                    }
+                    _ => unchanged.push(tp.clone()),
+                }
+            }
+        }
+
+        // Phase 4, without the lock: one synchronous commit of every flushed partition.
+        let mut committed = Vec::new();
+        if !to_commit.is_empty() {
+            match commit {
+                None => log::warn!(
+                    "revoked {} partition(s) without a commit function: progress fenced and \
+                     drained but NOT committed; the next owner will reprocess it",
+                    to_commit.len()
+                ),
+                Some(commit) => match commit(&to_commit) {
+                    Ok(()) => committed = to_commit,
+                    Err(CommitFailure::Request(error)) => {
+                        log::warn!("revocation commit failed for every partition: {error}");
+                        let message = error.to_string();
+                        for offset in to_commit {
+                            failures.push(PartitionFailure {
+                                partition: offset.partition,
+                                stage: HandoffStage::Commit,
+                                error: Box::new(SharedFailure(message.clone())),
+                            });
+                        }
+                    }
+                    Err(CommitFailure::Partitions(refused)) => {
+                        let mut refused: HashMap<TopicPartition, BoxError> =
+                            refused.into_iter().collect();
+                        for offset in to_commit {
+                            match refused.remove(&offset.partition) {
+                                Some(error) => failures.push(PartitionFailure {
+                                    partition: offset.partition,
+                                    stage: HandoffStage::Commit,
+                                    error,
+                                }),
+                                None => committed.push(offset),
+                            }
+                        }
+                    }
+                },
+            }
+        }
+
+        // Phase 5, under the lock: record commits and prune every fenced partition.
+        let storm = {
+            let mut guard = self.lock();
+            let inner = &mut *guard;
+            let mut discarded = Vec::new();
+            for (tp, epoch, _) in &flushed {
+                let Some(state) = inner.partitions.get_mut(tp) else {
+                    continue;
+                };
+                if state.epoch != *epoch || state.status != OwnerStatus::Draining {
+                    // Lost while we were handing off; the loss already pruned it.
+                    continue;
+                }
+                if let Some(offset) = committed.iter().find(|c| &c.partition == tp) {
+                    state.last_committed = Some(offset.next_offset);
+                }
+                discarded.extend(state.progress.clear());
+                state.status = OwnerStatus::Revoked;
+                state.epoch += 1;
+                state.rebalances += 1;
+                log::info!(
+                    "{tp} revoked (epoch {}), committed {:?}",
+                    state.epoch,
+                    state.last_committed
+                );
+            }
+            inner.forget_unfinished(discarded);
+            inner.storm_status(now)
+        };
+
+        failures.sort_by_key(|f| {
+            partitions
+                .iter()
+                .position(|tp| tp == &f.partition)
+                .unwrap_or(usize::MAX)
+        });
+        if failures.is_empty() {
+            Ok(RevokeReport {
+                committed,
+                unchanged,
+                storm,
+            })
+        } else {
+            Err(OffsetCommitError { failures })
+        }
+    }
+
+    /// Fences partitions taken away without a handoff, and discards their pending work.
+    /// Never flushes, never commits: another member may already own them, and a commit would at
+    /// best be rejected and at worst overwrite the new owner's progress.
+    pub fn lost(&self, partitions: &[TopicPartition]) -> LostReport {
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let mut report = LostReport::default();
+        let mut discarded = Vec::new();
+        for tp in partitions {
+            let Some(state) = inner.partitions.get_mut(tp) else {
+                continue;
+            };
+            if !matches!(state.status, OwnerStatus::Owned | OwnerStatus::Draining) {
+                continue;
+            }
+            state.status = OwnerStatus::Lost;
+            state.epoch += 1;
+            state.rebalances += 1;
+            discarded.extend(state.progress.clear());
+            report.fenced.push(tp.clone());
+            log::warn!(
+                "{tp} lost (epoch {}): pending work discarded, nothing committed",
+                state.epoch
+            );
+        }
+        report.discarded = inner.forget_unfinished(discarded);
+        inner.storm.record_revoke(now);
+        report.storm = inner.storm_status(now);
+        report
+    }
+
+    /// Commits the progress of owned partitions that moved since their last commit, through the
+    /// caller's synchronous commit function. Used after each batch in the poll loop.
+    ///
+    /// Returns the positions that were committed. A partition revoked or lost while the commit
+    /// was in flight does not get its bookkeeping updated.
+    pub fn commit_progress(
+        &self,
+        commit: &mut dyn FnMut(&[CommitOffset]) -> Result<(), CommitFailure>,
+    ) -> Result<Vec<CommitOffset>, CommitFailure> {
+        let pending: Vec<(CommitOffset, u64)> = {
+            let inner = self.lock();
+            inner
+                .partitions
+                .iter()
+                .filter(|(_, state)| state.status == OwnerStatus::Owned)
+                .filter_map(|(tp, state)| {
+                    let next = state.progress.completed_next()?;
+                    (state.last_committed.map_or(true, |last| next > last)).then(|| {
+                        (
+                            CommitOffset {
+                                partition: tp.clone(),
+                                next_offset: next,
+                            },
+                            state.epoch,
+                        )
+                    })
+                })
+                .collect()
+        };
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let offsets: Vec<CommitOffset> = pending.iter().map(|(o, _)| o.clone()).collect();
+        let outcome = commit(&offsets);
+        let refused: Vec<TopicPartition> = match &outcome {
+            Ok(()) => Vec::new(),
+            Err(CommitFailure::Request(_)) => return outcome.map(|()| Vec::new()),
+            Err(CommitFailure::Partitions(failed)) => {
+                failed.iter().map(|(tp, _)| tp.clone()).collect()
+            }
+        };
+        let mut inner = self.lock();
+        let mut committed = Vec::new();
+        for (offset, epoch) in pending {
+            if refused.contains(&offset.partition) {
+                continue;
+            }
+            if let Some(state) = inner.partitions.get_mut(&offset.partition) {
+                if state.epoch == epoch && state.status == OwnerStatus::Owned {
+                    let next = offset.next_offset;
+                    state.last_committed = Some(state.last_committed.map_or(next, |l| l.max(next)));
+                }
+            }
+            committed.push(offset);
+        }
+        outcome.map(|()| committed)
+    }
+
+    /// The storm detector's view now.
+    pub fn storm_status(&self) -> StormStatus {
+        let now = self.clock.now();
+        self.lock().storm.status(now)
+    }
+
+    /// Partitions currently owned (admitting messages).
+    pub fn owned(&self) -> Vec<TopicPartition> {
+        let mut owned: Vec<_> = self
+            .lock()
+            .partitions
+            .iter()
+            .filter(|(_, s)| s.status == OwnerStatus::Owned)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        owned.sort();
+        owned
+    }
+
+    /// A consistent view of every partition's state and the guard's counters.
+    pub fn snapshot(&self) -> GuardSnapshot {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let mut partitions: Vec<PartitionSnapshot> = inner
+            .partitions
+            .iter()
+            .map(|(tp, state)| PartitionSnapshot {
+                partition: tp.clone(),
+                epoch: state.epoch,
+                status: state.status,
+                highest_admitted: state.progress.high_water(),
+                contiguous_completed: state.progress.completed_next().map(|next| next - 1),
+                last_committed: state.last_committed,
+                in_flight: state.progress.unfinished(),
+                oldest_in_flight_age: state
+                    .progress
+                    .pending()
+                    .find(|a| !matches!(a.state, WorkState::Done))
+                    .map(|a| now.saturating_duration_since(a.admitted_at)),
+                duplicates_rejected: state.duplicates_rejected,
+                regressions_rejected: state.regressions_rejected,
+                fenced_rejected: state.fenced_rejected,
+                completed_after_revocation: state.completed_after_revocation,
+                rebalances: state.rebalances,
+            })
+            .collect();
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        GuardSnapshot {
+            partitions,
+            rebalances: inner.storm.total(),
+            storm: inner.storm.status(now),
+            remembered_keys: inner.keys.len(),
+        }
+    }
+}
+
+/// A commit error shared by every partition of a request that failed as a whole.
+#[derive(Debug)]
+struct SharedFailure(String);
+
+impl fmt::Display for SharedFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SharedFailure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn guard_is_send_and_sync() {
+        assert_send_sync::<RebalanceGuard<String, Vec<u8>>>();
+        assert_send_sync::<RebalanceGuard>();
+    }
+}

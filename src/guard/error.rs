@@ -1,0 +1,248 @@
+//! Why the guard refused something. Each refusal is its own variant because the caller logs and
+//! acts on the reason: a fenced message is zombie work to drop, a duplicate is a redelivery to skip,
+//! a regression means the consumer was re-fed from a stale position.
+
+use std::error::Error;
+use std::fmt;
+
+use super::OwnerStatus;
+use crate::TopicPartition;
+
+/// An error from a caller-supplied flush or commit function.
+pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
+
+/// Why `process_message` refused a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmitError {
+    /// The partition is not owned (never assigned, being revoked, revoked or lost): processing it
+    /// would be zombie work on a partition another member may own.
+    Fenced {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that was refused.
+        offset: i64,
+        /// Why the partition does not accept work; `None` when it was never assigned.
+        status: Option<OwnerStatus>,
+    },
+    /// The idempotency key was processed recently by this worker: a redelivery.
+    Duplicate {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that carried the repeated key.
+        offset: i64,
+    },
+    /// The offset does not increase on the highest admitted one: the consumer was re-fed from a
+    /// stale position, and accepting it would drag the commit position backwards.
+    OffsetRegression {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that was refused.
+        offset: i64,
+        /// The highest offset admitted so far.
+        high_water: i64,
+    },
+}
+
+impl fmt::Display for AdmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fenced {
+                partition,
+                offset,
+                status,
+            } => match status {
+                Some(status) => write!(f, "{partition} offset {offset} refused: partition is {status}"),
+                None => write!(f, "{partition} offset {offset} refused: partition was never assigned"),
+            },
+            Self::Duplicate { partition, offset } => write!(
+                f,
+                "{partition} offset {offset} refused: its idempotency key was already processed"
+            ),
+            Self::OffsetRegression {
+                partition,
+                offset,
+                high_water,
+            } => write!(
+                f,
+                "{partition} offset {offset} refused: not above the highest admitted offset {high_water}"
+            ),
+        }
+    }
+}
+
+impl Error for AdmitError {}
+
+/// Why a completion was not recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompleteError {
+    /// The lease is from an earlier assignment: the partition was revoked or lost after the work
+    /// was admitted, so the work's result must not be treated as this member's progress.
+    StaleLease {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset of the finished work.
+        offset: i64,
+        /// The lease's epoch.
+        lease_epoch: u64,
+        /// The partition's epoch now.
+        current_epoch: u64,
+    },
+    /// The offset is not pending: already completed, rewound, or never admitted.
+    NotPending {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset.
+        offset: i64,
+    },
+}
+
+impl fmt::Display for CompleteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StaleLease {
+                partition,
+                offset,
+                lease_epoch,
+                current_epoch,
+            } => write!(
+                f,
+                "{partition} offset {offset} finished under assignment epoch {lease_epoch}, \
+                 but the partition is at epoch {current_epoch}: completion ignored"
+            ),
+            Self::NotPending { partition, offset } => {
+                write!(f, "{partition} offset {offset} is not pending")
+            }
+        }
+    }
+}
+
+impl Error for CompleteError {}
+
+/// Why `rewind` refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RewindError {
+    /// The partition is not owned.
+    NotOwned {
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// A message at or after the rewind point already finished; admitting it again would repeat
+    /// its side effect.
+    PastFinishedWork {
+        /// The partition.
+        partition: TopicPartition,
+        /// The finished offset in the way.
+        finished_offset: i64,
+    },
+}
+
+impl fmt::Display for RewindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwned { partition } => write!(f, "cannot rewind {partition}: not owned"),
+            Self::PastFinishedWork {
+                partition,
+                finished_offset,
+            } => write!(
+                f,
+                "cannot rewind {partition}: offset {finished_offset} already finished"
+            ),
+        }
+    }
+}
+
+impl Error for RewindError {}
+
+/// What the caller's commit function reports when it could not commit everything.
+#[derive(Debug)]
+pub enum CommitFailure {
+    /// The whole request failed (transport error, coordinator gone, fenced generation).
+    Request(BoxError),
+    /// Some partitions were refused; the others were committed.
+    Partitions(Vec<(TopicPartition, BoxError)>),
+}
+
+impl fmt::Display for CommitFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Request(e) => write!(f, "offset commit failed: {e}"),
+            Self::Partitions(failed) => {
+                write!(f, "offset commit refused for")?;
+                for (partition, e) in failed {
+                    write!(f, " {partition} ({e})")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Error for CommitFailure {}
+
+/// The stage at which a revoked partition's handoff failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoffStage {
+    /// The flush of buffered and in-flight work failed: nothing was committed for the partition.
+    Flush,
+    /// The flush succeeded but the offset commit failed.
+    Commit,
+}
+
+/// One revoked partition whose handoff failed.
+#[derive(Debug)]
+pub struct PartitionFailure {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Where it failed.
+    pub stage: HandoffStage,
+    /// The caller's error.
+    pub error: BoxError,
+}
+
+/// Revocation finished with failures. Raised only after every revoked partition was fenced and
+/// pruned; it names only the partitions that failed.
+#[derive(Debug)]
+pub struct OffsetCommitError {
+    /// The failed partitions, in the order they were revoked.
+    pub failures: Vec<PartitionFailure>,
+}
+
+impl OffsetCommitError {
+    /// The failed partitions.
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        self.failures.iter().map(|f| f.partition.clone()).collect()
+    }
+}
+
+impl fmt::Display for OffsetCommitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "revocation handoff failed for")?;
+        for failure in &self.failures {
+            let stage = match failure.stage {
+                HandoffStage::Flush => "flush",
+                HandoffStage::Commit => "commit",
+            };
+            write!(f, " {} ({stage}: {})", failure.partition, failure.error)?;
+        }
+        Ok(())
+    }
+}
+
+impl Error for OffsetCommitError {}
+
+/// The guard's configuration is invalid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardConfigError {
+    /// The setting at fault.
+    pub setting: &'static str,
+    /// The rule it broke.
+    pub rule: &'static str,
+}
+
+impl fmt::Display for GuardConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid guard setting {}: {}", self.setting, self.rule)
+    }
+}
+
+impl Error for GuardConfigError {}

@@ -1,0 +1,239 @@
+//! Per-partition progress: what was admitted, what finished, and how far it is safe to commit.
+//!
+//! Kafka commits a position (the next offset to read), not a set of finished offsets. When work
+//! finishes out of order, the only safe position is the end of the contiguous completed prefix:
+//! with 100 complete, 101 running and 102 complete, the position is 101 (seed 004). Committing
+//! 103 would skip 101 for whoever owns the partition next.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// Where one admitted message is in its life.
+#[derive(Debug)]
+pub(crate) enum WorkState<M> {
+    /// Admitted and held by the guard until the caller takes it or a revocation flushes it.
+    Buffered(M),
+    /// Handed to the caller's executor; not finished yet.
+    Running,
+    /// Finished; its side effect happened.
+    Done,
+}
+
+#[derive(Debug)]
+pub(crate) struct Admitted<K, M> {
+    pub(crate) offset: i64,
+    pub(crate) admitted_at: Instant,
+    pub(crate) key: Option<K>,
+    pub(crate) state: WorkState<M>,
+}
+
+/// The admitted-but-not-yet-committable messages of one partition, in offset order.
+#[derive(Debug)]
+pub(crate) struct Progress<K, M> {
+    /// Strictly increasing offsets. Every entry before the first unfinished one is retired at once,
+    /// so the front is always unfinished (or the deque is empty).
+    pending: VecDeque<Admitted<K, M>>,
+    /// Highest offset admitted in this assignment: the monotonicity fence.
+    high_water: Option<i64>,
+    /// One past the last offset of the contiguous completed prefix: the position that is safe to
+    /// commit. `None` until something in this assignment finished.
+    completed_next: Option<i64>,
+}
+
+impl<K, M> Default for Progress<K, M> {
+    fn default() -> Self {
+        Self {
+            pending: VecDeque::new(),
+            high_water: None,
+            completed_next: None,
+        }
+    }
+}
+
+impl<K, M> Progress<K, M> {
+    pub(crate) fn high_water(&self) -> Option<i64> {
+        self.high_water
+    }
+
+    pub(crate) fn completed_next(&self) -> Option<i64> {
+        self.completed_next
+    }
+
+    /// Unfinished plus finished-but-blocked-behind-a-gap messages.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = &Admitted<K, M>> {
+        self.pending.iter()
+    }
+
+    pub(crate) fn unfinished(&self) -> usize {
+        self.pending
+            .iter()
+            .filter(|a| !matches!(a.state, WorkState::Done))
+            .count()
+    }
+
+    /// True when `offset` does not increase on everything admitted so far.
+    pub(crate) fn is_regression(&self, offset: i64) -> bool {
+        self.high_water.is_some_and(|hw| offset <= hw)
+    }
+
+    /// Records an admitted message. The caller checked `is_regression` first.
+    pub(crate) fn admit(&mut self, admitted: Admitted<K, M>) {
+        self.high_water = Some(admitted.offset);
+        self.pending.push_back(admitted);
+    }
+
+    fn find(&self, offset: i64) -> Option<usize> {
+        self.pending
+            .binary_search_by_key(&offset, |a| a.offset)
+            .ok()
+    }
+
+    /// Marks `offset` finished. Returns `false` when it is not pending (already finished and
+    /// retired, rewound, or never admitted).
+    pub(crate) fn complete(&mut self, offset: i64) -> bool {
+        let Some(index) = self.find(offset) else {
+            return false;
+        };
+        let entry = &mut self.pending[index];
+        if matches!(entry.state, WorkState::Done) {
+            return false;
+        }
+        entry.state = WorkState::Done;
+        self.retire_prefix();
+        true
+    }
+
+    /// Marks every pending message finished: a successful revocation flush vouches for them.
+    pub(crate) fn complete_all(&mut self) {
+        for entry in &mut self.pending {
+            entry.state = WorkState::Done;
+        }
+        self.retire_prefix();
+    }
+
+    /// Moves every buffered payload out to the caller's executor, in offset order.
+    pub(crate) fn take_buffered(&mut self) -> Vec<(i64, M)> {
+        let mut taken = Vec::new();
+        for entry in &mut self.pending {
+            if matches!(entry.state, WorkState::Buffered(_)) {
+                if let WorkState::Buffered(payload) =
+                    std::mem::replace(&mut entry.state, WorkState::Running)
+                {
+                    taken.push((entry.offset, payload));
+                }
+            }
+        }
+        taken
+    }
+
+    /// Offsets handed out and not finished yet.
+    pub(crate) fn running_offsets(&self) -> Vec<i64> {
+        self.pending
+            .iter()
+            .filter(|a| matches!(a.state, WorkState::Running))
+            .map(|a| a.offset)
+            .collect()
+    }
+
+    /// Forgets unfinished work at or after `offset` so it can be admitted again, for a caller that
+    /// seeks back after a failed handler. Returns the discarded entries, or `Err(offset)` of a
+    /// finished message that would be re-admitted (its side effect already happened).
+    pub(crate) fn rewind(&mut self, offset: i64) -> Result<Vec<Admitted<K, M>>, i64> {
+        if let Some(next) = self.completed_next.filter(|&next| offset < next) {
+            return Err(next - 1);
+        }
+        let split = self.pending.partition_point(|a| a.offset < offset);
+        if let Some(done) = self
+            .pending
+            .range(split..)
+            .find(|a| matches!(a.state, WorkState::Done))
+        {
+            return Err(done.offset);
+        }
+        let discarded: Vec<_> = self.pending.drain(split..).collect();
+        self.high_water = self
+            .pending
+            .back()
+            .map(|a| a.offset)
+            .or(self.completed_next.map(|next| next - 1));
+        Ok(discarded)
+    }
+
+    /// Empties the partition, returning what was pending so the caller can forget its keys.
+    pub(crate) fn clear(&mut self) -> VecDeque<Admitted<K, M>> {
+        self.high_water = None;
+        self.completed_next = None;
+        std::mem::take(&mut self.pending)
+    }
+
+    fn retire_prefix(&mut self) {
+        while let Some(front) = self.pending.front() {
+            if !matches!(front.state, WorkState::Done) {
+                break;
+            }
+            self.completed_next = Some(front.offset + 1);
+            self.pending.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admit(progress: &mut Progress<(), ()>, offset: i64) {
+        assert!(!progress.is_regression(offset));
+        progress.admit(Admitted {
+            offset,
+            admitted_at: Instant::now(),
+            key: None,
+            state: WorkState::Running,
+        });
+    }
+
+    #[test]
+    fn contiguous_prefix_from_seed_004() {
+        let mut progress = Progress::default();
+        for offset in 100..=102 {
+            admit(&mut progress, offset);
+        }
+        assert!(progress.complete(100));
+        assert!(progress.complete(102));
+        assert_eq!(progress.completed_next(), Some(101));
+        assert!(progress.complete(101));
+        assert_eq!(progress.completed_next(), Some(103));
+        assert!(
+            !progress.complete(101),
+            "a retired offset cannot complete twice"
+        );
+    }
+
+    #[test]
+    fn gaps_in_offsets_are_not_holes() {
+        let mut progress = Progress::default();
+        admit(&mut progress, 10);
+        admit(&mut progress, 15); // 11..14 compacted away
+        assert!(progress.complete(15));
+        assert_eq!(progress.completed_next(), None, "10 is still running");
+        assert!(progress.complete(10));
+        assert_eq!(progress.completed_next(), Some(16));
+    }
+
+    #[test]
+    fn rewind_discards_only_unfinished_tail() {
+        let mut progress = Progress::default();
+        for offset in 0..5 {
+            admit(&mut progress, offset);
+        }
+        assert!(progress.complete(0));
+        assert!(progress.complete(1));
+        assert_eq!(progress.rewind(1).err(), Some(1), "1 already finished");
+        let discarded = progress.rewind(3).expect("3 and 4 are unfinished");
+        assert_eq!(
+            discarded.iter().map(|a| a.offset).collect::<Vec<_>>(),
+            [3, 4]
+        );
+        assert!(!progress.is_regression(3), "3 may be admitted again");
+        assert!(progress.is_regression(2));
+    }
+}
