@@ -1,0 +1,243 @@
+//! Pure-Rust decompression of record batches, one cargo feature per codec.
+//!
+//! `kafka-protocol`'s built-in codecs link C libraries (zstd, lz4); we hand it these instead
+//! through `RecordBatchDecoder::decode_with_custom_compression`, so the default build needs no C
+//! toolchain. Every codec is bounded by a limit on the decompressed size: a batch of a few KiB
+//! must not be able to expand into gigabytes (a "decompression bomb").
+
+#[cfg(any(feature = "gzip", feature = "lz4", feature = "zstd"))]
+use std::io::Read;
+
+use kafka_protocol::records::Compression;
+
+/// Decompresses the record section of one batch, returning at most `limit` bytes or an error.
+///
+/// `Compression::None` is the caller's business (it needs no copy at all) and is rejected here.
+pub(crate) fn decompress(data: &[u8], codec: Compression, limit: usize) -> Result<Vec<u8>, String> {
+    match codec {
+        Compression::None => Err("decompress called for an uncompressed batch".to_string()),
+        Compression::Gzip => gzip(data, limit),
+        Compression::Snappy => snappy(data, limit),
+        Compression::Lz4 => lz4(data, limit),
+        Compression::Zstd => zstd(data, limit),
+    }
+}
+
+/// Reads `reader` to the end, failing once more than `limit` bytes come out.
+#[cfg(any(feature = "gzip", feature = "lz4", feature = "zstd"))]
+fn read_bounded(
+    reader: impl Read,
+    limit: usize,
+    hint: usize,
+    out: &mut Vec<u8>,
+    codec: &str,
+) -> Result<(), String> {
+    out.reserve(hint.min(limit));
+    let room = (limit - out.len().min(limit)) as u64;
+    let n = reader
+        .take(room + 1)
+        .read_to_end(out)
+        .map_err(|e| format!("{codec} decompression failed: {e}"))?;
+    if n as u64 > room {
+        return Err(format!(
+            "{codec} batch decompresses to more than the limit of {limit} bytes"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "gzip")]
+fn gzip(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    read_bounded(
+        flate2::read::MultiGzDecoder::new(data),
+        limit,
+        data.len() * 4,
+        &mut out,
+        "gzip",
+    )?;
+    Ok(out)
+}
+
+#[cfg(not(feature = "gzip"))]
+fn gzip(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
+    Err("gzip batch, but the `gzip` cargo feature is disabled".to_string())
+}
+
+#[cfg(feature = "lz4")]
+fn lz4(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    // Kafka v2 batches use the standard LZ4 frame format (KIP-57).
+    let mut out = Vec::new();
+    read_bounded(
+        lz4_flex::frame::FrameDecoder::new(data),
+        limit,
+        data.len() * 4,
+        &mut out,
+        "lz4",
+    )?;
+    Ok(out)
+}
+
+#[cfg(not(feature = "lz4"))]
+fn lz4(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
+    Err("lz4 batch, but the `lz4` cargo feature is disabled".to_string())
+}
+
+#[cfg(feature = "zstd")]
+fn zstd(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut input = data;
+    // A producer may emit several frames; decode them all.
+    while !input.is_empty() {
+        let decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
+            .map_err(|e| format!("zstd frame header: {e}"))?;
+        read_bounded(decoder, limit, data.len() * 4, &mut out, "zstd")?;
+    }
+    Ok(out)
+}
+
+#[cfg(not(feature = "zstd"))]
+fn zstd(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
+    Err("zstd batch, but the `zstd` cargo feature is disabled".to_string())
+}
+
+/// The header snappy-java (used by the Java client) writes before its blocks.
+#[cfg(feature = "snappy")]
+const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+
+#[cfg(feature = "snappy")]
+fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    // Java producers use snappy-java's framing (magic, version, compat, then length-prefixed
+    // raw blocks); librdkafka may write one raw block. Accept both, as Kafka's consumers do.
+    let mut out = Vec::new();
+    if data.len() >= 16 && data[..8] == XERIAL_MAGIC {
+        let mut rest = &data[16..];
+        while !rest.is_empty() {
+            let (len_bytes, tail) = rest.split_at(rest.len().min(4));
+            let len_bytes: [u8; 4] = len_bytes
+                .try_into()
+                .map_err(|_| "snappy-java block length is truncated".to_string())?;
+            let len = i32::from_be_bytes(len_bytes);
+            let len = usize::try_from(len)
+                .map_err(|_| format!("negative snappy-java block length {len}"))?;
+            if len > tail.len() {
+                return Err(format!(
+                    "snappy-java block of {len} bytes but only {} remain",
+                    tail.len()
+                ));
+            }
+            let (block, next) = tail.split_at(len);
+            snappy_raw(block, limit, &mut out)?;
+            rest = next;
+        }
+    } else {
+        snappy_raw(data, limit, &mut out)?;
+    }
+    Ok(out)
+}
+
+#[cfg(feature = "snappy")]
+fn snappy_raw(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    let n = snap::raw::decompress_len(block).map_err(|e| format!("snappy: {e}"))?;
+    if n > limit.saturating_sub(out.len()) {
+        return Err(format!(
+            "snappy batch decompresses to more than the limit of {limit} bytes"
+        ));
+    }
+    let start = out.len();
+    out.resize(start + n, 0);
+    let written = snap::raw::Decoder::new()
+        .decompress(block, &mut out[start..])
+        .map_err(|e| format!("snappy: {e}"))?;
+    out.truncate(start + written);
+    Ok(())
+}
+
+#[cfg(not(feature = "snappy"))]
+fn snappy(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
+    Err("snappy batch, but the `snappy` cargo feature is disabled".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(feature = "gzip")]
+    #[test]
+    fn gzip_round_trip_and_bomb_limit() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let payload = vec![b'a'; 100_000];
+        assert!(enc.write_all(&payload).is_ok());
+        let compressed = enc.finish().unwrap_or_default();
+        assert_eq!(
+            decompress(&compressed, Compression::Gzip, 1 << 20).ok(),
+            Some(payload)
+        );
+        let err = decompress(&compressed, Compression::Gzip, 1000).err();
+        assert!(err.is_some_and(|e| e.contains("limit")));
+    }
+
+    #[cfg(feature = "snappy")]
+    #[test]
+    fn snappy_raw_and_xerial_framing() {
+        let payload = b"hello hello hello hello".to_vec();
+        let raw = snap::raw::Encoder::new()
+            .compress_vec(&payload)
+            .unwrap_or_default();
+        assert_eq!(
+            decompress(&raw, Compression::Snappy, 1000).ok(),
+            Some(payload.clone())
+        );
+        let mut xerial = XERIAL_MAGIC.to_vec();
+        xerial.extend_from_slice(&1i32.to_be_bytes());
+        xerial.extend_from_slice(&1i32.to_be_bytes());
+        for _ in 0..2 {
+            xerial.extend_from_slice(&(raw.len() as i32).to_be_bytes());
+            xerial.extend_from_slice(&raw);
+        }
+        let mut twice = payload.clone();
+        twice.extend_from_slice(&payload);
+        assert_eq!(
+            decompress(&xerial, Compression::Snappy, 1000).ok(),
+            Some(twice)
+        );
+        assert!(decompress(&xerial, Compression::Snappy, 30).is_err());
+        // A block length pointing past the end is an error, not a panic.
+        let mut bad = XERIAL_MAGIC.to_vec();
+        bad.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x7f, 0, 0, 0]);
+        assert!(decompress(&bad, Compression::Snappy, 1000).is_err());
+    }
+
+    #[cfg(feature = "lz4")]
+    #[test]
+    fn lz4_frame_round_trip() {
+        use std::io::Write;
+        let payload = vec![7u8; 50_000];
+        let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+        assert!(enc.write_all(&payload).is_ok());
+        let compressed = enc.finish().unwrap_or_default();
+        assert_eq!(
+            decompress(&compressed, Compression::Lz4, 1 << 20).ok(),
+            Some(payload)
+        );
+        assert!(decompress(&compressed, Compression::Lz4, 10).is_err());
+        assert!(decompress(&[1, 2, 3], Compression::Lz4, 10).is_err());
+    }
+
+    #[cfg(feature = "zstd")]
+    #[test]
+    fn zstd_round_trip_and_garbage() {
+        let payload = vec![3u8; 50_000];
+        let compressed = ruzstd::encoding::compress_to_vec(
+            payload.as_slice(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        assert_eq!(
+            decompress(&compressed, Compression::Zstd, 1 << 20).ok(),
+            Some(payload)
+        );
+        assert!(decompress(&compressed, Compression::Zstd, 100).is_err());
+        assert!(decompress(&[0xde, 0xad, 0xbe, 0xef, 1], Compression::Zstd, 100).is_err());
+    }
+}

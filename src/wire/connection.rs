@@ -1,0 +1,646 @@
+//! One blocking TCP connection to one broker: framing, correlation ids, timeouts and the
+//! ApiVersions handshake.
+//!
+//! A `Connection` is owned by exactly one thread and is never shared: Kafka matches responses to
+//! requests by order and correlation id, so two threads writing to one socket would corrupt both
+//! conversations. Threads that need to talk to the same broker (the user thread and the heartbeat
+//! thread) each open their own connection.
+//!
+//! Network input is untrusted: a frame's length is checked against
+//! [`ConnectionConfig::max_response_size`] before anything is allocated, and the frame is read in
+//! bounded chunks so that a peer claiming many bytes and sending few costs only what it sent.
+
+use std::io::{self, Read, Write};
+use std::marker::PhantomData;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{self as msg, ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use log::{debug, trace, warn};
+
+use super::error::{api_name, KafkaCode, Result, WireError};
+use super::versions::{client_range, VersionRange, VersionTable};
+
+/// Settings shared by every connection a client opens.
+#[derive(Clone, Debug)]
+pub struct ConnectionConfig {
+    /// Sent in every request header so broker logs and quotas can attribute traffic to us.
+    pub client_id: String,
+    /// Upper bound for establishing the TCP connection.
+    pub connect_timeout: Duration,
+    /// Upper bound for one request/response round trip (Fetch adds its `max_wait` on top).
+    pub request_timeout: Duration,
+    /// Largest response frame accepted; larger claims fail before any allocation.
+    pub max_response_size: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            client_id: "rebalance-guard".to_string(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_response_size: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// A Kafka request this crate can send: ties the message type to its API key and response type.
+///
+/// `kafka-protocol` only provides such a trait when its broker side is compiled in too; we build
+/// the client side only, so the mapping lives here.
+pub trait WireRequest: Encodable {
+    /// The API key written in the request header.
+    const KEY: ApiKey;
+    /// The message the broker answers with.
+    type Response: Decodable;
+}
+
+macro_rules! wire_requests {
+    ($($req:ident => $resp:ident : $key:ident),* $(,)?) => {
+        $(impl WireRequest for msg::$req {
+            const KEY: ApiKey = ApiKey::$key;
+            type Response = msg::$resp;
+        })*
+    };
+}
+
+wire_requests! {
+    ApiVersionsRequest => ApiVersionsResponse: ApiVersions,
+    MetadataRequest => MetadataResponse: Metadata,
+    FindCoordinatorRequest => FindCoordinatorResponse: FindCoordinator,
+    ListOffsetsRequest => ListOffsetsResponse: ListOffsets,
+    FetchRequest => FetchResponse: Fetch,
+    OffsetFetchRequest => OffsetFetchResponse: OffsetFetch,
+    OffsetCommitRequest => OffsetCommitResponse: OffsetCommit,
+    ProduceRequest => ProduceResponse: Produce,
+    JoinGroupRequest => JoinGroupResponse: JoinGroup,
+    SyncGroupRequest => SyncGroupResponse: SyncGroup,
+    HeartbeatRequest => HeartbeatResponse: Heartbeat,
+    LeaveGroupRequest => LeaveGroupResponse: LeaveGroup,
+    DescribeGroupsRequest => DescribeGroupsResponse: DescribeGroups,
+    ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse: ConsumerGroupHeartbeat,
+    CreateTopicsRequest => CreateTopicsResponse: CreateTopics,
+}
+
+/// A request written to the socket whose response has not been read yet.
+///
+/// Returned by [`Connection::send_request`] so that a caller can write requests to several
+/// brokers first and then collect the answers, waiting once instead of once per broker.
+#[must_use = "the response must be received, or the connection is out of step"]
+#[derive(Debug)]
+pub struct Pending<R: WireRequest> {
+    correlation_id: i32,
+    version: i16,
+    _req: PhantomData<fn() -> R>,
+}
+
+/// A blocking connection to one broker with its own negotiated version table.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    addr: String,
+    config: ConnectionConfig,
+    next_correlation_id: i32,
+    versions: VersionTable,
+    write_buf: BytesMut,
+    in_flight: usize,
+    broken: bool,
+}
+
+impl Connection {
+    /// Connects to `addr` ("host:port"), performs the ApiVersions handshake and returns a
+    /// connection ready for any API both sides support.
+    pub fn connect(addr: &str, config: &ConnectionConfig) -> Result<Connection> {
+        let mut conn = Connection::connect_unnegotiated(addr, config)?;
+        conn.handshake()?;
+        Ok(conn)
+    }
+
+    /// Opens the TCP connection without the ApiVersions handshake.
+    ///
+    /// Only useful to talk to something that is not a Kafka broker (tests of the framing), since
+    /// every request needs a negotiated version.
+    pub fn connect_unnegotiated(addr: &str, config: &ConnectionConfig) -> Result<Connection> {
+        let targets: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| WireError::Config(format!("cannot resolve {addr}: {e}")))?
+            .collect();
+        let mut last = None;
+        for target in &targets {
+            match TcpStream::connect_timeout(target, config.connect_timeout) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    stream.set_write_timeout(Some(config.request_timeout))?;
+                    debug!("connected to {addr} ({target})");
+                    return Ok(Connection {
+                        stream,
+                        addr: addr.to_string(),
+                        config: config.clone(),
+                        next_correlation_id: 1,
+                        versions: VersionTable::default(),
+                        write_buf: BytesMut::with_capacity(4096),
+                        in_flight: 0,
+                        broken: false,
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match last {
+            Some(e) if e.kind() == io::ErrorKind::TimedOut => WireError::Timeout {
+                what: format!("connect to {addr}"),
+            },
+            Some(e) => WireError::Io(io::Error::new(e.kind(), format!("connect to {addr}: {e}"))),
+            None => WireError::Config(format!("{addr} resolved to no address")),
+        })
+    }
+
+    /// The address this connection was opened with.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The versions this broker advertised.
+    pub fn versions(&self) -> &VersionTable {
+        &self.versions
+    }
+
+    /// Highest version of `api` both sides support (see [`client_range`]).
+    pub fn version_for(&self, api: ApiKey) -> Result<i16> {
+        self.versions.negotiate(api)
+    }
+
+    /// Highest version of `api` within `ours` that the broker supports.
+    pub fn version_within(&self, api: ApiKey, ours: VersionRange) -> Result<i16> {
+        self.versions.negotiate_within(api, ours)
+    }
+
+    /// True once an I/O or framing error has made the byte stream unusable; the owner must drop
+    /// the connection and open a new one.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Sends `req` at `version` and waits up to the request timeout for its response.
+    pub fn send<R: WireRequest>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        let timeout = self.config.request_timeout;
+        self.send_with_timeout(req, version, timeout)
+    }
+
+    /// Like [`Connection::send`] with an explicit response timeout (Fetch waits for data on the
+    /// broker side, so its timeout must exceed `max_wait`).
+    pub fn send_with_timeout<R: WireRequest>(
+        &mut self,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let pending = self.send_request(req, version)?;
+        self.receive(pending, timeout)
+    }
+
+    /// Writes `req` without waiting for the answer; pair it with [`Connection::receive`].
+    ///
+    /// Refuses a version the broker did not advertise, so a bug upstream cannot put an
+    /// unsupported request on the wire.
+    pub fn send_request<R: WireRequest>(&mut self, req: &R, version: i16) -> Result<Pending<R>> {
+        if self.broken {
+            return Err(WireError::Io(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("connection to {} is broken", self.addr),
+            )));
+        }
+        // ApiVersions is the one request sent before the table exists.
+        if R::KEY != ApiKey::ApiVersions && !self.versions.broker_supports(R::KEY, version) {
+            return Err(WireError::UnsupportedVersion {
+                api: R::KEY as i16,
+                ours: (version, version),
+                broker: self.versions.broker_range(R::KEY).map(|r| (r.min, r.max)),
+            });
+        }
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.config.client_id.clone())));
+        let header_version = R::KEY.request_header_version(version);
+
+        self.write_buf.clear();
+        self.write_buf.put_i32(0); // length, patched below
+        header
+            .encode(&mut self.write_buf, header_version)
+            .and_then(|()| req.encode(&mut self.write_buf, version))
+            .map_err(|e| {
+                WireError::Protocol(format!(
+                    "cannot encode {} v{version}: {e:#}",
+                    api_name(R::KEY as i16)
+                ))
+            })?;
+        let body_len = self.write_buf.len() - 4;
+        let len = i32::try_from(body_len).map_err(|_| {
+            WireError::Protocol(format!("request of {body_len} bytes is too large"))
+        })?;
+        self.write_buf[..4].copy_from_slice(&len.to_be_bytes());
+        trace!(
+            "-> {} {} v{version} corr={correlation_id} ({} bytes)",
+            self.addr,
+            api_name(R::KEY as i16),
+            self.write_buf.len()
+        );
+        if let Err(e) = self.stream.write_all(&self.write_buf) {
+            self.broken = true;
+            return Err(e.into());
+        }
+        self.in_flight += 1;
+        Ok(Pending {
+            correlation_id,
+            version,
+            _req: PhantomData,
+        })
+    }
+
+    /// Reads the response to `pending`, which must be the oldest request still in flight.
+    pub fn receive<R: WireRequest>(
+        &mut self,
+        pending: Pending<R>,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let result = self.receive_inner(&pending, timeout);
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Err(e) = &result {
+            if e.breaks_connection() {
+                self.broken = true;
+            }
+        }
+        result
+    }
+
+    fn receive_inner<R: WireRequest>(
+        &mut self,
+        pending: &Pending<R>,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let mut frame = self.read_frame(timeout)?;
+        let body = self.check_header::<R>(&mut frame, pending)?;
+        let mut body = body;
+        R::Response::decode(&mut body, pending.version).map_err(|e| {
+            WireError::Protocol(format!(
+                "cannot decode {} v{} response from {}: {e:#}",
+                api_name(R::KEY as i16),
+                pending.version,
+                self.addr
+            ))
+        })
+    }
+
+    fn check_header<R: WireRequest>(
+        &self,
+        frame: &mut Bytes,
+        pending: &Pending<R>,
+    ) -> Result<Bytes> {
+        let header_version = R::KEY.response_header_version(pending.version);
+        let header = ResponseHeader::decode(frame, header_version)
+            .map_err(|e| WireError::Protocol(format!("cannot decode response header: {e:#}")))?;
+        if header.correlation_id != pending.correlation_id {
+            return Err(WireError::CorrelationMismatch {
+                expected: pending.correlation_id,
+                got: header.correlation_id,
+            });
+        }
+        Ok(std::mem::take(frame))
+    }
+
+    /// Reads one size-prefixed frame, enforcing the maximum size before allocating and the
+    /// timeout as a deadline over the whole frame.
+    fn read_frame(&mut self, timeout: Duration) -> Result<Bytes> {
+        let deadline = Instant::now() + timeout;
+        let mut len_buf = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            self.set_read_deadline(deadline)?;
+            match self.stream.read(&mut len_buf[got..]) {
+                Ok(0) if got == 0 => {
+                    return Err(WireError::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{} closed the connection", self.addr),
+                    )))
+                }
+                Ok(0) => return Err(WireError::Truncated { expected: 4, got }),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_error(e, "response length")),
+            }
+        }
+        let claimed = i32::from_be_bytes(len_buf);
+        if claimed < 4 {
+            return Err(WireError::Protocol(format!(
+                "response frame length {claimed} is too small for a header"
+            )));
+        }
+        let len = claimed as usize;
+        if len > self.config.max_response_size {
+            return Err(WireError::FrameTooLarge {
+                len: i64::from(claimed),
+                max: self.config.max_response_size,
+            });
+        }
+        // Grow with what actually arrives, never by what the peer claims.
+        const CHUNK: usize = 1 << 20;
+        let mut buf: Vec<u8> = Vec::with_capacity(len.min(CHUNK));
+        while buf.len() < len {
+            self.set_read_deadline(deadline)?;
+            let want = (len - buf.len()).min(CHUNK);
+            buf.reserve(want);
+            let before = buf.len();
+            match (&mut self.stream).take(want as u64).read_to_end(&mut buf) {
+                Ok(n) if n < want => {
+                    return Err(WireError::Truncated {
+                        expected: len,
+                        got: before + n,
+                    })
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_error(e, "response body")),
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
+
+    fn set_read_deadline(&self, deadline: Instant) -> Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(WireError::Timeout {
+                what: format!("response from {}", self.addr),
+            });
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        Ok(())
+    }
+
+    fn io_error(&self, e: io::Error, what: &str) -> WireError {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::Timeout {
+                what: format!("{what} from {}", self.addr),
+            },
+            _ => WireError::Io(io::Error::new(
+                e.kind(),
+                format!("reading {what} from {}: {e}", self.addr),
+            )),
+        }
+    }
+
+    /// ApiVersions: try our newest version; a broker that does not know it answers with
+    /// UNSUPPORTED_VERSION in a v0 body listing the ApiVersions versions it does know, and we
+    /// retry with the best of those (v0 at worst).
+    fn handshake(&mut self) -> Result<()> {
+        let ours = client_range(ApiKey::ApiVersions);
+        let mut version = ours.max;
+        for _attempt in 0..3 {
+            let req = msg::ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("rebalance-guard"))
+                .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+            let pending = self.send_request(&req, version)?;
+            let timeout = self.config.request_timeout;
+            let mut frame = match self.read_frame(timeout) {
+                Ok(f) => f,
+                Err(e) => {
+                    self.broken = true;
+                    return Err(e);
+                }
+            };
+            self.in_flight = self.in_flight.saturating_sub(1);
+            let body = match self.check_header(&mut frame, &pending) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.broken = true;
+                    return Err(e);
+                }
+            };
+            // The error code is the first field of every ApiVersions response version.
+            let code = body.clone().try_get_i16().unwrap_or(0);
+            if code == KafkaCode::UNSUPPORTED_VERSION.0 && version > 0 {
+                let mut v0 = body.clone();
+                let fallback = msg::ApiVersionsResponse::decode(&mut v0, 0)
+                    .ok()
+                    .and_then(|r| {
+                        r.api_keys
+                            .iter()
+                            .find(|k| k.api_key == ApiKey::ApiVersions as i16)
+                            .map(|k| VersionRange::new(k.min_version, k.max_version))
+                    })
+                    .and_then(|b| b.highest_common(VersionRange::new(0, version - 1)))
+                    .unwrap_or(0);
+                warn!(
+                    "{} rejected ApiVersions v{version}; retrying with v{fallback}",
+                    self.addr
+                );
+                version = fallback;
+                continue;
+            }
+            let mut body = body;
+            let resp = msg::ApiVersionsResponse::decode(&mut body, version).map_err(|e| {
+                self.broken = true;
+                WireError::Protocol(format!(
+                    "cannot decode ApiVersions v{version} response from {}: {e:#}",
+                    self.addr
+                ))
+            })?;
+            if let Some(code) = KafkaCode::from_code(resp.error_code) {
+                return Err(WireError::kafka(
+                    ApiKey::ApiVersions,
+                    code,
+                    self.addr.clone(),
+                ));
+            }
+            self.versions = VersionTable::from_broker(
+                resp.api_keys
+                    .iter()
+                    .map(|k| (k.api_key, k.min_version, k.max_version)),
+            );
+            debug!(
+                "{}: ApiVersions v{version} handshake done, {} APIs advertised",
+                self.addr,
+                resp.api_keys.len()
+            );
+            return Ok(());
+        }
+        Err(WireError::Protocol(format!(
+            "{} kept rejecting ApiVersions",
+            self.addr
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread;
+
+    /// A one-shot fake server: accepts one connection, reads one request frame, writes `reply`
+    /// verbatim and then closes (or lingers, if `linger`).
+    fn fake_server(reply: Vec<u8>, linger: Duration) -> (String, thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").ok();
+        let addr = listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let handle = thread::spawn(move || {
+            let Some(listener) = listener else { return };
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                return;
+            }
+            let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+            let _ = s.read_exact(&mut req);
+            let _ = s.write_all(&reply);
+            thread::sleep(linger);
+        });
+        (addr, handle)
+    }
+
+    fn config() -> ConnectionConfig {
+        ConnectionConfig {
+            request_timeout: Duration::from_secs(5),
+            ..ConnectionConfig::default()
+        }
+    }
+
+    /// Sends an ApiVersions v0 request through the public send path against the fake server.
+    fn roundtrip(reply: Vec<u8>, linger: Duration) -> Result<msg::ApiVersionsResponse> {
+        let (addr, handle) = fake_server(reply, linger);
+        let mut conn = Connection::connect_unnegotiated(&addr, &config())?;
+        let r = conn.send(&msg::ApiVersionsRequest::default(), 0);
+        if r.is_err() {
+            assert!(conn.is_broken() || !matches!(r, Err(WireError::Kafka { .. })));
+        }
+        let _ = handle.join();
+        r
+    }
+
+    /// Hand-encoded ApiVersions v0 response (the broker-side encoder is not compiled in).
+    fn v0_response(correlation_id: i32) -> Vec<u8> {
+        let mut body = BytesMut::new();
+        body.put_i32(correlation_id);
+        body.put_i16(0); // error_code
+        body.put_i32(1); // one api
+        body.put_i16(ApiKey::Fetch as i16);
+        body.put_i16(4);
+        body.put_i16(12);
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    #[test]
+    fn a_valid_response_decodes() {
+        let r = roundtrip(v0_response(1), Duration::ZERO);
+        let r = r.map_err(|e| e.to_string());
+        assert_eq!(r.map(|r| r.api_keys.len()), Ok(1));
+    }
+
+    #[test]
+    fn oversized_frame_is_rejected_before_allocating() {
+        // Claims 2 GiB - 1; must fail immediately with FrameTooLarge, not try to allocate.
+        let reply = i32::MAX.to_be_bytes().to_vec();
+        match roundtrip(reply, Duration::from_millis(200)) {
+            Err(WireError::FrameTooLarge { len, max }) => {
+                assert_eq!(len, i64::from(i32::MAX));
+                assert_eq!(max, 64 * 1024 * 1024);
+            }
+            other => panic!("expected FrameTooLarge, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn negative_frame_length_is_a_protocol_error() {
+        let reply = (-5i32).to_be_bytes().to_vec();
+        assert!(matches!(
+            roundtrip(reply, Duration::ZERO),
+            Err(WireError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn truncated_frame_is_an_error_without_allocating_the_claim() {
+        // Claims 60 MiB (under the limit) but sends 10 bytes and closes.
+        let mut reply = (60 * 1024 * 1024i32).to_be_bytes().to_vec();
+        reply.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+        match roundtrip(reply, Duration::ZERO) {
+            Err(WireError::Truncated { expected, got }) => {
+                assert_eq!(expected, 60 * 1024 * 1024);
+                assert_eq!(got, 10);
+            }
+            other => panic!("expected Truncated, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn truncated_length_prefix_is_an_error() {
+        assert!(matches!(
+            roundtrip(vec![0, 0], Duration::ZERO),
+            Err(WireError::Truncated {
+                expected: 4,
+                got: 2
+            })
+        ));
+    }
+
+    #[test]
+    fn correlation_mismatch_is_detected() {
+        match roundtrip(v0_response(42), Duration::ZERO) {
+            Err(WireError::CorrelationMismatch { expected, got }) => {
+                assert_eq!(expected, 1);
+                assert_eq!(got, 42);
+            }
+            other => panic!("expected CorrelationMismatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn garbage_body_is_a_protocol_error_not_a_panic() {
+        let mut reply = 8i32.to_be_bytes().to_vec();
+        reply.extend_from_slice(&1i32.to_be_bytes());
+        reply.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+        assert!(matches!(
+            roundtrip(reply, Duration::ZERO),
+            Err(WireError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn silent_server_times_out() {
+        let (addr, handle) = fake_server(Vec::new(), Duration::from_millis(800));
+        let cfg = ConnectionConfig {
+            request_timeout: Duration::from_millis(200),
+            ..ConnectionConfig::default()
+        };
+        let r = Connection::connect_unnegotiated(&addr, &cfg)
+            .and_then(|mut c| c.send(&msg::ApiVersionsRequest::default(), 0));
+        assert!(matches!(r, Err(WireError::Timeout { .. })), "{r:?}");
+        let _ = handle.join();
+    }
+
+    #[test]
+    fn refuses_versions_the_broker_did_not_advertise() {
+        let (addr, handle) = fake_server(Vec::new(), Duration::ZERO);
+        let r = Connection::connect_unnegotiated(&addr, &config())
+            .and_then(|mut c| c.send(&msg::MetadataRequest::default(), 12));
+        assert!(matches!(r, Err(WireError::UnsupportedVersion { .. })));
+        drop(r);
+        // Unblock the fake server's accept/read.
+        let _ = TcpStream::connect(&addr);
+        let _ = handle.join();
+    }
+}

@@ -1,0 +1,375 @@
+//! One error type for everything the wire layer can report.
+//!
+//! The consumer and group layers must decide, for every failure, whether to retry, refresh
+//! metadata, rejoin the group or give up. That decision needs the Kafka error code intact (not a
+//! string), a clear split between transport trouble and protocol violations, and the partition and
+//! offset of a bad record batch. Hence one precise enum instead of a boxed error.
+
+use std::fmt;
+use std::io;
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::ResponseError;
+
+/// A Kafka error code as returned by a broker, kept as the raw `i16` so that codes newer than
+/// `kafka-protocol` still round-trip, with the name and retriability looked up on demand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KafkaCode(pub i16);
+
+impl KafkaCode {
+    /// `OFFSET_OUT_OF_RANGE`: the fetch position is outside the log; the consumer must reset.
+    pub const OFFSET_OUT_OF_RANGE: KafkaCode = KafkaCode(1);
+    /// `UNKNOWN_TOPIC_OR_PARTITION`: stale metadata or a topic that does not exist (yet).
+    pub const UNKNOWN_TOPIC_OR_PARTITION: KafkaCode = KafkaCode(3);
+    /// `LEADER_NOT_AVAILABLE`: a leader election is in progress.
+    pub const LEADER_NOT_AVAILABLE: KafkaCode = KafkaCode(5);
+    /// `NOT_LEADER_OR_FOLLOWER`: the leader moved; refresh metadata.
+    pub const NOT_LEADER_OR_FOLLOWER: KafkaCode = KafkaCode(6);
+    /// `REQUEST_TIMED_OUT`: the broker gave up waiting (e.g. for replicas).
+    pub const REQUEST_TIMED_OUT: KafkaCode = KafkaCode(7);
+    /// `COORDINATOR_LOAD_IN_PROGRESS`: the coordinator is still loading offsets; retry.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: KafkaCode = KafkaCode(14);
+    /// `COORDINATOR_NOT_AVAILABLE`: no coordinator yet; find it again.
+    pub const COORDINATOR_NOT_AVAILABLE: KafkaCode = KafkaCode(15);
+    /// `NOT_COORDINATOR`: the coordinator moved; find it again.
+    pub const NOT_COORDINATOR: KafkaCode = KafkaCode(16);
+    /// `ILLEGAL_GENERATION`: a commit from an old generation; the member must not commit.
+    pub const ILLEGAL_GENERATION: KafkaCode = KafkaCode(22);
+    /// `UNKNOWN_MEMBER_ID`: the member was removed from the group.
+    pub const UNKNOWN_MEMBER_ID: KafkaCode = KafkaCode(25);
+    /// `REBALANCE_IN_PROGRESS`: the group is rebalancing; rejoin.
+    pub const REBALANCE_IN_PROGRESS: KafkaCode = KafkaCode(27);
+    /// `UNSUPPORTED_VERSION`: the broker does not speak the version we sent.
+    pub const UNSUPPORTED_VERSION: KafkaCode = KafkaCode(35);
+    /// `FENCED_LEADER_EPOCH`: our leader epoch is newer than the broker's view.
+    pub const FENCED_LEADER_EPOCH: KafkaCode = KafkaCode(74);
+    /// `UNKNOWN_LEADER_EPOCH`: our leader epoch is older than the broker's view.
+    pub const UNKNOWN_LEADER_EPOCH: KafkaCode = KafkaCode(75);
+    /// `FENCED_INSTANCE_ID`: another member with our static `group.instance.id` took over.
+    pub const FENCED_INSTANCE_ID: KafkaCode = KafkaCode(82);
+    /// `STALE_MEMBER_EPOCH`: a KIP-848 commit carrying an old member epoch.
+    pub const STALE_MEMBER_EPOCH: KafkaCode = KafkaCode(113);
+    /// `FENCED_MEMBER_EPOCH`: a KIP-848 member that was fenced by the coordinator.
+    pub const FENCED_MEMBER_EPOCH: KafkaCode = KafkaCode(110);
+    /// `UNKNOWN_TOPIC_ID`: stale metadata for a topic id.
+    pub const UNKNOWN_TOPIC_ID: KafkaCode = KafkaCode(100);
+
+    /// `None` for code 0 (success), so that response handling can write `if let Some(code)`.
+    pub fn from_code(code: i16) -> Option<KafkaCode> {
+        if code == 0 {
+            None
+        } else {
+            Some(KafkaCode(code))
+        }
+    }
+
+    /// Kafka's symbolic name for the code (e.g. `NotLeaderOrFollower`), or `Unknown(n)`.
+    pub fn name(self) -> String {
+        match ResponseError::try_from_code(self.0) {
+            None => "None".to_string(),
+            Some(ResponseError::Unknown(n)) => format!("Unknown({n})"),
+            Some(e) => format!("{e}"),
+        }
+    }
+
+    /// Whether Kafka itself classifies the error as retriable (same request may succeed later).
+    pub fn retriable(self) -> bool {
+        ResponseError::try_from_code(self.0).is_some_and(|e| e.is_retriable())
+    }
+
+    /// Errors after which the client must refresh its metadata (leader cache) before retrying.
+    pub fn is_stale_metadata(self) -> bool {
+        matches!(
+            self,
+            KafkaCode::NOT_LEADER_OR_FOLLOWER
+                | KafkaCode::UNKNOWN_TOPIC_OR_PARTITION
+                | KafkaCode::LEADER_NOT_AVAILABLE
+                | KafkaCode::FENCED_LEADER_EPOCH
+                | KafkaCode::UNKNOWN_LEADER_EPOCH
+                | KafkaCode::UNKNOWN_TOPIC_ID
+        ) || self.0 == 9 // REPLICA_NOT_AVAILABLE
+    }
+
+    /// Errors after which the group coordinator must be looked up again.
+    pub fn is_coordinator_moved(self) -> bool {
+        matches!(
+            self,
+            KafkaCode::NOT_COORDINATOR | KafkaCode::COORDINATOR_NOT_AVAILABLE
+        )
+    }
+}
+
+impl fmt::Display for KafkaCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+/// Human-readable API name used in errors ("Fetch", "OffsetCommit", or the raw key).
+pub fn api_name(key: i16) -> String {
+    match ApiKey::try_from(key) {
+        Ok(k) => format!("{k:?}"),
+        Err(()) => format!("ApiKey({key})"),
+    }
+}
+
+/// Everything that can go wrong talking to a broker.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The broker answered with a Kafka error code (top-level or for the one item we asked about).
+    Kafka {
+        /// API key of the request that failed.
+        api: i16,
+        /// The error code; `code.retriable()` says whether the same request may succeed later.
+        code: KafkaCode,
+        /// Extra context: the partition, group or broker message, when there is one.
+        context: String,
+    },
+    /// A socket error (refused, reset, broken pipe...). The connection is unusable afterwards.
+    Io(io::Error),
+    /// No response within the request timeout (or no connection within the connect timeout).
+    Timeout {
+        /// What timed out, e.g. "connect to 127.0.0.1:9092" or "Fetch response".
+        what: String,
+    },
+    /// A frame claimed more bytes than the configured maximum; nothing was allocated for it.
+    FrameTooLarge {
+        /// The size the frame claimed.
+        len: i64,
+        /// The configured maximum response size.
+        max: usize,
+    },
+    /// The peer closed the connection in the middle of a frame.
+    Truncated {
+        /// Bytes the frame claimed.
+        expected: usize,
+        /// Bytes received before the connection closed.
+        got: usize,
+    },
+    /// A response carried a correlation id that does not match the request in flight.
+    CorrelationMismatch {
+        /// The id we sent.
+        expected: i32,
+        /// The id we received.
+        got: i32,
+    },
+    /// A message could not be encoded or decoded, or broke the protocol in another way.
+    Protocol(String),
+    /// The broker and we share no version of an API.
+    UnsupportedVersion {
+        /// The API that cannot be used.
+        api: i16,
+        /// The versions this client can speak (inclusive).
+        ours: (i16, i16),
+        /// The versions the broker advertised (inclusive), or `None` if it advertised none.
+        broker: Option<(i16, i16)>,
+    },
+    /// A record batch failed its checks (CRC, lengths, decompression) or could not be decoded.
+    CorruptBatch {
+        /// Topic of the partition whose data is bad.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// Base offset of the bad batch (or the fetch offset if the header itself was unreadable).
+        offset: i64,
+        /// What exactly was wrong.
+        reason: String,
+    },
+    /// A broker id, topic or partition is not (or no longer) in the cluster metadata.
+    UnknownBroker {
+        /// Broker id that was looked up.
+        node_id: i32,
+    },
+    /// Retries were exhausted; `last` is the final failure.
+    RetriesExhausted {
+        /// What was being attempted.
+        what: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The error of the last attempt.
+        last: Box<WireError>,
+    },
+    /// No bootstrap server could be reached (each one's error is listed).
+    NoBrokerAvailable {
+        /// `address: error` for each server tried.
+        tried: Vec<String>,
+    },
+    /// A configuration value is invalid (e.g. an empty bootstrap list).
+    Config(String),
+}
+
+impl WireError {
+    /// A Kafka error for `api` with no extra context.
+    pub fn kafka(api: ApiKey, code: KafkaCode, context: impl Into<String>) -> WireError {
+        WireError::Kafka {
+            api: api as i16,
+            code,
+            context: context.into(),
+        }
+    }
+
+    /// The Kafka error code, if this is (or wraps) a broker error.
+    pub fn kafka_code(&self) -> Option<KafkaCode> {
+        match self {
+            WireError::Kafka { code, .. } => Some(*code),
+            WireError::RetriesExhausted { last, .. } => last.kafka_code(),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying (possibly after reconnecting or refreshing metadata) may succeed.
+    ///
+    /// Transport failures and timeouts are retriable because a broker may come back; protocol
+    /// violations, corrupt data and version mismatches are not, since they will repeat.
+    pub fn retriable(&self) -> bool {
+        match self {
+            WireError::Kafka { code, .. } => code.retriable(),
+            WireError::Io(_)
+            | WireError::Timeout { .. }
+            | WireError::Truncated { .. }
+            | WireError::NoBrokerAvailable { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the connection that produced this error must be dropped and re-established.
+    pub fn breaks_connection(&self) -> bool {
+        matches!(
+            self,
+            WireError::Io(_)
+                | WireError::Timeout { .. }
+                | WireError::FrameTooLarge { .. }
+                | WireError::Truncated { .. }
+                | WireError::CorrelationMismatch { .. }
+                | WireError::Protocol(_)
+        )
+    }
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Kafka { api, code, context } => {
+                write!(f, "{} failed with {}", api_name(*api), code)?;
+                if !context.is_empty() {
+                    write!(f, ": {context}")?;
+                }
+                if code.retriable() {
+                    write!(f, " (retriable)")?;
+                }
+                Ok(())
+            }
+            WireError::Io(e) => write!(f, "I/O error: {e}"),
+            WireError::Timeout { what } => write!(f, "timed out: {what}"),
+            WireError::FrameTooLarge { len, max } => write!(
+                f,
+                "response frame claims {len} bytes, more than the maximum of {max} bytes"
+            ),
+            WireError::Truncated { expected, got } => write!(
+                f,
+                "connection closed mid-frame: got {got} of {expected} bytes"
+            ),
+            WireError::CorrelationMismatch { expected, got } => write!(
+                f,
+                "response correlation id {got} does not match request {expected}"
+            ),
+            WireError::Protocol(m) => write!(f, "protocol error: {m}"),
+            WireError::UnsupportedVersion { api, ours, broker } => {
+                write!(
+                    f,
+                    "no common version for {}: client supports {}..={}, ",
+                    api_name(*api),
+                    ours.0,
+                    ours.1
+                )?;
+                match broker {
+                    Some((lo, hi)) => write!(f, "broker supports {lo}..={hi}"),
+                    None => write!(f, "broker does not advertise it"),
+                }
+            }
+            WireError::CorruptBatch {
+                topic,
+                partition,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "corrupt record batch in {topic}-{partition} at offset {offset}: {reason}"
+            ),
+            WireError::UnknownBroker { node_id } => {
+                write!(f, "broker {node_id} is not in the cluster metadata")
+            }
+            WireError::RetriesExhausted {
+                what,
+                attempts,
+                last,
+            } => write!(f, "{what} failed after {attempts} attempts: {last}"),
+            WireError::NoBrokerAvailable { tried } => {
+                write!(f, "no broker reachable (tried {})", tried.join("; "))
+            }
+            WireError::Config(m) => write!(f, "invalid configuration: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WireError::Io(e) => Some(e),
+            WireError::RetriesExhausted { last, .. } => Some(last.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for WireError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::Timeout {
+                what: format!("socket operation ({e})"),
+            },
+            _ => WireError::Io(e),
+        }
+    }
+}
+
+/// Shorthand used throughout the wire layer.
+pub type Result<T> = std::result::Result<T, WireError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_keep_name_and_retriability() {
+        assert!(KafkaCode::NOT_LEADER_OR_FOLLOWER.retriable());
+        assert!(KafkaCode::NOT_LEADER_OR_FOLLOWER.is_stale_metadata());
+        assert!(!KafkaCode::ILLEGAL_GENERATION.retriable());
+        assert_eq!(KafkaCode(6).name(), "NotLeaderOrFollower");
+        assert_eq!(KafkaCode(9999).name(), "Unknown(9999)");
+        assert!(!KafkaCode(9999).retriable());
+        assert_eq!(KafkaCode::from_code(0), None);
+    }
+
+    #[test]
+    fn unsupported_version_names_api_and_both_ranges() {
+        let e = WireError::UnsupportedVersion {
+            api: ApiKey::Fetch as i16,
+            ours: (4, 12),
+            broker: Some((0, 3)),
+        };
+        let s = e.to_string();
+        assert!(s.contains("Fetch"), "{s}");
+        assert!(s.contains("4..=12"), "{s}");
+        assert!(s.contains("0..=3"), "{s}");
+    }
+
+    #[test]
+    fn io_timeouts_become_timeout() {
+        let e: WireError = io::Error::from(io::ErrorKind::WouldBlock).into();
+        assert!(matches!(e, WireError::Timeout { .. }));
+        assert!(e.retriable());
+        assert!(e.breaks_connection());
+    }
+}
