@@ -1,5 +1,6 @@
 //! rebalance-guard: a synchronous Kafka consumer that keeps side effects safe across rebalances.
 pub mod guard;
 pub mod partition;
+pub mod wire;
 
 pub use partition::TopicPartition;
