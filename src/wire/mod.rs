@@ -13,6 +13,10 @@ pub mod error;
 pub mod records;
 pub mod versions;
 
+pub use client::{
+    BrokerInfo, Client, ClientConfig, CommitIdentity, CommitOffset, CommittedOffset, FetchConfig,
+    FetchPosition, FetchedPartition, IsolationLevel, OffsetSpec, PartitionMetadata, TopicMetadata,
+};
 pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
 pub use error::{KafkaCode, Result, WireError};
 pub use records::{ProduceRecord, Record};
