@@ -1,0 +1,986 @@
+//! Real Kafka brokers and peer clients for the integration tests.
+//!
+//! The design notes ("Real brokers in tests") rule out mocks of our own: every
+//! wire test talks to a real, independent implementation of the protocol. This
+//! module starts them and drives the peer clients:
+//!
+//! * [`MockCluster`]: librdkafka's mock cluster (`scripts/mock_cluster.py`),
+//!   with fault injection through [`MockCluster::command`].
+//! * [`Tansu`]: the tansu broker binary, memory storage.
+//! * [`peer`] / [`peer_consume`]: `scripts/peer.py`, confluent-kafka and
+//!   kafka-python helpers that produce and read records with no code of ours
+//!   on the wire.
+//!
+//! Everything here needs `scripts/setup-test-env` to have run; a missing piece
+//! is a panic that says so, never a silent skip. Every broker listens on
+//! 127.0.0.1 only and is killed (by its own PID) when its handle drops, so
+//! each test can start its own and tests can run in parallel.
+//!
+//! Integration tests include it with `mod support;`. Each test binary uses a
+//! subset, hence the `dead_code` allowance. Std only, on purpose: the test
+//! infrastructure must not pull dependencies into the crate.
+#![allow(dead_code)]
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a broker may take to come up before the test fails.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long one mock-cluster command may take to be answered.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Wall-clock guard around one `peer.py` run (it has its own, shorter deadlines).
+const PEER_TIMEOUT: Duration = Duration::from_secs(120);
+
+const SETUP_HINT: &str = "run scripts/setup-test-env first";
+
+// ---------------------------------------------------------------------------
+// Paths
+// ---------------------------------------------------------------------------
+
+/// The repository root (where `Cargo.toml` is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The virtualenv's interpreter, `.venv/bin/python`.
+///
+/// Panics with a hint to run `scripts/setup-test-env` if it is missing.
+pub fn venv_python() -> PathBuf {
+    let path = repo_root().join(".venv/bin/python");
+    if !path.exists() {
+        panic!("{} is missing: {SETUP_HINT}", path.display());
+    }
+    path
+}
+
+/// The tansu broker binary, `.cache/bin/tansu`.
+///
+/// Panics with a hint to run `scripts/setup-test-env` if it is missing.
+pub fn tansu_bin() -> PathBuf {
+    let path = repo_root().join(".cache/bin/tansu");
+    if !path.exists() {
+        panic!("{} is missing: {SETUP_HINT}", path.display());
+    }
+    path
+}
+
+/// The directory for broker logs (`target/tmp/test-brokers`). A log is removed
+/// when its broker is dropped normally and kept when the test panicked.
+pub fn scratch_dir() -> PathBuf {
+    let base = option_env!("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/tmp"));
+    let dir = base.join("test-brokers");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
+}
+
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// A name unique across processes and runs: `<prefix>-<pid>-<nanos>-<seq>`.
+///
+/// Use it for topics and groups so that tests never share state by accident.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{nanos}-{seq}", std::process::id())
+}
+
+fn log_path(kind: &str) -> PathBuf {
+    scratch_dir().join(format!("{}.log", unique_name(kind)))
+}
+
+/// The last `max` bytes of a log file, for panic messages.
+fn log_tail(path: &Path, max: usize) -> String {
+    let text = fs::read(path).unwrap_or_default();
+    let start = text.len().saturating_sub(max);
+    String::from_utf8_lossy(&text[start..]).into_owned()
+}
+
+/// Kill a child we started (by its PID, through `Child::kill`) and reap it.
+fn kill_and_reap(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// Broker logs are kept only when the test failed (the thread is panicking).
+fn discard_log_unless_panicking(log: &Path) {
+    if !thread::panicking() {
+        let _ = fs::remove_file(log);
+    }
+}
+
+/// Wait up to `timeout` for the child to exit by itself.
+fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            _ => return false,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The broker abstraction
+// ---------------------------------------------------------------------------
+
+/// A running Kafka-compatible broker (or cluster) that a test can talk to.
+///
+/// Write a test once against `&dyn Broker` and run it on every [`BrokerKind`].
+pub trait Broker {
+    /// Which implementation this is, for messages.
+    fn kind(&self) -> BrokerKind;
+    /// The bootstrap list, `host:port[,host:port...]`.
+    fn bootstrap(&self) -> String;
+    /// Create a topic with replication factor 1 and wait until it is usable.
+    /// Panics on failure.
+    fn create_topic(&self, name: &str, partitions: u32);
+}
+
+/// The broker implementations the tests run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// librdkafka's mock cluster, one broker, no initial rebalance delay.
+    Mock,
+    /// tansu with memory storage.
+    Tansu,
+}
+
+impl BrokerKind {
+    /// Every kind, for tests that loop over all of them.
+    pub const ALL: [BrokerKind; 2] = [BrokerKind::Mock, BrokerKind::Tansu];
+
+    /// Start a fresh broker of this kind with default options.
+    pub fn start(self) -> Box<dyn Broker> {
+        match self {
+            BrokerKind::Mock => Box::new(MockCluster::start(MockOptions::default())),
+            BrokerKind::Tansu => Box::new(Tansu::start()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// librdkafka's mock cluster
+// ---------------------------------------------------------------------------
+
+/// Options for [`MockCluster::start`].
+#[derive(Clone, Debug)]
+pub struct MockOptions {
+    /// Number of brokers, ids `1..=brokers`.
+    pub brokers: u32,
+    /// Topics to create before the cluster is handed out: `(name, partitions)`,
+    /// replication factor 1.
+    pub topics: Vec<(String, u32)>,
+    /// The group coordinator's `group.initial.rebalance.delay.ms`. librdkafka's
+    /// default is 3000; 0 (our default) makes the first assignment immediate.
+    pub initial_rebalance_delay_ms: u32,
+}
+
+impl Default for MockOptions {
+    fn default() -> Self {
+        MockOptions {
+            brokers: 1,
+            topics: Vec::new(),
+            initial_rebalance_delay_ms: 0,
+        }
+    }
+}
+
+struct MockControl {
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+/// librdkafka's mock Kafka cluster, run by `scripts/mock_cluster.py` in a child
+/// process and steered with line commands on its stdin.
+///
+/// See the docstring of `scripts/mock_cluster.py` for the command grammar, e.g.
+/// `push_errors JoinGroup REBALANCE_IN_PROGRESS`, `broker_down 1`,
+/// `coordinator group my-group 2`. Dropping it closes stdin (the script then
+/// destroys the cluster), kills the child if it is still there, and reaps it.
+pub struct MockCluster {
+    child: Child,
+    control: Mutex<Option<MockControl>>,
+    bootstrap: String,
+    log: PathBuf,
+    startup: Duration,
+}
+
+impl MockCluster {
+    /// Start a mock cluster; panics (with the script's log) if it is not up
+    /// within 20 seconds.
+    pub fn start(options: MockOptions) -> MockCluster {
+        let started = Instant::now();
+        let log = log_path("mock-cluster");
+        let log_file =
+            File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        let mut cmd = Command::new(venv_python());
+        cmd.arg(repo_root().join("scripts/mock_cluster.py"))
+            .arg("--brokers")
+            .arg(options.brokers.to_string())
+            .arg("--initial-rebalance-delay-ms")
+            .arg(options.initial_rebalance_delay_ms.to_string());
+        for (name, partitions) in &options.topics {
+            cmd.arg("--topic").arg(format!("{name}:{partitions}"));
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn scripts/mock_cluster.py: {e} ({SETUP_HINT}?)"));
+
+        // A reader thread turns stdout into lines so that reads can time out.
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(line) => {
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        let stdin = child.stdin.take().expect("piped stdin");
+
+        let bootstrap = match lines.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(line) if !line.trim().is_empty() => line.trim().to_string(),
+            other => {
+                kill_and_reap(&mut child);
+                panic!(
+                    "mock cluster did not print its bootstrap list ({other:?}); log {}:\n{}",
+                    log.display(),
+                    log_tail(&log, 4000)
+                );
+            }
+        };
+        MockCluster {
+            child,
+            control: Mutex::new(Some(MockControl { stdin, lines })),
+            bootstrap,
+            log,
+            startup: started.elapsed(),
+        }
+    }
+
+    /// The bootstrap list, e.g. `127.0.0.1:40123,127.0.0.1:40125`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Send one command line and wait for its answer: `Ok(())` for `ok`,
+    /// `Err(message)` for `err message`, a closed script or a timeout.
+    pub fn command(&self, line: &str) -> Result<(), String> {
+        let mut guard = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        let control = guard
+            .as_mut()
+            .ok_or_else(|| "mock cluster control channel is closed".to_string())?;
+        writeln!(control.stdin, "{}", line.trim())
+            .and_then(|_| control.stdin.flush())
+            .map_err(|e| format!("write command to mock cluster: {e}"))?;
+        match control.lines.recv_timeout(COMMAND_TIMEOUT) {
+            Ok(answer) if answer == "ok" => Ok(()),
+            Ok(answer) => Err(answer
+                .strip_prefix("err ")
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("unexpected answer {answer:?}"))),
+            Err(RecvTimeoutError::Timeout) => Err(format!(
+                "no answer to {line:?} within {COMMAND_TIMEOUT:?}; log {}",
+                self.log.display()
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err(format!(
+                "mock cluster exited; log {}:\n{}",
+                self.log.display(),
+                log_tail(&self.log, 4000)
+            )),
+        }
+    }
+
+    /// Like [`command`](Self::command), but panics on `err`.
+    pub fn must(&self, line: &str) {
+        if let Err(e) = self.command(line) {
+            panic!("mock cluster command {line:?} failed: {e}");
+        }
+    }
+
+    /// The child's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The file that receives the script's (and librdkafka's) stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// How long start-up took, up to the bootstrap line.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+}
+
+impl Broker for MockCluster {
+    fn kind(&self) -> BrokerKind {
+        BrokerKind::Mock
+    }
+
+    fn bootstrap(&self) -> String {
+        self.bootstrap.clone()
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) {
+        // The mock does not implement the CreateTopics API; its own call does.
+        self.must(&format!("create_topic {name} {partitions} 1"));
+    }
+}
+
+impl Drop for MockCluster {
+    fn drop(&mut self) {
+        // Closing stdin is EOF for the script: it destroys the cluster and exits.
+        let control = self
+            .control
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(control);
+        if !wait_exit(&mut self.child, Duration::from_secs(2)) {
+            kill_and_reap(&mut self.child);
+        }
+        discard_log_unless_panicking(&self.log);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// tansu
+// ---------------------------------------------------------------------------
+
+/// A tansu broker on a free loopback port, memory storage; killed on drop.
+pub struct Tansu {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    startup: Duration,
+}
+
+impl Tansu {
+    /// Start tansu and wait until it answers an ApiVersions request; panics
+    /// (with its log) if that does not happen within 20 seconds.
+    pub fn start() -> Tansu {
+        let bin = tansu_bin();
+        let started = Instant::now();
+        // The port is free when we pick it but could be taken before tansu
+        // binds it, so a broker that exits at once gets another port.
+        let mut last_failure = String::new();
+        for _attempt in 0..3 {
+            let port = free_loopback_port();
+            let log = log_path("tansu");
+            let log_file =
+                File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+            let log_err = log_file
+                .try_clone()
+                .unwrap_or_else(|e| panic!("clone log handle: {e}"));
+            let url = format!("tcp://127.0.0.1:{port}");
+            let mut child = Command::new(&bin)
+                .arg("broker")
+                .arg("--listener-url")
+                .arg(&url)
+                .arg("--advertised-listener-url")
+                .arg(&url)
+                .arg("--storage-engine")
+                .arg("memory://tansu/")
+                // tansu reads these from the environment too; none may leak in.
+                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .env_remove("SCHEMA_REGISTRY")
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log_file))
+                .stderr(Stdio::from(log_err))
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let deadline = started + STARTUP_TIMEOUT;
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_failure = format!(
+                        "tansu exited with {status}; log {}:\n{}",
+                        log.display(),
+                        log_tail(&log, 4000)
+                    );
+                    break;
+                }
+                match api_versions_probe(addr) {
+                    Ok(()) => {
+                        return Tansu {
+                            child,
+                            port,
+                            log,
+                            startup: started.elapsed(),
+                        }
+                    }
+                    Err(e) => last_failure = e,
+                }
+                if Instant::now() >= deadline {
+                    kill_and_reap(&mut child);
+                    panic!(
+                        "tansu did not answer ApiVersions on {addr} within {STARTUP_TIMEOUT:?} \
+                         (last: {last_failure}); log {}:\n{}",
+                        log.display(),
+                        log_tail(&log, 4000)
+                    );
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("tansu failed to start three times; last: {last_failure}");
+    }
+
+    /// The port tansu listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The child's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The file that receives tansu's stdout and stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// How long start-up took, up to the first ApiVersions answer.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+}
+
+impl Broker for Tansu {
+    fn kind(&self) -> BrokerKind {
+        BrokerKind::Tansu
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) {
+        peer(&[
+            "create-topic",
+            "--bootstrap",
+            &Broker::bootstrap(self),
+            "--topic",
+            name,
+            "--partitions",
+            &partitions.to_string(),
+        ]);
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+        discard_log_unless_panicking(&self.log);
+    }
+}
+
+/// A loopback port that was free a moment ago (bind to port 0, read, release).
+pub fn free_loopback_port() -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// Send a hand-encoded ApiVersions v0 request and check the response header
+/// and error code. Independent of the crate under test on purpose.
+pub fn api_versions_probe(addr: SocketAddr) -> Result<(), String> {
+    const CORRELATION_ID: i32 = 0x5eed;
+    let timeout = Duration::from_secs(2);
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|_| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    let client_id = b"support-probe";
+    let mut body = Vec::new();
+    body.extend_from_slice(&18i16.to_be_bytes()); // api_key: ApiVersions
+    body.extend_from_slice(&0i16.to_be_bytes()); // api_version 0
+    body.extend_from_slice(&CORRELATION_ID.to_be_bytes());
+    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
+    body.extend_from_slice(client_id);
+    let mut request = (body.len() as i32).to_be_bytes().to_vec();
+    request.extend_from_slice(&body);
+    stream
+        .write_all(&request)
+        .map_err(|e| format!("write: {e}"))?;
+    let mut size = [0u8; 4];
+    stream
+        .read_exact(&mut size)
+        .map_err(|e| format!("read size: {e}"))?;
+    let size = i32::from_be_bytes(size);
+    if !(6..=1 << 20).contains(&size) {
+        return Err(format!("implausible response size {size}"));
+    }
+    let mut response = vec![0u8; size as usize];
+    stream
+        .read_exact(&mut response)
+        .map_err(|e| format!("read body: {e}"))?;
+    let _ = stream.shutdown(Shutdown::Both);
+    let correlation = i32::from_be_bytes([response[0], response[1], response[2], response[3]]);
+    let error_code = i16::from_be_bytes([response[4], response[5]]);
+    if correlation != CORRELATION_ID {
+        return Err(format!(
+            "correlation id {correlation}, sent {CORRELATION_ID}"
+        ));
+    }
+    if error_code != 0 {
+        return Err(format!("ApiVersions error code {error_code}"));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Peer clients (scripts/peer.py)
+// ---------------------------------------------------------------------------
+
+/// Run `scripts/peer.py ARGS...` with the virtualenv's Python and return its
+/// stdout. Panics with its stderr if it fails or runs longer than 120 s.
+pub fn peer(args: &[&str]) -> String {
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(repo_root().join("scripts/peer.py")).args(args);
+    match run_with_timeout(cmd, PEER_TIMEOUT) {
+        Ok((true, stdout, _)) => stdout,
+        Ok((false, stdout, stderr)) => panic!(
+            "peer.py {} failed\n--- stderr ---\n{}\n--- stdout ---\n{}",
+            args.join(" "),
+            tail_str(&stderr, 6000),
+            tail_str(&stdout, 2000)
+        ),
+        Err(e) => panic!("peer.py {}: {e}", args.join(" ")),
+    }
+}
+
+/// Run `scripts/peer.py ARGS...` and return (success, stdout, stderr) instead of
+/// panicking: for tests that expect a peer to fail.
+pub fn peer_try(args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(repo_root().join("scripts/peer.py")).args(args);
+    run_with_timeout(cmd, PEER_TIMEOUT)
+        .unwrap_or_else(|e| panic!("peer.py {}: {e}", args.join(" ")))
+}
+
+/// Run a Python snippet with the virtualenv's interpreter (`python -c CODE
+/// ARGS...`) and return its stdout; panics with stderr on failure.
+pub fn venv_python_run(code: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(venv_python());
+    cmd.arg("-c").arg(code).args(args);
+    match run_with_timeout(cmd, PEER_TIMEOUT) {
+        Ok((true, stdout, _)) => stdout,
+        Ok((false, _, stderr)) => {
+            panic!(
+                "python -c failed\n--- stderr ---\n{}",
+                tail_str(&stderr, 6000)
+            )
+        }
+        Err(e) => panic!("python -c: {e}"),
+    }
+}
+
+fn tail_str(s: &str, max: usize) -> &str {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// Run a command to completion with piped output, killing it (by PID) if it
+/// outlives `timeout`. Returns (success, stdout, stderr).
+pub fn run_with_timeout(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<(bool, String, String), String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_reader = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err.read_to_end(&mut buf);
+        buf
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                kill_and_reap(&mut child);
+                let stderr =
+                    String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).into_owned();
+                return Err(format!(
+                    "timed out after {timeout:?}; stderr:\n{}",
+                    tail_str(&stderr, 6000)
+                ));
+            }
+            Err(e) => return Err(format!("wait: {e}")),
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out_reader.join().unwrap_or_default()).into_owned();
+    let stderr = String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).into_owned();
+    Ok((status.success(), stdout, stderr))
+}
+
+/// Produce `count` records with `peer.py produce` (see its docstring for the
+/// record contents; [`peer_key`] and [`peer_value`] reproduce them). `extra`
+/// takes further flags, e.g. `["--headers", "--compression", "lz4"]`.
+pub fn peer_produce(bootstrap: &str, topic: &str, count: usize, extra: &[&str]) {
+    let count_s = count.to_string();
+    let mut args = vec![
+        "produce",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--count",
+        &count_s,
+    ];
+    args.extend_from_slice(extra);
+    let out = peer(&args);
+    assert_eq!(
+        out.trim(),
+        format!("produced {count}"),
+        "peer.py produce output"
+    );
+}
+
+/// The key `peer.py produce` writes for record `i` with `--key-prefix prefix`
+/// (default `k`).
+pub fn peer_key(prefix: &str, i: usize) -> String {
+    format!("{prefix}-{i}")
+}
+
+/// The value `peer.py produce` writes for record `i` with `--size size`
+/// (default 32): the text `v-<i>;` repeated and cut to `size` bytes.
+pub fn peer_value(i: usize, size: usize) -> Vec<u8> {
+    let unit = format!("v-{i};").into_bytes();
+    unit.iter().copied().cycle().take(size).collect()
+}
+
+/// One record as printed by `peer.py consume`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub timestamp: i64,
+}
+
+/// Read `count` records of `topic` from the beginning with `peer.py consume`
+/// (assign, no group), sorted by partition and offset.
+pub fn peer_consume(bootstrap: &str, topic: &str, count: usize, extra: &[&str]) -> Vec<PeerRecord> {
+    let count_s = count.to_string();
+    let mut args = vec![
+        "consume",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--count",
+        &count_s,
+    ];
+    args.extend_from_slice(extra);
+    peer(&args)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| parse_peer_record(l).unwrap_or_else(|e| panic!("bad peer.py line {l:?}: {e}")))
+        .collect()
+}
+
+fn parse_peer_record(line: &str) -> Result<PeerRecord, String> {
+    let value = json::parse(line)?;
+    let int = |name: &str| {
+        value
+            .get(name)
+            .and_then(json::Value::as_i64)
+            .ok_or_else(|| format!("missing integer {name}"))
+    };
+    let hex_opt = |v: Option<&json::Value>| -> Result<Option<Vec<u8>>, String> {
+        match v {
+            None | Some(json::Value::Null) => Ok(None),
+            Some(json::Value::Str(s)) => from_hex(s).map(Some),
+            Some(other) => Err(format!("expected hex string, got {other:?}")),
+        }
+    };
+    let mut headers = Vec::new();
+    for h in value
+        .get("headers")
+        .and_then(json::Value::as_array)
+        .ok_or("missing headers")?
+    {
+        let pair = h.as_array().ok_or("header is not a pair")?;
+        let name = pair
+            .first()
+            .and_then(json::Value::as_str)
+            .ok_or("header name")?;
+        headers.push((name.to_string(), hex_opt(pair.get(1))?));
+    }
+    Ok(PeerRecord {
+        partition: int("partition")? as i32,
+        offset: int("offset")?,
+        key: value
+            .get("key")
+            .and_then(json::Value::as_str)
+            .map(str::to_string),
+        value: hex_opt(value.get("value"))?,
+        headers,
+        timestamp: int("timestamp")?,
+    })
+}
+
+fn from_hex(s: &str) -> Result<Vec<u8>, String> {
+    if s.len() % 2 != 0 {
+        return Err(format!("odd-length hex {s:?}"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {s:?}: {e}")))
+        .collect()
+}
+
+/// A minimal JSON reader, enough for the lines `peer.py` prints.
+pub mod json {
+    /// A parsed JSON value.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Value {
+        Null,
+        Bool(bool),
+        Num(f64),
+        Str(String),
+        Array(Vec<Value>),
+        Object(Vec<(String, Value)>),
+    }
+
+    impl Value {
+        pub fn get(&self, key: &str) -> Option<&Value> {
+            match self {
+                Value::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+                _ => None,
+            }
+        }
+        pub fn as_i64(&self) -> Option<i64> {
+            match self {
+                Value::Num(n) if n.fract() == 0.0 => Some(*n as i64),
+                _ => None,
+            }
+        }
+        pub fn as_str(&self) -> Option<&str> {
+            match self {
+                Value::Str(s) => Some(s),
+                _ => None,
+            }
+        }
+        pub fn as_array(&self) -> Option<&[Value]> {
+            match self {
+                Value::Array(items) => Some(items),
+                _ => None,
+            }
+        }
+    }
+
+    /// Parse one JSON document.
+    pub fn parse(text: &str) -> Result<Value, String> {
+        let mut p = Parser {
+            s: text.as_bytes(),
+            i: 0,
+        };
+        let v = p.value()?;
+        p.ws();
+        if p.i != p.s.len() {
+            return Err(format!("trailing data at byte {}", p.i));
+        }
+        Ok(v)
+    }
+
+    struct Parser<'a> {
+        s: &'a [u8],
+        i: usize,
+    }
+
+    impl Parser<'_> {
+        fn ws(&mut self) {
+            while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+                self.i += 1;
+            }
+        }
+        fn eat(&mut self, c: u8) -> Result<(), String> {
+            self.ws();
+            if self.s.get(self.i) == Some(&c) {
+                self.i += 1;
+                Ok(())
+            } else {
+                Err(format!("expected {:?} at byte {}", c as char, self.i))
+            }
+        }
+        fn literal(&mut self, word: &str, v: Value) -> Result<Value, String> {
+            if self.s[self.i..].starts_with(word.as_bytes()) {
+                self.i += word.len();
+                Ok(v)
+            } else {
+                Err(format!("bad literal at byte {}", self.i))
+            }
+        }
+        fn value(&mut self) -> Result<Value, String> {
+            self.ws();
+            match self.s.get(self.i) {
+                None => Err("unexpected end".into()),
+                Some(b'n') => self.literal("null", Value::Null),
+                Some(b't') => self.literal("true", Value::Bool(true)),
+                Some(b'f') => self.literal("false", Value::Bool(false)),
+                Some(b'"') => self.string().map(Value::Str),
+                Some(b'[') => {
+                    self.i += 1;
+                    let mut items = Vec::new();
+                    self.ws();
+                    if self.s.get(self.i) == Some(&b']') {
+                        self.i += 1;
+                        return Ok(Value::Array(items));
+                    }
+                    loop {
+                        items.push(self.value()?);
+                        self.ws();
+                        match self.s.get(self.i) {
+                            Some(b',') => self.i += 1,
+                            Some(b']') => {
+                                self.i += 1;
+                                return Ok(Value::Array(items));
+                            }
+                            _ => return Err(format!("bad array at byte {}", self.i)),
+                        }
+                    }
+                }
+                Some(b'{') => {
+                    self.i += 1;
+                    let mut fields = Vec::new();
+                    self.ws();
+                    if self.s.get(self.i) == Some(&b'}') {
+                        self.i += 1;
+                        return Ok(Value::Object(fields));
+                    }
+                    loop {
+                        self.ws();
+                        let key = self.string()?;
+                        self.eat(b':')?;
+                        fields.push((key, self.value()?));
+                        self.ws();
+                        match self.s.get(self.i) {
+                            Some(b',') => self.i += 1,
+                            Some(b'}') => {
+                                self.i += 1;
+                                return Ok(Value::Object(fields));
+                            }
+                            _ => return Err(format!("bad object at byte {}", self.i)),
+                        }
+                    }
+                }
+                Some(_) => self.number(),
+            }
+        }
+        fn number(&mut self) -> Result<Value, String> {
+            let start = self.i;
+            while self.i < self.s.len() && b"+-0123456789.eE".contains(&self.s[self.i]) {
+                self.i += 1;
+            }
+            std::str::from_utf8(&self.s[start..self.i])
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .map(Value::Num)
+                .ok_or_else(|| format!("bad number at byte {start}"))
+        }
+        fn hex4(&mut self) -> Result<u32, String> {
+            let t = self
+                .s
+                .get(self.i..self.i + 4)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .ok_or("short \\u escape")?;
+            self.i += 4;
+            u32::from_str_radix(t, 16).map_err(|e| e.to_string())
+        }
+        fn string(&mut self) -> Result<String, String> {
+            self.eat(b'"')?;
+            let mut out = String::new();
+            loop {
+                let start = self.i;
+                while self.i < self.s.len() && self.s[self.i] != b'"' && self.s[self.i] != b'\\' {
+                    self.i += 1;
+                }
+                out.push_str(
+                    std::str::from_utf8(&self.s[start..self.i]).map_err(|e| e.to_string())?,
+                );
+                match self.s.get(self.i) {
+                    Some(b'"') => {
+                        self.i += 1;
+                        return Ok(out);
+                    }
+                    Some(b'\\') => {
+                        let esc = *self.s.get(self.i + 1).ok_or("short escape")?;
+                        self.i += 2;
+                        match esc {
+                            b'"' => out.push('"'),
+                            b'\\' => out.push('\\'),
+                            b'/' => out.push('/'),
+                            b'b' => out.push('\u{8}'),
+                            b'f' => out.push('\u{c}'),
+                            b'n' => out.push('\n'),
+                            b'r' => out.push('\r'),
+                            b't' => out.push('\t'),
+                            b'u' => {
+                                let mut cp = self.hex4()?;
+                                if (0xD800..0xDC00).contains(&cp)
+                                    && self.s[self.i..].starts_with(b"\\u")
+                                {
+                                    self.i += 2;
+                                    let low = self.hex4()?;
+                                    cp = 0x10000
+                                        + ((cp - 0xD800) << 10)
+                                        + (low.wrapping_sub(0xDC00) & 0x3FF);
+                                }
+                                out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+                            }
+                            other => return Err(format!("bad escape \\{}", other as char)),
+                        }
+                    }
+                    _ => return Err("unterminated string".into()),
+                }
+            }
+        }
+    }
+}
