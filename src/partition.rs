@@ -1,6 +1,7 @@
 //! The one name every layer uses for "a partition of a topic".
 
 use std::fmt;
+use std::hash::Hasher;
 use std::sync::Arc;
 
 /// Identifies a partition of a topic.
@@ -30,5 +31,73 @@ impl TopicPartition {
 impl fmt::Display for TopicPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// A fast, unkeyed hasher for maps keyed by [`TopicPartition`].
+///
+/// Partition maps sit on the per-record path, and their keys are partitions this member was
+/// assigned (named by configuration and the broker, not by message contents), so hash flooding is
+/// not a concern there and SipHash's cost is not worth paying. Never use it for keys taken from
+/// message data.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PartitionHasher {
+    hash: u64,
+}
+
+impl PartitionHasher {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
+    }
+}
+
+impl Hasher for PartitionHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, n: u8) {
+        self.mix(u64::from(n));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.mix(u64::from(n));
+    }
+
+    #[inline]
+    fn write_i32(&mut self, n: i32) {
+        self.mix(u64::from(n as u32));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.mix(n);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.mix(n as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
     }
 }

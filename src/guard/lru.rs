@@ -5,36 +5,84 @@
 //! weeks, and an unbounded set is a slow memory leak. It is an intrusive doubly linked list stored
 //! in a `Vec` (indices instead of pointers), so every operation is O(1) and allocation-free once
 //! the set is full.
+//!
+//! Keys come from message data, so they are hashed with std's randomly keyed SipHash: a producer
+//! must not be able to craft keys that collide. Each key is hashed exactly once; the index maps
+//! that 64-bit hash to a slot, and the slot keeps the key itself so a hit is confirmed by equality.
+//! Two different keys sharing a hash (about one chance in 2^64 per pair, and not steerable without
+//! the random key) never make a new message look like a duplicate: the older key is forgotten
+//! instead, which only weakens duplicate detection for that one key.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 
 const NIL: usize = usize::MAX;
 
 struct Node<K> {
-    key: K,
+    /// `None` while the slot is free.
+    key: Option<K>,
+    hash: u64,
+    /// Distinguishes this insertion from every earlier use of the slot.
+    stamp: u64,
     prev: usize,
     next: usize,
+}
+
+/// A handle on one inserted key, so that pending work can forget its key later without keeping
+/// a second copy of it. It goes stale, harmlessly, once the key is evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyRef {
+    slot: usize,
+    stamp: u64,
 }
 
 /// A bounded set of keys that forgets the least recently used key when full.
 pub(crate) struct KeyLru<K> {
     capacity: usize,
-    index: HashMap<K, usize>,
+    hasher: RandomState,
+    /// Key hash to slot. The hash is already SipHash output, so the map does not hash it again.
+    index: HashMap<u64, usize, BuildHasherDefault<PassThroughHasher>>,
     nodes: Vec<Node<K>>,
+    free: Vec<usize>,
+    next_stamp: u64,
     /// Most recently used.
     head: usize,
     /// Least recently used; evicted first.
     tail: usize,
 }
 
-impl<K: Eq + Hash + Clone> KeyLru<K> {
+/// Uses an already computed, already keyed hash as it is.
+#[derive(Default)]
+pub(crate) struct PassThroughHasher(u64);
+
+impl Hasher for PassThroughHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64s are hashed by this map; fold anything else in anyway.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl<K: Eq + Hash> KeyLru<K> {
     /// A set that holds at most `capacity` keys; a capacity of zero remembers nothing.
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            index: HashMap::with_capacity(capacity.min(1 << 16)),
+            hasher: RandomState::new(),
+            index: HashMap::with_capacity_and_hasher(capacity.min(1 << 16), Default::default()),
             nodes: Vec::with_capacity(capacity.min(1 << 16)),
+            free: Vec::new(),
+            next_stamp: 0,
             head: NIL,
             tail: NIL,
         }
@@ -44,20 +92,42 @@ impl<K: Eq + Hash + Clone> KeyLru<K> {
         self.index.len()
     }
 
-    /// Inserts `key` as most recently used. Returns `false` (and refreshes its recency) when the
-    /// key was already present.
-    pub(crate) fn insert(&mut self, key: K) -> bool {
+    /// The slot holding exactly `key`, if any.
+    fn find(&self, key: &K, hash: u64) -> Option<usize> {
+        let slot = *self.index.get(&hash)?;
+        (self.nodes[slot].key.as_ref() == Some(key)).then_some(slot)
+    }
+
+    /// True when the key is present; does not change its recency.
+    pub(crate) fn contains(&self, key: &K) -> bool {
+        self.capacity > 0 && self.find(key, self.hasher.hash_one(key)).is_some()
+    }
+
+    /// Inserts `key` as most recently used and returns its handle, or returns `None` (refreshing
+    /// its recency) when the key was already present. With capacity zero nothing is remembered and
+    /// every key is new.
+    pub(crate) fn insert(&mut self, key: K) -> Option<Option<KeyRef>> {
         if self.capacity == 0 {
-            return true;
+            return Some(None);
         }
-        if let Some(&slot) = self.index.get(&key) {
-            self.unlink(slot);
-            self.push_front(slot);
-            return false;
+        let hash = self.hasher.hash_one(&key);
+        if let Some(&slot) = self.index.get(&hash) {
+            if self.nodes[slot].key.as_ref() == Some(&key) {
+                self.unlink(slot);
+                self.push_front(slot);
+                return None;
+            }
+            // A different key with the same hash: forget the older one (see the module notes).
+            let stamp = self.nodes[slot].stamp;
+            self.forget(KeyRef { slot, stamp });
         }
-        let slot = if self.nodes.len() < self.capacity {
+        let slot = if let Some(slot) = self.free.pop() {
+            slot
+        } else if self.nodes.len() < self.capacity {
             self.nodes.push(Node {
-                key: key.clone(),
+                key: None,
+                hash: 0,
+                stamp: 0,
                 prev: NIL,
                 next: NIL,
             });
@@ -66,48 +136,38 @@ impl<K: Eq + Hash + Clone> KeyLru<K> {
             // Full: reuse the least recently used slot.
             let slot = self.tail;
             self.unlink(slot);
-            let old = std::mem::replace(&mut self.nodes[slot].key, key.clone());
-            self.index.remove(&old);
+            self.nodes[slot].key = None;
+            self.index.remove(&self.nodes[slot].hash);
             slot
         };
-        self.index.insert(key, slot);
+        self.next_stamp += 1;
+        let stamp = self.next_stamp;
+        let node = &mut self.nodes[slot];
+        node.key = Some(key);
+        node.hash = hash;
+        node.stamp = stamp;
+        self.index.insert(hash, slot);
         self.push_front(slot);
-        true
+        Some(Some(KeyRef { slot, stamp }))
     }
 
-    /// True when the key is present; does not change its recency.
-    pub(crate) fn contains(&self, key: &K) -> bool {
-        self.index.contains_key(key)
-    }
-
-    /// Forgets `key`. Used when admitted work is discarded without being executed: if the same
-    /// message comes back it must not be mistaken for a duplicate, or it would be silently dropped.
-    pub(crate) fn remove(&mut self, key: &K) -> bool {
-        let Some(slot) = self.index.remove(key) else {
+    /// Forgets the key behind `handle` if it is still the same insertion. Used when admitted work
+    /// is discarded without being executed: if the same message comes back it must not be mistaken
+    /// for a duplicate, or it would be silently dropped.
+    pub(crate) fn forget(&mut self, handle: KeyRef) -> bool {
+        let Some(node) = self.nodes.get_mut(handle.slot) else {
             return false;
         };
-        self.unlink(slot);
-        // Keep `nodes` dense: move the last node into the freed slot.
-        let last = self.nodes.len() - 1;
-        if slot != last {
-            self.nodes.swap(slot, last);
-            let moved = &self.nodes[slot];
-            let (prev, next) = (moved.prev, moved.next);
-            if prev == NIL {
-                self.head = slot;
-            } else {
-                self.nodes[prev].next = slot;
-            }
-            if next == NIL {
-                self.tail = slot;
-            } else {
-                self.nodes[next].prev = slot;
-            }
-            if let Some(entry) = self.index.get_mut(&self.nodes[slot].key) {
-                *entry = slot;
-            }
+        if node.stamp != handle.stamp {
+            return false;
         }
-        self.nodes.pop();
+        if node.key.take().is_none() {
+            return false;
+        }
+        let hash = node.hash;
+        self.index.remove(&hash);
+        self.unlink(handle.slot);
+        self.free.push(handle.slot);
         true
     }
 
@@ -143,16 +203,17 @@ impl<K: Eq + Hash + Clone> KeyLru<K> {
 #[cfg(test)]
 mod tests {
     use super::KeyLru;
+    use std::hash::BuildHasher;
 
     #[test]
     fn evicts_least_recently_used_and_stays_bounded() {
         let mut lru = KeyLru::new(3);
         for k in 0..3 {
-            assert!(lru.insert(k));
+            assert!(lru.insert(k).is_some());
         }
         // Touch 0 so that 1 becomes the least recently used.
-        assert!(!lru.insert(0));
-        assert!(lru.insert(3));
+        assert!(lru.insert(0).is_none());
+        assert!(lru.insert(3).is_some());
         assert_eq!(lru.len(), 3);
         assert!(
             !lru.contains(&1),
@@ -167,29 +228,49 @@ mod tests {
     }
 
     #[test]
-    fn remove_keeps_links_consistent() {
+    fn forget_only_affects_the_same_insertion() {
+        let mut lru = KeyLru::new(2);
+        let a = lru.insert("a").flatten().expect("new key");
+        let b = lru.insert("b").flatten().expect("new key");
+        assert!(lru.forget(a));
+        assert!(!lru.forget(a), "already forgotten");
+        assert!(!lru.contains(&"a") && lru.contains(&"b"));
+        // Reuses a's slot; the stale handle must not remove the new occupant.
+        let c = lru.insert("c").flatten().expect("new key");
+        assert!(!lru.forget(a));
+        assert!(lru.contains(&"c"));
+        // Evicting b (least recent) makes its handle stale too.
+        lru.insert("d");
+        assert!(!lru.contains(&"b"));
+        assert!(!lru.forget(b));
+        assert!(lru.forget(c));
+        assert_eq!(lru.len(), 1);
+    }
+
+    #[test]
+    fn a_hash_collision_never_reports_a_false_duplicate() {
         let mut lru = KeyLru::new(4);
-        for k in 0..4 {
-            lru.insert(k);
-        }
-        assert!(lru.remove(&0)); // the tail
-        assert!(lru.remove(&3)); // the head
-        assert!(!lru.remove(&3));
-        assert_eq!(lru.len(), 2);
-        for k in 10..13 {
-            lru.insert(k);
-        }
-        // Capacity 4 with {1, 2, 10, 11, 12}: 1 (least recent) is gone.
-        assert!(!lru.contains(&1));
-        assert!(lru.contains(&2) && lru.contains(&12));
-        assert_eq!(lru.len(), 4);
+        lru.insert(1u64);
+        // Force a collision: file key 2 under key 1's hash by hand.
+        let hash_of_1 = lru.hasher.hash_one(1u64);
+        let slot = lru.index[&hash_of_1];
+        assert!(!lru.contains(&2));
+        lru.index.remove(&hash_of_1);
+        let hash_of_2 = lru.hasher.hash_one(2u64);
+        lru.nodes[slot].hash = hash_of_2;
+        lru.index.insert(hash_of_2, slot);
+        // Now the slot under 2's hash holds key 1: inserting 2 must succeed, not be a duplicate.
+        assert!(lru.insert(2).is_some());
+        assert!(lru.contains(&2));
+        assert!(!lru.contains(&1), "the older key is forgotten instead");
+        assert_eq!(lru.len(), 1);
     }
 
     #[test]
     fn zero_capacity_remembers_nothing() {
         let mut lru = KeyLru::new(0);
-        assert!(lru.insert("a"));
-        assert!(lru.insert("a"));
+        assert_eq!(lru.insert("a"), Some(None));
+        assert_eq!(lru.insert("a"), Some(None));
         assert_eq!(lru.len(), 0);
     }
 }

@@ -8,6 +8,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::lru::KeyRef;
+
 /// Where one admitted message is in its life.
 #[derive(Debug)]
 pub(crate) enum WorkState<M> {
@@ -20,19 +22,20 @@ pub(crate) enum WorkState<M> {
 }
 
 #[derive(Debug)]
-pub(crate) struct Admitted<K, M> {
+pub(crate) struct Admitted<M> {
     pub(crate) offset: i64,
     pub(crate) admitted_at: Instant,
-    pub(crate) key: Option<K>,
+    /// The idempotency key's entry, so discarding unfinished work can forget it.
+    pub(crate) key: Option<KeyRef>,
     pub(crate) state: WorkState<M>,
 }
 
 /// The admitted-but-not-yet-committable messages of one partition, in offset order.
 #[derive(Debug)]
-pub(crate) struct Progress<K, M> {
+pub(crate) struct Progress<M> {
     /// Strictly increasing offsets. Every entry before the first unfinished one is retired at once,
     /// so the front is always unfinished (or the deque is empty).
-    pending: VecDeque<Admitted<K, M>>,
+    pending: VecDeque<Admitted<M>>,
     /// Highest offset admitted in this assignment: the monotonicity fence.
     high_water: Option<i64>,
     /// One past the last offset of the contiguous completed prefix: the position that is safe to
@@ -40,7 +43,7 @@ pub(crate) struct Progress<K, M> {
     completed_next: Option<i64>,
 }
 
-impl<K, M> Default for Progress<K, M> {
+impl<M> Default for Progress<M> {
     fn default() -> Self {
         Self {
             pending: VecDeque::new(),
@@ -50,7 +53,7 @@ impl<K, M> Default for Progress<K, M> {
     }
 }
 
-impl<K, M> Progress<K, M> {
+impl<M> Progress<M> {
     pub(crate) fn high_water(&self) -> Option<i64> {
         self.high_water
     }
@@ -60,7 +63,7 @@ impl<K, M> Progress<K, M> {
     }
 
     /// Unfinished plus finished-but-blocked-behind-a-gap messages.
-    pub(crate) fn pending(&self) -> impl Iterator<Item = &Admitted<K, M>> {
+    pub(crate) fn pending(&self) -> impl Iterator<Item = &Admitted<M>> {
         self.pending.iter()
     }
 
@@ -77,7 +80,7 @@ impl<K, M> Progress<K, M> {
     }
 
     /// Records an admitted message. The caller checked `is_regression` first.
-    pub(crate) fn admit(&mut self, admitted: Admitted<K, M>) {
+    pub(crate) fn admit(&mut self, admitted: Admitted<M>) {
         self.high_water = Some(admitted.offset);
         self.pending.push_back(admitted);
     }
@@ -138,7 +141,7 @@ impl<K, M> Progress<K, M> {
     /// Forgets unfinished work at or after `offset` so it can be admitted again, for a caller that
     /// seeks back after a failed handler. Returns the discarded entries, or `Err(offset)` of a
     /// finished message that would be re-admitted (its side effect already happened).
-    pub(crate) fn rewind(&mut self, offset: i64) -> Result<Vec<Admitted<K, M>>, i64> {
+    pub(crate) fn rewind(&mut self, offset: i64) -> Result<Vec<Admitted<M>>, i64> {
         if let Some(next) = self.completed_next.filter(|&next| offset < next) {
             return Err(next - 1);
         }
@@ -160,7 +163,7 @@ impl<K, M> Progress<K, M> {
     }
 
     /// Empties the partition, returning what was pending so the caller can forget its keys.
-    pub(crate) fn clear(&mut self) -> VecDeque<Admitted<K, M>> {
+    pub(crate) fn clear(&mut self) -> VecDeque<Admitted<M>> {
         self.high_water = None;
         self.completed_next = None;
         std::mem::take(&mut self.pending)
@@ -181,7 +184,7 @@ impl<K, M> Progress<K, M> {
 mod tests {
     use super::*;
 
-    fn admit(progress: &mut Progress<(), ()>, offset: i64) {
+    fn admit(progress: &mut Progress<()>, offset: i64) {
         assert!(!progress.is_regression(offset));
         progress.admit(Admitted {
             offset,
