@@ -94,7 +94,7 @@ fn kafka_2_1_baseline_negotiation() {
     assert_eq!(c.produce(&tp, &records(7)).expect("produce"), 0);
     let latest = c
         .list_offsets(
-            &[tp.clone()],
+            std::slice::from_ref(&tp),
             OffsetSpec::Latest,
             IsolationLevel::ReadCommitted,
         )
@@ -131,7 +131,9 @@ fn kafka_2_1_baseline_negotiation() {
         )
         .expect("commit");
     assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
-    let got = c.offset_fetch(&group, &[tp.clone()]).expect("offset fetch");
+    let got = c
+        .offset_fetch(&group, std::slice::from_ref(&tp))
+        .expect("offset fetch");
     assert_eq!(got[0].offset, Some(5));
     assert_eq!(got[0].metadata.as_deref(), Some("m"));
 }
@@ -224,7 +226,7 @@ fn broker_down_then_up() {
     let started = Instant::now();
     let err = c
         .list_offsets(
-            &[tp.clone()],
+            std::slice::from_ref(&tp),
             OffsetSpec::Latest,
             IsolationLevel::ReadUncommitted,
         )
@@ -263,7 +265,7 @@ fn broker_down_then_up() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let latest = loop {
         match c.list_offsets(
-            &[tp.clone()],
+            std::slice::from_ref(&tp),
             OffsetSpec::Latest,
             IsolationLevel::ReadUncommitted,
         ) {
