@@ -1,0 +1,612 @@
+//! The pure decisions of classic group membership: what a new assignment means for the partitions we
+//! own, in which order the consumer must apply it, and what each group error code asks us to do.
+//!
+//! Kept free of sockets and threads so that every rule is a table or a set difference that a unit
+//! test pins down; the membership loop that performs the JoinGroup/SyncGroup/Heartbeat I/O only
+//! follows these answers.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use kafka_protocol::ResponseError;
+
+use super::assignor::RebalanceProtocol;
+use crate::TopicPartition;
+
+/// The Kafka error codes the group layer acts on, by their protocol names. The values are fixed by
+/// the protocol (Apache Kafka's `Errors.java`); the tests check each against `kafka-protocol`.
+pub mod error_code {
+    /// Success.
+    pub const NONE: i16 = 0;
+    /// The broker does not know the topic or partition (yet).
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    /// The broker gave up waiting inside the request.
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    /// The commit metadata string is longer than the broker allows.
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    /// The coordinator is still loading the group's state.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    /// The group's coordinator is not available (moving, or the offsets topic is not ready).
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// This broker is not the group's coordinator.
+    pub const NOT_COORDINATOR: i16 = 16;
+    /// The generation we sent is not the group's current one: the group rebalanced without us.
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    /// No assignor in our list is supported by every member, or the protocol type differs.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    /// The group id is empty or invalid.
+    pub const INVALID_GROUP_ID: i16 = 24;
+    /// The coordinator does not know our member id: we were removed from the group.
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    /// `session.timeout.ms` is outside the broker's allowed range.
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    /// The group is rebalancing; we must rejoin.
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    /// The committed offset's size is invalid.
+    pub const INVALID_COMMIT_OFFSET_SIZE: i16 = 28;
+    /// Not authorized for the topic.
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    /// Not authorized for the group.
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+    /// The broker does not support the request version.
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    /// KIP-394: the first JoinGroup must be repeated with the member id the broker returned.
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    /// The group has as many members as `group.max.size` allows.
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    /// KIP-345: another member registered with our `group.instance.id`.
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+}
+
+use error_code::*;
+
+/// How an assignment change splits our partitions. Each list is sorted and free of duplicates.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AssignmentDiff {
+    /// Assigned now, not owned before.
+    pub added: Vec<TopicPartition>,
+    /// Owned before, not assigned now.
+    pub revoked: Vec<TopicPartition>,
+    /// Owned before and assigned now.
+    pub retained: Vec<TopicPartition>,
+}
+
+/// Splits `owned` and `assigned` into added, revoked and retained.
+pub fn diff(owned: &[TopicPartition], assigned: &[TopicPartition]) -> AssignmentDiff {
+    let owned: BTreeSet<&TopicPartition> = owned.iter().collect();
+    let assigned: BTreeSet<&TopicPartition> = assigned.iter().collect();
+    AssignmentDiff {
+        added: assigned.difference(&owned).map(|p| (*p).clone()).collect(),
+        revoked: owned.difference(&assigned).map(|p| (*p).clone()).collect(),
+        retained: owned
+            .intersection(&assigned)
+            .map(|p| (*p).clone())
+            .collect(),
+    }
+}
+
+/// One step the consumer applies, in order, through the rebalance guard. Revoked and lost are
+/// different events: a revoked partition is flushed and committed, a lost one is only fenced,
+/// because another member may already own it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RebalanceEvent {
+    /// Hand these partitions back: fence, flush, commit, then stop fetching them.
+    Revoke(Vec<TopicPartition>),
+    /// These partitions are no longer ours and may be owned elsewhere: fence and discard, no commit.
+    Lost(Vec<TopicPartition>),
+    /// Start owning these partitions. Always the last event of a completed rebalance, even when
+    /// empty, so the consumer (and storm detection) sees every rebalance finish, as Java calls
+    /// `onPartitionsAssigned` every time.
+    Assign(Vec<TopicPartition>),
+}
+
+/// What to do once SyncGroup delivered an assignment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RebalancePlan {
+    /// Apply in this order.
+    pub events: Vec<RebalanceEvent>,
+    /// What we own once the events are applied (sorted): the next subscription's owned partitions.
+    pub owned_after: Vec<TopicPartition>,
+    /// Cooperative only: something was revoked, so we must rejoin at once for the follow-up
+    /// rebalance that hands those partitions to their new owners (KIP-429).
+    pub rejoin: bool,
+}
+
+/// The events due before sending JoinGroup. Eager: revoke everything we own (the new owner may be
+/// anyone, and it starts as soon as the group completes). Cooperative: nothing; we keep consuming
+/// through the rebalance and revoke only what moves once the assignment is known.
+pub fn before_join(protocol: RebalanceProtocol, owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
+    match protocol {
+        RebalanceProtocol::Eager if !owned.is_empty() => {
+            vec![RebalanceEvent::Revoke(sorted_unique(owned))]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The events due once SyncGroup delivered `assigned`, given what we own at that moment.
+///
+/// Eager: we normally own nothing by now ([`before_join`] revoked it all); if we still do, it is
+/// revoked first, and then the whole assignment is assigned. Cooperative: revoke only what was
+/// taken away, assign only what is new, and ask for a rejoin when something was revoked.
+pub fn after_sync(
+    protocol: RebalanceProtocol,
+    owned: &[TopicPartition],
+    assigned: &[TopicPartition],
+) -> RebalancePlan {
+    let owned_after = sorted_unique(assigned);
+    match protocol {
+        RebalanceProtocol::Eager => {
+            let mut events = Vec::new();
+            if !owned.is_empty() {
+                log::warn!(
+                    "eager rebalance completed while still owning {} partitions; revoking them first",
+                    owned.len()
+                );
+                events.push(RebalanceEvent::Revoke(sorted_unique(owned)));
+            }
+            events.push(RebalanceEvent::Assign(owned_after.clone()));
+            RebalancePlan {
+                events,
+                owned_after,
+                rejoin: false,
+            }
+        }
+        RebalanceProtocol::Cooperative => {
+            let d = diff(owned, assigned);
+            let rejoin = !d.revoked.is_empty();
+            let mut events = Vec::new();
+            if rejoin {
+                log::info!(
+                    "cooperative rebalance revokes {} partitions; rejoining for the follow-up",
+                    d.revoked.len()
+                );
+                events.push(RebalanceEvent::Revoke(d.revoked));
+            }
+            events.push(RebalanceEvent::Assign(d.added));
+            RebalancePlan {
+                events,
+                owned_after,
+                rejoin,
+            }
+        }
+    }
+}
+
+/// The events due when our assignment is lost (the generation or member id became invalid, or we
+/// left because `max.poll.interval.ms` expired): everything we own is lost, under either protocol.
+pub fn on_lost(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
+    if owned.is_empty() {
+        Vec::new()
+    } else {
+        vec![RebalanceEvent::Lost(sorted_unique(owned))]
+    }
+}
+
+/// The events due when we leave the group on purpose (close, unsubscribe): revoke everything, so
+/// offsets are committed while the generation is still ours.
+pub fn on_leave(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
+    if owned.is_empty() {
+        Vec::new()
+    } else {
+        vec![RebalanceEvent::Revoke(sorted_unique(owned))]
+    }
+}
+
+fn sorted_unique(parts: &[TopicPartition]) -> Vec<TopicPartition> {
+    let set: BTreeSet<&TopicPartition> = parts.iter().collect();
+    set.into_iter().cloned().collect()
+}
+
+// ----------------------------------------------------------------------------------------------
+// Error classification
+
+/// The group requests whose error codes [`classify`] knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupApi {
+    /// JoinGroup.
+    JoinGroup,
+    /// SyncGroup.
+    SyncGroup,
+    /// Heartbeat.
+    Heartbeat,
+    /// LeaveGroup.
+    LeaveGroup,
+    /// OffsetCommit (a per-partition error code).
+    OffsetCommit,
+}
+
+impl fmt::Display for GroupApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GroupApi::JoinGroup => "JoinGroup",
+            GroupApi::SyncGroup => "SyncGroup",
+            GroupApi::Heartbeat => "Heartbeat",
+            GroupApi::LeaveGroup => "LeaveGroup",
+            GroupApi::OffsetCommit => "OffsetCommit",
+        })
+    }
+}
+
+/// What the membership loop must do about a response's error code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// No error, or one that changes nothing (LeaveGroup errors: we are leaving either way).
+    Proceed,
+    /// Send the same request again after the retry backoff, to the same coordinator.
+    Retry,
+    /// The coordinator moved or is unavailable: find it again (FindCoordinator), then carry on.
+    /// Not a reason to give up the assignment.
+    RediscoverCoordinator,
+    /// The group is rebalancing (or, for MEMBER_ID_REQUIRED, the broker gave us a member id to
+    /// join with): rejoin. Under the cooperative protocol we keep our partitions meanwhile.
+    Rejoin,
+    /// Our membership is gone: report every owned partition as *lost* (fence, no commit), reset
+    /// the generation (and the member id when `reset_member_id`), then rejoin.
+    ResetAndRejoin {
+        /// UNKNOWN_MEMBER_ID: the broker forgot us, so the member id goes too. ILLEGAL_GENERATION
+        /// keeps it: the broker still knows the member, only the generation is stale.
+        reset_member_id: bool,
+    },
+    /// Nothing the loop can fix: surface this to the caller.
+    Fatal(FatalError),
+}
+
+/// An error that stops membership until the caller intervenes, with a message that says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FatalError {
+    /// The request that failed.
+    pub api: GroupApi,
+    /// The Kafka error code.
+    pub code: i16,
+    /// What happened and what to check.
+    pub message: String,
+}
+
+impl fmt::Display for FatalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FatalError {}
+
+/// The names a fatal error message needs.
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorContext<'a> {
+    /// The group id.
+    pub group_id: &'a str,
+    /// Our `group.instance.id`, if static.
+    pub group_instance_id: Option<&'a str>,
+}
+
+/// Java's `ConsumerCoordinator`/`AbstractCoordinator` handling of a group response's error code,
+/// as a table. Deviations, each towards retrying rather than failing: COORDINATOR_LOAD_IN_PROGRESS
+/// on SyncGroup rejoins and on Heartbeat retries (Java reports both as unexpected).
+pub fn classify(api: GroupApi, code: i16, ctx: &ErrorContext<'_>) -> ErrorAction {
+    use ErrorAction::*;
+    use GroupApi::*;
+    if code == NONE {
+        return Proceed;
+    }
+    match (api, code) {
+        (LeaveGroup, _) => Proceed,
+        (_, COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR) => RediscoverCoordinator,
+        (OffsetCommit, REQUEST_TIMED_OUT) => RediscoverCoordinator,
+        (JoinGroup | Heartbeat | OffsetCommit, COORDINATOR_LOAD_IN_PROGRESS) => Retry,
+        (SyncGroup, COORDINATOR_LOAD_IN_PROGRESS) => Rejoin,
+        (OffsetCommit, UNKNOWN_TOPIC_OR_PARTITION) => Retry,
+        (_, REBALANCE_IN_PROGRESS) => Rejoin,
+        (JoinGroup, MEMBER_ID_REQUIRED) => Rejoin,
+        (_, UNKNOWN_MEMBER_ID) => ResetAndRejoin {
+            reset_member_id: true,
+        },
+        (_, ILLEGAL_GENERATION) => ResetAndRejoin {
+            reset_member_id: false,
+        },
+        _ => Fatal(fatal(api, code, ctx)),
+    }
+}
+
+fn fatal(api: GroupApi, code: i16, ctx: &ErrorContext<'_>) -> FatalError {
+    let group = ctx.group_id;
+    let name = ResponseError::try_from_code(code)
+        .map(|e| format!("{e:?}"))
+        .unwrap_or_else(|| "NONE".to_string());
+    let detail = match code {
+        FENCED_INSTANCE_ID => format!(
+            "group.instance.id {:?} is registered by another member of group {group:?}: two consumers \
+             share this group.instance.id; give each its own",
+            ctx.group_instance_id.unwrap_or("")
+        ),
+        INCONSISTENT_GROUP_PROTOCOL => format!(
+            "no partition.assignment.strategy in common with the members of group {group:?}"
+        ),
+        INVALID_SESSION_TIMEOUT => {
+            "session.timeout.ms is outside the broker's group.min/max.session.timeout.ms".to_string()
+        }
+        INVALID_GROUP_ID => format!("group id {group:?} is invalid"),
+        GROUP_AUTHORIZATION_FAILED => format!("not authorized to use group {group:?}"),
+        TOPIC_AUTHORIZATION_FAILED => "not authorized to commit to the topic".to_string(),
+        GROUP_MAX_SIZE_REACHED => {
+            format!("group {group:?} already has group.max.size members")
+        }
+        OFFSET_METADATA_TOO_LARGE => "the commit metadata is too large".to_string(),
+        INVALID_COMMIT_OFFSET_SIZE => "the offset commit request is too large".to_string(),
+        UNSUPPORTED_VERSION => "the broker does not support this request version".to_string(),
+        _ => "unexpected error".to_string(),
+    };
+    FatalError {
+        api,
+        code,
+        message: format!("{api} failed with {name} ({code}): {detail}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(topic: &str, partition: i32) -> TopicPartition {
+        TopicPartition::new(topic, partition)
+    }
+
+    fn parts(spec: &[(&str, i32)]) -> Vec<TopicPartition> {
+        spec.iter().map(|(t, p)| tp(t, *p)).collect()
+    }
+
+    const CTX: ErrorContext<'static> = ErrorContext {
+        group_id: "payments",
+        group_instance_id: Some("worker-7"),
+    };
+
+    #[test]
+    fn diff_splits_added_revoked_retained() {
+        let d = diff(
+            &parts(&[("a", 0), ("a", 1), ("b", 0)]),
+            &parts(&[("b", 0), ("a", 1), ("c", 3), ("c", 3)]),
+        );
+        assert_eq!(d.added, parts(&[("c", 3)]));
+        assert_eq!(d.revoked, parts(&[("a", 0)]));
+        assert_eq!(d.retained, parts(&[("a", 1), ("b", 0)]));
+    }
+
+    #[test]
+    fn eager_revokes_everything_before_join_and_assigns_everything_after() {
+        let owned = parts(&[("t", 1), ("t", 0)]);
+        assert_eq!(
+            before_join(RebalanceProtocol::Eager, &owned),
+            vec![RebalanceEvent::Revoke(parts(&[("t", 0), ("t", 1)]))]
+        );
+        let plan = after_sync(RebalanceProtocol::Eager, &[], &parts(&[("t", 1), ("t", 2)]));
+        assert_eq!(
+            plan.events,
+            vec![RebalanceEvent::Assign(parts(&[("t", 1), ("t", 2)]))]
+        );
+        assert!(!plan.rejoin);
+        assert_eq!(plan.owned_after, parts(&[("t", 1), ("t", 2)]));
+    }
+
+    #[test]
+    fn eager_still_owning_at_sync_revokes_first() {
+        let plan = after_sync(
+            RebalanceProtocol::Eager,
+            &parts(&[("t", 1)]),
+            &parts(&[("t", 1)]),
+        );
+        assert_eq!(
+            plan.events,
+            vec![
+                RebalanceEvent::Revoke(parts(&[("t", 1)])),
+                RebalanceEvent::Assign(parts(&[("t", 1)]))
+            ]
+        );
+    }
+
+    #[test]
+    fn eager_empty_assignment_still_completes_with_an_assign_event() {
+        assert!(before_join(RebalanceProtocol::Eager, &[]).is_empty());
+        let plan = after_sync(RebalanceProtocol::Eager, &[], &[]);
+        assert_eq!(plan.events, vec![RebalanceEvent::Assign(vec![])]);
+    }
+
+    #[test]
+    fn cooperative_keeps_everything_through_the_join() {
+        assert!(before_join(RebalanceProtocol::Cooperative, &parts(&[("t", 0)])).is_empty());
+    }
+
+    #[test]
+    fn cooperative_revokes_only_moved_then_assigns_only_new_then_rejoins() {
+        let owned = parts(&[("t", 0), ("t", 1), ("t", 2)]);
+        let assigned = parts(&[("t", 0), ("t", 2), ("u", 0)]);
+        let plan = after_sync(RebalanceProtocol::Cooperative, &owned, &assigned);
+        assert_eq!(
+            plan.events,
+            vec![
+                RebalanceEvent::Revoke(parts(&[("t", 1)])),
+                RebalanceEvent::Assign(parts(&[("u", 0)]))
+            ]
+        );
+        assert!(plan.rejoin);
+        assert_eq!(plan.owned_after, parts(&[("t", 0), ("t", 2), ("u", 0)]));
+    }
+
+    #[test]
+    fn cooperative_without_revocation_needs_no_rejoin() {
+        let owned = parts(&[("t", 0)]);
+        let plan = after_sync(
+            RebalanceProtocol::Cooperative,
+            &owned,
+            &parts(&[("t", 0), ("t", 1)]),
+        );
+        assert_eq!(
+            plan.events,
+            vec![RebalanceEvent::Assign(parts(&[("t", 1)]))]
+        );
+        assert!(!plan.rejoin);
+        let plan = after_sync(RebalanceProtocol::Cooperative, &owned, &owned);
+        assert_eq!(plan.events, vec![RebalanceEvent::Assign(vec![])]);
+        assert!(!plan.rejoin);
+    }
+
+    #[test]
+    fn lost_and_leave_cover_everything_owned() {
+        let owned = parts(&[("t", 3), ("t", 0)]);
+        assert_eq!(
+            on_lost(&owned),
+            vec![RebalanceEvent::Lost(parts(&[("t", 0), ("t", 3)]))]
+        );
+        assert_eq!(
+            on_leave(&owned),
+            vec![RebalanceEvent::Revoke(parts(&[("t", 0), ("t", 3)]))]
+        );
+        assert!(on_lost(&[]).is_empty());
+        assert!(on_leave(&[]).is_empty());
+    }
+
+    #[test]
+    fn error_codes_match_the_protocol() {
+        let pairs = [
+            (
+                UNKNOWN_TOPIC_OR_PARTITION,
+                ResponseError::UnknownTopicOrPartition,
+            ),
+            (REQUEST_TIMED_OUT, ResponseError::RequestTimedOut),
+            (
+                OFFSET_METADATA_TOO_LARGE,
+                ResponseError::OffsetMetadataTooLarge,
+            ),
+            (
+                COORDINATOR_LOAD_IN_PROGRESS,
+                ResponseError::CoordinatorLoadInProgress,
+            ),
+            (
+                COORDINATOR_NOT_AVAILABLE,
+                ResponseError::CoordinatorNotAvailable,
+            ),
+            (NOT_COORDINATOR, ResponseError::NotCoordinator),
+            (ILLEGAL_GENERATION, ResponseError::IllegalGeneration),
+            (
+                INCONSISTENT_GROUP_PROTOCOL,
+                ResponseError::InconsistentGroupProtocol,
+            ),
+            (INVALID_GROUP_ID, ResponseError::InvalidGroupId),
+            (UNKNOWN_MEMBER_ID, ResponseError::UnknownMemberId),
+            (
+                INVALID_SESSION_TIMEOUT,
+                ResponseError::InvalidSessionTimeout,
+            ),
+            (REBALANCE_IN_PROGRESS, ResponseError::RebalanceInProgress),
+            (
+                INVALID_COMMIT_OFFSET_SIZE,
+                ResponseError::InvalidCommitOffsetSize,
+            ),
+            (
+                TOPIC_AUTHORIZATION_FAILED,
+                ResponseError::TopicAuthorizationFailed,
+            ),
+            (
+                GROUP_AUTHORIZATION_FAILED,
+                ResponseError::GroupAuthorizationFailed,
+            ),
+            (UNSUPPORTED_VERSION, ResponseError::UnsupportedVersion),
+            (MEMBER_ID_REQUIRED, ResponseError::MemberIdRequired),
+            (GROUP_MAX_SIZE_REACHED, ResponseError::GroupMaxSizeReached),
+            (FENCED_INSTANCE_ID, ResponseError::FencedInstanceId),
+        ];
+        for (ours, theirs) in pairs {
+            assert_eq!(ours, theirs.code(), "{theirs:?}");
+        }
+        assert_eq!(ResponseError::try_from_code(NONE), None);
+    }
+
+    #[test]
+    fn classification_table_follows_java() {
+        use ErrorAction::*;
+        use GroupApi::*;
+        let lost_all = ResetAndRejoin {
+            reset_member_id: true,
+        };
+        let lost_gen = ResetAndRejoin {
+            reset_member_id: false,
+        };
+        let table = [
+            (JoinGroup, NONE, Proceed),
+            (JoinGroup, MEMBER_ID_REQUIRED, Rejoin),
+            (JoinGroup, REBALANCE_IN_PROGRESS, Rejoin),
+            (JoinGroup, COORDINATOR_LOAD_IN_PROGRESS, Retry),
+            (JoinGroup, COORDINATOR_NOT_AVAILABLE, RediscoverCoordinator),
+            (JoinGroup, NOT_COORDINATOR, RediscoverCoordinator),
+            (JoinGroup, UNKNOWN_MEMBER_ID, lost_all.clone()),
+            (JoinGroup, ILLEGAL_GENERATION, lost_gen.clone()),
+            (SyncGroup, NONE, Proceed),
+            (SyncGroup, REBALANCE_IN_PROGRESS, Rejoin),
+            (SyncGroup, COORDINATOR_LOAD_IN_PROGRESS, Rejoin),
+            (SyncGroup, NOT_COORDINATOR, RediscoverCoordinator),
+            (SyncGroup, UNKNOWN_MEMBER_ID, lost_all.clone()),
+            (SyncGroup, ILLEGAL_GENERATION, lost_gen.clone()),
+            (Heartbeat, NONE, Proceed),
+            (Heartbeat, REBALANCE_IN_PROGRESS, Rejoin),
+            (Heartbeat, COORDINATOR_LOAD_IN_PROGRESS, Retry),
+            (Heartbeat, COORDINATOR_NOT_AVAILABLE, RediscoverCoordinator),
+            (Heartbeat, NOT_COORDINATOR, RediscoverCoordinator),
+            (Heartbeat, UNKNOWN_MEMBER_ID, lost_all.clone()),
+            (Heartbeat, ILLEGAL_GENERATION, lost_gen.clone()),
+            (LeaveGroup, UNKNOWN_MEMBER_ID, Proceed),
+            (LeaveGroup, NOT_COORDINATOR, Proceed),
+            (OffsetCommit, NONE, Proceed),
+            (OffsetCommit, COORDINATOR_LOAD_IN_PROGRESS, Retry),
+            (OffsetCommit, UNKNOWN_TOPIC_OR_PARTITION, Retry),
+            (OffsetCommit, REQUEST_TIMED_OUT, RediscoverCoordinator),
+            (OffsetCommit, NOT_COORDINATOR, RediscoverCoordinator),
+            (OffsetCommit, REBALANCE_IN_PROGRESS, Rejoin),
+            (OffsetCommit, UNKNOWN_MEMBER_ID, lost_all),
+            (OffsetCommit, ILLEGAL_GENERATION, lost_gen),
+        ];
+        for (api, code, want) in table {
+            assert_eq!(classify(api, code, &CTX), want, "{api} {code}");
+        }
+    }
+
+    #[test]
+    fn fatal_errors_carry_a_clear_message() {
+        for (api, code) in [
+            (GroupApi::JoinGroup, INCONSISTENT_GROUP_PROTOCOL),
+            (GroupApi::JoinGroup, INVALID_SESSION_TIMEOUT),
+            (GroupApi::JoinGroup, INVALID_GROUP_ID),
+            (GroupApi::JoinGroup, GROUP_MAX_SIZE_REACHED),
+            (GroupApi::JoinGroup, UNSUPPORTED_VERSION),
+            (GroupApi::SyncGroup, GROUP_AUTHORIZATION_FAILED),
+            (GroupApi::Heartbeat, GROUP_AUTHORIZATION_FAILED),
+            (GroupApi::OffsetCommit, OFFSET_METADATA_TOO_LARGE),
+            (GroupApi::OffsetCommit, TOPIC_AUTHORIZATION_FAILED),
+            (GroupApi::Heartbeat, 9999),
+        ] {
+            match classify(api, code, &CTX) {
+                ErrorAction::Fatal(e) => {
+                    assert_eq!((e.api, e.code), (api, code));
+                    assert!(e.message.starts_with(&api.to_string()), "{}", e.message);
+                    assert!(e.message.contains(&code.to_string()), "{}", e.message);
+                }
+                other => panic!("{api} {code} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fenced_instance_id_is_fatal_and_names_the_instance() {
+        for api in [
+            GroupApi::JoinGroup,
+            GroupApi::SyncGroup,
+            GroupApi::Heartbeat,
+            GroupApi::OffsetCommit,
+        ] {
+            let ErrorAction::Fatal(e) = classify(api, FENCED_INSTANCE_ID, &CTX) else {
+                panic!("{api}: FENCED_INSTANCE_ID must be fatal");
+            };
+            assert!(e.message.contains("\"worker-7\""), "{}", e.message);
+            assert!(e.message.contains("FencedInstanceId"), "{}", e.message);
+            assert!(e.to_string().contains("payments"));
+        }
+    }
+}
