@@ -23,11 +23,12 @@ struct Args {
     topic: String,
     max_partition_bytes: i32,
     max_wait_ms: u64,
+    prefetch: bool,
 }
 
 fn usage() -> String {
     "usage: fetch_throughput --bootstrap HOST:PORT[,HOST:PORT...] --topic TOPIC \
-     [--max-partition-bytes N] [--max-wait-ms N]"
+     [--max-partition-bytes N] [--max-wait-ms N] [--no-prefetch]"
         .to_string()
 }
 
@@ -36,6 +37,7 @@ fn parse_args() -> Result<Args, String> {
     let mut topic = None;
     let mut max_partition_bytes = 8 * 1024 * 1024;
     let mut max_wait_ms = 100;
+    let mut prefetch = true;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -51,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
             "--max-wait-ms" => {
                 max_wait_ms = value()?.parse().map_err(|e| format!("{flag}: {e}"))?
             }
+            "--no-prefetch" => prefetch = false,
             "-h" | "--help" => return Err(usage()),
             other => return Err(format!("unknown argument {other}\n{}", usage())),
         }
@@ -60,6 +63,7 @@ fn parse_args() -> Result<Args, String> {
         topic: topic.ok_or_else(usage)?,
         max_partition_bytes,
         max_wait_ms,
+        prefetch,
     })
 }
 
@@ -88,6 +92,7 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         max_bytes: 48 * 1024 * 1024,
         max_partition_bytes: args.max_partition_bytes,
         isolation: IsolationLevel::ReadUncommitted,
+        prefetch: args.prefetch,
     };
     let mut records = 0u64;
     let mut bytes = 0u64;

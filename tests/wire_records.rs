@@ -403,3 +403,92 @@ fn empty_partition_and_offsets_mock() {
 fn empty_partition_and_offsets_tansu() {
     empty_partition_and_offsets(BrokerKind::Tansu);
 }
+
+/// With prefetch on (the default), a fetch that asks for other positions than the previous one
+/// (a seek, a dropped partition) never sees data for positions it did not ask for.
+fn prefetch_follows_the_callers_positions(kind: BrokerKind) {
+    let broker = kind.start();
+    let mut c = client(&*broker);
+    let topic = unique_name("prefetch");
+    broker.create_topic(&topic, 3);
+    for p in 0..3 {
+        peer_produce(
+            &broker.bootstrap(),
+            &topic,
+            50,
+            &["--partition", &p.to_string(), "--flush-every", "10"],
+        );
+    }
+    let tp = |p: i32| TopicPartition::new(topic.as_str(), p);
+    let cfg = FetchConfig {
+        max_partition_bytes: 1, // one batch (10 records) per partition per fetch
+        ..fetch_cfg()
+    };
+    assert!(cfg.prefetch);
+    let pos = |p: i32, o: i64| FetchPosition {
+        tp: tp(p),
+        offset: o,
+    };
+    let check = |f: &[rebalance_guard::wire::FetchedPartition], want: &[(i32, i64)]| {
+        assert_eq!(f.len(), want.len(), "{kind:?}: {f:?}");
+        for (p, o) in want {
+            let r = f.iter().find(|r| r.tp.partition == *p).expect("partition");
+            assert!(r.error.is_none(), "{kind:?}: {:?}", r.error);
+            assert_eq!(r.fetch_offset, *o);
+            // tansu ignores partition_max_bytes, so a partition may already be at its end (50).
+            let want_first = (*o < 50).then_some(*o);
+            assert_eq!(
+                r.records.first().map(|r| r.offset),
+                want_first,
+                "{kind:?}: p{p}"
+            );
+            assert!(r.records.iter().all(|r| r.partition == *p));
+        }
+    };
+    let f = c
+        .fetch(&[pos(0, 0), pos(1, 0), pos(2, 0)], &cfg)
+        .expect("fetch");
+    check(&f, &[(0, 0), (1, 0), (2, 0)]);
+    let next = |p: i32| {
+        f.iter()
+            .find(|r| r.tp.partition == p)
+            .map(|r| r.next_offset)
+            .unwrap_or(0)
+    };
+    assert!(next(1) > 0);
+    // Seek partition 0 back, drop partition 2, continue partition 1.
+    let n1 = next(1);
+    let f = c.fetch(&[pos(0, 3), pos(1, n1)], &cfg).expect("fetch");
+    check(&f, &[(0, 3), (1, n1)]);
+    // Continue both: the prefetch for exactly these positions is used.
+    let n0 = f
+        .iter()
+        .find(|r| r.tp.partition == 0)
+        .map(|r| r.next_offset)
+        .unwrap_or(0);
+    let n1 = f
+        .iter()
+        .find(|r| r.tp.partition == 1)
+        .map(|r| r.next_offset)
+        .unwrap_or(0);
+    let f = c.fetch(&[pos(0, n0), pos(1, n1)], &cfg).expect("fetch");
+    check(&f, &[(0, n0), (1, n1)]);
+    // A subset of the prefetched positions: only the asked-for partition comes back.
+    let n1 = f
+        .iter()
+        .find(|r| r.tp.partition == 1)
+        .map(|r| r.next_offset)
+        .unwrap_or(0);
+    let f = c.fetch(&[pos(1, n1)], &cfg).expect("fetch");
+    check(&f, &[(1, n1)]);
+}
+
+#[test]
+fn prefetch_follows_the_callers_positions_mock() {
+    prefetch_follows_the_callers_positions(BrokerKind::Mock);
+}
+
+#[test]
+fn prefetch_follows_the_callers_positions_tansu() {
+    prefetch_follows_the_callers_positions(BrokerKind::Tansu);
+}
