@@ -1,4 +1,5 @@
 //! rebalance-guard: a synchronous Kafka consumer that keeps side effects safe across rebalances.
+pub mod consumer;
 pub mod group;
 pub mod guard;
 pub mod partition;
