@@ -19,5 +19,5 @@ pub use client::{
 };
 pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
 pub use error::{KafkaCode, Result, WireError};
-pub use records::{ProduceRecord, Record};
+pub use records::{ProduceRecord, Record, TimestampType};
 pub use versions::{client_range, VersionRange, VersionTable};

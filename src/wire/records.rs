@@ -16,12 +16,34 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record as KpRecord, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    TimestampType as KpTimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    NO_SEQUENCE,
 };
 use log::trace;
 
 use super::compression;
 use super::error::{Result, WireError};
+
+/// What a record's timestamp means (the topic's `message.timestamp.type`).
+///
+/// Our own type rather than `kafka-protocol`'s, so that the codec crate stays out of the public
+/// API of this crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimestampType {
+    /// Set by the producer when the record was created.
+    CreateTime,
+    /// Set by the broker when the record was appended to the log.
+    LogAppendTime,
+}
+
+impl From<KpTimestampType> for TimestampType {
+    fn from(t: KpTimestampType) -> Self {
+        match t {
+            KpTimestampType::Creation => TimestampType::CreateTime,
+            KpTimestampType::LogAppend => TimestampType::LogAppendTime,
+        }
+    }
+}
 
 /// One record fetched from Kafka, owning everything it needs.
 ///
@@ -248,7 +270,7 @@ pub fn decode_partition(
                 partition: input.partition,
                 offset: r.offset,
                 timestamp: r.timestamp,
-                timestamp_type: r.timestamp_type,
+                timestamp_type: r.timestamp_type.into(),
                 key: r.key,
                 value: r.value,
                 headers: r
@@ -367,7 +389,7 @@ pub fn encode_batch(records: &[ProduceRecord], now_ms: i64) -> Result<Bytes> {
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
             producer_id: NO_PRODUCER_ID,
             producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
+            timestamp_type: KpTimestampType::Creation,
             offset: i as i64,
             // kafka-protocol starts a new batch whenever `offset - sequence` changes; this keeps
             // one batch with base sequence -1 (no idempotence).
@@ -407,7 +429,7 @@ pub(crate) mod tests {
             partition_leader_epoch: 0,
             producer_id: NO_PRODUCER_ID,
             producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
+            timestamp_type: KpTimestampType::Creation,
             offset,
             // The encoder starts a new batch whenever offset - sequence changes.
             sequence: offset as i32,
