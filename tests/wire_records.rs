@@ -492,3 +492,114 @@ fn prefetch_follows_the_callers_positions_mock() {
 fn prefetch_follows_the_callers_positions_tansu() {
     prefetch_follows_the_callers_positions(BrokerKind::Tansu);
 }
+
+/// A transactional producer (confluent-kafka) writes a committed, an aborted and another
+/// committed transaction. Transaction markers are never returned as records and positions move
+/// past them. read_committed drops the aborted records when the broker lists aborted
+/// transactions in its Fetch response. Neither test broker does (confluent-kafka with
+/// `isolation.level=read_committed` also reads the aborted records from both), so here the test
+/// checks that we deliver exactly what the broker reports; the filtering itself is unit-tested
+/// in `src/wire/records.rs` (`read_committed_drops_aborted_transactions`).
+const TXN_PRODUCER: &str = r#"
+import sys
+from confluent_kafka import Producer
+bootstrap, topic = sys.argv[1], sys.argv[2]
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "txn-" + topic,
+              "transaction.timeout.ms": 10000})
+p.init_transactions(30)
+for name, n, commit in (("a", 3, True), ("b", 4, False), ("c", 2, True)):
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(topic, key=b"%s%d" % (name.encode(), i), value=name.encode(), partition=0)
+    p.flush(30)
+    if commit:
+        p.commit_transaction(30)
+    else:
+        p.abort_transaction(30)
+print("done")
+"#;
+
+fn transaction_markers_are_skipped(kind: BrokerKind) {
+    let broker = kind.start();
+    let mut c = client(&*broker);
+    let topic = unique_name("txn");
+    broker.create_topic(&topic, 1);
+    let out = support::venv_python_run(TXN_PRODUCER, &[&broker.bootstrap(), &topic]);
+    assert_eq!(out.trim(), "done");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let read = |c: &mut Client, isolation: IsolationLevel| -> (String, i64) {
+        let cfg = FetchConfig {
+            isolation,
+            ..fetch_cfg()
+        };
+        let mut values = String::new();
+        let mut offset = 0;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // 9 records + 3 markers = offsets 0..12.
+        while offset < 12 && Instant::now() < deadline {
+            let f = c
+                .fetch(
+                    &[FetchPosition {
+                        tp: tp.clone(),
+                        offset,
+                    }],
+                    &cfg,
+                )
+                .expect("fetch");
+            assert!(f[0].error.is_none(), "{kind:?}: {:?}", f[0].error);
+            for r in &f[0].records {
+                values.push_str(
+                    std::str::from_utf8(r.value.as_deref().unwrap_or_default()).unwrap_or("?"),
+                );
+            }
+            offset = f[0].next_offset;
+        }
+        (values, offset)
+    };
+    let (committed, end) = read(&mut c, IsolationLevel::ReadCommitted);
+    assert_eq!(end, 12, "{kind:?}: 9 records and 3 markers");
+    let expected = if broker_lists_aborted_transactions(&mut c, &tp) {
+        "aaacc"
+    } else {
+        "aaabbbbcc"
+    };
+    assert_eq!(committed, expected, "{kind:?}");
+    let (all, end) = read(&mut c, IsolationLevel::ReadUncommitted);
+    assert_eq!(all, "aaabbbbcc", "{kind:?}");
+    assert_eq!(end, 12, "{kind:?}");
+}
+
+/// Asks the leader directly (raw read_committed Fetch) whether it reports aborted transactions.
+fn broker_lists_aborted_transactions(c: &mut Client, tp: &TopicPartition) -> bool {
+    let leader = c.leader(tp).expect("leader");
+    let conn = c.connection(leader).expect("connection");
+    let version = conn.version_for(ApiKey::Fetch).expect("fetch version");
+    let req = msg::FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(1)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(tp.topic.to_string())))
+            .with_partitions(vec![fetch_request::FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp = conn.send(&req, version).expect("raw fetch");
+    resp.responses.iter().flat_map(|t| &t.partitions).any(|p| {
+        p.aborted_transactions
+            .as_ref()
+            .is_some_and(|a| !a.is_empty())
+    })
+}
+
+#[test]
+fn transaction_markers_are_skipped_mock() {
+    transaction_markers_are_skipped(BrokerKind::Mock);
+}
+
+#[test]
+fn transaction_markers_are_skipped_tansu() {
+    transaction_markers_are_skipped(BrokerKind::Tansu);
+}

@@ -247,8 +247,10 @@ pub fn decode_partition(
                 aborted_pending.pop();
             }
             if header.is_control() {
-                let records = decode_batch(input, &header, batch.clone())?;
-                if records.iter().any(is_abort_marker) {
+                let marker = control_marker(&batch).ok_or_else(|| {
+                    corrupt(base_offset, "unreadable transaction marker".to_string())
+                })?;
+                if marker == CONTROL_ABORT {
                     aborted_producers.remove(&header.producer_id);
                 }
                 continue;
@@ -284,12 +286,40 @@ pub fn decode_partition(
     Ok(summary)
 }
 
-/// A control record whose key says ABORT (key = version i16, type i16; type 0 is abort).
-fn is_abort_marker(r: &KpRecord) -> bool {
-    r.key
-        .as_ref()
-        .and_then(|k| k.get(2..4))
-        .is_some_and(|t| t == [0, 0])
+const CONTROL_ABORT: i16 = 0;
+
+/// The type of the first control record of a control batch (0 = ABORT, 1 = COMMIT).
+///
+/// Parsed here rather than by `kafka-protocol` because that would verify the batch CRC, and
+/// librdkafka's mock cluster writes transaction markers with a CRC of 0 (librdkafka itself does
+/// not check CRCs by default). A marker carries no user data, so skipping the check for it
+/// cannot let corrupt records through. Control batches are never compressed.
+fn control_marker(batch: &[u8]) -> Option<i16> {
+    let mut rest = batch.get(HEADER_LEN..)?;
+    let _record_len = read_varint(&mut rest)?;
+    rest = rest.get(1..)?; // attributes
+    let _timestamp_delta = read_varint(&mut rest)?;
+    let _offset_delta = read_varint(&mut rest)?;
+    let key_len = read_varint(&mut rest)?;
+    if key_len < 4 {
+        return None;
+    }
+    let key = rest.get(..4)?;
+    Some(i16::from_be_bytes([*key.get(2)?, *key.get(3)?]))
+}
+
+/// A zig-zag varint/varlong as used inside v2 records.
+fn read_varint(buf: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let (&b, rest) = buf.split_first()?;
+        *buf = rest;
+        value |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    None
 }
 
 /// Decodes one complete batch with `kafka-protocol`, using our bounded pure-Rust codecs.
@@ -733,6 +763,57 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         let _ = decode_partition(&input(&topic, 0), &data, &mut out);
         assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn transaction_marker_with_zero_crc_is_understood() {
+        // librdkafka's mock cluster writes markers with CRC 0; they carry no user data.
+        let topic: Arc<str> = Arc::from("t");
+        let marker = |pid: i64, off: i64, commit: bool| -> Vec<u8> {
+            let mut m = kp_record(off, "");
+            m.control = true;
+            m.transactional = true;
+            m.producer_id = pid;
+            m.producer_epoch = 0;
+            m.key = Some(Bytes::from(vec![0, 0, 0, u8::from(commit)]));
+            m.headers = Default::default();
+            let mut b = encode(&[m], Compression::None).to_vec();
+            b[17..21].copy_from_slice(&[0, 0, 0, 0]);
+            b
+        };
+        let mut txn = kp_record(0, "aborted");
+        txn.transactional = true;
+        txn.producer_id = 4;
+        txn.producer_epoch = 0;
+        let mut data = BytesMut::new();
+        data.extend_from_slice(&encode(&[txn], Compression::None));
+        data.extend_from_slice(&marker(4, 1, false));
+        data.extend_from_slice(&encode(&[kp_record(2, "plain")], Compression::None));
+        let data = data.freeze();
+        let aborted = [AbortedTxn {
+            producer_id: 4,
+            first_offset: 0,
+        }];
+        let mut inp = input(&topic, 0);
+        inp.aborted = Some(&aborted);
+        let mut out = Vec::new();
+        let s = decode_partition(&inp, &data, &mut out);
+        assert_eq!(s.ok().and_then(|s| s.next_offset), Some(3));
+        assert_eq!(values(&out), ["plain"]);
+        assert_eq!(control_marker(&marker(4, 1, true)), Some(1));
+        assert_eq!(control_marker(&[0u8; 10]), None);
+    }
+
+    #[test]
+    fn varints_decode_and_never_overrun() {
+        let mut b: &[u8] = &[0x01];
+        assert_eq!(read_varint(&mut b), Some(-1));
+        let mut b: &[u8] = &[0x96, 0x01];
+        assert_eq!(read_varint(&mut b), Some(75));
+        let mut b: &[u8] = &[0x80, 0x80];
+        assert_eq!(read_varint(&mut b), None);
+        let mut b: &[u8] = &[0xff; 20];
+        assert_eq!(read_varint(&mut b), None);
     }
 
     #[test]
