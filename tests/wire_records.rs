@@ -603,3 +603,61 @@ fn transaction_markers_are_skipped_mock() {
 fn transaction_markers_are_skipped_tansu() {
     transaction_markers_are_skipped(BrokerKind::Tansu);
 }
+
+/// The mock keeps about 45,000 records of 100 bytes per partition and drops older segments, so
+/// after 60,000 records the earliest offset is above 0 and fetching below it is
+/// OFFSET_OUT_OF_RANGE, reported for that partition only. Mock only: tansu keeps everything.
+#[test]
+fn earliest_offset_after_old_segments_are_dropped_mock() {
+    let broker = BrokerKind::Mock.start();
+    let mut c = client(&*broker);
+    let topic = unique_name("retention");
+    broker.create_topic(&topic, 2);
+    peer_produce(
+        &broker.bootstrap(),
+        &topic,
+        60_000,
+        &["--partition", "0", "--size", "100", "--timeout-s", "90"],
+    );
+    let p0 = TopicPartition::new(topic.as_str(), 0);
+    let p1 = TopicPartition::new(topic.as_str(), 1);
+    let (earliest, latest) = single_partition_offsets(&mut c, &p0);
+    assert_eq!(latest, 60_000);
+    assert!(earliest > 0 && earliest < latest, "earliest {earliest}");
+    let f = c
+        .fetch(
+            &[
+                FetchPosition {
+                    tp: p0.clone(),
+                    offset: 0,
+                },
+                FetchPosition {
+                    tp: p1.clone(),
+                    offset: 0,
+                },
+            ],
+            &fetch_cfg(),
+        )
+        .expect("fetch");
+    let r0 = f.iter().find(|r| r.tp == p0).expect("p0");
+    assert_eq!(
+        r0.error.as_ref().and_then(|e| e.kafka_code()),
+        Some(rebalance_guard::wire::KafkaCode::OFFSET_OUT_OF_RANGE),
+        "{:?}",
+        r0.error
+    );
+    assert_eq!(r0.log_start_offset, earliest);
+    let r1 = f.iter().find(|r| r.tp == p1).expect("p1");
+    assert!(r1.error.is_none(), "{:?}", r1.error);
+    // Fetching from the earliest offset works.
+    let f = c
+        .fetch(
+            &[FetchPosition {
+                tp: p0.clone(),
+                offset: earliest,
+            }],
+            &fetch_cfg(),
+        )
+        .expect("fetch");
+    assert_eq!(f[0].records.first().map(|r| r.offset), Some(earliest));
+}
