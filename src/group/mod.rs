@@ -26,3 +26,13 @@ pub use membership::{
     after_sync, before_join, classify, ErrorAction, FatalError, GroupApi, RebalanceEvent,
     RebalancePlan,
 };
+
+mod heartbeat;
+pub mod member;
+pub mod requests;
+mod session;
+
+pub use heartbeat::LostHook;
+pub use member::{GroupConfig, GroupContext, GroupError, GroupMember, RebalanceListener};
+pub use requests::MemberIdentity;
+pub use session::LostReason;

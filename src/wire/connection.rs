@@ -202,6 +202,31 @@ impl Connection {
         self.receive(pending, timeout)
     }
 
+    /// Sends `req` and returns the response body undecoded (after the response header).
+    ///
+    /// For the rare caller that must still read the error code of a response some brokers
+    /// encode loosely (librdkafka's mock writes a null `protocol_name` in JoinGroup v5 error
+    /// responses, which the schema forbids): it decodes the body itself and can fall back to the
+    /// fixed-position error code.
+    pub fn send_for_body<R: WireRequest>(
+        &mut self,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<Bytes> {
+        let pending = self.send_request(req, version)?;
+        let result = self
+            .read_frame(timeout)
+            .and_then(|mut frame| self.check_header::<R>(&mut frame, &pending));
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Err(e) = &result {
+            if e.breaks_connection() {
+                self.broken = true;
+            }
+        }
+        result
+    }
+
     /// Writes `req` without waiting for the answer; pair it with [`Connection::receive`].
     ///
     /// Refuses a version the broker did not advertise, so a bug upstream cannot put an

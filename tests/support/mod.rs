@@ -21,6 +21,8 @@
 //! infrastructure must not pull dependencies into the crate.
 #![allow(dead_code)]
 
+pub mod ours;
+
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -1,0 +1,726 @@
+//! A member of a consumer group under the classic protocol, driven from the poll thread.
+//!
+//! Read it as one story (as franz-go's group consumer reads): [`GroupMember::poll`] reports
+//! losses the heartbeat thread detected, then, when the group asks for it, revokes (eager), joins,
+//! assigns partitions if we lead, syncs, and hands the listener the partitions revoked and
+//! assigned, in that order. Listener callbacks run on the poll thread, one at a time; revoked and
+//! lost are separate callbacks and never run concurrently.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::assignor::{
+    assign_and_encode, assignor_for, select_protocol, LeaderError, MemberSubscription,
+    RebalanceProtocol, StrategyError,
+};
+use super::consumer_protocol::{decode_assignment, decode_subscription, DecodeError, Subscription};
+use super::heartbeat::{self, lose_assignment, HeartbeatSettings, LostHook};
+use super::membership::{
+    after_sync, classify, error_code, ErrorAction, ErrorContext, FatalError, GroupApi,
+    RebalanceEvent,
+};
+use super::requests::{self, JoinParams, MemberIdentity};
+use super::session::{LostReason, Phase, Shared};
+use crate::wire::{self, Client, ClientConfig, CommitIdentity, WireError};
+use crate::TopicPartition;
+
+/// What a group member needs to know beyond the connection settings.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// `group.instance.id`: static membership (KIP-345).
+    pub group_instance_id: Option<String>,
+    /// The subscribed topics.
+    pub topics: Vec<String>,
+    /// `partition.assignment.strategy`, in preference order.
+    pub strategies: Vec<String>,
+    /// `session.timeout.ms`.
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms`.
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms`, also the rebalance timeout (as in Java).
+    pub max_poll_interval: Duration,
+}
+
+/// Why the membership cannot go on.
+#[derive(Debug)]
+pub enum GroupError {
+    /// The coordinator refused us for good (FENCED_INSTANCE_ID, authorization, ...).
+    Fatal(FatalError),
+    /// The network or the broker failed beyond the client's retries.
+    Wire(WireError),
+    /// `partition.assignment.strategy` cannot be used with this subscription.
+    Strategy(StrategyError),
+    /// As leader, we could not compute or encode the assignment.
+    Leader(LeaderError),
+    /// The coordinator picked an assignor we did not offer.
+    UnknownAssignor(String),
+    /// The assignment bytes the coordinator relayed are malformed.
+    Assignment(DecodeError),
+    /// The heartbeat thread could not be started.
+    Thread(std::io::Error),
+    /// The member was closed.
+    Closed,
+}
+
+impl fmt::Display for GroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GroupError::Fatal(e) => write!(f, "{e}"),
+            GroupError::Wire(e) => write!(f, "group coordination failed: {e}"),
+            GroupError::Strategy(e) => write!(f, "partition.assignment.strategy: {e}"),
+            GroupError::Leader(e) => write!(f, "as group leader: {e}"),
+            GroupError::UnknownAssignor(name) => {
+                write!(
+                    f,
+                    "the coordinator selected assignor {name:?}, which we did not offer"
+                )
+            }
+            GroupError::Assignment(e) => {
+                write!(f, "malformed assignment from the coordinator: {e}")
+            }
+            GroupError::Thread(e) => write!(f, "cannot start the heartbeat thread: {e}"),
+            GroupError::Closed => write!(f, "the group member is closed"),
+        }
+    }
+}
+
+impl std::error::Error for GroupError {}
+
+impl From<WireError> for GroupError {
+    fn from(e: WireError) -> Self {
+        GroupError::Wire(e)
+    }
+}
+
+/// Each partition's own commit result: one refused partition does not fail the others.
+pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
+
+/// Receives the membership's events on the poll thread.
+///
+/// Revocation callbacks get a [`GroupContext`] whose `commit` carries the generation the
+/// partitions were owned in, so a synchronous commit there is fenced correctly by the broker.
+pub trait RebalanceListener {
+    /// These partitions are handed back: flush and commit them now, synchronously.
+    fn on_partitions_revoked(&mut self, ctx: &mut GroupContext<'_>, partitions: &[TopicPartition]);
+    /// These partitions are ours from now on (under cooperative rebalancing: only the new ones).
+    fn on_partitions_assigned(&mut self, ctx: &mut GroupContext<'_>, partitions: &[TopicPartition]);
+    /// These partitions were taken away without a handoff: do not commit them. They were already
+    /// fenced through the [`LostHook`] when the loss was detected.
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason);
+}
+
+/// The group as seen from inside a listener callback: the client and a commit bound to the current
+/// generation.
+pub struct GroupContext<'a> {
+    client: &'a mut Client,
+    shared: &'a Shared,
+    group_id: &'a str,
+    instance_id: Option<&'a str>,
+    identity: MemberIdentity,
+}
+
+impl GroupContext<'_> {
+    /// The wire client, e.g. to fetch committed offsets of newly assigned partitions.
+    pub fn client(&mut self) -> &mut Client {
+        self.client
+    }
+
+    /// The generation this context commits in.
+    pub fn generation_id(&self) -> i32 {
+        self.identity.generation_id
+    }
+
+    /// Our member id.
+    pub fn member_id(&self) -> &str {
+        &self.identity.member_id
+    }
+
+    /// Commits synchronously with this generation and member id; see [`commit_offsets`].
+    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, WireError> {
+        commit_offsets(
+            self.client,
+            self.shared,
+            self.group_id,
+            self.instance_id,
+            &self.identity,
+            offsets,
+        )
+    }
+}
+
+/// Commits `offsets` carrying `identity`, and asks for a rejoin when the coordinator says our
+/// generation is over (the caller still gets each partition's error, and must not retry it into
+/// success: the partitions may belong to someone else now).
+fn commit_offsets(
+    client: &mut Client,
+    shared: &Shared,
+    group_id: &str,
+    instance_id: Option<&str>,
+    identity: &MemberIdentity,
+    offsets: &[wire::CommitOffset],
+) -> Result<CommitResults, WireError> {
+    let who = CommitIdentity {
+        group_id,
+        generation_id_or_member_epoch: identity.generation_id,
+        member_id: &identity.member_id,
+        group_instance_id: instance_id,
+    };
+    let results = client.offset_commit(&who, offsets)?;
+    let generation_over = results.iter().any(|(_, r)| {
+        r.as_ref()
+            .err()
+            .and_then(WireError::kafka_code)
+            .is_some_and(|c| {
+                matches!(
+                    c.0,
+                    error_code::ILLEGAL_GENERATION
+                        | error_code::UNKNOWN_MEMBER_ID
+                        | error_code::REBALANCE_IN_PROGRESS
+                )
+            })
+    });
+    if generation_over {
+        let mut state = shared.lock();
+        if state.identity == *identity && state.rejoin.is_none() {
+            log::warn!(
+                "offset commit refused for generation {}: rejoining",
+                identity.generation_id
+            );
+            state.rejoin = Some("offset commit refused for this generation".to_string());
+        }
+    }
+    Ok(results)
+}
+
+/// A consumer-group member (classic protocol) with its background heartbeat thread.
+pub struct GroupMember {
+    config: GroupConfig,
+    client: Client,
+    shared: Arc<Shared>,
+    heartbeat: Option<JoinHandle<()>>,
+    hook: LostHook,
+    protocol: RebalanceProtocol,
+}
+
+impl fmt::Debug for GroupMember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupMember")
+            .field("group_id", &self.config.group_id)
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupMember {
+    /// Connects, checks the assignment strategies, and starts the heartbeat thread. The first
+    /// [`poll`](Self::poll) joins the group.
+    ///
+    /// `hook` is called with partitions whose ownership ended without a handoff, from whichever
+    /// thread detected it, before anything else happens: wire it to the guard's `lost`.
+    pub fn new(
+        config: GroupConfig,
+        client_config: ClientConfig,
+        hook: LostHook,
+    ) -> Result<GroupMember, GroupError> {
+        let protocol = select_protocol(
+            &config.strategies,
+            &Subscription::new(config.topics.clone()),
+        )
+        .map_err(GroupError::Strategy)?
+        .rebalance_protocol;
+        let client = Client::connect(client_config.clone())?;
+        let shared = Arc::new(Shared::new());
+        let heartbeat = heartbeat::spawn(
+            shared.clone(),
+            client_config,
+            HeartbeatSettings {
+                group_id: config.group_id.clone(),
+                instance_id: config.group_instance_id.clone(),
+                interval: config.heartbeat_interval,
+                session_timeout: config.session_timeout,
+                max_poll_interval: config.max_poll_interval,
+            },
+            hook.clone(),
+        )
+        .map_err(GroupError::Thread)?;
+        Ok(GroupMember {
+            config,
+            client,
+            shared,
+            heartbeat: Some(heartbeat),
+            hook,
+            protocol,
+        })
+    }
+
+    /// The wire client of the poll thread, for fetching and offset look-ups.
+    pub fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// The group's configuration.
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// Eager or cooperative, as implied by `partition.assignment.strategy`.
+    pub fn rebalance_protocol(&self) -> RebalanceProtocol {
+        self.protocol
+    }
+
+    /// The partitions we own now.
+    pub fn owned(&self) -> Vec<TopicPartition> {
+        self.shared.lock().owned.clone()
+    }
+
+    /// Our generation id and member id.
+    pub fn identity(&self) -> MemberIdentity {
+        self.shared.lock().identity.clone()
+    }
+
+    /// True while we are in a generation with nothing pending: records may be processed.
+    pub fn is_stable(&self) -> bool {
+        let state = self.shared.lock();
+        state.phase == Phase::Stable && state.rejoin.is_none()
+    }
+
+    /// True when the group wants us to rejoin (a rebalance is in progress): the poll loop should
+    /// finish its batch quickly and poll.
+    pub fn rejoin_pending(&self) -> bool {
+        self.shared.lock().rejoin.is_some()
+    }
+
+    /// Records that the poll thread is alive (for `max.poll.interval.ms`).
+    pub fn mark_polled(&self) {
+        self.shared.lock().last_poll = Instant::now();
+    }
+
+    /// Commits with the current generation and member id; see [`GroupContext::commit`].
+    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, WireError> {
+        let identity = self.identity();
+        commit_offsets(
+            &mut self.client,
+            &self.shared,
+            &self.config.group_id,
+            self.config.group_instance_id.as_deref(),
+            &identity,
+            offsets,
+        )
+    }
+
+    fn context(&mut self, identity: MemberIdentity) -> GroupContext<'_> {
+        GroupContext {
+            client: &mut self.client,
+            shared: &self.shared,
+            group_id: &self.config.group_id,
+            instance_id: self.config.group_instance_id.as_deref(),
+            identity,
+        }
+    }
+
+    /// Drives the membership: reports losses, and joins or rejoins when needed, calling the
+    /// listener on this thread. Returns once the member is stable or `timeout` has passed (a
+    /// JoinGroup in flight may take up to the rebalance timeout).
+    pub fn poll(
+        &mut self,
+        listener: &mut dyn RebalanceListener,
+        timeout: Duration,
+    ) -> Result<(), GroupError> {
+        self.mark_polled();
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            self.report_losses(listener)?;
+            let reason = {
+                let state = self.shared.lock();
+                if state.phase == Phase::Closed {
+                    return Err(GroupError::Closed);
+                }
+                match (&state.rejoin, state.phase) {
+                    (None, Phase::Stable) => return Ok(()),
+                    (Some(reason), _) => reason.clone(),
+                    (None, _) => "not in a generation".to_string(),
+                }
+            };
+            match self.join_and_sync(listener, &reason) {
+                Ok(()) => {
+                    backoff = Duration::from_millis(50);
+                    continue;
+                }
+                Err(Step::Retry(why)) => {
+                    log::info!("group {}: {why}; retrying", self.config.group_id);
+                }
+                Err(Step::Fail(error)) => return Err(error),
+            }
+            if Instant::now() + backoff >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    fn report_losses(&mut self, listener: &mut dyn RebalanceListener) -> Result<(), GroupError> {
+        let (lost, fatal) = {
+            let mut state = self.shared.lock();
+            (std::mem::take(&mut state.lost), state.fatal.take())
+        };
+        for (partitions, reason) in lost {
+            if !partitions.is_empty() {
+                listener.on_partitions_lost(&partitions, &reason);
+            }
+        }
+        match fatal {
+            Some(fatal) => Err(GroupError::Fatal(fatal)),
+            None => Ok(()),
+        }
+    }
+
+    fn classify(&self, api: GroupApi, code: i16) -> ErrorAction {
+        let ctx = ErrorContext {
+            group_id: &self.config.group_id,
+            group_instance_id: self.config.group_instance_id.as_deref(),
+        };
+        classify(api, code, &ctx)
+    }
+
+    /// Applies a group error code from JoinGroup or SyncGroup.
+    fn handle_error(&mut self, api: GroupApi, code: i16, member_id: &str) -> Step {
+        match self.classify(api, code) {
+            ErrorAction::Proceed => Step::Retry(format!("{api} answered {code}")),
+            ErrorAction::Retry => Step::Retry(format!("{api} answered retriable error {code}")),
+            ErrorAction::RediscoverCoordinator => {
+                self.client.invalidate_coordinator(&self.config.group_id);
+                Step::Retry(format!("{api}: coordinator moved ({code})"))
+            }
+            ErrorAction::Rejoin => {
+                if code == error_code::MEMBER_ID_REQUIRED {
+                    // KIP-394: the coordinator gave us an id; join again with it.
+                    self.shared.lock().identity.member_id = member_id.to_string();
+                }
+                Step::Retry(format!("{api}: rejoin ({code})"))
+            }
+            ErrorAction::ResetAndRejoin { reset_member_id } => {
+                let mut state = self.shared.lock();
+                lose_assignment(
+                    &mut state,
+                    &self.hook,
+                    LostReason::Fenced(code),
+                    reset_member_id,
+                );
+                Step::Retry(format!("{api}: membership reset ({code})"))
+            }
+            ErrorAction::Fatal(fatal) => {
+                let mut state = self.shared.lock();
+                lose_assignment(&mut state, &self.hook, LostReason::Fenced(code), true);
+                Step::Fail(GroupError::Fatal(fatal))
+            }
+        }
+    }
+
+    /// The coordinator's node id, with a live connection to it.
+    fn coordinator(&mut self) -> Result<i32, Step> {
+        let group = &self.config.group_id;
+        let node = match self.client.find_coordinator(group) {
+            Ok(info) => info.node_id,
+            Err(e) => return Err(Step::Retry(format!("cannot find the coordinator: {e}"))),
+        };
+        if let Err(e) = self.client.connection(node) {
+            self.client.invalidate_coordinator(group);
+            return Err(Step::Retry(format!("cannot reach the coordinator: {e}")));
+        }
+        Ok(node)
+    }
+
+    /// Sends one request to the coordinator; on failure the coordinator is looked up again next
+    /// time and the member goes back to unjoined (the rebalance must be retried).
+    fn with_coordinator<T>(
+        &mut self,
+        reason: &str,
+        what: &str,
+        send: impl FnOnce(&mut wire::Connection) -> Result<T, WireError>,
+    ) -> Result<T, Step> {
+        let result = self.coordinator().and_then(|node| {
+            self.client
+                .connection(node)
+                .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
+                .and_then(|conn| send(conn).map_err(|e| Step::Retry(format!("{what} failed: {e}"))))
+        });
+        if result.is_err() {
+            self.client.invalidate_coordinator(&self.config.group_id);
+            self.back_to_unjoined(reason);
+        }
+        result
+    }
+
+    /// One rebalance round: (eager) revoke, JoinGroup, (leader) assign, SyncGroup, then revoked
+    /// and assigned callbacks.
+    fn join_and_sync(
+        &mut self,
+        listener: &mut dyn RebalanceListener,
+        reason: &str,
+    ) -> Result<(), Step> {
+        // Eager: hand back everything while the old generation is still valid for commits.
+        let (owned, identity) = {
+            let state = self.shared.lock();
+            (state.owned.clone(), state.identity.clone())
+        };
+        if self.protocol == RebalanceProtocol::Eager && !owned.is_empty() {
+            log::info!(
+                "group {}: revoking {} partition(s) before rejoining ({reason})",
+                self.config.group_id,
+                owned.len()
+            );
+            listener.on_partitions_revoked(&mut self.context(identity.clone()), &owned);
+            self.shared.lock().owned.clear();
+        }
+        let owned = if self.protocol == RebalanceProtocol::Eager {
+            Vec::new()
+        } else {
+            owned
+        };
+        {
+            let mut state = self.shared.lock();
+            state.phase = Phase::Joining;
+            state.rejoin = None;
+        }
+
+        let mut subscription = Subscription::new(self.config.topics.clone());
+        subscription.owned_partitions = owned.clone();
+        subscription.generation_id = identity.generation_id;
+        let protocols = select_protocol(&self.config.strategies, &subscription)
+            .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
+            .protocols;
+        let group_id = self.config.group_id.clone();
+        let instance_id = self.config.group_instance_id.clone();
+        let params = JoinParams {
+            group_id: &group_id,
+            instance_id: instance_id.as_deref(),
+            session_timeout: self.config.session_timeout,
+            rebalance_timeout: self.config.max_poll_interval,
+            protocols: &protocols,
+            reason,
+        };
+        let joined = self.with_coordinator(reason, "JoinGroup", |conn| {
+            requests::join_group(conn, &identity, &params)
+        })?;
+        if joined.error_code != error_code::NONE {
+            self.back_to_unjoined(reason);
+            return Err(self.handle_error(
+                GroupApi::JoinGroup,
+                joined.error_code,
+                &joined.member_id,
+            ));
+        }
+        let me = MemberIdentity {
+            generation_id: joined.generation_id,
+            member_id: joined.member_id.clone(),
+        };
+        self.shared.lock().identity = me.clone();
+        let protocol_name = joined.protocol_name.clone();
+        let is_leader = joined.leader == joined.member_id;
+        log::info!(
+            "group {group_id}: joined generation {} as {} ({}), assignor {:?}",
+            me.generation_id,
+            me.member_id,
+            if is_leader { "leader" } else { "follower" },
+            protocol_name
+        );
+
+        let assignments = if is_leader {
+            self.lead(&joined.members, protocol_name.as_deref())
+                .inspect_err(|_| self.back_to_unjoined(reason))?
+        } else {
+            Vec::new()
+        };
+
+        let rebalance_timeout = self.config.max_poll_interval;
+        let (code, bytes) = self.with_coordinator(reason, "SyncGroup", |conn| {
+            requests::sync_group(
+                conn,
+                &group_id,
+                instance_id.as_deref(),
+                &me,
+                protocol_name.as_deref(),
+                assignments,
+                rebalance_timeout,
+            )
+        })?;
+        if code != error_code::NONE {
+            self.back_to_unjoined(reason);
+            return Err(self.handle_error(GroupApi::SyncGroup, code, &me.member_id));
+        }
+        let assignment = decode_assignment(&bytes).map_err(|e| {
+            self.back_to_unjoined(reason);
+            Step::Fail(GroupError::Assignment(e))
+        })?;
+        let subscribed: BTreeSet<&str> = self.config.topics.iter().map(String::as_str).collect();
+        let assigned: Vec<TopicPartition> = assignment
+            .partitions
+            .into_iter()
+            .filter(|tp| {
+                let ok = subscribed.contains(&*tp.topic);
+                if !ok {
+                    log::warn!("assigned {tp}, which we did not subscribe to: ignored");
+                }
+                ok
+            })
+            .collect();
+
+        let plan = after_sync(self.protocol, &owned, &assigned);
+        log::info!(
+            "group {group_id}: generation {} assigns {} partition(s){}",
+            me.generation_id,
+            plan.owned_after.len(),
+            if plan.rejoin {
+                ", follow-up rebalance needed"
+            } else {
+                ""
+            }
+        );
+        for event in plan.events {
+            match event {
+                RebalanceEvent::Revoke(partitions) => {
+                    listener.on_partitions_revoked(&mut self.context(me.clone()), &partitions);
+                }
+                RebalanceEvent::Assign(partitions) => {
+                    {
+                        let mut state = self.shared.lock();
+                        state.owned = plan.owned_after.clone();
+                        state.phase = Phase::Stable;
+                        state.last_heartbeat_ok = Instant::now();
+                        if plan.rejoin {
+                            state
+                                .rejoin
+                                .get_or_insert_with(|| "cooperative follow-up".to_string());
+                        }
+                    }
+                    self.shared.wake.notify_all();
+                    listener.on_partitions_assigned(&mut self.context(me.clone()), &partitions);
+                }
+                RebalanceEvent::Lost(partitions) => {
+                    listener.on_partitions_lost(&partitions, &LostReason::Fenced(0));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn back_to_unjoined(&self, reason: &str) {
+        let mut state = self.shared.lock();
+        if state.phase == Phase::Joining {
+            state.phase = Phase::Unjoined;
+        }
+        state.rejoin.get_or_insert_with(|| reason.to_string());
+    }
+
+    /// As leader: decode every member's subscription, learn the partition counts, run the
+    /// assignor the coordinator selected, and encode each member's assignment.
+    fn lead(
+        &mut self,
+        members: &[(String, Option<String>, bytes::Bytes)],
+        protocol_name: Option<&str>,
+    ) -> Result<Vec<(String, bytes::Bytes)>, Step> {
+        let name = protocol_name.unwrap_or_default();
+        let assignor = assignor_for(name)
+            .ok_or_else(|| Step::Fail(GroupError::UnknownAssignor(name.to_string())))?;
+        let mut subscriptions = Vec::with_capacity(members.len());
+        for (member_id, instance_id, metadata) in members {
+            match decode_subscription(metadata) {
+                Ok(decoded) => subscriptions.push(MemberSubscription::new(
+                    member_id.clone(),
+                    instance_id.clone(),
+                    decoded,
+                )),
+                Err(e) => log::warn!(
+                    "member {member_id} sent a malformed subscription ({e}); it gets no partitions"
+                ),
+            }
+        }
+        let topics: BTreeSet<String> = subscriptions
+            .iter()
+            .flat_map(|m| m.subscription.topics.iter().cloned())
+            .collect();
+        let mut partitions_per_topic = BTreeMap::new();
+        for topic in &topics {
+            match self.client.partitions(topic) {
+                Ok(partitions) => {
+                    partitions_per_topic.insert(topic.clone(), partitions.len() as i32);
+                }
+                Err(e) => log::warn!("no metadata for subscribed topic {topic}: {e}"),
+            }
+        }
+        let encoded = assign_and_encode(assignor, &subscriptions, &partitions_per_topic)
+            .map_err(|e| Step::Fail(GroupError::Leader(e)))?;
+        Ok(encoded.into_iter().collect())
+    }
+
+    /// Leaves the group: revokes (and so commits) everything through the listener while the
+    /// generation is still ours, then sends LeaveGroup unless the member is static (a static
+    /// member keeps its partitions across a restart within the session timeout), and stops the
+    /// heartbeat thread.
+    pub fn close(&mut self, listener: &mut dyn RebalanceListener) -> Result<(), GroupError> {
+        let _ = self.report_losses(listener);
+        let (owned, identity, phase) = {
+            let state = self.shared.lock();
+            (state.owned.clone(), state.identity.clone(), state.phase)
+        };
+        if phase == Phase::Closed {
+            return Ok(());
+        }
+        if !owned.is_empty() {
+            listener.on_partitions_revoked(&mut self.context(identity.clone()), &owned);
+        }
+        {
+            let mut state = self.shared.lock();
+            state.owned.clear();
+            state.phase = Phase::Closed;
+        }
+        self.shared.wake.notify_all();
+        if let Some(handle) = self.heartbeat.take() {
+            let _ = handle.join();
+        }
+        if self.config.group_instance_id.is_some() || identity.member_id.is_empty() {
+            return Ok(());
+        }
+        let group_id = self.config.group_id.clone();
+        match self.with_coordinator("closing", "LeaveGroup", |conn| {
+            requests::leave_group(
+                conn,
+                &group_id,
+                None,
+                &identity.member_id,
+                "consumer closed",
+            )
+        }) {
+            Ok(0) => log::info!("left group {group_id}"),
+            Ok(code) => log::warn!("LeaveGroup answered error {code}"),
+            Err(Step::Retry(why)) => log::warn!("cannot leave group {group_id}: {why}"),
+            Err(Step::Fail(e)) => return Err(e),
+        }
+        Ok(())
+    }
+}
+
+impl Drop for GroupMember {
+    fn drop(&mut self) {
+        self.shared.lock().phase = Phase::Closed;
+        self.shared.wake.notify_all();
+        if let Some(handle) = self.heartbeat.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The outcome of a failed rebalance step.
+enum Step {
+    /// Try again after a backoff (coordinator moved, rebalance in progress, member id required).
+    Retry(String),
+    /// Give up: the caller gets the error.
+    Fail(GroupError),
+}

@@ -1,0 +1,294 @@
+//! The four classic-protocol group requests, each built at the highest version both sides speak.
+//!
+//! Shared by the poll thread (join, sync, leave) and the heartbeat thread (heartbeat, leave), so
+//! that the version rules live in one place: static membership (`group.instance.id`) needs
+//! JoinGroup v5, SyncGroup v3, Heartbeat v3 and LeaveGroup v3, and a broker that cannot carry it
+//! must fail loudly rather than silently turn a static member into a dynamic one.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    self as msg, join_group_request, leave_group_request, sync_group_request, ApiKey, GroupId,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use super::assignor::JoinProtocol;
+use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
+use crate::wire::{Connection, Result as WireResult, VersionRange, WireError};
+
+/// Who we are in the group, as the coordinator knows us.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberIdentity {
+    /// The generation of the last completed join, or -1 outside a generation.
+    pub generation_id: i32,
+    /// The member id the coordinator gave us, or "" before the first join.
+    pub member_id: String,
+}
+
+impl MemberIdentity {
+    /// Not a member of any generation.
+    pub fn unjoined() -> Self {
+        MemberIdentity {
+            generation_id: -1,
+            member_id: String::new(),
+        }
+    }
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// The versions of the group APIs we speak: from what KIP-896 keeps in Kafka 4.0 up to the
+/// newest version whose fields we fill in.
+fn ours(api: ApiKey) -> VersionRange {
+    match api {
+        ApiKey::JoinGroup => VersionRange::new(2, MAX_JOIN_GROUP),
+        ApiKey::SyncGroup => VersionRange::new(0, MAX_SYNC_GROUP),
+        ApiKey::Heartbeat => VersionRange::new(0, MAX_HEARTBEAT),
+        ApiKey::LeaveGroup => VersionRange::new(0, MAX_LEAVE_GROUP),
+        other => {
+            let r = other.valid_versions();
+            VersionRange::new(r.min, r.max)
+        }
+    }
+}
+
+const MAX_JOIN_GROUP: i16 = 5;
+const MAX_SYNC_GROUP: i16 = 3;
+const MAX_HEARTBEAT: i16 = 3;
+const MAX_LEAVE_GROUP: i16 = 3;
+
+/// Picks the version for `api`, refusing a broker too old to carry a static member id.
+fn version(
+    conn: &Connection,
+    api: ApiKey,
+    instance_id: Option<&str>,
+    static_min: i16,
+) -> WireResult<i16> {
+    let v = conn.version_within(api, ours(api))?;
+    if instance_id.is_some() && v < static_min {
+        return Err(WireError::UnsupportedVersion {
+            api: api as i16,
+            ours: (static_min, ours(api).max),
+            broker: conn.versions().broker_range(api).map(|r| (r.min, r.max)),
+        });
+    }
+    Ok(v)
+}
+
+/// What JoinGroup needs besides our identity.
+pub struct JoinParams<'a> {
+    /// The group.
+    pub group_id: &'a str,
+    /// Static membership id.
+    pub instance_id: Option<&'a str>,
+    /// `session.timeout.ms`.
+    pub session_timeout: Duration,
+    /// How long the coordinator waits for every member to rejoin (`max.poll.interval.ms`).
+    pub rebalance_timeout: Duration,
+    /// Our assignors with our subscription, in preference order.
+    pub protocols: &'a [JoinProtocol],
+    /// Why we (re)join, for the broker's log (JoinGroup v8+).
+    pub reason: &'a str,
+}
+
+/// A JoinGroup answer with the error code left for the caller to classify.
+pub struct JoinOutcome {
+    /// Kafka error code (0 = success).
+    pub error_code: i16,
+    /// The generation the join completed.
+    pub generation_id: i32,
+    /// The member id the coordinator gave us (also set with MEMBER_ID_REQUIRED).
+    pub member_id: String,
+    /// The leader's member id.
+    pub leader: String,
+    /// The assignor the coordinator picked.
+    pub protocol_name: Option<String>,
+    /// Every member with its subscription bytes; only the leader receives them.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+/// The top-level error code of a response body: after `throttle_time_ms` when the version has it.
+fn leading_error_code(body: &[u8], has_throttle: bool) -> Option<i16> {
+    let at = if has_throttle { 4 } else { 0 };
+    let bytes = body.get(at..at + 2)?;
+    Some(i16::from_be_bytes([bytes[0], bytes[1]]))
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Sends JoinGroup and waits for the rebalance to gather every member (up to the rebalance
+/// timeout, plus slack for the network).
+pub fn join_group(
+    conn: &mut Connection,
+    me: &MemberIdentity,
+    params: &JoinParams<'_>,
+) -> WireResult<JoinOutcome> {
+    let v = version(conn, ApiKey::JoinGroup, params.instance_id, 5)?;
+    let mut req = msg::JoinGroupRequest::default()
+        .with_group_id(GroupId(str_bytes(params.group_id)))
+        .with_session_timeout_ms(millis(params.session_timeout))
+        .with_member_id(str_bytes(&me.member_id))
+        .with_protocol_type(str_bytes(CONSUMER_PROTOCOL_TYPE))
+        .with_protocols(
+            params
+                .protocols
+                .iter()
+                .map(|p| {
+                    join_group_request::JoinGroupRequestProtocol::default()
+                        .with_name(str_bytes(p.name))
+                        .with_metadata(p.metadata.clone())
+                })
+                .collect(),
+        );
+    if v >= 1 {
+        req = req.with_rebalance_timeout_ms(millis(params.rebalance_timeout));
+    }
+    if v >= 5 {
+        req = req.with_group_instance_id(params.instance_id.map(str_bytes));
+    }
+    if v >= 8 {
+        req = req.with_reason(Some(str_bytes(params.reason)));
+    }
+    let wait = params.rebalance_timeout + Duration::from_secs(5);
+    let body = conn.send_for_body(&req, v, wait)?;
+    let resp = match msg::JoinGroupResponse::decode(&mut body.clone(), v) {
+        Ok(resp) => resp,
+        Err(e) => {
+            // An error response whose other fields are malformed still tells us the error.
+            return match leading_error_code(&body, v >= 2) {
+                Some(code) if code != 0 => {
+                    log::debug!("JoinGroup v{v} error response did not decode ({e:#}); using its error code {code}");
+                    Ok(JoinOutcome {
+                        error_code: code,
+                        generation_id: -1,
+                        member_id: String::new(),
+                        leader: String::new(),
+                        protocol_name: None,
+                        members: Vec::new(),
+                    })
+                }
+                _ => Err(WireError::Protocol(format!(
+                    "cannot decode JoinGroup v{v} response: {e:#}"
+                ))),
+            };
+        }
+    };
+    Ok(JoinOutcome {
+        error_code: resp.error_code,
+        generation_id: resp.generation_id,
+        member_id: resp.member_id.to_string(),
+        leader: resp.leader.to_string(),
+        protocol_name: resp.protocol_name.map(|p| p.to_string()),
+        members: resp
+            .members
+            .into_iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.map(|i| i.to_string()),
+                    m.metadata,
+                )
+            })
+            .collect(),
+    })
+}
+
+/// Sends SyncGroup (the leader with every member's assignment, followers with none) and returns
+/// the error code and our assignment bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn sync_group(
+    conn: &mut Connection,
+    group_id: &str,
+    instance_id: Option<&str>,
+    me: &MemberIdentity,
+    protocol_name: Option<&str>,
+    assignments: Vec<(String, Bytes)>,
+    rebalance_timeout: Duration,
+) -> WireResult<(i16, Bytes)> {
+    let v = version(conn, ApiKey::SyncGroup, instance_id, 3)?;
+    let mut req = msg::SyncGroupRequest::default()
+        .with_group_id(GroupId(str_bytes(group_id)))
+        .with_generation_id(me.generation_id)
+        .with_member_id(str_bytes(&me.member_id))
+        .with_assignments(
+            assignments
+                .into_iter()
+                .map(|(member, bytes)| {
+                    sync_group_request::SyncGroupRequestAssignment::default()
+                        .with_member_id(StrBytes::from_string(member))
+                        .with_assignment(bytes)
+                })
+                .collect(),
+        );
+    if v >= 3 {
+        req = req.with_group_instance_id(instance_id.map(str_bytes));
+    }
+    if v >= 5 {
+        req = req
+            .with_protocol_type(Some(str_bytes(CONSUMER_PROTOCOL_TYPE)))
+            .with_protocol_name(protocol_name.map(str_bytes));
+    }
+    let wait = rebalance_timeout + Duration::from_secs(5);
+    let resp = conn.send_with_timeout(&req, v, wait)?;
+    Ok((resp.error_code, resp.assignment))
+}
+
+/// Sends one Heartbeat and returns its error code.
+pub fn heartbeat(
+    conn: &mut Connection,
+    group_id: &str,
+    instance_id: Option<&str>,
+    me: &MemberIdentity,
+) -> WireResult<i16> {
+    let v = version(conn, ApiKey::Heartbeat, instance_id, 3)?;
+    let mut req = msg::HeartbeatRequest::default()
+        .with_group_id(GroupId(str_bytes(group_id)))
+        .with_generation_id(me.generation_id)
+        .with_member_id(str_bytes(&me.member_id));
+    if v >= 3 {
+        req = req.with_group_instance_id(instance_id.map(str_bytes));
+    }
+    Ok(conn.send(&req, v)?.error_code)
+}
+
+/// Leaves the group so the coordinator rebalances at once instead of waiting for the session
+/// timeout. Returns the error code (for the member itself on v3+).
+pub fn leave_group(
+    conn: &mut Connection,
+    group_id: &str,
+    instance_id: Option<&str>,
+    member_id: &str,
+    reason: &str,
+) -> WireResult<i16> {
+    // Dynamic members leave with v0-v2 where the broker has them: the librdkafka mock answers
+    // LeaveGroup v3 without the member list its schema requires. Static members need v3.
+    let v = match (
+        instance_id,
+        conn.version_within(ApiKey::LeaveGroup, VersionRange::new(0, 2)),
+    ) {
+        (None, Ok(v)) => v,
+        _ => version(conn, ApiKey::LeaveGroup, instance_id, 3)?,
+    };
+    let mut req = msg::LeaveGroupRequest::default().with_group_id(GroupId(str_bytes(group_id)));
+    if v >= 3 {
+        let mut member = leave_group_request::MemberIdentity::default()
+            .with_member_id(str_bytes(member_id))
+            .with_group_instance_id(instance_id.map(str_bytes));
+        if v >= 5 {
+            member = member.with_reason(Some(str_bytes(reason)));
+        }
+        req = req.with_members(vec![member]);
+    } else {
+        req = req.with_member_id(str_bytes(member_id));
+    }
+    let resp = conn.send(&req, v)?;
+    if resp.error_code != 0 {
+        return Ok(resp.error_code);
+    }
+    Ok(resp.members.first().map_or(0, |m| m.error_code))
+}

@@ -1,0 +1,81 @@
+//! The membership state shared by the poll thread and the heartbeat thread.
+//!
+//! One mutex, held only for reads and writes of this struct (never across I/O), and one condvar
+//! that wakes the heartbeat thread when the phase changes or the consumer closes.
+
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use super::membership::FatalError;
+use super::requests::MemberIdentity;
+use crate::TopicPartition;
+
+/// Where the member is in the classic protocol's life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not in a generation: before the first join, or after a reset.
+    Unjoined,
+    /// The poll thread is inside JoinGroup/SyncGroup; heartbeats pause.
+    Joining,
+    /// In a generation with an assignment; the heartbeat thread keeps the session alive.
+    Stable,
+    /// Closed; the heartbeat thread exits.
+    Closed,
+}
+
+/// Why the assignment was lost rather than handed off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// The poll thread did not poll within `max.poll.interval.ms`; we left the group.
+    PollTimeout,
+    /// No successful heartbeat for `session.timeout.ms`: the coordinator has very likely evicted
+    /// us, so we stop processing before it hands the partitions to someone else.
+    SessionExpired,
+    /// The coordinator answered with this error code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+    /// FENCED_INSTANCE_ID).
+    Fenced(i16),
+}
+
+pub(crate) struct SessionState {
+    pub(crate) phase: Phase,
+    pub(crate) identity: MemberIdentity,
+    pub(crate) owned: Vec<TopicPartition>,
+    /// Set when a rejoin is needed, with the reason for the logs and the JoinGroup request.
+    pub(crate) rejoin: Option<String>,
+    /// Partitions the heartbeat thread already fenced (through the lost hook) and that the poll
+    /// thread must still report to its listener.
+    pub(crate) lost: Vec<(Vec<TopicPartition>, LostReason)>,
+    pub(crate) fatal: Option<FatalError>,
+    pub(crate) last_poll: Instant,
+    pub(crate) last_heartbeat_ok: Instant,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<SessionState>,
+    pub(crate) wake: Condvar,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Self {
+        let now = Instant::now();
+        Shared {
+            state: Mutex::new(SessionState {
+                phase: Phase::Unjoined,
+                identity: MemberIdentity::unjoined(),
+                owned: Vec::new(),
+                rejoin: Some("initial join".to_string()),
+                lost: Vec::new(),
+                fatal: None,
+                last_poll: now,
+                last_heartbeat_ok: now,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// No code that can panic runs while the lock is held, so a poisoned lock still guards a
+    /// consistent state.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,252 @@
+//! Our own group member, run on a thread of its own the way a consumer's poll loop runs it, so
+//! tests can watch its events and ownership next to peer members.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use rebalance_guard::group::{
+    GroupConfig, GroupContext, GroupError, GroupMember, LostReason, RebalanceListener,
+};
+use rebalance_guard::wire::ClientConfig;
+use rebalance_guard::TopicPartition;
+
+/// One membership event as our listener saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OurEvent {
+    /// Partitions assigned (only the new ones under cooperative), with the generation.
+    Assigned(Vec<(String, i32)>, i32),
+    /// Partitions revoked, with the generation the revocation commits in.
+    Revoked(Vec<(String, i32)>, i32),
+    /// Partitions lost, with the reason.
+    Lost(Vec<(String, i32)>, String),
+    /// The lost hook fired (from whichever thread detected the loss).
+    Fenced(Vec<(String, i32)>),
+    /// `poll` failed.
+    Error(String),
+}
+
+fn names(partitions: &[TopicPartition]) -> Vec<(String, i32)> {
+    partitions
+        .iter()
+        .map(|tp| (tp.topic.to_string(), tp.partition))
+        .collect()
+}
+
+#[derive(Default)]
+struct Log {
+    events: Vec<OurEvent>,
+    owned: BTreeSet<(String, i32)>,
+}
+
+#[derive(Default)]
+struct Observed {
+    log: Mutex<Log>,
+    changed: Condvar,
+}
+
+impl Observed {
+    fn push(&self, event: OurEvent) {
+        let mut log = self.log.lock().unwrap();
+        match &event {
+            OurEvent::Assigned(p, _) => log.owned.extend(p.iter().cloned()),
+            OurEvent::Revoked(p, _) | OurEvent::Lost(p, _) => {
+                for tp in p {
+                    log.owned.remove(tp);
+                }
+            }
+            _ => {}
+        }
+        log.events.push(event);
+        self.changed.notify_all();
+    }
+}
+
+struct Listener(Arc<Observed>);
+
+impl RebalanceListener for Listener {
+    fn on_partitions_revoked(&mut self, ctx: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
+        self.0
+            .push(OurEvent::Revoked(names(partitions), ctx.generation_id()));
+    }
+
+    fn on_partitions_assigned(
+        &mut self,
+        ctx: &mut GroupContext<'_>,
+        partitions: &[TopicPartition],
+    ) {
+        self.0
+            .push(OurEvent::Assigned(names(partitions), ctx.generation_id()));
+    }
+
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
+        self.0
+            .push(OurEvent::Lost(names(partitions), format!("{reason:?}")));
+    }
+}
+
+/// Settings for [`OurMember::start`].
+#[derive(Clone, Debug)]
+pub struct OurMemberSpec {
+    pub bootstrap: String,
+    pub group: String,
+    pub topics: Vec<String>,
+    pub strategies: Vec<String>,
+    pub instance_id: Option<String>,
+    pub session_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub max_poll_interval_ms: u64,
+}
+
+impl OurMemberSpec {
+    /// Fast-rebalance settings measured on the mock (see DESIGN.md).
+    pub fn new(bootstrap: &str, group: &str, topic: &str, strategy: &str) -> Self {
+        OurMemberSpec {
+            bootstrap: bootstrap.to_string(),
+            group: group.to_string(),
+            topics: vec![topic.to_string()],
+            strategies: vec![strategy.to_string()],
+            instance_id: None,
+            session_timeout_ms: 6000,
+            heartbeat_interval_ms: 500,
+            max_poll_interval_ms: 30_000,
+        }
+    }
+}
+
+/// Our member on its own poll thread.
+pub struct OurMember {
+    observed: Arc<Observed>,
+    stop: Arc<AtomicBool>,
+    /// While non-zero, the poll thread does not poll until this instant (ms since `epoch`).
+    pause_until_ms: Arc<AtomicU64>,
+    epoch: Instant,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl OurMember {
+    pub fn start(spec: OurMemberSpec) -> OurMember {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let observed = Arc::new(Observed::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let pause_until_ms = Arc::new(AtomicU64::new(0));
+        let epoch = Instant::now();
+        let hook_observed = observed.clone();
+        let hook = Arc::new(move |partitions: &[TopicPartition]| {
+            hook_observed.push(OurEvent::Fenced(names(partitions)));
+        });
+        let config = GroupConfig {
+            group_id: spec.group.clone(),
+            group_instance_id: spec.instance_id.clone(),
+            topics: spec.topics.clone(),
+            strategies: spec.strategies.clone(),
+            session_timeout: Duration::from_millis(spec.session_timeout_ms),
+            heartbeat_interval: Duration::from_millis(spec.heartbeat_interval_ms),
+            max_poll_interval: Duration::from_millis(spec.max_poll_interval_ms),
+        };
+        let client = ClientConfig::from_bootstrap_str(&spec.bootstrap);
+        let (thread_observed, thread_stop, thread_pause) =
+            (observed.clone(), stop.clone(), pause_until_ms.clone());
+        let thread = thread::spawn(move || {
+            let mut member = match GroupMember::new(config, client, hook) {
+                Ok(member) => member,
+                Err(e) => {
+                    thread_observed.push(OurEvent::Error(e.to_string()));
+                    return;
+                }
+            };
+            let mut listener = Listener(thread_observed.clone());
+            while !thread_stop.load(Ordering::SeqCst) {
+                let pause = thread_pause.load(Ordering::SeqCst);
+                if pause > 0 && (epoch.elapsed().as_millis() as u64) < pause {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                match member.poll(&mut listener, Duration::from_millis(200)) {
+                    Ok(()) => {}
+                    Err(GroupError::Closed) => return,
+                    Err(e) => {
+                        thread_observed.push(OurEvent::Error(e.to_string()));
+                        return;
+                    }
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            if let Err(e) = member.close(&mut listener) {
+                thread_observed.push(OurEvent::Error(e.to_string()));
+            }
+        });
+        OurMember {
+            observed,
+            stop,
+            pause_until_ms,
+            epoch,
+            thread: Some(thread),
+        }
+    }
+
+    /// The partitions our listener believes it owns.
+    pub fn owned(&self) -> BTreeSet<(String, i32)> {
+        self.observed.log.lock().unwrap().owned.clone()
+    }
+
+    pub fn events(&self) -> Vec<OurEvent> {
+        self.observed.log.lock().unwrap().events.clone()
+    }
+
+    /// Waits until `done(events)` holds; the error carries the event log.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&[OurEvent], &BTreeSet<(String, i32)>) -> bool,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut log = self.observed.log.lock().unwrap();
+        loop {
+            if done(&log.events, &log.owned) {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "timed out after {timeout:?} waiting for {what}; events: {:?}",
+                    log.events
+                ));
+            }
+            log = self
+                .observed
+                .changed
+                .wait_timeout(log, deadline - now)
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// Simulates a handler stuck for `duration`: the poll thread does not poll.
+    pub fn stall(&self, duration: Duration) {
+        let until = self.epoch.elapsed() + duration;
+        self.pause_until_ms
+            .store(until.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Closes the member (revoke, LeaveGroup unless static) and waits for its thread.
+    pub fn close(mut self) -> Vec<OurEvent> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.events()
+    }
+}
+
+impl Drop for OurMember {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
