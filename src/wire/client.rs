@@ -333,7 +333,10 @@ struct BrokerState {
     retry_at: Option<Instant>,
 }
 
-/// A blocking, single-threaded Kafka client.
+/// A blocking Kafka client for one thread: it owns its sockets (one per broker for requests,
+/// one per broker for fetches) and its caches, so nothing is shared or locked. A thread that
+/// needs its own conversation with the cluster (the heartbeat thread) builds its own `Client`
+/// or [`Connection`].
 #[derive(Debug)]
 pub struct Client {
     config: ClientConfig,
@@ -983,6 +986,12 @@ impl Client {
                 }
             }
         }
+        if in_flight.is_empty() {
+            // Nothing could be sent (brokers down or in backoff, no leaders): wait as a long
+            // poll would, so that a caller looping on fetch does not spin.
+            thread::sleep(cfg.max_wait.min(self.config.retry_backoff));
+            return Ok(results);
+        }
         // Phase 2: collect the responses.
         let timeout = self.config.connection.request_timeout + cfg.max_wait;
         let mut responses = Vec::with_capacity(in_flight.len());
@@ -1157,9 +1166,7 @@ impl Client {
         }
         // A partition the broker did not answer for: nothing new, fetch it again next time.
         for pos in wanted.into_values() {
-            let mut r = failed(pos, WireError::Protocol(String::new()));
-            r.error = None;
-            results.push(r);
+            results.push(untouched(pos));
         }
     }
 
@@ -1524,8 +1531,9 @@ impl Client {
     }
 }
 
-/// A failed partition result that keeps the position so the caller can simply retry.
-fn failed(pos: &FetchPosition, error: WireError) -> FetchedPartition {
+/// A partition result with no records that keeps the position, so the caller simply fetches
+/// again.
+fn untouched(pos: &FetchPosition) -> FetchedPartition {
     FetchedPartition {
         tp: pos.tp.clone(),
         fetch_offset: pos.offset,
@@ -1534,7 +1542,15 @@ fn failed(pos: &FetchPosition, error: WireError) -> FetchedPartition {
         high_watermark: -1,
         last_stable_offset: -1,
         log_start_offset: -1,
+        error: None,
+    }
+}
+
+/// A failed partition result that keeps the position.
+fn failed(pos: &FetchPosition, error: WireError) -> FetchedPartition {
+    FetchedPartition {
         error: Some(error),
+        ..untouched(pos)
     }
 }
 
