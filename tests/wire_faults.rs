@@ -301,3 +301,104 @@ fn broker_down_then_up() {
         .expect("fetch");
     assert_eq!(f[0].records.len(), 3, "{:?}", f[0].error);
 }
+
+/// The group coordinator moves to another broker: the commit to the old one gets
+/// NOT_COORDINATOR, the client looks the coordinator up again and the commit succeeds; a
+/// transient COORDINATOR_LOAD_IN_PROGRESS on OffsetFetch is retried too.
+#[test]
+fn coordinator_moved_and_loading_are_retried() {
+    let topic = unique_name("coord");
+    let mock = mock_with_topic(3, &topic, 1);
+    let mut c = Client::connect(config(mock.bootstrap())).expect("connect");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let group = unique_name("g");
+    let who = CommitIdentity {
+        group_id: &group,
+        generation_id_or_member_epoch: -1,
+        member_id: "",
+        group_instance_id: None,
+    };
+    let commit = |c: &mut Client, offset: i64| {
+        let res = c
+            .offset_commit(
+                &who,
+                &[CommitOffset {
+                    tp: tp.clone(),
+                    offset,
+                    leader_epoch: None,
+                    metadata: None,
+                }],
+            )
+            .expect("commit");
+        assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
+    };
+    commit(&mut c, 1);
+    let old = c.find_coordinator(&group).expect("coordinator").node_id;
+    let new = if old == 1 { 2 } else { 1 };
+    // The mock accepts commits on any broker, so the move is made visible the way a real
+    // coordinator would: the old one answers NOT_COORDINATOR.
+    mock.must(&format!("coordinator group {group} {new}"));
+    mock.must("push_errors OffsetCommit NOT_COORDINATOR");
+    commit(&mut c, 2);
+    assert_eq!(
+        c.find_coordinator(&group).expect("coordinator").node_id,
+        new
+    );
+
+    mock.must("push_errors OffsetFetch COORDINATOR_LOAD_IN_PROGRESS COORDINATOR_LOAD_IN_PROGRESS");
+    let got = c
+        .offset_fetch(&group, std::slice::from_ref(&tp))
+        .expect("offset fetch");
+    assert_eq!(got[0].offset, Some(2));
+}
+
+/// A broker slower than the request timeout gives a Timeout (after bounded retries), and the
+/// client recovers on its own once the broker is fast again.
+#[test]
+fn request_timeout_then_recovery() {
+    let topic = unique_name("slow");
+    let mock = mock_with_topic(1, &topic, 1);
+    let mut cfg = config(mock.bootstrap());
+    cfg.connection.request_timeout = Duration::from_millis(300);
+    cfg.max_retries = 2;
+    let mut c = Client::connect(cfg).expect("connect");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    c.produce(&tp, &records(2)).expect("produce");
+
+    mock.must("rtt -1 1500");
+    let started = Instant::now();
+    let err = c
+        .list_offsets(
+            std::slice::from_ref(&tp),
+            OffsetSpec::Latest,
+            IsolationLevel::ReadUncommitted,
+        )
+        .expect_err("slower than the timeout");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    match &err {
+        WireError::RetriesExhausted { attempts: 2, .. } => {}
+        other => panic!("expected RetriesExhausted after 2 attempts, got {other:?}"),
+    }
+    // The metadata refresh and the request itself time out; the error says so.
+    assert!(err.to_string().contains("timed out"), "{err}");
+
+    mock.must("rtt -1 0");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.list_offsets(
+            std::slice::from_ref(&tp),
+            OffsetSpec::Latest,
+            IsolationLevel::ReadUncommitted,
+        ) {
+            Ok(l) => {
+                assert_eq!(l[&tp], 2);
+                break;
+            }
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("no recovery: {e}"),
+        }
+    }
+}
