@@ -158,7 +158,15 @@ fn snappy(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
     Err("snappy batch, but the `snappy` cargo feature is disabled".to_string())
 }
 
-#[cfg(test)]
+#[cfg(all(
+    test,
+    any(
+        feature = "gzip",
+        feature = "snappy",
+        feature = "lz4",
+        feature = "zstd"
+    )
+))]
 mod tests {
     use super::*;
 

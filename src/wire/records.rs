@@ -491,6 +491,7 @@ pub(crate) mod tests {
     }
 
     fn compress_for_test(raw: &[u8], c: Compression) -> Vec<u8> {
+        #[cfg(any(feature = "gzip", feature = "lz4"))]
         use std::io::Write;
         match c {
             Compression::None => raw.to_vec(),
