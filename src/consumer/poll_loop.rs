@@ -83,9 +83,8 @@ impl Consumer {
                 "group.protocol=consumer (KIP-848) is not implemented yet; use classic",
             ));
         }
-        let guard = Arc::new(
-            RebalanceGuard::new(config.guard_config()).map_err(ConsumerError::Guard)?,
-        );
+        let guard =
+            Arc::new(RebalanceGuard::new(config.guard_config()).map_err(ConsumerError::Guard)?);
         // The heartbeat thread fences lost partitions through the guard the moment it detects
         // the loss, before the poll thread can hand out another of their records.
         let fence = guard.clone();
@@ -237,7 +236,12 @@ impl Consumer {
             .positions
             .iter()
             .filter(|(tp, _)| !self.intake.paused.contains_key(*tp))
-            .filter(|(tp, _)| self.intake.buffers.get(*tp).map_or(true, VecDeque::is_empty))
+            .filter(|(tp, _)| {
+                self.intake
+                    .buffers
+                    .get(*tp)
+                    .map_or(true, VecDeque::is_empty)
+            })
             .map(|(tp, &offset)| FetchPosition {
                 tp: tp.clone(),
                 offset,
@@ -265,7 +269,9 @@ impl Consumer {
                 }
                 continue;
             }
-            self.intake.positions.insert(part.tp.clone(), part.next_offset);
+            self.intake
+                .positions
+                .insert(part.tp.clone(), part.next_offset);
             if !part.records.is_empty() {
                 self.intake
                     .buffers
@@ -325,10 +331,8 @@ impl Consumer {
                     match handler(&delivery.record) {
                         Ok(()) => batch.complete(delivery),
                         Err(error) => {
-                            let (partition, offset) = (
-                                delivery.lease.partition.clone(),
-                                delivery.record.offset,
-                            );
+                            let (partition, offset) =
+                                (delivery.lease.partition.clone(), delivery.record.offset);
                             batch.fail(delivery);
                             failure = Some(ConsumerError::Handler {
                                 partition,
@@ -382,7 +386,11 @@ impl Consumer {
             .map(|p| PartitionStats {
                 guard: p.clone(),
                 next_fetch_offset: self.intake.positions.get(&p.partition).copied(),
-                buffered: self.intake.buffers.get(&p.partition).map_or(0, VecDeque::len),
+                buffered: self
+                    .intake
+                    .buffers
+                    .get(&p.partition)
+                    .map_or(0, VecDeque::len),
                 paused_for: self
                     .intake
                     .paused
@@ -497,6 +505,12 @@ impl Batch<'_> {
         ready.sort();
         self.consumer.next_partition = self.consumer.next_partition.wrapping_add(1);
         Some(ready[self.consumer.next_partition % ready.len()].clone())
+    }
+
+    /// True while the delivery's partition is still ours under the assignment it was handed out
+    /// in. A long handler checks it right before its external side effect.
+    pub fn is_current(&self, delivery: &Delivery) -> bool {
+        self.consumer.guard.is_current(&delivery.lease)
     }
 
     /// The record's side effect happened: it counts towards the committed position.
