@@ -568,6 +568,100 @@ mod tests {
         frame
     }
 
+    /// A fake broker for the handshake: answers each request with the next reply (the
+    /// correlation id is patched in) and reports the (api key, version) of each request.
+    fn scripted_server(replies: Vec<Vec<u8>>) -> (String, thread::JoinHandle<Vec<(i16, i16)>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").ok();
+        let addr = listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let handle = thread::spawn(move || {
+            let mut seen = Vec::new();
+            let Some(listener) = listener else {
+                return seen;
+            };
+            let Ok((mut s, _)) = listener.accept() else {
+                return seen;
+            };
+            for body in replies {
+                let mut len = [0u8; 4];
+                if s.read_exact(&mut len).is_err() {
+                    break;
+                }
+                let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+                if s.read_exact(&mut req).is_err() || req.len() < 8 {
+                    break;
+                }
+                seen.push((
+                    i16::from_be_bytes([req[0], req[1]]),
+                    i16::from_be_bytes([req[2], req[3]]),
+                ));
+                let mut frame = Vec::new();
+                frame.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+                frame.extend_from_slice(&req[4..8]); // correlation id
+                frame.extend_from_slice(&body);
+                if s.write_all(&frame).is_err() {
+                    break;
+                }
+            }
+            seen
+        });
+        (addr, handle)
+    }
+
+    /// ApiVersions v0 body: error code and (key, min, max) entries.
+    fn api_versions_v0_body(error: i16, apis: &[(i16, i16, i16)]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_i16(error);
+        b.put_i32(apis.len() as i32);
+        for (k, lo, hi) in apis {
+            b.put_i16(*k);
+            b.put_i16(*lo);
+            b.put_i16(*hi);
+        }
+        b.to_vec()
+    }
+
+    #[test]
+    fn handshake_falls_back_to_the_apiversions_version_the_broker_knows() {
+        let av = ApiKey::ApiVersions as i16;
+        // First answer: UNSUPPORTED_VERSION, listing ApiVersions 0..=1 (as Kafka does).
+        let reject = api_versions_v0_body(35, &[(av, 0, 1)]);
+        // Second answer, to v1: ApiVersions v1 adds throttle_time_ms after the array.
+        let mut ok = api_versions_v0_body(0, &[(av, 0, 1), (ApiKey::Fetch as i16, 4, 11)]);
+        ok.extend_from_slice(&0i32.to_be_bytes());
+        let (addr, handle) = scripted_server(vec![reject, ok]);
+        let conn = Connection::connect(&addr, &config());
+        let seen = handle.join().unwrap_or_default();
+        let conn = conn.map_err(|e| e.to_string());
+        assert_eq!(
+            seen,
+            vec![(av, client_range(ApiKey::ApiVersions).max), (av, 1)]
+        );
+        assert_eq!(
+            conn.map(|c| c.version_for(ApiKey::Fetch).ok()),
+            Ok(Some(11))
+        );
+    }
+
+    #[test]
+    fn handshake_falls_back_to_v0_when_the_rejection_lists_nothing() {
+        let av = ApiKey::ApiVersions as i16;
+        let reject = api_versions_v0_body(35, &[]);
+        let ok = api_versions_v0_body(0, &[(av, 0, 0), (ApiKey::Metadata as i16, 0, 5)]);
+        let (addr, handle) = scripted_server(vec![reject, ok]);
+        let conn = Connection::connect(&addr, &config());
+        let seen = handle.join().unwrap_or_default();
+        assert_eq!(seen.last(), Some(&(av, 0)));
+        let conn = conn.map_err(|e| e.to_string());
+        assert_eq!(
+            conn.map(|c| c.version_for(ApiKey::Metadata).ok()),
+            Ok(Some(5))
+        );
+    }
+
     #[test]
     fn a_valid_response_decodes() {
         let r = roundtrip(v0_response(1), Duration::ZERO);
