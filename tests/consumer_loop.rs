@@ -427,3 +427,98 @@ fn a_refused_commit_is_reported_not_retried_mock() {
     assert_eq!(consumer.stats().commits_refused, 1);
     consumer.close().unwrap();
 }
+
+/// Rebalances past the storm threshold call the storm hook with the detector's status (mock,
+/// rebalances forced through the heartbeat error stack).
+#[test]
+fn a_rebalance_storm_calls_the_hook_mock() {
+    let topic = unique_name("orders");
+    let mock = MockCluster::start(MockOptions {
+        topics: vec![(topic.clone(), 1)],
+        ..MockOptions::default()
+    });
+    let settings = [
+        ("rebalance.storm.threshold", "3"),
+        ("rebalance.storm.window.ms", "60000"),
+    ];
+    let storms = Arc::new(Mutex::new(Vec::new()));
+    let seen = storms.clone();
+    let mut consumer = Consumer::subscribe(
+        config(mock.bootstrap(), &unique_name("group"), &settings),
+        &[&topic],
+    )
+    .unwrap()
+    .on_storm(move |status| seen.lock().unwrap().push(status.rebalances_in_window));
+    let deadline = Instant::now() + WAIT;
+    let mut pushed = 0;
+    while storms.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no storm: {}", consumer.stats());
+        let generation = consumer.generation().generation_id;
+        drop(consumer.poll(Duration::from_millis(100)).unwrap());
+        if generation >= 0 && consumer.generation().generation_id == generation && pushed < 4 {
+            // One forced rebalance per generation.
+            mock.must("push_errors Heartbeat REBALANCE_IN_PROGRESS");
+            pushed += 1;
+            wait_until("the forced rebalance", WAIT, || {
+                drop(consumer.poll(Duration::from_millis(100)).unwrap());
+                consumer.generation().generation_id > generation
+            });
+        }
+    }
+    assert!(consumer.storm_status().is_storm());
+    assert_eq!(
+        storms.lock().unwrap()[0],
+        3,
+        "the hook fires at the threshold"
+    );
+    consumer.close().unwrap();
+}
+
+/// A paused partition yields nothing while paused and everything after resume (tansu and mock).
+#[test]
+fn pause_and_resume_on_both_brokers() {
+    for kind in BrokerKind::ALL {
+        let broker = kind.start();
+        let topic = unique_name("orders");
+        broker.create_topic(&topic, 2);
+        peer_produce(&broker.bootstrap(), &topic, 10, &["--partition", "0"]);
+        peer_produce(&broker.bootstrap(), &topic, 10, &["--partition", "1"]);
+        let mut consumer = Consumer::subscribe(
+            config(&broker.bootstrap(), &unique_name("group"), &[]),
+            &[&topic],
+        )
+        .unwrap();
+        let paused = TopicPartition::new(topic.as_str(), 1);
+        consumer.pause(std::slice::from_ref(&paused));
+        let mut seen: BTreeMap<i32, usize> = BTreeMap::new();
+        let deadline = Instant::now() + WAIT;
+        while seen.get(&0).copied().unwrap_or(0) < 10 {
+            assert!(Instant::now() < deadline, "{kind:?}: {seen:?}");
+            let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
+            while let Some(d) = batch.next() {
+                *seen.entry(d.record.partition).or_default() += 1;
+                batch.complete(d);
+            }
+        }
+        assert_eq!(
+            seen.get(&1),
+            None,
+            "{kind:?}: a paused partition yielded records"
+        );
+        assert!(consumer
+            .stats()
+            .partitions
+            .iter()
+            .any(|p| p.paused_for.is_some()));
+        consumer.resume(std::slice::from_ref(&paused));
+        while seen.get(&1).copied().unwrap_or(0) < 10 {
+            assert!(Instant::now() < deadline, "{kind:?}: {seen:?}");
+            let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
+            while let Some(d) = batch.next() {
+                *seen.entry(d.record.partition).or_default() += 1;
+                batch.complete(d);
+            }
+        }
+        consumer.close().unwrap();
+    }
+}
