@@ -992,7 +992,9 @@ impl Client {
             thread::sleep(cfg.max_wait.min(self.config.retry_backoff));
             return Ok(results);
         }
-        // Phase 2: collect the responses.
+        // Phase 2: collect the responses. With prefetch on, each broker is asked for its
+        // continuation as soon as its answer is in, before waiting for the next broker and
+        // before decoding, so every broker prepares its next answer while we wait and decode.
         let timeout = self.config.connection.request_timeout + cfg.max_wait;
         let mut responses = Vec::with_capacity(in_flight.len());
         for (leader, group, pending) in in_flight {
@@ -1001,7 +1003,12 @@ impl Client {
                 None => Err(WireError::UnknownBroker { node_id: leader }),
             };
             match resp {
-                Ok(resp) => responses.push((leader, group, resp)),
+                Ok(resp) => {
+                    if cfg.prefetch {
+                        self.prefetch(leader, &group, &resp, cfg);
+                    }
+                    responses.push((group, resp));
+                }
                 Err(e) => {
                     warn!("fetch from broker {leader} failed: {e}");
                     if e.breaks_connection() {
@@ -1013,33 +1020,37 @@ impl Client {
                 }
             }
         }
-        // Phase 3: ask for the continuation before decoding, so that the broker prepares the
-        // next answer while we decode this one.
-        if cfg.prefetch {
-            for (leader, group, resp) in &responses {
-                let Some(next) = continuation(group, resp) else {
-                    continue;
-                };
-                match self.send_fetch(*leader, &next, cfg) {
-                    Ok(pending) => {
-                        self.prefetched.insert(
-                            *leader,
-                            InFlightFetch {
-                                key: position_key(&next),
-                                settings,
-                                pending,
-                            },
-                        );
-                    }
-                    Err(e) => debug!("prefetch to broker {leader} not sent: {e}"),
-                }
-            }
-        }
-        // Phase 4: decode.
-        for (_, group, resp) in responses {
+        // Phase 3: decode.
+        for (group, resp) in responses {
             self.absorb_fetch(resp, &group, cfg, &mut results);
         }
         Ok(results)
+    }
+
+    /// Sends the Fetch that continues `resp` (see [`FetchConfig::prefetch`]).
+    fn prefetch(
+        &mut self,
+        leader: i32,
+        group: &[FetchPosition],
+        resp: &msg::FetchResponse,
+        cfg: &FetchConfig,
+    ) {
+        let Some(next) = continuation(group, resp) else {
+            return;
+        };
+        match self.send_fetch(leader, &next, cfg) {
+            Ok(pending) => {
+                self.prefetched.insert(
+                    leader,
+                    InFlightFetch {
+                        key: position_key(&next),
+                        settings: settings_key(cfg),
+                        pending,
+                    },
+                );
+            }
+            Err(e) => debug!("prefetch to broker {leader} not sent: {e}"),
+        }
     }
 
     fn send_fetch(
@@ -1483,7 +1494,9 @@ impl Client {
     /// that already exists is an error with code TOPIC_ALREADY_EXISTS (36), which callers that
     /// only want the topic to exist can ignore.
     pub fn create_topics(&mut self, topics: &[(&str, i32, i16)]) -> Result<()> {
-        let controller = match self.controller {
+        // A controller id missing from the broker list (librdkafka's mock cluster reports 0
+        // while numbering its brokers from 1) falls back to any known broker.
+        let controller = match self.controller.filter(|id| self.brokers.contains_key(id)) {
             Some(c) => c,
             None => *self
                 .brokers
