@@ -1059,6 +1059,17 @@ impl Client {
         group: &[FetchPosition],
         cfg: &FetchConfig,
     ) -> Result<Pending<msg::FetchRequest>> {
+        // A response larger than the connection accepts would break the connection on every
+        // attempt; leave room for the response's own fields.
+        let ceiling = self
+            .config
+            .connection
+            .max_response_size
+            .saturating_sub(1024 * 1024)
+            .max(1024 * 1024);
+        let max_bytes = cfg
+            .max_bytes
+            .min(i32::try_from(ceiling).unwrap_or(i32::MAX));
         let conn = self.connection_for(leader, true)?;
         let version = conn.version_for(ApiKey::Fetch)?;
         // Keep the partition order (rotation) while grouping by topic: consecutive runs of the
@@ -1083,7 +1094,7 @@ impl Client {
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait)
             .with_min_bytes(cfg.min_bytes)
-            .with_max_bytes(cfg.max_bytes)
+            .with_max_bytes(max_bytes)
             .with_isolation_level(cfg.isolation.code())
             .with_topics(topics);
         conn.send_request(&req, version)
