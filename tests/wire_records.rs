@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{self as msg, fetch_request, ApiKey, BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use rebalance_guard::wire::{
     Client, ClientConfig, FetchConfig, FetchPosition, IsolationLevel, OffsetSpec, ProduceRecord,
     Record,
@@ -159,7 +160,51 @@ fn codecs_and_headers(kind: BrokerKind) {
         );
         let got = read_to_end(&mut c, &topic, &BTreeMap::new());
         check_peer_records(kind, &got, 200, 100, true);
+        // The broker really stored batches with this codec (attributes of the raw batches).
+        let want = match codec {
+            "gzip" => Compression::Gzip,
+            "snappy" => Compression::Snappy,
+            "lz4" => Compression::Lz4,
+            "zstd" => Compression::Zstd,
+            _ => Compression::None,
+        };
+        for p in 0..3 {
+            let tp = TopicPartition::new(topic.as_str(), p);
+            let mut data = raw_fetch(&mut c, &tp, 0, 0).records.unwrap_or_default();
+            let batches = RecordBatchDecoder::decode_batch_info(&mut data).expect("batch headers");
+            assert!(!batches.is_empty(), "{kind:?} {codec}: no batches in {tp}");
+            assert!(
+                batches.iter().all(|b| b.compression == want),
+                "{kind:?} {codec}: {batches:?}"
+            );
+        }
     }
+}
+
+/// One Fetch sent directly through our connection to the leader (no decoding of records), to
+/// look at what the broker really returns.
+fn raw_fetch(c: &mut Client, tp: &TopicPartition, offset: i64, isolation: i8) -> PartitionData {
+    let leader = c.leader(tp).expect("leader");
+    let conn = c.connection(leader).expect("connection");
+    let version = conn.version_for(ApiKey::Fetch).expect("fetch version");
+    let req = msg::FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(tp.topic.to_string())))
+            .with_partitions(vec![fetch_request::FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp = conn.send(&req, version).expect("raw fetch");
+    resp.responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .next()
+        .expect("partition in response")
 }
 
 #[test]
@@ -293,25 +338,7 @@ fn fetch_from_middle_of_batch(kind: BrokerKind) {
     }
     // The records really share a batch: ask the leader directly (raw Fetch through our
     // connection) and look at the batch headers: one batch spans offset 37.
-    let leader = c.leader(&tp).expect("leader");
-    let conn = c.connection(leader).expect("connection");
-    let version = conn.version_for(ApiKey::Fetch).expect("fetch version");
-    let req = msg::FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(500)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.clone())))
-            .with_partitions(vec![fetch_request::FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(37)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp = conn.send(&req, version).expect("raw fetch");
-    let mut data = resp.responses[0].partitions[0]
-        .records
-        .clone()
-        .expect("records");
+    let mut data = raw_fetch(&mut c, &tp, 37, 0).records.expect("records");
     let batches = RecordBatchDecoder::decode_batch_info(&mut data).expect("batch headers");
     let spanning = batches
         .iter()
@@ -571,27 +598,9 @@ fn transaction_markers_are_skipped(kind: BrokerKind) {
 
 /// Asks the leader directly (raw read_committed Fetch) whether it reports aborted transactions.
 fn broker_lists_aborted_transactions(c: &mut Client, tp: &TopicPartition) -> bool {
-    let leader = c.leader(tp).expect("leader");
-    let conn = c.connection(leader).expect("connection");
-    let version = conn.version_for(ApiKey::Fetch).expect("fetch version");
-    let req = msg::FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(500)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(1)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(tp.topic.to_string())))
-            .with_partitions(vec![fetch_request::FetchPartition::default()
-                .with_partition(tp.partition)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp = conn.send(&req, version).expect("raw fetch");
-    resp.responses.iter().flat_map(|t| &t.partitions).any(|p| {
-        p.aborted_transactions
-            .as_ref()
-            .is_some_and(|a| !a.is_empty())
-    })
+    raw_fetch(c, tp, 0, 1)
+        .aborted_transactions
+        .is_some_and(|a| !a.is_empty())
 }
 
 #[test]
