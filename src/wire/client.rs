@@ -175,7 +175,9 @@ pub struct FetchConfig {
     /// decoding it, so the broker works while we decode (librdkafka gets the same overlap from
     /// its background threads). It changes nothing the caller sees: an answer is used only if
     /// it was asked for exactly the positions the next `fetch` call wants (extra partitions are
-    /// ignored); otherwise it is discarded by dropping the fetch connection.
+    /// ignored); otherwise it is discarded by dropping the fetch connection. A caller whose
+    /// calls keep asking for different positions (not the `next_offset`s it was given) pays a
+    /// reconnect each time and should turn this off.
     pub prefetch: bool,
 }
 
