@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// decoded from the network can be handed to the guard without conversion. The topic is an
 /// `Arc<str>` because the same topic name is shared by many partitions and many records; cloning a
 /// `TopicPartition` must stay cheap on the hot path.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialOrd, Ord)]
 pub struct TopicPartition {
     /// Topic name.
     pub topic: Arc<str>,
@@ -25,6 +25,26 @@ impl TopicPartition {
             topic: topic.into(),
             partition,
         }
+    }
+}
+
+// Equality and hashing sit on the per-record path. Topic names are usually the same interned
+// `Arc`, so a pointer comparison settles most equalities before any byte is compared.
+impl PartialEq for TopicPartition {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.partition == other.partition
+            && (Arc::ptr_eq(&self.topic, &other.topic) || *self.topic == *other.topic)
+    }
+}
+
+impl Eq for TopicPartition {}
+
+impl std::hash::Hash for TopicPartition {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.topic.as_bytes());
+        state.write_i32(self.partition);
     }
 }
 
@@ -63,11 +83,14 @@ impl Hasher for PartitionHasher {
             word.copy_from_slice(chunk);
             self.mix(u64::from_le_bytes(word));
         }
+        // Assembled byte by byte: a variable-length copy would be a `memcpy` call per hash.
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.mix(u64::from_le_bytes(word));
+            let word = rest
+                .iter()
+                .rev()
+                .fold(0u64, |word, &b| (word << 8) | u64::from(b));
+            self.mix(word);
         }
     }
 

@@ -6,16 +6,15 @@
 //! in a `Vec` (indices instead of pointers), so every operation is O(1) and allocation-free once
 //! the set is full.
 //!
-//! Keys come from message data, so they are hashed with std's randomly keyed SipHash: a producer
-//! must not be able to craft keys that collide. Each key is hashed exactly once; the index maps
-//! that 64-bit hash to a slot, and the slot keeps the key itself so a hit is confirmed by equality.
-//! Two different keys sharing a hash (about one chance in 2^64 per pair, and not steerable without
-//! the random key) never make a new message look like a duplicate: the older key is forgotten
-//! instead, which only weakens duplicate detection for that one key.
+//! Each key is hashed once, with a per-process keyed hash ([`super::key_hash`]); the index maps
+//! that 64-bit hash to a slot, and the slot keeps the key itself so a hit is confirmed by
+//! equality. Two different keys sharing a hash never make a new message look like a duplicate:
+//! the older key is forgotten instead, which only weakens duplicate detection for that one key.
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
+
+use super::hash_index::HashIndex;
+use super::key_hash::KeyHashBuilder;
 
 const NIL: usize = usize::MAX;
 
@@ -40,9 +39,9 @@ pub(crate) struct KeyRef {
 /// A bounded set of keys that forgets the least recently used key when full.
 pub(crate) struct KeyLru<K> {
     capacity: usize,
-    hasher: RandomState,
-    /// Key hash to slot. The hash is already SipHash output, so the map does not hash it again.
-    index: HashMap<u64, usize, BuildHasherDefault<PassThroughHasher>>,
+    hasher: KeyHashBuilder,
+    /// Key hash to slot.
+    index: HashIndex,
     nodes: Vec<Node<K>>,
     free: Vec<usize>,
     next_stamp: u64,
@@ -52,34 +51,15 @@ pub(crate) struct KeyLru<K> {
     tail: usize,
 }
 
-/// Uses an already computed, already keyed hash as it is.
-#[derive(Default)]
-pub(crate) struct PassThroughHasher(u64);
-
-impl Hasher for PassThroughHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64s are hashed by this map; fold anything else in anyway.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 impl<K: Eq + Hash> KeyLru<K> {
     /// A set that holds at most `capacity` keys; a capacity of zero remembers nothing.
     pub(crate) fn new(capacity: usize) -> Self {
+        // Slot numbers are stored as u32 in the index.
+        let capacity = capacity.min(u32::MAX as usize - 1);
         Self {
             capacity,
-            hasher: RandomState::new(),
-            index: HashMap::with_capacity_and_hasher(capacity.min(1 << 16), Default::default()),
+            hasher: KeyHashBuilder::new(),
+            index: HashIndex::with_capacity(capacity.min(1 << 12)),
             nodes: Vec::with_capacity(capacity.min(1 << 16)),
             free: Vec::new(),
             next_stamp: 0,
@@ -94,7 +74,7 @@ impl<K: Eq + Hash> KeyLru<K> {
 
     /// The slot holding exactly `key`, if any.
     fn find(&self, key: &K, hash: u64) -> Option<usize> {
-        let slot = *self.index.get(&hash)?;
+        let slot = self.index.get(hash)?;
         (self.nodes[slot].key.as_ref() == Some(key)).then_some(slot)
     }
 
@@ -111,7 +91,7 @@ impl<K: Eq + Hash> KeyLru<K> {
             return Some(None);
         }
         let hash = self.hasher.hash_one(&key);
-        if let Some(&slot) = self.index.get(&hash) {
+        if let Some(slot) = self.index.get(hash) {
             if self.nodes[slot].key.as_ref() == Some(&key) {
                 self.unlink(slot);
                 self.push_front(slot);
@@ -137,7 +117,7 @@ impl<K: Eq + Hash> KeyLru<K> {
             let slot = self.tail;
             self.unlink(slot);
             self.nodes[slot].key = None;
-            self.index.remove(&self.nodes[slot].hash);
+            self.index.remove(self.nodes[slot].hash);
             slot
         };
         self.next_stamp += 1;
@@ -165,7 +145,7 @@ impl<K: Eq + Hash> KeyLru<K> {
             return false;
         }
         let hash = node.hash;
-        self.index.remove(&hash);
+        self.index.remove(hash);
         self.unlink(handle.slot);
         self.free.push(handle.slot);
         true
@@ -253,9 +233,9 @@ mod tests {
         lru.insert(1u64);
         // Force a collision: file key 2 under key 1's hash by hand.
         let hash_of_1 = lru.hasher.hash_one(1u64);
-        let slot = lru.index[&hash_of_1];
+        let slot = lru.index.get(hash_of_1).unwrap();
         assert!(!lru.contains(&2));
-        lru.index.remove(&hash_of_1);
+        lru.index.remove(hash_of_1);
         let hash_of_2 = lru.hasher.hash_one(2u64);
         lru.nodes[slot].hash = hash_of_2;
         lru.index.insert(hash_of_2, slot);

@@ -21,13 +21,15 @@
 
 mod clock;
 mod error;
+mod hash_index;
+mod key_hash;
 mod lru;
 mod progress;
 mod storm;
+mod table;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::BuildHasherDefault;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -39,11 +41,11 @@ pub use error::{
 };
 pub use storm::StormStatus;
 
-use crate::partition::PartitionHasher;
 use crate::TopicPartition;
 use lru::KeyLru;
 use progress::{Admitted, Progress, WorkState};
 use storm::StormDetector;
+use table::PartitionTable;
 
 /// Tunables of the guard. The defaults suit a worker that handles up to a few thousand messages
 /// per second and rebalances rarely.
@@ -239,7 +241,7 @@ impl<M> PartitionState<M> {
 struct Inner<K, M> {
     /// Entries are never removed, so that a partition's epoch only ever increases: a lease from
     /// an old assignment can never match a later one.
-    partitions: HashMap<TopicPartition, PartitionState<M>, BuildHasherDefault<PartitionHasher>>,
+    partitions: PartitionTable<PartitionState<M>>,
     keys: KeyLru<K>,
     storm: StormDetector,
 }
@@ -302,7 +304,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         config.validate()?;
         Ok(Self {
             inner: Mutex::new(Inner {
-                partitions: HashMap::default(),
+                partitions: PartitionTable::default(),
                 keys: KeyLru::new(config.idempotency_capacity),
                 storm: StormDetector::new(config.storm_window, config.storm_threshold),
             }),
@@ -325,20 +327,17 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let now = self.clock.now();
         let mut inner = self.lock();
         for tp in partitions {
-            let state = inner
-                .partitions
-                .entry(tp.clone())
-                .or_insert_with(|| PartitionState {
-                    status: OwnerStatus::Revoked,
-                    epoch: 0,
-                    progress: Progress::default(),
-                    last_committed: None,
-                    duplicates_rejected: 0,
-                    regressions_rejected: 0,
-                    fenced_rejected: 0,
-                    completed_after_revocation: 0,
-                    rebalances: 0,
-                });
+            let state = inner.partitions.get_or_insert_with(tp, || PartitionState {
+                status: OwnerStatus::Revoked,
+                epoch: 0,
+                progress: Progress::default(),
+                last_committed: None,
+                duplicates_rejected: 0,
+                regressions_rejected: 0,
+                fenced_rejected: 0,
+                completed_after_revocation: 0,
+                rebalances: 0,
+            });
             match state.status {
                 OwnerStatus::Owned => {
                     log::debug!("{tp} assigned while already owned: keeping its progress");
