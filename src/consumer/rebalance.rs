@@ -102,11 +102,7 @@ impl Bridge<'_> {
             }
         }
         if !missing.is_empty() {
-            positions.extend(reset_positions(
-                ctx.client(),
-                self.config,
-                &missing,
-            )?);
+            positions.extend(reset_positions(ctx.client(), self.config, &missing)?);
         }
         Ok(positions)
     }
@@ -150,7 +146,9 @@ pub(crate) fn reset_positions(
 
 /// Turns the group's per-partition commit results into the guard's failure type.
 pub(crate) fn commit_through(
-    commit: impl FnOnce(&[wire::CommitOffset]) -> Result<crate::group::member::CommitResults, wire::WireError>,
+    commit: impl FnOnce(
+        &[wire::CommitOffset],
+    ) -> Result<crate::group::member::CommitResults, wire::WireError>,
     offsets: &[CommitOffset],
 ) -> Result<(), CommitFailure> {
     let request: Vec<wire::CommitOffset> = offsets
@@ -215,7 +213,11 @@ impl RebalanceListener for Bridge<'_> {
         self.counters.revoked += partitions.len() as u64;
     }
 
-    fn on_partitions_assigned(&mut self, ctx: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
+    fn on_partitions_assigned(
+        &mut self,
+        ctx: &mut GroupContext<'_>,
+        partitions: &[TopicPartition],
+    ) {
         let status = self.guard.assign(partitions);
         self.storm(status);
         self.counters.assigned += partitions.len() as u64;
