@@ -2405,13 +2405,6 @@ mod tests {
         out
     }
 
-    /// Prints the table for pasting into README.md: `cargo test readme_table -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn print_readme_table() {
-        print!("{}", readme_table());
-    }
-
     #[test]
     fn readme_documents_every_setting() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
@@ -2420,7 +2413,8 @@ mod tests {
             panic!(
                 "README.md has no \"## Configuration\" section; it must list every setting in \
                  rebalance_guard::consumer::config::SETTINGS as a table row \"| `name` | `default` \
-                 | meaning |\" (cargo test print_readme_table -- --ignored --nocapture prints one)"
+                 | meaning |\"; the table to paste:\n{}",
+                readme_table()
             )
         });
         let section = &readme[start + 1..];
@@ -2437,8 +2431,10 @@ mod tests {
         }
         assert!(
             missing.is_empty(),
-            "README.md's Configuration section lacks rows (or has stale defaults) for:\n{}",
-            missing.join("\n")
+            "README.md's Configuration section lacks rows (or has stale defaults) for:\n{}\n\
+             the whole table, to paste:\n{}",
+            missing.join("\n"),
+            readme_table()
         );
     }
 }
