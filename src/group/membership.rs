@@ -40,6 +40,9 @@ pub mod error_code {
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
     /// `session.timeout.ms` is outside the broker's allowed range.
     pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    /// The broker found the request malformed; librdkafka's mock also answers it to a follower's
+    /// late SyncGroup.
+    pub const INVALID_REQUEST: i16 = 42;
     /// The group is rebalancing; we must rejoin.
     pub const REBALANCE_IN_PROGRESS: i16 = 27;
     /// The committed offset's size is invalid.
@@ -295,6 +298,11 @@ pub fn classify(api: GroupApi, code: i16, ctx: &ErrorContext<'_>) -> ErrorAction
         (OffsetCommit, REQUEST_TIMED_OUT) => RediscoverCoordinator,
         (JoinGroup | Heartbeat | OffsetCommit, COORDINATOR_LOAD_IN_PROGRESS) => Retry,
         (SyncGroup, COORDINATOR_LOAD_IN_PROGRESS) => Rejoin,
+        // librdkafka's mock answers INVALID_REQUEST to a follower whose SyncGroup arrives after
+        // the leader's already completed the generation; rejoining is the recovery (Java would
+        // fail). A real broker rejecting a malformed request makes this a visible retry loop,
+        // logged on every round, rather than a crash of the worker.
+        (SyncGroup, INVALID_REQUEST) => Rejoin,
         (OffsetCommit, UNKNOWN_TOPIC_OR_PARTITION) => Retry,
         (_, REBALANCE_IN_PROGRESS) => Rejoin,
         (JoinGroup, MEMBER_ID_REQUIRED) => Rejoin,
@@ -608,5 +616,21 @@ mod tests {
             assert!(e.message.contains("FencedInstanceId"), "{}", e.message);
             assert!(e.to_string().contains("payments"));
         }
+    }
+
+    #[test]
+    fn a_late_follower_sync_rejoins_instead_of_failing() {
+        let ctx = ErrorContext {
+            group_id: "g",
+            group_instance_id: None,
+        };
+        assert_eq!(
+            classify(GroupApi::SyncGroup, INVALID_REQUEST, &ctx),
+            ErrorAction::Rejoin
+        );
+        assert!(matches!(
+            classify(GroupApi::JoinGroup, INVALID_REQUEST, &ctx),
+            ErrorAction::Fatal(_)
+        ));
     }
 }
