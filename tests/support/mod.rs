@@ -21,6 +21,7 @@
 //! infrastructure must not pull dependencies into the crate.
 #![allow(dead_code)]
 
+pub mod members;
 pub mod ours;
 
 use std::fs::{self, File};
