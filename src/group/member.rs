@@ -122,9 +122,15 @@ pub struct GroupContext<'a> {
     group_id: &'a str,
     instance_id: Option<&'a str>,
     identity: MemberIdentity,
+    leader: bool,
 }
 
 impl GroupContext<'_> {
+    /// True when this member computed the group's assignment in this generation.
+    pub fn is_leader(&self) -> bool {
+        self.leader
+    }
+
     /// The wire client, e.g. to fetch committed offsets of newly assigned partitions.
     pub fn client(&mut self) -> &mut Client {
         self.client
@@ -205,6 +211,8 @@ pub struct GroupMember {
     heartbeat: Option<JoinHandle<()>>,
     hook: LostHook,
     protocol: RebalanceProtocol,
+    /// Whether we led the last completed join.
+    leader: bool,
 }
 
 impl fmt::Debug for GroupMember {
@@ -255,6 +263,7 @@ impl GroupMember {
             heartbeat: Some(heartbeat),
             hook,
             protocol,
+            leader: false,
         })
     }
 
@@ -314,12 +323,14 @@ impl GroupMember {
     }
 
     fn context(&mut self, identity: MemberIdentity) -> GroupContext<'_> {
+        let leader = self.leader;
         GroupContext {
             client: &mut self.client,
             shared: &self.shared,
             group_id: &self.config.group_id,
             instance_id: self.config.group_instance_id.as_deref(),
             identity,
+            leader,
         }
     }
 
@@ -337,12 +348,17 @@ impl GroupMember {
         loop {
             self.report_losses(listener)?;
             let reason = {
-                let state = self.shared.lock();
+                let mut state = self.shared.lock();
                 if state.phase == Phase::Closed {
                     return Err(GroupError::Closed);
                 }
                 match (&state.rejoin, state.phase) {
-                    (None, Phase::Stable) => return Ok(()),
+                    (None, Phase::Stable) => {
+                        // max.poll.interval.ms runs from when the application gets control back:
+                        // time spent joining inside this call must not count against its batch.
+                        state.last_poll = Instant::now();
+                        return Ok(());
+                    }
                     (Some(reason), _) => reason.clone(),
                     (None, _) => "not in a generation".to_string(),
                 }
@@ -524,6 +540,7 @@ impl GroupMember {
         self.shared.lock().identity = me.clone();
         let protocol_name = joined.protocol_name.clone();
         let is_leader = joined.leader == joined.member_id;
+        self.leader = is_leader;
         log::info!(
             "group {group_id}: joined generation {} as {} ({}), assignor {:?}",
             me.generation_id,

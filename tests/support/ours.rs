@@ -24,6 +24,8 @@ pub enum OurEvent {
     Lost(Vec<(String, i32)>, String),
     /// The lost hook fired (from whichever thread detected the loss).
     Fenced(Vec<(String, i32)>),
+    /// We led the rebalance of this generation (computed the assignment).
+    Led(i32),
     /// `poll` failed.
     Error(String),
 }
@@ -77,6 +79,9 @@ impl RebalanceListener for Listener {
         ctx: &mut GroupContext<'_>,
         partitions: &[TopicPartition],
     ) {
+        if ctx.is_leader() {
+            self.0.push(OurEvent::Led(ctx.generation_id()));
+        }
         self.0
             .push(OurEvent::Assigned(names(partitions), ctx.generation_id()));
     }
