@@ -663,6 +663,16 @@ impl GroupMember {
             .iter()
             .flat_map(|m| m.subscription.topics.iter().cloned())
             .collect();
+        // Fresh metadata, not the cache: partitions added since the last refresh must be
+        // assigned too. (It also gives the followers' SyncGroup time to reach librdkafka's mock
+        // cluster first: the mock ends the sync round when the leader's SyncGroup arrives and
+        // refuses followers that come later, so an instant leader kept the group rebalancing.)
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        if let Err(e) = self.client.metadata(&names) {
+            log::warn!(
+                "metadata refresh before assigning failed ({e}); using cached partition counts"
+            );
+        }
         let mut partitions_per_topic = BTreeMap::new();
         for topic in &topics {
             match self.client.partitions(topic) {
