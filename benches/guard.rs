@@ -75,6 +75,13 @@ fn admit_only(per_batch_clock: bool) {
     report(name, "ns/msg", samples);
 }
 
+/// An order id as a number or as text, so one guard type serves every keyed case.
+#[derive(PartialEq, Eq, Hash)]
+enum Key {
+    Id(u64),
+    Text(String),
+}
+
 /// Admit then complete: what the synchronous poll loop pays per record, in steady state (the
 /// idempotency set full, so every insert evicts).
 fn admit_and_complete(key_kind: &str) {
@@ -83,7 +90,7 @@ fn admit_and_complete(key_kind: &str) {
     let keys: Vec<String> = (0..OPS * (SAMPLES + 1))
         .map(|i| format!("order-{i:012}"))
         .collect();
-    let guard: RebalanceGuard<String, ()> = RebalanceGuard::new(GuardConfig {
+    let guard: RebalanceGuard<Key, ()> = RebalanceGuard::new(GuardConfig {
         idempotency_capacity: 4096,
         ..GuardConfig::default()
     })
@@ -97,7 +104,8 @@ fn admit_and_complete(key_kind: &str) {
         for (i, key) in chunk.iter().enumerate() {
             let key = match key_kind {
                 "no" => None,
-                _ => Some(key.clone()),
+                "u64" => Some(Key::Id(base as u64 + i as u64)),
+                _ => Some(Key::Text(key.clone())),
             };
             // One clock read per 500-record batch, as the poll loop does.
             if i % 500 == 0 {
@@ -199,10 +207,11 @@ fn main() {
         .skip(1)
         .find(|a| !a.starts_with("--"))
         .unwrap_or_default();
-    let cases: [(&str, fn()); 6] = [
+    let cases: [(&str, fn()); 7] = [
         ("admit_only", || admit_only(false)),
         ("admit_only_batch_clock", || admit_only(true)),
         ("admit_complete_no_key", || admit_and_complete("no")),
+        ("admit_complete_u64_key", || admit_and_complete("u64")),
         ("admit_complete_string_key", || admit_and_complete("string")),
         ("admit_contended", admit_contended),
         ("revoke_thousand_partitions", revoke_thousand_partitions),
