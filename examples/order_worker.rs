@@ -1,0 +1,464 @@
+//! An order worker: consumes `orders` in a consumer group and applies each order's effect once
+//! to an effect log, safely across rebalances.
+//!
+//! ```text
+//! cargo run --release --example order_worker -- --bootstrap 127.0.0.1:9092 --group order-workers \
+//!     --topic orders --strategy cooperative-sticky --process-ms 5 --effects effects.log
+//! ```
+//!
+//! Flags (std-only parsing; `scripts/demo` drives them):
+//!
+//! ```text
+//! --bootstrap ADDR            bootstrap list, host:port[,host:port...]
+//! --group G                   consumer group
+//! --topic T                   topic to consume
+//! --strategy S                range | roundrobin | cooperative-sticky
+//! [--instance-id ID]          static membership (group.instance.id): a restart keeps the partitions
+//! [--process-ms N]            simulated processing time per order (default 0)
+//! [--effects FILE]            append one line per applied effect (default: no effect log)
+//! [--stop-after-idle-ms N]    exit after N ms without a new record (default 0: never)
+//! [--max-poll-interval-ms N]  max.poll.interval.ms (default 300000)
+//! [--session-timeout-ms N]    session.timeout.ms (default 45000)
+//! [--heartbeat-interval-ms N] heartbeat.interval.ms (default 3000)
+//! [--name NAME]               name in this worker's output lines (default: instance id or pid)
+//! ```
+//!
+//! **The effect.** An order's value is `order_id=<id>;...`. The order id is the idempotency key
+//! (so a redelivery inside this process is refused by the guard), and the effect key is derived
+//! from group, topic, partition, offset and operation (seed 004), so that an idempotent sink
+//! could recognise a repeat by another worker. Each applied effect appends one line,
+//! `effect_key order_id partition offset`, to `--effects` with `O_APPEND`, written straight to
+//! the file (no user-space buffer) *before* the record is completed: a crash after the effect and
+//! before the commit gives a duplicate the log explains, never a loss. Right before the effect,
+//! the record's lease is checked, so work whose partition was taken away meanwhile (lost on the
+//! heartbeat thread) is not applied.
+//!
+//! **Output.** Besides `log` lines on stderr (`RUST_LOG`, default `info`), stdout carries one
+//! line per event, which the demo's checker reads:
+//!
+//! ```text
+//! start name=N pid=P group=G topic=T strategy=S instance=ID|-
+//! assignment name=N gen=G owned=0,1,2          whenever the generation or the ownership changes
+//! commit name=N gen=G partition=P next=O       every committed position (loop and revocation)
+//! applied name=N gen=G partition=P from=O to=O count=K start_ms=T end_ms=T
+//!                                              effects of one batch, per partition, with the
+//!                                              batch's wall-clock start and end
+//! stale name=N partition=P offset=O            effect skipped: the partition moved meanwhile
+//! stop name=N reason=signal|idle applied=K
+//! commit-refused name=N error=E               a commit the coordinator refused (not retried)
+//! closed name=N [final-commit-refused error=E] after close (left the group unless static)
+//! failed name=N error=E                        the worker gave up (exit status 1)
+//! ```
+//!
+//! **Shutdown.** SIGINT or SIGTERM (or `--stop-after-idle-ms`) stops intake after the current
+//! record, commits, and closes the consumer, which revokes its partitions with a final commit and
+//! leaves the group, unless it is a static member (then the partitions wait for its return).
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use rebalance_guard::wire::Record;
+
+/// The operation part of the effect key: what this worker does to an order.
+const OPERATION: &str = "apply-order";
+
+struct Args {
+    bootstrap: String,
+    group: String,
+    topic: String,
+    strategy: String,
+    instance_id: Option<String>,
+    process: Duration,
+    effects: Option<String>,
+    stop_after_idle: Option<Duration>,
+    max_poll_interval_ms: u64,
+    session_timeout_ms: u64,
+    heartbeat_interval_ms: u64,
+    name: String,
+}
+
+fn usage() -> String {
+    "usage: order_worker --bootstrap ADDR --group G --topic T \
+     --strategy range|roundrobin|cooperative-sticky [--instance-id ID] [--process-ms N] \
+     [--effects FILE] [--stop-after-idle-ms N] [--max-poll-interval-ms N] \
+     [--session-timeout-ms N] [--heartbeat-interval-ms N] [--name NAME]"
+        .to_string()
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut bootstrap = None;
+    let mut group = None;
+    let mut topic = None;
+    let mut strategy = None;
+    let mut instance_id = None;
+    let mut process_ms = 0u64;
+    let mut effects = None;
+    let mut stop_after_idle_ms = 0u64;
+    let mut max_poll_interval_ms = 300_000u64;
+    let mut session_timeout_ms = 45_000u64;
+    let mut heartbeat_interval_ms = 3_000u64;
+    let mut name = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{}", usage()))
+        };
+        let number = |v: String| -> Result<u64, String> {
+            v.parse().map_err(|e| format!("{flag}: {e} ({v:?})"))
+        };
+        match flag.as_str() {
+            "--bootstrap" => bootstrap = Some(value()?),
+            "--group" => group = Some(value()?),
+            "--topic" => topic = Some(value()?),
+            "--strategy" => strategy = Some(value()?),
+            "--instance-id" => instance_id = Some(value()?),
+            "--process-ms" => process_ms = number(value()?)?,
+            "--effects" => effects = Some(value()?),
+            "--stop-after-idle-ms" => stop_after_idle_ms = number(value()?)?,
+            "--max-poll-interval-ms" => max_poll_interval_ms = number(value()?)?,
+            "--session-timeout-ms" => session_timeout_ms = number(value()?)?,
+            "--heartbeat-interval-ms" => heartbeat_interval_ms = number(value()?)?,
+            "--name" => name = Some(value()?),
+            "-h" | "--help" => return Err(usage()),
+            other => return Err(format!("unknown argument {other}\n{}", usage())),
+        }
+    }
+    let missing = |flag: &str| format!("{flag} is required\n{}", usage());
+    let strategy = strategy.ok_or_else(|| missing("--strategy"))?;
+    if !["range", "roundrobin", "cooperative-sticky"].contains(&strategy.as_str()) {
+        return Err(format!(
+            "--strategy must be range, roundrobin or cooperative-sticky, not {strategy:?}"
+        ));
+    }
+    let name = name
+        .or_else(|| instance_id.clone())
+        .unwrap_or_else(|| format!("worker-{}", std::process::id()));
+    Ok(Args {
+        bootstrap: bootstrap.ok_or_else(|| missing("--bootstrap"))?,
+        group: group.ok_or_else(|| missing("--group"))?,
+        topic: topic.ok_or_else(|| missing("--topic"))?,
+        strategy,
+        instance_id,
+        process: Duration::from_millis(process_ms),
+        effects,
+        stop_after_idle: (stop_after_idle_ms > 0)
+            .then(|| Duration::from_millis(stop_after_idle_ms)),
+        max_poll_interval_ms,
+        session_timeout_ms,
+        heartbeat_interval_ms,
+        name,
+    })
+}
+
+/// SIGINT and SIGTERM set a flag the poll loop checks between records. Std has no signal API,
+/// and one flag does not justify a dependency: C's `signal` (in the C library std already links)
+/// installs a handler that only stores to an atomic, which is async-signal-safe.
+#[cfg(unix)]
+mod shutdown {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+    const SIGINT: i32 = 2;
+    const SIGTERM: i32 = 15;
+
+    extern "C" {
+        fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    }
+
+    extern "C" fn on_signal(_signum: i32) {
+        REQUESTED.store(true, Ordering::SeqCst);
+    }
+
+    pub fn install() {
+        // SAFETY: `signal` is the C library's; the handler is a plain `extern "C"` function that
+        // only performs an atomic store, which is async-signal-safe. Same numbers on Linux and
+        // the BSDs/macOS.
+        unsafe {
+            signal(SIGINT, on_signal);
+            signal(SIGTERM, on_signal);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod shutdown {
+    use std::sync::atomic::AtomicBool;
+
+    pub static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+    pub fn install() {}
+}
+
+/// The order id inside a value `order_id=<id>;...`.
+fn order_id(record: &Record) -> Option<&str> {
+    let value = std::str::from_utf8(record.value.as_deref()?).ok()?;
+    value
+        .split(';')
+        .find_map(|field| field.strip_prefix("order_id="))
+        .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
+}
+
+/// Seed 004: consumer + topic + partition + offset + operation.
+fn effect_key(group: &str, record: &Record) -> String {
+    format!(
+        "{group}/{}/{}/{}/{OPERATION}",
+        record.topic, record.partition, record.offset
+    )
+}
+
+/// What this worker last printed, to print only changes.
+#[derive(Default)]
+struct Printed {
+    generation: Option<i32>,
+    owned: Vec<i32>,
+    committed: BTreeMap<i32, i64>,
+}
+
+/// Prints the assignment when the generation or ownership changed, and every committed position
+/// that moved (those of the loop's commits and those of revocations inside `poll`).
+fn report(name: &str, consumer: &Consumer, printed: &mut Printed) {
+    let stats = consumer.stats();
+    let generation = stats.generation_id;
+    let mut owned: Vec<i32> = consumer
+        .assignment()
+        .iter()
+        .map(|tp| tp.partition)
+        .collect();
+    owned.sort_unstable();
+    if printed.generation != Some(generation) || printed.owned != owned {
+        let list: Vec<String> = owned.iter().map(i32::to_string).collect();
+        println!(
+            "assignment name={name} gen={generation} owned={}",
+            list.join(",")
+        );
+        printed.generation = Some(generation);
+        printed.owned = owned;
+    }
+    for p in &stats.partitions {
+        let Some(next) = p.guard.last_committed else {
+            continue;
+        };
+        let partition = p.guard.partition.partition;
+        if printed.committed.get(&partition) != Some(&next) {
+            println!("commit name={name} gen={generation} partition={partition} next={next}");
+            printed.committed.insert(partition, next);
+        }
+    }
+}
+
+/// Wall-clock milliseconds, comparable across the demo's processes.
+fn unix_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+fn open_effects(path: &str) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let name = args.name.as_str();
+    let mut properties = vec![
+        ("bootstrap.servers", args.bootstrap.clone()),
+        ("group.id", args.group.clone()),
+        ("client.id", name.to_string()),
+        ("partition.assignment.strategy", args.strategy.clone()),
+        ("auto.offset.reset", "earliest".to_string()),
+        ("session.timeout.ms", args.session_timeout_ms.to_string()),
+        (
+            "heartbeat.interval.ms",
+            args.heartbeat_interval_ms.to_string(),
+        ),
+        (
+            "max.poll.interval.ms",
+            args.max_poll_interval_ms.to_string(),
+        ),
+    ];
+    if let Some(id) = &args.instance_id {
+        properties.push(("group.instance.id", id.clone()));
+    }
+    let config = ConsumerConfig::from_properties(properties)?;
+    let group = args.group.clone();
+    let mut consumer = Consumer::subscribe(config, &[&args.topic])?
+        .with_idempotency_key(|record| order_id(record).map(|id| id.as_bytes().to_vec()))
+        .with_stats_interval(Duration::from_secs(15))
+        .on_storm(|status| log::warn!("rebalance storm: {status:?}; intake goes on (demo)"));
+    let mut effects = match &args.effects {
+        Some(path) => Some(open_effects(path).map_err(|e| format!("open {path}: {e}"))?),
+        None => None,
+    };
+    println!(
+        "start name={name} pid={} group={} topic={} strategy={} instance={}",
+        std::process::id(),
+        args.group,
+        args.topic,
+        args.strategy,
+        args.instance_id.as_deref().unwrap_or("-")
+    );
+
+    let mut printed = Printed::default();
+    let mut applied = 0u64;
+    let mut last_record = Instant::now();
+    let mut poll_failures = 0u32;
+    let reason = loop {
+        if shutdown::REQUESTED.load(Ordering::SeqCst) {
+            break "signal";
+        }
+        if let Some(idle) = args.stop_after_idle {
+            if last_record.elapsed() >= idle {
+                break "idle";
+            }
+        }
+        let mut handled = 0u64;
+        let batch_started = unix_millis();
+        // Per partition: first and last offset applied in this batch, and how many.
+        let mut ranges: BTreeMap<i32, (i64, i64, u64)> = BTreeMap::new();
+        {
+            let mut batch = match consumer.poll(Duration::from_millis(100)) {
+                Ok(batch) => {
+                    poll_failures = 0;
+                    batch
+                }
+                Err(ConsumerError::Group(e)) => return Err(e.into()),
+                Err(e) => {
+                    // Anything else (network, a start position) is retried by the next poll;
+                    // give up only when it keeps failing.
+                    poll_failures += 1;
+                    eprintln!("order_worker {name}: poll failed ({poll_failures}): {e}");
+                    if poll_failures >= 20 {
+                        return Err(e.into());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            };
+            while let Some(delivery) = batch.next() {
+                let record = &delivery.record;
+                let Some(order) = order_id(record) else {
+                    log::warn!(
+                        "{}-{} offset {}: no order id, skipped",
+                        record.topic,
+                        record.partition,
+                        record.offset
+                    );
+                    batch.complete(delivery);
+                    continue;
+                };
+                if !args.process.is_zero() {
+                    std::thread::sleep(args.process);
+                }
+                // Seed 004: assignment is a lease; check it right before the external effect.
+                if batch.is_current(&delivery) {
+                    if let Some(file) = effects.as_mut() {
+                        let line = format!(
+                            "{} {order} {} {}\n",
+                            effect_key(&group, record),
+                            record.partition,
+                            record.offset
+                        );
+                        // One write(2) on an O_APPEND file: the line is in the file before the
+                        // record counts as complete.
+                        file.write_all(line.as_bytes())?;
+                    }
+                    applied += 1;
+                    handled += 1;
+                    let range =
+                        ranges
+                            .entry(record.partition)
+                            .or_insert((record.offset, record.offset, 0));
+                    range.1 = record.offset;
+                    range.2 += 1;
+                } else {
+                    println!(
+                        "stale name={name} partition={} offset={}",
+                        record.partition, record.offset
+                    );
+                }
+                batch.complete(delivery);
+                if shutdown::REQUESTED.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+        }
+        if handled > 0 {
+            last_record = Instant::now();
+            let generation = consumer.generation().generation_id;
+            for (partition, (from, to, count)) in ranges {
+                println!(
+                    "applied name={name} gen={generation} partition={partition} from={from} \
+                     to={to} count={count} start_ms={batch_started} end_ms={}",
+                    unix_millis()
+                );
+            }
+        }
+        match consumer.commit() {
+            Ok(_) => {}
+            Err(ConsumerError::Commit(e)) => {
+                println!("commit-refused name={name} error={e}");
+            }
+            Err(e) => eprintln!("order_worker {name}: commit failed: {e}"),
+        }
+        report(name, &consumer, &mut printed);
+    };
+
+    println!("stop name={name} reason={reason} applied={applied}");
+    match consumer.commit() {
+        Ok(_) | Err(ConsumerError::Commit(_)) => {}
+        Err(e) => eprintln!("order_worker {name}: final commit failed: {e}"),
+    }
+    report(name, &consumer, &mut printed);
+    log::info!("{}", consumer.stats());
+    match consumer.close() {
+        Ok(()) => println!("closed name={name}"),
+        // The group was left (or, static, kept); only the final position was not committed, so
+        // the next owner redoes the records after the last committed one.
+        Err(ConsumerError::Commit(e)) => {
+            println!("closed name={name} final-commit-refused error={e}")
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return ExitCode::from(2);
+        }
+    };
+    // Wall-clock seconds on every line, so the logs of several workers can be merged by time.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format(|buf, record| {
+            let now = unix_millis();
+            writeln!(
+                buf,
+                "{}.{:03} {:<5} {}: {}",
+                now / 1000,
+                now % 1000,
+                record.level(),
+                record.target(),
+                record.args()
+            )
+        })
+        .init();
+    shutdown::install();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("order_worker {}: {e}", args.name);
+            println!("failed name={} error={e}", args.name);
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Reads what scripts/demo's order workers left behind and judges it.
+
+Run with the project's virtualenv (standard library only). Inputs:
+
+  manifest      one line per produced order, ``order_id partition offset``
+                (examples/produce_orders.rs --manifest)
+  effect logs   one line per applied effect, ``effect_key order_id partition offset``
+                (examples/order_worker.rs --effects), one file per worker process
+  worker output the worker's stdout: ``assignment``, ``applied``, ``commit`` lines
+                (see the doc comment of examples/order_worker.rs)
+
+Subcommands:
+
+  progress --manifest M EFFECTS...
+      print how many distinct orders of the manifest were applied so far
+  group --partitions N OUT...
+      print ``settled GEN`` when the last assignment of every given (live) worker is in the same
+      generation and together they own partitions 0..N-1 exactly once, else ``unsettled``
+  check --manifest M --group G --topic T --worker SPEC... [--problem TEXT...]
+      SPEC is ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right
+      after the worker was killed with SIGKILL and reaped). Prints the findings and, as the very
+      last line, ``orders=N applied=A duplicates=D lost=L rebalances=K``; exits 0 only when
+      lost=0, every duplicate is explained by the SIGKILL, nothing else is wrong and no
+      --problem was reported.
+
+Definitions used by ``check``:
+
+  applied     distinct order ids with at least one effect line
+  duplicates  effect lines beyond the first one per order id
+  lost        orders of the manifest without any effect line
+  rebalances  distinct group generations in which some worker received an assignment (the
+              first join included); a cooperative rebalance that moves partitions takes two
+              generations, and a static member's return takes none
+
+  A duplicate is explained by the SIGKILL when the order was applied exactly twice: once by the
+  killed worker K, at an offset K never committed past (at or after K's last committed position
+  on that partition, or K never committed it), and once by another worker in a batch that started
+  after K was killed (wall clock, from the worker's ``applied`` lines). Anything else is
+  unexplained and fails the demo.
+"""
+
+import argparse
+import os
+import re
+import sys
+from collections import defaultdict
+
+OPERATION = "apply-order"
+KV = re.compile(r"(\w+)=(\S*)")
+
+
+def fail(msg):
+    sys.stderr.write("demo_check.py: %s\n" % msg)
+    sys.exit(2)
+
+
+def read_manifest(path):
+    orders = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if len(parts) != 3:
+                fail("%s:%d: malformed manifest line %r" % (path, n, line))
+            order, partition, offset = parts[0], int(parts[1]), int(parts[2])
+            if order in orders:
+                fail("%s:%d: order id %s produced twice" % (path, n, order))
+            orders[order] = (partition, offset)
+    return orders
+
+
+def read_effects(path):
+    """[(line_no, fields)] of an effect log; a missing file is an empty log."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            out.append((n, line.rstrip("\n")))
+    return out
+
+
+def read_events(path):
+    """[(kind, {key: value})] of a worker's stdout."""
+    events = []
+    if not os.path.exists(path):
+        return events
+    with open(path) as f:
+        for line in f:
+            words = line.split(None, 1)
+            if not words:
+                continue
+            fields = dict(KV.findall(words[1])) if len(words) > 1 else {}
+            fields["_line"] = line.rstrip("\n")
+            events.append((words[0], fields))
+    return events
+
+
+def cmd_progress(opts):
+    orders = read_manifest(opts.manifest)
+    seen = set()
+    for path in opts.effects:
+        for _, line in read_effects(path):
+            parts = line.split()
+            if len(parts) == 4 and parts[1] in orders:
+                seen.add(parts[1])
+    print(len(seen))
+
+
+def cmd_group(opts):
+    gens = set()
+    owned = []
+    for path in opts.out:
+        last = None
+        for kind, fields in read_events(path):
+            if kind == "assignment":
+                last = fields
+        if last is None:
+            print("unsettled")
+            return
+        gens.add(int(last["gen"]))
+        owned += [int(p) for p in last["owned"].split(",") if p]
+    if len(gens) == 1 and sorted(owned) == list(range(opts.partitions)):
+        print("settled %d" % gens.pop())
+    else:
+        print("unsettled")
+
+
+def parse_worker(spec):
+    w = {"killed": None}
+    for item in spec.split(","):
+        if item.startswith("killed="):
+            w["killed"] = int(item[len("killed="):])
+            continue
+        key, _, value = item.partition("=")
+        if key not in ("name", "effects", "out") or not value:
+            raise argparse.ArgumentTypeError("bad worker spec %r" % spec)
+        w[key] = value
+    if not all(k in w for k in ("name", "effects", "out")):
+        raise argparse.ArgumentTypeError("worker spec %r needs name, effects and out" % spec)
+    return w
+
+
+def ranges(sorted_items):
+    """Group (offset, order) pairs into runs of consecutive offsets."""
+    runs = []
+    for offset, order in sorted_items:
+        if runs and runs[-1][1] + 1 == offset:
+            runs[-1][1] = offset
+            runs[-1][3] = order
+            runs[-1][4] += 1
+        else:
+            runs.append([offset, offset, order, order, 1])
+    return runs
+
+
+def cmd_check(opts):
+    orders = read_manifest(opts.manifest)
+    problems = list(opts.problem or [])
+    killed = [w for w in opts.worker if w["killed"] is not None]
+    killed_ms = {w["name"]: w["killed"] for w in killed}
+    # applications[order] = [(worker, partition, offset)]
+    applications = defaultdict(list)
+    lines = 0
+    for w in opts.worker:
+        for n, line in read_effects(w["effects"]):
+            lines += 1
+            parts = line.split()
+            where = "%s:%d" % (w["effects"], n)
+            if len(parts) != 4:
+                problems.append("%s: malformed effect line %r" % (where, line))
+                continue
+            key, order, partition, offset = parts[0], parts[1], int(parts[2]), int(parts[3])
+            want_key = "%s/%s/%d/%d/%s" % (opts.group, opts.topic, partition, offset, OPERATION)
+            if key != want_key:
+                problems.append("%s: effect key %s, expected %s" % (where, key, want_key))
+            if orders.get(order) != (partition, offset):
+                problems.append(
+                    "%s: order %s at partition %d offset %d, but it was produced at %s"
+                    % (where, order, partition, offset, orders.get(order))
+                )
+            applications[order].append((w["name"], partition, offset))
+
+    # Per worker: generations, last committed position per partition, applied ranges.
+    generations = set()
+    info = {}
+    notes = []
+    refused = defaultdict(int)
+    reasons = defaultdict(set)
+    stale = defaultdict(int)
+    for w in opts.worker:
+        last_gen = -1
+        committed = {}
+        applied = defaultdict(list)  # partition -> [(from, to, gen)]
+        for kind, f in read_events(w["out"]):
+            if kind == "assignment":
+                gen = int(f["gen"])
+                if gen >= 0 and f.get("owned"):
+                    generations.add(gen)
+                last_gen = max(last_gen, gen)
+            elif kind == "commit":
+                committed[int(f["partition"])] = int(f["next"])
+                last_gen = max(last_gen, int(f["gen"]))
+            elif kind == "applied":
+                applied[int(f["partition"])].append(
+                    (int(f["from"]), int(f["to"]), int(f["gen"]), int(f["start_ms"]))
+                )
+            elif kind == "closed" and "final-commit-refused" in f["_line"]:
+                notes.append("%s's final commit on close was refused: %s" % (w["name"], f["_line"]))
+            elif kind == "commit-refused":
+                refused[w["name"]] += 1
+                reasons[w["name"]].update(re.findall(r"failed with (\w+) \(\d+\)", f["_line"]))
+            elif kind == "stale":
+                stale[w["name"]] += 1
+            elif kind == "failed":
+                problems.append("worker %s failed: %s" % (w["name"], f["_line"]))
+        info[w["name"]] = {"last_gen": last_gen, "committed": committed, "applied": applied}
+
+    def batch_of(name, partition, offset):
+        """(generation, start_ms) of the batch in which the worker applied that offset."""
+        for lo, hi, gen, start_ms in info[name]["applied"][partition]:
+            if lo <= offset <= hi:
+                return gen, start_ms
+        return None, None
+
+    killed_names = {w["name"] for w in killed}
+    explained, unexplained = [], []
+    for order, apps in sorted(applications.items()):
+        if len(apps) < 2:
+            continue
+        partition, offset = apps[0][1], apps[0][2]
+        by_killed = [a for a in apps if a[0] in killed_names]
+        others = [a for a in apps if a[0] not in killed_names]
+        why = None
+        if len(apps) != 2 or len(by_killed) != 1 or len(others) != 1:
+            why = "applied %d times by %s" % (len(apps), ", ".join(a[0] for a in apps))
+        else:
+            k, o = by_killed[0][0], others[0][0]
+            last_commit = info[k]["committed"].get(partition)
+            later_gen, started = batch_of(o, partition, offset)
+            killed_at = killed_ms[k]
+            if last_commit is not None and offset < last_commit:
+                why = "%s had committed partition %d up to next=%d already" % (
+                    k,
+                    partition,
+                    last_commit,
+                )
+            elif started is None or started <= killed_at:
+                why = "%s applied it in a batch that started at %s, not after %s was killed at %d" % (
+                    o,
+                    started,
+                    k,
+                    killed_at,
+                )
+            else:
+                explained.append((partition, offset, order, k, last_commit, o, later_gen))
+        if why is not None:
+            unexplained.append("%s (partition %d offset %d): %s" % (order, partition, offset, why))
+
+    applied = sum(1 for order in orders if applications.get(order))
+    unknown = sorted(set(applications) - set(orders))
+    for order in unknown:
+        problems.append("effect for order %s that was never produced" % order)
+    lost_orders = sorted(order for order in orders if not applications.get(order))
+    duplicates = lines - len(applications)
+
+    for name, count in sorted(refused.items()):
+        notes.append(
+            "%s had %d commit(s) refused (%s), reported and not retried; a later commit or the "
+            "revocation commit covered them" % (name, count, ", ".join(sorted(reasons[name])) or "?")
+        )
+    for name, count in sorted(stale.items()):
+        notes.append(
+            "%s skipped %d effect(s) whose partition was taken away while the order was processed"
+            % (name, count)
+        )
+    for note in notes:
+        print("demo: note: %s" % note)
+    if explained:
+        print(
+            "demo: %d duplicate(s), each explained by the SIGKILL: applied by the killed worker "
+            "after its last commit on the partition, then again by the partition's next owner:"
+            % len(explained)
+        )
+        by_partition = defaultdict(list)
+        for partition, offset, order, k, last_commit, o, gen in explained:
+            by_partition[(partition, k, last_commit, o, gen)].append((offset, order))
+        for (partition, k, last_commit, o, gen), items in sorted(by_partition.items()):
+            for lo, hi, first, last, count in ranges(sorted(items)):
+                span = "offset %d" % lo if lo == hi else "offsets %d-%d" % (lo, hi)
+                ids = first if first == last else "%s..%s" % (first, last)
+                print(
+                    "  partition %d %s (%d order(s) %s): %s, last commit next=%s; redone by %s "
+                    "in generation %d" % (partition, span, count, ids, k, last_commit, o, gen)
+                )
+        if opts.duplicates_file:
+            with open(opts.duplicates_file, "w") as f:
+                for partition, offset, order, k, last_commit, o, gen in sorted(explained):
+                    f.write(
+                        "%s partition=%d offset=%d first=%s last_commit_next=%s second=%s gen=%d\n"
+                        % (order, partition, offset, k, last_commit, o, gen)
+                    )
+            print("demo: every duplicate, one per line: %s" % opts.duplicates_file)
+    for line in unexplained:
+        print("demo: UNEXPLAINED duplicate %s" % line)
+    for order in lost_orders[:20]:
+        p, o = orders[order]
+        print("demo: LOST %s (partition %d offset %d)" % (order, p, o))
+    if len(lost_orders) > 20:
+        print("demo: ... and %d more lost" % (len(lost_orders) - 20))
+    for p in problems[:20]:
+        print("demo: PROBLEM %s" % p)
+    if len(problems) > 20:
+        print("demo: ... and %d more problems" % (len(problems) - 20))
+
+    ok = not lost_orders and not unexplained and not problems
+    print(
+        "orders=%d applied=%d duplicates=%d lost=%d rebalances=%d"
+        % (len(orders), applied, duplicates, len(lost_orders), len(generations))
+    )
+    sys.stdout.flush()
+    sys.exit(0 if ok else 1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("progress")
+    p.add_argument("--manifest", required=True)
+    p.add_argument("effects", nargs="*")
+    p.set_defaults(func=cmd_progress)
+
+    p = sub.add_parser("group")
+    p.add_argument("--partitions", type=int, required=True)
+    p.add_argument("out", nargs="+")
+    p.set_defaults(func=cmd_group)
+
+    p = sub.add_parser("check")
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--worker", type=parse_worker, action="append", required=True)
+    p.add_argument("--problem", action="append")
+    p.add_argument("--duplicates-file")
+    p.set_defaults(func=cmd_check)
+
+    opts = parser.parse_args()
+    opts.func(opts)
+
+
+if __name__ == "__main__":
+    main()
