@@ -666,3 +666,42 @@ fn invalid_config_names_the_setting() {
     assert_eq!(error.setting, "storm_window");
     assert!(error.to_string().contains("storm_window"));
 }
+
+// Decoupled work (seed 004): queued work that has not started when a revocation fences the
+// partition is cancelled, running work drains, and the revocation commits exactly the processed
+// prefix; cancelled messages are the next owner's, so their keys are forgotten.
+#[test]
+fn revocation_cancels_unstarted_work_and_commits_the_processed_prefix() {
+    let guard: Arc<Guard> = Arc::new(guard());
+    guard.assign(&[tp(0)]);
+    let leases: Vec<_> = (0..5).map(|o| admit(&guard, 0, o)).collect();
+    for lease in &leases[..2] {
+        assert!(guard.start(lease));
+        guard.complete(lease).unwrap();
+    }
+    assert!(
+        guard.start(&leases[2]),
+        "offset 2 is running when the rebalance comes"
+    );
+    assert!(!guard.start(&leases[2]), "a message starts once");
+    assert_eq!(guard.unfinished(&tp(0)), 3);
+    let inner = guard.clone();
+    let running = leases[2].clone();
+    let queued = leases[3].clone();
+    let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
+        assert!(!inner.start(&queued), "fenced: queued work must not start");
+        assert_eq!(inner.cancel_unstarted(&batch.partition), 2);
+        // The running one finishes within the drain.
+        inner.complete(&running).map_err(|e| e.into())
+    };
+    let calls = Mutex::new(Calls::default());
+    guard
+        .revoke(&[tp(0)], &mut flush, Some(&mut commit_ok(&calls)))
+        .unwrap();
+    let calls = calls.into_inner().unwrap();
+    assert_eq!(offsets(&calls.committed[0]), BTreeMap::from([(0, 3)]));
+    // Whoever owns the partition next processes 3 and 4, and so may we.
+    guard.assign(&[tp(0)]);
+    admit(&guard, 0, 3);
+    assert!(!guard.start(&leases[4]), "an old lease never starts");
+}

@@ -131,7 +131,8 @@ pub struct FlushBatch<M> {
     /// Admitted messages the caller never took out of the guard, in offset order: hand them to
     /// the executor now.
     pub buffered: Vec<(i64, M)>,
-    /// Offsets taken earlier and not completed yet: wait (boundedly) for them to finish.
+    /// Offsets handed out earlier (queued or started) and not completed yet: cancel the ones that
+    /// have not started ([`RebalanceGuard::cancel_unstarted`]) and wait, boundedly, for the rest.
     pub running: Vec<i64>,
 }
 
@@ -487,6 +488,43 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .partitions
             .get(&lease.partition)
             .is_some_and(|state| state.accepts_completions(lease.epoch))
+    }
+
+    /// A worker is about to start the leased message: allowed only while the partition is owned
+    /// under the lease's epoch. Once a revocation has fenced the partition, queued work that has
+    /// not started must not start (it is cancelled instead), so this refuses.
+    pub fn start(&self, lease: &Lease) -> bool {
+        let mut inner = self.lock();
+        match inner.partitions.get_mut(&lease.partition) {
+            Some(state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {
+                state.progress.start(lease.offset)
+            }
+            _ => false,
+        }
+    }
+
+    /// During a revocation's flush: cancels the partition's queued work that never started, so
+    /// the revocation commits exactly the processed prefix. Returns how many messages were
+    /// cancelled (their keys are forgotten: they will be processed by the next owner).
+    pub fn cancel_unstarted(&self, partition: &TopicPartition) -> usize {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some(state) = inner.partitions.get_mut(partition) else {
+            return 0;
+        };
+        if state.status != OwnerStatus::Draining {
+            return 0;
+        }
+        let cancelled = state.progress.discard_unstarted_tail();
+        inner.forget_unfinished(cancelled)
+    }
+
+    /// Admitted messages of a partition that have not finished (queued or running).
+    pub fn unfinished(&self, partition: &TopicPartition) -> usize {
+        self.lock()
+            .partitions
+            .get(partition)
+            .map_or(0, |state| state.progress.unfinished())
     }
 
     /// Takes the buffered payloads of a partition out of the guard to hand them to an executor.

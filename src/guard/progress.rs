@@ -15,7 +15,9 @@ use super::lru::KeyRef;
 pub(crate) enum WorkState<M> {
     /// Admitted and held by the guard until the caller takes it or a revocation flushes it.
     Buffered(M),
-    /// Handed to the caller's executor; not finished yet.
+    /// Taken out of the guard (queued in the caller's executor); not started yet.
+    Queued,
+    /// Started by a worker; not finished yet.
     Running,
     /// Finished; its side effect happened.
     Done,
@@ -124,7 +126,7 @@ impl<M> Progress<M> {
         for entry in &mut self.pending {
             if matches!(entry.state, WorkState::Buffered(_)) {
                 if let WorkState::Buffered(payload) =
-                    std::mem::replace(&mut entry.state, WorkState::Running)
+                    std::mem::replace(&mut entry.state, WorkState::Queued)
                 {
                     taken.push((entry.offset, payload));
                 }
@@ -133,11 +135,47 @@ impl<M> Progress<M> {
         taken
     }
 
-    /// Offsets handed out and not finished yet.
+    /// Marks one buffered message as started by a worker. Returns `false` when it is not
+    /// buffered (already started, finished, or gone).
+    pub(crate) fn start(&mut self, offset: i64) -> bool {
+        let Some(index) = self.find(offset) else {
+            return false;
+        };
+        let entry = &mut self.pending[index];
+        if matches!(entry.state, WorkState::Buffered(_) | WorkState::Queued) {
+            entry.state = WorkState::Running;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Removes the buffered (never started) messages at the tail, for a revocation that cancels
+    /// queued work instead of waiting for it. Only a suffix can be unstarted when each partition
+    /// is worked in order; an unstarted message before a started one stays (and keeps the commit
+    /// position below it). Returns what was removed so the caller can forget its keys.
+    pub(crate) fn discard_unstarted_tail(&mut self) -> Vec<Admitted<M>> {
+        let keep = self
+            .pending
+            .iter()
+            .rposition(|a| !matches!(a.state, WorkState::Buffered(_) | WorkState::Queued))
+            .map_or(0, |last_started| last_started + 1);
+        let discarded: Vec<_> = self.pending.drain(keep..).collect();
+        if !discarded.is_empty() {
+            self.high_water = self
+                .pending
+                .back()
+                .map(|a| a.offset)
+                .or(self.completed_next.map(|next| next - 1));
+        }
+        discarded
+    }
+
+    /// Offsets handed out (queued or started) and not finished yet.
     pub(crate) fn running_offsets(&self) -> Vec<i64> {
         self.pending
             .iter()
-            .filter(|a| matches!(a.state, WorkState::Running))
+            .filter(|a| matches!(a.state, WorkState::Queued | WorkState::Running))
             .map(|a| a.offset)
             .collect()
     }
