@@ -41,6 +41,8 @@ pub enum ConsumerError {
     Guard(GuardConfigError),
     /// A feature that this version does not implement.
     Unsupported(&'static str),
+    /// A worker thread could not be started.
+    Thread(std::io::Error),
 }
 
 impl fmt::Display for ConsumerError {
@@ -63,6 +65,7 @@ impl fmt::Display for ConsumerError {
             ),
             ConsumerError::Guard(e) => write!(f, "{e}"),
             ConsumerError::Unsupported(what) => write!(f, "not supported: {what}"),
+            ConsumerError::Thread(e) => write!(f, "cannot start a worker thread: {e}"),
         }
     }
 }

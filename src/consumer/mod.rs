@@ -29,9 +29,11 @@ mod error;
 mod poll_loop;
 mod rebalance;
 pub mod stats;
+mod workers;
 
 pub use config::{AssignmentStrategy, AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol};
 pub use error::ConsumerError;
 pub use poll_loop::{Batch, Consumer, Delivery, KeyFn};
 pub use rebalance::{RebalanceCounters, StormHook};
 pub use stats::{ConsumerStats, PartitionStats};
+pub use workers::WorkContext;

@@ -21,7 +21,7 @@ use super::batch::{BatchPlan, BatchSizer};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::error::ConsumerError;
 use super::rebalance::{
-    commit_through, reset_positions, Bridge, Guard, Intake, RebalanceCounters, StormHook,
+    commit_through, reset_positions, Bridge, Drain, Guard, Intake, RebalanceCounters, StormHook,
 };
 use super::stats::{ConsumerStats, PartitionStats};
 
@@ -52,7 +52,7 @@ impl Delivery {
 pub struct Consumer {
     config: ConsumerConfig,
     member: GroupMember,
-    guard: Arc<Guard>,
+    pub(super) guard: Arc<Guard>,
     intake: Intake,
     sizer: BatchSizer,
     fetch: FetchConfig,
@@ -63,6 +63,8 @@ pub struct Consumer {
     next_partition: usize,
     stats_interval: Duration,
     last_stats: Instant,
+    /// Set while `run_with_workers` runs.
+    pub(super) drain: Option<Drain>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -119,6 +121,7 @@ impl Consumer {
             next_partition: 0,
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
+            drain: None,
         })
     }
 
@@ -194,6 +197,7 @@ impl Consumer {
             storm_hook: &mut self.storm_hook,
             counters: &mut self.counters,
             error: None,
+            drain: self.drain.clone(),
         };
         let result = self.member.poll(&mut bridge, timeout);
         let error = bridge.error.take();
@@ -371,6 +375,7 @@ impl Consumer {
             storm_hook: &mut self.storm_hook,
             counters: &mut self.counters,
             error: None,
+            drain: self.drain.clone(),
         };
         self.member.close(&mut bridge)?;
         committed.map(|_| ())
@@ -522,6 +527,28 @@ impl Batch<'_> {
         if let Err(error) = self.consumer.guard.complete(&delivery.lease) {
             // Its partition moved while the handler ran: the work is not our progress.
             log::warn!("{error}");
+        }
+    }
+
+    /// Hands the record to another thread: it stays pending in the guard (the batch no longer
+    /// tracks it) until that thread completes it through the guard.
+    pub(crate) fn hand_off(&mut self, delivery: Delivery) -> (Record, Lease) {
+        self.settle(&delivery);
+        (delivery.record, delivery.lease)
+    }
+
+    /// Takes back a record that could not be handed off (its worker's queue was full): it is
+    /// un-admitted and becomes the next record of its partition again.
+    pub(crate) fn put_back(&mut self, record: Record, lease: Lease) {
+        match self.consumer.guard.rewind(&lease.partition, lease.offset) {
+            Ok(()) => self
+                .consumer
+                .intake
+                .buffers
+                .entry(lease.partition)
+                .or_default()
+                .push_front(record),
+            Err(error) => log::warn!("{error}"),
         }
     }
 

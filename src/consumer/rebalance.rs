@@ -12,8 +12,8 @@
 //! Each runs on the poll thread, inside `GroupMember::poll`, before the next record is handed out.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::group::{GroupContext, LostReason, RebalanceListener};
 use crate::guard::{
@@ -73,6 +73,49 @@ pub(crate) struct Bridge<'a> {
     pub(crate) counters: &'a mut RebalanceCounters,
     /// A failure the poll must report once the group call returns.
     pub(crate) error: Option<ConsumerError>,
+    /// Set while worker threads process records: how a revocation waits for them.
+    pub(crate) drain: Option<Drain>,
+}
+
+/// How a revocation drains work handed to worker threads: workers signal every finished record
+/// on `finished`, and the drain waits for the partition's started records up to `timeout`.
+#[derive(Clone)]
+pub(crate) struct Drain {
+    pub(crate) finished: Arc<(Mutex<u64>, Condvar)>,
+    pub(crate) timeout: Duration,
+}
+
+impl Drain {
+    /// Cancels the partition's queued, unstarted records, then waits for its started ones. A
+    /// drain that times out fails the flush: nothing is committed for the partition, and the
+    /// late completions are refused as stale when they come.
+    pub(crate) fn drain(&self, guard: &Guard, partition: &TopicPartition) -> Result<(), BoxError> {
+        let cancelled = guard.cancel_unstarted(partition);
+        if cancelled > 0 {
+            log::info!("{partition}: {cancelled} queued record(s) cancelled by the revocation");
+        }
+        let deadline = Instant::now() + self.timeout;
+        let (lock, signal) = &*self.finished;
+        let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let running = guard.unfinished(partition);
+            if running == 0 {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "{running} record(s) still running after revoke.drain.timeout.ms ({:?})",
+                    self.timeout
+                )
+                .into());
+            }
+            seen = signal
+                .wait_timeout(seen, deadline - now)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
 }
 
 impl Bridge<'_> {
@@ -179,15 +222,21 @@ impl RebalanceListener for Bridge<'_> {
             self.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
         let generation = ctx.generation_id();
-        // In this synchronous loop every admitted record was completed or rewound before the
-        // poll that brought this revocation; anything still pending never finished, so the
-        // partition must not be committed past it.
+        let guard = self.guard;
+        let drain = self.drain.as_ref();
         let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
-            let unfinished = batch.buffered.len() + batch.running.len();
-            if unfinished == 0 {
-                Ok(())
-            } else {
-                Err(format!("{unfinished} admitted record(s) never finished").into())
+            match drain {
+                // Synchronous loop: every admitted record was completed or rewound before the
+                // poll that brought this revocation; anything still pending never finished, so
+                // the partition must not be committed past it.
+                None => match batch.buffered.len() + batch.running.len() {
+                    0 => Ok(()),
+                    unfinished => {
+                        Err(format!("{unfinished} admitted record(s) never finished").into())
+                    }
+                },
+                // Worker threads: cancel what has not started, wait (boundedly) for the rest.
+                Some(drain) => drain.drain(guard, &batch.partition),
             }
         };
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| ctx.commit(o), offsets);

@@ -600,24 +600,41 @@ impl GroupMember {
                 ""
             }
         );
+        // The generation is complete: heartbeats resume now, not after the callbacks, because a
+        // revocation's drain may take longer than the session timeout. Until the revocation has
+        // run, we own both what we keep and what we hand back.
+        {
+            let mut state = self.shared.lock();
+            let interim: BTreeSet<TopicPartition> =
+                owned.iter().chain(&assigned).cloned().collect();
+            state.owned = interim.into_iter().collect();
+            state.phase = Phase::Stable;
+            state.last_heartbeat_ok = Instant::now();
+        }
+        self.shared.wake.notify_all();
         for event in plan.events {
             match event {
                 RebalanceEvent::Revoke(partitions) => {
                     listener.on_partitions_revoked(&mut self.context(me.clone()), &partitions);
+                    let mut state = self.shared.lock();
+                    if state.identity == me {
+                        state.owned.retain(|tp| !partitions.contains(tp));
+                    }
                 }
                 RebalanceEvent::Assign(partitions) => {
                     {
                         let mut state = self.shared.lock();
+                        if state.identity != me || state.phase != Phase::Stable {
+                            // Lost while the revocation ran: the next poll reports it.
+                            return Ok(());
+                        }
                         state.owned = plan.owned_after.clone();
-                        state.phase = Phase::Stable;
-                        state.last_heartbeat_ok = Instant::now();
                         if plan.rejoin {
                             state
                                 .rejoin
                                 .get_or_insert_with(|| "cooperative follow-up".to_string());
                         }
                     }
-                    self.shared.wake.notify_all();
                     listener.on_partitions_assigned(&mut self.context(me.clone()), &partitions);
                 }
                 RebalanceEvent::Lost(partitions) => {

@@ -1,0 +1,435 @@
+//! The decoupled mode against real brokers: worker threads run the handler, the poll thread keeps
+//! the membership, and only the contiguous completed prefix is committed. Includes seed 004's
+//! held-open rebalance test.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, WorkContext};
+use rebalance_guard::wire::{Client, ClientConfig, Record};
+use rebalance_guard::TopicPartition;
+use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
+    let mut props: Vec<(String, String)> = vec![
+        ("bootstrap.servers".into(), bootstrap.into()),
+        ("group.id".into(), group.into()),
+        ("auto.offset.reset".into(), "earliest".into()),
+        ("session.timeout.ms".into(), "3000".into()),
+        ("heartbeat.interval.ms".into(), "500".into()),
+        ("max.poll.interval.ms".into(), "30000".into()),
+        ("fetch.max.wait.ms".into(), "100".into()),
+        ("partition.assignment.strategy".into(), "range".into()),
+    ];
+    for (k, v) in extra {
+        props.retain(|(name, _)| name != k);
+        props.push((k.to_string(), v.to_string()));
+    }
+    ConsumerConfig::from_properties(props).expect("valid test configuration")
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn committed(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Option<i64>> {
+    let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
+    let tps: Vec<_> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    client
+        .offset_fetch(group, &tps)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.tp.partition, c.offset))
+        .collect()
+}
+
+/// One attempt to apply a record's effect: by whom, and whether it was applied (the handler
+/// checks its lease right before the effect).
+#[derive(Clone, Debug)]
+struct Attempt {
+    member: &'static str,
+    partition: i32,
+    offset: i64,
+    applied: bool,
+}
+
+type Attempts = Arc<Mutex<Vec<Attempt>>>;
+
+fn spawn_workers<H>(
+    member: &'static str,
+    config: ConsumerConfig,
+    topic: &str,
+    stop: Arc<AtomicBool>,
+    handler: H,
+) -> JoinHandle<Consumer>
+where
+    H: Fn(&Record, &WorkContext<'_>) -> Result<(), std::io::Error> + Send + Sync + 'static,
+{
+    let _ = env_logger::builder().is_test(true).try_init();
+    let topic = topic.to_string();
+    thread::spawn(move || {
+        let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
+        consumer
+            .run_with_workers(&stop, 3, 16, handler)
+            .unwrap_or_else(|e| panic!("{member}: {e}"));
+        consumer
+    })
+}
+
+/// Every record processed once, in offset order within its partition, by three workers; the
+/// final commit is the end of every partition. Both brokers.
+#[test]
+fn workers_process_everything_once_in_partition_order_on_both_brokers() {
+    for kind in BrokerKind::ALL {
+        let broker = kind.start();
+        let topic = unique_name("orders");
+        broker.create_topic(&topic, 4);
+        for p in 0..4 {
+            peer_produce(
+                &broker.bootstrap(),
+                &topic,
+                100,
+                &["--partition", &p.to_string()],
+            );
+        }
+        let group = unique_name("group");
+        let attempts: Attempts = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = attempts.clone();
+        let member = spawn_workers(
+            "a",
+            config(&broker.bootstrap(), &group, &[]),
+            &topic,
+            stop.clone(),
+            move |record, _ctx| {
+                thread::sleep(Duration::from_micros((record.offset as u64 % 7) * 300));
+                log.lock().unwrap().push(Attempt {
+                    member: "a",
+                    partition: record.partition,
+                    offset: record.offset,
+                    applied: true,
+                });
+                Ok(())
+            },
+        );
+        wait_until("400 records", WAIT, || {
+            attempts.lock().unwrap().len() >= 400
+        });
+        stop.store(true, Ordering::SeqCst);
+        let consumer = member.join().unwrap();
+        assert_eq!(
+            committed(&broker.bootstrap(), &group, &topic, 4),
+            (0..4).map(|p| (p, Some(100))).collect(),
+            "{kind:?}"
+        );
+        consumer.close().unwrap();
+        let attempts = attempts.lock().unwrap().clone();
+        assert_eq!(attempts.len(), 400, "{kind:?}: each record exactly once");
+        for p in 0..4 {
+            let offsets: Vec<i64> = attempts
+                .iter()
+                .filter(|a| a.partition == p)
+                .map(|a| a.offset)
+                .collect();
+            assert_eq!(
+                offsets,
+                (0..100).collect::<Vec<_>>(),
+                "{kind:?} partition {p}"
+            );
+        }
+    }
+}
+
+/// A latch that holds every handler that reaches it until it is released.
+#[derive(Default)]
+struct Latch {
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Latch {
+    fn hold(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.0 += 1;
+        self.changed.notify_all();
+        while !state.1 {
+            state = self.changed.wait(state).unwrap();
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.state.lock().unwrap().0
+    }
+
+    fn release(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Seed 004's held-open rebalance test (mock, cooperative-sticky): consumer A works partitions
+/// 0 and 1 and holds offset 101 of each before its effect, with 100 complete; consumer B joins and
+/// one partition moves to it while A's 101 is still held past the drain timeout. Then:
+/// - no offset before the incomplete one was skipped: B starts the moved partition at 101;
+/// - the old owner could not apply its stale work: released after the revocation, A's 101 sees
+///   its lease is no longer current and applies nothing, and its completion is refused;
+/// - every business effect exists exactly once;
+/// - A's stats name the work completed after revocation.
+#[test]
+fn held_open_rebalance_mock() {
+    let topic = unique_name("orders");
+    let mock = MockCluster::start(MockOptions {
+        topics: vec![(topic.clone(), 2)],
+        ..MockOptions::default()
+    });
+    for p in 0..2 {
+        peer_produce(
+            mock.bootstrap(),
+            &topic,
+            200,
+            &["--partition", &p.to_string()],
+        );
+    }
+    let group = unique_name("group");
+    let settings = [
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("revoke.drain.timeout.ms", "1000"),
+    ];
+    let attempts: Attempts = Arc::default();
+    let latch = Arc::new(Latch::default());
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let handler = |member: &'static str, latch: Option<Arc<Latch>>, log: Attempts| {
+        move |record: &Record, ctx: &WorkContext<'_>| -> Result<(), std::io::Error> {
+            if let Some(latch) = &latch {
+                if record.offset == 101 {
+                    latch.hold();
+                }
+            }
+            // The effect is applied only under a current lease (seed 004's fencing value).
+            let applied = ctx.is_current();
+            log.lock().unwrap().push(Attempt {
+                member,
+                partition: record.partition,
+                offset: record.offset,
+                applied,
+            });
+            Ok(())
+        }
+    };
+    let a = spawn_workers(
+        "a",
+        config(mock.bootstrap(), &group, &settings),
+        &topic,
+        stop.clone(),
+        handler("a", Some(latch.clone()), attempts.clone()),
+    );
+    wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
+    wait_until("A committed 101 on both partitions", WAIT, || {
+        committed(mock.bootstrap(), &group, &topic, 2)
+            .values()
+            .all(|c| *c == Some(101))
+    });
+    let b = spawn_workers(
+        "b",
+        config(mock.bootstrap(), &group, &settings),
+        &topic,
+        stop.clone(),
+        handler("b", None, attempts.clone()),
+    );
+    wait_until("B works the moved partition", WAIT, || {
+        attempts.lock().unwrap().iter().any(|a| a.member == "b")
+    });
+    latch.release();
+    let everything: BTreeSet<(i32, i64)> =
+        (0..2).flat_map(|p| (0..200).map(move |o| (p, o))).collect();
+    wait_until("every effect applied", WAIT, || {
+        let applied: BTreeSet<(i32, i64)> = attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.applied)
+            .map(|a| (a.partition, a.offset))
+            .collect();
+        applied == everything
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let a_stats = a.stats();
+    a.close().unwrap();
+    b.close().unwrap();
+
+    let attempts = attempts.lock().unwrap().clone();
+    let moved: i32 = attempts
+        .iter()
+        .find(|x| x.member == "b")
+        .map(|x| x.partition)
+        .unwrap();
+    let b_first = attempts
+        .iter()
+        .filter(|x| x.member == "b" && x.partition == moved)
+        .map(|x| x.offset)
+        .min();
+    assert_eq!(
+        b_first,
+        Some(101),
+        "B must start at the incomplete offset: {attempts:?}"
+    );
+    let stale: Vec<_> = attempts
+        .iter()
+        .filter(|x| x.member == "a" && x.partition == moved && x.offset == 101)
+        .collect();
+    assert_eq!(stale.len(), 1);
+    assert!(!stale[0].applied, "A applied revoked work: {stale:?}");
+    let mut effects: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for x in attempts.iter().filter(|x| x.applied) {
+        *effects.entry((x.partition, x.offset)).or_default() += 1;
+    }
+    let repeated: Vec<_> = effects.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "effects applied twice: {repeated:?}");
+    let moved_stats = a_stats
+        .partitions
+        .iter()
+        .find(|p| p.guard.partition.partition == moved)
+        .unwrap();
+    assert_eq!(moved_stats.guard.completed_after_revocation, 1, "{a_stats}");
+    assert!(
+        a_stats.counters.failed_handoffs >= 1,
+        "the drain timed out: {a_stats}"
+    );
+}
+
+/// The other outcome of the same race: the held record is released while the revocation is
+/// still draining. The drain succeeds, A applies 101 under a still-current lease, the revocation
+/// commits 102... whatever A finished, and B starts exactly after it: nothing is applied twice.
+#[test]
+fn a_drain_that_finishes_in_time_hands_off_without_duplicates_mock() {
+    let topic = unique_name("orders");
+    let mock = MockCluster::start(MockOptions {
+        topics: vec![(topic.clone(), 2)],
+        ..MockOptions::default()
+    });
+    for p in 0..2 {
+        peer_produce(
+            mock.bootstrap(),
+            &topic,
+            200,
+            &["--partition", &p.to_string()],
+        );
+    }
+    let group = unique_name("group");
+    let settings = [
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("revoke.drain.timeout.ms", "20000"),
+    ];
+    let attempts: Attempts = Arc::default();
+    let latch = Arc::new(Latch::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let held_once = Arc::new(AtomicUsize::new(0));
+    let (log_a, latch_a, held) = (attempts.clone(), latch.clone(), held_once.clone());
+    let a = spawn_workers(
+        "a",
+        config(mock.bootstrap(), &group, &settings),
+        &topic,
+        stop.clone(),
+        move |record, ctx| {
+            if record.offset == 101 && held.fetch_add(1, Ordering::SeqCst) < 2 {
+                latch_a.hold();
+            }
+            log_a.lock().unwrap().push(Attempt {
+                member: "a",
+                partition: record.partition,
+                offset: record.offset,
+                applied: ctx.is_current(),
+            });
+            Ok(())
+        },
+    );
+    wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
+    let log_b = attempts.clone();
+    let b = spawn_workers(
+        "b",
+        config(mock.bootstrap(), &group, &settings),
+        &topic,
+        stop.clone(),
+        move |record, ctx| {
+            log_b.lock().unwrap().push(Attempt {
+                member: "b",
+                partition: record.partition,
+                offset: record.offset,
+                applied: ctx.is_current(),
+            });
+            Ok(())
+        },
+    );
+    // B's join makes A revoke one partition, and A's revocation waits on the held record; B's
+    // records are only logged once its assignment completed, which needs A's revocation done.
+    // Give the rebalance time to reach A's drain, then release within the 20 s drain timeout.
+    thread::sleep(Duration::from_secs(6));
+    assert!(
+        attempts.lock().unwrap().iter().all(|x| x.member == "a"),
+        "B started before A's revocation finished draining"
+    );
+    latch.release();
+    let everything: BTreeSet<(i32, i64)> =
+        (0..2).flat_map(|p| (0..200).map(move |o| (p, o))).collect();
+    wait_until("every effect applied", WAIT, || {
+        let applied: BTreeSet<(i32, i64)> = attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.applied)
+            .map(|a| (a.partition, a.offset))
+            .collect();
+        applied == everything
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    a.close().unwrap();
+    b.close().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    let mut effects: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for x in attempts.iter().filter(|x| x.applied) {
+        *effects.entry((x.partition, x.offset)).or_default() += 1;
+    }
+    let repeated: Vec<_> = effects.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "effects applied twice: {repeated:?}");
+    // The handoff went through the drain: A's last record of the moved partition is the held
+    // 101 (its queued successors were cancelled, not started), applied under a lease that was
+    // still current while draining, and B starts right after it.
+    let moved = attempts
+        .iter()
+        .find(|x| x.member == "b")
+        .map(|x| x.partition)
+        .expect("B got a partition");
+    let a_last = attempts
+        .iter()
+        .filter(|x| x.member == "a" && x.partition == moved)
+        .max_by_key(|x| x.offset)
+        .unwrap();
+    assert_eq!((a_last.offset, a_last.applied), (101, true), "{attempts:?}");
+    let b_first = attempts
+        .iter()
+        .filter(|x| x.member == "b" && x.partition == moved)
+        .map(|x| x.offset)
+        .min();
+    assert_eq!(b_first, Some(102), "{attempts:?}");
+}
