@@ -266,8 +266,8 @@ def cmd_check(opts):
 
     for name, count in sorted(refused.items()):
         notes.append(
-            "%s had %d commit(s) refused (%s), reported and not retried; a later commit or the "
-            "revocation commit covered them" % (name, count, ", ".join(sorted(reasons[name])) or "?")
+            "%s had %d commit(s) refused (%s): reported, not retried"
+            % (name, count, ", ".join(sorted(reasons[name])) or "?")
         )
     for name, count in sorted(stale.items()):
         notes.append(
