@@ -13,7 +13,10 @@
 //! let stop = AtomicBool::new(false);
 //! let mut consumer = Consumer::subscribe(config, &["orders"])?
 //!     .with_idempotency_key(|record| record.key.as_ref().map(|k| k.to_vec()));
-//! consumer.run(&stop, |record| -> Result<(), std::io::Error> {
+//! consumer.run(&stop, |record, ctx| -> Result<(), std::io::Error> {
+//!     if !ctx.is_current() {
+//!         return Ok(()); // the partition moved: its new owner processes this record
+//!     }
 //!     // Apply the order's effect, keyed by a stable effect key.
 //!     println!("{} {}", record.partition, record.offset);
 //!     Ok(())

@@ -24,6 +24,7 @@ use super::rebalance::{
     commit_through, reset_positions, Bridge, Drain, Guard, Intake, RebalanceCounters, StormHook,
 };
 use super::stats::{ConsumerStats, PartitionStats};
+use super::workers::WorkContext;
 
 /// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
 /// has none. Never derive it from the Kafka record key alone unless that key identifies the
@@ -316,23 +317,26 @@ impl Consumer {
     }
 
     /// Runs poll-process-commit until `stop` is set or an error occurs, then returns (call
-    /// [`close`](Self::close) afterwards). The handler runs on this thread; a handler error
+    /// [`close`](Self::close) afterwards). The handler runs on this thread, with a
+    /// [`WorkContext`] to check its lease right before an external effect; a handler error
     /// stops the loop after committing everything before the failed record, which will be
     /// delivered again. Refused commits are logged and the loop goes on: the next poll rejoins.
     pub fn run<E>(
         &mut self,
         stop: &AtomicBool,
-        mut handler: impl FnMut(&Record) -> Result<(), E>,
+        mut handler: impl FnMut(&Record, &WorkContext<'_>) -> Result<(), E>,
     ) -> Result<(), ConsumerError>
     where
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let guard = self.guard.clone();
         while !stop.load(Ordering::SeqCst) {
             let mut failure = None;
             {
                 let mut batch = self.poll(Duration::from_millis(100))?;
                 while let Some(delivery) = batch.next() {
-                    match handler(&delivery.record) {
+                    let ctx = WorkContext::new(&guard, &delivery.lease);
+                    match handler(&delivery.record, &ctx) {
                         Ok(()) => batch.complete(delivery),
                         Err(error) => {
                             let (partition, offset) =
@@ -452,7 +456,9 @@ impl Batch<'_> {
                 return None;
             }
             let now = Instant::now();
-            if self.consumer.sizer.should_stop(now) {
+            // Every batch hands out at least one record: an estimate inflated by one very slow
+            // record must not stop batches before they start, or the consumer would livelock.
+            if self.handed > 0 && self.consumer.sizer.should_stop(now) {
                 log::info!(
                     "batch stopped at its deadline after {} record(s); the rest stays for the \
                      next poll",

@@ -32,7 +32,11 @@ pub struct WorkContext<'a> {
     lease: &'a Lease,
 }
 
-impl WorkContext<'_> {
+impl<'a> WorkContext<'a> {
+    pub(super) fn new(guard: &'a Guard, lease: &'a Lease) -> Self {
+        WorkContext { guard, lease }
+    }
+
     /// True while the record's partition is still this member's under the assignment the record
     /// was admitted in. Check it right before an external side effect of a long handler: once it
     /// is false, another member may be processing the same record.
@@ -41,7 +45,7 @@ impl WorkContext<'_> {
     }
 
     /// The record's lease.
-    pub fn lease(&self) -> &Lease {
+    pub fn lease(&self) -> &'a Lease {
         self.lease
     }
 }

@@ -234,8 +234,21 @@ pub fn sync_group(
             .with_protocol_name(protocol_name.map(str_bytes));
     }
     let wait = rebalance_timeout + Duration::from_secs(5);
-    let resp = conn.send_with_timeout(&req, v, wait)?;
-    Ok((resp.error_code, resp.assignment))
+    let body = conn.send_for_body(&req, v, wait)?;
+    match msg::SyncGroupResponse::decode(&mut body.clone(), v) {
+        Ok(resp) => Ok((resp.error_code, resp.assignment)),
+        // librdkafka's mock answers an error with a null assignment, which the schema forbids:
+        // the error code is still what matters.
+        Err(e) => match leading_error_code(&body, v >= 1) {
+            Some(code) if code != 0 => {
+                log::debug!("SyncGroup v{v} error response did not decode ({e:#}); using its error code {code}");
+                Ok((code, Bytes::new()))
+            }
+            _ => Err(WireError::Protocol(format!(
+                "cannot decode SyncGroup v{v} response: {e:#}"
+            ))),
+        },
+    }
 }
 
 /// Sends one Heartbeat and returns its error code.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{self as msg, ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use log::{debug, trace, warn};
+use log::{debug, trace};
 
 use super::error::{api_name, KafkaCode, Result, WireError};
 use super::versions::{client_range, VersionRange, VersionTable};
@@ -461,7 +461,8 @@ impl Connection {
                     })
                     .and_then(|b| b.highest_common(VersionRange::new(0, version - 1)))
                     .unwrap_or(0);
-                warn!(
+                // Expected with any broker older than our newest ApiVersions: not a warning.
+                debug!(
                     "{} rejected ApiVersions v{version}; retrying with v{fallback}",
                     self.addr
                 );
