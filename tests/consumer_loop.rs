@@ -175,15 +175,16 @@ fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock
     ];
     let log: Log = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    // `a` hangs 8 s on offset 10 of whichever partition it owns: longer than max.poll.interval.
+    // `a` hangs 8 s on the first offset 10 it meets: longer than max.poll.interval.ms.
+    let slowed = AtomicBool::new(false);
     let a = spawn_member(
         "a",
         config(mock.bootstrap(), &group, &settings),
         &topic,
         log.clone(),
         stop.clone(),
-        |_, offset| {
-            if offset == 10 {
+        move |_, offset| {
+            if offset == 10 && !slowed.swap(true, Ordering::SeqCst) {
                 Duration::from_secs(8)
             } else {
                 Duration::from_millis(5)
@@ -226,11 +227,9 @@ fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock
         .iter()
         .position(|p| p.member == "a" && p.offset == 10)
         .unwrap();
-    // (A later slow record, offset 10 of the other partition after a rejoin, is itself evicted
-    // mid-handler: it is the only kind of record allowed to finish stale.)
     let after: Vec<_> = log[first_slow + 1..]
         .iter()
-        .filter(|p| p.member == "a" && p.offset != 10)
+        .filter(|p| p.member == "a")
         .collect();
     assert!(
         after.iter().all(|p| p.current_after),
@@ -249,10 +248,10 @@ fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock
         lost.buffered > 0 || a_stats.counters.dropped_records > 0,
         "the batch had more records: {a_stats}"
     );
-    assert_eq!(lost.guard.completed_after_revocation, 1, "{a_stats}");
-    assert_eq!(
-        lost.guard.last_committed, None,
-        "nothing committed after the loss: {a_stats}"
+    assert!(lost.guard.completed_after_revocation >= 1, "{a_stats}");
+    assert!(
+        lost.guard.last_committed.map_or(true, |c| c <= 10),
+        "a committed past the record it never finished: {a_stats}"
     );
     a.close().unwrap();
     b.close().unwrap();

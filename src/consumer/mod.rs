@@ -36,7 +36,7 @@ mod workers;
 
 pub use config::{AssignmentStrategy, AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol};
 pub use error::ConsumerError;
-pub use poll_loop::{Batch, Consumer, Delivery, KeyFn};
+pub use poll_loop::{Batch, Consumer, Delivery, GuardView, KeyFn};
 pub use rebalance::{RebalanceCounters, StormHook};
 pub use stats::{ConsumerStats, PartitionStats};
 pub use workers::WorkContext;

@@ -49,6 +49,23 @@ impl Delivery {
     }
 }
 
+/// Read-only access to a consumer's guard from another thread.
+#[derive(Clone)]
+pub struct GuardView(Arc<Guard>);
+
+impl GuardView {
+    /// A consistent snapshot of every partition's state.
+    pub fn snapshot(&self) -> crate::guard::GuardSnapshot {
+        self.0.snapshot()
+    }
+}
+
+impl std::fmt::Debug for GuardView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardView").finish_non_exhaustive()
+    }
+}
+
 /// A synchronous, rebalance-safe Kafka consumer.
 pub struct Consumer {
     config: ConsumerConfig,
@@ -167,6 +184,12 @@ impl Consumer {
     /// True while the lease's partition is still ours under the lease's assignment.
     pub fn is_current(&self, lease: &Lease) -> bool {
         self.guard.is_current(lease)
+    }
+
+    /// A handle that reads the guard's per-partition state from any thread (a metrics
+    /// endpoint, a watchdog), while this consumer is busy in `run` or a batch.
+    pub fn guard_view(&self) -> GuardView {
+        GuardView(self.guard.clone())
     }
 
     /// The storm detector's view now.
