@@ -46,6 +46,9 @@
 //! stale name=N partition=P offset=O            effect skipped: the partition moved meanwhile
 //! stop name=N reason=signal|idle applied=K
 //! commit-refused name=N error=E               a commit the coordinator refused (not retried)
+//! handoff-failed name=N gen=G partition=P stage=S error=E
+//!                                               a revocation whose flush or commit failed: the
+//!                                               partition's uncommitted records will be redone
 //! closed name=N [final-commit-refused error=E] after close (left the group unless static)
 //! failed name=N error=E                        the worker gave up (exit status 1)
 //! ```
@@ -406,6 +409,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 println!("commit-refused name={name} error={e}");
             }
             Err(e) => eprintln!("order_worker {name}: commit failed: {e}"),
+        }
+        for failure in consumer.take_handoff_failures() {
+            println!(
+                "handoff-failed name={name} gen={} partition={} stage={:?} error={}",
+                failure.generation_id,
+                failure.partition.partition,
+                failure.stage,
+                failure.error.replace(' ', "_")
+            );
         }
         report(name, &consumer, &mut printed);
     };

@@ -37,6 +37,6 @@ mod workers;
 pub use config::{AssignmentStrategy, AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol};
 pub use error::ConsumerError;
 pub use poll_loop::{Batch, Consumer, Delivery, GuardView, KeyFn};
-pub use rebalance::{RebalanceCounters, StormHook};
+pub use rebalance::{HandoffFailure, RebalanceCounters, StormHook};
 pub use stats::{ConsumerStats, PartitionStats};
 pub use workers::WorkContext;

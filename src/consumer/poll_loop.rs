@@ -21,7 +21,8 @@ use super::batch::{BatchPlan, BatchSizer};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::error::ConsumerError;
 use super::rebalance::{
-    commit_through, reset_positions, Bridge, Drain, Guard, Intake, RebalanceCounters, StormHook,
+    commit_through, reset_positions, Bridge, Drain, Guard, HandoffFailure, Intake,
+    RebalanceCounters, StormHook,
 };
 use super::stats::{ConsumerStats, PartitionStats};
 use super::workers::WorkContext;
@@ -83,6 +84,7 @@ pub struct Consumer {
     last_stats: Instant,
     /// Set while `run_with_workers` runs.
     pub(super) drain: Option<Drain>,
+    handoff_failures: Vec<HandoffFailure>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -140,6 +142,7 @@ impl Consumer {
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
             drain: None,
+            handoff_failures: Vec::new(),
         })
     }
 
@@ -192,6 +195,12 @@ impl Consumer {
         GuardView(self.guard.clone())
     }
 
+    /// The revocations whose flush or commit failed since the last call: each one's records
+    /// since its last commit will be processed again by the partition's next owner.
+    pub fn take_handoff_failures(&mut self) -> Vec<HandoffFailure> {
+        std::mem::take(&mut self.handoff_failures)
+    }
+
     /// The storm detector's view now.
     pub fn storm_status(&self) -> StormStatus {
         self.guard.storm_status()
@@ -222,6 +231,7 @@ impl Consumer {
             counters: &mut self.counters,
             error: None,
             drain: self.drain.clone(),
+            handoff_failures: &mut self.handoff_failures,
         };
         let result = self.member.poll(&mut bridge, timeout);
         let error = bridge.error.take();
@@ -403,6 +413,7 @@ impl Consumer {
             counters: &mut self.counters,
             error: None,
             drain: self.drain.clone(),
+            handoff_failures: &mut self.handoff_failures,
         };
         self.member.close(&mut bridge)?;
         committed.map(|_| ())

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::group::{GroupContext, LostReason, RebalanceListener};
 use crate::guard::{
-    BoxError, CommitFailure, CommitOffset, FlushBatch, RebalanceGuard, StormStatus,
+    BoxError, CommitFailure, CommitOffset, FlushBatch, HandoffStage, RebalanceGuard, StormStatus,
 };
 use crate::wire::{self, OffsetSpec, Record};
 use crate::TopicPartition;
@@ -49,6 +49,21 @@ impl Intake {
     }
 }
 
+/// One revoked partition whose handoff failed: its flush or its commit. The records processed
+/// since its last commit will be processed again by its next owner; an operator (or a checker)
+/// uses this to explain those repeats.
+#[derive(Debug, Clone)]
+pub struct HandoffFailure {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The generation the revocation committed in.
+    pub generation_id: i32,
+    /// Whether the flush or the commit failed.
+    pub stage: HandoffStage,
+    /// The error, as text.
+    pub error: String,
+}
+
 /// Counters of what rebalances did, for the stats line.
 #[derive(Debug, Default, Clone)]
 pub struct RebalanceCounters {
@@ -75,6 +90,8 @@ pub(crate) struct Bridge<'a> {
     pub(crate) error: Option<ConsumerError>,
     /// Set while worker threads process records: how a revocation waits for them.
     pub(crate) drain: Option<Drain>,
+    /// Failed handoffs, kept for the application to report.
+    pub(crate) handoff_failures: &'a mut Vec<HandoffFailure>,
 }
 
 /// How a revocation drains work handed to worker threads: workers signal every finished record
@@ -257,6 +274,14 @@ impl RebalanceListener for Bridge<'_> {
                 // position and the idempotent sink absorbs the repeat.
                 self.counters.failed_handoffs += 1;
                 log::error!("revocation in generation {generation}: {error}");
+                for failure in &error.failures {
+                    self.handoff_failures.push(HandoffFailure {
+                        partition: failure.partition.clone(),
+                        generation_id: generation,
+                        stage: failure.stage,
+                        error: failure.error.to_string(),
+                    });
+                }
             }
         }
         self.counters.revoked += partitions.len() as u64;
