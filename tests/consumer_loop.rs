@@ -11,29 +11,11 @@ use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use rebalance_guard::guard::OwnerStatus;
-use rebalance_guard::wire::{Client, ClientConfig};
 use rebalance_guard::TopicPartition;
+use support::consumer::{committed, config, wait_until};
 use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
-    let mut props: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), bootstrap.into()),
-        ("group.id".into(), group.into()),
-        ("auto.offset.reset".into(), "earliest".into()),
-        ("session.timeout.ms".into(), "6000".into()),
-        ("heartbeat.interval.ms".into(), "500".into()),
-        ("max.poll.interval.ms".into(), "30000".into()),
-        ("fetch.max.wait.ms".into(), "100".into()),
-        ("partition.assignment.strategy".into(), "range".into()),
-    ];
-    for (k, v) in extra {
-        props.retain(|(name, _)| name != k);
-        props.push((k.to_string(), v.to_string()));
-    }
-    ConsumerConfig::from_properties(props).expect("valid test configuration")
-}
 
 /// A processed record: who processed it, where, and whether its lease was still current when
 /// the handler finished.
@@ -88,32 +70,6 @@ fn spawn_member(
         }
         consumer
     })
-}
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn committed(
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-) -> BTreeMap<i32, Option<i64>> {
-    let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
-    let tps: Vec<_> = (0..partitions)
-        .map(|p| TopicPartition::new(topic, p))
-        .collect();
-    client
-        .offset_fetch(group, &tps)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.tp.partition, c.offset))
-        .collect()
 }
 
 /// After processing offsets 0..=9 of a partition, the committed offset is 10 (last + 1), on both

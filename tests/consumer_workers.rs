@@ -8,58 +8,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, GuardView, WorkContext};
 use rebalance_guard::guard::OwnerStatus;
-use rebalance_guard::wire::{Client, ClientConfig, Record};
-use rebalance_guard::TopicPartition;
+use rebalance_guard::wire::Record;
+use support::consumer::{committed, wait_until};
 use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The shared test configuration with a 3 s session: these tests go through several mock
+/// rebalances, each waiting session - 1 s.
 fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
-    let mut props: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), bootstrap.into()),
-        ("group.id".into(), group.into()),
-        ("auto.offset.reset".into(), "earliest".into()),
-        ("session.timeout.ms".into(), "3000".into()),
-        ("heartbeat.interval.ms".into(), "500".into()),
-        ("max.poll.interval.ms".into(), "30000".into()),
-        ("fetch.max.wait.ms".into(), "100".into()),
-        ("partition.assignment.strategy".into(), "range".into()),
-    ];
-    for (k, v) in extra {
-        props.retain(|(name, _)| name != k);
-        props.push((k.to_string(), v.to_string()));
-    }
-    ConsumerConfig::from_properties(props).expect("valid test configuration")
-}
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn committed(
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-) -> BTreeMap<i32, Option<i64>> {
-    let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
-    let tps: Vec<_> = (0..partitions)
-        .map(|p| TopicPartition::new(topic, p))
-        .collect();
-    client
-        .offset_fetch(group, &tps)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.tp.partition, c.offset))
-        .collect()
+    let mut all = vec![("session.timeout.ms", "3000")];
+    all.extend_from_slice(extra);
+    support::consumer::config(bootstrap, group, &all)
 }
 
 /// One attempt to apply a record's effect: by whom, and whether it was applied (the handler

@@ -21,6 +21,7 @@
 //! infrastructure must not pull dependencies into the crate.
 #![allow(dead_code)]
 
+pub mod consumer;
 pub mod members;
 pub mod ours;
 

@@ -1,0 +1,59 @@
+//! Helpers shared by the consumer tests: a configuration with fast-rebalance settings, a bounded
+//! wait, and the committed offsets as the broker reports them.
+
+use std::collections::BTreeMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::ConsumerConfig;
+use rebalance_guard::wire::{Client, ClientConfig};
+use rebalance_guard::TopicPartition;
+
+/// A consumer configuration for tests: earliest reset, 6 s session with 500 ms heartbeats (the
+/// mock's rebalances wait session - 1 s), short fetch waits, `range`; `extra` overrides any of it.
+pub fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
+    let mut props: Vec<(String, String)> = vec![
+        ("bootstrap.servers".into(), bootstrap.into()),
+        ("group.id".into(), group.into()),
+        ("auto.offset.reset".into(), "earliest".into()),
+        ("session.timeout.ms".into(), "6000".into()),
+        ("heartbeat.interval.ms".into(), "500".into()),
+        ("max.poll.interval.ms".into(), "30000".into()),
+        ("fetch.max.wait.ms".into(), "100".into()),
+        ("partition.assignment.strategy".into(), "range".into()),
+    ];
+    for (k, v) in extra {
+        props.retain(|(name, _)| name != k);
+        props.push((k.to_string(), v.to_string()));
+    }
+    ConsumerConfig::from_properties(props).expect("valid test configuration")
+}
+
+/// Polls `done` until it holds; panics naming `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The group's committed offset of each partition `0..partitions` of `topic`, read back with
+/// OffsetFetch on a client of its own.
+pub fn committed(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Option<i64>> {
+    let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
+    let tps: Vec<_> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    client
+        .offset_fetch(group, &tps)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.tp.partition, c.offset))
+        .collect()
+}
