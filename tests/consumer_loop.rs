@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use rebalance_guard::guard::OwnerStatus;
 use rebalance_guard::TopicPartition;
-use support::consumer::{committed, config, wait_until};
+use support::consumer::{committed, config, produce_to_each_partition, wait_until};
 use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -121,8 +121,7 @@ fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock
         topics: vec![(topic.clone(), 2)],
         ..MockOptions::default()
     });
-    peer_produce(mock.bootstrap(), &topic, 100, &["--partition", "0"]);
-    peer_produce(mock.bootstrap(), &topic, 100, &["--partition", "1"]);
+    produce_to_each_partition(mock.bootstrap(), &topic, 2, 100);
     let group = unique_name("group");
     let settings = [
         ("session.timeout.ms", "6000"),
@@ -262,70 +261,61 @@ fn batch_sizing_keeps_a_slow_handler_in_the_group_mock() {
 /// the revocation commit happens in the new, stable generation, which the mock accepts.
 fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
     let settings = [("partition.assignment.strategy", strategy)];
-    {
-        let broker = kind.start();
-        let topic = unique_name("orders");
-        broker.create_topic(&topic, 4);
-        for p in 0..4 {
-            peer_produce(
-                &broker.bootstrap(),
-                &topic,
-                150,
-                &["--partition", &p.to_string()],
-            );
-        }
-        let group = unique_name("group");
-        let log: Log = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let a = spawn_member(
-            "a",
-            config(&broker.bootstrap(), &group, &settings),
-            &topic,
-            log.clone(),
-            stop.clone(),
-            |_, _| Duration::from_millis(10),
-        );
-        wait_until("a is under way", WAIT, || log.lock().unwrap().len() >= 50);
-        let b = spawn_member(
-            "b",
-            config(&broker.bootstrap(), &group, &settings),
-            &topic,
-            log.clone(),
-            stop.clone(),
-            |_, _| Duration::from_millis(10),
-        );
-        wait_until("every record processed", WAIT, || {
-            let done: BTreeSet<(i32, i64)> = log
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|p| (p.partition, p.offset))
-                .collect();
-            done.len() == 600
-        });
-        // Let the last commits land, then close both (each close commits and leaves).
-        stop.store(true, Ordering::SeqCst);
-        let (a, b) = (a.join().unwrap(), b.join().unwrap());
-        let (a_stats, b_stats) = (a.stats(), b.stats());
-        a.close().unwrap();
-        b.close().unwrap();
-        let log = log.lock().unwrap().clone();
-        let mut seen: BTreeMap<(i32, i64), Vec<String>> = BTreeMap::new();
-        for p in &log {
-            seen.entry((p.partition, p.offset))
-                .or_default()
-                .push(p.member.clone());
-        }
-        let duplicates: Vec<_> = seen.iter().filter(|(_, who)| who.len() > 1).collect();
-        assert!(
-            duplicates.is_empty(),
-            "{kind:?}: duplicates {duplicates:?}\na: {a_stats}\nb: {b_stats}"
-        );
-        assert!(
-            log.iter().any(|p| p.member == "b"),
-            "{kind:?}: b never processed anything"
-        );
+    let broker = kind.start();
+    let topic = unique_name("orders");
+    broker.create_topic(&topic, 4);
+    produce_to_each_partition(&broker.bootstrap(), &topic, 4, 150);
+    let group = unique_name("group");
+    let log: Log = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let a = spawn_member(
+        "a",
+        config(&broker.bootstrap(), &group, &settings),
+        &topic,
+        log.clone(),
+        stop.clone(),
+        |_, _| Duration::from_millis(10),
+    );
+    wait_until("a is under way", WAIT, || log.lock().unwrap().len() >= 50);
+    let b = spawn_member(
+        "b",
+        config(&broker.bootstrap(), &group, &settings),
+        &topic,
+        log.clone(),
+        stop.clone(),
+        |_, _| Duration::from_millis(10),
+    );
+    wait_until("every record processed", WAIT, || {
+        let done: BTreeSet<(i32, i64)> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.offset))
+            .collect();
+        done.len() == 600
+    });
+    // Let the last commits land, then close both (each close commits and leaves).
+    stop.store(true, Ordering::SeqCst);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let (a_stats, b_stats) = (a.stats(), b.stats());
+    a.close().unwrap();
+    b.close().unwrap();
+    let log = log.lock().unwrap().clone();
+    let mut seen: BTreeMap<(i32, i64), Vec<String>> = BTreeMap::new();
+    for p in &log {
+        seen.entry((p.partition, p.offset))
+            .or_default()
+            .push(p.member.clone());
     }
+    let duplicates: Vec<_> = seen.iter().filter(|(_, who)| who.len() > 1).collect();
+    assert!(
+        duplicates.is_empty(),
+        "{kind:?}: duplicates {duplicates:?}\na: {a_stats}\nb: {b_stats}"
+    );
+    assert!(
+        log.iter().any(|p| p.member == "b"),
+        "{kind:?}: b never processed anything"
+    );
 }
 
 #[test]
@@ -437,8 +427,7 @@ fn pause_and_resume_on_both_brokers() {
         let broker = kind.start();
         let topic = unique_name("orders");
         broker.create_topic(&topic, 2);
-        peer_produce(&broker.bootstrap(), &topic, 10, &["--partition", "0"]);
-        peer_produce(&broker.bootstrap(), &topic, 10, &["--partition", "1"]);
+        produce_to_each_partition(&broker.bootstrap(), &topic, 2, 10);
         let mut consumer = Consumer::subscribe(
             config(&broker.bootstrap(), &unique_name("group"), &[]),
             &[&topic],

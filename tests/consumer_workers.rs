@@ -11,10 +11,10 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, GuardView, WorkContext};
-use rebalance_guard::guard::OwnerStatus;
+use rebalance_guard::guard::{HandoffStage, OwnerStatus};
 use rebalance_guard::wire::Record;
-use support::consumer::{committed, wait_until};
-use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
+use support::consumer::{committed, produce_to_each_partition, wait_until};
+use support::{unique_name, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -37,6 +37,45 @@ struct Attempt {
 }
 
 type Attempts = Arc<Mutex<Vec<Attempt>>>;
+
+/// Waits until every offset `0..count` of every partition `0..partitions` has an applied effect.
+fn wait_until_all_applied(attempts: &Attempts, partitions: i32, count: i64) {
+    let everything: BTreeSet<(i32, i64)> = (0..partitions)
+        .flat_map(|p| (0..count).map(move |o| (p, o)))
+        .collect();
+    wait_until("every effect applied", WAIT, || {
+        let applied: BTreeSet<(i32, i64)> = attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.applied)
+            .map(|a| (a.partition, a.offset))
+            .collect();
+        applied == everything
+    });
+}
+
+/// The (partition, offset) pairs whose effect was applied more than once.
+fn repeated_effects(attempts: &[Attempt]) -> Vec<(i32, i64)> {
+    let mut effects: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for x in attempts.iter().filter(|x| x.applied) {
+        *effects.entry((x.partition, x.offset)).or_default() += 1;
+    }
+    effects
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// The lowest offset of `partition` that `member` attempted.
+fn first_offset(attempts: &[Attempt], member: &str, partition: i32) -> Option<i64> {
+    attempts
+        .iter()
+        .filter(|x| x.member == member && x.partition == partition)
+        .map(|x| x.offset)
+        .min()
+}
 
 fn spawn_workers<H>(
     member: &'static str,
@@ -86,14 +125,7 @@ fn workers_process_everything_once_in_partition_order_on_both_brokers() {
         let broker = kind.start();
         let topic = unique_name("orders");
         broker.create_topic(&topic, 4);
-        for p in 0..4 {
-            peer_produce(
-                &broker.bootstrap(),
-                &topic,
-                100,
-                &["--partition", &p.to_string()],
-            );
-        }
+        produce_to_each_partition(&broker.bootstrap(), &topic, 4, 100);
         let group = unique_name("group");
         let attempts: Attempts = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
@@ -184,14 +216,7 @@ fn held_open_rebalance_mock() {
         topics: vec![(topic.clone(), 2)],
         ..MockOptions::default()
     });
-    for p in 0..2 {
-        peer_produce(
-            mock.bootstrap(),
-            &topic,
-            200,
-            &["--partition", &p.to_string()],
-        );
-    }
+    produce_to_each_partition(mock.bootstrap(), &topic, 2, 200);
     let group = unique_name("group");
     let settings = [
         ("partition.assignment.strategy", "cooperative-sticky"),
@@ -243,21 +268,11 @@ fn held_open_rebalance_mock() {
         attempts.lock().unwrap().iter().any(|a| a.member == "b")
     });
     latch.release();
-    let everything: BTreeSet<(i32, i64)> =
-        (0..2).flat_map(|p| (0..200).map(move |o| (p, o))).collect();
-    wait_until("every effect applied", WAIT, || {
-        let applied: BTreeSet<(i32, i64)> = attempts
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.applied)
-            .map(|a| (a.partition, a.offset))
-            .collect();
-        applied == everything
-    });
+    wait_until_all_applied(&attempts, 2, 200);
     stop.store(true, Ordering::SeqCst);
-    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let (mut a, b) = (a.join().unwrap(), b.join().unwrap());
     let a_stats = a.stats();
+    let a_failures = a.take_handoff_failures();
     a.close().unwrap();
     b.close().unwrap();
 
@@ -267,11 +282,7 @@ fn held_open_rebalance_mock() {
         .find(|x| x.member == "b")
         .map(|x| x.partition)
         .unwrap();
-    let b_first = attempts
-        .iter()
-        .filter(|x| x.member == "b" && x.partition == moved)
-        .map(|x| x.offset)
-        .min();
+    let b_first = first_offset(&attempts, "b", moved);
     assert_eq!(
         b_first,
         Some(101),
@@ -283,11 +294,7 @@ fn held_open_rebalance_mock() {
         .collect();
     assert_eq!(stale.len(), 1);
     assert!(!stale[0].applied, "A applied revoked work: {stale:?}");
-    let mut effects: BTreeMap<(i32, i64), usize> = BTreeMap::new();
-    for x in attempts.iter().filter(|x| x.applied) {
-        *effects.entry((x.partition, x.offset)).or_default() += 1;
-    }
-    let repeated: Vec<_> = effects.iter().filter(|(_, n)| **n > 1).collect();
+    let repeated = repeated_effects(&attempts);
     assert!(repeated.is_empty(), "effects applied twice: {repeated:?}");
     let moved_stats = a_stats
         .partitions
@@ -298,6 +305,13 @@ fn held_open_rebalance_mock() {
     assert!(
         a_stats.counters.failed_handoffs >= 1,
         "the drain timed out: {a_stats}"
+    );
+    // The failed handoff is reported to the application, naming the partition and the flush.
+    assert!(
+        a_failures
+            .iter()
+            .any(|f| f.partition.partition == moved && f.stage == HandoffStage::Flush),
+        "{a_failures:?}"
     );
 }
 
@@ -311,14 +325,7 @@ fn a_drain_that_finishes_in_time_hands_off_without_duplicates_mock() {
         topics: vec![(topic.clone(), 2)],
         ..MockOptions::default()
     });
-    for p in 0..2 {
-        peer_produce(
-            mock.bootstrap(),
-            &topic,
-            200,
-            &["--partition", &p.to_string()],
-        );
-    }
+    produce_to_each_partition(mock.bootstrap(), &topic, 2, 200);
     let group = unique_name("group");
     let settings = [
         ("partition.assignment.strategy", "cooperative-sticky"),
@@ -377,18 +384,7 @@ fn a_drain_that_finishes_in_time_hands_off_without_duplicates_mock() {
         "B started before A's revocation finished draining"
     );
     latch.release();
-    let everything: BTreeSet<(i32, i64)> =
-        (0..2).flat_map(|p| (0..200).map(move |o| (p, o))).collect();
-    wait_until("every effect applied", WAIT, || {
-        let applied: BTreeSet<(i32, i64)> = attempts
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.applied)
-            .map(|a| (a.partition, a.offset))
-            .collect();
-        applied == everything
-    });
+    wait_until_all_applied(&attempts, 2, 200);
     stop.store(true, Ordering::SeqCst);
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     let a_stats = a.stats();
@@ -413,20 +409,8 @@ fn a_drain_that_finishes_in_time_hands_off_without_duplicates_mock() {
     // Unless the mock refused that commit (it refuses every commit while its group re-forms,
     // which a late SyncGroup of B's can cause at any moment): then B starts at the last
     // committed 101, and 101 is the one repeat, for the idempotent sink to absorb.
-    let b_first = attempts
-        .iter()
-        .filter(|x| x.member == "b" && x.partition == moved)
-        .map(|x| x.offset)
-        .min();
-    let mut effects: BTreeMap<(i32, i64), usize> = BTreeMap::new();
-    for x in attempts.iter().filter(|x| x.applied) {
-        *effects.entry((x.partition, x.offset)).or_default() += 1;
-    }
-    let repeated: Vec<(i32, i64)> = effects
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(k, _)| *k)
-        .collect();
+    let b_first = first_offset(&attempts, "b", moved);
+    let repeated = repeated_effects(&attempts);
     if a_stats.counters.failed_handoffs == 0 {
         assert_eq!(b_first, Some(102), "{attempts:?}");
         assert!(repeated.is_empty(), "effects applied twice: {repeated:?}");

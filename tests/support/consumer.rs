@@ -57,3 +57,10 @@ pub fn committed(
         .map(|c| (c.tp.partition, c.offset))
         .collect()
 }
+
+/// Produces `count` records to each partition `0..partitions` of `topic` with confluent-kafka.
+pub fn produce_to_each_partition(bootstrap: &str, topic: &str, partitions: i32, count: usize) {
+    for p in 0..partitions {
+        super::peer_produce(bootstrap, topic, count, &["--partition", &p.to_string()]);
+    }
+}
