@@ -95,6 +95,11 @@ fn setup(kind: BrokerKind) -> Setup {
             tansu.create_topic(&topic, PARTITIONS as u32);
             Box::new(tansu)
         }
+        BrokerKind::Kafka | BrokerKind::Kafka3 => {
+            let kafka = kind.start();
+            kafka.create_topic(&topic, PARTITIONS as u32);
+            kafka
+        }
     };
     Setup {
         broker,
@@ -419,6 +424,7 @@ fn static_restart(kind: BrokerKind) -> StaticRestart {
     let session_timeout_ms = match kind {
         BrokerKind::Mock => 3000,
         BrokerKind::Tansu => 10_000,
+        BrokerKind::Kafka | BrokerKind::Kafka3 => 6000,
     };
     let spec = |name: &str, id: &str| {
         s.spec(PeerClient::Confluent, PeerStrategy::Range, name)

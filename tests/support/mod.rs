@@ -4,9 +4,11 @@
 //! wire test talks to a real, independent implementation of the protocol. This
 //! module starts them and drives the peer clients:
 //!
+//! * [`Kafka`]: Apache Kafka itself (`scripts/kafka_broker.py`), the newest 4.x and the last
+//!   3.x, pinned in `scripts/versions.env`. The truth: a behaviour is right when it is right here.
 //! * [`MockCluster`]: librdkafka's mock cluster (`scripts/mock_cluster.py`),
 //!   with fault injection through [`MockCluster::command`].
-//! * [`Tansu`]: the tansu broker binary, memory storage.
+//! * [`Tansu`]: the tansu broker binary, memory storage, a second independent implementation.
 //! * [`peer`] / [`peer_consume`]: `scripts/peer.py`, confluent-kafka and
 //!   kafka-python helpers that produce and read records with no code of ours
 //!   on the wire.
@@ -22,8 +24,11 @@
 #![allow(dead_code)]
 
 pub mod consumer;
+pub mod kafka;
 pub mod members;
 pub mod ours;
+
+pub use kafka::{Kafka, KafkaVersion};
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -128,7 +133,7 @@ fn discard_log_unless_panicking(log: &Path) {
 }
 
 /// Wait up to `timeout` for the child to exit by itself.
-fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
@@ -159,6 +164,10 @@ pub trait Broker {
 /// The broker implementations the tests run against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BrokerKind {
+    /// Apache Kafka, the newest 4.x: the shared broker of the run (see [`kafka`]).
+    Kafka,
+    /// Apache Kafka, the last 3.x, for version negotiation: shared like [`BrokerKind::Kafka`].
+    Kafka3,
     /// librdkafka's mock cluster, one broker, no initial rebalance delay.
     Mock,
     /// tansu with memory storage.
@@ -166,15 +175,24 @@ pub enum BrokerKind {
 }
 
 impl BrokerKind {
-    /// Every kind, for tests that loop over all of them.
-    pub const ALL: [BrokerKind; 2] = [BrokerKind::Mock, BrokerKind::Tansu];
+    /// Every kind a behaviour is checked on: real Kafka 4.x first (the truth), then the two
+    /// independent implementations. Kafka 3.x is left to the tests that are about versions.
+    pub const ALL: [BrokerKind; 3] = [BrokerKind::Kafka, BrokerKind::Mock, BrokerKind::Tansu];
 
-    /// Start a fresh broker of this kind with default options.
+    /// A broker of this kind with default options: the run's shared broker for Kafka (unique
+    /// topic and group names keep tests apart), a fresh one for the mock and tansu.
     pub fn start(self) -> Box<dyn Broker> {
         match self {
+            BrokerKind::Kafka => Box::new(Kafka::shared(KafkaVersion::Newest)),
+            BrokerKind::Kafka3 => Box::new(Kafka::shared(KafkaVersion::Last3)),
             BrokerKind::Mock => Box::new(MockCluster::start(MockOptions::default())),
             BrokerKind::Tansu => Box::new(Tansu::start()),
         }
+    }
+
+    /// True for Apache Kafka of any version.
+    pub fn is_kafka(self) -> bool {
+        matches!(self, BrokerKind::Kafka | BrokerKind::Kafka3)
     }
 }
 

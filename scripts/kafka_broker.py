@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Run one Apache Kafka broker (KRaft, broker and controller in one JVM) on loopback.
+
+The jars come from Maven Central through scripts/setup-test-env, which writes the classpath of
+each pinned version to .cache/kafka/<version>/classpath. This script:
+
+  1. picks two free loopback ports (the client listener and the controller), unless given;
+  2. writes server.properties with settings that make group tests fast and honest (below);
+  3. formats the storage (``kafka.tools.StorageTool format --standalone``);
+  4. starts ``kafka.Kafka`` with a small heap, its log in the run directory;
+  5. waits until the client listener answers an ApiVersions request, then prints the bootstrap
+     address (``127.0.0.1:PORT``) as the first line of stdout (and writes it to
+     --bootstrap-file if given), and a summary line on stderr with the cold start time;
+  6. runs until it is told to stop: SIGTERM or SIGINT, EOF on stdin (with --stop-on-stdin-eof:
+     the process that started it closed the pipe, or died), or the death of --watch-pid.
+     Then it stops the broker by its PID (SIGTERM, SIGKILL after a grace period), removes the
+     data directory and exits 0. The broker log stays unless --remove-log is given.
+
+If the broker does not answer within --timeout-s, or exits early, the script prints the tail of
+the broker log on stderr and exits 1. The broker never outlives this script: it is started with
+PR_SET_PDEATHSIG, so even a SIGKILL of this script ends it.
+
+Broker settings, and why:
+  group.initial.rebalance.delay.ms=0     the first join of a group is not held back 3 s
+  offsets.topic.num.partitions=1         one coordinator, created fast
+  every replication factor and ISR = 1   a single node
+  auto.create.topics.enable=false        a test that uses a topic it did not create fails
+  group.min.session.timeout.ms=1000      classic members may use short sessions
+  group.consumer.* (KIP-848)             short sessions and heartbeats for consumer-protocol groups
+  a heap of --heap (256m by default)     two cores, several JVMs at once
+
+Usage:
+  kafka_broker.py --version 4.4.0 [--dir DIR] [--port P] [--log FILE]
+                  [--set key=value ...] [--heap 256m] [--timeout-s 90]
+                  [--bootstrap-file FILE] [--stop-on-stdin-eof] [--watch-pid PID]
+                  [--remove-log]
+Only the standard library is used; run it with any Python 3.8+.
+"""
+
+import argparse
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Broker log configuration: everything at INFO to one file (stdout of the JVM), which is what a
+# failing group test needs to be read afterwards (the coordinator logs every rebalance).
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.statechange.name = state.change.logger
+logger.statechange.level = warn
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = warn
+logger.raft.name = org.apache.kafka.raft
+logger.raft.level = warn
+logger.zk.name = kafka.server.metadata
+logger.zk.level = warn
+"""
+LOG4J1_PROPERTIES = """\
+log4j.rootLogger=INFO, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.org.apache.kafka.controller=WARN
+log4j.logger.org.apache.kafka.raft=WARN
+log4j.logger.kafka.server.metadata=WARN
+"""
+
+
+def say(msg):
+    sys.stderr.write("kafka_broker.py: %s\n" % msg)
+    sys.stderr.flush()
+
+
+def fail(msg):
+    say("error: " + msg)
+    sys.exit(1)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_versions_probe(port, timeout=2.0):
+    """True when 127.0.0.1:port answers an ApiVersions v0 request without error."""
+    correlation = 0x5EED
+    client_id = b"kafka-broker-probe"
+    body = struct.pack(">hhih", 18, 0, correlation, len(client_id)) + client_id
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(struct.pack(">i", len(body)) + body)
+            header = b""
+            while len(header) < 4:
+                chunk = s.recv(4 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+            (size,) = struct.unpack(">i", header)
+            if not 6 <= size <= 1 << 20:
+                return False
+            payload = b""
+            while len(payload) < 6:
+                chunk = s.recv(size - len(payload))
+                if not chunk:
+                    return False
+                payload += chunk
+            got_correlation, error_code = struct.unpack(">ih", payload[:6])
+            return got_correlation == correlation and error_code == 0
+    except OSError:
+        return False
+
+
+def read_classpath(version):
+    path = os.path.join(ROOT, ".cache", "kafka", version, "classpath")
+    try:
+        with open(path) as f:
+            classpath = f.read().strip()
+    except OSError:
+        fail("%s is missing: run scripts/setup-test-env (Kafka %s is not installed)" % (path, version))
+    if not classpath:
+        fail("%s is empty: rerun scripts/setup-test-env" % path)
+    return classpath
+
+
+def tail(path, max_bytes=6000):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return "(cannot read %s: %s)" % (path, e)
+
+
+def die_with_parent():
+    """preexec_fn for the JVM: it gets SIGKILL when this script dies, however it dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # not Linux: the stop paths below still apply
+        pass
+    # Own process group, so a Ctrl-C in a terminal reaches only this script, which stops the
+    # broker in order.
+    os.setpgid(0, 0)
+
+
+def server_properties(opts, data_dir, port, controller_port):
+    major = int(opts.version.split(".")[0])
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": "127.0.0.1:%d" % controller_port,
+        "listeners": "PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d" % (port, controller_port),
+        "advertised.listeners": "PLAINTEXT://127.0.0.1:%d" % port,
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": data_dir,
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "group.initial.rebalance.delay.ms": "0",
+        # Classic groups: allow short sessions (the default floor is 6 s).
+        "group.min.session.timeout.ms": "1000",
+        # Consumer-protocol groups (KIP-848): short sessions and heartbeats for tests.
+        "group.consumer.min.session.timeout.ms": "1000",
+        "group.consumer.session.timeout.ms": "6000",
+        "group.consumer.min.heartbeat.interval.ms": "100",
+        "group.consumer.heartbeat.interval.ms": "500",
+        # Two cores: fewer threads than the defaults (8 I/O, 3 network).
+        "num.io.threads": "2",
+        "num.network.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "background.threads": "2",
+        "log.cleaner.threads": "1",
+    }
+    if major >= 4:
+        props["share.coordinator.state.topic.replication.factor"] = "1"
+        props["share.coordinator.state.topic.min.isr"] = "1"
+    for item in opts.set:
+        if "=" not in item:
+            fail("--set %r: expected key=value" % item)
+        key, value = item.split("=", 1)
+        props[key.strip()] = value.strip()
+    return props
+
+
+class Stopper:
+    """Collects the reasons to stop; the main thread waits on it."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.reason = None
+
+    def stop(self, reason):
+        if self.reason is None:
+            self.reason = reason
+        self.event.set()
+
+
+def watch_stdin(stopper):
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    stopper.stop("stdin closed")
+
+
+def watch_pid(stopper, pid):
+    while not stopper.event.is_set():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            stopper.stop("watched process %d exited" % pid)
+            return
+        except PermissionError:
+            pass
+        time.sleep(0.5)
+
+
+def stop_broker(jvm, grace_s):
+    if jvm.poll() is not None:
+        return
+    try:
+        jvm.send_signal(signal.SIGTERM)
+        jvm.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--version", required=True, help="a Kafka version installed by setup-test-env")
+    ap.add_argument("--dir", help="run directory (default: a fresh temporary one)")
+    ap.add_argument("--port", type=int, default=0, help="client listener port (default: free)")
+    ap.add_argument("--log", help="broker log file (default: DIR/broker.log)")
+    ap.add_argument("--set", action="append", default=[], help="extra broker setting key=value")
+    ap.add_argument("--heap", default="256m", help="JVM -Xmx (default 256m)")
+    ap.add_argument("--timeout-s", type=float, default=90.0, help="start-up bound (default 90)")
+    ap.add_argument("--bootstrap-file", help="also write the bootstrap address here when ready")
+    ap.add_argument("--stop-on-stdin-eof", action="store_true")
+    ap.add_argument("--watch-pid", type=int, help="stop when this process exits")
+    ap.add_argument("--stop-grace-s", type=float, default=5.0)
+    ap.add_argument("--remove-log", action="store_true", help="remove the log on a clean stop")
+    opts = ap.parse_args()
+
+    classpath = read_classpath(opts.version)
+    java = shutil.which("java")
+    if not java:
+        fail("java not found on PATH (Kafka needs Java 17 or newer)")
+
+    own_dir = opts.dir is None
+    run_dir = opts.dir or tempfile.mkdtemp(prefix="kafka-%s-" % opts.version)
+    os.makedirs(run_dir, exist_ok=True)
+    data_dir = os.path.join(run_dir, "data")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    log_path = os.path.abspath(opts.log or os.path.join(run_dir, "broker.log"))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+
+    major = int(opts.version.split(".")[0])
+    if major >= 4:
+        log_config = os.path.join(run_dir, "log4j2.properties")
+        with open(log_config, "w") as f:
+            f.write(LOG4J2_PROPERTIES)
+        log_flag = "-Dlog4j2.configurationFile=" + log_config
+    else:
+        log_config = os.path.join(run_dir, "log4j.properties")
+        with open(log_config, "w") as f:
+            f.write(LOG4J1_PROPERTIES)
+        log_flag = "-Dlog4j.configuration=file:" + log_config
+
+    stopper = Stopper()
+    signal.signal(signal.SIGTERM, lambda *_: stopper.stop("SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *_: stopper.stop("SIGINT"))
+
+    started = time.monotonic()
+    jvm = None
+    port = None
+    # A port is free when picked but may be taken before the JVM binds it: try again then.
+    for attempt in range(3):
+        port = opts.port or free_port()
+        controller_port = free_port()
+        while controller_port == port:
+            controller_port = free_port()
+        props = server_properties(opts, data_dir, port, controller_port)
+        config = os.path.join(run_dir, "server.properties")
+        with open(config, "w") as f:
+            for key in sorted(props):
+                f.write("%s=%s\n" % (key, props[key]))
+        shutil.rmtree(data_dir, ignore_errors=True)
+        jvm_flags = [
+            "-Xmx" + opts.heap,
+            "-Xms64m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            log_flag,
+        ]
+        with open(log_path, "ab") as log:
+            fmt = subprocess.run(
+                [java] + jvm_flags + ["-cp", classpath, "kafka.tools.StorageTool", "format",
+                                      "--standalone", "-t", str(uuid.uuid4()), "-c", config],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        if fmt.returncode != 0:
+            fail("formatting the storage failed (exit %d); log %s:\n%s"
+                 % (fmt.returncode, log_path, tail(log_path)))
+        log = open(log_path, "ab")
+        jvm = subprocess.Popen(
+            [java] + jvm_flags + ["-cp", classpath, "kafka.Kafka", config],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
+        log.close()
+        deadline = started + opts.timeout_s
+        while True:
+            if jvm.poll() is not None:
+                break
+            if api_versions_probe(port):
+                break
+            if time.monotonic() > deadline or stopper.event.is_set():
+                stop_broker(jvm, 1.0)
+                fail("Kafka %s did not answer ApiVersions on 127.0.0.1:%d within %.0f s; log %s:\n%s"
+                     % (opts.version, port, opts.timeout_s, log_path, tail(log_path)))
+            time.sleep(0.05)
+        if jvm.poll() is None:
+            break
+        text = tail(log_path)
+        if opts.port or "Address already in use" not in text or attempt == 2:
+            fail("Kafka %s exited with %s during start-up; log %s:\n%s"
+                 % (opts.version, jvm.returncode, log_path, text))
+        say("port taken, retrying")
+
+    bootstrap = "127.0.0.1:%d" % port
+    elapsed = time.monotonic() - started
+    if opts.bootstrap_file:
+        tmp = opts.bootstrap_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(bootstrap + "\n")
+        os.replace(tmp, opts.bootstrap_file)
+    sys.stdout.write(bootstrap + "\n")
+    sys.stdout.flush()
+    say("Kafka %s up on %s in %.1f s (pid %d, log %s)" % (opts.version, bootstrap, elapsed, jvm.pid, log_path))
+
+    if opts.stop_on_stdin_eof:
+        threading.Thread(target=watch_stdin, args=(stopper,), daemon=True).start()
+    if opts.watch_pid:
+        threading.Thread(target=watch_pid, args=(stopper, opts.watch_pid), daemon=True).start()
+    while not stopper.event.wait(0.5):
+        if jvm.poll() is not None:
+            stopper.stop("broker exited with %s" % jvm.returncode)
+    crashed = jvm.poll() is not None
+    stop_broker(jvm, opts.stop_grace_s)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    if crashed:
+        fail("Kafka %s stopped by itself (%s); log %s:\n%s" % (opts.version, stopper.reason, log_path, tail(log_path)))
+    if opts.remove_log:
+        try:
+            os.remove(log_path)
+        except OSError:
+            pass
+    log_inside = os.path.dirname(log_path) == os.path.abspath(run_dir)
+    if own_dir and (opts.remove_log or not log_inside):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    say("Kafka %s on %s stopped (%s)" % (opts.version, bootstrap, stopper.reason))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+//! Apache Kafka for the tests: a single-node KRaft broker started by `scripts/kafka_broker.py`
+//! from the jars that `scripts/setup-test-env` resolved from Maven Central.
+//!
+//! # One broker per run, shared safely
+//!
+//! A JVM broker takes seconds of CPU to start, and two cores cannot afford one per test. So a
+//! run shares one broker per version:
+//!
+//! * `scripts/test` starts the newest 4.x and the last 3.x before the tests, and hands their
+//!   addresses over in `RG_TEST_KAFKA_4_BOOTSTRAP` and `RG_TEST_KAFKA_3_BOOTSTRAP` (nextest
+//!   runs every test in a process of its own, so the broker must live outside them);
+//! * without those variables (a plain `cargo test --test consumer_loop`), the first test that
+//!   asks starts the broker for its whole test binary; it stops when the test process exits
+//!   (the launcher sees its stdin close).
+//!
+//! Sharing is safe because nothing a test does on the broker is visible to another test: every
+//! test uses topics, groups and static instance ids made by [`super::unique_name`] (the pid,
+//! the time and a counter), never a fixed name, and no test changes broker-wide settings or
+//! stops the shared broker. A test that needs a broker of its own (to stop it, or with other
+//! settings) starts one with [`Kafka::start`], which is stopped when the handle drops.
+//!
+//! The broker settings (fast first join, one offsets partition, replication 1, no automatic
+//! topic creation, short minimum session timeouts) are listed in `scripts/kafka_broker.py`.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{kill_and_reap, log_tail, peer, repo_root, scratch_dir, unique_name, venv_python};
+use super::{wait_exit, Broker, BrokerKind, SETUP_HINT};
+
+/// Bound on one broker's start-up, format included: generous, since several JVMs and a build
+/// may share the two cores.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Which pinned Kafka release (see `scripts/versions.env`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KafkaVersion {
+    /// The newest 4.x: the reference broker of every behaviour test.
+    Newest,
+    /// The last 3.x: the version-negotiation tests check the highest common versions on it.
+    Last3,
+}
+
+impl KafkaVersion {
+    /// The pinned version string, e.g. `4.4.0`.
+    pub fn version(self) -> String {
+        let key = match self {
+            KafkaVersion::Newest => "KAFKA_4_VERSION",
+            KafkaVersion::Last3 => "KAFKA_3_VERSION",
+        };
+        pinned(key)
+    }
+
+    /// The variable in which `scripts/test` hands over the run's shared broker.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            KafkaVersion::Newest => "RG_TEST_KAFKA_4_BOOTSTRAP",
+            KafkaVersion::Last3 => "RG_TEST_KAFKA_3_BOOTSTRAP",
+        }
+    }
+
+    fn kind(self) -> BrokerKind {
+        match self {
+            KafkaVersion::Newest => BrokerKind::Kafka,
+            KafkaVersion::Last3 => BrokerKind::Kafka3,
+        }
+    }
+}
+
+/// A value of `scripts/versions.env`, the one place where every pin is written.
+pub fn pinned(key: &str) -> String {
+    static PINS: OnceLock<HashMap<String, String>> = OnceLock::new();
+    let pins = PINS.get_or_init(|| {
+        let path = repo_root().join("scripts/versions.env");
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    });
+    pins.get(key)
+        .cloned()
+        .unwrap_or_else(|| panic!("scripts/versions.env has no {key}"))
+}
+
+struct Launcher {
+    child: Child,
+    /// Held open while the broker should run: the launcher stops the broker on EOF.
+    stdin: Option<ChildStdin>,
+}
+
+/// A running Apache Kafka broker: either the run's shared one ([`Kafka::shared`]) or one of the
+/// test's own ([`Kafka::start`], stopped on drop).
+pub struct Kafka {
+    version: KafkaVersion,
+    bootstrap: String,
+    log: Option<PathBuf>,
+    launcher: Mutex<Option<Launcher>>,
+    startup: Duration,
+}
+
+impl Kafka {
+    /// The run's shared broker of `version`: the one `scripts/test` handed over, or else one
+    /// started on first use for this test process.
+    pub fn shared(version: KafkaVersion) -> &'static Kafka {
+        static NEWEST: OnceLock<Kafka> = OnceLock::new();
+        static LAST3: OnceLock<Kafka> = OnceLock::new();
+        let cell = match version {
+            KafkaVersion::Newest => &NEWEST,
+            KafkaVersion::Last3 => &LAST3,
+        };
+        cell.get_or_init(|| match std::env::var(version.env_var()) {
+            Ok(bootstrap) if !bootstrap.trim().is_empty() => Kafka {
+                version,
+                bootstrap: bootstrap.trim().to_string(),
+                log: None,
+                launcher: Mutex::new(None),
+                startup: Duration::ZERO,
+            },
+            _ => Kafka::launch(version, &[]),
+        })
+    }
+
+    /// A broker of the test's own, with extra broker settings (`key=value`); stopped when
+    /// dropped, its log kept if the test failed.
+    pub fn start(version: KafkaVersion, settings: &[&str]) -> Kafka {
+        Kafka::launch(version, settings)
+    }
+
+    fn launch(version: KafkaVersion, settings: &[&str]) -> Kafka {
+        let started = Instant::now();
+        let v = version.version();
+        let log = scratch_dir().join(format!("{}.log", unique_name(&format!("kafka-{v}"))));
+        let stderr_path = log.with_extension("launcher.log");
+        let stderr = File::create(&stderr_path)
+            .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
+        let mut cmd = Command::new(venv_python());
+        cmd.arg(repo_root().join("scripts/kafka_broker.py"))
+            .arg("--version")
+            .arg(&v)
+            .arg("--log")
+            .arg(&log)
+            .arg("--stop-on-stdin-eof")
+            .arg("--stop-grace-s")
+            .arg("2");
+        for setting in settings {
+            cmd.arg("--set").arg(setting);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn scripts/kafka_broker.py: {e} ({SETUP_HINT}?)"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let bootstrap = match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(line) if !line.trim().is_empty() => line.trim().to_string(),
+            other => {
+                kill_and_reap(&mut child);
+                panic!(
+                    "Kafka {v} did not start ({other:?}); launcher: {}\nbroker log {}:\n{}",
+                    log_tail(&stderr_path, 6000),
+                    log.display(),
+                    log_tail(&log, 6000)
+                );
+            }
+        };
+        let stdin = child.stdin.take();
+        Kafka {
+            version,
+            bootstrap,
+            log: Some(log),
+            launcher: Mutex::new(Some(Launcher { child, stdin })),
+            startup: started.elapsed(),
+        }
+    }
+
+    /// Which release this is.
+    pub fn version(&self) -> KafkaVersion {
+        self.version
+    }
+
+    /// The bootstrap address, `127.0.0.1:PORT`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// The broker's log, when this process started the broker (`scripts/test` prints the shared
+    /// brokers' logs itself when a run fails).
+    pub fn log_path(&self) -> Option<&Path> {
+        self.log.as_deref()
+    }
+
+    /// How long the start took (zero for a broker handed over by `scripts/test`).
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+}
+
+impl Broker for Kafka {
+    fn kind(&self) -> BrokerKind {
+        self.version.kind()
+    }
+
+    fn bootstrap(&self) -> String {
+        self.bootstrap.clone()
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) {
+        peer(&[
+            "create-topic",
+            "--bootstrap",
+            &self.bootstrap,
+            "--topic",
+            name,
+            "--partitions",
+            &partitions.to_string(),
+        ]);
+    }
+}
+
+impl Broker for &'static Kafka {
+    fn kind(&self) -> BrokerKind {
+        Broker::kind(*self)
+    }
+
+    fn bootstrap(&self) -> String {
+        Broker::bootstrap(*self)
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) {
+        Broker::create_topic(*self, name, partitions)
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        let launcher = self
+            .launcher
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut launcher) = launcher {
+            // EOF on stdin: the launcher stops the broker by its PID and removes its data.
+            drop(launcher.stdin.take());
+            if !wait_exit(&mut launcher.child, Duration::from_secs(10)) {
+                kill_and_reap(&mut launcher.child);
+            }
+            if !thread::panicking() {
+                if let Some(log) = &self.log {
+                    let _ = fs::remove_file(log);
+                    let _ = fs::remove_file(log.with_extension("launcher.log"));
+                }
+            }
+        }
+    }
+}
