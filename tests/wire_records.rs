@@ -2,8 +2,10 @@
 //! headers) are fetched and decoded exactly, records we produce are read by confluent-kafka,
 //! fetches that start inside a batch, empty partitions and earliest/latest offsets.
 //!
-//! Every test runs against both librdkafka's mock cluster and tansu (see `support`), each test
-//! with its own broker. Needs `scripts/setup-test-env`.
+//! Every test runs against real Apache Kafka 4.x (the run's shared broker, unique topic names),
+//! librdkafka's mock cluster and tansu (a broker of its own per test; see `support`). Where the
+//! mock or tansu answer differently from Kafka, the test says so and Kafka's answer is the one
+//! asserted strictly. Needs `scripts/setup-test-env`.
 
 mod support;
 
@@ -208,6 +210,11 @@ fn raw_fetch(c: &mut Client, tp: &TopicPartition, offset: i64, isolation: i8) ->
 }
 
 #[test]
+fn codecs_and_headers_kafka() {
+    codecs_and_headers(BrokerKind::Kafka);
+}
+
+#[test]
 fn codecs_and_headers_mock() {
     codecs_and_headers(BrokerKind::Mock);
 }
@@ -296,6 +303,11 @@ fn our_records_read_by_confluent_kafka(kind: BrokerKind) {
 }
 
 #[test]
+fn our_records_read_by_confluent_kafka_kafka() {
+    our_records_read_by_confluent_kafka(BrokerKind::Kafka);
+}
+
+#[test]
 fn our_records_read_by_confluent_kafka_mock() {
     our_records_read_by_confluent_kafka(BrokerKind::Mock);
 }
@@ -361,6 +373,11 @@ fn fetch_from_middle_of_batch(kind: BrokerKind) {
 }
 
 #[test]
+fn fetch_from_middle_of_batch_kafka() {
+    fetch_from_middle_of_batch(BrokerKind::Kafka);
+}
+
+#[test]
 fn fetch_from_middle_of_batch_mock() {
     fetch_from_middle_of_batch(BrokerKind::Mock);
 }
@@ -419,6 +436,30 @@ fn empty_partition_and_offsets(kind: BrokerKind) {
         [29]
     );
     assert_eq!(r0.high_watermark, 30);
+
+    // Latest is the log end offset, also when the last batch holds many records. True on Kafka
+    // and the mock; tansu differs (it answers the last batch's base offset + 1, here 1).
+    peer_produce(
+        &broker.bootstrap(),
+        &topic,
+        20,
+        &["--partition", "1", "--batch"],
+    );
+    let raw = raw_fetch(&mut c, &p1, 0, 0).records.unwrap_or_default();
+    let batches = RecordBatchDecoder::decode_batch_info(&mut raw.clone()).expect("batch headers");
+    assert_eq!(batches.len(), 1, "{kind:?}: one batch of 20: {batches:?}");
+    let (earliest, latest) = single_partition_offsets(&mut c, &p1);
+    assert_eq!(earliest, 0, "{kind:?}");
+    if kind == BrokerKind::Tansu {
+        assert_eq!(latest, 1, "{kind:?}: tansu's latest after one batch of 20");
+    } else {
+        assert_eq!(latest, 20, "{kind:?}: latest after one batch of 20");
+    }
+}
+
+#[test]
+fn empty_partition_and_offsets_kafka() {
+    empty_partition_and_offsets(BrokerKind::Kafka);
 }
 
 #[test]
@@ -447,8 +488,17 @@ fn prefetch_follows_the_callers_positions(kind: BrokerKind) {
         );
     }
     let tp = |p: i32| TopicPartition::new(topic.as_str(), p);
+    // One batch (10 records) per partition per fetch. The mock returns one batch however small
+    // the limit; Kafka differs: it returns a batch larger than the partition limit only for the
+    // first partition of the response (KIP-74) and the others empty, so on Kafka the limit is
+    // the largest whole batch. (tansu ignores the limit.)
+    let max_partition_bytes = if kind.is_kafka() {
+        largest_batch(&mut c, &tp(0))
+    } else {
+        1
+    };
     let cfg = FetchConfig {
-        max_partition_bytes: 1, // one batch (10 records) per partition per fetch
+        max_partition_bytes,
         ..fetch_cfg()
     };
     assert!(cfg.prefetch);
@@ -510,6 +560,26 @@ fn prefetch_follows_the_callers_positions(kind: BrokerKind) {
     check(&f, &[(1, n1)]);
 }
 
+/// The size in bytes of the largest record batch stored in `tp` (from a raw Fetch): the batch
+/// length field at byte 8 of each batch, plus the 12 bytes before it.
+fn largest_batch(c: &mut Client, tp: &TopicPartition) -> i32 {
+    let data = raw_fetch(c, tp, 0, 0).records.expect("records");
+    let mut at = 0;
+    let mut largest = 0;
+    while at + 12 <= data.len() {
+        let len = i32::from_be_bytes(data[at + 8..at + 12].try_into().expect("4 bytes"));
+        largest = largest.max(12 + len);
+        at += 12 + len as usize;
+    }
+    assert!(largest > 0, "{tp}: no batch");
+    largest
+}
+
+#[test]
+fn prefetch_follows_the_callers_positions_kafka() {
+    prefetch_follows_the_callers_positions(BrokerKind::Kafka);
+}
+
 #[test]
 fn prefetch_follows_the_callers_positions_mock() {
     prefetch_follows_the_callers_positions(BrokerKind::Mock);
@@ -523,10 +593,14 @@ fn prefetch_follows_the_callers_positions_tansu() {
 /// A transactional producer (confluent-kafka) writes a committed, an aborted and another
 /// committed transaction. Transaction markers are never returned as records and positions move
 /// past them. read_committed drops the aborted records when the broker lists aborted
-/// transactions in its Fetch response. Neither test broker does (confluent-kafka with
-/// `isolation.level=read_committed` also reads the aborted records from both), so here the test
-/// checks that we deliver exactly what the broker reports; the filtering itself is unit-tested
-/// in `src/wire/records.rs` (`read_committed_drops_aborted_transactions`).
+/// transactions in its Fetch response.
+///
+/// Real Kafka lists them (one entry, first offset 4: the aborted transaction "b"), so on Kafka
+/// the abort filtering is checked end to end: read_committed reads "aaacc". Neither the mock
+/// nor tansu lists aborted transactions (confluent-kafka with `isolation.level=read_committed`
+/// also reads the aborted records from both), so there the test checks that we deliver exactly
+/// what the broker reports; the filtering is also unit-tested in `src/wire/records.rs`
+/// (`read_committed_drops_aborted_transactions`).
 const TXN_PRODUCER: &str = r#"
 import sys
 from confluent_kafka import Producer
@@ -585,9 +659,18 @@ fn transaction_markers_are_skipped(kind: BrokerKind) {
     };
     let (committed, end) = read(&mut c, IsolationLevel::ReadCommitted);
     assert_eq!(end, 12, "{kind:?}: 9 records and 3 markers");
-    let expected = if broker_lists_aborted_transactions(&mut c, &tp) {
+    let aborted = aborted_transactions(&mut c, &tp);
+    let expected = if kind.is_kafka() {
+        // Kafka: "a" at 0..=2, its marker at 3, the aborted "b" at 4..=7, its marker at 8.
+        assert_eq!(
+            aborted.iter().map(|a| a.first_offset).collect::<Vec<_>>(),
+            [4],
+            "{kind:?}: aborted transactions listed by the broker"
+        );
         "aaacc"
     } else {
+        // The mock and tansu differ from Kafka here: no aborted transaction is listed.
+        assert!(aborted.is_empty(), "{kind:?}: now lists {aborted:?}");
         "aaabbbbcc"
     };
     assert_eq!(committed, expected, "{kind:?}");
@@ -596,11 +679,20 @@ fn transaction_markers_are_skipped(kind: BrokerKind) {
     assert_eq!(end, 12, "{kind:?}");
 }
 
-/// Asks the leader directly (raw read_committed Fetch) whether it reports aborted transactions.
-fn broker_lists_aborted_transactions(c: &mut Client, tp: &TopicPartition) -> bool {
+/// The aborted transactions the leader reports for `tp` from offset 0 (a raw read_committed
+/// Fetch, no decoding of ours).
+fn aborted_transactions(
+    c: &mut Client,
+    tp: &TopicPartition,
+) -> Vec<kafka_protocol::messages::fetch_response::AbortedTransaction> {
     raw_fetch(c, tp, 0, 1)
         .aborted_transactions
-        .is_some_and(|a| !a.is_empty())
+        .unwrap_or_default()
+}
+
+#[test]
+fn transaction_markers_are_skipped_kafka() {
+    transaction_markers_are_skipped(BrokerKind::Kafka);
 }
 
 #[test]
@@ -669,4 +761,85 @@ fn earliest_offset_after_old_segments_are_dropped_mock() {
         )
         .expect("fetch");
     assert_eq!(f[0].records.first().map(|r| r.offset), Some(earliest));
+}
+
+/// Kafka's counterpart of the mock's retention test: confluent-kafka's admin client deletes the
+/// records below offset 45 (DeleteRecords, which moves the log start offset the way retention
+/// does), so earliest is 45 and fetching below it is OFFSET_OUT_OF_RANGE for that partition
+/// only, with the new log start offset in the answer. The mock has no DeleteRecords and tansu
+/// keeps everything, so this one is Kafka only.
+const DELETE_RECORDS: &str = r#"
+import sys
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+bootstrap, topic, before = sys.argv[1], sys.argv[2], int(sys.argv[3])
+admin = AdminClient({"bootstrap.servers": bootstrap})
+for tp, fut in admin.delete_records([TopicPartition(topic, 0, before)]).items():
+    print("low", fut.result(30).low_watermark)
+"#;
+
+#[test]
+fn earliest_offset_after_records_are_deleted_kafka() {
+    let broker = BrokerKind::Kafka.start();
+    let mut c = client(&*broker);
+    let topic = unique_name("deleted");
+    broker.create_topic(&topic, 2);
+    peer_produce(
+        &broker.bootstrap(),
+        &topic,
+        100,
+        &["--partition", "0", "--flush-every", "10"],
+    );
+    let p0 = TopicPartition::new(topic.as_str(), 0);
+    let p1 = TopicPartition::new(topic.as_str(), 1);
+    assert_eq!(single_partition_offsets(&mut c, &p0), (0, 100));
+    let out = support::venv_python_run(DELETE_RECORDS, &[&broker.bootstrap(), &topic, "45"]);
+    assert_eq!(out.trim(), "low 45");
+    assert_eq!(single_partition_offsets(&mut c, &p0), (45, 100));
+    let f = c
+        .fetch(
+            &[
+                FetchPosition {
+                    tp: p0.clone(),
+                    offset: 0,
+                },
+                FetchPosition {
+                    tp: p1.clone(),
+                    offset: 0,
+                },
+            ],
+            &fetch_cfg(),
+        )
+        .expect("fetch");
+    let r0 = f.iter().find(|r| r.tp == p0).expect("p0");
+    assert_eq!(
+        r0.error.as_ref().and_then(|e| e.kafka_code()),
+        Some(rebalance_guard::wire::KafkaCode::OFFSET_OUT_OF_RANGE),
+        "{:?}",
+        r0.error
+    );
+    assert!(r0.records.is_empty());
+    // Kafka answers an errored partition with log_start_offset -1 (unknown); the mock differs
+    // and reports its earliest offset there. Our consumer resets with ListOffsets, not this.
+    assert_eq!(r0.log_start_offset, -1);
+    let r1 = f.iter().find(|r| r.tp == p1).expect("p1");
+    assert!(r1.error.is_none(), "{:?}", r1.error);
+    // The deletion split a batch (batches of 10, one flush each): the broker still returns the
+    // whole batch from 40 for a fetch at 45...
+    let mut data = raw_fetch(&mut c, &p0, 45, 0).records.expect("records");
+    let batches = RecordBatchDecoder::decode_batch_info(&mut data).expect("batch headers");
+    assert_eq!(
+        batches.first().map(|b| b.min_offset),
+        Some(40),
+        "{batches:?}"
+    );
+    // ...and reading from the new earliest offset starts exactly there.
+    let got = read_to_end(&mut c, &topic, &BTreeMap::from([(0, 45), (1, 0)]));
+    assert_eq!(
+        got.get(&0)
+            .map(|r| r.iter().map(|r| r.offset).collect::<Vec<_>>())
+            .unwrap_or_default(),
+        (45..100).collect::<Vec<_>>()
+    );
+    assert_eq!(got[&0][0].value.as_deref(), Some(&peer_value(45, 32)[..]));
 }
