@@ -1,5 +1,6 @@
 //! Proves the test-broker infrastructure works with no code of ours on the
-//! wire: each broker is started, a topic created, records produced and read
+//! wire: each broker (Apache Kafka 4.x and 3.x, the mock cluster, tansu) is
+//! started, a topic created, records produced and read
 //! back by the peer clients (confluent-kafka), and kafka-python bootstraps
 //! against it. If these fail, every other integration test is meaningless.
 //!
@@ -9,7 +10,7 @@ mod support;
 
 use support::{
     api_versions_probe, peer, peer_consume, peer_key, peer_produce, peer_try, peer_value,
-    unique_name, Broker, BrokerKind, MockCluster, MockOptions, Tansu,
+    unique_name, Broker, BrokerKind, Kafka, KafkaVersion, MockCluster, MockOptions, Tansu,
 };
 
 const RECORDS: usize = 100;
@@ -112,6 +113,30 @@ fn bootstrap_addr(broker: &dyn Broker) -> std::net::SocketAddr {
     addr
 }
 
+/// Apache Kafka of `version` (the run's shared broker): on loopback, answers ApiVersions v0
+/// (which KIP-896 keeps in 4.x) and round-trips records through confluent-kafka.
+fn kafka_roundtrip(version: KafkaVersion) {
+    let kafka = Kafka::shared(version);
+    eprintln!(
+        "Kafka {} at {} (started by this test in {:?}; zero when handed over)",
+        version.version(),
+        kafka.bootstrap(),
+        kafka.startup_time()
+    );
+    api_versions_probe(bootstrap_addr(&kafka)).expect("Kafka answers ApiVersions v0");
+    produce_and_consume_roundtrip(&kafka);
+}
+
+#[test]
+fn kafka_4_roundtrip() {
+    kafka_roundtrip(KafkaVersion::Newest);
+}
+
+#[test]
+fn kafka_3_roundtrip() {
+    kafka_roundtrip(KafkaVersion::Last3);
+}
+
 #[test]
 fn mock_cluster_roundtrip() {
     let mock = MockCluster::start(MockOptions::default());
@@ -130,7 +155,7 @@ fn tansu_roundtrip() {
 
 #[test]
 fn kafka_python_bootstraps_on_every_broker() {
-    for kind in BrokerKind::ALL {
+    for kind in BrokerKind::ALL.into_iter().chain([BrokerKind::Kafka3]) {
         let broker = kind.start();
         kafka_python_bootstraps(&*broker);
     }
