@@ -635,6 +635,73 @@ fn rewind_lets_unfinished_work_be_admitted_again_but_never_finished_work() {
     ));
 }
 
+/// Committed positions a commit of the guard's progress would send now, by partition.
+fn committable(guard: &Guard) -> BTreeMap<i32, i64> {
+    let mut sent = BTreeMap::new();
+    guard
+        .commit_progress(&mut |batch: &[CommitOffset]| {
+            sent = offsets(batch);
+            Ok(())
+        })
+        .expect("commit succeeds");
+    sent
+}
+
+// Hand out 10, 11, 12; 12 completes first, then 10 fails. The failed record and everything after
+// it must come again (12 included: a rewind that kept it would leave a gap the commit can never
+// close), and nothing at or after 10 may be committed.
+#[test]
+fn a_failed_record_comes_again_with_everything_after_it_even_if_a_later_one_completed() {
+    let guard = guard();
+    guard.assign(&[tp(0)]);
+    let leases: Vec<_> = (10..=12).map(|o| admit(&guard, 0, o)).collect();
+    guard.complete(&leases[2]).unwrap();
+    guard
+        .rewind(&tp(0), 10)
+        .expect("a failed record rewinds even past later completed work");
+    assert_eq!(
+        committable(&guard),
+        BTreeMap::new(),
+        "nothing at or after 10 finished in order"
+    );
+    assert!(
+        matches!(
+            guard.complete(&leases[1]),
+            Err(CompleteError::NotPending { .. })
+        ),
+        "11 was rewound: its completion is not progress any more"
+    );
+    // Redelivered: 10 and 11 are admitted again; 12, whose effect already happened, is
+    // recognised by its idempotency key.
+    let again: Vec<_> = (10..=11).map(|o| admit(&guard, 0, o)).collect();
+    assert!(matches!(
+        guard.process_message(&tp(0), 12, Some("order-0-12".to_string()), ()),
+        Err(AdmitError::Duplicate { offset: 12, .. })
+    ));
+    guard.complete(&again[0]).unwrap();
+    assert_eq!(committable(&guard), BTreeMap::from([(0, 11)]));
+    guard.complete(&again[1]).unwrap();
+    assert_eq!(committable(&guard), BTreeMap::from([(0, 12)]));
+}
+
+// The other order: 10 fails first, then the later record 12 completes. The rewind already took
+// 12 back, so its completion counts for nothing and the commit stays below 10.
+#[test]
+fn a_completion_after_the_rewind_of_an_earlier_record_is_not_progress() {
+    let guard = guard();
+    guard.assign(&[tp(0)]);
+    let leases: Vec<_> = (10..=12).map(|o| admit(&guard, 0, o)).collect();
+    guard.rewind(&tp(0), 10).unwrap();
+    assert!(matches!(
+        guard.complete(&leases[2]),
+        Err(CompleteError::NotPending { offset: 12, .. })
+    ));
+    assert_eq!(committable(&guard), BTreeMap::new());
+    let again = admit(&guard, 0, 10);
+    guard.complete(&again).unwrap();
+    assert_eq!(committable(&guard), BTreeMap::from([(0, 11)]));
+}
+
 #[test]
 fn snapshot_reports_in_flight_age_on_the_guard_clock() {
     let clock = Arc::new(ManualClock::new());

@@ -126,8 +126,8 @@ pub enum RewindError {
         /// The partition.
         partition: TopicPartition,
     },
-    /// A message at or after the rewind point already finished; admitting it again would repeat
-    /// its side effect.
+    /// The rewind point is inside the contiguous completed prefix: that progress may already be
+    /// committed, and admitting it again would repeat side effects the group considers done.
     PastFinishedWork {
         /// The partition.
         partition: TopicPartition,

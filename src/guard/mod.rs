@@ -555,9 +555,11 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .collect()
     }
 
-    /// Forgets unfinished work at or after `offset` so that it can be admitted again, for a
-    /// consumer that seeks back (a failed handler, a batch deadline). Refuses to go back past
-    /// finished work, whose side effect already happened.
+    /// Forgets the work at or after `offset` so that it can be admitted again, for a consumer
+    /// that seeks back (a failed handler, a batch deadline): the failed record and everything
+    /// after it come again, including later records that already finished (their keys stay
+    /// remembered, so a keyed redelivery of them is refused as a duplicate). Refuses to go back
+    /// into the contiguous completed prefix, which may already be committed.
     pub fn rewind(&self, partition: &TopicPartition, offset: i64) -> Result<(), RewindError> {
         let mut guard = self.lock();
         let inner = &mut *guard;

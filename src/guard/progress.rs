@@ -180,21 +180,19 @@ impl<M> Progress<M> {
             .collect()
     }
 
-    /// Forgets unfinished work at or after `offset` so it can be admitted again, for a caller that
-    /// seeks back after a failed handler. Returns the discarded entries, or `Err(offset)` of a
-    /// finished message that would be re-admitted (its side effect already happened).
+    /// Forgets everything at or after `offset` so it can be admitted again, for a caller that
+    /// seeks back after a failed handler. Work after `offset` that already finished goes too:
+    /// its record comes again with the rest (a kept completion beyond the rewind point would be
+    /// a gap the contiguous prefix could never close). Finished entries keep their idempotency
+    /// keys (the caller forgets only the unfinished ones), so a keyed redelivery of work whose
+    /// effect happened is recognised as a duplicate. Returns the discarded entries, or
+    /// `Err(offset)` of the finished message when `offset` itself is inside the completed
+    /// prefix: that progress may already be committed and cannot be taken back.
     pub(crate) fn rewind(&mut self, offset: i64) -> Result<Vec<Admitted<M>>, i64> {
         if let Some(next) = self.completed_next.filter(|&next| offset < next) {
             return Err(next - 1);
         }
         let split = self.pending.partition_point(|a| a.offset < offset);
-        if let Some(done) = self
-            .pending
-            .range(split..)
-            .find(|a| matches!(a.state, WorkState::Done))
-        {
-            return Err(done.offset);
-        }
         let discarded: Vec<_> = self.pending.drain(split..).collect();
         self.high_water = self
             .pending
@@ -265,20 +263,29 @@ mod tests {
     }
 
     #[test]
-    fn rewind_discards_only_unfinished_tail() {
+    fn rewind_discards_the_tail_but_never_the_completed_prefix() {
         let mut progress = Progress::default();
         for offset in 0..5 {
             admit(&mut progress, offset);
         }
         assert!(progress.complete(0));
         assert!(progress.complete(1));
-        assert_eq!(progress.rewind(1).err(), Some(1), "1 already finished");
-        let discarded = progress.rewind(3).expect("3 and 4 are unfinished");
+        assert!(progress.complete(4), "beyond the gap at 2");
+        assert_eq!(
+            progress.rewind(1).err(),
+            Some(1),
+            "1 is in the completed prefix"
+        );
+        let discarded = progress
+            .rewind(3)
+            .expect("3 is not in the completed prefix");
         assert_eq!(
             discarded.iter().map(|a| a.offset).collect::<Vec<_>>(),
-            [3, 4]
+            [3, 4],
+            "4 finished beyond the gap and comes again with 3"
         );
         assert!(!progress.is_regression(3), "3 may be admitted again");
         assert!(progress.is_regression(2));
+        assert_eq!(progress.completed_next(), Some(2));
     }
 }
