@@ -8,10 +8,10 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::ours::{OurEvent, OurMember, OurMemberSpec};
-use support::{unique_name, BrokerKind, MockCluster, MockOptions};
+use support::{unique_name, Broker, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -59,6 +59,157 @@ fn wait_exactly_once(topic: &str, n: i32, members: &[&OurMember]) {
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
+}
+
+type Tp = (String, i32);
+
+/// Waits until every partition is owned by exactly one member, each member owns `n / members`
+/// (rounded either way), and that ownership holds unchanged for a second (so a rebalance still
+/// under way is not mistaken for its end). Returns each member's ownership.
+fn wait_balanced(what: &str, topic: &str, n: i32, members: &[&OurMember]) -> Vec<BTreeSet<Tp>> {
+    let started = Instant::now();
+    let settle = Duration::from_secs(1);
+    let mut candidate: Option<(Vec<BTreeSet<Tp>>, Instant)> = None;
+    let mut problem = String::new();
+    loop {
+        let owned: Vec<_> = members.iter().map(|m| m.owned()).collect();
+        let refs: Vec<_> = owned.iter().collect();
+        let count = members.len() as i32;
+        let verdict = exactly_once(topic, n, &refs).and_then(|()| {
+            match owned
+                .iter()
+                .find(|o| o.len() as i32 != n / count && o.len() as i32 != (n + count - 1) / count)
+            {
+                Some(o) => Err(format!(
+                    "unbalanced: one member owns {} of {n}: {owned:?}",
+                    o.len()
+                )),
+                None => Ok(()),
+            }
+        });
+        match verdict {
+            Ok(()) => match &candidate {
+                Some((seen, since)) if *seen == owned => {
+                    if since.elapsed() >= settle {
+                        eprintln!("{what}: balanced after {:.1?}", *since - started);
+                        return owned;
+                    }
+                }
+                _ => candidate = Some((owned, Instant::now())),
+            },
+            Err(e) => {
+                candidate = None;
+                problem = e;
+            }
+        }
+        if started.elapsed() > WAIT {
+            let events: Vec<_> = members.iter().map(|m| m.events()).collect();
+            panic!("{what}: not balanced within {WAIT:?}: {problem}; events: {events:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Replays the events of several of our members on one clock and fails if a partition was ever
+/// assigned to one member while another still owned it (a revocation, a loss, or the lost hook
+/// ends ownership). Each event is recorded inside the callback, so a handoff's revoke is always
+/// recorded before the next owner's assign: any overlap is a real double ownership.
+fn assert_never_owned_twice(members: &[&OurMember]) {
+    let mut all: Vec<(Instant, usize, OurEvent)> = members
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| m.timed_events().into_iter().map(move |(t, e)| (t, i, e)))
+        .collect();
+    all.sort_by_key(|(t, _, _)| *t);
+    let mut owned: Vec<BTreeSet<Tp>> = vec![BTreeSet::new(); members.len()];
+    for (k, (_, i, event)) in all.iter().enumerate() {
+        match event {
+            OurEvent::Assigned(p, g) => {
+                for tp in p {
+                    if let Some(other) =
+                        (0..members.len()).find(|&j| j != *i && owned[j].contains(tp))
+                    {
+                        let log: Vec<_> = all[..=k].iter().map(|(_, i, e)| (i, e)).collect();
+                        panic!(
+                            "{tp:?} assigned to member {i} in generation {g} while member {other} \
+                             owned it; events so far (member, event): {log:#?}"
+                        );
+                    }
+                    owned[*i].insert(tp.clone());
+                }
+            }
+            OurEvent::Revoked(p, _) | OurEvent::Lost(p, _) | OurEvent::Fenced(p) => {
+                for tp in p {
+                    owned[*i].remove(tp);
+                }
+            }
+            OurEvent::Led(_) | OurEvent::Error(_) => {}
+        }
+    }
+}
+
+/// Eager protocol: a member is only ever assigned when it owns nothing (it revoked everything
+/// before it rejoined), and every revocation hands back everything it owned.
+fn assert_eager_sequence(name: &str, events: &[OurEvent]) {
+    let mut owned: BTreeSet<Tp> = BTreeSet::new();
+    for (k, event) in events.iter().enumerate() {
+        match event {
+            OurEvent::Assigned(p, _) => {
+                assert!(
+                    owned.is_empty(),
+                    "{name}: eager assignment while still owning {owned:?}: {:?}",
+                    &events[..=k]
+                );
+                owned.extend(p.iter().cloned());
+            }
+            OurEvent::Revoked(p, _) => {
+                let revoked: BTreeSet<Tp> = p.iter().cloned().collect();
+                assert_eq!(
+                    revoked,
+                    owned,
+                    "{name}: an eager revocation hands back everything: {:?}",
+                    &events[..=k]
+                );
+                owned.clear();
+            }
+            OurEvent::Lost(p, _) | OurEvent::Fenced(p) => {
+                for tp in p {
+                    owned.remove(tp);
+                }
+            }
+            OurEvent::Led(_) | OurEvent::Error(_) => {}
+        }
+    }
+}
+
+fn assert_no_loss_or_error(name: &str, events: &[OurEvent]) {
+    assert!(
+        events.iter().all(|e| !matches!(
+            e,
+            OurEvent::Lost(..) | OurEvent::Fenced(..) | OurEvent::Error(_)
+        )),
+        "{name}: {events:?}"
+    );
+}
+
+/// The partitions revoked from (or lost by) a member after its `mark`-th event.
+fn taken_since(member: &OurMember, mark: usize) -> BTreeSet<Tp> {
+    member.events()[mark..]
+        .iter()
+        .filter_map(|e| match e {
+            OurEvent::Revoked(p, _) | OurEvent::Lost(p, _) => Some(p.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// A fresh topic on the broker of `kind`.
+fn broker_with_topic(kind: BrokerKind, partitions: u32) -> (Box<dyn Broker>, String) {
+    let broker = kind.start();
+    let topic = unique_name("orders");
+    broker.create_topic(&topic, partitions);
+    (broker, topic)
 }
 
 fn generation_of_last_assign(events: &[OurEvent]) -> Option<i32> {
@@ -384,11 +535,20 @@ fn static_member_restart_keeps_its_partitions(kind: BrokerKind) {
             .all(|e| !matches!(e, OurEvent::Lost(..) | OurEvent::Fenced(..))),
         "{kind:?}: {b_events:?}"
     );
-    if kind == BrokerKind::Tansu {
+    if kind == BrokerKind::Tansu || kind.is_kafka() {
         assert_eq!(
             &b_events[b_events_before..],
             &[],
             "{kind:?}: the other static member saw a rebalance"
+        );
+    }
+    if kind.is_kafka() {
+        // Kafka answers the new incarnation with the current generation: no rebalance at all.
+        assert_eq!(
+            generation_of_last_assign(&a2.events()),
+            generation_of_last_assign(&closed),
+            "{kind:?}: {:?}",
+            a2.events()
         );
     }
 }
@@ -401,4 +561,296 @@ fn static_member_restart_keeps_its_partitions_mock() {
 #[test]
 fn static_member_restart_keeps_its_partitions_tansu() {
     static_member_restart_keeps_its_partitions(BrokerKind::Tansu);
+}
+
+// ---------------------------------------------------------------------------
+// Joins and leaves, measured on Apache Kafka
+// ---------------------------------------------------------------------------
+
+/// Eager (`range`, `roundrobin`): three members join one at a time, then a follower and then the
+/// first member (the leader of the first generations) leave. After every change each partition is
+/// owned by exactly one member and the split is balanced (6, 3/3, 2/2/2, 3/3, 6); every member
+/// revoked everything before each rejoin; a partition was never assigned while another member
+/// still owned it; nobody lost anything.
+fn eager_joins_and_leaves_stay_balanced(kind: BrokerKind, strategy: &str) {
+    let started = Instant::now();
+    let (broker, topic) = broker_with_topic(kind, 6);
+    let spec = OurMemberSpec::new(&broker.bootstrap(), &unique_name("group"), &topic, strategy);
+    let what = |step: &str| format!("{kind:?} {strategy}: {step}");
+    let mut a = OurMember::start(spec.clone());
+    wait_balanced(&what("a alone"), &topic, 6, &[&a]);
+    let b = OurMember::start(spec.clone());
+    wait_balanced(&what("b joined"), &topic, 6, &[&a, &b]);
+    let mut c = OurMember::start(spec.clone());
+    wait_balanced(&what("c joined"), &topic, 6, &[&a, &b, &c]);
+    c.shut_down();
+    wait_balanced(&what("c left"), &topic, 6, &[&a, &b]);
+    a.shut_down();
+    wait_balanced(&what("a left"), &topic, 6, &[&b]);
+    for (name, member) in [("a", &a), ("b", &b), ("c", &c)] {
+        let events = member.events();
+        assert_eager_sequence(&what(name), &events);
+        assert_no_loss_or_error(&what(name), &events);
+    }
+    for (name, member) in [("a", &a), ("c", &c)] {
+        assert!(
+            member.owned().is_empty(),
+            "{}: closing revokes everything: {:?}",
+            what(name),
+            member.events()
+        );
+    }
+    assert_never_owned_twice(&[&a, &b, &c]);
+    eprintln!("{}: done in {:.1?}", what("all"), started.elapsed());
+}
+
+/// Kafka, `range`: see [`eager_joins_and_leaves_stay_balanced`].
+#[test]
+fn range_joins_and_leaves_split_exactly_once_and_balanced_kafka() {
+    eager_joins_and_leaves_stay_balanced(BrokerKind::Kafka, "range");
+}
+
+/// Kafka, `roundrobin`: see [`eager_joins_and_leaves_stay_balanced`].
+#[test]
+fn roundrobin_joins_and_leaves_split_exactly_once_and_balanced_kafka() {
+    eager_joins_and_leaves_stay_balanced(BrokerKind::Kafka, "roundrobin");
+}
+
+/// Cooperative-sticky: b joins a, c joins them, then a (the leader) leaves. After every change
+/// the split is exactly-once and balanced; when a member joins, each old member is revoked exactly
+/// the partitions that moved away from it and gains nothing; when a member leaves, the others are
+/// revoked nothing and keep everything; no partition is ever assigned while another member still
+/// owns it, and nothing is lost. (The mock twin is `cooperative_sticky_moves_only_what_moves_mock`.)
+fn cooperative_joins_and_leaves_move_only_what_moves(kind: BrokerKind) {
+    let started = Instant::now();
+    let (broker, topic) = broker_with_topic(kind, 6);
+    let spec = OurMemberSpec::new(
+        &broker.bootstrap(),
+        &unique_name("group"),
+        &topic,
+        "cooperative-sticky",
+    );
+    let mut a = OurMember::start(spec.clone());
+    let alone = wait_balanced(&format!("{kind:?}: a alone"), &topic, 6, &[&a]);
+
+    let mark_a = a.events().len();
+    let b = OurMember::start(spec.clone());
+    let two = wait_balanced(&format!("{kind:?}: b joined"), &topic, 6, &[&a, &b]);
+    let moved: BTreeSet<Tp> = alone[0].difference(&two[0]).cloned().collect();
+    assert_eq!(taken_since(&a, mark_a), moved, "{kind:?}: {:?}", a.events());
+    assert!(two[0].is_subset(&alone[0]), "{kind:?}: {:?}", a.events());
+
+    let marks = [a.events().len(), b.events().len()];
+    let c = OurMember::start(spec.clone());
+    let three = wait_balanced(&format!("{kind:?}: c joined"), &topic, 6, &[&a, &b, &c]);
+    for (i, (name, member)) in [("a", &a), ("b", &b)].into_iter().enumerate() {
+        let moved: BTreeSet<Tp> = two[i].difference(&three[i]).cloned().collect();
+        assert_eq!(
+            taken_since(member, marks[i]),
+            moved,
+            "{kind:?}: {name} was revoked more than what moved: {:?}",
+            member.events()
+        );
+        assert!(
+            three[i].is_subset(&two[i]),
+            "{kind:?}: {name} gained when c joined: {:?}",
+            member.events()
+        );
+    }
+
+    let marks = [b.events().len(), c.events().len()];
+    a.shut_down();
+    let last = wait_balanced(&format!("{kind:?}: a left"), &topic, 6, &[&b, &c]);
+    for (i, (name, member)) in [("b", &b), ("c", &c)].into_iter().enumerate() {
+        assert_eq!(
+            taken_since(member, marks[i]),
+            BTreeSet::new(),
+            "{kind:?}: {name} was revoked something when a left: {:?}",
+            member.events()
+        );
+        assert!(
+            three[i + 1].is_subset(&last[i]),
+            "{kind:?}: {name} lost a partition"
+        );
+    }
+    for (name, member) in [("a", &a), ("b", &b), ("c", &c)] {
+        assert_no_loss_or_error(&format!("{kind:?}: {name}"), &member.events());
+    }
+    assert_never_owned_twice(&[&a, &b, &c]);
+    eprintln!(
+        "{kind:?} cooperative-sticky: done in {:.1?}",
+        started.elapsed()
+    );
+}
+
+/// Kafka: see [`cooperative_joins_and_leaves_move_only_what_moves`].
+#[test]
+fn cooperative_sticky_joins_and_leaves_move_only_what_moves_kafka() {
+    cooperative_joins_and_leaves_move_only_what_moves(BrokerKind::Kafka);
+}
+
+// ---------------------------------------------------------------------------
+// Static membership and the poll timeout on Apache Kafka
+// ---------------------------------------------------------------------------
+
+/// Kafka: see [`static_member_restart_keeps_its_partitions`]; strict, like tansu, and faster: the
+/// restarted instance is answered at once with the current generation and its old assignment.
+#[test]
+fn static_member_restart_keeps_its_partitions_kafka() {
+    static_member_restart_keeps_its_partitions(BrokerKind::Kafka);
+}
+
+/// Two live consumers with one `group.instance.id` (Kafka, no injected error): the second one's
+/// JoinGroup takes the instance over (Kafka gives the instance a new member id and the second
+/// consumer the instance's assignment, without a rebalance), and the first one's next heartbeat is
+/// answered FENCED_INSTANCE_ID: fatal, its partitions are fenced and reported lost (never revoked:
+/// a revocation would commit in a generation it no longer owns), and the error names the instance
+/// id, so the operator knows which two consumers collide. Until that heartbeat both consumers
+/// believe they own the partitions: Kafka does not wait for the first one (the window is one
+/// heartbeat interval, measured and printed). The injected twin is
+/// `fenced_instance_id_is_fatal_and_named_mock`.
+#[test]
+fn duplicate_instance_id_fences_the_first_member_with_a_named_fatal_error_kafka() {
+    let started = Instant::now();
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, 2);
+    let instance = unique_name("worker");
+    let mut spec = OurMemberSpec::new(&broker.bootstrap(), &unique_name("group"), &topic, "range");
+    spec.instance_id = Some(instance.clone());
+    let first = OurMember::start(spec.clone());
+    first
+        .wait_for("first joined", WAIT, |_, owned| owned.len() == 2)
+        .unwrap();
+    let generation = generation_of_last_assign(&first.events());
+    let second = OurMember::start(spec);
+    second
+        .wait_for("second took the instance over", WAIT, |_, owned| {
+            owned.len() == 2
+        })
+        .unwrap();
+    first
+        .wait_for("a fatal error naming the instance", WAIT, |events, _| {
+            events
+                .iter()
+                .any(|e| matches!(e, OurEvent::Error(m) if m.contains(&instance)))
+        })
+        .unwrap();
+    let events = first.events();
+    let fenced = events
+        .iter()
+        .position(|e| matches!(e, OurEvent::Fenced(p) if p.len() == 2));
+    let lost = events
+        .iter()
+        .position(|e| matches!(e, OurEvent::Lost(p, r) if p.len() == 2 && r.contains("82")));
+    let error = events
+        .iter()
+        .position(|e| matches!(e, OurEvent::Error(m) if m.contains("FencedInstanceId")));
+    assert!(
+        matches!((fenced, lost, error), (Some(f), Some(l), Some(e)) if f < l && l < e),
+        "fenced, then lost (FENCED_INSTANCE_ID = 82), then the fatal error: {events:?}"
+    );
+    assert!(
+        events.iter().all(|e| !matches!(e, OurEvent::Revoked(..))),
+        "{events:?}"
+    );
+    // No rebalance: Kafka handed the instance's assignment to the newcomer in the same generation.
+    assert_eq!(
+        generation_of_last_assign(&second.events()),
+        generation,
+        "{:?}",
+        second.events()
+    );
+    // Kafka assigns the newcomer before the first consumer can know: the first one learns it at
+    // its next heartbeat, so for up to one heartbeat interval both believe they own the
+    // partitions (KIP-345's window; the first one's commits in it are refused with the same
+    // error). Bounded by the session timeout, after which the heartbeat thread gives up anyway.
+    let assigned_at = second
+        .timed_events()
+        .iter()
+        .find_map(|(t, e)| matches!(e, OurEvent::Assigned(..)).then_some(*t))
+        .unwrap();
+    let fenced_at = first
+        .timed_events()
+        .iter()
+        .find_map(|(t, e)| matches!(e, OurEvent::Fenced(..)).then_some(*t))
+        .unwrap();
+    let window = fenced_at.saturating_duration_since(assigned_at);
+    assert!(
+        window < Duration::from_millis(6000),
+        "the first consumer was fenced {window:?} after the newcomer's assignment"
+    );
+    eprintln!(
+        "Kafka duplicate instance id: both owned the partitions for {window:.1?}; done in {:.1?}",
+        started.elapsed()
+    );
+}
+
+/// A poll thread stuck past `max.poll.interval.ms` while another member is in the group (Kafka):
+/// the heartbeat thread leaves the group and fences the assignment as lost (no revocation), Kafka
+/// rebalances the other member onto every partition, and when the stuck thread polls again the
+/// member rejoins cleanly and the split is balanced again. The mock twin (one member) is
+/// `poll_timeout_leaves_fences_and_rejoins_mock`.
+#[test]
+fn poll_timeout_leaves_fences_and_rejoins_kafka() {
+    let started = Instant::now();
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, 4);
+    let spec = OurMemberSpec::new(&broker.bootstrap(), &unique_name("group"), &topic, "range");
+    let mut stuck_spec = spec.clone();
+    stuck_spec.max_poll_interval_ms = 2000;
+    let a = OurMember::start(stuck_spec);
+    let b = OurMember::start(spec);
+    let before = wait_balanced("Kafka: two members", &topic, 4, &[&a, &b]);
+    let mark = a.events().len();
+    // Stuck until released: the release waits for the other member's takeover.
+    a.stall(Duration::from_secs(120));
+    a.wait_for("fenced by the poll timeout", WAIT, |events, _| {
+        events[mark..]
+            .iter()
+            .any(|e| matches!(e, OurEvent::Fenced(p) if p.len() == 2))
+    })
+    .unwrap();
+    b.wait_for("b takes over every partition", WAIT, |_, owned| {
+        owned.len() == 4
+    })
+    .unwrap();
+    a.resume();
+    a.wait_for("lost reported, then assigned again", WAIT, |events, _| {
+        let lost = events[mark..].iter().position(
+            |e| matches!(e, OurEvent::Lost(p, r) if p.len() == 2 && r.contains("PollTimeout")),
+        );
+        let again = events[mark..]
+            .iter()
+            .rposition(|e| matches!(e, OurEvent::Assigned(..)));
+        matches!((lost, again), (Some(l), Some(r)) if l < r)
+    })
+    .unwrap();
+    wait_balanced("Kafka: a rejoined", &topic, 4, &[&a, &b]);
+    let events = a.events();
+    let fenced_at = mark
+        + events[mark..]
+            .iter()
+            .position(|e| matches!(e, OurEvent::Fenced(..)))
+            .unwrap();
+    assert!(
+        !events[mark..fenced_at]
+            .iter()
+            .any(|e| matches!(e, OurEvent::Revoked(..))),
+        "a lost assignment is never revoked: {events:?}"
+    );
+    assert_eq!(
+        events[..fenced_at].iter().rev().find_map(|e| match e {
+            OurEvent::Assigned(p, _) => Some(p.iter().cloned().collect::<BTreeSet<_>>()),
+            _ => None,
+        }),
+        Some(before[0].clone()),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().all(|e| !matches!(e, OurEvent::Error(_))),
+        "{events:?}"
+    );
+    assert_no_loss_or_error("b", &b.events());
+    assert_eager_sequence("a", &events);
+    assert_eager_sequence("b", &b.events());
+    assert_never_owned_twice(&[&a, &b]);
+    eprintln!("Kafka poll timeout: done in {:.1?}", started.elapsed());
 }

@@ -214,7 +214,7 @@ fn eager_mixed_group(
     let s = setup(kind);
     let other = match leader_client {
         PeerClient::Confluent => PeerClient::KafkaPython,
-        PeerClient::KafkaPython => PeerClient::Confluent,
+        PeerClient::KafkaPython | PeerClient::Java => PeerClient::Confluent,
     };
     let mut leader = s.start(leader_client, strategy, "leader");
     leader.wait_ready(READY).unwrap();
@@ -288,6 +288,44 @@ fn tansu_range_confluent_leads_kafka_python_follower_leaves() {
 fn tansu_roundrobin_kafka_python_leads_and_leaves() {
     eager_mixed_group(
         BrokerKind::Tansu,
+        PeerStrategy::RoundRobin,
+        PeerClient::KafkaPython,
+        Leaver::Leader,
+    );
+}
+
+/// Kafka, range: the mock's scenario (kafka-python leads, a confluent follower
+/// leaves). Kafka needs no leader choice: followers' SyncGroups wait for the
+/// leader's, so no member loses a race.
+#[test]
+fn kafka_range_kafka_python_leads_confluent_follower_leaves() {
+    eager_mixed_group(
+        BrokerKind::Kafka,
+        PeerStrategy::Range,
+        PeerClient::KafkaPython,
+        Leaver::Follower,
+    );
+}
+
+/// Kafka, range: tansu's scenario (a confluent member leads, a kafka-python
+/// follower leaves with LeaveGroup v3, which Kafka understands).
+#[test]
+fn kafka_range_confluent_leads_kafka_python_follower_leaves() {
+    eager_mixed_group(
+        BrokerKind::Kafka,
+        PeerStrategy::Range,
+        PeerClient::Confluent,
+        Leaver::Follower,
+    );
+}
+
+/// Kafka, roundrobin: kafka-python leads and leaves; unlike on the mock its
+/// LeaveGroup v3 is understood, so the others rebalance at once instead of
+/// after its session expired.
+#[test]
+fn kafka_roundrobin_kafka_python_leads_and_leaves() {
+    eager_mixed_group(
+        BrokerKind::Kafka,
         PeerStrategy::RoundRobin,
         PeerClient::KafkaPython,
         Leaver::Leader,
@@ -398,6 +436,12 @@ fn tansu_cooperative_sticky_unmoved_partitions_are_never_revoked() {
     cooperative_sticky_group(BrokerKind::Tansu);
 }
 
+/// Kafka, cooperative-sticky, confluent members only.
+#[test]
+fn kafka_cooperative_sticky_unmoved_partitions_are_never_revoked() {
+    cooperative_sticky_group(BrokerKind::Kafka);
+}
+
 // ---------------------------------------------------------------------------
 // Static membership (confluent)
 // ---------------------------------------------------------------------------
@@ -501,6 +545,12 @@ fn static_restart_strict(kind: BrokerKind) {
 #[test]
 fn tansu_static_member_restart_keeps_partitions_without_rebalance() {
     static_restart_strict(BrokerKind::Tansu);
+}
+
+/// Kafka, session timeout 6000 ms: the reference behaviour of KIP-345.
+#[test]
+fn kafka_static_member_restart_keeps_partitions_without_rebalance() {
+    static_restart_strict(BrokerKind::Kafka);
 }
 
 // The strict static-membership property is not tested on the mock: librdkafka 2.16's mock has no

@@ -40,6 +40,8 @@ fn names(partitions: &[TopicPartition]) -> Vec<(String, i32)> {
 #[derive(Default)]
 struct Log {
     events: Vec<OurEvent>,
+    /// When each event of `events` was recorded (same index).
+    times: Vec<Instant>,
     owned: BTreeSet<(String, i32)>,
 }
 
@@ -62,6 +64,7 @@ impl Observed {
             _ => {}
         }
         log.events.push(event);
+        log.times.push(Instant::now());
         self.changed.notify_all();
     }
 }
@@ -201,6 +204,17 @@ impl OurMember {
         self.observed.log.lock().unwrap().events.clone()
     }
 
+    /// Every event with the instant it was recorded, for replaying several members' events on
+    /// one clock (all members of a test run in this process).
+    pub fn timed_events(&self) -> Vec<(Instant, OurEvent)> {
+        let log = self.observed.log.lock().unwrap();
+        log.times
+            .iter()
+            .copied()
+            .zip(log.events.iter().cloned())
+            .collect()
+    }
+
     /// Waits until `done(events)` holds; the error carries the event log.
     pub fn wait_for(
         &self,
@@ -237,13 +251,24 @@ impl OurMember {
             .store(until.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Ends a [`stall`](Self::stall) now: the poll thread polls again.
+    pub fn resume(&self) {
+        self.pause_until_ms.store(0, Ordering::SeqCst);
+    }
+
     /// Closes the member (revoke, LeaveGroup unless static) and waits for its thread.
     pub fn close(mut self) -> Vec<OurEvent> {
+        self.shut_down();
+        self.events()
+    }
+
+    /// Like [`close`](Self::close), but keeps the handle so that its events can still be read
+    /// (e.g. replayed with the other members' events afterwards).
+    pub fn shut_down(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        self.events()
     }
 }
 
