@@ -38,7 +38,8 @@
 //!
 //! ```text
 //! start name=N pid=P group=G topic=T strategy=S instance=ID|-
-//! assignment name=N gen=G owned=0,1,2          whenever the generation or the ownership changes
+//! assignment name=N gen=G owned=0,1,2 at_ms=T  whenever the generation or the ownership changes
+//!                                              (T: wall-clock ms when this worker saw it)
 //! commit name=N gen=G partition=P next=O       every committed position (loop and revocation)
 //! applied name=N gen=G partition=P from=O to=O count=K start_ms=T end_ms=T
 //!                                              effects of one batch, per partition, with the
@@ -238,8 +239,9 @@ fn report(name: &str, consumer: &Consumer, printed: &mut Printed) {
     if printed.generation != Some(generation) || printed.owned != owned {
         let list: Vec<String> = owned.iter().map(i32::to_string).collect();
         println!(
-            "assignment name={name} gen={generation} owned={}",
-            list.join(",")
+            "assignment name={name} gen={generation} owned={} at_ms={}",
+            list.join(","),
+            unix_millis()
         );
         printed.generation = Some(generation);
         printed.owned = owned;

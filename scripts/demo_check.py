@@ -17,12 +17,17 @@ Subcommands:
   group --partitions N OUT...
       print ``settled GEN`` when the last assignment of every given (live) worker is in the same
       generation and together they own partitions 0..N-1 exactly once, else ``unsettled``
-  check --manifest M --group G --topic T --worker SPEC... [--problem TEXT...]
-      SPEC is ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right
-      after the worker was killed with SIGKILL and reaped). Prints the findings and, as the very
-      last line, ``orders=N applied=A duplicates=D lost=L rebalances=K``; exits 0 only when
-      lost=0, every duplicate is explained by the SIGKILL, nothing else is wrong and no
-      --problem was reported.
+  check --manifest M --group G --topic T --broker B --worker SPEC... [--problem TEXT...]
+        [--static-restart old=W,new=W,gen=G,until=MS]
+      B is ``kafka-<version>``, ``mock`` or ``tansu``. SPEC is
+      ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right after the
+      worker was killed with SIGKILL and reaped). Prints the findings and, as the very last line,
+      ``orders=N applied=A duplicates=D lost=L rebalances=K broker=B``; exits 0 only when lost=0,
+      every duplicate is explained (below), nothing else is wrong and no --problem was reported.
+      --static-restart names the static member's two processes, the generation the group was in
+      when the old one stopped, and when the demo began to stop the fleet; on Kafka the restart
+      must keep that generation (KIP-345): the new process gets the old one's partitions in
+      generation G, and no worker sees a later generation before ``until``.
 
 Definitions used by ``check``:
 
@@ -36,8 +41,14 @@ Definitions used by ``check``:
   A duplicate is explained by the SIGKILL when the order was applied exactly twice: once by the
   killed worker K, at an offset K never committed past (at or after K's last committed position
   on that partition, or K never committed it), and once by another worker in a batch that started
-  after K was killed (wall clock, from the worker's ``applied`` lines). Anything else is
-  unexplained and fails the demo.
+  after K was killed (wall clock, from the worker's ``applied`` lines).
+
+  On the mock only, a duplicate is also explained by a failed handoff: the first worker applied
+  the order after its last commit on the partition, then reported (``handoff-failed``) that the
+  revocation's commit of that partition was refused, and the next owner redid it in a later
+  generation. librdkafka's mock refuses every commit while its group re-forms; Kafka accepts a
+  commit of the current generation then, so on Kafka (and tansu) a handoff-failed line is itself
+  a problem that fails the demo. Anything else is unexplained and fails the demo.
 """
 
 import argparse
@@ -154,9 +165,71 @@ def ranges(sorted_items):
     return runs
 
 
+def parse_static_restart(spec):
+    s = {}
+    for item in spec.split(","):
+        key, _, value = item.partition("=")
+        if key not in ("old", "new", "gen", "until") or not value:
+            raise argparse.ArgumentTypeError("bad --static-restart %r" % spec)
+        s[key] = value
+    if len(s) != 4:
+        raise argparse.ArgumentTypeError("--static-restart %r needs old, new, gen and until" % spec)
+    s["gen"], s["until"] = int(s["gen"]), int(s["until"])
+    return s
+
+
+def judge_static_restart(opts, assignments, problems):
+    """One line on what the static member's restart did to the group; on Kafka, a restart that
+    changed the generation or the static member's partitions is a problem (KIP-345)."""
+    r = opts.static_restart
+    old, new, gen, until = r["old"], r["new"], r["gen"], r["until"]
+    old_owned = [o for g, o, _ in assignments.get(old, []) if g >= 0]
+    old_owned = old_owned[-1] if old_owned else None
+    new_first = next(((g, o) for g, o, _ in assignments.get(new, []) if g >= 0), None)
+    later = sorted(
+        {
+            (name, g)
+            for name, items in assignments.items()
+            for g, _, at in items
+            if g > gen and at is not None and at < until
+        }
+    )
+    kept = new_first is not None and new_first[0] == gen and new_first[1] == old_owned
+    if kept and not later:
+        return (
+            "static member restart (%s -> %s, same group.instance.id): %s got %s's partitions "
+            "%s back in generation %d, and no worker saw a new generation until the fleet was "
+            "stopped: no rebalance (KIP-345)" % (old, new, new, old, old_owned, gen)
+        )
+    what = "static member restart (%s -> %s): %s's first assignment %s (generation %d: %s had %s)" % (
+        old,
+        new,
+        new,
+        "gen=%d owned=%s" % new_first if new_first else "never came",
+        gen,
+        old,
+        old_owned,
+    )
+    if later:
+        what += "; new generation(s) seen before the fleet was stopped: %s" % ", ".join(
+            "%s gen=%d" % x for x in later
+        )
+    if opts.broker.startswith("kafka"):
+        problems.append(
+            "%s: on Kafka a static member that returns within session.timeout.ms gets its "
+            "partitions back without a rebalance" % what
+        )
+        return what
+    if opts.broker == "mock":
+        return what + " - librdkafka's mock has no static membership: the restarted member joins as a new one"
+    return what
+
+
 def cmd_check(opts):
     orders = read_manifest(opts.manifest)
     problems = list(opts.problem or [])
+    # The failed-handoff explanation is the mock's deviation from Kafka, accepted only there.
+    mock = opts.broker == "mock"
     killed = [w for w in opts.worker if w["killed"] is not None]
     killed_ms = {w["name"]: w["killed"] for w in killed}
     # applications[order] = [(worker, partition, offset)]
@@ -190,13 +263,18 @@ def cmd_check(opts):
     # (worker, partition) -> generations whose revocation commit of that partition failed
     handoff_failed = defaultdict(set)
     stale = defaultdict(int)
+    assignments = {}  # worker -> [(gen, owned, at_ms)]
     for w in opts.worker:
         last_gen = -1
         committed = {}
         applied = defaultdict(list)  # partition -> [(from, to, gen)]
+        assignments[w["name"]] = []
         for kind, f in read_events(w["out"]):
             if kind == "assignment":
                 gen = int(f["gen"])
+                assignments[w["name"]].append(
+                    (gen, f.get("owned", ""), int(f["at_ms"]) if "at_ms" in f else None)
+                )
                 if gen >= 0 and f.get("owned"):
                     generations.add(gen)
                 last_gen = max(last_gen, gen)
@@ -214,6 +292,12 @@ def cmd_check(opts):
                 reasons[w["name"]].update(re.findall(r"failed with (\w+) \(\d+\)", f["_line"]))
             elif kind == "handoff-failed":
                 handoff_failed[(w["name"], int(f["partition"]))].add(int(f["gen"]))
+                if not mock:
+                    problems.append(
+                        "worker %s: a revocation's commit was refused on %s, which accepts the "
+                        "current generation's commits (a bug to find): %s"
+                        % (w["name"], opts.broker, f["_line"])
+                    )
             elif kind == "stale":
                 stale[w["name"]] += 1
             elif kind == "failed":
@@ -237,7 +321,7 @@ def cmd_check(opts):
         others = [a for a in apps if a[0] not in killed_names]
         why = None
         handoff = None
-        if len(apps) == 2:
+        if len(apps) == 2 and mock:
             # A reported failed handoff explains a repeat whoever was killed later: the first worker
             # applied the order after its last successful commit on the partition, then reported
             # that the revocation's commit of that partition was refused, and the second worker
@@ -300,8 +384,13 @@ def cmd_check(opts):
             "%s skipped %d effect(s) whose partition was taken away while the order was processed"
             % (name, count)
         )
+    static_line = None
+    if opts.static_restart:
+        static_line = judge_static_restart(opts, assignments, problems)
     for note in notes:
         print("demo: note: %s" % note)
+    if static_line:
+        print("demo: %s" % static_line)
     if explained:
         print(
             "demo: %d duplicate(s), each explained by the SIGKILL: applied by the killed worker "
@@ -359,8 +448,8 @@ def cmd_check(opts):
 
     ok = not lost_orders and not unexplained and not problems
     print(
-        "orders=%d applied=%d duplicates=%d lost=%d rebalances=%d"
-        % (len(orders), applied, duplicates, len(lost_orders), len(generations))
+        "orders=%d applied=%d duplicates=%d lost=%d rebalances=%d broker=%s"
+        % (len(orders), applied, duplicates, len(lost_orders), len(generations), opts.broker)
     )
     sys.stdout.flush()
     sys.exit(0 if ok else 1)
@@ -387,6 +476,8 @@ def main():
     p.add_argument("--worker", type=parse_worker, action="append", required=True)
     p.add_argument("--problem", action="append")
     p.add_argument("--duplicates-file")
+    p.add_argument("--broker", required=True, help="kafka-<version>, mock or tansu")
+    p.add_argument("--static-restart", type=parse_static_restart)
     p.set_defaults(func=cmd_check)
 
     opts = parser.parse_args()
