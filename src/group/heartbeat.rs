@@ -130,7 +130,9 @@ impl Heartbeater {
             if state.phase != Phase::Stable {
                 continue;
             }
-            if now.saturating_duration_since(state.last_poll) > self.settings.max_poll_interval {
+            if !state.in_poll
+                && now.saturating_duration_since(state.last_poll) > self.settings.max_poll_interval
+            {
                 let left = state.identity.clone();
                 log::warn!(
                     "no poll for more than max.poll.interval.ms ({:?}): leaving group {} and \

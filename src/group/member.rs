@@ -304,11 +304,6 @@ impl GroupMember {
         self.shared.lock().rejoin.is_some()
     }
 
-    /// Records that the poll thread is alive (for `max.poll.interval.ms`).
-    pub fn mark_polled(&self) {
-        self.shared.lock().last_poll = Instant::now();
-    }
-
     /// Commits with the current generation and member id; see [`GroupContext::commit`].
     pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, WireError> {
         let identity = self.identity();
@@ -342,23 +337,22 @@ impl GroupMember {
         listener: &mut dyn RebalanceListener,
         timeout: Duration,
     ) -> Result<(), GroupError> {
-        self.mark_polled();
-        let deadline = Instant::now() + timeout;
+        let _inside = PollScope::enter(&self.shared);
+        // No deadline when the timeout reaches past what an Instant can hold (Duration::MAX).
+        let deadline = Instant::now().checked_add(timeout);
+        let passed = |deadline: Option<Instant>, after: Duration| {
+            deadline.is_some_and(|d| Instant::now().checked_add(after).map_or(true, |t| t >= d))
+        };
         let mut backoff = Duration::from_millis(50);
         loop {
             self.report_losses(listener)?;
             let reason = {
-                let mut state = self.shared.lock();
+                let state = self.shared.lock();
                 if state.phase == Phase::Closed {
                     return Err(GroupError::Closed);
                 }
                 match (&state.rejoin, state.phase) {
-                    (None, Phase::Stable) => {
-                        // max.poll.interval.ms runs from when the application gets control back:
-                        // time spent joining inside this call must not count against its batch.
-                        state.last_poll = Instant::now();
-                        return Ok(());
-                    }
+                    (None, Phase::Stable) => return Ok(()),
                     (Some(reason), _) => reason.clone(),
                     (None, _) => "not in a generation".to_string(),
                 }
@@ -366,6 +360,11 @@ impl GroupMember {
             match self.join_and_sync(listener, &reason) {
                 Ok(()) => {
                     backoff = Duration::from_millis(50);
+                    // Joined; stable unless another rebalance began meanwhile. In a storm that
+                    // would be another join, and another: the caller's timeout still holds.
+                    if passed(deadline, Duration::ZERO) {
+                        return Ok(());
+                    }
                     continue;
                 }
                 Err(Step::Retry(why)) => {
@@ -373,7 +372,7 @@ impl GroupMember {
                 }
                 Err(Step::Fail(error)) => return Err(error),
             }
-            if Instant::now() + backoff >= deadline {
+            if passed(deadline, backoff) {
                 return Ok(());
             }
             std::thread::sleep(backoff);
@@ -767,4 +766,24 @@ enum Step {
     Retry(String),
     /// Give up: the caller gets the error.
     Fail(GroupError),
+}
+
+/// The span of one `poll` call: while it lives, `max.poll.interval.ms` does not run (joining,
+/// syncing and the rebalance callbacks are the library's time); when it ends, on any return
+/// path, the application has control again and the interval starts from that instant.
+struct PollScope(Arc<Shared>);
+
+impl PollScope {
+    fn enter(shared: &Arc<Shared>) -> Self {
+        shared.lock().in_poll = true;
+        PollScope(shared.clone())
+    }
+}
+
+impl Drop for PollScope {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.in_poll = false;
+        state.last_poll = Instant::now();
+    }
 }

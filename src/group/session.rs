@@ -46,7 +46,13 @@ pub(crate) struct SessionState {
     /// thread must still report to its listener.
     pub(crate) lost: Vec<(Vec<TopicPartition>, LostReason)>,
     pub(crate) fatal: Option<FatalError>,
+    /// When the application last got control back from `poll`: `max.poll.interval.ms` runs from
+    /// here while `in_poll` is false.
     pub(crate) last_poll: Instant,
+    /// True while the application's thread is inside the library's `poll` (joining, syncing,
+    /// running the rebalance callbacks): that time is the library's, not the handler's, so it
+    /// does not count against `max.poll.interval.ms`.
+    pub(crate) in_poll: bool,
     pub(crate) last_heartbeat_ok: Instant,
 }
 
@@ -67,6 +73,7 @@ impl Shared {
                 lost: Vec::new(),
                 fatal: None,
                 last_poll: now,
+                in_poll: false,
                 last_heartbeat_ok: now,
             }),
             wake: Condvar::new(),

@@ -1,0 +1,145 @@
+//! The clocks of the membership: what `max.poll.interval.ms` measures, and `poll`'s own timeout.
+//!
+//! `max.poll.interval.ms` bounds the time the application spends between polls (its handler),
+//! not the time the library spends inside `poll` joining, syncing and running the rebalance
+//! callbacks. And `poll(timeout)` takes any duration, `Duration::MAX` included. Real Kafka 4.x
+//! (the run's shared broker).
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::group::{
+    GroupConfig, GroupContext, GroupMember, LostReason, RebalanceListener,
+};
+use rebalance_guard::wire::ClientConfig;
+use rebalance_guard::TopicPartition;
+use support::{unique_name, Broker, BrokerKind};
+
+/// A listener that records what it was told, and takes `assign_delay` in each assignment (a
+/// consumer's callback looks up positions and may wait for a drain there).
+#[derive(Default)]
+struct Recorder {
+    assign_delay: Duration,
+    assigned: Vec<TopicPartition>,
+    lost: Vec<(Vec<TopicPartition>, String)>,
+}
+
+impl RebalanceListener for Recorder {
+    fn on_partitions_revoked(
+        &mut self,
+        _ctx: &mut GroupContext<'_>,
+        partitions: &[TopicPartition],
+    ) {
+        self.assigned.retain(|tp| !partitions.contains(tp));
+    }
+
+    fn on_partitions_assigned(
+        &mut self,
+        _ctx: &mut GroupContext<'_>,
+        partitions: &[TopicPartition],
+    ) {
+        thread::sleep(self.assign_delay);
+        self.assigned.extend(partitions.iter().cloned());
+    }
+
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
+        self.assigned.retain(|tp| !partitions.contains(tp));
+        self.lost.push((partitions.to_vec(), format!("{reason:?}")));
+    }
+}
+
+struct Setup {
+    broker: Box<dyn Broker>,
+    topic: String,
+    group: String,
+}
+
+fn setup(partitions: u32) -> Setup {
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("deadline");
+    broker.create_topic(&topic, partitions);
+    Setup {
+        broker,
+        topic,
+        group: unique_name("deadline-group"),
+    }
+}
+
+fn member(s: &Setup, max_poll_interval: Duration, fenced: Arc<AtomicUsize>) -> GroupMember {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let config = GroupConfig {
+        group_id: s.group.clone(),
+        group_instance_id: None,
+        topics: vec![s.topic.clone()],
+        strategies: vec!["range".to_string()],
+        session_timeout: Duration::from_millis(6000),
+        heartbeat_interval: Duration::from_millis(100),
+        max_poll_interval,
+    };
+    let hook = Arc::new(move |_: &[TopicPartition]| {
+        fenced.fetch_add(1, Ordering::SeqCst);
+    });
+    GroupMember::new(
+        config,
+        ClientConfig::from_bootstrap_str(&s.broker.bootstrap()),
+        hook,
+    )
+    .expect("member")
+}
+
+/// A rebalance callback that takes longer than max.poll.interval.ms (1 s here, the callback
+/// 1.5 s, heartbeats every 100 ms) does not evict the member: the time is the library's. The
+/// timer used to run from poll entry and the phase turned Stable before the callbacks, so the
+/// first heartbeat tick inside the callback declared a poll timeout, left the group and fenced
+/// the assignment that had just arrived.
+#[test]
+fn time_inside_the_rebalance_callbacks_does_not_count_against_max_poll_interval_kafka() {
+    let s = setup(2);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let mut m = member(&s, Duration::from_millis(1000), fenced.clone());
+    let mut listener = Recorder {
+        assign_delay: Duration::from_millis(1500),
+        ..Recorder::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while listener.assigned.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no assignment: {:?}",
+            listener.lost
+        );
+        m.poll(&mut listener, Duration::from_millis(500))
+            .expect("poll");
+    }
+    // Back in the application: it polls well within max.poll.interval.ms for a while.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        m.poll(&mut listener, Duration::from_millis(100))
+            .expect("poll");
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(listener.lost, Vec::new(), "nothing may be lost");
+    assert_eq!(fenced.load(Ordering::SeqCst), 0, "the lost hook fired");
+    assert_eq!(listener.assigned.len(), 2, "{:?}", listener.assigned);
+    m.close(&mut listener).expect("close");
+}
+
+/// `poll(Duration::MAX)` means "until the member is stable": it used to panic computing its
+/// deadline (`Instant + Duration::MAX` overflows).
+#[test]
+fn poll_with_an_unbounded_timeout_returns_once_stable_kafka() {
+    let s = setup(1);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let mut m = member(&s, Duration::from_secs(30), fenced);
+    let mut listener = Recorder::default();
+    m.poll(&mut listener, Duration::MAX).expect("poll");
+    assert_eq!(
+        listener.assigned,
+        vec![TopicPartition::new(s.topic.as_str(), 0)]
+    );
+    m.close(&mut listener).expect("close");
+}
