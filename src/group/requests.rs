@@ -55,6 +55,18 @@ fn ours(api: ApiKey) -> VersionRange {
     }
 }
 
+/// The versions of a group API (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) this crate speaks,
+/// read-only: for tests and diagnostics that compare them with what a broker advertises. Other
+/// APIs get `kafka-protocol`'s generated range, as in [`crate::wire::client_range`].
+pub fn supported_versions(api: ApiKey) -> VersionRange {
+    ours(api)
+}
+
+// The group APIs are capped at their last non-flexible versions: librdkafka's mock cluster
+// advertises JoinGroup v6 (the first flexible one) but closes the connection on it. Kafka 4.x
+// has higher versions (JoinGroup 9, SyncGroup 5, Heartbeat 4, LeaveGroup 5), whose additions
+// (flexible encoding, KIP-559 protocol type and name, KIP-800 reasons, KIP-814
+// skip_assignment) this crate does not use; tests/wire_versions.rs lists every such cap.
 const MAX_JOIN_GROUP: i16 = 5;
 const MAX_SYNC_GROUP: i16 = 3;
 const MAX_HEARTBEAT: i16 = 3;
