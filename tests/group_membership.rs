@@ -1,9 +1,24 @@
 //! Our group member against real coordinators: joining, eager and cooperative rebalances among our
 //! own members, and every fault the librdkafka mock cluster can inject into the protocol.
 //!
-//! Broker coverage: each test says which brokers it runs on. tansu runs the eager classic tests;
-//! the fault-injection tests need the mock's controls; cooperative tests run on the mock because
-//! tansu's coordinator did not complete a cooperative-sticky follow-up in our probes.
+//! Broker coverage: each test says which brokers it runs on (a `_kafka`, `_mock` or `_tansu`
+//! suffix, or a loop over them). Apache Kafka 4.x (the run's shared broker) is the reference: the
+//! joins and leaves (eager and cooperative), static membership (restart and instance takeover) and
+//! the poll timeout are checked there without any injected error. tansu runs the eager classic
+//! tests; the fault-injection tests need the mock's controls; cooperative tests run on Kafka and
+//! the mock because tansu's coordinator did not complete a cooperative-sticky follow-up in our
+//! probes.
+//!
+//! Where Kafka differs from the stand-ins (each test's doc says more):
+//! * Kafka completes a rebalance as soon as every known member has rejoined (about 0.5 s per
+//!   change here, a cooperative join about 0.6 s for its two rounds), where the mock waits about
+//!   `session.timeout.ms - 1 s` and tansu about half the session timeout.
+//! * Static membership: Kafka answers a restarted instance at once with the current generation
+//!   and its old assignment (no rebalance, no event at the other members). The mock has none;
+//!   tansu has it but needs a 10 s session. A second live consumer with the same
+//!   `group.instance.id` takes the instance over on Kafka without a rebalance, and the first one
+//!   gets FENCED_INSTANCE_ID on its next heartbeat; until then both believe they own the
+//!   partitions (about one heartbeat interval).
 
 mod support;
 
@@ -486,7 +501,9 @@ fn poll_timeout_leaves_fences_and_rejoins_mock() {
 /// Static membership: a static member that restarts within the session timeout gets the same
 /// partitions back, and the other member keeps its own partitions and loses nothing.
 ///
-/// KIP-345 also promises that the others see no rebalance at all; that is asserted on tansu, which
+/// KIP-345 also promises that the others see no rebalance at all; that is asserted on Kafka (where
+/// the restarted instance also keeps the generation: Kafka answers its JoinGroup with the current
+/// one and its SyncGroup with the stored assignment, in well under a second) and on tansu, which
 /// implements it (it needs a 10 s session there: tansu holds a static member's JoinGroup for about
 /// half the session timeout and its SyncGroup for about 3 s while the old incarnation's session
 /// runs). librdkafka's mock has no static membership (it matches members by member id only), so
@@ -497,12 +514,12 @@ fn static_member_restart_keeps_its_partitions(kind: BrokerKind) {
     broker.create_topic(&topic, 4);
     let group = unique_name("group");
     let mut spec_a = OurMemberSpec::new(&broker.bootstrap(), &group, &topic, "range");
-    spec_a.instance_id = Some("static-a".to_string());
+    spec_a.instance_id = Some(unique_name("static-a"));
     if kind == BrokerKind::Tansu {
         spec_a.session_timeout_ms = 10_000;
     }
     let mut spec_b = spec_a.clone();
-    spec_b.instance_id = Some("static-b".to_string());
+    spec_b.instance_id = Some(unique_name("static-b"));
     let a = OurMember::start(spec_a.clone());
     let b = OurMember::start(spec_b);
     wait_exactly_once(&topic, 4, &[&a, &b]);
@@ -853,4 +870,73 @@ fn poll_timeout_leaves_fences_and_rejoins_kafka() {
     assert_eager_sequence("b", &b.events());
     assert_never_owned_twice(&[&a, &b]);
     eprintln!("Kafka poll timeout: done in {:.1?}", started.elapsed());
+}
+
+// ---------------------------------------------------------------------------
+// A crashed member, seen by ours (Kafka)
+// ---------------------------------------------------------------------------
+
+/// A member that crashes (a confluent-kafka peer killed with SIGKILL: no LeaveGroup, no more
+/// heartbeats) keeps its partitions on Kafka until its own session expires; then the coordinator
+/// rebalances and our member (told by its heartbeat thread) takes every partition over, without
+/// any loss of its own. Kafka cannot know earlier, so the takeover comes no sooner than the
+/// crashed member's session timeout minus one heartbeat interval after the kill (asserted; the
+/// measured delay is printed).
+#[test]
+fn crashed_member_is_replaced_after_its_session_expires_kafka() {
+    use support::members::{PeerClient, PeerMember, PeerMemberSpec, PeerStrategy};
+    let started = Instant::now();
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, 4);
+    let group = unique_name("group");
+    let ours = OurMember::start(OurMemberSpec::new(
+        &broker.bootstrap(),
+        &group,
+        &topic,
+        "range",
+    ));
+    ours.wait_for("ours owns all", WAIT, |_, owned| owned.len() == 4)
+        .unwrap();
+    let (session_ms, heartbeat_ms) = (3000, 500);
+    let mut peer = PeerMember::start(
+        PeerMemberSpec::new(
+            PeerClient::Confluent,
+            &broker.bootstrap(),
+            &group,
+            &[&topic],
+            PeerStrategy::Range,
+            "peer",
+        )
+        .timeouts(session_ms, heartbeat_ms),
+    );
+    support::consumer::wait_until("the peer and ours split 2/2", WAIT, || {
+        let (o, p) = (ours.owned(), peer.owned());
+        o.len() == 2 && p.len() == 2 && o.is_disjoint(&p)
+    });
+    let mark = ours.events().len();
+    let killed = Instant::now();
+    peer.kill();
+    ours.wait_for("ours takes every partition over", WAIT, |_, owned| {
+        owned.len() == 4
+    })
+    .unwrap();
+    let took = killed.elapsed();
+    assert!(
+        took >= Duration::from_millis(session_ms as u64 - heartbeat_ms as u64),
+        "Kafka moved a crashed member's partitions after {took:?}, before its session \
+         ({session_ms} ms) could have expired: {:?}",
+        ours.events()
+    );
+    let events = ours.events();
+    assert!(
+        events[mark..]
+            .iter()
+            .any(|e| matches!(e, OurEvent::Revoked(p, _) if p.len() == 2)),
+        "ours handed its two partitions back (eager) before taking all four: {events:?}"
+    );
+    assert_no_loss_or_error("ours", &events);
+    assert_eager_sequence("ours", &events);
+    eprintln!(
+        "Kafka crashed member: taken over {took:.1?} after the kill; done in {:.1?}",
+        started.elapsed()
+    );
 }

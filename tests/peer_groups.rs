@@ -475,12 +475,15 @@ fn static_restart(kind: BrokerKind) -> StaticRestart {
             .instance_id(id)
             .timeouts(session_timeout_ms, 500)
     };
-    let a = PeerMember::start(spec("a", "static-a"));
-    let mut b = PeerMember::start(spec("b", "static-b"));
+    // Unique instance ids (the shared Kafka broker); "static-a-..." still sorts first, which
+    // makes a the leader on the mock.
+    let (id_a, id_b) = (unique_name("static-a"), unique_name("static-b"));
+    let a = PeerMember::start(spec("a", &id_a));
+    let mut b = PeerMember::start(spec("b", &id_b));
     let (before, _) = s.stable(&[&a, &b], "two static members");
     let mark = a.events().len();
     b.close().unwrap();
-    let b2 = PeerMember::start(spec("b2", "static-b"));
+    let b2 = PeerMember::start(spec("b2", &id_b));
     b2.wait_ready(READY).unwrap();
     StaticRestart {
         a,
