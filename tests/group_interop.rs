@@ -16,15 +16,28 @@
 //!   there use confluent followers. tansu runs every combination.
 //! - Every member uses a 3000 ms session (heartbeat 500 ms): both brokers' rebalance waits grow
 //!   with it.
+//!
+//! On Apache Kafka 4.x (the reference) the groups also hold Kafka's own Java consumer
+//! (kafka-clients, `scripts/Peer.java`): ours, Java, confluent-kafka and (eager strategies)
+//! kafka-python, with ours, Java or confluent as the leader. Kafka makes the first member that
+//! joins a classic group its leader and keeps it leader while it rejoins every rebalance in time,
+//! so the leader is chosen by joining it first, alone, and checked after every join: our member
+//! records the generations it led, and the Java member reports every assignment its assignor
+//! computed (only the leader's does). Kafka handles the follower SyncGroup race that the mock
+//! gets wrong, so kafka-python follows there too. After every join and every leave the ownership
+//! must be exactly-once and balanced (member sizes differ by one at most), and the peers' merged
+//! event timeline must never show a partition owned twice. A Java-only group on the consumer
+//! protocol (KIP-848) checks the peer itself on that protocol.
 
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::members::{
-    one_topic, wait_until_stable, MemberEventKind, Ownership, PeerClient, PeerMember,
-    PeerMemberSpec, PeerStrategy, Stability, Tp,
+    check_no_double_ownership, fmt_ownership, merged_log, one_topic, wait_peers_stable,
+    wait_until_stable, MemberEventKind, Ownership, PeerClient, PeerMember, PeerMemberSpec,
+    PeerStrategy, Stability, Tp,
 };
 use support::ours::{OurEvent, OurMember, OurMemberSpec};
 use support::{unique_name, BrokerKind};
@@ -109,6 +122,20 @@ impl Group {
         spec.session_timeout_ms = 3000;
         self.members
             .push((name.to_string(), Member::Ours(OurMember::start(spec))));
+    }
+
+    fn peer(&self, name: &str) -> &PeerMember {
+        self.members
+            .iter()
+            .find_map(|(n, m)| match m {
+                Member::Peer(p) if n == name => Some(p),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no peer {name} in the group"))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.members.iter().any(|(n, _)| n == name)
     }
 
     fn add_peer(&mut self, client: PeerClient, name: &str) {
@@ -351,6 +378,296 @@ fn cooperative_interop(kind: BrokerKind, ours_first: bool) {
     );
 }
 
+/// Who joins a Kafka group first, alone, and so leads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leader {
+    Ours,
+    Java,
+    Confluent,
+}
+
+impl Leader {
+    fn name(self) -> &'static str {
+        match self {
+            Leader::Ours => "ours",
+            Leader::Java => "java",
+            Leader::Confluent => "confluent",
+        }
+    }
+}
+
+/// Member sizes differ by one at most (range over one topic, roundrobin and cooperative-sticky
+/// all balance).
+fn assert_balanced(kind: BrokerKind, strategy: &str, stage: &str, owned: &Ownership) {
+    let sizes: Vec<usize> = owned.iter().map(|(_, o)| o.len()).collect();
+    let (min, max) = (sizes.iter().min(), sizes.iter().max());
+    assert!(
+        matches!((min, max), (Some(lo), Some(hi)) if hi - lo <= 1),
+        "{kind:?} {strategy} {stage}: unbalanced: {}",
+        fmt_ownership(
+            &owned
+                .iter()
+                .map(|(n, o)| (n.as_str(), o.clone()))
+                .collect::<Vec<_>>()
+        )
+    );
+}
+
+impl Group {
+    fn add(&mut self, name: &str) {
+        match name {
+            "ours" => self.add_ours(name),
+            "java" => self.add_peer(PeerClient::Java, name),
+            "confluent" => self.add_peer(PeerClient::Confluent, name),
+            "python" => self.add_peer(PeerClient::KafkaPython, name),
+            other => panic!("unknown member {other}"),
+        }
+    }
+
+    fn java_led(&self) -> usize {
+        if self.has("java") {
+            self.peer("java").led_count()
+        } else {
+            0
+        }
+    }
+
+    /// The peers' events merged on their shared monotonic clock never show a partition owned by
+    /// two peers at once. `gone` holds the events of peers that already left.
+    fn check_peers_never_shared(&self, gone: &[support::members::MemberEvent], stage: &str) {
+        let peers: Vec<&PeerMember> = self
+            .members
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Member::Peer(p) => Some(p),
+                Member::Ours(_) => None,
+            })
+            .collect();
+        let mut events: Vec<_> = peers.iter().flat_map(|p| p.events()).collect();
+        events.extend(gone.iter().cloned());
+        if let Err(e) = check_no_double_ownership(&events) {
+            panic!(
+                "{:?} {} {stage}: {e}\n{}",
+                self.kind,
+                self.strategy,
+                merged_log(&peers)
+            );
+        }
+    }
+}
+
+/// A mixed group on Kafka 4.x: `leader` joins first and alone, then the others one by one (ours,
+/// Java, confluent, and kafka-python under the eager strategies: it has no cooperative
+/// protocol). After every join: exactly-once and balanced ownership, `leader` led the rebalance
+/// (checked on ours and Java, who report it), and under cooperative-sticky nothing a member kept
+/// was revoked. Then the last member to join leaves, then the leader (another member takes the
+/// lead), then the others until one member owns every partition; after every leave the same
+/// checks, and under cooperative-sticky the survivors only gain partitions.
+fn kafka_interop(strategy: &'static str, leader: Leader) {
+    let started = Instant::now();
+    let kind = BrokerKind::Kafka;
+    let mut g = Group::new(kind, strategy);
+    let cooperative = strategy == "cooperative-sticky";
+    let mut order: Vec<&str> = vec![leader.name()];
+    for name in ["ours", "java", "confluent", "python"] {
+        if name != leader.name() && !(cooperative && name == "python") {
+            order.push(name);
+        }
+    }
+    let mut before: Ownership = Vec::new();
+    for name in order.clone() {
+        let step = Instant::now();
+        let revoked_before = g.revocation_counts();
+        let java_led_before = g.java_led();
+        g.add(name);
+        let stage = format!("after {name} joined");
+        let after = g.stable(&stage);
+        assert_balanced(kind, strategy, &stage, &after);
+        if cooperative {
+            g.check_only_moved_were_revoked(&before, &revoked_before);
+        }
+        // Who led this rebalance: our member records its generations, Java its assignments.
+        if g.has("ours") {
+            assert_eq!(
+                g.ours_leads(),
+                leader == Leader::Ours,
+                "{kind:?} {strategy} {stage}: did ours lead? ours: {:?}",
+                g.ours().events()
+            );
+        }
+        if g.has("java") {
+            let java_led = g.java_led() > java_led_before;
+            assert_eq!(
+                java_led,
+                leader == Leader::Java,
+                "{kind:?} {strategy} {stage}: did java lead?\n{}",
+                g.peer("java").event_log()
+            );
+        }
+        g.check_peers_never_shared(&[], &stage);
+        eprintln!(
+            "{kind:?} {strategy}: {stage}: stable in {:.1?}: {}",
+            step.elapsed(),
+            fmt_ownership(
+                &after
+                    .iter()
+                    .map(|(n, o)| (n.as_str(), o.clone()))
+                    .collect::<Vec<_>>()
+            )
+        );
+        before = after;
+    }
+    // Leaves: the last to join, then the leader, then the others but one.
+    let mut leaves: Vec<&str> = vec![order[order.len() - 1], order[0]];
+    leaves.extend(order[1..order.len() - 1].iter().take(order.len() - 3));
+    let mut gone_events = Vec::new();
+    for name in leaves {
+        let step = Instant::now();
+        let revoked_before = g.revocation_counts();
+        let at = g
+            .members
+            .iter()
+            .position(|(n, _)| n == name)
+            .expect("member exists");
+        match g.members.remove(at).1 {
+            Member::Ours(m) => {
+                m.close();
+            }
+            Member::Peer(mut p) => {
+                p.close()
+                    .unwrap_or_else(|e| panic!("{kind:?} {strategy}: {name}: {e}"));
+                // A peer that left still counts for the double-ownership replay.
+                gone_events.extend(p.events());
+            }
+        }
+        let stage = format!("after {name} left");
+        let after = g.stable(&stage);
+        assert_balanced(kind, strategy, &stage, &after);
+        if cooperative {
+            g.check_only_moved_were_revoked(&before, &revoked_before);
+            // Kafka, like tansu: when a member leaves, the survivors keep everything they own.
+            for (survivor, member) in &g.members {
+                let earlier = revoked_before
+                    .iter()
+                    .find(|(n, _)| n == survivor)
+                    .map_or(0, |(_, c)| *c);
+                assert_eq!(
+                    member.revoked().len(),
+                    earlier,
+                    "{kind:?}: {survivor} lost partitions when {name} left:\n{}",
+                    member.log()
+                );
+            }
+        }
+        g.check_peers_never_shared(&gone_events, &stage);
+        eprintln!(
+            "{kind:?} {strategy}: {stage}: stable in {:.1?}",
+            step.elapsed()
+        );
+        before = after;
+    }
+    assert_eq!(g.members.len(), 1, "{:?}", g.ownership());
+    assert_eq!(
+        g.members[0].1.owned().len(),
+        PARTITIONS as usize,
+        "{:?}",
+        g.ownership()
+    );
+    if g.has("ours") {
+        assert!(
+            g.ours()
+                .events()
+                .iter()
+                .all(|e| !matches!(e, OurEvent::Lost(..) | OurEvent::Error(_))),
+            "{:?}",
+            g.ours().events()
+        );
+    }
+    let last = g.members[0].0.clone();
+    g.close(&last);
+    eprintln!(
+        "{kind:?} {strategy} {} leads: done in {:.1?}",
+        leader.name(),
+        started.elapsed()
+    );
+}
+
+/// Two Java members on the consumer protocol (KIP-848, broker-side uniform assignor) on Kafka
+/// 4.x: the first owns every partition, the two split them 3/3 without the first losing what it
+/// keeps and without a partition owned twice on their merged timeline, and when the first
+/// leaves the second owns everything.
+fn java_consumer_protocol_group(remote_assignor: Option<&str>) {
+    let started = Instant::now();
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("interop-kip848");
+    broker.create_topic(&topic, PARTITIONS as u32);
+    let group = unique_name("interop-kip848-group");
+    let spec = |name: &str| {
+        PeerMemberSpec::new(
+            PeerClient::Java,
+            &broker.bootstrap(),
+            &group,
+            &[&topic],
+            PeerStrategy::CooperativeSticky, // not passed: the broker assigns
+            name,
+        )
+        .consumer_protocol(remote_assignor)
+    };
+    let partitions = one_topic(&topic, PARTITIONS);
+    let mut a = PeerMember::start(spec("java-a"));
+    a.wait_ready(Duration::from_secs(30)).unwrap();
+    let (alone, took) = wait_peers_stable(&partitions, &[&a], &Stability::within(SETTLE))
+        .unwrap_or_else(|e| panic!("java-a alone: {e}"));
+    eprintln!("consumer protocol: java-a alone stable in {took:.1?}");
+    assert_eq!(alone[0].1.len(), PARTITIONS as usize, "{alone:?}");
+    let b = PeerMember::start(spec("java-b"));
+    b.wait_ready(Duration::from_secs(30)).unwrap();
+    let (two, took) = wait_peers_stable(&partitions, &[&a, &b], &Stability::within(SETTLE))
+        .unwrap_or_else(|e| panic!("java-a and java-b: {e}"));
+    eprintln!("consumer protocol: two members stable in {took:.1?}: {two:?}");
+    assert!(two.iter().all(|(_, o)| o.len() == 3), "{two:?}");
+    // java-a kept three of its six: only the other three were revoked from it.
+    let revoked: BTreeSet<Tp> = a
+        .events()
+        .iter()
+        .filter(|e| e.kind == MemberEventKind::Revoked)
+        .flat_map(|e| e.partitions.clone())
+        .collect();
+    assert!(
+        revoked.is_disjoint(&a.owned()),
+        "java-a kept partitions that were revoked: {revoked:?}\n{}",
+        a.event_log()
+    );
+    assert!(
+        a.events()
+            .iter()
+            .chain(b.events().iter())
+            .all(|e| e.kind != MemberEventKind::Led
+                && !(e.kind == MemberEventKind::Error && e.fatal)),
+        "no client-side assignor runs on the consumer protocol, and no fatal error\n{}",
+        merged_log(&[&a, &b])
+    );
+    a.close().unwrap();
+    let (one, took) = wait_peers_stable(&partitions, &[&b], &Stability::within(SETTLE))
+        .unwrap_or_else(|e| panic!("java-b after java-a left: {e}"));
+    eprintln!("consumer protocol: java-b alone stable in {took:.1?}");
+    assert_eq!(one[0].1.len(), PARTITIONS as usize);
+    let mut events = a.events();
+    events.extend(b.events());
+    check_no_double_ownership(&events).unwrap_or_else(|e| panic!("{e}\n{}", merged_log(&[&a, &b])));
+    assert!(
+        b.events()
+            .iter()
+            .all(|e| e.kind != MemberEventKind::Revoked && e.kind != MemberEventKind::Lost),
+        "java-b lost partitions when java-a left:\n{}",
+        b.event_log()
+    );
+    drop(a);
+    let mut b = b;
+    b.close().unwrap();
+    eprintln!("consumer protocol: done in {:.1?}", started.elapsed());
+}
+
 #[test]
 fn range_ours_leads_mock() {
     eager_interop(BrokerKind::Mock, "range", true);
@@ -409,4 +726,54 @@ fn cooperative_sticky_ours_leads_tansu() {
 #[test]
 fn cooperative_sticky_peer_leads_tansu() {
     cooperative_interop(BrokerKind::Tansu, false);
+}
+
+#[test]
+fn range_ours_leads_kafka() {
+    kafka_interop("range", Leader::Ours);
+}
+
+#[test]
+fn range_java_leads_kafka() {
+    kafka_interop("range", Leader::Java);
+}
+
+#[test]
+fn range_confluent_leads_kafka() {
+    kafka_interop("range", Leader::Confluent);
+}
+
+#[test]
+fn roundrobin_ours_leads_kafka() {
+    kafka_interop("roundrobin", Leader::Ours);
+}
+
+#[test]
+fn roundrobin_java_leads_kafka() {
+    kafka_interop("roundrobin", Leader::Java);
+}
+
+#[test]
+fn roundrobin_confluent_leads_kafka() {
+    kafka_interop("roundrobin", Leader::Confluent);
+}
+
+#[test]
+fn cooperative_sticky_ours_leads_kafka() {
+    kafka_interop("cooperative-sticky", Leader::Ours);
+}
+
+#[test]
+fn cooperative_sticky_java_leads_kafka() {
+    kafka_interop("cooperative-sticky", Leader::Java);
+}
+
+#[test]
+fn cooperative_sticky_confluent_leads_kafka() {
+    kafka_interop("cooperative-sticky", Leader::Confluent);
+}
+
+#[test]
+fn java_consumer_protocol_members_split_and_take_over_kafka() {
+    java_consumer_protocol_group(None);
 }

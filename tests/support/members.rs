@@ -1,8 +1,10 @@
-//! Peer consumer-group members (`scripts/peer_member.py`) that interop tests run
-//! next to our own member, and the ownership checks that judge a group.
+//! Peer consumer-group members (`scripts/peer_member.py`, `scripts/Peer.java`)
+//! that interop tests run next to our own member, and the ownership checks that
+//! judge a group.
 //!
-//! A [`PeerMember`] is one long-running confluent-kafka or kafka-python
-//! consumer in a group. Its script prints one JSON line per rebalance event; a
+//! A [`PeerMember`] is one long-running confluent-kafka, kafka-python or Java
+//! (kafka-clients, the reference client) consumer in a group. Both programs
+//! speak the same flags and print one JSON line per rebalance event; a
 //! reader thread parses them into [`MemberEvent`]s that tests can wait on
 //! ([`PeerMember::wait_for`]) and read back ([`PeerMember::events`],
 //! [`PeerMember::owned`]). [`check_exactly_once_ownership`] and
@@ -24,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::kafka::pinned;
 use super::{json, repo_root, scratch_dir, unique_name, venv_python};
 
 /// A topic-partition as the peers report it: `(topic, partition)`.
@@ -37,6 +40,19 @@ pub type Ownership = Vec<(String, BTreeSet<Tp>)>;
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `Drop` waits after closing stdin before it kills.
 const DROP_GRACE: Duration = Duration::from_secs(1);
+/// The least time [`PeerMember::wait_ready`] gives a Java member: the JVM
+/// starts and compiles `scripts/Peer.java` in memory first, about 2 s on an
+/// idle 2-core machine and several times that while cargo and other JVMs run.
+const JAVA_READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// JVM flags for a Java member: start fast (C1 only, serial GC, a small heap)
+/// on a machine shared with brokers and other members.
+const JAVA_FLAGS: &[&str] = &[
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+UseSerialGC",
+    "-Xss512k",
+    "-Xmx192m",
+    "-Djava.awt.headless=true",
+];
 
 /// Which peer client library runs the member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +62,11 @@ pub enum PeerClient {
     /// kafka-python 2.3.3's `KafkaConsumer`: eager assignors only (it has no
     /// cooperative rebalance protocol).
     KafkaPython,
+    /// Apache Kafka's own `KafkaConsumer` (kafka-clients, the version pinned as
+    /// `KAFKA_CLIENTS_VERSION`), run by `scripts/Peer.java`: eager and
+    /// cooperative classic groups, and the consumer protocol (KIP-848). It also
+    /// reports the rebalances it led ([`MemberEventKind::Led`]).
+    Java,
 }
 
 impl PeerClient {
@@ -54,8 +75,22 @@ impl PeerClient {
         match self {
             PeerClient::Confluent => "confluent",
             PeerClient::KafkaPython => "kafka-python",
+            PeerClient::Java => "java",
         }
     }
+}
+
+/// The group protocol a peer member speaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerGroupProtocol {
+    /// The classic protocol (JoinGroup/SyncGroup), with the spec's strategy,
+    /// session timeout and heartbeat interval.
+    Classic,
+    /// `group.protocol=consumer` (KIP-848), Java only: the broker assigns
+    /// (with `group.remote.assignor` when set: `uniform` or `range`) and its
+    /// `group.consumer.*` settings decide session and heartbeat, so the
+    /// spec's strategy and timeouts are not passed (Java 4.x refuses them).
+    Consumer { remote_assignor: Option<String> },
 }
 
 /// The assignment strategy a peer member asks for.
@@ -63,7 +98,7 @@ impl PeerClient {
 pub enum PeerStrategy {
     Range,
     RoundRobin,
-    /// Confluent only: kafka-python 2.3.3 cannot run it (the script refuses).
+    /// Confluent and Java: kafka-python 2.3.3 cannot run it (the script refuses).
     CooperativeSticky,
 }
 
@@ -104,6 +139,8 @@ pub struct PeerMemberSpec {
     pub consume: bool,
     /// Client debug logging (group protocol) into the member's log file.
     pub debug: bool,
+    /// Classic unless set with [`PeerMemberSpec::consumer_protocol`].
+    pub group_protocol: PeerGroupProtocol,
 }
 
 impl PeerMemberSpec {
@@ -129,7 +166,18 @@ impl PeerMemberSpec {
             name: name.to_string(),
             consume: false,
             debug: false,
+            group_protocol: PeerGroupProtocol::Classic,
         }
+    }
+
+    /// Speak the consumer protocol (KIP-848), Java members only; `remote_assignor`
+    /// is `group.remote.assignor` (`uniform` or `range`; the broker's default
+    /// when `None`).
+    pub fn consumer_protocol(mut self, remote_assignor: Option<&str>) -> Self {
+        self.group_protocol = PeerGroupProtocol::Consumer {
+            remote_assignor: remote_assignor.map(str::to_string),
+        };
+        self
     }
 
     /// Set `group.instance.id`.
@@ -155,8 +203,11 @@ pub enum MemberEventKind {
     Assigned,
     /// Partitions revoked (eager members: everything they owned).
     Revoked,
-    /// Partitions lost (confluent only; kafka-python reports a revoke instead).
+    /// Partitions lost (confluent and Java; kafka-python reports a revoke instead).
     Lost,
+    /// Java only: this member's assignor computed the group's assignment, which
+    /// in the classic protocol only the leader does (once per rebalance round).
+    Led,
     /// A client error; `fatal` says whether the member gave up.
     Error,
     /// A consumed record (only with `consume`).
@@ -209,6 +260,7 @@ impl MemberEvent {
             Some("assigned") => MemberEventKind::Assigned,
             Some("revoked") => MemberEventKind::Revoked,
             Some("lost") => MemberEventKind::Lost,
+            Some("led") => MemberEventKind::Led,
             Some("error") => MemberEventKind::Error,
             Some("record") => MemberEventKind::Record,
             Some("closed") => MemberEventKind::Closed,
@@ -319,7 +371,8 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A running peer group member (`scripts/peer_member.py`).
+/// A running peer group member (`scripts/peer_member.py`, or
+/// `scripts/Peer.java` for [`PeerClient::Java`]).
 ///
 /// Its stderr (client logs, tracebacks) goes to a file under
 /// `target/tmp/test-brokers`, kept only if the test panicked. Dropping it
@@ -336,8 +389,9 @@ pub struct PeerMember {
 }
 
 impl PeerMember {
-    /// Spawn the member. Panics if the script cannot be spawned (run
-    /// `scripts/setup-test-env`); everything later is reported through events.
+    /// Spawn the member. Panics if the program cannot be spawned (run
+    /// `scripts/setup-test-env`) or the spec asks a Python client for the
+    /// consumer protocol; everything later is reported through events.
     pub fn start(spec: PeerMemberSpec) -> PeerMember {
         let log = scratch_dir().join(format!(
             "{}.log",
@@ -345,22 +399,51 @@ impl PeerMember {
         ));
         let log_file =
             File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-        let mut cmd = Command::new(venv_python());
-        cmd.arg(repo_root().join("scripts/peer_member.py"))
-            .args(["--client", spec.client.arg()])
-            .args(["--bootstrap", &spec.bootstrap])
+        let (mut cmd, program) = match spec.client {
+            PeerClient::Java => {
+                let mut cmd = Command::new("java");
+                cmd.args(JAVA_FLAGS)
+                    .arg("-cp")
+                    .arg(java_classpath())
+                    .arg(repo_root().join("scripts/Peer.java"));
+                (cmd, "scripts/Peer.java")
+            }
+            PeerClient::Confluent | PeerClient::KafkaPython => {
+                let mut cmd = Command::new(venv_python());
+                cmd.arg(repo_root().join("scripts/peer_member.py"))
+                    .args(["--client", spec.client.arg()]);
+                (cmd, "scripts/peer_member.py")
+            }
+        };
+        cmd.args(["--bootstrap", &spec.bootstrap])
             .args(["--group", &spec.group])
-            .args(["--strategy", spec.strategy.name()])
             .args(["--name", &spec.name])
-            .args(["--session-timeout-ms", &spec.session_timeout_ms.to_string()])
-            .args([
-                "--heartbeat-interval-ms",
-                &spec.heartbeat_interval_ms.to_string(),
-            ])
             .args([
                 "--max-poll-interval-ms",
                 &spec.max_poll_interval_ms.to_string(),
             ]);
+        match &spec.group_protocol {
+            PeerGroupProtocol::Classic => {
+                cmd.args(["--strategy", spec.strategy.name()])
+                    .args(["--session-timeout-ms", &spec.session_timeout_ms.to_string()])
+                    .args([
+                        "--heartbeat-interval-ms",
+                        &spec.heartbeat_interval_ms.to_string(),
+                    ]);
+            }
+            PeerGroupProtocol::Consumer { remote_assignor } => {
+                assert_eq!(
+                    spec.client,
+                    PeerClient::Java,
+                    "{}: only the Java peer speaks the consumer protocol",
+                    spec.name
+                );
+                cmd.args(["--group-protocol", "consumer"]);
+                if let Some(assignor) = remote_assignor {
+                    cmd.args(["--remote-assignor", assignor]);
+                }
+            }
+        }
         for topic in &spec.topics {
             cmd.args(["--topic", topic]);
         }
@@ -378,9 +461,7 @@ impl PeerMember {
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!("spawn scripts/peer_member.py: {e} (run scripts/setup-test-env first?)")
-            });
+            .unwrap_or_else(|e| panic!("spawn {program}: {e} (run scripts/setup-test-env first?)"));
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take();
         let shared: Shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
@@ -486,8 +567,14 @@ impl PeerMember {
         }
     }
 
-    /// Wait for the `ready` event (subscribed).
+    /// Wait for the `ready` event (subscribed). A Java member gets at least
+    /// [`JAVA_READY_TIMEOUT`] whatever `timeout` says: its JVM compiles the
+    /// program first.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), String> {
+        let timeout = match self.client {
+            PeerClient::Java => timeout.max(JAVA_READY_TIMEOUT),
+            PeerClient::Confluent | PeerClient::KafkaPython => timeout,
+        };
         self.wait_for(
             |evs| evs.iter().any(|e| e.kind == MemberEventKind::Ready),
             timeout,
@@ -501,6 +588,16 @@ impl PeerMember {
         F: FnMut(&BTreeSet<Tp>) -> bool,
     {
         self.wait_for(|evs| pred(&latest_owned(evs)), timeout)
+    }
+
+    /// How many rebalance rounds this member led so far (Java members report
+    /// it; always 0 for the Python clients).
+    pub fn led_count(&self) -> usize {
+        lock(&self.shared)
+            .events
+            .iter()
+            .filter(|e| e.kind == MemberEventKind::Led)
+            .count()
     }
 
     /// The event log as text, one summary per line (for assertion messages).
@@ -604,6 +701,20 @@ impl Drop for PeerMember {
             let _ = fs::remove_file(&self.log);
         }
     }
+}
+
+/// The classpath of the pinned kafka-clients (and a log4j2 binding), written by
+/// `scripts/setup-test-env` to `.cache/kafka/clients-<version>/classpath`.
+fn java_classpath() -> String {
+    let version = pinned("KAFKA_CLIENTS_VERSION");
+    let path = repo_root().join(format!(".cache/kafka/clients-{version}/classpath"));
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "read {}: {e} (run scripts/setup-test-env first)",
+            path.display()
+        )
+    });
+    text.trim().to_string()
 }
 
 fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
