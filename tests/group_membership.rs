@@ -940,3 +940,68 @@ fn crashed_member_is_replaced_after_its_session_expires_kafka() {
         started.elapsed()
     );
 }
+
+/// A static member whose poll thread is stuck past `max.poll.interval.ms` (Kafka): like Java, it
+/// fences its partitions as lost but sends no LeaveGroup (a static member keeps its place for its
+/// session timeout), so when it polls again within the session it rejoins with its
+/// `group.instance.id`, Kafka gives it the same partitions back in the same generation, and the
+/// other member sees no rebalance at all.
+#[test]
+fn static_member_poll_timeout_rejoins_without_a_rebalance_kafka() {
+    let started = Instant::now();
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, 4);
+    let mut spec = OurMemberSpec::new(&broker.bootstrap(), &unique_name("group"), &topic, "range");
+    spec.instance_id = Some(unique_name("static-b"));
+    let b = OurMember::start(spec.clone());
+    b.wait_for("b owns all", WAIT, |_, owned| owned.len() == 4)
+        .unwrap();
+    spec.instance_id = Some(unique_name("static-a"));
+    spec.max_poll_interval_ms = 2000;
+    let a = OurMember::start(spec);
+    let before = wait_balanced("Kafka: two static members", &topic, 4, &[&a, &b]);
+    let (mark_a, mark_b) = (a.events().len(), b.events().len());
+    let generation = generation_of_last_assign(&a.events());
+    a.stall(Duration::from_secs(120));
+    a.wait_for("fenced by the poll timeout", WAIT, |events, _| {
+        events[mark_a..]
+            .iter()
+            .any(|e| matches!(e, OurEvent::Fenced(p) if p.len() == 2))
+    })
+    .unwrap();
+    // Within the 6 s session: Kafka still holds a's place.
+    a.resume();
+    a.wait_for(
+        "lost, then the same partitions again",
+        WAIT,
+        |events, owned| {
+            let lost = events[mark_a..]
+                .iter()
+                .position(|e| matches!(e, OurEvent::Lost(_, r) if r.contains("PollTimeout")));
+            let again = events[mark_a..]
+                .iter()
+                .rposition(|e| matches!(e, OurEvent::Assigned(..)));
+            matches!((lost, again), (Some(l), Some(r)) if l < r) && *owned == before[0]
+        },
+    )
+    .unwrap();
+    let events = a.events();
+    assert!(
+        !events[mark_a..]
+            .iter()
+            .any(|e| matches!(e, OurEvent::Revoked(..) | OurEvent::Error(_))),
+        "{events:?}"
+    );
+    assert_eq!(generation_of_last_assign(&events), generation, "{events:?}");
+    // Give a rebalance at b time to show (it would come within a heartbeat interval).
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        &b.events()[mark_b..],
+        &[],
+        "the other static member saw a rebalance"
+    );
+    assert_eq!(b.owned(), before[1]);
+    eprintln!(
+        "Kafka static poll timeout: done in {:.1?}",
+        started.elapsed()
+    );
+}
