@@ -18,7 +18,8 @@
 //!   tansu has it but needs a 10 s session. A second live consumer with the same
 //!   `group.instance.id` takes the instance over on Kafka without a rebalance, and the first one
 //!   gets FENCED_INSTANCE_ID on its next heartbeat; until then both believe they own the
-//!   partitions (about one heartbeat interval).
+//!   partitions (about one heartbeat interval). A static member's poll timeout sends no
+//!   LeaveGroup, so Kafka keeps its place and it rejoins into the same generation.
 
 mod support;
 
