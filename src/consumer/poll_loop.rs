@@ -327,7 +327,9 @@ impl Consumer {
     }
 
     /// Commits the contiguous completed prefix of every owned partition, synchronously, with
-    /// the current generation. A refusal (the generation moved on) is returned, never retried.
+    /// the current generation. A refusal (the generation moved on) is returned, never retried;
+    /// when the broker says the membership is over (the member was removed, the group moved on
+    /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
         let member = &mut self.member;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);

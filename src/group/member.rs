@@ -155,13 +155,23 @@ impl GroupContext<'_> {
             self.instance_id,
             &self.identity,
             offsets,
+            None,
         )
     }
 }
 
-/// Commits `offsets` carrying `identity`, and asks for a rejoin when the coordinator says our
-/// generation is over (the caller still gets each partition's error, and must not retry it into
-/// success: the partitions may belong to someone else now).
+/// Commits `offsets` carrying `identity`. The caller gets each partition's error, and must not
+/// retry it into success: the partitions may belong to someone else now.
+///
+/// When the coordinator says the membership itself is over (UNKNOWN_MEMBER_ID: we were removed,
+/// ILLEGAL_GENERATION: the group moved on without us, FENCED_INSTANCE_ID: another process took
+/// our `group.instance.id`) and `lost_hook` is given (an application commit between polls), the
+/// assignment ends here as lost, the way the heartbeat thread ends it on the same answers: fenced
+/// through the hook at once, reported as lost at the next poll, never revoked (a revocation
+/// would let in-flight work run on under leases that still look current, and commit again with
+/// the dead identity). Inside a revocation (`lost_hook` is `None`) the partitions are fenced by
+/// the revocation already, and the JoinGroup that follows learns the same; there, and for
+/// REBALANCE_IN_PROGRESS (the generation is ending, not over), a rejoin is requested.
 fn commit_offsets(
     client: &mut Client,
     shared: &Shared,
@@ -169,6 +179,7 @@ fn commit_offsets(
     instance_id: Option<&str>,
     identity: &MemberIdentity,
     offsets: &[wire::CommitOffset],
+    lost_hook: Option<&LostHook>,
 ) -> Result<CommitResults, WireError> {
     let who = CommitIdentity {
         group_id,
@@ -177,27 +188,52 @@ fn commit_offsets(
         group_instance_id: instance_id,
     };
     let results = client.offset_commit(&who, offsets)?;
-    let generation_over = results.iter().any(|(_, r)| {
-        r.as_ref()
-            .err()
-            .and_then(WireError::kafka_code)
-            .is_some_and(|c| {
-                matches!(
-                    c.0,
-                    error_code::ILLEGAL_GENERATION
-                        | error_code::UNKNOWN_MEMBER_ID
-                        | error_code::REBALANCE_IN_PROGRESS
-                )
-            })
-    });
-    if generation_over {
-        let mut state = shared.lock();
-        if state.identity == *identity && state.rejoin.is_none() {
+    let refusal = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code))
+        .map(|c| c.0)
+        .find(|&c| {
+            matches!(
+                c,
+                error_code::ILLEGAL_GENERATION
+                    | error_code::UNKNOWN_MEMBER_ID
+                    | error_code::FENCED_INSTANCE_ID
+                    | error_code::REBALANCE_IN_PROGRESS
+            )
+        });
+    let Some(code) = refusal else {
+        return Ok(results);
+    };
+    let mut state = shared.lock();
+    if state.identity != *identity {
+        // Already reset (the heartbeat thread heard the same) or rejoined meanwhile.
+        return Ok(results);
+    }
+    let ctx = ErrorContext {
+        group_id,
+        group_instance_id: instance_id,
+    };
+    match (lost_hook, classify(GroupApi::OffsetCommit, code, &ctx)) {
+        (Some(hook), ErrorAction::ResetAndRejoin { reset_member_id }) => {
             log::warn!(
-                "offset commit refused for generation {}: rejoining",
+                "offset commit refused for generation {} (error {code}): the membership is over",
                 identity.generation_id
             );
-            state.rejoin = Some("offset commit refused for this generation".to_string());
+            lose_assignment(&mut state, hook, LostReason::Fenced(code), reset_member_id);
+        }
+        (Some(hook), ErrorAction::Fatal(fatal)) => {
+            log::error!("offset commit: {fatal}");
+            lose_assignment(&mut state, hook, LostReason::Fenced(code), true);
+            state.fatal = Some(fatal);
+        }
+        _ => {
+            if state.rejoin.is_none() {
+                log::warn!(
+                    "offset commit refused for generation {} (error {code}): rejoining",
+                    identity.generation_id
+                );
+                state.rejoin = Some("offset commit refused for this generation".to_string());
+            }
         }
     }
     Ok(results)
@@ -304,7 +340,10 @@ impl GroupMember {
         self.shared.lock().rejoin.is_some()
     }
 
-    /// Commits with the current generation and member id; see [`GroupContext::commit`].
+    /// Commits with the current generation and member id. If the coordinator answers that the
+    /// membership is over (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), the
+    /// assignment is lost at once (fenced through the lost hook, reported at the next poll), as
+    /// when a heartbeat gets that answer: another member may own the partitions already.
     pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, WireError> {
         let identity = self.identity();
         commit_offsets(
@@ -314,6 +353,7 @@ impl GroupMember {
             self.config.group_instance_id.as_deref(),
             &identity,
             offsets,
+            Some(&self.hook),
         )
     }
 
