@@ -10,9 +10,14 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
-use rebalance_guard::guard::OwnerStatus;
+use rebalance_guard::group::{requests, GroupError};
+use rebalance_guard::guard::{CommitOffset, OwnerStatus};
+use rebalance_guard::wire::{Client, ClientConfig};
 use rebalance_guard::TopicPartition;
-use support::consumer::{committed, config, produce_to_each_partition, wait_until};
+use support::consumer::{
+    broker_with_topic, committed, config, produce_to_each_partition, wait_until,
+};
+use support::ours::{OurMember, OurMemberSpec};
 use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -72,83 +77,114 @@ fn spawn_member(
     })
 }
 
-/// After processing offsets 0..=9 of a partition, the committed offset is 10 (last + 1), on both
-/// brokers, and it stays 10 after a clean close.
-#[test]
-fn commit_after_a_batch_is_last_plus_one_on_both_brokers() {
-    for kind in BrokerKind::ALL {
-        let broker = kind.start();
-        let topic = unique_name("orders");
-        broker.create_topic(&topic, 1);
-        peer_produce(&broker.bootstrap(), &topic, 10, &["--partition", "0"]);
-        let group = unique_name("group");
-        let log: Log = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let member = spawn_member(
-            "a",
-            config(&broker.bootstrap(), &group, &[]),
-            &topic,
-            log.clone(),
-            stop.clone(),
-            |_, _| Duration::ZERO,
-        );
-        wait_until("10 records processed", WAIT, || {
-            log.lock().unwrap().len() == 10
-        });
-        wait_until("commit of 10", WAIT, || {
-            committed(&broker.bootstrap(), &group, &topic, 1)[&0] == Some(10)
-        });
-        stop.store(true, Ordering::SeqCst);
-        member.join().unwrap().close().unwrap();
-        assert_eq!(
-            committed(&broker.bootstrap(), &group, &topic, 1)[&0],
-            Some(10),
-            "{kind:?}"
-        );
-        let offsets: Vec<i64> = log.lock().unwrap().iter().map(|p| p.offset).collect();
-        assert_eq!(offsets, (0..10).collect::<Vec<_>>(), "{kind:?}");
-    }
-}
-
-/// Seed 001's scenario (mock): a handler slower than max.poll.interval.ms gets the member evicted
-/// mid-batch. The slow record's lease is stale when it finishes, and not one further record of
-/// the lost partitions is processed by the evicted member, although its batch held more; the
-/// other member takes over and every record is processed.
-#[test]
-fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock() {
-    let topic = unique_name("orders");
-    let mock = MockCluster::start(MockOptions {
-        topics: vec![(topic.clone(), 2)],
-        ..MockOptions::default()
-    });
-    produce_to_each_partition(mock.bootstrap(), &topic, 2, 100);
+/// After processing offsets 0..=9 of a partition, the committed offset is 10 (last + 1), and it
+/// stays 10 after a clean close.
+fn commit_after_a_batch_is_last_plus_one(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 1);
+    peer_produce(&broker.bootstrap(), &topic, 10, &["--partition", "0"]);
     let group = unique_name("group");
-    let settings = [
-        ("session.timeout.ms", "6000"),
-        ("max.poll.interval.ms", "6000"),
-        ("max.poll.records", "50"),
-    ];
     let log: Log = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    // `a` hangs 8 s on the first offset 10 it meets: longer than max.poll.interval.ms.
-    let slowed = AtomicBool::new(false);
-    let a = spawn_member(
+    let member = spawn_member(
         "a",
-        config(mock.bootstrap(), &group, &settings),
+        config(&broker.bootstrap(), &group, &[]),
         &topic,
         log.clone(),
         stop.clone(),
-        move |_, offset| {
-            if offset == 10 && !slowed.swap(true, Ordering::SeqCst) {
-                Duration::from_secs(8)
-            } else {
+        |_, _| Duration::ZERO,
+    );
+    wait_until("10 records processed", WAIT, || {
+        log.lock().unwrap().len() == 10
+    });
+    wait_until("commit of 10", WAIT, || {
+        committed(&broker.bootstrap(), &group, &topic, 1)[&0] == Some(10)
+    });
+    stop.store(true, Ordering::SeqCst);
+    member.join().unwrap().close().unwrap();
+    assert_eq!(
+        committed(&broker.bootstrap(), &group, &topic, 1)[&0],
+        Some(10),
+        "{kind:?}"
+    );
+    let offsets: Vec<i64> = log.lock().unwrap().iter().map(|p| p.offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>(), "{kind:?}");
+}
+
+#[test]
+fn commit_after_a_batch_is_last_plus_one_kafka() {
+    commit_after_a_batch_is_last_plus_one(BrokerKind::Kafka);
+}
+
+#[test]
+fn commit_after_a_batch_is_last_plus_one_mock() {
+    commit_after_a_batch_is_last_plus_one(BrokerKind::Mock);
+}
+
+#[test]
+fn commit_after_a_batch_is_last_plus_one_tansu() {
+    commit_after_a_batch_is_last_plus_one(BrokerKind::Tansu);
+}
+
+/// Seed 001's scenario: a handler slower than max.poll.interval.ms gets the member evicted
+/// mid-batch. The slow record's lease is stale when it finishes, and not one further record of
+/// the lost partitions is processed by the evicted member, although its batch held more; the
+/// other member takes over and every record is processed.
+fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 2);
+    let bootstrap = broker.bootstrap();
+    produce_to_each_partition(&bootstrap, &topic, 2, 100);
+    let group = unique_name("group");
+    // The mock holds every rebalance for session - 1 s, hence its 6 s session (and an 8 s hang
+    // to exceed the 6 s poll interval); Kafka rebalances as soon as the members have rejoined,
+    // so a 3 s interval and a 6 s hang show the same, faster.
+    let (settings, hang) = if kind.is_kafka() {
+        (
+            [
+                ("session.timeout.ms", "3000"),
+                ("heartbeat.interval.ms", "300"),
+                ("max.poll.interval.ms", "3000"),
+                ("max.poll.records", "50"),
+            ],
+            Duration::from_secs(6),
+        )
+    } else {
+        (
+            [
+                ("session.timeout.ms", "6000"),
+                ("heartbeat.interval.ms", "500"),
+                ("max.poll.interval.ms", "6000"),
+                ("max.poll.records", "50"),
+            ],
+            Duration::from_secs(8),
+        )
+    };
+    let log: Log = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    // `a` hangs on the first record it gets, longer than max.poll.interval.ms; `b` joins while it
+    // hangs (on Kafka a member that joined first would otherwise finish everything before the
+    // other has joined).
+    let hanging = Arc::new(AtomicBool::new(false));
+    let hung = hanging.clone();
+    let a = spawn_member(
+        "a",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        log.clone(),
+        stop.clone(),
+        move |_, _| {
+            if hung.swap(true, Ordering::SeqCst) {
                 Duration::from_millis(5)
+            } else {
+                hang
             }
         },
     );
+    wait_until("a hangs on its first record", WAIT, || {
+        hanging.load(Ordering::SeqCst)
+    });
     let b = spawn_member(
         "b",
-        config(mock.bootstrap(), &group, &settings),
+        config(&bootstrap, &group, &settings),
         &topic,
         log.clone(),
         stop.clone(),
@@ -166,22 +202,19 @@ fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock
     stop.store(true, Ordering::SeqCst);
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     let log = log.lock().unwrap().clone();
-    let slow: Vec<_> = log
+    // The slow record is the first one `a` logged (it logs after the handler's pause).
+    let first_slow = log
         .iter()
-        .filter(|p| p.member == "a" && p.offset == 10)
-        .collect();
-    assert!(!slow.is_empty(), "a never hit its slow record: {log:?}");
+        .position(|p| p.member == "a")
+        .unwrap_or_else(|| panic!("a never finished its slow record: {log:?}"));
     assert!(
-        !slow[0].current_after,
-        "the 8 s record should have finished after the loss"
+        !log[first_slow].current_after,
+        "the {hang:?} record should have finished after the loss: {:?}",
+        log[first_slow]
     );
     // Not one record processed by `a` after the slow one until its rejoin: the next record `a`
     // processed (if any) must come from a later assignment, i.e. must not be the slow
-    // partition's offset 11 handed out of the same batch.
-    let first_slow = log
-        .iter()
-        .position(|p| p.member == "a" && p.offset == 10)
-        .unwrap();
+    // partition's next offset handed out of the same batch.
     let after: Vec<_> = log[first_slow + 1..]
         .iter()
         .filter(|p| p.member == "a")
@@ -211,16 +244,22 @@ fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock
     b.close().unwrap();
 }
 
-/// A steady 50 ms/record handler with max.poll.interval.ms=2000 (mock) stays in the group for a
-/// whole run: the batch sizer shrinks batches to fit, so the member is never evicted.
 #[test]
-fn batch_sizing_keeps_a_slow_handler_in_the_group_mock() {
-    let topic = unique_name("orders");
-    let mock = MockCluster::start(MockOptions {
-        topics: vec![(topic.clone(), 1)],
-        ..MockOptions::default()
-    });
-    peer_produce(mock.bootstrap(), &topic, 120, &["--partition", "0"]);
+fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_kafka() {
+    a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss(BrokerKind::Kafka);
+}
+
+#[test]
+fn a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss_mock() {
+    a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss(BrokerKind::Mock);
+}
+
+/// A steady 50 ms/record handler with max.poll.interval.ms=2000 stays in the group for a whole
+/// run: the batch sizer shrinks batches to fit, so the member is never evicted.
+fn batch_sizing_keeps_a_slow_handler_in_the_group(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 1);
+    let bootstrap = broker.bootstrap();
+    peer_produce(&bootstrap, &topic, 120, &["--partition", "0"]);
     let group = unique_name("group");
     let settings = [
         ("session.timeout.ms", "2000"),
@@ -231,7 +270,7 @@ fn batch_sizing_keeps_a_slow_handler_in_the_group_mock() {
     let stop = Arc::new(AtomicBool::new(false));
     let a = spawn_member(
         "a",
-        config(mock.bootstrap(), &group, &settings),
+        config(&bootstrap, &group, &settings),
         &topic,
         log.clone(),
         stop.clone(),
@@ -243,21 +282,35 @@ fn batch_sizing_keeps_a_slow_handler_in_the_group_mock() {
     stop.store(true, Ordering::SeqCst);
     let a = a.join().unwrap();
     let stats = a.stats();
-    assert_eq!(stats.counters.lost, 0, "evicted: {stats}");
-    assert_eq!(stats.rebalances, 1, "only the initial join: {stats}");
-    assert!(stats.next_batch_size <= 20, "{stats}");
+    assert_eq!(stats.counters.lost, 0, "{kind:?}: evicted: {stats}");
+    assert_eq!(
+        stats.rebalances, 1,
+        "{kind:?}: only the initial join: {stats}"
+    );
+    assert!(stats.next_batch_size <= 20, "{kind:?}: {stats}");
     let offsets: Vec<i64> = log.lock().unwrap().iter().map(|p| p.offset).collect();
-    assert_eq!(offsets, (0..120).collect::<Vec<_>>());
+    assert_eq!(offsets, (0..120).collect::<Vec<_>>(), "{kind:?}");
     a.close().unwrap();
+}
+
+#[test]
+fn batch_sizing_keeps_a_slow_handler_in_the_group_kafka() {
+    batch_sizing_keeps_a_slow_handler_in_the_group(BrokerKind::Kafka);
+}
+
+#[test]
+fn batch_sizing_keeps_a_slow_handler_in_the_group_mock() {
+    batch_sizing_keeps_a_slow_handler_in_the_group(BrokerKind::Mock);
 }
 
 /// A graceful handoff produces zero duplicates: a second member joins mid-stream, the first
 /// revokes and commits last + 1, and the second starts exactly there.
 ///
-/// On tansu with eager `range`. On the librdkafka mock with `cooperative-sticky` only: the mock
-/// refuses every offset commit while its group is rebalancing (REBALANCE_IN_PROGRESS), and an
-/// eager member must commit its revoked partitions exactly then, before rejoining; real Kafka
-/// accepts those commits from members of the current generation. Under cooperative rebalancing
+/// On Kafka with both eager `range` and `cooperative-sticky`, on tansu with `range`. On the
+/// librdkafka mock with `cooperative-sticky` only: the mock refuses every offset commit while its
+/// group is rebalancing (REBALANCE_IN_PROGRESS), and an eager member must commit its revoked
+/// partitions exactly then, before rejoining; real Kafka accepts those commits from members of
+/// the current generation (asserted by the `_kafka_range` case). Under cooperative rebalancing
 /// the revocation commit happens in the new, stable generation, which the mock accepts.
 fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
     let settings = [("partition.assignment.strategy", strategy)];
@@ -319,6 +372,16 @@ fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
 }
 
 #[test]
+fn graceful_handoff_has_no_duplicates_kafka_range() {
+    graceful_handoff_has_no_duplicates(BrokerKind::Kafka, "range");
+}
+
+#[test]
+fn graceful_handoff_has_no_duplicates_kafka_cooperative_sticky() {
+    graceful_handoff_has_no_duplicates(BrokerKind::Kafka, "cooperative-sticky");
+}
+
+#[test]
 fn graceful_handoff_has_no_duplicates_tansu_range() {
     graceful_handoff_has_no_duplicates(BrokerKind::Tansu, "range");
 }
@@ -343,17 +406,7 @@ fn a_refused_commit_is_reported_not_retried_mock() {
     let _ = env_logger::builder().is_test(true).try_init();
     let mut consumer =
         Consumer::subscribe(config(mock.bootstrap(), &group, &[]), &[&topic]).unwrap();
-    let mut processed = 0;
-    let deadline = Instant::now() + WAIT;
-    while processed < 5 {
-        assert!(Instant::now() < deadline, "no records");
-        let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
-        while processed < 5 {
-            let Some(delivery) = batch.next() else { break };
-            batch.complete(delivery);
-            processed += 1;
-        }
-    }
+    process(&mut consumer, 5);
     mock.must("push_errors OffsetCommit ILLEGAL_GENERATION");
     match consumer.commit() {
         Err(ConsumerError::Commit(failure)) => {
@@ -371,7 +424,155 @@ fn a_refused_commit_is_reported_not_retried_mock() {
         "the refused position must not reach the broker by a retry"
     );
     assert_eq!(consumer.stats().commits_refused, 1);
+    assert!(consumer.assignment().is_empty(), "fenced at once as lost");
     consumer.close().unwrap();
+}
+
+/// Polls and completes the next `count` records with the Batch API; their offsets.
+fn process(consumer: &mut Consumer, count: usize) -> Vec<i64> {
+    let mut offsets = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while offsets.len() < count {
+        assert!(Instant::now() < deadline, "no records: {offsets:?}");
+        let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
+        while offsets.len() < count {
+            let Some(delivery) = batch.next() else { break };
+            offsets.push(delivery.record.offset);
+            batch.complete(delivery);
+        }
+    }
+    offsets
+}
+
+/// Settings for the late-commit tests on Kafka: heartbeats 15 s apart, so the member cannot
+/// learn of the end of its membership from a heartbeat (which would fence its partition, and
+/// then nothing would be sent) before the test's late commit, a few seconds after joining.
+const LATE_COMMIT_SETTINGS: [(&str, &str); 3] = [
+    ("session.timeout.ms", "45000"),
+    ("heartbeat.interval.ms", "15000"),
+    ("max.poll.interval.ms", "45000"),
+];
+
+/// Expects `result` to be a commit refused by the broker with `code` (Kafka's error, as the
+/// wire error names it: `UnknownMemberId (25)`).
+fn expect_refused(result: Result<Vec<CommitOffset>, ConsumerError>, code: &str, since: Instant) {
+    match result {
+        Err(ConsumerError::Commit(failure)) => {
+            let text = failure.to_string();
+            assert!(text.contains(code), "expected {code}: {text}");
+        }
+        other => panic!(
+            "expected a commit refused with {code}, got {other:?} ({:?} after joining: a \
+             heartbeat may have ended the membership first)",
+            since.elapsed()
+        ),
+    }
+}
+
+/// The same situation on real Kafka (4.x), without injection: the member's membership ends on
+/// the broker (an operator removes it, as `kafka-consumer-groups --delete --members` or the
+/// Admin API's removeMembersFromConsumerGroup do, with a LeaveGroup naming its member id) while
+/// the member still believes it owns its partition, and then it commits late. Kafka refuses
+/// the commit with UNKNOWN_MEMBER_ID (the member is no longer known to the group); the consumer
+/// reports it, does not retry it, and the committed offset stays where it was. Its next poll
+/// rejoins and resumes at the last committed position, so the uncommitted records come again.
+#[test]
+fn a_late_commit_of_a_removed_member_is_refused_not_retried_kafka() {
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 1);
+    let bootstrap = broker.bootstrap();
+    peer_produce(&bootstrap, &topic, 20, &["--partition", "0"]);
+    let group = unique_name("group");
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut consumer =
+        Consumer::subscribe(config(&bootstrap, &group, &LATE_COMMIT_SETTINGS), &[&topic]).unwrap();
+    assert_eq!(process(&mut consumer, 5), (0..5).collect::<Vec<_>>());
+    let joined = Instant::now();
+    consumer.commit().expect("the member's own commit");
+    assert_eq!(committed(&bootstrap, &group, &topic, 1)[&0], Some(5));
+    assert_eq!(process(&mut consumer, 5), (5..10).collect::<Vec<_>>());
+
+    let me = consumer.generation();
+    let mut admin = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap)).unwrap();
+    let node = admin.find_coordinator(&group).unwrap().node_id;
+    let code = requests::leave_group(
+        admin.connection(node).unwrap(),
+        &group,
+        None,
+        &me.member_id,
+        "removed by the test",
+    )
+    .unwrap();
+    assert_eq!(code, 0, "the coordinator did not remove {}", me.member_id);
+
+    expect_refused(consumer.commit(), "UnknownMemberId (25)", joined);
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 1)[&0],
+        Some(5),
+        "the refused position must not reach the broker by a retry"
+    );
+    assert_eq!(consumer.stats().commits_refused, 1);
+    // The broker said the membership is over: the partition is fenced at once, as lost (another
+    // member may own it already), not left to a revocation that would commit again.
+    assert!(
+        consumer.assignment().is_empty(),
+        "still owned after the broker ended the membership: {}",
+        consumer.stats()
+    );
+    // The next poll rejoins as a new member and starts at the last committed position, 5.
+    assert_eq!(process(&mut consumer, 1), vec![5]);
+    assert_ne!(consumer.generation().member_id, me.member_id);
+    let stats = consumer.stats();
+    assert_eq!(stats.counters.lost, 1, "{stats}");
+    assert_eq!(stats.counters.failed_handoffs, 0, "no revocation: {stats}");
+    assert!(consumer.take_handoff_failures().is_empty());
+    consumer.close().unwrap();
+}
+
+/// The zombie of a restarted static member on real Kafka (4.x): a new process with the same
+/// `group.instance.id` joins and takes the member's place (no rebalance: Kafka hands it the
+/// cached assignment), while the old process still runs and believes it owns the partition.
+/// Its late commit is refused with FENCED_INSTANCE_ID, reported and not retried; the committed
+/// offset does not move, and the new instance starts at the last committed position.
+#[test]
+fn a_late_commit_of_a_replaced_static_member_is_refused_not_retried_kafka() {
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 1);
+    let bootstrap = broker.bootstrap();
+    peer_produce(&bootstrap, &topic, 20, &["--partition", "0"]);
+    let group = unique_name("group");
+    let instance = unique_name("instance");
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut settings = LATE_COMMIT_SETTINGS.to_vec();
+    settings.push(("group.instance.id", &instance));
+    let mut old = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
+    assert_eq!(process(&mut old, 5), (0..5).collect::<Vec<_>>());
+    let joined = Instant::now();
+    old.commit().expect("the member's own commit");
+    assert_eq!(process(&mut old, 5), (5..10).collect::<Vec<_>>());
+
+    let mut new = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
+    wait_until("the new instance owns the partition", WAIT, || {
+        drop(new.poll(Duration::from_millis(100)).unwrap());
+        new.assignment().len() == 1
+    });
+    expect_refused(old.commit(), "FencedInstanceId (82)", joined);
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 1)[&0],
+        Some(5),
+        "the zombie's position must not reach the broker"
+    );
+    assert_eq!(old.stats().commits_refused, 1);
+    // Fenced at once, and the zombie's next poll fails for good (two processes share the id).
+    assert!(old.assignment().is_empty(), "{}", old.stats());
+    match old.poll(Duration::from_millis(100)) {
+        Err(ConsumerError::Group(GroupError::Fatal(fatal))) => {
+            assert!(fatal.to_string().contains("FencedInstanceId"), "{fatal}")
+        }
+        Err(other) => panic!("expected the fatal fencing, got {other}"),
+        Ok(_) => panic!("the zombie polled on"),
+    }
+    assert_eq!(process(&mut new, 1), vec![5]);
+    new.close().unwrap();
+    drop(old);
 }
 
 /// Rebalances past the storm threshold call the storm hook with the detector's status (mock,
@@ -420,70 +621,119 @@ fn a_rebalance_storm_calls_the_hook_mock() {
     consumer.close().unwrap();
 }
 
-/// A paused partition yields nothing while paused and everything after resume (tansu and mock).
+/// The same on Kafka, with real rebalances: a second member joins the group and leaves it
+/// again until the storm hook fires.
 #[test]
-fn pause_and_resume_on_both_brokers() {
-    for kind in BrokerKind::ALL {
-        let broker = kind.start();
-        let topic = unique_name("orders");
-        broker.create_topic(&topic, 2);
-        produce_to_each_partition(&broker.bootstrap(), &topic, 2, 10);
-        let mut consumer = Consumer::subscribe(
-            config(&broker.bootstrap(), &unique_name("group"), &[]),
-            &[&topic],
-        )
-        .unwrap();
-        let paused = TopicPartition::new(topic.as_str(), 1);
-        consumer.pause(std::slice::from_ref(&paused));
-        let mut seen: BTreeMap<i32, usize> = BTreeMap::new();
-        let deadline = Instant::now() + WAIT;
-        while seen.get(&0).copied().unwrap_or(0) < 10 {
-            assert!(Instant::now() < deadline, "{kind:?}: {seen:?}");
-            let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
-            while let Some(d) = batch.next() {
-                *seen.entry(d.record.partition).or_default() += 1;
-                batch.complete(d);
-            }
-        }
-        assert_eq!(
-            seen.get(&1),
-            None,
-            "{kind:?}: a paused partition yielded records"
-        );
-        assert!(consumer
-            .stats()
-            .partitions
-            .iter()
-            .any(|p| p.paused_for.is_some()));
-        consumer.resume(std::slice::from_ref(&paused));
-        while seen.get(&1).copied().unwrap_or(0) < 10 {
-            assert!(Instant::now() < deadline, "{kind:?}: {seen:?}");
-            let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
-            while let Some(d) = batch.next() {
-                *seen.entry(d.record.partition).or_default() += 1;
-                batch.complete(d);
-            }
-        }
-        consumer.close().unwrap();
+fn a_rebalance_storm_calls_the_hook_kafka() {
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 2);
+    let bootstrap = broker.bootstrap();
+    let group = unique_name("group");
+    let settings = [
+        ("rebalance.storm.threshold", "3"),
+        ("rebalance.storm.window.ms", "60000"),
+    ];
+    let storms = Arc::new(Mutex::new(Vec::new()));
+    let seen = storms.clone();
+    let mut consumer = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic])
+        .unwrap()
+        .on_storm(move |status| seen.lock().unwrap().push(status.rebalances_in_window));
+    // Waits, polling, for the next generation in which the consumer owns `owned` partitions.
+    let next_generation = |consumer: &mut Consumer, owned: usize, what: &str| {
+        let generation = consumer.generation().generation_id;
+        wait_until(what, WAIT, || {
+            drop(consumer.poll(Duration::from_millis(100)).unwrap());
+            consumer.generation().generation_id > generation && consumer.assignment().len() == owned
+        });
+    };
+    next_generation(&mut consumer, 2, "the first join");
+    let mut rounds = 0;
+    while storms.lock().unwrap().is_empty() {
+        assert!(rounds < 3, "no storm: {}", consumer.stats());
+        rounds += 1;
+        let other = OurMember::start(OurMemberSpec::new(&bootstrap, &group, &topic, "range"));
+        next_generation(&mut consumer, 1, "the rebalance of the other's join");
+        drop(other.close());
+        next_generation(&mut consumer, 2, "the rebalance of the other's leave");
     }
+    assert!(consumer.storm_status().is_storm());
+    assert_eq!(
+        storms.lock().unwrap()[0],
+        3,
+        "the hook fires at the threshold"
+    );
+    consumer.close().unwrap();
 }
 
-/// Time spent joining inside `poll` does not count against max.poll.interval.ms (mock): a member
-/// whose JoinGroup is held up longer than its 2 s poll interval (the coordinator waits for an
+/// A paused partition yields nothing while paused and everything after resume.
+fn pause_and_resume(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 2);
+    produce_to_each_partition(&broker.bootstrap(), &topic, 2, 10);
+    let mut consumer = Consumer::subscribe(
+        config(&broker.bootstrap(), &unique_name("group"), &[]),
+        &[&topic],
+    )
+    .unwrap();
+    let paused = TopicPartition::new(topic.as_str(), 1);
+    consumer.pause(std::slice::from_ref(&paused));
+    let mut seen: BTreeMap<i32, usize> = BTreeMap::new();
+    let deadline = Instant::now() + WAIT;
+    while seen.get(&0).copied().unwrap_or(0) < 10 {
+        assert!(Instant::now() < deadline, "{kind:?}: {seen:?}");
+        let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
+        while let Some(d) = batch.next() {
+            *seen.entry(d.record.partition).or_default() += 1;
+            batch.complete(d);
+        }
+    }
+    assert_eq!(
+        seen.get(&1),
+        None,
+        "{kind:?}: a paused partition yielded records"
+    );
+    assert!(consumer
+        .stats()
+        .partitions
+        .iter()
+        .any(|p| p.paused_for.is_some()));
+    consumer.resume(std::slice::from_ref(&paused));
+    while seen.get(&1).copied().unwrap_or(0) < 10 {
+        assert!(Instant::now() < deadline, "{kind:?}: {seen:?}");
+        let mut batch = consumer.poll(Duration::from_millis(100)).unwrap();
+        while let Some(d) = batch.next() {
+            *seen.entry(d.record.partition).or_default() += 1;
+            batch.complete(d);
+        }
+    }
+    consumer.close().unwrap();
+}
+
+#[test]
+fn pause_and_resume_kafka() {
+    pause_and_resume(BrokerKind::Kafka);
+}
+
+#[test]
+fn pause_and_resume_mock() {
+    pause_and_resume(BrokerKind::Mock);
+}
+
+#[test]
+fn pause_and_resume_tansu() {
+    pause_and_resume(BrokerKind::Tansu);
+}
+
+/// Time spent joining inside `poll` does not count against max.poll.interval.ms: a member whose
+/// JoinGroup is held up longer than its 2 s poll interval (the coordinator waits for an
 /// existing member that is busy for 3.5 s) stays in the group when its handler then takes most
 /// of the interval. A timer started at poll entry evicted it, and in the demo fed a storm of 34
 /// generations in 4 minutes.
-#[test]
-fn joining_does_not_count_against_max_poll_interval_mock() {
-    let topic = unique_name("orders");
-    let mock = MockCluster::start(MockOptions {
-        topics: vec![(topic.clone(), 2)],
-        ..MockOptions::default()
-    });
+fn joining_does_not_count_against_max_poll_interval(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 2);
+    let bootstrap = broker.bootstrap();
     let group = unique_name("group");
-    let mut busy = support::ours::OurMemberSpec::new(mock.bootstrap(), &group, &topic, "range");
+    let mut busy = OurMemberSpec::new(&bootstrap, &group, &topic, "range");
     busy.session_timeout_ms = 2000;
-    let busy = support::ours::OurMember::start(busy);
+    let busy = OurMember::start(busy);
     busy.wait_for("the busy member joined", WAIT, |_, owned| owned.len() == 2)
         .unwrap();
     let settings = [
@@ -492,17 +742,17 @@ fn joining_does_not_count_against_max_poll_interval_mock() {
         ("max.poll.interval.ms", "2000"),
     ];
     let mut consumer =
-        Consumer::subscribe(config(mock.bootstrap(), &group, &settings), &[&topic]).unwrap();
+        Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
     // The existing member stops polling: the rebalance our consumer starts must wait for it.
     busy.stall(Duration::from_millis(3500));
     let started = Instant::now();
     while consumer.assignment().is_empty() {
-        assert!(started.elapsed() < WAIT, "never joined");
+        assert!(started.elapsed() < WAIT, "{kind:?}: never joined");
         drop(consumer.poll(Duration::from_secs(10)).unwrap());
     }
     assert!(
         started.elapsed() > Duration::from_millis(2000),
-        "the join should have outlasted max.poll.interval.ms ({:?})",
+        "{kind:?}: the join should have outlasted max.poll.interval.ms ({:?})",
         started.elapsed()
     );
     // Most of the interval in the "handler", then poll again.
@@ -511,23 +761,30 @@ fn joining_does_not_count_against_max_poll_interval_mock() {
     let stats = consumer.stats();
     assert_eq!(
         stats.counters.lost, 0,
-        "evicted for time spent joining: {stats}"
+        "{kind:?}: evicted for time spent joining: {stats}"
     );
-    assert_eq!(consumer.assignment().len(), 1, "{stats}");
+    assert_eq!(consumer.assignment().len(), 1, "{kind:?}: {stats}");
     consumer.close().unwrap();
+    drop(busy.close());
 }
 
-/// After one record slower than the whole poll interval, the next batches still hand out records
-/// (at least one each) and the estimate comes down as fast records follow (mock). An estimate
-/// that stopped every batch before its first record would livelock the consumer.
 #[test]
-fn one_very_slow_record_does_not_stall_later_batches_mock() {
-    let topic = unique_name("orders");
-    let mock = MockCluster::start(MockOptions {
-        topics: vec![(topic.clone(), 1)],
-        ..MockOptions::default()
-    });
-    peer_produce(mock.bootstrap(), &topic, 30, &["--partition", "0"]);
+fn joining_does_not_count_against_max_poll_interval_kafka() {
+    joining_does_not_count_against_max_poll_interval(BrokerKind::Kafka);
+}
+
+#[test]
+fn joining_does_not_count_against_max_poll_interval_mock() {
+    joining_does_not_count_against_max_poll_interval(BrokerKind::Mock);
+}
+
+/// After one record slower than the whole batch budget, the next batches still hand out
+/// records (at least one each) and the estimate comes down as fast records follow. An estimate
+/// that stopped every batch before its first record would livelock the consumer.
+fn one_very_slow_record_does_not_stall_later_batches(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 1);
+    let bootstrap = broker.bootstrap();
+    peer_produce(&bootstrap, &topic, 30, &["--partition", "0"]);
     let settings = [
         ("session.timeout.ms", "2000"),
         ("heartbeat.interval.ms", "500"),
@@ -538,7 +795,7 @@ fn one_very_slow_record_does_not_stall_later_batches_mock() {
     // 2.5 s on offset 0: more than the 2 s batch budget, less than the poll interval.
     let a = spawn_member(
         "a",
-        config(mock.bootstrap(), &unique_name("group"), &settings),
+        config(&bootstrap, &unique_name("group"), &settings),
         &topic,
         log.clone(),
         stop.clone(),
@@ -554,6 +811,18 @@ fn one_very_slow_record_does_not_stall_later_batches_mock() {
     stop.store(true, Ordering::SeqCst);
     let a = a.join().unwrap();
     let stats = a.stats();
-    assert_eq!(stats.counters.lost, 0, "{stats}");
+    assert_eq!(stats.counters.lost, 0, "{kind:?}: {stats}");
+    let offsets: Vec<i64> = log.lock().unwrap().iter().map(|p| p.offset).collect();
+    assert_eq!(offsets, (0..30).collect::<Vec<_>>(), "{kind:?}");
     a.close().unwrap();
+}
+
+#[test]
+fn one_very_slow_record_does_not_stall_later_batches_kafka() {
+    one_very_slow_record_does_not_stall_later_batches(BrokerKind::Kafka);
+}
+
+#[test]
+fn one_very_slow_record_does_not_stall_later_batches_mock() {
+    one_very_slow_record_does_not_stall_later_batches(BrokerKind::Mock);
 }

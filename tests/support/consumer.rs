@@ -9,6 +9,8 @@ use rebalance_guard::consumer::ConsumerConfig;
 use rebalance_guard::wire::{Client, ClientConfig};
 use rebalance_guard::TopicPartition;
 
+use super::{unique_name, Broker, BrokerKind, MockCluster, MockOptions};
+
 /// A consumer configuration for tests: earliest reset, 6 s session with 500 ms heartbeats (the
 /// mock's rebalances wait session - 1 s), short fetch waits, `range`; `extra` overrides any of it.
 pub fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
@@ -63,4 +65,27 @@ pub fn produce_to_each_partition(bootstrap: &str, topic: &str, partitions: i32, 
     for p in 0..partitions {
         super::peer_produce(bootstrap, topic, count, &["--partition", &p.to_string()]);
     }
+}
+
+/// A broker of `kind` with a new topic of `partitions` partitions, named after `prefix`: the
+/// mock gets it at start-up (its own option), Kafka (the shared broker) and tansu through the
+/// admin API.
+pub fn broker_with_topic(
+    kind: BrokerKind,
+    prefix: &str,
+    partitions: u32,
+) -> (Box<dyn Broker>, String) {
+    let topic = unique_name(prefix);
+    let broker: Box<dyn Broker> = match kind {
+        BrokerKind::Mock => Box::new(MockCluster::start(MockOptions {
+            topics: vec![(topic.clone(), partitions)],
+            ..MockOptions::default()
+        })),
+        _ => {
+            let broker = kind.start();
+            broker.create_topic(&topic, partitions);
+            broker
+        }
+    };
+    (broker, topic)
 }
