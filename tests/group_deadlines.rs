@@ -143,3 +143,48 @@ fn poll_with_an_unbounded_timeout_returns_once_stable_kafka() {
     );
     m.close(&mut listener).expect("close");
 }
+
+/// A cooperative member keeps its partitions while it rejoins. If it cannot renew its session
+/// for `session.timeout.ms` meanwhile (every JoinGroup refused here, on the mock), the
+/// coordinator has very likely evicted it and given the partitions away: it fences them as lost,
+/// as it would while stable. It used to check the session only when stable, so a member stuck
+/// rejoining went on processing partitions it no longer owned.
+#[test]
+fn a_session_that_cannot_be_renewed_while_rejoining_fences_the_kept_partitions_mock() {
+    use support::ours::{OurEvent, OurMember, OurMemberSpec};
+    use support::{MockCluster, MockOptions};
+    let topic = unique_name("rejoin");
+    let mock = MockCluster::start(MockOptions {
+        topics: vec![(topic.clone(), 2)],
+        ..MockOptions::default()
+    });
+    let mut spec = OurMemberSpec::new(
+        mock.bootstrap(),
+        &unique_name("rejoin-group"),
+        &topic,
+        "cooperative-sticky",
+    );
+    spec.session_timeout_ms = 3000;
+    spec.heartbeat_interval_ms = 300;
+    let a = OurMember::start(spec);
+    a.wait_for("joined", Duration::from_secs(30), |_, owned| {
+        owned.len() == 2
+    })
+    .unwrap();
+    // The group asks for a rejoin, and then every JoinGroup for a long while is answered with a
+    // retriable error: the member stays in its rejoin, holding both partitions, unable to renew.
+    let refusals = vec!["COORDINATOR_LOAD_IN_PROGRESS"; 200].join(" ");
+    mock.must(&format!("push_errors JoinGroup {refusals}"));
+    mock.must("push_errors Heartbeat REBALANCE_IN_PROGRESS");
+    a.wait_for(
+        "the kept partitions fenced as lost for an expired session",
+        Duration::from_secs(20),
+        |events, _| {
+            events
+                .iter()
+                .any(|e| matches!(e, OurEvent::Lost(p, reason) if p.len() == 2 && reason.contains("SessionExpired")))
+        },
+    )
+    .unwrap();
+    mock.must("clear_errors JoinGroup");
+}

@@ -128,6 +128,17 @@ impl Heartbeater {
             let now = Instant::now();
             next = now + self.settings.interval;
             if state.phase != Phase::Stable {
+                // Rejoining, a cooperative member still holds the partitions it keeps. If the
+                // coordinator has not heard from it for a session (no request of ours is there
+                // now, and none succeeded for session.timeout.ms), it has very likely evicted
+                // us and handed them on: fence them, as when stable.
+                if !state.owned.is_empty()
+                    && !state.request_in_flight
+                    && now.saturating_duration_since(state.last_heartbeat_ok)
+                        > self.settings.session_timeout
+                {
+                    lose_assignment(&mut state, &self.hook, LostReason::SessionExpired, false);
+                }
                 continue;
             }
             if !state.in_poll

@@ -500,11 +500,18 @@ impl GroupMember {
         what: &str,
         send: impl FnOnce(&mut wire::Connection) -> Result<T, WireError>,
     ) -> Result<T, Step> {
+        let shared = self.shared.clone();
         let result = self.coordinator().and_then(|node| {
             self.client
                 .connection(node)
                 .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
-                .and_then(|conn| send(conn).map_err(|e| Step::Retry(format!("{what} failed: {e}"))))
+                .and_then(|conn| {
+                    // While the request is at the coordinator, our session cannot expire.
+                    shared.lock().request_in_flight = true;
+                    let sent = send(conn);
+                    shared.lock().request_in_flight = false;
+                    sent.map_err(|e| Step::Retry(format!("{what} failed: {e}")))
+                })
         });
         if result.is_err() {
             self.client.invalidate_coordinator(&self.config.group_id);
@@ -561,10 +568,13 @@ impl GroupMember {
             protocols: &protocols,
             reason,
         };
+        let join_sent = Instant::now();
         let joined = self.with_coordinator(reason, "JoinGroup", |conn| {
             requests::join_group(conn, &identity, &params)
         })?;
-        if joined.error_code != error_code::NONE {
+        if joined.error_code == error_code::NONE {
+            self.session_renewed(join_sent);
+        } else {
             self.back_to_unjoined(reason);
             return Err(self.handle_error(
                 GroupApi::JoinGroup,
@@ -596,6 +606,7 @@ impl GroupMember {
         };
 
         let rebalance_timeout = self.config.max_poll_interval;
+        let sync_sent = Instant::now();
         let (code, bytes) = self.with_coordinator(reason, "SyncGroup", |conn| {
             requests::sync_group(
                 conn,
@@ -611,6 +622,7 @@ impl GroupMember {
             self.back_to_unjoined(reason);
             return Err(self.handle_error(GroupApi::SyncGroup, code, &me.member_id));
         }
+        self.session_renewed(sync_sent);
         let assignment = decode_assignment(&bytes).map_err(|e| {
             self.back_to_unjoined(reason);
             Step::Fail(GroupError::Assignment(e))
@@ -682,6 +694,12 @@ impl GroupMember {
             }
         }
         Ok(())
+    }
+
+    /// The coordinator accepted a request of ours sent at `sent`: our session runs from there.
+    fn session_renewed(&self, sent: Instant) {
+        let mut state = self.shared.lock();
+        state.last_heartbeat_ok = state.last_heartbeat_ok.max(sent);
     }
 
     fn back_to_unjoined(&self, reason: &str) {

@@ -53,6 +53,9 @@ pub(crate) struct SessionState {
     /// running the rebalance callbacks): that time is the library's, not the handler's, so it
     /// does not count against `max.poll.interval.ms`.
     pub(crate) in_poll: bool,
+    /// True while a JoinGroup or SyncGroup of ours is at the coordinator: it does not expire a
+    /// member it holds in a join, so the session clock cannot run out meanwhile.
+    pub(crate) request_in_flight: bool,
     pub(crate) last_heartbeat_ok: Instant,
 }
 
@@ -74,6 +77,7 @@ impl Shared {
                 fatal: None,
                 last_poll: now,
                 in_poll: false,
+                request_in_flight: false,
                 last_heartbeat_ok: now,
             }),
             wake: Condvar::new(),
