@@ -164,13 +164,17 @@ def run_confluent(opts, ev):
         else:
             consumer.unassign()
 
+    # Revocations are reported before the unassign: once unassigned, librdkafka
+    # may rejoin at once from its own thread, and Kafka completes a rebalance
+    # within a millisecond or two, so a report after the unassign could carry a
+    # later t than the next owner's assignment (a false double ownership).
     def on_revoke(consumer, partitions):
-        unassign(consumer, partitions)
         ev.change("revoked", pairs(partitions), add=False)
+        unassign(consumer, partitions)
 
     def on_lost(consumer, partitions):
-        unassign(consumer, partitions)
         ev.change("lost", pairs(partitions), add=False)
+        unassign(consumer, partitions)
 
     consumer = Consumer(conf)
     try:
