@@ -478,6 +478,8 @@ public class Peer {
     static void configureLogging(boolean debug) {
         StringBuilder p = new StringBuilder();
         p.append("status = error\n");
+        // log4j2's own shutdown hook would stop logging while ours closes the consumer (SIGTERM).
+        p.append("shutdownHook = disable\n");
         p.append("appender.err.type = Console\n");
         p.append("appender.err.name = err\n");
         p.append("appender.err.target = SYSTEM_ERR\n");

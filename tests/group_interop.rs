@@ -19,7 +19,7 @@
 //!
 //! On Apache Kafka 4.x (the reference) the groups also hold Kafka's own Java consumer
 //! (kafka-clients, `scripts/Peer.java`): ours, Java, confluent-kafka and (eager strategies)
-//! kafka-python, with ours, Java or confluent as the leader. Kafka makes the first member that
+//! kafka-python, with ours, Java, confluent or (eager) kafka-python as the leader. Kafka makes the first member that
 //! joins a classic group its leader and keeps it leader while it rejoins every rebalance in time,
 //! so the leader is chosen by joining it first, alone, and checked after every join: our member
 //! records the generations it led, and the Java member reports every assignment its assignor
@@ -384,6 +384,8 @@ enum Leader {
     Ours,
     Java,
     Confluent,
+    /// Eager strategies only: kafka-python has no cooperative protocol.
+    Python,
 }
 
 impl Leader {
@@ -392,6 +394,7 @@ impl Leader {
             Leader::Ours => "ours",
             Leader::Java => "java",
             Leader::Confluent => "confluent",
+            Leader::Python => "python",
         }
     }
 }
@@ -468,6 +471,10 @@ fn kafka_interop(strategy: &'static str, leader: Leader) {
     let kind = BrokerKind::Kafka;
     let mut g = Group::new(kind, strategy);
     let cooperative = strategy == "cooperative-sticky";
+    assert!(
+        !(cooperative && leader == Leader::Python),
+        "kafka-python has no cooperative protocol"
+    );
     let mut order: Vec<&str> = vec![leader.name()];
     for name in ["ours", "java", "confluent", "python"] {
         if name != leader.name() && !(cooperative && name == "python") {
@@ -744,6 +751,11 @@ fn range_confluent_leads_kafka() {
 }
 
 #[test]
+fn range_python_leads_kafka() {
+    kafka_interop("range", Leader::Python);
+}
+
+#[test]
 fn roundrobin_ours_leads_kafka() {
     kafka_interop("roundrobin", Leader::Ours);
 }
@@ -756,6 +768,11 @@ fn roundrobin_java_leads_kafka() {
 #[test]
 fn roundrobin_confluent_leads_kafka() {
     kafka_interop("roundrobin", Leader::Confluent);
+}
+
+#[test]
+fn roundrobin_python_leads_kafka() {
+    kafka_interop("roundrobin", Leader::Python);
 }
 
 #[test]
