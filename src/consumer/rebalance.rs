@@ -208,7 +208,7 @@ pub(crate) fn reset_positions(
 pub(crate) fn commit_through(
     commit: impl FnOnce(
         &[wire::CommitOffset],
-    ) -> Result<crate::group::member::CommitResults, wire::WireError>,
+    ) -> Result<crate::group::member::CommitResults, crate::group::CommitError>,
     offsets: &[CommitOffset],
 ) -> Result<(), CommitFailure> {
     let request: Vec<wire::CommitOffset> = offsets

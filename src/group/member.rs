@@ -100,6 +100,57 @@ impl From<WireError> for GroupError {
 /// Each partition's own commit result: one refused partition does not fail the others.
 pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
 
+/// Why a group commit was not made.
+#[derive(Debug)]
+pub enum CommitError {
+    /// The member is not in a generation (it lost its assignment, or has not joined yet). A
+    /// commit now would carry generation -1 and no member id, which Kafka accepts for an empty
+    /// group as if it came from outside any group: so none is sent.
+    NotInGeneration {
+        /// The group.
+        group_id: String,
+    },
+    /// The generation this commit was made for is over: the member lost its assignment or
+    /// rejoined since, and the partitions may be another member's now. Nothing was sent.
+    GenerationOver {
+        /// The generation the commit was made for.
+        generation_id: i32,
+        /// The member's generation now (-1 when it has none).
+        current_generation_id: i32,
+    },
+    /// The request failed.
+    Wire(WireError),
+}
+
+impl fmt::Display for CommitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommitError::NotInGeneration { group_id } => write!(
+                f,
+                "not committing: not in a generation of group {group_id:?} (the assignment was \
+                 lost or not received yet)"
+            ),
+            CommitError::GenerationOver {
+                generation_id,
+                current_generation_id,
+            } => write!(
+                f,
+                "not committing: generation {generation_id} is over (now {current_generation_id})"
+            ),
+            CommitError::Wire(e) => write!(f, "offset commit failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CommitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CommitError::Wire(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// Receives the membership's events on the poll thread.
 ///
 /// Revocation callbacks get a [`GroupContext`] whose `commit` carries the generation the
@@ -147,7 +198,7 @@ impl GroupContext<'_> {
     }
 
     /// Commits synchronously with this generation and member id; see [`commit_offsets`].
-    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, WireError> {
+    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, CommitError> {
         commit_offsets(
             self.client,
             self.shared,
@@ -180,14 +231,32 @@ fn commit_offsets(
     identity: &MemberIdentity,
     offsets: &[wire::CommitOffset],
     lost_hook: Option<&LostHook>,
-) -> Result<CommitResults, WireError> {
+) -> Result<CommitResults, CommitError> {
+    // Checked right before the request, against the membership as it is now: a loss detected by
+    // the heartbeat thread after the caller chose what to commit stops the commit here.
+    if identity.generation_id < 0 || identity.member_id.is_empty() {
+        return Err(CommitError::NotInGeneration {
+            group_id: group_id.to_string(),
+        });
+    }
+    {
+        let state = shared.lock();
+        if state.identity != *identity {
+            return Err(CommitError::GenerationOver {
+                generation_id: identity.generation_id,
+                current_generation_id: state.identity.generation_id,
+            });
+        }
+    }
     let who = CommitIdentity {
         group_id,
         generation_id_or_member_epoch: identity.generation_id,
         member_id: &identity.member_id,
         group_instance_id: instance_id,
     };
-    let results = client.offset_commit(&who, offsets)?;
+    let results = client
+        .offset_commit(&who, offsets)
+        .map_err(CommitError::Wire)?;
     let refusal = results
         .iter()
         .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code))
@@ -344,7 +413,7 @@ impl GroupMember {
     /// membership is over (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), the
     /// assignment is lost at once (fenced through the lost hook, reported at the next poll), as
     /// when a heartbeat gets that answer: another member may own the partitions already.
-    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, WireError> {
+    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, CommitError> {
         let identity = self.identity();
         commit_offsets(
             &mut self.client,

@@ -33,6 +33,8 @@ pub mod requests;
 mod session;
 
 pub use heartbeat::LostHook;
-pub use member::{GroupConfig, GroupContext, GroupError, GroupMember, RebalanceListener};
+pub use member::{
+    CommitError, GroupConfig, GroupContext, GroupError, GroupMember, RebalanceListener,
+};
 pub use requests::MemberIdentity;
 pub use session::LostReason;
