@@ -675,6 +675,55 @@ fn java_consumer_protocol_group(remote_assignor: Option<&str>) {
     eprintln!("consumer protocol: done in {:.1?}", started.elapsed());
 }
 
+/// The Java peer's `t` (System.nanoTime) and the Python peers' `t` (time.monotonic) are one
+/// clock, CLOCK_MONOTONIC, which the merged-timeline check (`check_no_double_ownership`) needs:
+/// members started one after the other report their `ready` in that order, and a clock of
+/// another origin (wall time, or nanoTime from an arbitrary origin) would be off by far more
+/// than the seconds between them.
+fn peers_share_one_clock(kind: BrokerKind) {
+    let broker = kind.start();
+    let topic = unique_name("interop-clock");
+    broker.create_topic(&topic, 1);
+    let group = unique_name("interop-clock-group");
+    let mut ready = Vec::new();
+    let mut members = Vec::new();
+    for (client, name) in [
+        (PeerClient::Confluent, "confluent"),
+        (PeerClient::Java, "java"),
+        (PeerClient::KafkaPython, "python"),
+    ] {
+        let spec = PeerMemberSpec::new(
+            client,
+            &broker.bootstrap(),
+            &group,
+            &[&topic],
+            PeerStrategy::Range,
+            name,
+        );
+        let member = PeerMember::start(spec);
+        member
+            .wait_ready(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = member
+            .events()
+            .iter()
+            .find(|e| e.kind == MemberEventKind::Ready)
+            .map(|e| e.t)
+            .expect("a ready event");
+        ready.push((name, t));
+        members.push(member);
+    }
+    assert!(
+        ready
+            .windows(2)
+            .all(|w| w[0].1 < w[1].1 && w[1].1 - w[0].1 < 120.0),
+        "ready times out of order or far apart: {ready:?}"
+    );
+    for mut m in members {
+        m.close().unwrap();
+    }
+}
+
 #[test]
 fn range_ours_leads_mock() {
     eager_interop(BrokerKind::Mock, "range", true);
@@ -793,4 +842,9 @@ fn cooperative_sticky_confluent_leads_kafka() {
 #[test]
 fn java_consumer_protocol_members_split_and_take_over_kafka() {
     java_consumer_protocol_group(None);
+}
+
+#[test]
+fn java_and_python_peers_share_one_clock_kafka() {
+    peers_share_one_clock(BrokerKind::Kafka);
 }
