@@ -369,6 +369,18 @@ fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
         log.iter().any(|p| p.member == "b"),
         "{kind:?}: b never processed anything"
     );
+    if kind.is_kafka() {
+        // Kafka accepts every commit of the current generation, during a rebalance too: not
+        // one commit or revocation was refused, so zero duplicates is not luck of timing.
+        for stats in [&a_stats, &b_stats] {
+            assert_eq!(stats.commits_refused, 0, "{stats}");
+            assert_eq!(stats.counters.failed_handoffs, 0, "{stats}");
+        }
+        assert!(
+            a_stats.counters.revoked >= 1,
+            "a handed nothing over: {a_stats}"
+        );
+    }
 }
 
 #[test]
@@ -389,6 +401,103 @@ fn graceful_handoff_has_no_duplicates_tansu_range() {
 #[test]
 fn graceful_handoff_has_no_duplicates_mock_cooperative_sticky() {
     graceful_handoff_has_no_duplicates(BrokerKind::Mock, "cooperative-sticky");
+}
+
+/// A member that closes mid-stream (what a SIGTERM handler does) hands its partitions over with
+/// zero duplicates on Kafka: its close commits last + 1 of everything it finished, revokes and
+/// leaves, and the remaining member starts every partition exactly there.
+fn closing_a_member_hands_off_without_duplicates(kind: BrokerKind, strategy: &str) {
+    // Small batches: the stop flag is read between batches, and a's close must come while
+    // records are left.
+    let settings = [
+        ("partition.assignment.strategy", strategy),
+        ("max.poll.records", "20"),
+    ];
+    let (broker, topic) = broker_with_topic(kind, "orders", 4);
+    let bootstrap = broker.bootstrap();
+    produce_to_each_partition(&bootstrap, &topic, 4, 150);
+    let group = unique_name("group");
+    let log: Log = Arc::default();
+    let (stop_a, stop_b) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let a = spawn_member(
+        "a",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        log.clone(),
+        stop_a.clone(),
+        |_, _| Duration::from_millis(10),
+    );
+    wait_until("a is under way", WAIT, || log.lock().unwrap().len() >= 20);
+    let b = spawn_member(
+        "b",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        log.clone(),
+        stop_b.clone(),
+        |_, _| Duration::from_millis(10),
+    );
+    wait_until("both members process", WAIT, || {
+        let log = log.lock().unwrap();
+        let recent = &log[log.len().saturating_sub(20)..];
+        recent.iter().any(|p| p.member == "a") && recent.iter().any(|p| p.member == "b")
+    });
+    // `a` shuts down gracefully in the middle of the stream.
+    stop_a.store(true, Ordering::SeqCst);
+    let a = a.join().unwrap();
+    let a_stats = a.stats();
+    a.close().unwrap();
+    let closed_at = log.lock().unwrap().len();
+    wait_until("every record processed", WAIT, || {
+        let done: BTreeSet<(i32, i64)> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| (p.partition, p.offset))
+            .collect();
+        done.len() == 600
+    });
+    stop_b.store(true, Ordering::SeqCst);
+    let b = b.join().unwrap();
+    let b_stats = b.stats();
+    let b_owned = b.assignment().len();
+    b.close().unwrap();
+    let log = log.lock().unwrap().clone();
+    assert!(
+        closed_at < 600,
+        "{kind:?}: nothing was left to hand over at the close"
+    );
+    let mut seen: BTreeMap<(i32, i64), Vec<String>> = BTreeMap::new();
+    for p in &log {
+        seen.entry((p.partition, p.offset))
+            .or_default()
+            .push(p.member.clone());
+    }
+    let duplicates: Vec<_> = seen.iter().filter(|(_, who)| who.len() > 1).collect();
+    assert!(
+        duplicates.is_empty(),
+        "{kind:?}: duplicates {duplicates:?}\na: {a_stats}\nb: {b_stats}"
+    );
+    for stats in [&a_stats, &b_stats] {
+        assert_eq!(stats.commits_refused, 0, "{kind:?}: {stats}");
+        assert_eq!(stats.counters.failed_handoffs, 0, "{kind:?}: {stats}");
+    }
+    assert_eq!(
+        b_owned, 4,
+        "{kind:?}: b took over every partition: {b_stats}"
+    );
+}
+
+#[test]
+fn closing_a_member_hands_off_without_duplicates_kafka_range() {
+    closing_a_member_hands_off_without_duplicates(BrokerKind::Kafka, "range");
+}
+
+#[test]
+fn closing_a_member_hands_off_without_duplicates_kafka_cooperative_sticky() {
+    closing_a_member_hands_off_without_duplicates(BrokerKind::Kafka, "cooperative-sticky");
 }
 
 /// A commit the coordinator refuses for a fenced generation (mock, ILLEGAL_GENERATION injected
