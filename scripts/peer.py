@@ -10,6 +10,8 @@ message on stderr when it fails.
                 and print one JSON object per line
   create-topic  create a topic through the Admin API and wait until it shows
                 up in metadata
+  delete-topic  delete a topic through the Admin API and wait until it is gone
+                from metadata
   kafka-python-metadata
                 bootstrap kafka-python against the cluster and print
                 ``partitions <topic> <n>``: a check that this second peer
@@ -194,6 +196,23 @@ def cmd_create_topic(opts):
     print("created %s %d" % (opts.topic, len(partitions)))
 
 
+def cmd_delete_topic(opts):
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "client.id": "peer-admin"})
+    futures = admin.delete_topics([opts.topic], operation_timeout=opts.timeout_s, request_timeout=opts.timeout_s)
+    try:
+        futures[opts.topic].result(timeout=opts.timeout_s)
+    except Exception as e:
+        fail("delete topic %s: %r" % (opts.topic, e))
+    deadline = time.monotonic() + opts.timeout_s
+    while opts.topic in admin.list_topics(timeout=opts.timeout_s).topics:
+        if time.monotonic() >= deadline:
+            fail("topic %s still in metadata after %.0f s" % (opts.topic, opts.timeout_s))
+        time.sleep(0.1)
+    print("deleted %s" % opts.topic)
+
+
 def cmd_kafka_python_metadata(opts):
     from kafka import KafkaConsumer
 
@@ -257,6 +276,10 @@ def main():
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--exist-ok", action="store_true", help="an existing topic is not an error")
     p.set_defaults(func=cmd_create_topic)
+
+    p = sub.add_parser("delete-topic", help="delete a topic with the Admin API")
+    common(p)
+    p.set_defaults(func=cmd_delete_topic)
 
     p = sub.add_parser("kafka-python-metadata", help="check that kafka-python can bootstrap")
     common(p)

@@ -23,6 +23,14 @@ pub enum ConsumerError {
         /// The partition without a starting position.
         partition: TopicPartition,
     },
+    /// A partition's starting position could not be looked up (the lookup is retried on later
+    /// polls; until then the partition is owned but not fetched).
+    PositionUnknown {
+        /// The partition without a position.
+        partition: TopicPartition,
+        /// Why the lookup failed.
+        reason: String,
+    },
     /// An offset commit was refused or failed. The positions were *not* committed and will not
     /// be retried into success: the partitions may belong to another member now, which resumes
     /// from the last committed position (the idempotent sink absorbs the repeat).
@@ -54,6 +62,9 @@ impl fmt::Display for ConsumerError {
                 f,
                 "{partition} has no committed offset and auto.offset.reset=none"
             ),
+            ConsumerError::PositionUnknown { partition, reason } => {
+                write!(f, "no starting position for {partition}: {reason}")
+            }
             ConsumerError::Commit(e) => write!(f, "{e} (not retried)"),
             ConsumerError::Handler {
                 partition,

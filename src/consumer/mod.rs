@@ -30,6 +30,7 @@ pub mod batch;
 pub mod config;
 mod error;
 mod poll_loop;
+mod positions;
 mod rebalance;
 pub mod stats;
 mod workers;

@@ -20,9 +20,9 @@ use crate::TopicPartition;
 use super::batch::{BatchPlan, BatchSizer};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::error::ConsumerError;
+use super::positions::Start;
 use super::rebalance::{
-    commit_through, reset_positions, Bridge, Drain, Guard, HandoffFailure, Intake,
-    RebalanceCounters, StormHook,
+    commit_through, Bridge, Drain, Guard, HandoffFailure, Intake, RebalanceCounters, StormHook,
 };
 use super::stats::{ConsumerStats, PartitionStats};
 use super::workers::WorkContext;
@@ -248,8 +248,12 @@ impl Consumer {
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
         self.drive_group(timeout)?;
-        if self.member.is_stable() && !self.has_buffered() {
-            self.fetch_once()?;
+        if self.member.is_stable() {
+            self.intake
+                .resolve_positions(self.member.client(), &self.config, &self.guard)?;
+            if !self.has_buffered() {
+                self.fetch_once()?;
+            }
         }
         let plan = self.sizer.begin_batch(Instant::now());
         Ok(Batch {
@@ -292,7 +296,7 @@ impl Consumer {
             return Ok(());
         }
         let fetched = self.member.client().fetch(&positions, &self.fetch)?;
-        let mut reset = Vec::new();
+        let mut reset: Vec<TopicPartition> = Vec::new();
         for part in fetched {
             // Only keep data for the position we still want (a rebalance may have moved it).
             if self.intake.positions.get(&part.tp) != Some(&part.fetch_offset) {
@@ -319,9 +323,15 @@ impl Consumer {
             }
         }
         if !reset.is_empty() {
-            for (tp, offset) in reset_positions(self.member.client(), &self.config, &reset)? {
-                self.intake.positions.insert(tp, offset);
+            // Not fetched until the reset position is known (looked up now, retried if it fails).
+            for tp in &reset {
+                self.intake.positions.remove(tp);
             }
+            self.intake
+                .pending
+                .add(&reset, Start::Reset, Instant::now());
+            self.intake
+                .resolve_positions(self.member.client(), &self.config, &self.guard)?;
         }
         Ok(())
     }
@@ -441,6 +451,12 @@ impl Consumer {
                     .paused
                     .get(&p.partition)
                     .map(|since| now.saturating_duration_since(*since)),
+                position_error: self.intake.pending.get(&p.partition).and_then(|lookup| {
+                    lookup
+                        .last_error
+                        .clone()
+                        .map(|error| (error, lookup.failures))
+                }),
             })
             .collect();
         ConsumerStats {

@@ -11,7 +11,7 @@
 //!
 //! Each runs on the poll thread, inside `GroupMember::poll`, before the next record is handed out.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,11 +19,12 @@ use crate::group::{GroupContext, LostReason, RebalanceListener};
 use crate::guard::{
     BoxError, CommitFailure, CommitOffset, FlushBatch, HandoffStage, RebalanceGuard, StormStatus,
 };
-use crate::wire::{self, OffsetSpec, Record};
+use crate::wire::{self, Record};
 use crate::TopicPartition;
 
-use super::config::{AutoOffsetReset, ConsumerConfig};
+use super::config::ConsumerConfig;
 use super::error::ConsumerError;
+use super::positions::{PendingPositions, Start};
 
 /// The guard as the consumer uses it: idempotency keys are bytes, nothing stays buffered in it.
 pub(crate) type Guard = RebalanceGuard<Vec<u8>, ()>;
@@ -36,6 +37,8 @@ pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
 #[derive(Default)]
 pub(crate) struct Intake {
     pub(crate) positions: HashMap<TopicPartition, i64>,
+    /// Owned partitions still waiting for a starting position (not fetched until found).
+    pub(crate) pending: PendingPositions,
     pub(crate) buffers: HashMap<TopicPartition, VecDeque<Record>>,
     pub(crate) paused: HashMap<TopicPartition, Instant>,
 }
@@ -44,8 +47,36 @@ impl Intake {
     /// Forgets a partition that is no longer ours: its unhanded records are never processed.
     fn drop_partition(&mut self, tp: &TopicPartition) -> usize {
         self.positions.remove(tp);
+        self.pending.remove(tp);
         self.paused.remove(tp);
         self.buffers.remove(tp).map_or(0, |b| b.len())
+    }
+
+    /// Looks up the starting positions that are due (see [`PendingPositions`]) and starts
+    /// fetching the partitions found. A reset that moves a partition backwards (the log was
+    /// truncated below what this member read) moves the guard's monotonicity mark with it, or
+    /// every record read again would be refused as a regression.
+    pub(crate) fn resolve_positions(
+        &mut self,
+        client: &mut wire::Client,
+        config: &ConsumerConfig,
+        guard: &Guard,
+    ) -> Result<(), ConsumerError> {
+        let (found, error) = self.pending.resolve(client, config, Instant::now());
+        for (tp, offset, start) in found {
+            if start == Start::Reset {
+                if let Some(previous) = guard.reposition(&tp, offset) {
+                    log::warn!(
+                        "{tp}: fetch position reset from {previous} back to {offset} \
+                         (auto.offset.reset={}); records from {offset} on are read again",
+                        config.auto_offset_reset().as_str()
+                    );
+                }
+            }
+            self.buffers.remove(&tp);
+            self.positions.insert(tp, offset);
+        }
+        error.map_or(Ok(()), Err)
     }
 }
 
@@ -143,65 +174,6 @@ impl Bridge<'_> {
             }
         }
     }
-
-    /// The starting position of newly assigned partitions: their committed offsets, or
-    /// `auto.offset.reset` for those without one.
-    fn starting_positions(
-        &mut self,
-        ctx: &mut GroupContext<'_>,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<(TopicPartition, i64)>, ConsumerError> {
-        let group_id = self.config.group_id().to_string();
-        let committed = ctx.client().offset_fetch(&group_id, partitions)?;
-        let mut positions = Vec::with_capacity(partitions.len());
-        let mut missing = Vec::new();
-        for c in committed {
-            match c.offset {
-                Some(offset) if offset >= 0 => positions.push((c.tp, offset)),
-                _ => missing.push(c.tp),
-            }
-        }
-        if !missing.is_empty() {
-            positions.extend(reset_positions(ctx.client(), self.config, &missing)?);
-        }
-        Ok(positions)
-    }
-}
-
-/// Positions chosen by `auto.offset.reset` for partitions without a usable offset.
-pub(crate) fn reset_positions(
-    client: &mut wire::Client,
-    config: &ConsumerConfig,
-    partitions: &[TopicPartition],
-) -> Result<Vec<(TopicPartition, i64)>, ConsumerError> {
-    let spec = match config.auto_offset_reset() {
-        AutoOffsetReset::Earliest => OffsetSpec::Earliest,
-        AutoOffsetReset::Latest => OffsetSpec::Latest,
-        AutoOffsetReset::None => {
-            return Err(ConsumerError::NoOffset {
-                partition: partitions[0].clone(),
-            })
-        }
-    };
-    let offsets = client.list_offsets(partitions, spec, config.isolation_level())?;
-    let mut out = Vec::with_capacity(partitions.len());
-    for tp in partitions {
-        match offsets.get(tp) {
-            Some(&offset) => {
-                log::info!(
-                    "{tp}: no committed offset, starting at {offset} (auto.offset.reset={})",
-                    config.auto_offset_reset().as_str()
-                );
-                out.push((tp.clone(), offset));
-            }
-            None => {
-                return Err(ConsumerError::NoOffset {
-                    partition: tp.clone(),
-                })
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Turns the group's per-partition commit results into the guard's failure type.
@@ -221,15 +193,34 @@ pub(crate) fn commit_through(
         })
         .collect();
     let results = commit(&request).map_err(|e| CommitFailure::Request(Box::new(e)))?;
-    let refused: Vec<(TopicPartition, BoxError)> = results
-        .into_iter()
-        .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
-        .collect();
+    let refused = refused_partitions(offsets, results);
     if refused.is_empty() {
         Ok(())
     } else {
         Err(CommitFailure::Partitions(refused))
     }
+}
+
+/// The partitions of a commit that did not succeed: those the broker refused, and those its
+/// answer did not mention at all (absent is not done).
+fn refused_partitions(
+    asked: &[CommitOffset],
+    results: crate::group::member::CommitResults,
+) -> Vec<(TopicPartition, BoxError)> {
+    let answered: HashSet<TopicPartition> = results.iter().map(|(tp, _)| tp.clone()).collect();
+    let mut refused: Vec<(TopicPartition, BoxError)> = results
+        .into_iter()
+        .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
+        .collect();
+    for offset in asked {
+        if !answered.contains(&offset.partition) {
+            refused.push((
+                offset.partition.clone(),
+                "absent from the OffsetCommit response".into(),
+            ));
+        }
+    }
+    refused
 }
 
 impl RebalanceListener for Bridge<'_> {
@@ -298,20 +289,19 @@ impl RebalanceListener for Bridge<'_> {
         if partitions.is_empty() {
             return;
         }
-        match self.starting_positions(ctx, partitions) {
-            Ok(positions) => {
-                for (tp, offset) in positions {
-                    log::info!(
-                        "{tp}: assigned in generation {}, starting at offset {offset}",
-                        ctx.generation_id()
-                    );
-                    self.intake.positions.insert(tp, offset);
-                }
-            }
-            Err(error) => {
-                log::error!("cannot start newly assigned partitions: {error}");
-                self.error = Some(error);
-            }
+        log::info!(
+            "assigned {} partition(s) in generation {}",
+            partitions.len(),
+            ctx.generation_id()
+        );
+        self.intake
+            .pending
+            .add(partitions, Start::Committed, Instant::now());
+        if let Err(error) = self
+            .intake
+            .resolve_positions(ctx.client(), self.config, self.guard)
+        {
+            self.error = Some(error);
         }
     }
 
@@ -328,5 +318,29 @@ impl RebalanceListener for Bridge<'_> {
             report.discarded
         );
         self.storm(report.storm);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_absent_from_the_commit_answer_is_not_committed() {
+        let tp = |p| TopicPartition::new("orders", p);
+        let asked = [
+            CommitOffset {
+                partition: tp(0),
+                next_offset: 5,
+            },
+            CommitOffset {
+                partition: tp(1),
+                next_offset: 9,
+            },
+        ];
+        let refused = refused_partitions(&asked, vec![(tp(0), Ok(()))]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, tp(1));
+        assert!(refused[0].1.to_string().contains("absent"));
     }
 }

@@ -21,6 +21,9 @@ pub struct PartitionStats {
     pub buffered: usize,
     /// How long the partition has been paused, if it is.
     pub paused_for: Option<Duration>,
+    /// Why the partition has no fetch position yet, with the failed attempts so far: owned,
+    /// but not fetched until a lookup succeeds (it is retried on later polls).
+    pub position_error: Option<(String, u32)>,
 }
 
 /// A snapshot of the consumer.
@@ -86,6 +89,9 @@ impl fmt::Display for ConsumerStats {
                 g.completed_after_revocation,
                 g.rebalances
             )?;
+            if let Some((error, attempts)) = &p.position_error {
+                write!(f, " position_error=({attempts} attempts) {error}")?;
+            }
         }
         Ok(())
     }

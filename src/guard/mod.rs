@@ -580,6 +580,26 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         Ok(())
     }
 
+    /// Moves an owned partition's monotonicity mark back to `offset`, for a consumer whose fetch
+    /// position was reset to an earlier offset because the log went back (OFFSET_OUT_OF_RANGE
+    /// after a truncation, or a topic recreated under the same name): the records now at those
+    /// offsets are new records and must be admitted, not refused as regressions. Unfinished work
+    /// at or after `offset` is discarded (its keys forgotten). Returns the previous mark when it
+    /// moved; `None` when the partition is not owned or was already below `offset`.
+    pub fn reposition(&self, partition: &TopicPartition, offset: i64) -> Option<i64> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let state = inner
+            .partitions
+            .get_mut(partition)
+            .filter(|state| state.status == OwnerStatus::Owned)?;
+        let (discarded, previous) = state.progress.reposition(offset)?;
+        // Progress on the log as it is now must be committable again.
+        state.last_committed = state.last_committed.map(|last| last.min(offset));
+        inner.forget_unfinished(discarded);
+        Some(previous)
+    }
+
     /// Hands off revoked partitions: fence all, then flush each, then commit `last + 1` for each
     /// partition whose flush succeeded, then prune.
     ///

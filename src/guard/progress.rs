@@ -202,6 +202,28 @@ impl<M> Progress<M> {
         Ok(discarded)
     }
 
+    /// Moves the partition's position back to `offset` after the log itself went back (a fetch
+    /// position out of range, reset to an earlier offset): everything admitted at or after it
+    /// is discarded, and the monotonicity mark and the completed prefix are lowered to it, so
+    /// that the records now at those offsets are admitted. Returns the discarded entries and
+    /// the previous mark, or `None` when the partition was already below `offset`.
+    pub(crate) fn reposition(&mut self, offset: i64) -> Option<(Vec<Admitted<M>>, i64)> {
+        let mark = self.high_water?;
+        if offset > mark {
+            return None;
+        }
+        let split = self.pending.partition_point(|a| a.offset < offset);
+        let discarded: Vec<_> = self.pending.drain(split..).collect();
+        self.high_water = self
+            .pending
+            .back()
+            .map(|a| a.offset)
+            .or(Some(offset - 1))
+            .filter(|&o| o >= 0);
+        self.completed_next = self.completed_next.map(|next| next.min(offset));
+        Some((discarded, mark))
+    }
+
     /// Empties the partition, returning what was pending so the caller can forget its keys.
     pub(crate) fn clear(&mut self) -> VecDeque<Admitted<M>> {
         self.high_water = None;
@@ -260,6 +282,28 @@ mod tests {
         assert_eq!(progress.completed_next(), None, "10 is still running");
         assert!(progress.complete(10));
         assert_eq!(progress.completed_next(), Some(16));
+    }
+
+    #[test]
+    fn reposition_lowers_the_mark_so_records_read_again_are_admitted() {
+        let mut progress = Progress::default();
+        for offset in 10..15 {
+            admit(&mut progress, offset);
+        }
+        for offset in 10..13 {
+            assert!(progress.complete(offset));
+        }
+        assert!(
+            progress.reposition(20).is_none(),
+            "forward: nothing to move"
+        );
+        let (discarded, previous) = progress.reposition(11).expect("backwards");
+        assert_eq!(previous, 14);
+        assert_eq!(discarded.len(), 2, "13 and 14 were still pending");
+        assert!(!progress.is_regression(11), "11 may be admitted again");
+        assert_eq!(progress.completed_next(), Some(11));
+        assert!(progress.reposition(0).is_some());
+        assert!(!progress.is_regression(0));
     }
 
     #[test]
