@@ -90,6 +90,8 @@ impl Member {
 struct Group {
     kind: BrokerKind,
     topic: String,
+    /// A second topic that only the peers subscribe to (ours subscribes to `topic` alone).
+    peer_only_topic: Option<String>,
     group: String,
     strategy: &'static str,
     members: Vec<(String, Member)>,
@@ -105,11 +107,35 @@ impl Group {
         Group {
             kind,
             topic,
+            peer_only_topic: None,
             group: unique_name("interop-group"),
             strategy,
             members: Vec::new(),
             broker,
         }
+    }
+
+    /// A group whose peers also subscribe to a second topic of `PARTITIONS` partitions that our
+    /// member does not subscribe to.
+    fn with_peer_only_topic(kind: BrokerKind, strategy: &'static str) -> Group {
+        let mut g = Group::new(kind, strategy);
+        let extra = unique_name("interop-peers-only");
+        g.broker.create_topic(&extra, PARTITIONS as u32);
+        g.peer_only_topic = Some(extra);
+        g
+    }
+
+    /// Every topic a member of the group subscribes to, and its partition count.
+    fn topics(&self) -> std::collections::BTreeMap<String, i32> {
+        let mut topics = one_topic(&self.topic, PARTITIONS);
+        let peer_in_group = self
+            .members
+            .iter()
+            .any(|(_, m)| matches!(m, Member::Peer(_)));
+        if let (Some(extra), true) = (&self.peer_only_topic, peer_in_group) {
+            topics.insert(extra.clone(), PARTITIONS);
+        }
+        topics
     }
 
     fn add_ours(&mut self, name: &str) {
@@ -144,11 +170,13 @@ impl Group {
             "roundrobin" => PeerStrategy::RoundRobin,
             _ => PeerStrategy::CooperativeSticky,
         };
+        let mut topics = vec![self.topic.as_str()];
+        topics.extend(self.peer_only_topic.as_deref());
         let spec = PeerMemberSpec::new(
             client,
             &self.broker.bootstrap(),
             &self.group,
-            &[&self.topic],
+            &topics,
             strategy,
             name,
         );
@@ -169,11 +197,9 @@ impl Group {
     /// Waits until every partition is owned exactly once, every member owns some, and nothing
     /// changes for a second.
     fn stable(&self, stage: &str) -> Ownership {
-        wait_until_stable(
-            &one_topic(&self.topic, PARTITIONS),
-            &Stability::within(SETTLE),
-            || self.ownership(),
-        )
+        wait_until_stable(&self.topics(), &Stability::within(SETTLE), || {
+            self.ownership()
+        })
         .map(|(owned, _)| owned)
         .unwrap_or_else(|e| {
             let logs: Vec<String> = self.members.iter().map(|(_, m)| m.log()).collect();
@@ -599,6 +625,85 @@ fn kafka_interop(strategy: &'static str, leader: Leader) {
     );
 }
 
+/// Our member subscribes to one topic, the Java and confluent peers to that topic and a second
+/// one, on Kafka 4.x; `leader` joins first. The leader must assign the second topic although our
+/// member does not subscribe to it (and ours must never be given any of it): after every join and
+/// after the leader leaves, every partition of both topics is owned exactly once, ours owns only
+/// partitions of its own topic, and under cooperative-sticky nothing a member kept was revoked.
+fn kafka_mixed_subscriptions(strategy: &'static str, leader: Leader) {
+    let started = Instant::now();
+    let kind = BrokerKind::Kafka;
+    let mut g = Group::with_peer_only_topic(kind, strategy);
+    let cooperative = strategy == "cooperative-sticky";
+    let mut order: Vec<&str> = vec![leader.name()];
+    order.extend(
+        ["ours", "java", "confluent"]
+            .into_iter()
+            .filter(|n| *n != leader.name()),
+    );
+    let check = |g: &Group, stage: &str, before: &Ownership, revoked_before: &[(String, usize)]| {
+        let after = g.stable(stage);
+        if let Some((_, ours)) = after.iter().find(|(n, _)| n == "ours") {
+            assert!(
+                ours.iter().all(|(t, _)| *t == g.topic),
+                "{kind:?} {strategy} {stage}: ours was given a topic it does not subscribe to: {}",
+                support::members::fmt_tps(ours)
+            );
+        }
+        if cooperative {
+            g.check_only_moved_were_revoked(before, revoked_before);
+        }
+        g.check_peers_never_shared(&[], stage);
+        eprintln!(
+            "{kind:?} {strategy} mixed subscriptions: {stage}: {}",
+            fmt_ownership(
+                &after
+                    .iter()
+                    .map(|(n, o)| (n.as_str(), o.clone()))
+                    .collect::<Vec<_>>()
+            )
+        );
+        after
+    };
+    let mut before: Ownership = Vec::new();
+    for name in order.clone() {
+        let revoked_before = g.revocation_counts();
+        let java_led_before = g.java_led();
+        g.add(name);
+        let stage = format!("after {name} joined");
+        before = check(&g, &stage, &before, &revoked_before);
+        if g.has("ours") {
+            assert_eq!(
+                g.ours_leads(),
+                leader == Leader::Ours,
+                "{stage}: ours: {:?}",
+                g.ours().events()
+            );
+        }
+        if g.has("java") {
+            assert_eq!(
+                g.java_led() > java_led_before,
+                leader == Leader::Java,
+                "{stage}: {}",
+                g.peer("java").event_log()
+            );
+        }
+    }
+    // The leader leaves: another member assigns both topics.
+    let revoked_before = g.revocation_counts();
+    g.close(leader.name());
+    let stage = format!("after {} left", leader.name());
+    check(&g, &stage, &before, &revoked_before);
+    for name in g.members.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>() {
+        g.close(&name);
+    }
+    eprintln!(
+        "{kind:?} {strategy} mixed subscriptions, {} leads: done in {:.1?}",
+        leader.name(),
+        started.elapsed()
+    );
+}
+
 /// Two Java members on the consumer protocol (KIP-848, broker-side uniform assignor) on Kafka
 /// 4.x: the first owns every partition, the two split them 3/3 without the first losing what it
 /// keeps and without a partition owned twice on their merged timeline, and when the first
@@ -847,4 +952,24 @@ fn java_consumer_protocol_members_split_and_take_over_kafka() {
 #[test]
 fn java_and_python_peers_share_one_clock_kafka() {
     peers_share_one_clock(BrokerKind::Kafka);
+}
+
+#[test]
+fn range_mixed_subscriptions_ours_leads_kafka() {
+    kafka_mixed_subscriptions("range", Leader::Ours);
+}
+
+#[test]
+fn roundrobin_mixed_subscriptions_ours_leads_kafka() {
+    kafka_mixed_subscriptions("roundrobin", Leader::Ours);
+}
+
+#[test]
+fn cooperative_sticky_mixed_subscriptions_ours_leads_kafka() {
+    kafka_mixed_subscriptions("cooperative-sticky", Leader::Ours);
+}
+
+#[test]
+fn cooperative_sticky_mixed_subscriptions_java_leads_kafka() {
+    kafka_mixed_subscriptions("cooperative-sticky", Leader::Java);
 }
