@@ -704,6 +704,82 @@ fn kafka_mixed_subscriptions(strategy: &'static str, leader: Leader) {
     );
 }
 
+/// A crash on Kafka 4.x: ours leads, Java and confluent follow; the Java member is killed
+/// (SIGKILL, no LeaveGroup), so the broker notices only when its 3 s session expires. Then ours and
+/// confluent must own every partition exactly once, balanced, and (cooperative-sticky) keep what
+/// they had: nothing they owned is revoked, they only gain the dead member's partitions; ours
+/// never reports a loss or an error.
+fn kafka_java_member_killed(strategy: &'static str) {
+    let started = Instant::now();
+    let kind = BrokerKind::Kafka;
+    let mut g = Group::new(kind, strategy);
+    for name in ["ours", "java", "confluent"] {
+        g.add(name);
+        g.stable(&format!("after {name} joined"));
+    }
+    let before = g.stable("three members");
+    assert_balanced(kind, strategy, "three members", &before);
+    assert!(g.ours_leads(), "ours: {:?}", g.ours().events());
+    let revoked_before = g.revocation_counts();
+    let at = g
+        .members
+        .iter()
+        .position(|(n, _)| n == "java")
+        .expect("java is in the group");
+    let mut java = match g.members.remove(at).1 {
+        Member::Peer(p) => p,
+        Member::Ours(_) => unreachable!("java is a peer"),
+    };
+    let killed = Instant::now();
+    java.kill();
+    let after = g.stable("after java was killed");
+    eprintln!(
+        "{kind:?} {strategy}: stable {:.1?} after the kill",
+        killed.elapsed()
+    );
+    assert_balanced(kind, strategy, "after java was killed", &after);
+    if strategy == "cooperative-sticky" {
+        for (name, member) in &g.members {
+            let earlier = revoked_before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, c)| *c);
+            assert_eq!(
+                member.revoked().len(),
+                earlier,
+                "{kind:?}: {name} lost partitions when java died:\n{}",
+                member.log()
+            );
+            let kept = before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, o)| o.clone())
+                .unwrap_or_default();
+            assert!(
+                kept.is_subset(&member.owned()),
+                "{name} had {kept:?}, now {:?}",
+                member.owned()
+            );
+        }
+    }
+    g.check_peers_never_shared(&java.events(), "after java was killed");
+    assert!(
+        g.ours()
+            .events()
+            .iter()
+            .all(|e| !matches!(e, OurEvent::Lost(..) | OurEvent::Error(_))),
+        "{:?}",
+        g.ours().events()
+    );
+    for name in ["confluent", "ours"] {
+        g.close(name);
+    }
+    eprintln!(
+        "{kind:?} {strategy} java killed: done in {:.1?}",
+        started.elapsed()
+    );
+}
+
 /// Two Java members on the consumer protocol (KIP-848, broker-side uniform assignor) on Kafka
 /// 4.x: the first owns every partition, the two split them 3/3 without the first losing what it
 /// keeps and without a partition owned twice on their merged timeline, and when the first
@@ -972,4 +1048,14 @@ fn cooperative_sticky_mixed_subscriptions_ours_leads_kafka() {
 #[test]
 fn cooperative_sticky_mixed_subscriptions_java_leads_kafka() {
     kafka_mixed_subscriptions("cooperative-sticky", Leader::Java);
+}
+
+#[test]
+fn range_java_member_killed_kafka() {
+    kafka_java_member_killed("range");
+}
+
+#[test]
+fn cooperative_sticky_java_member_killed_kafka() {
+    kafka_java_member_killed("cooperative-sticky");
 }

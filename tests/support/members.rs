@@ -938,14 +938,20 @@ pub fn one_topic(topic: &str, partitions: i32) -> BTreeMap<String, i32> {
 
 /// Replay the peers' events merged by `t` (their shared monotonic clock) and
 /// fail if a partition was ever owned by two members at once. Events with
-/// equal `t` are applied revokes first. Only meaningful for peer processes on
-/// one host; a killed member's ownership ends at its last reported event.
+/// equal `t` are applied revokes first, then assignments, then the synthetic
+/// `Killed` (which carries the `t` of the member's last event, often an
+/// assignment: it must end that ownership, not precede it). Only meaningful
+/// for peer processes on one host; a killed member's ownership ends at its last
+/// reported event.
 pub fn check_no_double_ownership(events: &[MemberEvent]) -> Result<(), String> {
     let mut merged: Vec<&MemberEvent> = events.iter().filter(|e| e.owned.is_some()).collect();
     merged.sort_by(|a, b| {
-        let shrinks = |e: &MemberEvent| !matches!(e.kind, MemberEventKind::Assigned) as u8;
-        a.t.total_cmp(&b.t)
-            .then_with(|| shrinks(b).cmp(&shrinks(a)))
+        let rank = |e: &MemberEvent| match e.kind {
+            MemberEventKind::Assigned => 1u8,
+            MemberEventKind::Killed => 2,
+            _ => 0,
+        };
+        a.t.total_cmp(&b.t).then_with(|| rank(a).cmp(&rank(b)))
     });
     let mut owned: BTreeMap<&str, BTreeSet<Tp>> = BTreeMap::new();
     for ev in merged {
