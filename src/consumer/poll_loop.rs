@@ -67,6 +67,15 @@ impl std::fmt::Debug for GuardView {
     }
 }
 
+/// Whether a fetch may wait at the broker for data (`fetch.max.wait.ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FetchWait {
+    /// Nothing is buffered: waiting for data is what the poll is for.
+    Block,
+    /// Other partitions have records to hand out: take what is there now.
+    DontWait,
+}
+
 /// A synchronous, rebalance-safe Kafka consumer.
 pub struct Consumer {
     config: ConsumerConfig,
@@ -251,8 +260,13 @@ impl Consumer {
         if self.member.is_stable() {
             self.intake
                 .resolve_positions(self.member.client(), &self.config, &self.guard)?;
+            // Fetch whenever some partition ran dry, not only when all did: a partition with
+            // new data must not wait behind another one's large buffer. With records still
+            // buffered elsewhere the fetch must not hold the batch up, so it does not wait.
             if !self.has_buffered() {
-                self.fetch_once()?;
+                self.fetch_once(FetchWait::Block)?;
+            } else if self.has_dry_partition() {
+                self.fetch_once(FetchWait::DontWait)?;
             }
         }
         let plan = self.sizer.begin_batch(Instant::now());
@@ -272,7 +286,15 @@ impl Consumer {
             .any(|(tp, b)| !b.is_empty() && !self.intake.paused.contains_key(tp))
     }
 
-    fn fetch_once(&mut self) -> Result<(), ConsumerError> {
+    /// True when an owned, unpaused partition with a fetch position has nothing buffered.
+    fn has_dry_partition(&self) -> bool {
+        self.intake.positions.keys().any(|tp| {
+            !self.intake.paused.contains_key(tp)
+                && self.intake.buffers.get(tp).map_or(true, VecDeque::is_empty)
+        })
+    }
+
+    fn fetch_once(&mut self, wait: FetchWait) -> Result<(), ConsumerError> {
         let positions: Vec<FetchPosition> = self
             .intake
             .positions
@@ -295,7 +317,20 @@ impl Consumer {
             std::thread::sleep(self.fetch.max_wait.min(Duration::from_millis(100)));
             return Ok(());
         }
-        let fetched = self.member.client().fetch(&positions, &self.fetch)?;
+        let fetched = match wait {
+            FetchWait::Block => self.member.client().fetch(&positions, &self.fetch)?,
+            FetchWait::DontWait => {
+                // No prefetch after this one: the set of dry partitions changes from call to
+                // call, and a prefetch for a set the next call does not ask for costs a
+                // reconnect. An earlier prefetch of every partition still serves this call.
+                let config = FetchConfig {
+                    max_wait: Duration::ZERO,
+                    prefetch: false,
+                    ..self.fetch.clone()
+                };
+                self.member.client().fetch(&positions, &config)?
+            }
+        };
         let mut reset: Vec<TopicPartition> = Vec::new();
         for part in fetched {
             // Only keep data for the position we still want (a rebalance may have moved it).
@@ -307,7 +342,7 @@ impl Consumer {
                     log::warn!("{}: offset {} out of range", part.tp, part.fetch_offset);
                     reset.push(part.tp.clone());
                 } else {
-                    log::debug!("{}: fetch error {error}; retrying", part.tp);
+                    self.intake.fetch_failed(&part.tp, error);
                 }
                 continue;
             }
@@ -451,6 +486,11 @@ impl Consumer {
                     .paused
                     .get(&p.partition)
                     .map(|since| now.saturating_duration_since(*since)),
+                fetch_errors: self
+                    .intake
+                    .fetch_errors
+                    .get(&p.partition)
+                    .map(|e| (e.count, e.last.clone())),
                 position_error: self.intake.pending.get(&p.partition).and_then(|lookup| {
                     lookup
                         .last_error

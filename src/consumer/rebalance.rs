@@ -41,12 +41,68 @@ pub(crate) struct Intake {
     pub(crate) pending: PendingPositions,
     pub(crate) buffers: HashMap<TopicPartition, VecDeque<Record>>,
     pub(crate) paused: HashMap<TopicPartition, Instant>,
+    /// Fetch errors per owned partition (the fetch is retried at the same offset).
+    pub(crate) fetch_errors: HashMap<TopicPartition, FetchErrors>,
 }
 
+/// The fetch errors of one partition: a partition refetching the same failing offset makes no
+/// progress, and that must be visible at the default log level and in its stats.
+#[derive(Debug, Clone)]
+pub(crate) struct FetchErrors {
+    /// Errors since the partition was assigned.
+    pub(crate) count: u64,
+    /// The last one, as text.
+    pub(crate) last: String,
+    /// When a warning was last logged, and how many errors were not logged since.
+    warned_at: Instant,
+    unlogged: u64,
+}
+
+/// Why 10 s: a partition failing on every fetch would otherwise log several lines a second.
+const FETCH_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 impl Intake {
+    /// Counts a fetch error of `tp` and warns about it, at most once per
+    /// [`FETCH_ERROR_LOG_INTERVAL`] per partition (saying how many were not logged).
+    pub(crate) fn fetch_failed(&mut self, tp: &TopicPartition, error: &wire::WireError) {
+        let now = Instant::now();
+        let at = self.positions.get(tp).copied().unwrap_or(-1);
+        match self.fetch_errors.get_mut(tp) {
+            None => {
+                log::warn!("{tp}: fetch at offset {at} failed: {error}; retrying");
+                self.fetch_errors.insert(
+                    tp.clone(),
+                    FetchErrors {
+                        count: 1,
+                        last: error.to_string(),
+                        warned_at: now,
+                        unlogged: 0,
+                    },
+                );
+            }
+            Some(errors) => {
+                errors.count += 1;
+                errors.last = error.to_string();
+                if now.saturating_duration_since(errors.warned_at) >= FETCH_ERROR_LOG_INTERVAL {
+                    log::warn!(
+                        "{tp}: fetch at offset {at} failed: {error}; retrying ({} more failure(s) \
+                         since the last warning, {} in all)",
+                        errors.unlogged,
+                        errors.count
+                    );
+                    errors.warned_at = now;
+                    errors.unlogged = 0;
+                } else {
+                    errors.unlogged += 1;
+                }
+            }
+        }
+    }
+
     /// Forgets a partition that is no longer ours: its unhanded records are never processed.
     fn drop_partition(&mut self, tp: &TopicPartition) -> usize {
         self.positions.remove(tp);
+        self.fetch_errors.remove(tp);
         self.pending.remove(tp);
         self.paused.remove(tp);
         self.buffers.remove(tp).map_or(0, |b| b.len())

@@ -24,6 +24,9 @@ pub struct PartitionStats {
     /// Why the partition has no fetch position yet, with the failed attempts so far: owned,
     /// but not fetched until a lookup succeeds (it is retried on later polls).
     pub position_error: Option<(String, u32)>,
+    /// Fetch errors since the partition was assigned, with the last one: a partition that keeps
+    /// failing at the same offset makes no progress.
+    pub fetch_errors: Option<(u64, String)>,
 }
 
 /// A snapshot of the consumer.
@@ -91,6 +94,9 @@ impl fmt::Display for ConsumerStats {
             )?;
             if let Some((error, attempts)) = &p.position_error {
                 write!(f, " position_error=({attempts} attempts) {error}")?;
+            }
+            if let Some((count, last)) = &p.fetch_errors {
+                write!(f, " fetch_errors={count} (last: {last})")?;
             }
         }
         Ok(())
