@@ -188,3 +188,49 @@ fn a_session_that_cannot_be_renewed_while_rejoining_fences_the_kept_partitions_m
     .unwrap();
     mock.must("clear_errors JoinGroup");
 }
+
+/// The leader looks up every subscribed topic in one Metadata request and skips those that do
+/// not exist (reported, as Java does). It used to look each one up on its own with the client's
+/// full retries (about 4.5 s per missing topic), so a subscription naming three topics not yet
+/// created held the join for longer than the 6 s session timeout.
+#[test]
+fn topics_that_do_not_exist_do_not_hold_up_the_leader_kafka() {
+    let s = setup(2);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let config = GroupConfig {
+        group_id: s.group.clone(),
+        group_instance_id: None,
+        topics: vec![
+            s.topic.clone(),
+            unique_name("missing"),
+            unique_name("missing"),
+            unique_name("missing"),
+        ],
+        strategies: vec!["range".to_string()],
+        session_timeout: Duration::from_millis(6000),
+        heartbeat_interval: Duration::from_millis(500),
+        max_poll_interval: Duration::from_secs(30),
+    };
+    let hook_fenced = fenced.clone();
+    let mut m = GroupMember::new(
+        config,
+        ClientConfig::from_bootstrap_str(&s.broker.bootstrap()),
+        Arc::new(move |_: &[TopicPartition]| {
+            hook_fenced.fetch_add(1, Ordering::SeqCst);
+        }),
+    )
+    .expect("member");
+    let mut listener = Recorder::default();
+    let started = Instant::now();
+    while listener.assigned.len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "the join took longer than the session timeout: {:?}",
+            started.elapsed()
+        );
+        m.poll(&mut listener, Duration::from_millis(500))
+            .expect("poll");
+    }
+    assert_eq!(fenced.load(Ordering::SeqCst), 0);
+    m.close(&mut listener).expect("close");
+}

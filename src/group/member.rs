@@ -807,22 +807,45 @@ impl GroupMember {
             .flat_map(|m| m.subscription.topics.iter().cloned())
             .collect();
         // Fresh metadata, not the cache: partitions added since the last refresh must be
-        // assigned too. (It also gives the followers' SyncGroup time to reach librdkafka's mock
-        // cluster first: the mock ends the sync round when the leader's SyncGroup arrives and
-        // refuses followers that come later, so an instant leader kept the group rebalancing.)
+        // assigned too. One request for every subscribed topic, not one per topic: a topic that
+        // does not exist (yet) is skipped and reported, as Java does, instead of being retried
+        // until the group's session runs out. (The request also gives the followers' SyncGroup
+        // time to reach librdkafka's mock cluster first: the mock ends the sync round when the
+        // leader's SyncGroup arrives and refuses followers that come later.)
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        if let Err(e) = self.client.metadata(&names) {
-            log::warn!(
-                "metadata refresh before assigning failed ({e}); using cached partition counts"
-            );
-        }
         let mut partitions_per_topic = BTreeMap::new();
-        for topic in &topics {
-            match self.client.partitions(topic) {
-                Ok(partitions) => {
-                    partitions_per_topic.insert(topic.clone(), partitions.len() as i32);
+        match self.client.metadata(&names) {
+            Ok(metadata) => {
+                for topic in metadata {
+                    match topic.error {
+                        None if !topic.partitions.is_empty() => {
+                            partitions_per_topic
+                                .insert(topic.name.to_string(), topic.partitions.len() as i32);
+                        }
+                        error => log::warn!(
+                            "group {}: subscribed topic {} is not assignable ({}): it gets no \
+                             partitions until it exists and the group rebalances",
+                            self.config.group_id,
+                            topic.name,
+                            error.map_or("no partitions".to_string(), |e| format!("{e:?}"))
+                        ),
+                    }
                 }
-                Err(e) => log::warn!("no metadata for subscribed topic {topic}: {e}"),
+            }
+            Err(e) => {
+                log::warn!(
+                    "metadata refresh before assigning failed ({e}); using cached partition counts"
+                );
+                for topic in &topics {
+                    if let Some(count) = self.client.cached_partition_count(topic) {
+                        partitions_per_topic.insert(topic.clone(), count as i32);
+                    }
+                }
+            }
+        }
+        for topic in &topics {
+            if !partitions_per_topic.contains_key(topic) {
+                log::warn!("no metadata for subscribed topic {topic}: it gets no partitions");
             }
         }
         let encoded = assign_and_encode(assignor, &subscriptions, &partitions_per_topic)

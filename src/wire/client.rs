@@ -407,6 +407,14 @@ impl Client {
         self.retrying("metadata", |c| c.metadata_once(req))
     }
 
+    /// How many partitions `topic` had in the last metadata this client saw, without a request.
+    pub fn cached_partition_count(&self, topic: &str) -> Option<usize> {
+        self.topics
+            .get(topic)
+            .filter(|t| t.error.is_none() && !t.partitions.is_empty())
+            .map(|t| t.partitions.len())
+    }
+
     /// The partition indexes of `topic`, from cache or metadata. Fails (after retries) for a
     /// topic the cluster does not have.
     pub fn partitions(&mut self, topic: &str) -> Result<Vec<i32>> {
