@@ -780,6 +780,123 @@ fn kafka_java_member_killed(strategy: &'static str) {
     );
 }
 
+/// Static membership across clients on Kafka 4.x: ours leads, a Java member follows, both static
+/// (`group.instance.id`, 20 s sessions), next to a dynamic confluent member. `restart` (ours or
+/// java) stops without a LeaveGroup (our close of a static member sends none; the Java process
+/// is SIGKILLed) and starts again with the same instance id well within its session. Kafka hands
+/// it its previous partitions back without a rebalance: the two others see no event at all, and
+/// the group's ownership is the same as before.
+fn kafka_static_restart(restart: &str) {
+    let started = Instant::now();
+    let kind = BrokerKind::Kafka;
+    let strategy = "cooperative-sticky";
+    let mut g = Group::new(kind, strategy);
+    const SESSION_MS: u32 = 20_000;
+    let ours_instance = unique_name("static-ours");
+    let java_instance = unique_name("static-java");
+    let ours_spec = |g: &Group| {
+        let mut spec = OurMemberSpec::new(&g.broker.bootstrap(), &g.group, &g.topic, strategy);
+        spec.instance_id = Some(ours_instance.clone());
+        spec.session_timeout_ms = u64::from(SESSION_MS);
+        spec
+    };
+    let java_spec = |g: &Group| {
+        PeerMemberSpec::new(
+            PeerClient::Java,
+            &g.broker.bootstrap(),
+            &g.group,
+            &[&g.topic],
+            PeerStrategy::CooperativeSticky,
+            "java",
+        )
+        .instance_id(&java_instance)
+        .timeouts(SESSION_MS, 500)
+    };
+    let start_java = |g: &Group| {
+        let java = PeerMember::start(java_spec(g));
+        java.wait_ready(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("java: {e}"));
+        java
+    };
+    let ours = OurMember::start(ours_spec(&g));
+    g.members.push(("ours".into(), Member::Ours(ours)));
+    g.stable("ours alone");
+    let java = start_java(&g);
+    g.members.push(("java".into(), Member::Peer(java)));
+    g.stable("after java joined");
+    g.add_peer(PeerClient::Confluent, "confluent");
+    let before = g.stable("three members");
+    assert!(g.ours_leads(), "ours: {:?}", g.ours().events());
+    let others_events: Vec<(String, usize)> = g
+        .members
+        .iter()
+        .filter(|(n, _)| n != restart)
+        .map(|(n, m)| {
+            let count = match m {
+                Member::Ours(o) => o.events().len(),
+                Member::Peer(p) => p.events().len(),
+            };
+            (n.clone(), count)
+        })
+        .collect();
+
+    let at = g
+        .members
+        .iter()
+        .position(|(n, _)| n == restart)
+        .expect("member exists");
+    let restart_began = Instant::now();
+    let fresh = match g.members.remove(at).1 {
+        Member::Ours(m) => {
+            m.close(); // static: no LeaveGroup
+            Member::Ours(OurMember::start(ours_spec(&g)))
+        }
+        Member::Peer(mut p) => {
+            p.kill();
+            Member::Peer(start_java(&g))
+        }
+    };
+    g.members.insert(at, (restart.to_string(), fresh));
+    let after = g.stable(&format!("after {restart} restarted"));
+    eprintln!(
+        "{kind:?}: {restart} restarted and stable again in {:.1?}",
+        restart_began.elapsed()
+    );
+    assert!(
+        restart_began.elapsed() < Duration::from_millis(u64::from(SESSION_MS)),
+        "the restart took longer than the session: the test proves nothing"
+    );
+    assert_eq!(
+        after, before,
+        "{kind:?}: ownership changed across the static restart"
+    );
+    for (name, count) in &others_events {
+        let (now, log) = match g.members.iter().find(|(n, _)| n == name) {
+            Some((_, Member::Ours(o))) => (o.events().len(), format!("{:?}", o.events())),
+            Some((_, Member::Peer(p))) => (p.events().len(), p.event_log()),
+            None => unreachable!("{name} is in the group"),
+        };
+        assert_eq!(
+            now, *count,
+            "{kind:?}: {name} saw a rebalance when the static {restart} restarted:\n{log}"
+        );
+    }
+    // The static members close first (no LeaveGroup: nothing happens), then the dynamic one.
+    // The other order makes confluent's LeaveGroup start a rebalance in which Kafka holds our
+    // JoinGroup until the silently closed static Java member's session expires (20 s), and our
+    // member's poll is blocked in that JoinGroup the whole time (the group layer's requests are
+    // synchronous), so its close waits as long.
+    for name in ["ours", "java", "confluent"] {
+        let closing = Instant::now();
+        g.close(name);
+        eprintln!("{kind:?}: {name} closed in {:.1?}", closing.elapsed());
+    }
+    eprintln!(
+        "{kind:?} static {restart} restart: done in {:.1?}",
+        started.elapsed()
+    );
+}
+
 /// Two Java members on the consumer protocol (KIP-848, broker-side uniform assignor) on Kafka
 /// 4.x: the first owns every partition, the two split them 3/3 without the first losing what it
 /// keeps and without a partition owned twice on their merged timeline, and when the first
@@ -1058,4 +1175,14 @@ fn range_java_member_killed_kafka() {
 #[test]
 fn cooperative_sticky_java_member_killed_kafka() {
     kafka_java_member_killed("cooperative-sticky");
+}
+
+#[test]
+fn static_java_follower_restart_is_no_rebalance_kafka() {
+    kafka_static_restart("java");
+}
+
+#[test]
+fn static_ours_leader_restart_is_no_rebalance_kafka() {
+    kafka_static_restart("ours");
 }
