@@ -45,6 +45,21 @@ pub enum ConsumerError {
         /// The handler's error.
         error: Box<dyn Error + Send + Sync>,
     },
+    /// The handler panicked on a record (decoupled mode). Everything before it was committed;
+    /// the record and the rest of its partition will be delivered again.
+    HandlerPanicked {
+        /// The record's partition.
+        partition: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// The panic's message, when it had one.
+        message: String,
+    },
+    /// A worker thread is gone without reporting why (decoupled mode).
+    WorkerGone {
+        /// The worker's index.
+        worker: usize,
+    },
     /// The guard's settings are invalid.
     Guard(GuardConfigError),
     /// A feature that this version does not implement.
@@ -74,6 +89,17 @@ impl fmt::Display for ConsumerError {
                 f,
                 "handler failed on {partition} offset {offset}: {error}; it will be redelivered"
             ),
+            ConsumerError::HandlerPanicked {
+                partition,
+                offset,
+                message,
+            } => write!(
+                f,
+                "handler panicked on {partition} offset {offset}: {message}; it will be redelivered"
+            ),
+            ConsumerError::WorkerGone { worker } => {
+                write!(f, "worker thread {worker} exited without reporting why")
+            }
             ConsumerError::Guard(e) => write!(f, "{e}"),
             ConsumerError::Unsupported(what) => write!(f, "not supported: {what}"),
             ConsumerError::Thread(e) => write!(f, "cannot start a worker thread: {e}"),

@@ -446,6 +446,22 @@ impl Consumer {
         Ok(())
     }
 
+    /// Forgets everything of `tp` from `offset` on, in the guard and in the intake, and fetches
+    /// it again from there: the record at `offset` and everything after it come again. Returns
+    /// false (and logs why) when the guard refuses: the partition is not owned, or `offset` is
+    /// inside its completed prefix.
+    pub(super) fn rewind_partition(&mut self, tp: &TopicPartition, offset: i64) -> bool {
+        if let Err(error) = self.guard.rewind(tp, offset) {
+            log::warn!("{error}");
+            return false;
+        }
+        self.intake.buffers.remove(tp);
+        if self.intake.positions.contains_key(tp) {
+            self.intake.positions.insert(tp.clone(), offset);
+        }
+        true
+    }
+
     /// Graceful shutdown: stops intake, commits the completed prefix, hands every partition back
     /// through a revocation (which commits again in the current generation), and leaves the
     /// group unless the member is static.
@@ -665,17 +681,10 @@ impl Batch<'_> {
 
     /// Forgets everything of `tp` from `offset` on and fetches it again from there.
     fn rewind(&mut self, tp: &TopicPartition, offset: i64) {
-        let intake = &mut self.consumer.intake;
-        if let Err(error) = self.consumer.guard.rewind(tp, offset) {
-            log::warn!("{error}");
-            return;
-        }
-        intake.buffers.remove(tp);
-        if intake.positions.contains_key(tp) {
-            intake.positions.insert(tp.clone(), offset);
-        }
-        if let Some(offsets) = self.outstanding.get_mut(tp) {
-            offsets.retain(|&o| o < offset);
+        if self.consumer.rewind_partition(tp, offset) {
+            if let Some(offsets) = self.outstanding.get_mut(tp) {
+                offsets.retain(|&o| o < offset);
+            }
         }
     }
 }

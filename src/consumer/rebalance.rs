@@ -190,15 +190,21 @@ pub(crate) struct Drain {
 }
 
 impl Drain {
-    /// Cancels the partition's queued, unstarted records, then waits for its started ones. A
-    /// drain that times out fails the flush: nothing is committed for the partition, and the
-    /// late completions are refused as stale when they come.
-    pub(crate) fn drain(&self, guard: &Guard, partition: &TopicPartition) -> Result<(), BoxError> {
+    /// Cancels the partition's queued, unstarted records, then waits for its started ones until
+    /// `deadline`: one deadline for the whole revocation, so k hung handlers cost one
+    /// `revoke.drain.timeout.ms`, not k. A drain that times out fails the flush: nothing is
+    /// committed for the partition, and the late completions are refused as stale when they
+    /// come.
+    pub(crate) fn drain(
+        &self,
+        guard: &Guard,
+        partition: &TopicPartition,
+        deadline: Instant,
+    ) -> Result<(), BoxError> {
         let cancelled = guard.cancel_unstarted(partition);
         if cancelled > 0 {
             log::info!("{partition}: {cancelled} queued record(s) cancelled by the revocation");
         }
-        let deadline = Instant::now() + self.timeout;
         let (lock, signal) = &*self.finished;
         let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -288,6 +294,7 @@ impl RebalanceListener for Bridge<'_> {
         let generation = ctx.generation_id();
         let guard = self.guard;
         let drain = self.drain.as_ref();
+        let drain_deadline = drain.map(|d| Instant::now() + d.timeout);
         let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
             match drain {
                 // Synchronous loop: every admitted record was completed or rewound before the
@@ -300,7 +307,11 @@ impl RebalanceListener for Bridge<'_> {
                     }
                 },
                 // Worker threads: cancel what has not started, wait (boundedly) for the rest.
-                Some(drain) => drain.drain(guard, &batch.partition),
+                Some(drain) => drain.drain(
+                    guard,
+                    &batch.partition,
+                    drain_deadline.unwrap_or_else(Instant::now),
+                ),
             }
         };
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| ctx.commit(o), offsets);

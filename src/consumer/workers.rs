@@ -9,14 +9,23 @@
 //!
 //! On revocation the partition is fenced, its queued records that have not started are
 //! cancelled (they are the next owner's), and its started records are waited for, up to
-//! `revoke.drain.timeout.ms`; only then is the processed prefix committed. A worker asks the guard
-//! before starting each record, so nothing of a revoked or lost partition starts afterwards.
+//! `revoke.drain.timeout.ms` for the whole revocation; only then is the processed prefix
+//! committed. A worker asks the guard before starting each record, so nothing of a revoked or
+//! lost partition starts afterwards.
+//!
+//! A handler that fails (an error or a panic, caught on the worker) stops its partition: the
+//! record is taken back out of the guard at once (so neither a commit nor a drain waits for it),
+//! nothing later of that partition starts, and the run ends with the error naming the partition
+//! and offset. Stopping (the stop flag, or a failure) cancels what has not started and waits for
+//! what has, once, for at most `revoke.drain.timeout.ms`; cancelled and failed records come again
+//! on the next run.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::guard::Lease;
 use crate::wire::Record;
@@ -73,12 +82,127 @@ impl Routing {
     }
 }
 
+/// What the workers tell the poll thread, and what they share with it.
+struct Pool {
+    /// Set when the run stops: a worker cancels every record it has not started yet.
+    stopping: AtomicBool,
+    /// The first failure (a handler error or panic); the run stops on it.
+    failure: Mutex<Option<ConsumerError>>,
+    /// Per partition, the lowest offset a worker did not start (cancelled at a stop, or after a
+    /// failure of its partition): fetching resumes there.
+    not_started: Mutex<HashMap<TopicPartition, i64>>,
+    /// Workers still running.
+    alive: Mutex<usize>,
+    /// Signalled whenever a record finished or a worker exited.
+    finished: Arc<(Mutex<u64>, Condvar)>,
+}
+
+impl Pool {
+    fn signal(&self) {
+        let (count, signal) = &*self.finished;
+        *count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        signal.notify_all();
+    }
+
+    fn not_started(&self, lease: &Lease) {
+        let mut map = self.not_started.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(lease.partition.clone()).or_insert(lease.offset);
+        *entry = (*entry).min(lease.offset);
+    }
+
+    fn fail(&self, guard: &Guard, lease: &Lease, error: ConsumerError) {
+        // The failed record and everything after it in its partition must come again, and
+        // nothing from it on may be committed: take it out of the guard at once, so neither
+        // the commit nor a drain waits for it.
+        if let Err(e) = guard.rewind(&lease.partition, lease.offset) {
+            log::warn!("{e}");
+        }
+        self.not_started(lease);
+        log::error!("{error}");
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.get_or_insert(error);
+    }
+
+    fn failed(&self) -> bool {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
+/// The text of a panic's payload, when it is a string.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
+}
+
+/// One worker thread: runs the handler on its queue's records, in order, while their partition
+/// is still this member's, and stops starting records of a partition whose handler failed.
+fn work<E, H>(rx: Receiver<Job>, guard: Arc<Guard>, pool: Arc<Pool>, handler: Arc<H>)
+where
+    H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut failed_partitions: HashSet<TopicPartition> = HashSet::new();
+    for (record, lease) in rx {
+        if pool.stopping.load(Ordering::SeqCst) || failed_partitions.contains(&lease.partition) {
+            pool.not_started(&lease);
+        } else if guard.start(&lease) {
+            let ctx = WorkContext {
+                guard: &guard,
+                lease: &lease,
+            };
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(&record, &ctx)));
+            let failure = match outcome {
+                Ok(Ok(())) => {
+                    if let Err(error) = guard.complete(&lease) {
+                        log::warn!("{error}");
+                    }
+                    None
+                }
+                Ok(Err(error)) => Some(ConsumerError::Handler {
+                    partition: lease.partition.clone(),
+                    offset: lease.offset,
+                    error: error.into(),
+                }),
+                Err(payload) => Some(ConsumerError::HandlerPanicked {
+                    partition: lease.partition.clone(),
+                    offset: lease.offset,
+                    message: panic_message(payload.as_ref()),
+                }),
+            };
+            if let Some(error) = failure {
+                failed_partitions.insert(lease.partition.clone());
+                pool.fail(&guard, &lease, error);
+            }
+        } else {
+            log::debug!(
+                "{} offset {}: not started, its partition was revoked or lost",
+                lease.partition,
+                lease.offset
+            );
+        }
+        pool.signal();
+    }
+    *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+    pool.signal();
+}
+
 impl Consumer {
     /// Runs the decoupled mode with `workers` threads until `stop` is set or a handler fails,
-    /// then drains the queues, commits, and returns (call [`close`](Consumer::close) afterwards).
+    /// then stops (bounded), commits, and returns (call [`close`](Consumer::close) afterwards).
     ///
-    /// `queue` bounds each worker's queue. A handler error stops the run after committing the
-    /// prefix before the failed record, which will be delivered again.
+    /// `queue` bounds each worker's queue. A handler error or panic stops the run: the failed
+    /// record and the rest of its partition are not started, everything before it that finished
+    /// is committed, and the error (naming the partition and offset) is returned; the failed
+    /// record comes again on the next run. Stopping cancels the queued records that have not
+    /// started (they come again too) and waits for the started ones for at most
+    /// `revoke.drain.timeout.ms`; a handler still running then is left to finish on its own
+    /// thread, and its record is not committed.
     pub fn run_with_workers<E, H>(
         &mut self,
         stop: &AtomicBool,
@@ -87,72 +211,60 @@ impl Consumer {
         handler: H,
     ) -> Result<(), ConsumerError>
     where
-        H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Sync,
+        H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let workers = workers.max(1);
-        let finished = Arc::new((Mutex::new(0u64), Condvar::new()));
+        let drain_timeout = self.config().revoke_drain_timeout();
+        let pool = Arc::new(Pool {
+            stopping: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            not_started: Mutex::new(HashMap::new()),
+            alive: Mutex::new(0),
+            finished: Arc::new((Mutex::new(0u64), Condvar::new())),
+        });
         self.drain = Some(Drain {
-            finished: finished.clone(),
-            timeout: self.config().revoke_drain_timeout(),
+            finished: pool.finished.clone(),
+            timeout: drain_timeout,
         });
-        let (failed_tx, failed_rx) = mpsc::channel::<ConsumerError>();
-        let guard = self.guard.clone();
-        let result = std::thread::scope(|scope| {
-            let mut queues: Vec<SyncSender<Job>> = Vec::with_capacity(workers);
-            for index in 0..workers {
-                let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
-                queues.push(tx);
-                let (guard, finished, failed_tx, handler) =
-                    (guard.clone(), finished.clone(), failed_tx.clone(), &handler);
-                std::thread::Builder::new()
-                    .name(format!("worker-{index}"))
-                    .spawn_scoped(scope, move || {
-                        for (record, lease) in rx {
-                            if guard.start(&lease) {
-                                let ctx = WorkContext {
-                                    guard: &guard,
-                                    lease: &lease,
-                                };
-                                match handler(&record, &ctx) {
-                                    Ok(()) => {
-                                        if let Err(error) = guard.complete(&lease) {
-                                            log::warn!("{error}");
-                                        }
-                                    }
-                                    Err(error) => {
-                                        let _ = failed_tx.send(ConsumerError::Handler {
-                                            partition: lease.partition.clone(),
-                                            offset: lease.offset,
-                                            error: error.into(),
-                                        });
-                                    }
-                                }
-                            } else {
-                                log::debug!(
-                                    "{} offset {}: not started, its partition was revoked or lost",
-                                    lease.partition,
-                                    lease.offset
-                                );
-                            }
-                            let (count, signal) = &*finished;
-                            *count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-                            signal.notify_all();
-                        }
-                    })
-                    .map_err(ConsumerError::Thread)?;
+        let handler = Arc::new(handler);
+        let mut queues: Vec<SyncSender<Job>> = Vec::with_capacity(workers);
+        let mut started = Ok(());
+        for index in 0..workers {
+            let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
+            let (guard, pool_ref, handler) = (self.guard.clone(), pool.clone(), handler.clone());
+            *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            let spawned = std::thread::Builder::new()
+                .name(format!("worker-{index}"))
+                .spawn(move || work(rx, guard, pool_ref, handler));
+            match spawned {
+                Ok(_) => queues.push(tx),
+                Err(e) => {
+                    *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                    started = Err(ConsumerError::Thread(e));
+                    break;
+                }
             }
-            drop(failed_tx);
-            let outcome = self.feed_workers(stop, &queues, &failed_rx);
-            // Stop intake; let the workers finish what is queued.
-            drop(queues);
-            outcome
-        });
+        }
+        let outcome = started.and_then(|()| self.feed_workers(stop, &queues, &pool));
+        // Stop: nothing more starts; wait for what is running, once, for a bounded time.
+        pool.stopping.store(true, Ordering::SeqCst);
+        drop(queues);
+        self.wait_for_workers(&pool, Instant::now() + drain_timeout);
         self.drain = None;
+        let not_started =
+            std::mem::take(&mut *pool.not_started.lock().unwrap_or_else(|p| p.into_inner()));
+        for (tp, offset) in not_started {
+            self.rewind_partition(&tp, offset);
+        }
         // Everything the workers finished is committed, whatever stopped the run.
         let committed = self.commit();
-        let failure = failed_rx.try_recv().ok();
-        result?;
+        let failure = pool
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        outcome?;
         if let Some(failure) = failure {
             return Err(failure);
         }
@@ -162,17 +274,38 @@ impl Consumer {
         }
     }
 
+    /// Waits until every worker exited or `deadline` passed.
+    fn wait_for_workers(&self, pool: &Pool, deadline: Instant) {
+        let (lock, signal) = &*pool.finished;
+        let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let alive = *pool.alive.lock().unwrap_or_else(|p| p.into_inner());
+            if alive == 0 {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                log::warn!(
+                    "{alive} worker(s) still running a handler after revoke.drain.timeout.ms: \
+                     left to finish on their own; their records are not committed"
+                );
+                return;
+            }
+            seen = signal
+                .wait_timeout(seen, deadline - now)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
     fn feed_workers(
         &mut self,
         stop: &AtomicBool,
         queues: &[SyncSender<Job>],
-        failed: &mpsc::Receiver<ConsumerError>,
+        pool: &Pool,
     ) -> Result<(), ConsumerError> {
         let mut routing = Routing::default();
-        while !stop.load(Ordering::SeqCst) {
-            if let Ok(failure) = failed.try_recv() {
-                return Err(failure);
-            }
+        while !stop.load(Ordering::SeqCst) && !pool.failed() {
             let mut backpressure = false;
             {
                 let mut batch = self.poll(Duration::from_millis(100))?;
@@ -181,11 +314,14 @@ impl Consumer {
                     let worker = routing.worker_for(&lease.partition, queues.len());
                     match queues[worker].try_send((record, lease)) {
                         Ok(()) => {}
-                        Err(TrySendError::Full((record, lease)))
-                        | Err(TrySendError::Disconnected((record, lease))) => {
+                        Err(TrySendError::Full((record, lease))) => {
                             batch.put_back(record, lease);
                             backpressure = true;
                             break;
+                        }
+                        Err(TrySendError::Disconnected((record, lease))) => {
+                            batch.put_back(record, lease);
+                            return Err(ConsumerError::WorkerGone { worker });
                         }
                     }
                 }

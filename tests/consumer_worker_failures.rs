@@ -1,0 +1,294 @@
+//! The decoupled mode when handlers fail, panic or hang: a failure stops its partition and the
+//! record comes again, a panic ends the run with an error naming the record, and stopping or
+//! revoking is bounded by `revoke.drain.timeout.ms` once, however many handlers hang. Real Kafka
+//! 4.x (the run's shared broker).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use support::consumer::{committed, config, produce_to_each_partition, wait_until};
+use support::{unique_name, Broker, BrokerKind};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+type Processed = Arc<Mutex<Vec<(i32, i64)>>>;
+
+struct Setup {
+    broker: Box<dyn Broker>,
+    topic: String,
+    group: String,
+}
+
+fn setup(partitions: i32, records: usize) -> Setup {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("workers");
+    broker.create_topic(&topic, partitions as u32);
+    produce_to_each_partition(&broker.bootstrap(), &topic, partitions, records);
+    Setup {
+        broker,
+        topic,
+        group: unique_name("workers-group"),
+    }
+}
+
+impl Setup {
+    fn config(&self, extra: &[(&str, &str)]) -> ConsumerConfig {
+        config(&self.broker.bootstrap(), &self.group, extra)
+    }
+
+    fn committed(&self, partitions: i32) -> BTreeMap<i32, Option<i64>> {
+        committed(
+            &self.broker.bootstrap(),
+            &self.group,
+            &self.topic,
+            partitions,
+        )
+    }
+}
+
+/// Runs `f` on a thread and waits for it at most `bound`: a run that never returns fails the test
+/// instead of hanging it.
+fn within<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(bound)
+        .unwrap_or_else(|_| panic!("did not return within {bound:?}"))
+}
+
+/// A handler error at partition 0 offset 4: nothing later of partition 0 is processed in that
+/// run, the committed position of partition 0 is 4, the run ends with the error, and the next run
+/// starts partition 0 at 4 again. It used to leave the record's lease running forever, process
+/// later records of the partition anyway, and fetch on from where the intake was, so 4 never came
+/// back.
+#[test]
+fn a_handler_error_stops_its_partition_and_the_record_comes_again_kafka() {
+    let s = setup(2, 10);
+    let processed: Processed = Arc::default();
+    let failed_once = Arc::new(AtomicBool::new(false));
+    let mut consumer = Consumer::subscribe(s.config(&[]), &[&s.topic]).expect("subscribe");
+    let (log, fail) = (processed.clone(), failed_once.clone());
+    let (mut consumer, result) = within(WAIT, move || {
+        let stop = AtomicBool::new(false);
+        let result = consumer.run_with_workers(&stop, 2, 16, move |record, _ctx| {
+            if (record.partition, record.offset) == (0, 4) && !fail.swap(true, Ordering::SeqCst) {
+                return Err(std::io::Error::other("the exchange said no"));
+            }
+            log.lock().unwrap().push((record.partition, record.offset));
+            Ok(())
+        });
+        (consumer, result)
+    });
+    match result {
+        Err(ConsumerError::Handler {
+            partition, offset, ..
+        }) => assert_eq!((partition.partition, offset), (0, 4)),
+        other => panic!("the run must end with the handler's error, got {other:?}"),
+    }
+    let first_run = processed.lock().unwrap().clone();
+    assert!(
+        !first_run.iter().any(|&(p, o)| p == 0 && o > 4),
+        "records of partition 0 after the failed one were processed: {first_run:?}"
+    );
+    assert_eq!(
+        s.committed(2)[&0],
+        Some(4),
+        "committed up to the failed record"
+    );
+
+    // The next run: partition 0 starts again at 4.
+    let log = processed.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = stop.clone();
+    let watcher = processed.clone();
+    thread::spawn(move || {
+        wait_until("every record processed", WAIT, || {
+            let seen = watcher.lock().unwrap();
+            (0..2).all(|p| (0..10).all(|o| seen.contains(&(p, o))))
+        });
+        stopper.store(true, Ordering::SeqCst);
+    });
+    let result = within(WAIT, move || {
+        let result = consumer.run_with_workers(&stop, 2, 16, move |record, _ctx| {
+            log.lock().unwrap().push((record.partition, record.offset));
+            Ok::<(), std::io::Error>(())
+        });
+        consumer.close().expect("close");
+        result
+    });
+    result.expect("second run");
+    let second_run: Vec<i64> = processed.lock().unwrap()[first_run.len()..]
+        .iter()
+        .filter(|(p, _)| *p == 0)
+        .map(|(_, o)| *o)
+        .collect();
+    assert_eq!(
+        second_run,
+        (4..10).collect::<Vec<_>>(),
+        "partition 0 again from 4"
+    );
+    assert_eq!(s.committed(2)[&0], Some(10));
+}
+
+/// A handler panic at partition 0 offset 3 ends the run with an error naming the partition and
+/// the offset, after committing what completed before it. The panic used to kill the worker
+/// thread, and the poll loop then spun forever on the closed queue.
+#[test]
+fn a_handler_panic_ends_the_run_with_an_error_naming_the_record_kafka() {
+    let s = setup(1, 10);
+    let mut consumer = Consumer::subscribe(s.config(&[]), &[&s.topic]).expect("subscribe");
+    let result = within(WAIT, move || {
+        let stop = AtomicBool::new(false);
+        let result = consumer.run_with_workers(&stop, 2, 16, |record, _ctx| {
+            if record.offset == 3 {
+                panic!("order book corrupt");
+            }
+            Ok::<(), std::io::Error>(())
+        });
+        drop(consumer.close());
+        result
+    });
+    match result {
+        Err(ConsumerError::HandlerPanicked {
+            partition,
+            offset,
+            message,
+        }) => {
+            assert_eq!((partition.partition, offset), (0, 3));
+            assert!(message.contains("order book corrupt"), "{message}");
+        }
+        other => panic!("the run must end with the panic, got {other:?}"),
+    }
+    assert_eq!(s.committed(1)[&0], Some(3));
+}
+
+/// A handler that never returns (released only at the end of the test).
+#[derive(Default)]
+struct Hang {
+    released: Mutex<bool>,
+    changed: Condvar,
+    hung: Mutex<usize>,
+}
+
+impl Hang {
+    fn hang(&self) {
+        *self.hung.lock().unwrap() += 1;
+        self.changed.notify_all();
+        let mut released = self.released.lock().unwrap();
+        while !*released {
+            released = self.changed.wait(released).unwrap();
+        }
+    }
+
+    fn hung(&self) -> usize {
+        *self.hung.lock().unwrap()
+    }
+
+    fn release(&self) {
+        *self.released.lock().unwrap() = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Stopping with a handler hung on partition 0 offset 0: the queued records after it are
+/// cancelled (not run), the run returns after about `revoke.drain.timeout.ms` (1 s here), and
+/// nothing from the hung record on is committed. Stopping used to wait, without a bound, for the
+/// hung handler and then run every queued record.
+#[test]
+fn stopping_cancels_queued_records_and_waits_at_most_the_drain_timeout_kafka() {
+    let s = setup(1, 10);
+    let hang = Arc::new(Hang::default());
+    let processed: Processed = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut consumer = Consumer::subscribe(
+        s.config(&[("revoke.drain.timeout.ms", "1000")]),
+        &[&s.topic],
+    )
+    .expect("subscribe");
+    let (h, log, run_stop) = (hang.clone(), processed.clone(), stop.clone());
+    let runner = thread::spawn(move || {
+        let result = consumer.run_with_workers(&run_stop, 1, 16, move |record, _ctx| {
+            if record.offset == 0 {
+                h.hang();
+            }
+            log.lock().unwrap().push((record.partition, record.offset));
+            Ok::<(), std::io::Error>(())
+        });
+        (consumer, result)
+    });
+    wait_until("the handler hangs", WAIT, || hang.hung() == 1);
+    let stopped = Instant::now();
+    stop.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !runner.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "stopping did not return within 5 s of a 1 s drain timeout"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let took = stopped.elapsed();
+    let (consumer, result) = runner.join().expect("runner");
+    result.expect("run");
+    assert!(
+        took >= Duration::from_millis(900),
+        "returned before the drain timeout: {took:?}"
+    );
+    assert_eq!(
+        processed.lock().unwrap().clone(),
+        Vec::<(i32, i64)>::new(),
+        "queued records after the hung one must be cancelled, not run"
+    );
+    assert_eq!(s.committed(1)[&0], None, "nothing from the hung record on");
+    hang.release();
+    drop(consumer);
+}
+
+/// A revocation with handlers hung on two partitions costs one `revoke.drain.timeout.ms` (2 s
+/// here), not one per partition: a second member joining (eager `range`, so everything is
+/// revoked) gets its partitions about 2 s later, not 4 s.
+#[test]
+fn hung_handlers_on_several_partitions_cost_one_drain_timeout_kafka() {
+    let s = setup(2, 5);
+    let hang = Arc::new(Hang::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let settings = [("revoke.drain.timeout.ms", "2000")];
+    let mut a = Consumer::subscribe(s.config(&settings), &[&s.topic]).expect("subscribe");
+    let (h, run_stop) = (hang.clone(), stop.clone());
+    let runner = thread::spawn(move || {
+        let result = a.run_with_workers(&run_stop, 2, 16, move |record, _ctx| {
+            if record.offset == 0 {
+                h.hang();
+            }
+            Ok::<(), std::io::Error>(())
+        });
+        (a, result)
+    });
+    wait_until("both handlers hang", WAIT, || hang.hung() == 2);
+    let mut b = Consumer::subscribe(s.config(&settings), &[&s.topic]).expect("subscribe");
+    let joined = Instant::now();
+    while b.assignment().is_empty() {
+        assert!(joined.elapsed() < WAIT, "b never got partitions");
+        drop(b.poll(Duration::from_millis(100)).expect("poll"));
+    }
+    let took = joined.elapsed();
+    assert!(
+        took < Duration::from_millis(3600),
+        "two hung partitions cost {took:?}: more than one drain timeout of 2 s"
+    );
+    stop.store(true, Ordering::SeqCst);
+    hang.release();
+    let (a, result) = runner.join().expect("runner");
+    result.expect("run");
+    drop(a.close());
+    drop(b.close());
+}
