@@ -27,7 +27,10 @@
 //! gets wrong, so kafka-python follows there too. After every join and every leave the ownership
 //! must be exactly-once and balanced (member sizes differ by one at most), and the peers' merged
 //! event timeline must never show a partition owned twice. A Java-only group on the consumer
-//! protocol (KIP-848) checks the peer itself on that protocol.
+//! protocol (KIP-848) checks the peer itself on that protocol, and our classic member also joins
+//! a group that a Java consumer-protocol member created (Kafka's mixed groups). Further Kafka
+//! runs: mixed subscriptions (ours subscribes to fewer topics than the peers), a SIGKILLed Java
+//! member, and static restarts of a Java follower and of our leader.
 
 mod support;
 
@@ -897,6 +900,57 @@ fn kafka_static_restart(restart: &str) {
     );
 }
 
+/// Our classic member (cooperative-sticky) joins a group that a Java member on the consumer
+/// protocol (KIP-848) created, on Kafka 4.x: Kafka runs such a mixed group with its own
+/// assignor and speaks the classic protocol to ours. The two split the partitions 3/3, the Java
+/// member gives up only what moved, and when it leaves the group is classic again and ours (now
+/// its leader) owns everything; ours never reports a loss or an error.
+fn kafka_ours_in_java_consumer_protocol_group() {
+    let started = Instant::now();
+    let kind = BrokerKind::Kafka;
+    let mut g = Group::new(kind, "cooperative-sticky");
+    let spec = PeerMemberSpec::new(
+        PeerClient::Java,
+        &g.broker.bootstrap(),
+        &g.group,
+        &[&g.topic],
+        PeerStrategy::CooperativeSticky, // not passed: the broker assigns
+        "java",
+    )
+    .consumer_protocol(None);
+    let java = PeerMember::start(spec);
+    java.wait_ready(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("java: {e}"));
+    g.members.push(("java".into(), Member::Peer(java)));
+    let before = g.stable("java alone");
+    let revoked_before = g.revocation_counts();
+    g.add_ours("ours");
+    let two = g.stable("java and ours");
+    assert!(two.iter().all(|(_, o)| o.len() == 3), "{two:?}");
+    g.check_only_moved_were_revoked(&before, &revoked_before);
+    g.close("java");
+    let one = g.stable("ours alone");
+    assert_eq!(one[0].1.len(), PARTITIONS as usize, "{one:?}");
+    assert!(
+        g.ours()
+            .events()
+            .iter()
+            .all(|e| !matches!(e, OurEvent::Lost(..) | OurEvent::Error(_))),
+        "{:?}",
+        g.ours().events()
+    );
+    assert!(
+        g.ours_leads(),
+        "back to classic: ours leads; {:?}",
+        g.ours().events()
+    );
+    g.close("ours");
+    eprintln!(
+        "{kind:?} ours in a consumer-protocol group: done in {:.1?}",
+        started.elapsed()
+    );
+}
+
 /// Two Java members on the consumer protocol (KIP-848, broker-side uniform assignor) on Kafka
 /// 4.x: the first owns every partition, the two split them 3/3 without the first losing what it
 /// keeps and without a partition owned twice on their merged timeline, and when the first
@@ -1185,4 +1239,9 @@ fn static_java_follower_restart_is_no_rebalance_kafka() {
 #[test]
 fn static_ours_leader_restart_is_no_rebalance_kafka() {
     kafka_static_restart("ours");
+}
+
+#[test]
+fn classic_ours_joins_a_java_consumer_protocol_group_kafka() {
+    kafka_ours_in_java_consumer_protocol_group();
 }
