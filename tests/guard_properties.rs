@@ -153,6 +153,9 @@ proptest! {
                         Err(AdmitError::OffsetRegression { .. }) => {
                             prop_assert!(false, "the model never re-feeds an old offset")
                         }
+                        Err(AdmitError::SessionExpired { .. }) => {
+                            prop_assert!(false, "no session bound is set in this model")
+                        }
                     }
                 }
                 Op::Take(p) => {

@@ -772,3 +772,33 @@ fn revocation_cancels_unstarted_work_and_commits_the_processed_prefix() {
     admit(&guard, 0, 3);
     assert!(!guard.start(&leases[4]), "an old lease never starts");
 }
+
+// A lease is also stale once the coordinator could have expired the member's session: at the
+// send time of the last answered heartbeat plus the session timeout, on the clock of whoever
+// asks, whether or not anything else noticed.
+#[test]
+fn a_lease_expires_when_the_session_could_have_expired() {
+    let clock = Arc::new(ManualClock::new());
+    let guard: Guard = RebalanceGuard::with_clock(GuardConfig::default(), clock.clone()).unwrap();
+    guard.assign(&[tp(0)]);
+    let lease = admit(&guard, 0, 1);
+    assert!(
+        guard.is_current(&lease),
+        "no bound yet: only ownership counts"
+    );
+    let bound = guard.session_bound();
+    bound.renew(guard.now(), Duration::from_secs(6));
+    clock.advance(Duration::from_millis(5999));
+    assert!(guard.is_current(&lease));
+    assert!(guard.start(&lease));
+    clock.advance(Duration::from_millis(1));
+    assert!(!guard.is_current(&lease), "the session may have expired");
+    assert!(matches!(
+        guard.process_message(&tp(0), 2, None, ()),
+        Err(AdmitError::SessionExpired { offset: 2, .. })
+    ));
+    // An answered heartbeat renews it; the partition was never fenced, so the lease is good again.
+    bound.renew(guard.now(), Duration::from_secs(6));
+    assert!(guard.is_current(&lease));
+    admit(&guard, 0, 2);
+}

@@ -17,10 +17,10 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use rebalance_guard::wire::{
     IsolationLevel, OffsetSpec, ProduceRecord, VersionRange,
 };
 use rebalance_guard::TopicPartition;
+use support::proxy::{read_frame, write_frame, Proxy};
 use support::{unique_name, Kafka, KafkaVersion};
 
 // ---------------------------------------------------------------------------
@@ -196,130 +197,6 @@ fn produce_is_answered(addr: &str, version: i16) -> bool {
 }
 
 // ---------------------------------------------------------------------------
-// What goes over the wire: a recording proxy
-// ---------------------------------------------------------------------------
-
-/// A loopback TCP proxy in front of a single-node broker that records the (api key, version)
-/// of every request passing through it. The broker advertises itself as `127.0.0.1:<port>` in
-/// Metadata and FindCoordinator answers; the proxy writes its own port over the broker's there
-/// (same length, so nothing else in the frame moves), which makes a client that bootstraps
-/// through the proxy open every further connection through it too.
-struct Proxy {
-    addr: String,
-    seen: Arc<Mutex<Vec<(i16, i16)>>>,
-}
-
-impl Proxy {
-    fn start(upstream: &str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let upstream_port: u16 = upstream
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("upstream port");
-        assert!(upstream.starts_with("127.0.0.1:"), "{upstream}");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let recorder = seen.clone();
-        let upstream = upstream.to_string();
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
-                    continue;
-                };
-                let inflight: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
-                let (rec, apis) = (recorder.clone(), inflight.clone());
-                thread::spawn(move || {
-                    let _ = pump_requests(client, server, &rec, &apis);
-                });
-                let from = (upstream_port as i32).to_be_bytes();
-                let to = (addr.port() as i32).to_be_bytes();
-                thread::spawn(move || {
-                    let _ = pump_responses(server2, client2, &inflight, from, to);
-                });
-            }
-        });
-        Proxy {
-            addr: addr.to_string(),
-            seen,
-        }
-    }
-
-    fn seen(&self) -> Vec<(i16, i16)> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-fn read_frame(s: &mut TcpStream) -> io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut frame = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
-    s.read_exact(&mut frame)?;
-    Ok(frame)
-}
-
-fn write_frame(s: &mut TcpStream, frame: &[u8]) -> io::Result<()> {
-    s.write_all(&(frame.len() as i32).to_be_bytes())?;
-    s.write_all(frame)
-}
-
-fn pump_requests(
-    mut client: TcpStream,
-    mut server: TcpStream,
-    seen: &Mutex<Vec<(i16, i16)>>,
-    inflight: &Mutex<HashMap<i32, i16>>,
-) -> io::Result<()> {
-    let result = (|| loop {
-        let frame = read_frame(&mut client)?;
-        if frame.len() >= 8 {
-            let key = i16::from_be_bytes([frame[0], frame[1]]);
-            let version = i16::from_be_bytes([frame[2], frame[3]]);
-            let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-            seen.lock().unwrap().push((key, version));
-            inflight.lock().unwrap().insert(correlation, key);
-        }
-        write_frame(&mut server, &frame)?;
-    })();
-    let _ = server.shutdown(Shutdown::Write);
-    result
-}
-
-fn pump_responses(
-    mut server: TcpStream,
-    mut client: TcpStream,
-    inflight: &Mutex<HashMap<i32, i16>>,
-    from_port: [u8; 4],
-    to_port: [u8; 4],
-) -> io::Result<()> {
-    let host = b"127.0.0.1";
-    let result = (|| loop {
-        let mut frame = read_frame(&mut server)?;
-        let correlation = frame
-            .get(..4)
-            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-        let key = correlation.and_then(|c| inflight.lock().unwrap().remove(&c));
-        if key == Some(ApiKey::Metadata as i16) || key == Some(ApiKey::FindCoordinator as i16) {
-            let mut at = 0;
-            while at + host.len() + 4 <= frame.len() {
-                if frame[at..].starts_with(host)
-                    && frame[at + host.len()..at + host.len() + 4] == from_port
-                {
-                    frame[at + host.len()..at + host.len() + 4].copy_from_slice(&to_port);
-                }
-                at += 1;
-            }
-        }
-        write_frame(&mut client, &frame)?;
-    })();
-    let _ = client.shutdown(Shutdown::Write);
-    result
-}
-
-// ---------------------------------------------------------------------------
 // Our side, and the caps below Kafka's versions that the code documents
 // ---------------------------------------------------------------------------
 
@@ -466,7 +343,7 @@ impl RebalanceListener for Listener {
 /// (CreateTopics, Metadata, Produce, Fetch, ListOffsets, FindCoordinator, OffsetCommit,
 /// OffsetFetch), then a group member that joins, syncs, heartbeats, commits and leaves.
 fn workload(proxy: &Proxy) {
-    let mut cfg = ClientConfig::from_bootstrap_str(&proxy.addr);
+    let mut cfg = ClientConfig::from_bootstrap_str(proxy.addr());
     cfg.connection.request_timeout = Duration::from_secs(20);
     let mut c = Client::connect(cfg.clone()).expect("connect through the proxy");
     let topic = unique_name("versions");

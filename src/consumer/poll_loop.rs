@@ -136,6 +136,10 @@ impl Consumer {
             max_poll_interval: config.max_poll_interval(),
         };
         let member = GroupMember::new(group, config.client_config(), hook)?;
+        // Leases also expire by time: past the last answered heartbeat's send time plus
+        // session.timeout.ms the coordinator may have evicted us, and the thread that asks
+        // must see that without waiting for the heartbeat thread.
+        member.bound_session(guard.session_bound());
         Ok(Consumer {
             sizer: BatchSizer::from_config(&config),
             fetch: config.fetch_config(),
@@ -601,6 +605,13 @@ impl Batch<'_> {
                     intake.positions.remove(&tp);
                     self.consumer.counters.dropped_records += dropped as u64;
                     log::warn!("{tp} is fenced: {dropped} fetched record(s) dropped unprocessed");
+                }
+                Err(error @ AdmitError::SessionExpired { .. }) => {
+                    // Not ours to process until a heartbeat is answered again (or the loss is
+                    // detected): the record stays first in line, and the batch ends here.
+                    log::warn!("{error}: the batch stops until the session is renewed");
+                    intake.buffers.entry(tp).or_default().push_front(record);
+                    return None;
                 }
                 Err(error @ AdmitError::Duplicate { .. }) => log::info!("skipped: {error}"),
                 Err(error @ AdmitError::OffsetRegression { .. }) => log::error!("skipped: {error}"),

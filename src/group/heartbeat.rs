@@ -177,19 +177,21 @@ impl Heartbeater {
                 continue;
             }
             match result {
-                Ok(0) => state.last_heartbeat_ok = now,
+                Ok(0) => state.session_renewed(now, self.settings.session_timeout),
                 Ok(code) => {
                     let ctx = ErrorContext {
                         group_id: &self.settings.group_id,
                         group_instance_id: self.settings.instance_id.as_deref(),
                     };
                     match classify(GroupApi::Heartbeat, code, &ctx) {
-                        ErrorAction::Proceed => state.last_heartbeat_ok = now,
+                        ErrorAction::Proceed => {
+                            state.session_renewed(now, self.settings.session_timeout)
+                        }
                         ErrorAction::Retry => {}
                         ErrorAction::RediscoverCoordinator => self.forget_coordinator(),
                         ErrorAction::Rejoin => {
                             // The member is alive; the group wants it to rejoin.
-                            state.last_heartbeat_ok = now;
+                            state.session_renewed(now, self.settings.session_timeout);
                             if state.rejoin.is_none() {
                                 log::info!(
                                     "group {} is rebalancing: rejoining at the next poll",

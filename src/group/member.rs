@@ -397,6 +397,14 @@ impl GroupMember {
         self.shared.lock().identity.clone()
     }
 
+    /// Lets the membership bound ownership in time: every answered heartbeat, JoinGroup and
+    /// SyncGroup renews `bound` to its send time plus `session.timeout.ms`, so that leases read
+    /// stale once the coordinator could have evicted this member, even before the heartbeat
+    /// thread finds out (see [`SessionBound`](crate::guard::SessionBound)).
+    pub fn bound_session(&self, bound: Arc<crate::guard::SessionBound>) {
+        self.shared.lock().session_bound = Some(bound);
+    }
+
     /// True while we are in a generation with nothing pending: records may be processed.
     pub fn is_stable(&self) -> bool {
         let state = self.shared.lock();
@@ -729,7 +737,7 @@ impl GroupMember {
                 owned.iter().chain(&assigned).cloned().collect();
             state.owned = interim.into_iter().collect();
             state.phase = Phase::Stable;
-            state.last_heartbeat_ok = Instant::now();
+            state.session_renewed(sync_sent, self.config.session_timeout);
         }
         self.shared.wake.notify_all();
         for event in plan.events {
@@ -767,8 +775,9 @@ impl GroupMember {
 
     /// The coordinator accepted a request of ours sent at `sent`: our session runs from there.
     fn session_renewed(&self, sent: Instant) {
-        let mut state = self.shared.lock();
-        state.last_heartbeat_ok = state.last_heartbeat_ok.max(sent);
+        self.shared
+            .lock()
+            .session_renewed(sent, self.config.session_timeout);
     }
 
     fn back_to_unjoined(&self, reason: &str) {

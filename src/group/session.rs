@@ -3,11 +3,12 @@
 //! One mutex, held only for reads and writes of this struct (never across I/O), and one condvar
 //! that wakes the heartbeat thread when the phase changes or the consumer closes.
 
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::membership::FatalError;
 use super::requests::MemberIdentity;
+use crate::guard::SessionBound;
 use crate::TopicPartition;
 
 /// Where the member is in the classic protocol's life cycle.
@@ -57,6 +58,19 @@ pub(crate) struct SessionState {
     /// member it holds in a join, so the session clock cannot run out meanwhile.
     pub(crate) request_in_flight: bool,
     pub(crate) last_heartbeat_ok: Instant,
+    /// Shared with the guard: renewed here, read by whoever is about to act on a lease.
+    pub(crate) session_bound: Option<Arc<SessionBound>>,
+}
+
+impl SessionState {
+    /// The coordinator answered a request of ours sent at `sent` (a heartbeat, a JoinGroup, a
+    /// SyncGroup): the session runs for `session_timeout` from there.
+    pub(crate) fn session_renewed(&mut self, sent: Instant, session_timeout: Duration) {
+        self.last_heartbeat_ok = self.last_heartbeat_ok.max(sent);
+        if let Some(bound) = &self.session_bound {
+            bound.renew(sent, session_timeout);
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -79,6 +93,7 @@ impl Shared {
                 in_poll: false,
                 request_in_flight: false,
                 last_heartbeat_ok: now,
+                session_bound: None,
             }),
             wake: Condvar::new(),
         }

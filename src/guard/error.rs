@@ -24,6 +24,15 @@ pub enum AdmitError {
         /// Why the partition does not accept work; `None` when it was never assigned.
         status: Option<OwnerStatus>,
     },
+    /// The member's session may have expired (no heartbeat answered for `session.timeout.ms`,
+    /// measured from its send time): the coordinator may have given the partition to another
+    /// member. The record is not admitted; it is handed out once the session is renewed.
+    SessionExpired {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that was refused.
+        offset: i64,
+    },
     /// The idempotency key was processed recently by this worker: a redelivery.
     Duplicate {
         /// The partition.
@@ -54,6 +63,10 @@ impl fmt::Display for AdmitError {
                 Some(status) => write!(f, "{partition} offset {offset} refused: partition is {status}"),
                 None => write!(f, "{partition} offset {offset} refused: partition was never assigned"),
             },
+            Self::SessionExpired { partition, offset } => write!(
+                f,
+                "{partition} offset {offset} refused: the member's session may have expired"
+            ),
             Self::Duplicate { partition, offset } => write!(
                 f,
                 "{partition} offset {offset} refused: its idempotency key was already processed"

@@ -25,6 +25,7 @@ mod hash_index;
 mod key_hash;
 mod lru;
 mod progress;
+mod session_bound;
 mod storm;
 mod table;
 
@@ -39,6 +40,7 @@ pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffStage,
     OffsetCommitError, PartitionFailure, RewindError,
 };
+pub use session_bound::SessionBound;
 pub use storm::StormStatus;
 
 use crate::TopicPartition;
@@ -283,6 +285,8 @@ impl<K: Eq + Hash, M> Inner<K, M> {
 pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
     inner: Mutex<Inner<K, M>>,
     clock: Arc<dyn Clock>,
+    /// Ownership ends by time too: past this bound the coordinator may have evicted us.
+    session: Arc<SessionBound>,
 }
 
 impl<K, M> fmt::Debug for RebalanceGuard<K, M> {
@@ -310,7 +314,19 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 storm: StormDetector::new(config.storm_window, config.storm_threshold),
             }),
             clock,
+            session: Arc::new(SessionBound::unbounded()),
         })
+    }
+
+    /// The bound in time on this member's ownership, for the group membership to renew with
+    /// every answered heartbeat (see [`SessionBound`]). Until it is first renewed, leases expire
+    /// only when their partition moves.
+    pub fn session_bound(&self) -> Arc<SessionBound> {
+        self.session.clone()
+    }
+
+    fn session_expired(&self) -> bool {
+        self.session.expired_on(&|| self.clock.now())
     }
 
     /// The state is consistent between any two statements that can panic (no caller code runs
@@ -409,6 +425,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 status: Some(state.status),
             });
         }
+        if self.session.expired_on(&|| self.clock.now()) {
+            return Err(AdmitError::SessionExpired {
+                partition: partition.clone(),
+                offset,
+            });
+        }
         // Fence passed; now the key, then monotonicity. On the common path (no regression) one
         // insertion both checks for a duplicate and remembers the key.
         let duplicate = |state: &mut PartitionState<M>| {
@@ -484,16 +506,21 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// True while the lease's assignment is still this member's (owned, or draining during a
     /// revocation). Check it right before an external side effect.
     pub fn is_current(&self, lease: &Lease) -> bool {
-        self.lock()
-            .partitions
-            .get(&lease.partition)
-            .is_some_and(|state| state.accepts_completions(lease.epoch))
+        !self.session_expired()
+            && self
+                .lock()
+                .partitions
+                .get(&lease.partition)
+                .is_some_and(|state| state.accepts_completions(lease.epoch))
     }
 
     /// A worker is about to start the leased message: allowed only while the partition is owned
     /// under the lease's epoch. Once a revocation has fenced the partition, queued work that has
     /// not started must not start (it is cancelled instead), so this refuses.
     pub fn start(&self, lease: &Lease) -> bool {
+        if self.session_expired() {
+            return false;
+        }
         let mut inner = self.lock();
         match inner.partitions.get_mut(&lease.partition) {
             Some(state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {

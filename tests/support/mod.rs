@@ -27,6 +27,7 @@ pub mod consumer;
 pub mod kafka;
 pub mod members;
 pub mod ours;
+pub mod proxy;
 
 pub use kafka::{Kafka, KafkaVersion};
 

@@ -1,0 +1,113 @@
+//! A lease that expires by time: ownership is only as good as the member's session.
+//!
+//! The coordinator evicts a member it has not heard from for `session.timeout.ms` and hands its
+//! partitions to someone else, without telling the evicted member. A member learns of it only
+//! when its next heartbeat is answered with an error, and a member whose process was frozen
+//! (SIGSTOP, a debugger, a long stall) has not sent that heartbeat: when it resumes, every lease
+//! it holds still reads current, and a handler that was in the middle of an order applies it
+//! although the order already belongs to another member.
+//!
+//! So ownership also ends by time. Each answered heartbeat (and each successful join or sync)
+//! renews the bound to *its send time* plus `session.timeout.ms`: the coordinator received the
+//! request after it was sent, so its own deadline for this member is at least that late. Past
+//! the bound the coordinator may already have evicted the member, and the thread that asks
+//! ([`RebalanceGuard::is_current`](super::RebalanceGuard::is_current), a worker about to start,
+//! an admission) reads the clock itself and gets "no": it does not wait for the heartbeat
+//! thread, which may not have run since the process resumed.
+//!
+//! The clock is `std::time::Instant` (CLOCK_MONOTONIC on Linux), which keeps counting while the
+//! process is stopped or starved of CPU. It does not count while the whole machine is suspended
+//! (a VM paused by its host, a laptop asleep): such a stall is not detected by this bound.
+//!
+//! Lock-free (one atomic), so it can be read under the guard's lock and written by the
+//! heartbeat thread under the membership's lock without ordering the two locks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long ownership can be trusted: renewed by the membership, read by whoever is about to
+/// act on a lease. Starts unbounded (a guard used without a group membership).
+#[derive(Debug)]
+pub struct SessionBound {
+    base: Instant,
+    /// Nanoseconds after `base` at which the session may have expired, plus one; 0 means
+    /// unbounded.
+    until: AtomicU64,
+}
+
+impl Default for SessionBound {
+    fn default() -> Self {
+        Self::unbounded()
+    }
+}
+
+impl SessionBound {
+    /// No bound yet: leases expire only when their partition moves.
+    pub fn unbounded() -> Self {
+        SessionBound {
+            base: Instant::now(),
+            until: AtomicU64::new(0),
+        }
+    }
+
+    fn encode(&self, at: Instant) -> u64 {
+        let nanos = at.saturating_duration_since(self.base).as_nanos();
+        u64::try_from(nanos)
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// The coordinator answered a request sent at `sent`: the session lasts at least until
+    /// `sent + session_timeout`. Never moves the bound back (an older answer arriving late).
+    pub fn renew(&self, sent: Instant, session_timeout: Duration) {
+        let until = sent.checked_add(session_timeout).unwrap_or(sent);
+        let encoded = self.encode(until).max(1);
+        self.until.fetch_max(encoded, Ordering::AcqRel);
+    }
+
+    /// True once `now` is past the bound: the coordinator may have evicted the member.
+    pub fn is_expired(&self, now: Instant) -> bool {
+        self.expired_on(&|| now)
+    }
+
+    /// [`is_expired`](Self::is_expired) at the clock's current instant, read only when there is
+    /// a bound (an unbounded guard pays no clock read).
+    pub(crate) fn expired_on(&self, now: &dyn Fn() -> Instant) -> bool {
+        match self.until.load(Ordering::Acquire) {
+            0 => false,
+            until => self.encode(now()) >= until,
+        }
+    }
+
+    /// The instant past which the session may have expired, if bounded.
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self.until.load(Ordering::Acquire) {
+            0 => None,
+            until => self.base.checked_add(Duration::from_nanos(until - 1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_holds_for_the_session_timeout_from_its_send_time() {
+        let bound = SessionBound::unbounded();
+        let t0 = Instant::now();
+        assert!(
+            !bound.is_expired(t0 + Duration::from_secs(3600)),
+            "unbounded"
+        );
+        bound.renew(t0, Duration::from_secs(6));
+        assert!(!bound.is_expired(t0 + Duration::from_millis(5999)));
+        assert!(bound.is_expired(t0 + Duration::from_secs(6)));
+        // A late answer to an older heartbeat does not shorten the session.
+        bound.renew(t0 - Duration::from_secs(1), Duration::from_secs(6));
+        assert!(!bound.is_expired(t0 + Duration::from_millis(5999)));
+        bound.renew(t0 + Duration::from_secs(2), Duration::from_secs(6));
+        assert!(!bound.is_expired(t0 + Duration::from_millis(7999)));
+        assert_eq!(bound.valid_until(), Some(t0 + Duration::from_secs(8)));
+    }
+}
