@@ -25,7 +25,7 @@
 //!
 //! **The effect.** An order's value is `order_id=<id>;...`. The order id is the idempotency key
 //! (so a redelivery inside this process is refused by the guard), and the effect key is derived
-//! from group, topic, partition, offset and operation (seed 004), so that an idempotent sink
+//! from group, topic, partition, offset and operation, so that an idempotent sink
 //! could recognise a repeat by another worker. Each applied effect appends one line,
 //! `effect_key order_id partition offset`, to `--effects` with `O_APPEND`, written straight to
 //! the file (no user-space buffer) *before* the record is completed: a crash after the effect and
@@ -209,7 +209,7 @@ fn order_id(record: &Record) -> Option<&str> {
         .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
 }
 
-/// Seed 004: consumer + topic + partition + offset + operation.
+/// A stable effect key: consumer group + topic + partition + offset + operation.
 fn effect_key(group: &str, record: &Record) -> String {
     format!(
         "{group}/{}/{}/{}/{OPERATION}",
@@ -361,7 +361,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 if !args.process.is_zero() {
                     std::thread::sleep(args.process);
                 }
-                // Seed 004: assignment is a lease; check it right before the external effect.
+                // Assignment is a lease: check it right before the external effect.
                 if batch.is_current(&delivery) {
                     if let Some(file) = effects.as_mut() {
                         let line = format!(

@@ -125,7 +125,7 @@ fn commit_after_a_batch_is_last_plus_one_tansu() {
     commit_after_a_batch_is_last_plus_one(BrokerKind::Tansu);
 }
 
-/// Seed 001's scenario: a handler slower than max.poll.interval.ms gets the member evicted
+/// The slow-handler scenario: a handler slower than max.poll.interval.ms gets the member evicted
 /// mid-batch. The slow record's lease is stale when it finishes, and not one further record of
 /// the lost partitions is processed by the evicted member, although its batch held more; the
 /// other member takes over and every record is processed.

@@ -1,5 +1,5 @@
 //! The decoupled mode against real brokers: worker threads run the handler, the poll thread keeps
-//! the membership, and only the contiguous completed prefix is committed. Includes seed 004's
+//! the membership, and only the contiguous completed prefix is committed. Includes the
 //! held-open rebalance test.
 
 mod support;
@@ -212,7 +212,7 @@ impl Latch {
     }
 }
 
-/// Seed 004's held-open rebalance test (cooperative-sticky): consumer A works partitions
+/// The held-open rebalance test (cooperative-sticky): consumer A works partitions
 /// 0 and 1 and holds offset 101 of each before its effect, with 100 complete; consumer B joins and
 /// one partition moves to it while A's 101 is still held past the drain timeout. Then:
 /// - no offset before the incomplete one was skipped: B starts the moved partition at 101;
@@ -240,7 +240,7 @@ fn held_open_rebalance(kind: BrokerKind) {
                     latch.hold();
                 }
             }
-            // The effect is applied only under a current lease (seed 004's fencing value).
+            // The effect is applied only under a current lease (the value of fencing).
             let applied = ctx.is_current();
             log.lock().unwrap().push(Attempt {
                 member,

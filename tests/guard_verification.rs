@@ -1,5 +1,6 @@
-//! The verification list of seed 000 ("Consumer Group Rebalance Safety"), item by item, plus the
-//! additions of seed 004: contiguous-prefix commits, leases and epochs, the bounded key set.
+//! The guard's rules, each checked in memory: last + 1, revoke and lost, failures that block only
+//! their partition, storms, the fence under concurrency, contiguous-prefix commits, leases and
+//! epochs, the bounded key set (docs/DESIGN.md maps each invariant to its test).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -68,7 +69,7 @@ fn offsets(commits: &[CommitOffset]) -> BTreeMap<i32, i64> {
         .collect()
 }
 
-// Seed 000: "Process offset 100, revoke, and confirm the commit callback received {partition: 101}."
+// Process offset 100, revoke: the commit function receives {partition: 101}.
 #[test]
 fn revocation_commits_last_processed_plus_one() {
     let guard = guard();
@@ -107,8 +108,8 @@ fn batch_commit_is_last_processed_plus_one() {
     assert_eq!(calls.into_inner().unwrap().committed.len(), 1);
 }
 
-// Seed 000: "on_partitions_lost performs no commit and no flush, yet still fences the partition
-// and discards its buffer."
+// A loss performs no commit and no flush, yet still fences the partition
+// and discards its buffer.
 #[test]
 fn lost_fences_and_discards_without_flush_or_commit() {
     let guard = guard();
@@ -158,8 +159,8 @@ fn lost_fences_and_discards_without_flush_or_commit() {
     admit(&guard, 1, 5);
 }
 
-// Seed 000: "a failing flush_fn prevents that partition's commit while unaffected partitions
-// still commit, and OffsetCommitError names only the failed ones."
+// A failing flush prevents that partition's commit while unaffected partitions
+// still commit, and the OffsetCommitError names only the failed ones.
 #[test]
 fn failing_flush_blocks_only_its_partition() {
     let guard = guard();
@@ -204,7 +205,7 @@ fn failing_flush_blocks_only_its_partition() {
     }
 }
 
-// Seed 000: "every partition is fenced even when the commit raises."
+// Every partition is fenced even when the commit fails.
 #[test]
 fn every_partition_is_fenced_when_the_commit_fails() {
     let guard = guard();
@@ -256,7 +257,7 @@ fn a_commit_refusing_some_partitions_names_only_those() {
     assert_eq!(snapshot.partitions[1].last_committed, None);
 }
 
-// Seed 000: "revocation commits progress even when the in-flight buffer is already empty."
+// A revocation commits progress even when the in-flight buffer is already empty.
 #[test]
 fn revocation_commits_progress_with_an_empty_buffer() {
     let guard = guard();
@@ -315,7 +316,7 @@ fn revocation_without_a_commit_function_fences_and_drains_but_commits_nothing() 
     assert!(guard.process_message(&tp(0), 8, None, ()).is_err());
 }
 
-// Seed 000: "a revoke-then-assign pair counts as one rebalance, not two."
+// A revoke-then-assign pair counts as one rebalance, not two.
 #[test]
 fn revoke_then_assign_counts_as_one_rebalance() {
     let clock = Arc::new(ManualClock::new());
@@ -344,8 +345,8 @@ fn revoke_then_assign_counts_as_one_rebalance() {
     assert!(!guard.storm_status().is_storm());
 }
 
-// Seed 000: "the fence holds against concurrent producer threads and nothing is appended to a
-// buffer after revocation discarded it."
+// The fence holds against concurrent producer threads and nothing is appended to a
+// buffer after revocation discarded it.
 #[test]
 fn fence_holds_against_concurrent_producers() {
     for revoke_cleanly in [true, false] {
@@ -430,7 +431,7 @@ fn fence_holds_against_concurrent_producers() {
     }
 }
 
-// Seed 004: "100 complete, 101 running, 102 complete: safe next offset to commit = 101".
+// 100 complete, 101 running, 102 complete: the safe next offset to commit is 101.
 #[test]
 fn concurrent_work_commits_only_the_contiguous_completed_prefix() {
     let guard = guard();
@@ -734,7 +735,7 @@ fn invalid_config_names_the_setting() {
     assert!(error.to_string().contains("storm_window"));
 }
 
-// Decoupled work (seed 004): queued work that has not started when a revocation fences the
+// Decoupled work: queued work that has not started when a revocation fences the
 // partition is cancelled, running work drains, and the revocation commits exactly the processed
 // prefix; cancelled messages are the next owner's, so their keys are forgotten.
 #[test]

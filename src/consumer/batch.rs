@@ -1,6 +1,6 @@
 //! The batch sizer: how many records the next `poll()` may hand out, and when a batch must stop.
 //!
-//! Why it exists (seed 001): a handler slower than expected keeps the consumer from polling, the
+//! Why it exists: a handler slower than expected keeps the consumer from polling, the
 //! member is evicted after `max.poll.interval.ms`, its partitions move, and the batch it is still
 //! working through becomes zombie work processed twice. Java leaves this to the user
 //! (`max.poll.records` is a fixed count, blind to how long records take). Here the count follows

@@ -486,7 +486,8 @@ impl Consumer {
         committed.map(|_| ())
     }
 
-    /// A snapshot of per-partition signals (seed 004's operational list) and counters.
+    /// A snapshot of per-partition signals (what an operator needs to see a stuck partition) and
+    /// counters.
     pub fn stats(&self) -> ConsumerStats {
         let guard = self.guard.snapshot();
         let now = Instant::now();

@@ -327,7 +327,7 @@ impl RebalanceListener for Bridge<'_> {
                 self.storm(report.storm);
             }
             Err(error) => {
-                // Seed 004: log the attempted positions, the generation and the error; never
+                // Log the attempted positions, the generation and the error; never
                 // pretend a commit can undo work. The next owner resumes from the last durable
                 // position and the idempotent sink absorbs the repeat.
                 self.counters.failed_handoffs += 1;

@@ -1,4 +1,4 @@
-//! Per-partition operational signals (seed 004): aggregate lag does not reveal a worker
+//! Per-partition operational signals: aggregate lag does not reveal a worker
 //! finishing revoked work, these do.
 
 use std::fmt;

@@ -1,4 +1,4 @@
-//! The decoupled mode (seed 004): the poll thread keeps the membership alive and admits records;
+//! The decoupled mode: the poll thread keeps the membership alive and admits records;
 //! worker threads run the handler; the guard's completion tracking commits only the contiguous
 //! completed prefix of each partition.
 //!

@@ -6,7 +6,7 @@
 //! layer hands it `flush` and `commit` functions. It is `Send + Sync`; one mutex guards the state,
 //! and no caller-supplied function ever runs while that mutex is held.
 //!
-//! The rules (seed 000, extended by seed 004 for concurrent work):
+//! The rules (docs/DESIGN.md lists the test that pins each one):
 //! 1. **Assign** activates partitions; under cooperative rebalancing the argument is only the newly
 //!    added partitions, so it activates and never replaces.
 //! 2. **Admit** (`process_message`) checks the fence first, then the idempotency key, then offset
@@ -177,7 +177,7 @@ pub struct LostReport {
     pub storm: Option<StormStatus>,
 }
 
-/// A point-in-time view of one partition, for stats lines and dashboards (seed 004's
+/// A point-in-time view of one partition, for stats lines and dashboards (the
 /// "operational signals").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionSnapshot {

@@ -2,7 +2,7 @@
 //!
 //! Kafka commits a position (the next offset to read), not a set of finished offsets. When work
 //! finishes out of order, the only safe position is the end of the contiguous completed prefix:
-//! with 100 complete, 101 running and 102 complete, the position is 101 (seed 004). Committing
+//! with 100 complete, 101 running and 102 complete, the position is 101. Committing
 //! 103 would skip 101 for whoever owns the partition next.
 
 use std::collections::VecDeque;
@@ -257,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn contiguous_prefix_from_seed_004() {
+    fn contiguous_prefix_stops_at_the_first_unfinished_offset() {
         let mut progress = Progress::default();
         for offset in 100..=102 {
             admit(&mut progress, offset);

@@ -1,6 +1,6 @@
 //! Rebalance storm detection.
 //!
-//! A storm is usually poll starvation feeding on itself (seed 001): a slow handler gets the member
+//! A storm is usually poll starvation feeding on itself: a slow handler gets the member
 //! evicted, its batch is reassigned and reprocessed, the external API gets slower, more members
 //! are evicted. The detector returns a value so the caller can degrade (pause intake, widen quotes,
 //! page someone) rather than scrape logs.

@@ -2,7 +2,7 @@
 //! produce, all over `std::net::TcpStream` with `kafka-protocol` doing the encoding.
 //!
 //! Why our own: the only synchronous pure-Rust client (`kafka` 0.10) speaks API version 0 only,
-//! which Kafka 4.0 removed (see `DESIGN.md`). Layering: [`connection`] owns one socket and its
+//! which Kafka 4.0 removed (KIP-896). Layering: [`connection`] owns one socket and its
 //! negotiated [`versions`]; [`client`] routes requests to the right broker and recovers from
 //! stale metadata and broken connections; [`records`] turns fetched bytes into [`Record`]s.
 //!

@@ -109,7 +109,8 @@ pub struct OurMemberSpec {
 }
 
 impl OurMemberSpec {
-    /// Fast-rebalance settings measured on the mock (see DESIGN.md).
+    /// Fast-rebalance settings: librdkafka's mock waits session - 1 s for every rebalance, so a
+    /// 6 s session with 500 ms heartbeats keeps its rebalances short.
     pub fn new(bootstrap: &str, group: &str, topic: &str, strategy: &str) -> Self {
         OurMemberSpec {
             bootstrap: bootstrap.to_string(),
