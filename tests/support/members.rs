@@ -27,7 +27,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::kafka::pinned;
-use super::{json, repo_root, scratch_dir, unique_name, venv_python};
+use serde_json::Value;
+
+use super::{repo_root, scratch_dir, unique_name, venv_python, wait_exit};
 
 /// A topic-partition as the peers report it: `(topic, partition)`.
 pub type Tp = (String, i32);
@@ -249,13 +251,13 @@ pub struct MemberEvent {
 
 impl MemberEvent {
     fn parse(line: &str, received: Instant) -> Result<MemberEvent, String> {
-        let v = json::parse(line)?;
+        let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
         let name = v
             .get("name")
-            .and_then(json::Value::as_str)
+            .and_then(Value::as_str)
             .ok_or("missing name")?
             .to_string();
-        let kind = match v.get("event").and_then(json::Value::as_str) {
+        let kind = match v.get("event").and_then(Value::as_str) {
             Some("ready") => MemberEventKind::Ready,
             Some("assigned") => MemberEventKind::Assigned,
             Some("revoked") => MemberEventKind::Revoked,
@@ -267,19 +269,16 @@ impl MemberEvent {
             Some(other) => MemberEventKind::Other(other.to_string()),
             None => return Err("missing event".into()),
         };
-        let t = match v.get("t") {
-            Some(json::Value::Num(n)) => *n,
-            _ => return Err("missing t".into()),
-        };
+        let t = v.get("t").and_then(Value::as_f64).ok_or("missing t")?;
         let partitions = match v.get("partitions") {
             Some(p) => parse_tps(p)?,
             None => BTreeSet::new(),
         };
         let owned = v.get("owned").map(parse_tps).transpose()?;
         let record = if kind == MemberEventKind::Record {
-            let topic = v.get("topic").and_then(json::Value::as_str);
-            let partition = v.get("partition").and_then(json::Value::as_i64);
-            let offset = v.get("offset").and_then(json::Value::as_i64);
+            let topic = v.get("topic").and_then(Value::as_str);
+            let partition = v.get("partition").and_then(Value::as_i64);
+            let offset = v.get("offset").and_then(Value::as_i64);
             match (topic, partition, offset) {
                 (Some(t), Some(p), Some(o)) => Some((t.to_string(), p as i32, o)),
                 _ => return Err("record event without topic/partition/offset".into()),
@@ -294,11 +293,8 @@ impl MemberEvent {
             owned,
             t,
             received,
-            error: v
-                .get("error")
-                .and_then(json::Value::as_str)
-                .map(str::to_string),
-            fatal: matches!(v.get("fatal"), Some(json::Value::Bool(true))),
+            error: v.get("error").and_then(Value::as_str).map(str::to_string),
+            fatal: v.get("fatal").and_then(Value::as_bool) == Some(true),
             record,
             raw: line.to_string(),
         })
@@ -320,15 +316,15 @@ impl MemberEvent {
     }
 }
 
-fn parse_tps(v: &json::Value) -> Result<BTreeSet<Tp>, String> {
+fn parse_tps(v: &Value) -> Result<BTreeSet<Tp>, String> {
     let items = v.as_array().ok_or("partition list is not an array")?;
     items
         .iter()
         .map(|pair| {
             let pair = pair.as_array().ok_or("partition is not a pair")?;
             match (
-                pair.first().and_then(json::Value::as_str),
-                pair.get(1).and_then(json::Value::as_i64),
+                pair.first().and_then(Value::as_str),
+                pair.get(1).and_then(Value::as_i64),
             ) {
                 (Some(topic), Some(p)) => Ok((topic.to_string(), p as i32)),
                 _ => Err(format!("bad partition {pair:?}")),
@@ -715,17 +711,6 @@ fn java_classpath() -> String {
         )
     });
     text.trim().to_string()
-}
-
-fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return true,
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-            _ => return false,
-        }
-    }
 }
 
 fn latest_owned(events: &[MemberEvent]) -> BTreeSet<Tp> {

@@ -19,8 +19,8 @@
 //! each test can start its own and tests can run in parallel.
 //!
 //! Integration tests include it with `mod support;`. Each test binary uses a
-//! subset, hence the `dead_code` allowance. Std only, on purpose: the test
-//! infrastructure must not pull dependencies into the crate.
+//! subset, hence the `dead_code` allowance. Beyond std it uses only serde_json
+//! (a dev-dependency) to read the peers' JSON lines.
 #![allow(dead_code)]
 
 pub mod consumer;
@@ -41,6 +41,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
 
 /// How long a broker may take to come up before the test fails.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -749,40 +751,34 @@ pub fn peer_consume(bootstrap: &str, topic: &str, count: usize, extra: &[&str]) 
 }
 
 fn parse_peer_record(line: &str) -> Result<PeerRecord, String> {
-    let value = json::parse(line)?;
+    let value: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
     let int = |name: &str| {
         value
             .get(name)
-            .and_then(json::Value::as_i64)
+            .and_then(Value::as_i64)
             .ok_or_else(|| format!("missing integer {name}"))
     };
-    let hex_opt = |v: Option<&json::Value>| -> Result<Option<Vec<u8>>, String> {
+    let hex_opt = |v: Option<&Value>| -> Result<Option<Vec<u8>>, String> {
         match v {
-            None | Some(json::Value::Null) => Ok(None),
-            Some(json::Value::Str(s)) => from_hex(s).map(Some),
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => from_hex(s).map(Some),
             Some(other) => Err(format!("expected hex string, got {other:?}")),
         }
     };
     let mut headers = Vec::new();
     for h in value
         .get("headers")
-        .and_then(json::Value::as_array)
+        .and_then(Value::as_array)
         .ok_or("missing headers")?
     {
         let pair = h.as_array().ok_or("header is not a pair")?;
-        let name = pair
-            .first()
-            .and_then(json::Value::as_str)
-            .ok_or("header name")?;
+        let name = pair.first().and_then(Value::as_str).ok_or("header name")?;
         headers.push((name.to_string(), hex_opt(pair.get(1))?));
     }
     Ok(PeerRecord {
         partition: int("partition")? as i32,
         offset: int("offset")?,
-        key: value
-            .get("key")
-            .and_then(json::Value::as_str)
-            .map(str::to_string),
+        key: value.get("key").and_then(Value::as_str).map(str::to_string),
         value: hex_opt(value.get("value"))?,
         headers,
         timestamp: int("timestamp")?,
@@ -797,213 +793,4 @@ fn from_hex(s: &str) -> Result<Vec<u8>, String> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {s:?}: {e}")))
         .collect()
-}
-
-/// A minimal JSON reader, enough for the lines `peer.py` prints.
-pub mod json {
-    /// A parsed JSON value.
-    #[derive(Clone, Debug, PartialEq)]
-    pub enum Value {
-        Null,
-        Bool(bool),
-        Num(f64),
-        Str(String),
-        Array(Vec<Value>),
-        Object(Vec<(String, Value)>),
-    }
-
-    impl Value {
-        pub fn get(&self, key: &str) -> Option<&Value> {
-            match self {
-                Value::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-        pub fn as_i64(&self) -> Option<i64> {
-            match self {
-                Value::Num(n) if n.fract() == 0.0 => Some(*n as i64),
-                _ => None,
-            }
-        }
-        pub fn as_str(&self) -> Option<&str> {
-            match self {
-                Value::Str(s) => Some(s),
-                _ => None,
-            }
-        }
-        pub fn as_array(&self) -> Option<&[Value]> {
-            match self {
-                Value::Array(items) => Some(items),
-                _ => None,
-            }
-        }
-    }
-
-    /// Parse one JSON document.
-    pub fn parse(text: &str) -> Result<Value, String> {
-        let mut p = Parser {
-            s: text.as_bytes(),
-            i: 0,
-        };
-        let v = p.value()?;
-        p.ws();
-        if p.i != p.s.len() {
-            return Err(format!("trailing data at byte {}", p.i));
-        }
-        Ok(v)
-    }
-
-    struct Parser<'a> {
-        s: &'a [u8],
-        i: usize,
-    }
-
-    impl Parser<'_> {
-        fn ws(&mut self) {
-            while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-                self.i += 1;
-            }
-        }
-        fn eat(&mut self, c: u8) -> Result<(), String> {
-            self.ws();
-            if self.s.get(self.i) == Some(&c) {
-                self.i += 1;
-                Ok(())
-            } else {
-                Err(format!("expected {:?} at byte {}", c as char, self.i))
-            }
-        }
-        fn literal(&mut self, word: &str, v: Value) -> Result<Value, String> {
-            if self.s[self.i..].starts_with(word.as_bytes()) {
-                self.i += word.len();
-                Ok(v)
-            } else {
-                Err(format!("bad literal at byte {}", self.i))
-            }
-        }
-        fn value(&mut self) -> Result<Value, String> {
-            self.ws();
-            match self.s.get(self.i) {
-                None => Err("unexpected end".into()),
-                Some(b'n') => self.literal("null", Value::Null),
-                Some(b't') => self.literal("true", Value::Bool(true)),
-                Some(b'f') => self.literal("false", Value::Bool(false)),
-                Some(b'"') => self.string().map(Value::Str),
-                Some(b'[') => {
-                    self.i += 1;
-                    let mut items = Vec::new();
-                    self.ws();
-                    if self.s.get(self.i) == Some(&b']') {
-                        self.i += 1;
-                        return Ok(Value::Array(items));
-                    }
-                    loop {
-                        items.push(self.value()?);
-                        self.ws();
-                        match self.s.get(self.i) {
-                            Some(b',') => self.i += 1,
-                            Some(b']') => {
-                                self.i += 1;
-                                return Ok(Value::Array(items));
-                            }
-                            _ => return Err(format!("bad array at byte {}", self.i)),
-                        }
-                    }
-                }
-                Some(b'{') => {
-                    self.i += 1;
-                    let mut fields = Vec::new();
-                    self.ws();
-                    if self.s.get(self.i) == Some(&b'}') {
-                        self.i += 1;
-                        return Ok(Value::Object(fields));
-                    }
-                    loop {
-                        self.ws();
-                        let key = self.string()?;
-                        self.eat(b':')?;
-                        fields.push((key, self.value()?));
-                        self.ws();
-                        match self.s.get(self.i) {
-                            Some(b',') => self.i += 1,
-                            Some(b'}') => {
-                                self.i += 1;
-                                return Ok(Value::Object(fields));
-                            }
-                            _ => return Err(format!("bad object at byte {}", self.i)),
-                        }
-                    }
-                }
-                Some(_) => self.number(),
-            }
-        }
-        fn number(&mut self) -> Result<Value, String> {
-            let start = self.i;
-            while self.i < self.s.len() && b"+-0123456789.eE".contains(&self.s[self.i]) {
-                self.i += 1;
-            }
-            std::str::from_utf8(&self.s[start..self.i])
-                .ok()
-                .and_then(|t| t.parse::<f64>().ok())
-                .map(Value::Num)
-                .ok_or_else(|| format!("bad number at byte {start}"))
-        }
-        fn hex4(&mut self) -> Result<u32, String> {
-            let t = self
-                .s
-                .get(self.i..self.i + 4)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .ok_or("short \\u escape")?;
-            self.i += 4;
-            u32::from_str_radix(t, 16).map_err(|e| e.to_string())
-        }
-        fn string(&mut self) -> Result<String, String> {
-            self.eat(b'"')?;
-            let mut out = String::new();
-            loop {
-                let start = self.i;
-                while self.i < self.s.len() && self.s[self.i] != b'"' && self.s[self.i] != b'\\' {
-                    self.i += 1;
-                }
-                out.push_str(
-                    std::str::from_utf8(&self.s[start..self.i]).map_err(|e| e.to_string())?,
-                );
-                match self.s.get(self.i) {
-                    Some(b'"') => {
-                        self.i += 1;
-                        return Ok(out);
-                    }
-                    Some(b'\\') => {
-                        let esc = *self.s.get(self.i + 1).ok_or("short escape")?;
-                        self.i += 2;
-                        match esc {
-                            b'"' => out.push('"'),
-                            b'\\' => out.push('\\'),
-                            b'/' => out.push('/'),
-                            b'b' => out.push('\u{8}'),
-                            b'f' => out.push('\u{c}'),
-                            b'n' => out.push('\n'),
-                            b'r' => out.push('\r'),
-                            b't' => out.push('\t'),
-                            b'u' => {
-                                let mut cp = self.hex4()?;
-                                if (0xD800..0xDC00).contains(&cp)
-                                    && self.s[self.i..].starts_with(b"\\u")
-                                {
-                                    self.i += 2;
-                                    let low = self.hex4()?;
-                                    cp = 0x10000
-                                        + ((cp - 0xD800) << 10)
-                                        + (low.wrapping_sub(0xDC00) & 0x3FF);
-                                }
-                                out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
-                            }
-                            other => return Err(format!("bad escape \\{}", other as char)),
-                        }
-                    }
-                    _ => return Err("unterminated string".into()),
-                }
-            }
-        }
-    }
 }
