@@ -18,7 +18,7 @@ use rebalance_guard::group::{
     GroupConfig, GroupContext, GroupMember, LostReason, RebalanceListener,
 };
 use rebalance_guard::guard::{Lease, OwnerStatus};
-use rebalance_guard::wire::{ClientConfig, CommitOffset};
+use rebalance_guard::wire::{ClientConfig, OffsetCommitEntry};
 use rebalance_guard::TopicPartition;
 use support::consumer::{committed, config, produce_to_each_partition};
 use support::{unique_name, BrokerKind, MockCluster, MockOptions};
@@ -187,7 +187,7 @@ fn no_commit_leaves_outside_a_generation_kafka() {
         thread::sleep(Duration::from_millis(50));
     }
     let tp = TopicPartition::new(topic.as_str(), 0);
-    let offsets = [CommitOffset {
+    let offsets = [OffsetCommitEntry {
         tp: tp.clone(),
         offset: 5,
         leader_epoch: None,

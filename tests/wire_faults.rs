@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use rebalance_guard::wire::{
-    Client, ClientConfig, CommitIdentity, CommitOffset, FetchConfig, FetchPosition, IsolationLevel,
-    KafkaCode, OffsetSpec, ProduceRecord, WireError,
+    Client, ClientConfig, CommitIdentity, FetchConfig, FetchPosition, IsolationLevel, KafkaCode,
+    OffsetCommitEntry, OffsetSpec, ProduceRecord, WireError,
 };
 use rebalance_guard::TopicPartition;
 use support::{unique_name, MockCluster, MockOptions};
@@ -122,7 +122,7 @@ fn kafka_2_1_baseline_negotiation() {
     let res = c
         .offset_commit(
             &who,
-            &[CommitOffset {
+            &[OffsetCommitEntry {
                 tp: tp.clone(),
                 offset: 5,
                 leader_epoch: None,
@@ -322,7 +322,7 @@ fn coordinator_moved_and_loading_are_retried() {
         let res = c
             .offset_commit(
                 &who,
-                &[CommitOffset {
+                &[OffsetCommitEntry {
                     tp: tp.clone(),
                     offset,
                     leader_epoch: None,

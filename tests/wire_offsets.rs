@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use rebalance_guard::wire::{Client, ClientConfig, CommitIdentity, CommitOffset};
+use rebalance_guard::wire::{Client, ClientConfig, CommitIdentity, OffsetCommitEntry};
 use rebalance_guard::TopicPartition;
 use support::{unique_name, BrokerKind};
 
@@ -49,13 +49,13 @@ fn commit_and_fetch_round_trip(kind: BrokerKind) {
         group_instance_id: None,
     };
     let offsets = vec![
-        CommitOffset {
+        OffsetCommitEntry {
             tp: tps[0].clone(),
             offset: 42,
             leader_epoch: None,
             metadata: Some("worker-7 batch 3".to_string()),
         },
-        CommitOffset {
+        OffsetCommitEntry {
             tp: tps[2].clone(),
             offset: 0,
             leader_epoch: None,
@@ -105,7 +105,7 @@ fn commit_and_fetch_round_trip(kind: BrokerKind) {
     }
 
     // A second commit overwrites the first.
-    let again = [CommitOffset {
+    let again = [OffsetCommitEntry {
         tp: tps[0].clone(),
         offset: 43,
         leader_epoch: None,

@@ -30,8 +30,8 @@ use rebalance_guard::group::{
     requests, GroupConfig, GroupContext, GroupMember, LostReason, RebalanceListener,
 };
 use rebalance_guard::wire::{
-    client_range, Client, ClientConfig, CommitIdentity, CommitOffset, FetchConfig, FetchPosition,
-    IsolationLevel, OffsetSpec, ProduceRecord, VersionRange,
+    client_range, Client, ClientConfig, CommitIdentity, FetchConfig, FetchPosition, IsolationLevel,
+    OffsetCommitEntry, OffsetSpec, ProduceRecord, VersionRange,
 };
 use rebalance_guard::TopicPartition;
 use support::proxy::{read_frame, write_frame, Proxy};
@@ -396,7 +396,7 @@ fn workload(proxy: &Proxy) {
         member_id: "",
         group_instance_id: None,
     };
-    let commit = [CommitOffset {
+    let commit = [OffsetCommitEntry {
         tp: tp.clone(),
         offset: 1,
         leader_epoch: None,

@@ -241,13 +241,13 @@ impl Bridge<'_> {
 /// Turns the group's per-partition commit results into the guard's failure type.
 pub(crate) fn commit_through(
     commit: impl FnOnce(
-        &[wire::CommitOffset],
+        &[wire::OffsetCommitEntry],
     ) -> Result<crate::group::member::CommitResults, crate::group::CommitError>,
     offsets: &[CommitOffset],
 ) -> Result<(), CommitFailure> {
-    let request: Vec<wire::CommitOffset> = offsets
+    let request: Vec<wire::OffsetCommitEntry> = offsets
         .iter()
-        .map(|o| wire::CommitOffset {
+        .map(|o| wire::OffsetCommitEntry {
             tp: o.partition.clone(),
             offset: o.next_offset,
             leader_epoch: None,

@@ -198,7 +198,10 @@ impl GroupContext<'_> {
     }
 
     /// Commits synchronously with this generation and member id; see [`commit_offsets`].
-    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, CommitError> {
+    pub fn commit(
+        &mut self,
+        offsets: &[wire::OffsetCommitEntry],
+    ) -> Result<CommitResults, CommitError> {
         commit_offsets(
             self.client,
             self.shared,
@@ -229,7 +232,7 @@ fn commit_offsets(
     group_id: &str,
     instance_id: Option<&str>,
     identity: &MemberIdentity,
-    offsets: &[wire::CommitOffset],
+    offsets: &[wire::OffsetCommitEntry],
     lost_hook: Option<&LostHook>,
 ) -> Result<CommitResults, CommitError> {
     // Checked right before the request, against the membership as it is now: a loss detected by
@@ -421,7 +424,10 @@ impl GroupMember {
     /// membership is over (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), the
     /// assignment is lost at once (fenced through the lost hook, reported at the next poll), as
     /// when a heartbeat gets that answer: another member may own the partitions already.
-    pub fn commit(&mut self, offsets: &[wire::CommitOffset]) -> Result<CommitResults, CommitError> {
+    pub fn commit(
+        &mut self,
+        offsets: &[wire::OffsetCommitEntry],
+    ) -> Result<CommitResults, CommitError> {
         let identity = self.identity();
         commit_offsets(
             &mut self.client,

@@ -153,7 +153,7 @@ impl Connection {
             Some(e) if e.kind() == io::ErrorKind::TimedOut => WireError::Timeout {
                 what: format!("connect to {addr}"),
             },
-            Some(e) => WireError::Io(io::Error::new(e.kind(), format!("connect to {addr}: {e}"))),
+            Some(e) => WireError::io(io::Error::new(e.kind(), format!("connect to {addr}: {e}"))),
             None => WireError::Config(format!("{addr} resolved to no address")),
         })
     }
@@ -233,7 +233,7 @@ impl Connection {
     /// unsupported request on the wire.
     pub fn send_request<R: WireRequest>(&mut self, req: &R, version: i16) -> Result<Pending<R>> {
         if self.broken {
-            return Err(WireError::Io(io::Error::new(
+            return Err(WireError::io(io::Error::new(
                 io::ErrorKind::NotConnected,
                 format!("connection to {} is broken", self.addr),
             )));
@@ -350,7 +350,7 @@ impl Connection {
             self.set_read_deadline(deadline)?;
             match self.stream.read(&mut len_buf[got..]) {
                 Ok(0) if got == 0 => {
-                    return Err(WireError::Io(io::Error::new(
+                    return Err(WireError::io(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         format!("{} closed the connection", self.addr),
                     )))
@@ -413,7 +413,7 @@ impl Connection {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::Timeout {
                 what: format!("{what} from {}", self.addr),
             },
-            _ => WireError::Io(io::Error::new(
+            _ => WireError::io(io::Error::new(
                 e.kind(),
                 format!("reading {what} from {}: {e}", self.addr),
             )),

@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
@@ -114,7 +115,12 @@ pub fn api_name(key: i16) -> String {
 }
 
 /// Everything that can go wrong talking to a broker.
-#[derive(Debug)]
+///
+/// `Clone`, because one failure often belongs to several results: a broker that breaks during a
+/// Fetch fails every partition asked from it, and each partition's result carries the error.
+/// The one non-`Clone` cause, `io::Error`, is shared behind an `Arc`, so a copy keeps its kind,
+/// message and source exactly.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum WireError {
     /// The broker answered with a Kafka error code (top-level or for the one item we asked about).
@@ -127,7 +133,8 @@ pub enum WireError {
         context: String,
     },
     /// A socket error (refused, reset, broken pipe...). The connection is unusable afterwards.
-    Io(io::Error),
+    /// Shared (see the type's doc) so that every result the failure affects can carry it.
+    Io(Arc<io::Error>),
     /// No response within the request timeout (or no connection within the connect timeout).
     Timeout {
         /// What timed out, e.g. "connect to 127.0.0.1:9092" or "Fetch response".
@@ -200,6 +207,11 @@ pub enum WireError {
 }
 
 impl WireError {
+    /// A socket error, shared so that copies of it stay exact.
+    pub fn io(error: io::Error) -> WireError {
+        WireError::Io(Arc::new(error))
+    }
+
     /// A Kafka error for `api` with no extra context.
     pub fn kafka(api: ApiKey, code: KafkaCode, context: impl Into<String>) -> WireError {
         WireError::Kafka {
@@ -316,7 +328,7 @@ impl fmt::Display for WireError {
 impl std::error::Error for WireError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            WireError::Io(e) => Some(e),
+            WireError::Io(e) => Some(e.as_ref()),
             WireError::RetriesExhausted { last, .. } => Some(last.as_ref()),
             _ => None,
         }
@@ -329,7 +341,7 @@ impl From<io::Error> for WireError {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::Timeout {
                 what: format!("socket operation ({e})"),
             },
-            _ => WireError::Io(e),
+            _ => WireError::io(e),
         }
     }
 }
@@ -363,6 +375,34 @@ mod tests {
         assert!(s.contains("Fetch"), "{s}");
         assert!(s.contains("4..=12"), "{s}");
         assert!(s.contains("0..=3"), "{s}");
+    }
+
+    #[test]
+    fn a_copied_error_keeps_its_variant_kind_and_source() {
+        let e = WireError::RetriesExhausted {
+            what: "Fetch".to_string(),
+            attempts: 3,
+            last: Box::new(WireError::io(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "reset by peer",
+            ))),
+        };
+        let copy = e.clone();
+        assert_eq!(copy.to_string(), e.to_string());
+        let WireError::RetriesExhausted { last, .. } = &copy else {
+            panic!("variant changed: {copy:?}");
+        };
+        let WireError::Io(io) = last.as_ref() else {
+            panic!("inner variant changed: {last:?}");
+        };
+        assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
+        assert_eq!(copy.retriable(), e.retriable());
+        assert!(last.retriable() && last.breaks_connection());
+        let frame = WireError::FrameTooLarge { len: 10, max: 5 }.clone();
+        assert!(matches!(
+            frame,
+            WireError::FrameTooLarge { len: 10, max: 5 }
+        ));
     }
 
     #[test]

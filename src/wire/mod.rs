@@ -2,9 +2,16 @@
 //! produce, all over `std::net::TcpStream` with `kafka-protocol` doing the encoding.
 //!
 //! Why our own: the only synchronous pure-Rust client (`kafka` 0.10) speaks API version 0 only,
-//! which Kafka 4.0 removed (KIP-896). Layering: [`connection`] owns one socket and its
-//! negotiated [`versions`]; [`client`] routes requests to the right broker and recovers from
-//! stale metadata and broken connections; [`records`] turns fetched bytes into [`Record`]s.
+//! which Kafka 4.0 removed (KIP-896).
+//!
+//! Layering, one module per concern:
+//! - [`connection`] owns one socket and its negotiated [`versions`];
+//! - `client` declares [`Client`], the one type callers hold, and its bounded retry loop;
+//! - `cluster` (metadata, leaders, coordinators, topic creation), `pool` (connections per broker
+//!   and their backoff), `fetch`, `offsets` (ListOffsets, OffsetFetch, OffsetCommit) and
+//!   `produce` each implement the `Client` methods of their concern;
+//! - [`records`] turns fetched bytes into [`Record`]s and encodes produced batches;
+//! - [`error`] holds [`WireError`] and the [`KafkaCode`] table every layer uses.
 //!
 //! Threads: everything here is blocking and owned by one thread at a time. A [`Client`] keeps
 //! one request connection and one fetch connection per broker; another thread that must talk to
@@ -17,18 +24,23 @@
 //! `kafka-protocol` pre-allocates arrays by their claimed length, so a hostile broker can still
 //! force one large allocation inside a frame that passed the size check.
 
-pub mod client;
+mod client;
+mod cluster;
 mod compression;
 pub mod connection;
 pub mod error;
+mod fetch;
+mod offsets;
+mod pool;
+mod produce;
 pub mod records;
 pub mod versions;
 
-pub use client::{
-    BrokerInfo, Client, ClientConfig, CommitIdentity, CommitOffset, CommittedOffset, FetchConfig,
-    FetchPosition, FetchedPartition, IsolationLevel, OffsetSpec, PartitionMetadata, TopicMetadata,
-};
+pub use client::{Client, ClientConfig};
+pub use cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
 pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
 pub use error::{KafkaCode, Result, WireError};
+pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};
+pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{ProduceRecord, Record, TimestampType};
 pub use versions::{client_range, VersionRange, VersionTable};

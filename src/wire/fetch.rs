@@ -1,0 +1,490 @@
+//! Fetch: one request per partition leader, all sent before any answer is awaited, with each
+//! partition's result (records or error) reported on its own.
+//!
+//! Fetch returns per-partition results rather than failing as a whole: one moved partition must
+//! not stop the others, and the consumer needs each partition's error to decide what to do. With
+//! [`FetchConfig::prefetch`] the next Fetch is sent as soon as an answer arrives, and used only if
+//! the caller then asks for exactly those positions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use kafka_protocol::messages::{self as msg, fetch_request, ApiKey, BrokerId, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use log::{debug, warn};
+
+use super::client::Client;
+use super::connection::Pending;
+use super::error::{KafkaCode, Result, WireError};
+use super::records::{self, AbortedTxn, PartitionInput, Record};
+use crate::TopicPartition;
+
+/// Kafka's `isolation.level`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IsolationLevel {
+    /// See every record, including those of open and aborted transactions.
+    #[default]
+    ReadUncommitted,
+    /// See only committed transactional records, up to the last stable offset.
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    pub(super) fn code(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
+/// Fetch tuning, named after the Java consumer settings they mirror.
+#[derive(Clone, Debug)]
+pub struct FetchConfig {
+    /// `fetch.max.wait.ms`: how long the broker may wait for `min_bytes` to accumulate.
+    pub max_wait: Duration,
+    /// `fetch.min.bytes`.
+    pub min_bytes: i32,
+    /// `fetch.max.bytes`: limit for the whole response (per broker).
+    pub max_bytes: i32,
+    /// `max.partition.fetch.bytes`.
+    pub max_partition_bytes: i32,
+    /// `isolation.level`.
+    pub isolation: IsolationLevel,
+    /// Send the next Fetch for the same partitions as soon as an answer arrives, before
+    /// decoding it, so the broker works while we decode (librdkafka gets the same overlap from
+    /// its background threads). It changes nothing the caller sees: an answer is used only if
+    /// it was asked for exactly the positions the next `fetch` call wants (extra partitions are
+    /// ignored); otherwise it is discarded by dropping the fetch connection. A caller whose
+    /// calls keep asking for different positions (not the `next_offset`s it was given) pays a
+    /// reconnect each time and should turn this off.
+    pub prefetch: bool,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            max_wait: Duration::from_millis(500),
+            min_bytes: 1,
+            max_bytes: 50 * 1024 * 1024,
+            max_partition_bytes: 1024 * 1024,
+            isolation: IsolationLevel::ReadUncommitted,
+            prefetch: true,
+        }
+    }
+}
+
+/// A partition to fetch and the offset to fetch from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchPosition {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// First offset wanted.
+    pub offset: i64,
+}
+
+/// The outcome of fetching one partition.
+#[derive(Debug)]
+pub struct FetchedPartition {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The offset that was asked for.
+    pub fetch_offset: i64,
+    /// Visible records at or after `fetch_offset`, in offset order.
+    pub records: Vec<Record>,
+    /// Where the next fetch should start: after the last complete batch returned (which may lie
+    /// beyond the last visible record when control or aborted batches were skipped), or
+    /// `fetch_offset` when nothing was returned or on error.
+    pub next_offset: i64,
+    /// High watermark reported by the leader (-1 if unknown).
+    pub high_watermark: i64,
+    /// Last stable offset (-1 if unknown).
+    pub last_stable_offset: i64,
+    /// Log start offset (-1 if unknown).
+    pub log_start_offset: i64,
+    /// Error for this partition; `records` is empty when set. Stale-metadata errors have already
+    /// scheduled a metadata refresh, so simply fetching again is the right reaction to them.
+    pub error: Option<WireError>,
+}
+
+/// A Fetch sent ahead of the caller's next `fetch` (see [`FetchConfig::prefetch`]).
+#[derive(Debug)]
+pub(super) struct InFlightFetch {
+    /// The positions asked for, sorted, to check that the caller still wants exactly these.
+    key: Vec<(TopicPartition, i64)>,
+    settings: FetchSettingsKey,
+    pending: Pending<msg::FetchRequest>,
+}
+
+/// The fetch settings a prefetched request was made with; a change invalidates it.
+type FetchSettingsKey = (Duration, i32, i32, i32, IsolationLevel);
+
+fn settings_key(cfg: &FetchConfig) -> FetchSettingsKey {
+    (
+        cfg.max_wait,
+        cfg.min_bytes,
+        cfg.max_bytes,
+        cfg.max_partition_bytes,
+        cfg.isolation,
+    )
+}
+
+/// Whether every element of the sorted `small` is in the sorted `big`.
+fn is_subset(small: &[(TopicPartition, i64)], big: &[(TopicPartition, i64)]) -> bool {
+    small.iter().all(|k| big.binary_search(k).is_ok())
+}
+
+/// The positions to prefetch after `resp`: each partition moved past its complete batches, in
+/// a rotated order (so that every partition gets to be first). `None` when the response had an
+/// error: the caller must see it and metadata may need a refresh first.
+fn continuation(group: &[FetchPosition], resp: &msg::FetchResponse) -> Option<Vec<FetchPosition>> {
+    if resp.error_code != 0 {
+        return None;
+    }
+    let mut next: Vec<FetchPosition> = group.to_vec();
+    for topic in &resp.responses {
+        for p in &topic.partitions {
+            if p.error_code != 0 {
+                return None;
+            }
+            if let Some(pos) = next.iter_mut().find(|n| {
+                n.tp.partition == p.partition_index && *n.tp.topic == *topic.topic.as_str()
+            }) {
+                if let Some(data) = &p.records {
+                    pos.offset = records::next_offset_after(data, pos.offset);
+                }
+            }
+        }
+    }
+    if !next.is_empty() {
+        next.rotate_left(1);
+    }
+    Some(next)
+}
+
+fn position_key(group: &[FetchPosition]) -> Vec<(TopicPartition, i64)> {
+    let mut key: Vec<(TopicPartition, i64)> =
+        group.iter().map(|p| (p.tp.clone(), p.offset)).collect();
+    key.sort();
+    key
+}
+
+impl Client {
+    /// Fetches from every partition in `positions`, one request per leader, all requests sent
+    /// before any response is awaited so the brokers wait for data in parallel.
+    ///
+    /// Returns one [`FetchedPartition`] per position (in no particular order). Per-partition
+    /// failures (leader moved, offset out of range, broker down, corrupt batch) are reported in
+    /// that partition's `error`; the call itself fails only if no metadata can be had.
+    pub fn fetch(
+        &mut self,
+        positions: &[FetchPosition],
+        cfg: &FetchConfig,
+    ) -> Result<Vec<FetchedPartition>> {
+        let mut results = Vec::with_capacity(positions.len());
+        if positions.is_empty() {
+            return Ok(results);
+        }
+        if self.metadata_stale || positions.iter().any(|p| !self.leaders.contains_key(&p.tp)) {
+            let mut names: Vec<String> = positions.iter().map(|p| p.tp.topic.to_string()).collect();
+            names.sort();
+            names.dedup();
+            if let Err(e) = self.metadata_once(Some(&names)) {
+                if self.leaders.is_empty() {
+                    return Err(e);
+                }
+                warn!("fetch: metadata refresh failed, using cached leaders: {e}");
+            }
+        }
+        // Rotate the order so that every partition is regularly first in its request: brokers
+        // only guarantee progress (KIP-74) for the first partition when a batch exceeds limits.
+        self.fetch_rotation = self.fetch_rotation.wrapping_add(1);
+        let start = self.fetch_rotation % positions.len();
+        let mut by_leader: BTreeMap<i32, Vec<&FetchPosition>> = BTreeMap::new();
+        for pos in positions[start..].iter().chain(&positions[..start]) {
+            match self.leaders.get(&pos.tp) {
+                Some(&leader) if leader >= 0 => by_leader.entry(leader).or_default().push(pos),
+                Some(_) => results.push(failed(
+                    pos,
+                    WireError::kafka(
+                        ApiKey::Fetch,
+                        KafkaCode::LEADER_NOT_AVAILABLE,
+                        pos.tp.to_string(),
+                    ),
+                )),
+                None => results.push(failed(
+                    pos,
+                    WireError::kafka(
+                        ApiKey::Fetch,
+                        KafkaCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        pos.tp.to_string(),
+                    ),
+                )),
+            }
+        }
+        if by_leader.is_empty() {
+            self.metadata_stale = true;
+        }
+
+        // Phase 1: per leader, take over a matching prefetched request or write a new one.
+        let settings = settings_key(cfg);
+        let mut in_flight: Vec<(i32, Vec<FetchPosition>, Pending<msg::FetchRequest>)> = Vec::new();
+        for (leader, group) in by_leader {
+            let group: Vec<FetchPosition> = group.into_iter().cloned().collect();
+            if let Some(pf) = self.prefetched.remove(&leader) {
+                // Usable if it asked for every wanted position (it may hold more partitions,
+                // whose data is then ignored: only requested positions are ever returned).
+                if pf.settings == settings && is_subset(&position_key(&group), &pf.key) {
+                    in_flight.push((leader, group, pf.pending));
+                    continue;
+                }
+                // The caller moved on (seek, new assignment, other settings): the answer in
+                // flight is for other positions. Dropping the connection discards it at once,
+                // where reading it could take up to max_wait.
+                debug!("fetch: discarding the prefetch from broker {leader}");
+                self.fetch_conns.remove(&leader);
+            }
+            match self.send_fetch(leader, &group, cfg) {
+                Ok(pending) => in_flight.push((leader, group, pending)),
+                Err(e) => {
+                    if e.breaks_connection() {
+                        self.broker_failed(leader);
+                    }
+                    self.metadata_stale = true;
+                    for pos in &group {
+                        results.push(failed(pos, e.clone()));
+                    }
+                }
+            }
+        }
+        if in_flight.is_empty() {
+            // Nothing could be sent (brokers down or in backoff, no leaders): wait as a long
+            // poll would, so that a caller looping on fetch does not spin.
+            thread::sleep(cfg.max_wait.min(self.config.retry_backoff));
+            return Ok(results);
+        }
+        // Phase 2: collect the responses. With prefetch on, each broker is asked for its
+        // continuation as soon as its answer is in, before waiting for the next broker and
+        // before decoding, so every broker prepares its next answer while we wait and decode.
+        let timeout = self.config.connection.request_timeout + cfg.max_wait;
+        let mut responses = Vec::with_capacity(in_flight.len());
+        for (leader, group, pending) in in_flight {
+            let resp = match self.fetch_conns.get_mut(&leader) {
+                Some(conn) => conn.receive(pending, timeout),
+                None => Err(WireError::UnknownBroker { node_id: leader }),
+            };
+            match resp {
+                Ok(resp) => {
+                    if cfg.prefetch {
+                        self.prefetch(leader, &group, &resp, cfg);
+                    }
+                    responses.push((group, resp));
+                }
+                Err(e) => {
+                    warn!("fetch from broker {leader} failed: {e}");
+                    if e.breaks_connection() {
+                        self.broker_failed(leader);
+                    }
+                    for pos in &group {
+                        results.push(failed(pos, e.clone()));
+                    }
+                }
+            }
+        }
+        // Phase 3: decode.
+        for (group, resp) in responses {
+            self.absorb_fetch(resp, &group, cfg, &mut results);
+        }
+        Ok(results)
+    }
+
+    /// Sends the Fetch that continues `resp` (see [`FetchConfig::prefetch`]).
+    fn prefetch(
+        &mut self,
+        leader: i32,
+        group: &[FetchPosition],
+        resp: &msg::FetchResponse,
+        cfg: &FetchConfig,
+    ) {
+        let Some(next) = continuation(group, resp) else {
+            return;
+        };
+        match self.send_fetch(leader, &next, cfg) {
+            Ok(pending) => {
+                self.prefetched.insert(
+                    leader,
+                    InFlightFetch {
+                        key: position_key(&next),
+                        settings: settings_key(cfg),
+                        pending,
+                    },
+                );
+            }
+            Err(e) => debug!("prefetch to broker {leader} not sent: {e}"),
+        }
+    }
+
+    fn send_fetch(
+        &mut self,
+        leader: i32,
+        group: &[FetchPosition],
+        cfg: &FetchConfig,
+    ) -> Result<Pending<msg::FetchRequest>> {
+        // A response larger than the connection accepts would break the connection on every
+        // attempt; leave room for the response's own fields.
+        let ceiling = self
+            .config
+            .connection
+            .max_response_size
+            .saturating_sub(1024 * 1024)
+            .max(1024 * 1024);
+        let max_bytes = cfg
+            .max_bytes
+            .min(i32::try_from(ceiling).unwrap_or(i32::MAX));
+        let conn = self.connection_for(leader, true)?;
+        let version = conn.version_for(ApiKey::Fetch)?;
+        // Keep the partition order (rotation) while grouping by topic: consecutive runs of the
+        // same topic become one FetchTopic.
+        let mut topics: Vec<fetch_request::FetchTopic> = Vec::new();
+        for pos in group {
+            let part = fetch_request::FetchPartition::default()
+                .with_partition(pos.tp.partition)
+                .with_fetch_offset(pos.offset)
+                .with_partition_max_bytes(cfg.max_partition_bytes);
+            match topics.last_mut() {
+                Some(t) if t.topic.as_str() == &*pos.tp.topic => t.partitions.push(part),
+                _ => topics.push(
+                    fetch_request::FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(pos.tp.topic.to_string())))
+                        .with_partitions(vec![part]),
+                ),
+            }
+        }
+        let max_wait = i32::try_from(cfg.max_wait.as_millis()).unwrap_or(i32::MAX);
+        let req = msg::FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait)
+            .with_min_bytes(cfg.min_bytes)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(cfg.isolation.code())
+            .with_topics(topics);
+        conn.send_request(&req, version)
+    }
+
+    fn absorb_fetch(
+        &mut self,
+        resp: msg::FetchResponse,
+        group: &[FetchPosition],
+        cfg: &FetchConfig,
+        results: &mut Vec<FetchedPartition>,
+    ) {
+        let mut wanted: HashMap<&TopicPartition, &FetchPosition> =
+            group.iter().map(|p| (&p.tp, p)).collect();
+        if let Some(code) = KafkaCode::from_code(resp.error_code) {
+            for pos in group {
+                results.push(failed(
+                    pos,
+                    WireError::kafka(ApiKey::Fetch, code, "whole fetch request"),
+                ));
+            }
+            return;
+        }
+        for topic in resp.responses {
+            let name = self.intern(topic.topic.as_str());
+            for p in topic.partitions {
+                let key = TopicPartition::new(Arc::clone(&name), p.partition_index);
+                let Some(pos) = wanted.remove(&key) else {
+                    // A prefetched answer for a partition the caller no longer asks for.
+                    debug!("fetch: ignoring data of unrequested partition {key}");
+                    continue;
+                };
+                if let Some(code) = KafkaCode::from_code(p.error_code) {
+                    if code.is_stale_metadata() {
+                        self.metadata_stale = true;
+                        self.leaders.remove(&pos.tp);
+                    }
+                    let mut r = failed(
+                        pos,
+                        WireError::kafka(ApiKey::Fetch, code, pos.tp.to_string()),
+                    );
+                    r.high_watermark = p.high_watermark;
+                    r.log_start_offset = p.log_start_offset;
+                    results.push(r);
+                    continue;
+                }
+                let aborted: Option<Vec<AbortedTxn>> = match cfg.isolation {
+                    IsolationLevel::ReadCommitted => Some(
+                        p.aborted_transactions
+                            .iter()
+                            .flatten()
+                            .map(|t| AbortedTxn {
+                                producer_id: t.producer_id.0,
+                                first_offset: t.first_offset,
+                            })
+                            .collect(),
+                    ),
+                    IsolationLevel::ReadUncommitted => None,
+                };
+                let input = PartitionInput {
+                    topic: &pos.tp.topic,
+                    partition: pos.tp.partition,
+                    fetch_offset: pos.offset,
+                    aborted: aborted.as_deref(),
+                    max_decompressed: self.config.max_decompressed_batch,
+                };
+                let data = p.records.unwrap_or_default();
+                let mut records = Vec::new();
+                let (next_offset, error) =
+                    match records::decode_partition(&input, &data, &mut records) {
+                        Ok(summary) => (
+                            summary.next_offset.unwrap_or(pos.offset).max(pos.offset),
+                            None,
+                        ),
+                        Err(e) => {
+                            records.clear();
+                            (pos.offset, Some(e))
+                        }
+                    };
+                results.push(FetchedPartition {
+                    tp: pos.tp.clone(),
+                    fetch_offset: pos.offset,
+                    records,
+                    next_offset,
+                    high_watermark: p.high_watermark,
+                    last_stable_offset: p.last_stable_offset,
+                    log_start_offset: p.log_start_offset,
+                    error,
+                });
+            }
+        }
+        // A partition the broker did not answer for: nothing new, fetch it again next time.
+        for pos in wanted.into_values() {
+            results.push(untouched(pos));
+        }
+    }
+}
+
+/// A partition result with no records that keeps the position, so the caller simply fetches
+/// again.
+fn untouched(pos: &FetchPosition) -> FetchedPartition {
+    FetchedPartition {
+        tp: pos.tp.clone(),
+        fetch_offset: pos.offset,
+        records: Vec::new(),
+        next_offset: pos.offset,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        error: None,
+    }
+}
+
+/// A failed partition result that keeps the position.
+fn failed(pos: &FetchPosition, error: WireError) -> FetchedPartition {
+    FetchedPartition {
+        error: Some(error),
+        ..untouched(pos)
+    }
+}

@@ -1,0 +1,176 @@
+//! The client's connection pool: one request connection and one fetch connection per broker,
+//! opened on demand, dropped when they break, and reopened only after an exponential backoff.
+//!
+//! Why two per broker: a long-polling Fetch would otherwise delay a commit, a metadata request or
+//! a group request to the same broker by up to `fetch.max.wait.ms`.
+
+use std::time::Instant;
+
+use log::debug;
+
+use super::client::Client;
+use super::cluster::BrokerInfo;
+use super::connection::Connection;
+use super::error::{Result, WireError};
+
+#[derive(Debug, Default)]
+pub(super) struct BrokerState {
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Client {
+    /// The connection to broker `node_id`, opened (or re-opened after a failure, respecting
+    /// the backoff) on demand. Lets the group layer send its own requests to the coordinator.
+    ///
+    /// Fetches use a second connection per broker, so that a long-polling Fetch never delays a
+    /// commit, a metadata request or a group request to the same broker.
+    pub fn connection(&mut self, node_id: i32) -> Result<&mut Connection> {
+        self.connection_for(node_id, false)
+    }
+
+    pub(super) fn connection_for(&mut self, node_id: i32, fetch: bool) -> Result<&mut Connection> {
+        let map = if fetch {
+            &mut self.fetch_conns
+        } else {
+            &mut self.conns
+        };
+        if map.get(&node_id).is_some_and(Connection::is_broken) {
+            map.remove(&node_id);
+            if fetch {
+                self.prefetched.remove(&node_id);
+            }
+        }
+        let present = if fetch {
+            self.fetch_conns.contains_key(&node_id)
+        } else {
+            self.conns.contains_key(&node_id)
+        };
+        if !present {
+            let addr = self
+                .brokers
+                .get(&node_id)
+                .map(BrokerInfo::addr)
+                .ok_or(WireError::UnknownBroker { node_id })?;
+            let state = self.broker_state.entry(node_id).or_default();
+            if let Some(at) = state.retry_at {
+                let now = Instant::now();
+                if at > now {
+                    return Err(WireError::io(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        format!(
+                            "broker {node_id} ({addr}) failed {} time(s); next attempt in {:?}",
+                            state.failures,
+                            at - now
+                        ),
+                    )));
+                }
+            }
+            match Connection::connect(&addr, &self.config.connection) {
+                Ok(conn) => {
+                    self.broker_state.remove(&node_id);
+                    if fetch {
+                        self.fetch_conns.insert(node_id, conn);
+                    } else {
+                        self.conns.insert(node_id, conn);
+                    }
+                }
+                Err(e) => {
+                    self.broker_failed(node_id);
+                    return Err(e);
+                }
+            }
+        }
+        let map = if fetch {
+            &mut self.fetch_conns
+        } else {
+            &mut self.conns
+        };
+        map.get_mut(&node_id)
+            .ok_or(WireError::UnknownBroker { node_id })
+    }
+
+    /// Records a failure of `node_id`: drops its connection, schedules the next attempt with
+    /// exponential backoff and marks metadata stale (the broker may be gone for good).
+    pub(super) fn broker_failed(&mut self, node_id: i32) {
+        self.conns.remove(&node_id);
+        self.fetch_conns.remove(&node_id);
+        self.prefetched.remove(&node_id);
+        let base = self.config.retry_backoff;
+        let max = self.config.retry_backoff_max;
+        let state = self.broker_state.entry(node_id).or_default();
+        state.failures = state.failures.saturating_add(1);
+        let factor = 1u32 << state.failures.saturating_sub(1).min(16);
+        let delay = base.saturating_mul(factor).min(max);
+        state.retry_at = Some(Instant::now() + delay);
+        self.metadata_stale = true;
+        debug!(
+            "broker {node_id} failed ({} in a row); backing off {delay:?}",
+            state.failures
+        );
+    }
+
+    /// Sends `op` to any reachable broker: a live connection first, then known brokers, then the
+    /// bootstrap list. Used for requests that any broker can answer (Metadata, FindCoordinator).
+    pub(super) fn any_broker<T>(
+        &mut self,
+        mut op: impl FnMut(&mut Connection) -> Result<T>,
+    ) -> Result<T> {
+        let mut tried = Vec::new();
+        let mut candidates: Vec<i32> = self.conns.keys().copied().collect();
+        candidates.sort_unstable();
+        for id in self.brokers.keys() {
+            if !candidates.contains(id) {
+                candidates.push(*id);
+            }
+        }
+        for id in candidates {
+            let conn = match self.connection(id) {
+                Ok(c) => c,
+                Err(e) => {
+                    tried.push(format!("broker {id}: {e}"));
+                    continue;
+                }
+            };
+            match op(conn) {
+                Ok(v) => return Ok(v),
+                Err(e) if e.breaks_connection() => {
+                    tried.push(format!("broker {id}: {e}"));
+                    self.broker_failed(id);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if self
+            .bootstrap_conn
+            .as_ref()
+            .is_some_and(Connection::is_broken)
+        {
+            self.bootstrap_conn = None;
+        }
+        if let Some(conn) = self.bootstrap_conn.as_mut() {
+            match op(conn) {
+                Ok(v) => return Ok(v),
+                Err(e) if e.breaks_connection() => {
+                    tried.push(format!("{}: {e}", conn.addr()));
+                    self.bootstrap_conn = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for addr in self.config.bootstrap.clone() {
+            match Connection::connect(&addr, &self.config.connection) {
+                Ok(mut conn) => match op(&mut conn) {
+                    Ok(v) => {
+                        self.bootstrap_conn = Some(conn);
+                        return Ok(v);
+                    }
+                    Err(e) if e.breaks_connection() => tried.push(format!("{addr}: {e}")),
+                    Err(e) => return Err(e),
+                },
+                Err(e) => tried.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(WireError::NoBrokerAvailable { tried })
+    }
+}
