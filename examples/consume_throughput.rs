@@ -1,0 +1,123 @@
+//! Reads `--count` records of a topic with the whole consumer (`Consumer::run` in a group, a
+//! no-op handler, batch commits) and prints one line for `scripts/bench`:
+//! `reader=NAME records=N join_s=J first_to_last_s=T`.
+//!
+//! ```text
+//! cargo run --release --example consume_throughput -- --bootstrap 127.0.0.1:9092 \
+//!     --topic T --group G --count 1000000 [--keyed]
+//! ```
+//!
+//! Why it exists: users choose a consumer by what the whole loop costs (group membership, the
+//! guard, batch commits), not by the fetch path alone. `--keyed` derives a unique idempotency key
+//! per record, so every admission also goes through the guard's bounded key set. `join_s` is
+//! from subscribe to the first record, `first_to_last_s` from the first record to the last.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+
+struct Args {
+    bootstrap: String,
+    topic: String,
+    group: String,
+    count: u64,
+    keyed: bool,
+}
+
+fn usage() -> String {
+    "usage: consume_throughput --bootstrap HOST:PORT --topic TOPIC --group GROUP --count N \
+     [--keyed]"
+        .to_string()
+}
+
+fn parse_args() -> Result<Args, String> {
+    let (mut bootstrap, mut topic, mut group, mut count, mut keyed) =
+        (None, None, None, None, false);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{}", usage()))
+        };
+        match flag.as_str() {
+            "--bootstrap" => bootstrap = Some(value()?),
+            "--topic" => topic = Some(value()?),
+            "--group" => group = Some(value()?),
+            "--count" => count = Some(value()?.parse().map_err(|e| format!("--count: {e}"))?),
+            "--keyed" => keyed = true,
+            other => return Err(format!("unknown argument {other}\n{}", usage())),
+        }
+    }
+    Ok(Args {
+        bootstrap: bootstrap.ok_or_else(usage)?,
+        topic: topic.ok_or_else(usage)?,
+        group: group.ok_or_else(usage)?,
+        count: count.ok_or_else(usage)?,
+        keyed,
+    })
+}
+
+fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
+    let config = ConsumerConfig::from_properties([
+        ("bootstrap.servers", args.bootstrap.as_str()),
+        ("group.id", args.group.as_str()),
+        ("auto.offset.reset", "earliest"),
+        ("session.timeout.ms", "10000"),
+        ("heartbeat.interval.ms", "1000"),
+        ("fetch.max.wait.ms", "100"),
+    ])?;
+    let started = Instant::now();
+    let mut consumer = Consumer::subscribe(config, &[&args.topic])?;
+    if args.keyed {
+        consumer = consumer.with_idempotency_key(|record| {
+            let mut key = Vec::with_capacity(12);
+            key.extend_from_slice(&record.partition.to_be_bytes());
+            key.extend_from_slice(&record.offset.to_be_bytes());
+            Some(key)
+        });
+    }
+    let stop = AtomicBool::new(false);
+    let mut seen = 0u64;
+    let mut first: Option<Instant> = None;
+    let mut last = started;
+    consumer.run(&stop, |_record, _ctx| {
+        let now = Instant::now();
+        first.get_or_insert(now);
+        seen += 1;
+        if seen >= args.count {
+            last = now;
+            stop.store(true, Ordering::SeqCst);
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })?;
+    consumer.close()?;
+    let first = first.unwrap_or(last);
+    Ok(format!(
+        "reader=ours-{} records={seen} join_s={:.3} first_to_last_s={:.3}",
+        if args.keyed { "keyed" } else { "run" },
+        first.duration_since(started).as_secs_f64(),
+        last.duration_since(first).as_secs_f64()
+    ))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("consume_throughput: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
