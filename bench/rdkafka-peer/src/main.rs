@@ -121,7 +121,7 @@ fn run(a: &Args) -> Result<(), String> {
                         .store_offset_from_message(&message)
                         .map_err(|e| format!("store offset: {e}"))?;
                 }
-                if seen % 500 == 0 || seen == a.count {
+                if seen.is_multiple_of(500) || seen == a.count {
                     match a.mode.as_str() {
                         "group-sync" => consumer
                             .commit_consumer_state(CommitMode::Sync)
