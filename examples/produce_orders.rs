@@ -29,9 +29,6 @@ use bytes::Bytes;
 use rebalance_guard::wire::{Client, ClientConfig, KafkaCode, ProduceRecord};
 use rebalance_guard::TopicPartition;
 
-/// Kafka's `TOPIC_ALREADY_EXISTS` error code.
-const TOPIC_ALREADY_EXISTS: KafkaCode = KafkaCode(36);
-
 struct Args {
     bootstrap: String,
     topic: String,
@@ -116,7 +113,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.create {
         match client.create_topics(&[(&args.topic, args.partitions, 1)]) {
             Ok(()) => {}
-            Err(e) if e.kafka_code() == Some(TOPIC_ALREADY_EXISTS) => {
+            Err(e) if e.kafka_code() == Some(KafkaCode::TOPIC_ALREADY_EXISTS) => {
                 return Err(format!(
                     "topic {} already exists: start from a fresh broker",
                     args.topic

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use rebalance_guard::group::{requests, GroupError};
 use rebalance_guard::guard::{CommitOffset, OwnerStatus};
-use rebalance_guard::wire::{Client, ClientConfig};
+use rebalance_guard::wire::{Client, ClientConfig, KafkaCode};
 use rebalance_guard::TopicPartition;
 use support::consumer::{
     broker_with_topic, committed, config, produce_to_each_partition, wait_until,
@@ -611,7 +611,12 @@ fn a_late_commit_of_a_removed_member_is_refused_not_retried_kafka() {
         "removed by the test",
     )
     .unwrap();
-    assert_eq!(code, 0, "the coordinator did not remove {}", me.member_id);
+    assert_eq!(
+        code,
+        KafkaCode::NONE,
+        "the coordinator did not remove {}",
+        me.member_id
+    );
 
     expect_refused(consumer.commit(), "UnknownMemberId (25)", joined);
     assert_eq!(

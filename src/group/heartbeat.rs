@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::membership::{classify, ErrorAction, ErrorContext, GroupApi};
 use super::requests::{self, MemberIdentity};
 use super::session::{LostReason, Phase, SessionState, Shared};
-use crate::wire::{Client, ClientConfig, WireError};
+use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// Called with partitions whose ownership ended without a handoff. The consumer fences them in
@@ -177,7 +177,7 @@ impl Heartbeater {
                 continue;
             }
             match result {
-                Ok(0) => state.session_renewed(now, self.settings.session_timeout),
+                Ok(KafkaCode::NONE) => state.session_renewed(now, self.settings.session_timeout),
                 Ok(code) => {
                     let ctx = ErrorContext {
                         group_id: &self.settings.group_id,
@@ -239,7 +239,7 @@ impl Heartbeater {
         }
     }
 
-    fn send_heartbeat(&mut self, me: &MemberIdentity) -> Result<i16, WireError> {
+    fn send_heartbeat(&mut self, me: &MemberIdentity) -> Result<KafkaCode, WireError> {
         let group = self.settings.group_id.clone();
         let instance = self.settings.instance_id.clone();
         let client = self.client()?;
@@ -259,7 +259,7 @@ impl Heartbeater {
             requests::leave_group(conn, &group, None, &me.member_id, "consumer poll timeout")
         });
         match result {
-            Ok(0) => log::info!("left group {group} after a poll timeout"),
+            Ok(KafkaCode::NONE) => log::info!("left group {group} after a poll timeout"),
             Ok(code) => log::warn!("LeaveGroup after a poll timeout answered error {code}"),
             Err(error) => log::warn!("LeaveGroup after a poll timeout failed: {error}"),
         }

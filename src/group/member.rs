@@ -19,12 +19,11 @@ use super::assignor::{
 use super::consumer_protocol::{decode_assignment, decode_subscription, DecodeError, Subscription};
 use super::heartbeat::{self, lose_assignment, HeartbeatSettings, LostHook};
 use super::membership::{
-    after_sync, classify, error_code, ErrorAction, ErrorContext, FatalError, GroupApi,
-    RebalanceEvent,
+    after_sync, classify, ErrorAction, ErrorContext, FatalError, GroupApi, RebalanceEvent,
 };
 use super::requests::{self, JoinParams, MemberIdentity};
 use super::session::{LostReason, Phase, Shared};
-use crate::wire::{self, Client, ClientConfig, CommitIdentity, WireError};
+use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// What a group member needs to know beyond the connection settings.
@@ -263,14 +262,13 @@ fn commit_offsets(
     let refusal = results
         .iter()
         .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code))
-        .map(|c| c.0)
         .find(|&c| {
             matches!(
                 c,
-                error_code::ILLEGAL_GENERATION
-                    | error_code::UNKNOWN_MEMBER_ID
-                    | error_code::FENCED_INSTANCE_ID
-                    | error_code::REBALANCE_IN_PROGRESS
+                KafkaCode::ILLEGAL_GENERATION
+                    | KafkaCode::UNKNOWN_MEMBER_ID
+                    | KafkaCode::FENCED_INSTANCE_ID
+                    | KafkaCode::REBALANCE_IN_PROGRESS
             )
         });
     let Some(code) = refusal else {
@@ -519,7 +517,7 @@ impl GroupMember {
         }
     }
 
-    fn classify(&self, api: GroupApi, code: i16) -> ErrorAction {
+    fn classify(&self, api: GroupApi, code: KafkaCode) -> ErrorAction {
         let ctx = ErrorContext {
             group_id: &self.config.group_id,
             group_instance_id: self.config.group_instance_id.as_deref(),
@@ -528,7 +526,7 @@ impl GroupMember {
     }
 
     /// Applies a group error code from JoinGroup or SyncGroup.
-    fn handle_error(&mut self, api: GroupApi, code: i16, member_id: &str) -> Step {
+    fn handle_error(&mut self, api: GroupApi, code: KafkaCode, member_id: &str) -> Step {
         match self.classify(api, code) {
             ErrorAction::Proceed => Step::Retry(format!("{api} answered {code}")),
             ErrorAction::Retry => Step::Retry(format!("{api} answered retriable error {code}")),
@@ -537,7 +535,7 @@ impl GroupMember {
                 Step::Retry(format!("{api}: coordinator moved ({code})"))
             }
             ErrorAction::Rejoin => {
-                if code == error_code::MEMBER_ID_REQUIRED {
+                if code == KafkaCode::MEMBER_ID_REQUIRED {
                     // KIP-394: the coordinator gave us an id; join again with it.
                     self.shared.lock().identity.member_id = member_id.to_string();
                 }
@@ -655,7 +653,7 @@ impl GroupMember {
         let joined = self.with_coordinator(reason, "JoinGroup", |conn| {
             requests::join_group(conn, &identity, &params)
         })?;
-        if joined.error_code == error_code::NONE {
+        if joined.error_code == KafkaCode::NONE {
             self.session_renewed(join_sent);
         } else {
             self.back_to_unjoined(reason);
@@ -701,7 +699,7 @@ impl GroupMember {
                 rebalance_timeout,
             )
         })?;
-        if code != error_code::NONE {
+        if code != KafkaCode::NONE {
             self.back_to_unjoined(reason);
             return Err(self.handle_error(GroupApi::SyncGroup, code, &me.member_id));
         }
@@ -772,7 +770,7 @@ impl GroupMember {
                     listener.on_partitions_assigned(&mut self.context(me.clone()), &partitions);
                 }
                 RebalanceEvent::Lost(partitions) => {
-                    listener.on_partitions_lost(&partitions, &LostReason::Fenced(0));
+                    listener.on_partitions_lost(&partitions, &LostReason::Fenced(KafkaCode::NONE));
                 }
             }
         }
@@ -906,7 +904,7 @@ impl GroupMember {
                 "consumer closed",
             )
         }) {
-            Ok(0) => log::info!("left group {group_id}"),
+            Ok(KafkaCode::NONE) => log::info!("left group {group_id}"),
             Ok(code) => log::warn!("LeaveGroup answered error {code}"),
             Err(Step::Retry(why)) => log::warn!("cannot leave group {group_id}: {why}"),
             Err(Step::Fail(e)) => return Err(e),

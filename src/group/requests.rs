@@ -15,7 +15,7 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::assignor::JoinProtocol;
 use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
-use crate::wire::{Connection, Result as WireResult, VersionRange, WireError};
+use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
 /// Who we are in the group, as the coordinator knows us.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,8 +108,8 @@ pub struct JoinParams<'a> {
 
 /// A JoinGroup answer with the error code left for the caller to classify.
 pub struct JoinOutcome {
-    /// Kafka error code (0 = success).
-    pub error_code: i16,
+    /// Kafka error code ([`KafkaCode::NONE`] on success).
+    pub error_code: KafkaCode,
     /// The generation the join completed.
     pub generation_id: i32,
     /// The member id the coordinator gave us (also set with MEMBER_ID_REQUIRED).
@@ -122,11 +122,12 @@ pub struct JoinOutcome {
     pub members: Vec<(String, Option<String>, Bytes)>,
 }
 
-/// The top-level error code of a response body: after `throttle_time_ms` when the version has it.
-fn leading_error_code(body: &[u8], has_throttle: bool) -> Option<i16> {
+/// The top-level error code of a response body (after `throttle_time_ms` when the version has
+/// it), `None` when it is missing or success.
+fn leading_error_code(body: &[u8], has_throttle: bool) -> Option<KafkaCode> {
     let at = if has_throttle { 4 } else { 0 };
     let bytes = body.get(at..at + 2)?;
-    Some(i16::from_be_bytes([bytes[0], bytes[1]]))
+    KafkaCode::from_code(i16::from_be_bytes([bytes[0], bytes[1]]))
 }
 
 fn millis(d: Duration) -> i32 {
@@ -173,7 +174,7 @@ pub fn join_group(
         Err(e) => {
             // An error response whose other fields are malformed still tells us the error.
             return match leading_error_code(&body, v >= 2) {
-                Some(code) if code != 0 => {
+                Some(code) => {
                     log::debug!("JoinGroup v{v} error response did not decode ({e:#}); using its error code {code}");
                     Ok(JoinOutcome {
                         error_code: code,
@@ -191,7 +192,7 @@ pub fn join_group(
         }
     };
     Ok(JoinOutcome {
-        error_code: resp.error_code,
+        error_code: KafkaCode(resp.error_code),
         generation_id: resp.generation_id,
         member_id: resp.member_id.to_string(),
         leader: resp.leader.to_string(),
@@ -221,7 +222,7 @@ pub fn sync_group(
     protocol_name: Option<&str>,
     assignments: Vec<(String, Bytes)>,
     rebalance_timeout: Duration,
-) -> WireResult<(i16, Bytes)> {
+) -> WireResult<(KafkaCode, Bytes)> {
     let v = version(conn, ApiKey::SyncGroup, instance_id, 3)?;
     let mut req = msg::SyncGroupRequest::default()
         .with_group_id(GroupId(str_bytes(group_id)))
@@ -248,11 +249,11 @@ pub fn sync_group(
     let wait = rebalance_timeout + Duration::from_secs(5);
     let body = conn.send_for_body(&req, v, wait)?;
     match msg::SyncGroupResponse::decode(&mut body.clone(), v) {
-        Ok(resp) => Ok((resp.error_code, resp.assignment)),
+        Ok(resp) => Ok((KafkaCode(resp.error_code), resp.assignment)),
         // librdkafka's mock answers an error with a null assignment, which the schema forbids:
         // the error code is still what matters.
         Err(e) => match leading_error_code(&body, v >= 1) {
-            Some(code) if code != 0 => {
+            Some(code) => {
                 log::debug!("SyncGroup v{v} error response did not decode ({e:#}); using its error code {code}");
                 Ok((code, Bytes::new()))
             }
@@ -269,7 +270,7 @@ pub fn heartbeat(
     group_id: &str,
     instance_id: Option<&str>,
     me: &MemberIdentity,
-) -> WireResult<i16> {
+) -> WireResult<KafkaCode> {
     let v = version(conn, ApiKey::Heartbeat, instance_id, 3)?;
     let mut req = msg::HeartbeatRequest::default()
         .with_group_id(GroupId(str_bytes(group_id)))
@@ -278,7 +279,7 @@ pub fn heartbeat(
     if v >= 3 {
         req = req.with_group_instance_id(instance_id.map(str_bytes));
     }
-    Ok(conn.send(&req, v)?.error_code)
+    Ok(KafkaCode(conn.send(&req, v)?.error_code))
 }
 
 /// Leaves the group so the coordinator rebalances at once instead of waiting for the session
@@ -289,7 +290,7 @@ pub fn leave_group(
     instance_id: Option<&str>,
     member_id: &str,
     reason: &str,
-) -> WireResult<i16> {
+) -> WireResult<KafkaCode> {
     // Dynamic members leave with v0-v2 where the broker has them: the librdkafka mock answers
     // LeaveGroup v3 without the member list its schema requires. Static members need v3.
     let v = match (
@@ -313,7 +314,7 @@ pub fn leave_group(
     }
     let resp = conn.send(&req, v)?;
     if resp.error_code != 0 {
-        return Ok(resp.error_code);
+        return Ok(KafkaCode(resp.error_code));
     }
-    Ok(resp.members.first().map_or(0, |m| m.error_code))
+    Ok(KafkaCode(resp.members.first().map_or(0, |m| m.error_code)))
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::membership::FatalError;
 use super::requests::MemberIdentity;
 use crate::guard::SessionBound;
+use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
 /// Where the member is in the classic protocol's life cycle.
@@ -34,7 +35,7 @@ pub enum LostReason {
     SessionExpired,
     /// The coordinator answered with this error code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
     /// FENCED_INSTANCE_ID).
-    Fenced(i16),
+    Fenced(KafkaCode),
 }
 
 pub(crate) struct SessionState {

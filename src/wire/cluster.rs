@@ -314,7 +314,7 @@ impl Client {
     }
 
     /// Creates topics (name, partitions, replication factor) through the controller. A topic
-    /// that already exists is an error with code TOPIC_ALREADY_EXISTS (36), which callers that
+    /// that already exists is an error with [`KafkaCode::TOPIC_ALREADY_EXISTS`], which callers that
     /// only want the topic to exist can ignore.
     pub fn create_topics(&mut self, topics: &[(&str, i32, i16)]) -> Result<()> {
         // A controller id missing from the broker list (librdkafka's mock cluster reports 0

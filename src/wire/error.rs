@@ -14,10 +14,17 @@ use kafka_protocol::ResponseError;
 
 /// A Kafka error code as returned by a broker, kept as the raw `i16` so that codes newer than
 /// `kafka-protocol` still round-trip, with the name and retriability looked up on demand.
+///
+/// The one table of the codes this crate acts on: the wire, group and consumer layers all name
+/// codes by these constants. Their values are fixed by the protocol (Apache Kafka's
+/// `Errors.java`); a unit test checks each one against `kafka-protocol`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KafkaCode(pub i16);
 
 impl KafkaCode {
+    /// `NONE`: success. Group responses are classified with it included (it means "proceed");
+    /// elsewhere [`KafkaCode::from_code`] turns it into `None`.
+    pub const NONE: KafkaCode = KafkaCode(0);
     /// `OFFSET_OUT_OF_RANGE`: the fetch position is outside the log; the consumer must reset.
     pub const OFFSET_OUT_OF_RANGE: KafkaCode = KafkaCode(1);
     /// `UNKNOWN_TOPIC_OR_PARTITION`: stale metadata or a topic that does not exist (yet).
@@ -28,25 +35,55 @@ impl KafkaCode {
     pub const NOT_LEADER_OR_FOLLOWER: KafkaCode = KafkaCode(6);
     /// `REQUEST_TIMED_OUT`: the broker gave up waiting (e.g. for replicas).
     pub const REQUEST_TIMED_OUT: KafkaCode = KafkaCode(7);
+    /// `REPLICA_NOT_AVAILABLE`: a replica the request needs is not available; refresh metadata.
+    pub const REPLICA_NOT_AVAILABLE: KafkaCode = KafkaCode(9);
+    /// `OFFSET_METADATA_TOO_LARGE`: the commit metadata string is longer than the broker allows.
+    pub const OFFSET_METADATA_TOO_LARGE: KafkaCode = KafkaCode(12);
     /// `COORDINATOR_LOAD_IN_PROGRESS`: the coordinator is still loading offsets; retry.
     pub const COORDINATOR_LOAD_IN_PROGRESS: KafkaCode = KafkaCode(14);
     /// `COORDINATOR_NOT_AVAILABLE`: no coordinator yet; find it again.
     pub const COORDINATOR_NOT_AVAILABLE: KafkaCode = KafkaCode(15);
     /// `NOT_COORDINATOR`: the coordinator moved; find it again.
     pub const NOT_COORDINATOR: KafkaCode = KafkaCode(16);
-    /// `ILLEGAL_GENERATION`: a commit from an old generation; the member must not commit.
+    /// `ILLEGAL_GENERATION`: the generation we sent is not the group's current one (the group
+    /// rebalanced without us); the member must not commit.
     pub const ILLEGAL_GENERATION: KafkaCode = KafkaCode(22);
+    /// `INCONSISTENT_GROUP_PROTOCOL`: no assignor in our list is supported by every member, or
+    /// the protocol type differs.
+    pub const INCONSISTENT_GROUP_PROTOCOL: KafkaCode = KafkaCode(23);
+    /// `INVALID_GROUP_ID`: the group id is empty or invalid.
+    pub const INVALID_GROUP_ID: KafkaCode = KafkaCode(24);
     /// `UNKNOWN_MEMBER_ID`: the member was removed from the group.
     pub const UNKNOWN_MEMBER_ID: KafkaCode = KafkaCode(25);
+    /// `INVALID_SESSION_TIMEOUT`: `session.timeout.ms` is outside the broker's allowed range.
+    pub const INVALID_SESSION_TIMEOUT: KafkaCode = KafkaCode(26);
     /// `REBALANCE_IN_PROGRESS`: the group is rebalancing; rejoin.
     pub const REBALANCE_IN_PROGRESS: KafkaCode = KafkaCode(27);
+    /// `INVALID_COMMIT_OFFSET_SIZE`: the offset commit request is too large.
+    pub const INVALID_COMMIT_OFFSET_SIZE: KafkaCode = KafkaCode(28);
+    /// `TOPIC_AUTHORIZATION_FAILED`: not authorized for the topic.
+    pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
+    /// `GROUP_AUTHORIZATION_FAILED`: not authorized for the group.
+    pub const GROUP_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(30);
     /// `UNSUPPORTED_VERSION`: the broker does not speak the version we sent.
     pub const UNSUPPORTED_VERSION: KafkaCode = KafkaCode(35);
+    /// `TOPIC_ALREADY_EXISTS`: CreateTopics for a topic that exists; callers that only want the
+    /// topic to exist ignore it.
+    pub const TOPIC_ALREADY_EXISTS: KafkaCode = KafkaCode(36);
+    /// `INVALID_REQUEST`: the broker found the request malformed; librdkafka's mock also
+    /// answers it to a follower's late SyncGroup.
+    pub const INVALID_REQUEST: KafkaCode = KafkaCode(42);
     /// `FENCED_LEADER_EPOCH`: our leader epoch is newer than the broker's view.
     pub const FENCED_LEADER_EPOCH: KafkaCode = KafkaCode(74);
     /// `UNKNOWN_LEADER_EPOCH`: our leader epoch is older than the broker's view.
     pub const UNKNOWN_LEADER_EPOCH: KafkaCode = KafkaCode(75);
-    /// `FENCED_INSTANCE_ID`: another member with our static `group.instance.id` took over.
+    /// `MEMBER_ID_REQUIRED` (KIP-394): the first JoinGroup must be repeated with the member id
+    /// the broker returned.
+    pub const MEMBER_ID_REQUIRED: KafkaCode = KafkaCode(79);
+    /// `GROUP_MAX_SIZE_REACHED`: the group has as many members as `group.max.size` allows.
+    pub const GROUP_MAX_SIZE_REACHED: KafkaCode = KafkaCode(81);
+    /// `FENCED_INSTANCE_ID` (KIP-345): another member with our static `group.instance.id` took
+    /// over.
     pub const FENCED_INSTANCE_ID: KafkaCode = KafkaCode(82);
     /// `STALE_MEMBER_EPOCH`: a KIP-848 commit carrying an old member epoch.
     pub const STALE_MEMBER_EPOCH: KafkaCode = KafkaCode(113);
@@ -88,7 +125,8 @@ impl KafkaCode {
                 | KafkaCode::FENCED_LEADER_EPOCH
                 | KafkaCode::UNKNOWN_LEADER_EPOCH
                 | KafkaCode::UNKNOWN_TOPIC_ID
-        ) || self.0 == 9 // REPLICA_NOT_AVAILABLE
+                | KafkaCode::REPLICA_NOT_AVAILABLE
+        )
     }
 
     /// Errors after which the group coordinator must be looked up again.
@@ -362,6 +400,119 @@ mod tests {
         assert_eq!(KafkaCode(9999).name(), "Unknown(9999)");
         assert!(!KafkaCode(9999).retriable());
         assert_eq!(KafkaCode::from_code(0), None);
+    }
+
+    #[test]
+    fn error_codes_match_the_protocol() {
+        let pairs = [
+            (
+                KafkaCode::OFFSET_OUT_OF_RANGE,
+                ResponseError::OffsetOutOfRange,
+            ),
+            (
+                KafkaCode::UNKNOWN_TOPIC_OR_PARTITION,
+                ResponseError::UnknownTopicOrPartition,
+            ),
+            (
+                KafkaCode::LEADER_NOT_AVAILABLE,
+                ResponseError::LeaderNotAvailable,
+            ),
+            (
+                KafkaCode::NOT_LEADER_OR_FOLLOWER,
+                ResponseError::NotLeaderOrFollower,
+            ),
+            (KafkaCode::REQUEST_TIMED_OUT, ResponseError::RequestTimedOut),
+            (
+                KafkaCode::REPLICA_NOT_AVAILABLE,
+                ResponseError::ReplicaNotAvailable,
+            ),
+            (
+                KafkaCode::OFFSET_METADATA_TOO_LARGE,
+                ResponseError::OffsetMetadataTooLarge,
+            ),
+            (
+                KafkaCode::COORDINATOR_LOAD_IN_PROGRESS,
+                ResponseError::CoordinatorLoadInProgress,
+            ),
+            (
+                KafkaCode::COORDINATOR_NOT_AVAILABLE,
+                ResponseError::CoordinatorNotAvailable,
+            ),
+            (KafkaCode::NOT_COORDINATOR, ResponseError::NotCoordinator),
+            (
+                KafkaCode::ILLEGAL_GENERATION,
+                ResponseError::IllegalGeneration,
+            ),
+            (
+                KafkaCode::INCONSISTENT_GROUP_PROTOCOL,
+                ResponseError::InconsistentGroupProtocol,
+            ),
+            (KafkaCode::INVALID_GROUP_ID, ResponseError::InvalidGroupId),
+            (KafkaCode::UNKNOWN_MEMBER_ID, ResponseError::UnknownMemberId),
+            (
+                KafkaCode::INVALID_SESSION_TIMEOUT,
+                ResponseError::InvalidSessionTimeout,
+            ),
+            (
+                KafkaCode::REBALANCE_IN_PROGRESS,
+                ResponseError::RebalanceInProgress,
+            ),
+            (
+                KafkaCode::INVALID_COMMIT_OFFSET_SIZE,
+                ResponseError::InvalidCommitOffsetSize,
+            ),
+            (
+                KafkaCode::TOPIC_AUTHORIZATION_FAILED,
+                ResponseError::TopicAuthorizationFailed,
+            ),
+            (
+                KafkaCode::GROUP_AUTHORIZATION_FAILED,
+                ResponseError::GroupAuthorizationFailed,
+            ),
+            (
+                KafkaCode::UNSUPPORTED_VERSION,
+                ResponseError::UnsupportedVersion,
+            ),
+            (
+                KafkaCode::TOPIC_ALREADY_EXISTS,
+                ResponseError::TopicAlreadyExists,
+            ),
+            (KafkaCode::INVALID_REQUEST, ResponseError::InvalidRequest),
+            (
+                KafkaCode::FENCED_LEADER_EPOCH,
+                ResponseError::FencedLeaderEpoch,
+            ),
+            (
+                KafkaCode::UNKNOWN_LEADER_EPOCH,
+                ResponseError::UnknownLeaderEpoch,
+            ),
+            (
+                KafkaCode::MEMBER_ID_REQUIRED,
+                ResponseError::MemberIdRequired,
+            ),
+            (
+                KafkaCode::GROUP_MAX_SIZE_REACHED,
+                ResponseError::GroupMaxSizeReached,
+            ),
+            (
+                KafkaCode::FENCED_INSTANCE_ID,
+                ResponseError::FencedInstanceId,
+            ),
+            (KafkaCode::UNKNOWN_TOPIC_ID, ResponseError::UnknownTopicId),
+            (
+                KafkaCode::FENCED_MEMBER_EPOCH,
+                ResponseError::FencedMemberEpoch,
+            ),
+            (
+                KafkaCode::STALE_MEMBER_EPOCH,
+                ResponseError::StaleMemberEpoch,
+            ),
+        ];
+        for (ours, theirs) in pairs {
+            assert_eq!(ours.0, theirs.code(), "{theirs:?}");
+        }
+        assert_eq!(ResponseError::try_from_code(KafkaCode::NONE.0), None);
+        assert_eq!(KafkaCode::from_code(KafkaCode::NONE.0), None);
     }
 
     #[test]
