@@ -1,586 +1,224 @@
-//! The batch sizer: how many records the next `poll()` may hand out, and when a batch must stop.
+//! One bounded batch and its deliveries: records leave the intake here, one at a time, each
+//! admitted through the guard at the moment it is handed out, so a partition fenced mid-batch
+//! (lost on the heartbeat thread) stops yielding records at once.
 //!
-//! Why it exists: a handler slower than expected keeps the consumer from polling, the
-//! member is evicted after `max.poll.interval.ms`, its partitions move, and the batch it is still
-//! working through becomes zombie work processed twice. Java leaves this to the user
-//! (`max.poll.records` is a fixed count, blind to how long records take). Here the count follows
-//! measured processing time, and every batch carries a deadline, so a batch can never run past
-//! the interval even when the measurement is wrong.
-//!
-//! Two layers of protection:
-//! 1. **Size** (soft): the next batch holds `budget / per_record_estimate` records, at least 1 and
-//!    at most `max.poll.records`, where `budget = batch.safety.factor * max.poll.interval.ms`
-//!    (never more than the interval minus a [margin](MARGIN_FRACTION)). So a planned batch's
-//!    expected duration fits the budget.
-//! 2. **Deadline** (hard): the batch started at `t` must stop handing out records at
-//!    `t + budget`, and also as soon as the next record is expected to finish after that (see
-//!    [`BatchSizer::should_stop`]). The consumer then commits what finished and lets the rest be
-//!    fetched again.
-//!
-//! The estimate is asymmetric on purpose, "fast attack, slow decay":
-//! - a record slower than the estimate replaces it at once, so a single very slow record (a
-//!   downstream timeout, a lock wait) shrinks the very next batch; being wrong in that direction
-//!   costs a few extra polls;
-//! - a record faster than the estimate moves it by [`DECAY_ALPHA`] (an exponentially weighted
-//!   moving average), and the batch size may at most [double](MAX_GROWTH_FACTOR) per batch, so a
-//!   speed-up is trusted only gradually; being wrong in that direction costs an eviction.
-//!
-//! I/O-free and deterministic: time is passed in (`Instant`s and `Duration`s measured by the
-//! caller), so the behaviour is pinned by unit tests without sleeping.
+//! A batch borrows the consumer's parts for its lifetime (the intake, the sizer, the guard, the
+//! membership's rejoin flag) instead of the consumer itself, so this file depends on those parts
+//! and not on the consumer.
 
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Instant;
 
-use log::{debug, info, warn};
+use crate::group::GroupMember;
+use crate::guard::{AdmitError, Lease};
+use crate::wire::Record;
+use crate::TopicPartition;
 
-use super::config::{ConfigError, ConsumerConfig};
+use super::context::Guard;
+use super::intake::Intake;
+use super::sizer::{BatchPlan, BatchSizer};
+use super::stats::RebalanceCounters;
 
-/// Weight of a new, faster sample in the per-record estimate (an exponentially weighted moving
-/// average with `alpha = 0.2`). Why 0.2: the estimate follows a lasting speed-up within about ten
-/// records (0.8^10 ≈ 0.11 of the old value left), while one fast record among slow ones barely
-/// moves it. Slower samples bypass the average (fast attack).
-pub const DECAY_ALPHA: f64 = 0.2;
+/// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
+/// has none. Never derive it from the Kafka record key alone unless that key identifies the
+/// event: many distinct events share an entity key, and they would be refused as duplicates.
+pub type KeyFn = Box<dyn Fn(&Record) -> Option<Vec<u8>> + Send>;
 
-/// The most the batch size may grow from one batch to the next. Why 2: a speed-up may be
-/// transient (a warm cache, an idle downstream), and overshooting is what gets a member evicted,
-/// while shrinking is immediate and costs only extra polls. Doubling still reaches
-/// `max.poll.records = 500` from 1 in nine batches.
-pub const MAX_GROWTH_FACTOR: usize = 2;
-
-/// Fraction of `max.poll.interval.ms` always kept free after a batch's deadline, for committing,
-/// the next fetch and rebalance callbacks. It binds only when `batch.safety.factor` exceeds 0.9.
-pub const MARGIN_FRACTION: f64 = 0.1;
-
-/// One planned batch: how many records it may hold and until when records may be handed out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchPlan {
-    /// The most records this batch may hand out (at least 1).
-    pub size: usize,
-    /// When the batch started.
-    pub started: Instant,
-    /// When the batch must stop handing out records: `started + budget`.
-    pub deadline: Instant,
+/// A record handed out by a [`Batch`], with the lease that proves it was admitted under the
+/// current assignment of its partition.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The record.
+    pub record: Record,
+    lease: Lease,
+    handed_at: Instant,
 }
 
-impl BatchPlan {
-    /// Time left before the deadline (zero once it has passed).
-    pub fn remaining(&self, now: Instant) -> Duration {
-        self.deadline.saturating_duration_since(now)
-    }
-
-    /// Whether the deadline has arrived.
-    pub fn is_past_deadline(&self, now: Instant) -> bool {
-        now >= self.deadline
+impl Delivery {
+    /// The lease: check [`Consumer::is_current`](crate::consumer::Consumer::is_current) with it
+    /// right before an external side effect of a long handler.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
     }
 }
 
-/// Sizes batches from measured per-record processing time so that each finishes well within
-/// `max.poll.interval.ms`; see the module documentation for the rules.
+/// One bounded batch: hands out records until its size or its deadline is reached.
 ///
-/// Use: [`begin_batch`](Self::begin_batch) before handing out records; before each record,
-/// [`should_stop`](Self::should_stop); after each record, [`record_processed`](Self::record_processed)
-/// (or [`batch_processed`](Self::batch_processed) once for a handler that takes the batch whole);
-/// then [`end_batch`](Self::end_batch).
-#[derive(Debug, Clone)]
-pub struct BatchSizer {
-    max_poll_interval: Duration,
-    safety_factor: f64,
-    max_records: usize,
-    budget: Duration,
-    /// Per-record processing time estimate, in nanoseconds; `None` until the first sample.
-    estimate_ns: Option<f64>,
-    /// The most recent per-record sample, in nanoseconds.
-    last_ns: Option<f64>,
-    /// The size of the most recently planned batch (initially `max_records`).
-    planned: usize,
-    current: Option<BatchPlan>,
-    /// Set while the estimate exceeds the whole interval, so that warning is logged once per
-    /// episode rather than once per batch.
-    warned_over_interval: bool,
+/// Dropping a batch with records handed out but neither completed nor failed rewinds their
+/// partitions, so they are fetched and delivered again; nothing is committed past them.
+pub struct Batch<'a> {
+    intake: &'a mut Intake,
+    sizer: &'a mut BatchSizer,
+    guard: &'a Guard,
+    member: &'a GroupMember,
+    key_fn: Option<&'a KeyFn>,
+    counters: &'a mut RebalanceCounters,
+    plan: BatchPlan,
+    now: Instant,
+    handed: usize,
+    /// Handed-out records not completed yet, per partition: the lowest offset of each.
+    outstanding: HashMap<TopicPartition, Vec<i64>>,
 }
 
-impl BatchSizer {
-    /// A sizer for the given `max.poll.interval.ms`, `batch.safety.factor` (strictly between 0
-    /// and 1) and `max.poll.records` (at least 1). Errors name the setting as
-    /// [`ConsumerConfig`] would.
-    ///
-    /// Before any measurement the first batch may hold `max_records`, as Java's consumer would:
-    /// its deadline, and the per-record estimate formed from its first record, still stop it in
-    /// time, and a fast handler does not pay a slow start.
-    pub fn new(
-        max_poll_interval: Duration,
-        safety_factor: f64,
-        max_records: usize,
-    ) -> Result<BatchSizer, ConfigError> {
-        if max_poll_interval.is_zero() || max_poll_interval.as_millis() > i32::MAX as u128 {
-            return Err(ConfigError::OutOfRange {
-                name: "max.poll.interval.ms",
-                value: max_poll_interval.as_millis().to_string(),
-                rule: "must be between 1 and 2147483647",
-            });
-        }
-        if !(safety_factor > 0.0 && safety_factor < 1.0) {
-            return Err(ConfigError::OutOfRange {
-                name: "batch.safety.factor",
-                value: safety_factor.to_string(),
-                rule: "must be greater than 0 and less than 1 (a fraction of max.poll.interval.ms)",
-            });
-        }
-        if max_records == 0 {
-            return Err(ConfigError::OutOfRange {
-                name: "max.poll.records",
-                value: "0".to_string(),
-                rule: "must be between 1 and 2147483647",
-            });
-        }
-        // Both factors are in (0, 1) and the interval is bounded, so these cannot panic.
-        let share = max_poll_interval.mul_f64(safety_factor);
-        let hard_limit = max_poll_interval.mul_f64(1.0 - MARGIN_FRACTION);
-        Ok(BatchSizer {
-            max_poll_interval,
-            safety_factor,
-            max_records,
-            budget: share.min(hard_limit),
-            estimate_ns: None,
-            last_ns: None,
-            planned: max_records,
-            current: None,
-            warned_over_interval: false,
-        })
-    }
-
-    /// A sizer for a validated configuration (`max.poll.interval.ms`, `batch.safety.factor`,
-    /// `max.poll.records`).
-    pub fn from_config(config: &ConsumerConfig) -> BatchSizer {
-        let fallback = || BatchSizer {
-            max_poll_interval: config.max_poll_interval(),
-            safety_factor: 0.5,
-            max_records: config.max_poll_records().max(1),
-            budget: config.max_poll_interval() / 2,
-            estimate_ns: None,
-            last_ns: None,
-            planned: config.max_poll_records().max(1),
-            current: None,
-            warned_over_interval: false,
-        };
-        // A validated configuration always satisfies `new`'s rules; the fallback only keeps
-        // this infallible without an unwrap.
-        BatchSizer::new(
-            config.max_poll_interval(),
-            config.batch_safety_factor(),
-            config.max_poll_records(),
-        )
-        .unwrap_or_else(|_| fallback())
-    }
-
-    /// The time a batch may take: `batch.safety.factor * max.poll.interval.ms`, never more than
-    /// the interval minus the margin.
-    pub fn budget(&self) -> Duration {
-        self.budget
-    }
-
-    /// `max.poll.interval.ms`.
-    pub fn max_poll_interval(&self) -> Duration {
-        self.max_poll_interval
-    }
-
-    /// `batch.safety.factor`.
-    pub fn safety_factor(&self) -> f64 {
-        self.safety_factor
-    }
-
-    /// `max.poll.records`.
-    pub fn max_records(&self) -> usize {
-        self.max_records
-    }
-
-    /// The current per-record processing time estimate; `None` before the first measurement.
-    pub fn estimate(&self) -> Option<Duration> {
-        self.estimate_ns.map(nanos_to_duration)
-    }
-
-    /// The most recent per-record measurement.
-    pub fn last_sample(&self) -> Option<Duration> {
-        self.last_ns.map(nanos_to_duration)
-    }
-
-    /// The batch in progress, if any.
-    pub fn current(&self) -> Option<&BatchPlan> {
-        self.current.as_ref()
-    }
-
-    /// The size the next batch would get, without planning it: the most records whose expected
-    /// time fits the budget, between 1 and `max.poll.records`, and at most
-    /// [`MAX_GROWTH_FACTOR`] times the previous batch's size.
-    pub fn next_size(&self) -> usize {
-        let target = self.fitting_size();
-        if target > self.planned {
-            target.min(self.planned.saturating_mul(MAX_GROWTH_FACTOR))
-        } else {
-            target
+impl<'a> Batch<'a> {
+    /// Plans a batch (its size and deadline from the sizer) over the consumer's parts.
+    pub(crate) fn begin(
+        intake: &'a mut Intake,
+        sizer: &'a mut BatchSizer,
+        guard: &'a Guard,
+        member: &'a GroupMember,
+        key_fn: Option<&'a KeyFn>,
+        counters: &'a mut RebalanceCounters,
+    ) -> Self {
+        let plan = sizer.begin_batch(Instant::now());
+        Batch {
+            now: guard.now(),
+            intake,
+            sizer,
+            guard,
+            member,
+            key_fn,
+            counters,
+            plan,
+            handed: 0,
+            outstanding: HashMap::new(),
         }
     }
+}
 
-    /// The most records whose expected time fits the budget, clamped to `1..=max_records`.
-    fn fitting_size(&self) -> usize {
-        match self.estimate_ns {
-            Some(per_record) if per_record > 0.0 => {
-                let fits = (self.budget.as_nanos() as f64 / per_record).floor();
-                if fits < 1.0 {
-                    1
-                } else if fits >= self.max_records as f64 {
-                    self.max_records
-                } else {
-                    fits as usize
+impl Batch<'_> {
+    /// The plan: how many records at most, and the deadline.
+    pub fn plan(&self) -> &BatchPlan {
+        &self.plan
+    }
+
+    /// The next record, admitted through the guard, or `None` when the batch is over (size
+    /// reached, deadline reached, a rebalance waiting, or nothing buffered).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<Delivery> {
+        loop {
+            if self.handed >= self.plan.size {
+                return None;
+            }
+            let now = Instant::now();
+            // Every batch hands out at least one record: an estimate inflated by one very slow
+            // record must not stop batches before they start, or the consumer would livelock.
+            if self.handed > 0 && self.sizer.should_stop(now) {
+                log::info!(
+                    "batch stopped at its deadline after {} record(s); the rest stays for the \
+                     next poll",
+                    self.handed
+                );
+                return None;
+            }
+            if self.member.rejoin_pending() {
+                return None;
+            }
+            let tp = self.intake.next_ready()?;
+            let record = self.intake.pop(&tp)?;
+            let key = self.key_fn.and_then(|f| f(&record));
+            match self
+                .guard
+                .process_message_at(self.now, &tp, record.offset, key, ())
+            {
+                Ok(lease) => {
+                    self.handed += 1;
+                    self.outstanding.entry(tp).or_default().push(record.offset);
+                    return Some(Delivery {
+                        record,
+                        lease,
+                        handed_at: now,
+                    });
                 }
+                Err(AdmitError::Fenced { .. }) => {
+                    // Revoked or lost under us: none of its records may be processed.
+                    let dropped = self.intake.drop_fenced(&tp) + 1;
+                    self.counters.dropped_records += dropped as u64;
+                    log::warn!("{tp} is fenced: {dropped} fetched record(s) dropped unprocessed");
+                }
+                Err(error @ AdmitError::SessionExpired { .. }) => {
+                    // Not ours to process until a heartbeat is answered again (or the loss is
+                    // detected): the record stays first in line, and the batch ends here.
+                    log::warn!("{error}: the batch stops until the session is renewed");
+                    self.intake.push_front(tp, record);
+                    return None;
+                }
+                Err(error @ AdmitError::Duplicate { .. }) => log::info!("skipped: {error}"),
+                Err(error @ AdmitError::OffsetRegression { .. }) => log::error!("skipped: {error}"),
             }
-            // No measurement yet, or records too fast for the clock to see.
-            _ => self.max_records,
         }
     }
 
-    /// Plans a batch starting at `now`: fixes its size and deadline and logs a size change
-    /// (`info` when it shrinks, with the measurement that caused it; `debug` when it grows).
-    pub fn begin_batch(&mut self, now: Instant) -> BatchPlan {
-        let size = self.next_size();
-        let old = self.planned;
-        if size < old {
-            info!(
-                "batch size {old} -> {size}: records measured at {:?} each (last {:?}); a batch \
-                 may take {:?} ({} x max.poll.interval.ms {:?})",
-                self.estimate().unwrap_or_default(),
-                self.last_sample().unwrap_or_default(),
-                self.budget,
-                self.safety_factor,
-                self.max_poll_interval
-            );
-        } else if size > old {
-            debug!(
-                "batch size {old} -> {size}: records measured at {:?} each; budget {:?}",
-                self.estimate().unwrap_or_default(),
-                self.budget
-            );
-        }
-        self.warn_if_one_record_is_too_slow();
-        self.planned = size;
-        let plan = BatchPlan {
-            size,
-            started: now,
-            // The budget is at most ~24 days; an overflow would need an Instant near the end of
-            // time. Falling back to `now` stops the batch at once, the safe side.
-            deadline: now.checked_add(self.budget).unwrap_or(now),
-        };
-        self.current = Some(plan);
-        plan
+    /// True while the delivery's partition is still ours under the assignment it was handed out
+    /// in. A long handler checks it right before its external side effect.
+    pub fn is_current(&self, delivery: &Delivery) -> bool {
+        self.guard.is_current(&delivery.lease)
     }
 
-    fn warn_if_one_record_is_too_slow(&mut self) {
-        let Some(estimate) = self.estimate() else {
-            return;
-        };
-        if estimate >= self.max_poll_interval {
-            if !self.warned_over_interval {
-                warn!(
-                    "one record takes about {estimate:?}, at least max.poll.interval.ms \
-                     ({:?}): batches are down to one record, and the member will still be \
-                     evicted while processing it; raise max.poll.interval.ms or speed up the \
-                     handler",
-                    self.max_poll_interval
-                );
-                self.warned_over_interval = true;
+    /// The record's side effect happened: it counts towards the committed position.
+    pub fn complete(&mut self, delivery: Delivery) {
+        self.sizer.record_processed(delivery.handed_at.elapsed());
+        self.settle(&delivery);
+        if let Err(error) = self.guard.complete(&delivery.lease) {
+            // Its partition moved while the handler ran: the work is not our progress.
+            log::warn!("{error}");
+        }
+    }
+
+    /// The handler failed: the record (and the rest of its partition) will be delivered again.
+    pub fn fail(&mut self, delivery: Delivery) {
+        self.settle(&delivery);
+        let tp = delivery.lease.partition.clone();
+        self.rewind(&tp, delivery.record.offset);
+    }
+
+    /// Hands the record to another thread (the worker pool): it stays pending in the guard (the
+    /// batch no longer tracks it, so dropping the batch does not rewind it) until that thread
+    /// completes it through the guard.
+    ///
+    /// Crate-internal: a user who could take a record out of the batch's tracking could commit
+    /// past it; the pool completes or rewinds every record it takes.
+    pub(crate) fn hand_off(&mut self, delivery: Delivery) -> (Record, Lease) {
+        self.settle(&delivery);
+        (delivery.record, delivery.lease)
+    }
+
+    /// Takes back a record that could not be handed off (its worker's queue was full): it is
+    /// un-admitted and becomes the next record of its partition again.
+    pub(crate) fn put_back(&mut self, record: Record, lease: Lease) {
+        match self.guard.rewind(&lease.partition, lease.offset) {
+            Ok(()) => self.intake.push_front(lease.partition, record),
+            Err(error) => log::warn!("{error}"),
+        }
+    }
+
+    fn settle(&mut self, delivery: &Delivery) {
+        if let Some(offsets) = self.outstanding.get_mut(&delivery.lease.partition) {
+            offsets.retain(|&o| o != delivery.record.offset);
+        }
+    }
+
+    /// Forgets everything of `tp` from `offset` on and fetches it again from there.
+    fn rewind(&mut self, tp: &TopicPartition, offset: i64) {
+        if self.intake.rewind(self.guard, tp, offset) {
+            if let Some(offsets) = self.outstanding.get_mut(tp) {
+                offsets.retain(|&o| o < offset);
             }
-        } else {
-            self.warned_over_interval = false;
         }
-    }
-
-    /// Whether the batch in progress must stop handing out records at `now`: its deadline has
-    /// arrived, or the next record, at the current estimate, would finish after it. Also `true`
-    /// when no batch is in progress, since nothing was planned that could be handed out.
-    pub fn should_stop(&self, now: Instant) -> bool {
-        let Some(plan) = &self.current else {
-            return true;
-        };
-        if plan.is_past_deadline(now) {
-            return true;
-        }
-        match self.estimate() {
-            Some(per_record) => now
-                .checked_add(per_record)
-                .map_or(true, |done| done > plan.deadline),
-            None => false,
-        }
-    }
-
-    /// Records how long one record took to process.
-    pub fn record_processed(&mut self, elapsed: Duration) {
-        self.observe(elapsed.as_nanos() as f64, 1);
-    }
-
-    /// Records that `count` records took `elapsed` together, for handlers that process a batch
-    /// in one call. Counts as `count` samples of the average; a zero count is ignored.
-    pub fn batch_processed(&mut self, count: usize, elapsed: Duration) {
-        if count == 0 {
-            return;
-        }
-        self.observe(elapsed.as_nanos() as f64 / count as f64, count);
-    }
-
-    fn observe(&mut self, sample: f64, count: usize) {
-        self.last_ns = Some(sample);
-        self.estimate_ns = Some(match self.estimate_ns {
-            // Fast attack: a slower record is believed at once.
-            Some(estimate) if sample < estimate => {
-                // `count` samples of the same value: the average keeps (1 - alpha)^count of
-                // the old estimate.
-                let exponent = i32::try_from(count).unwrap_or(i32::MAX);
-                let kept = (1.0 - DECAY_ALPHA).powi(exponent);
-                sample + kept * (estimate - sample)
-            }
-            _ => sample,
-        });
-    }
-
-    /// Ends the batch in progress; [`should_stop`](Self::should_stop) answers `true` until the
-    /// next [`begin_batch`](Self::begin_batch).
-    pub fn end_batch(&mut self) {
-        self.current = None;
     }
 }
 
-fn nanos_to_duration(nanos: f64) -> Duration {
-    Duration::try_from_secs_f64(nanos / 1e9).unwrap_or(Duration::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    fn sizer(interval_ms: u64, factor: f64, max: usize) -> BatchSizer {
-        BatchSizer::new(Duration::from_millis(interval_ms), factor, max).unwrap()
-    }
-
-    /// Runs one batch of a handler that takes `per_record` for each record, stopping when the
-    /// sizer says so; returns the plan and how many records were processed.
-    fn run_batch(
-        s: &mut BatchSizer,
-        now: &mut Instant,
-        per_record: Duration,
-    ) -> (BatchPlan, usize) {
-        let plan = s.begin_batch(*now);
-        let mut done = 0;
-        while done < plan.size && !s.should_stop(*now) {
-            *now += per_record;
-            s.record_processed(per_record);
-            done += 1;
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        let abandoned: Vec<(TopicPartition, i64)> = self
+            .outstanding
+            .iter()
+            .filter_map(|(tp, offsets)| offsets.iter().min().map(|&o| (tp.clone(), o)))
+            .collect();
+        for (tp, offset) in abandoned {
+            log::warn!("{tp}: record {offset} was handed out but never completed; rewinding");
+            self.rewind(&tp, offset);
         }
-        // The batch never ran past its deadline.
-        assert!(*now <= plan.deadline, "batch overran its deadline");
-        s.end_batch();
-        (plan, done)
-    }
-
-    #[test]
-    fn steady_handler_converges_within_the_budget() {
-        // The issue's scenario: 50 ms per record, max.poll.interval.ms = 2000, safety 0.5.
-        let mut s = sizer(2000, 0.5, 500);
-        assert_eq!(s.budget(), Duration::from_millis(1000));
-        let mut now = Instant::now();
-        let (first, done) = run_batch(&mut s, &mut now, 50 * MS);
-        // Unmeasured, the first batch may hold max.poll.records, but the deadline stops it.
-        assert_eq!(first.size, 500);
-        assert_eq!(done, 20);
-        for _ in 0..50 {
-            let estimate = s.estimate().unwrap();
-            let (plan, done) = run_batch(&mut s, &mut now, 50 * MS);
-            assert!(plan.size <= 20, "planned {}", plan.size);
-            assert!(
-                estimate * plan.size as u32 <= s.budget(),
-                "planned {} x {estimate:?} over the budget",
-                plan.size
-            );
-            assert_eq!(done, plan.size, "a well-sized batch is never cut short");
-        }
-        assert_eq!(s.next_size(), 20);
-    }
-
-    #[test]
-    fn planned_batches_never_exceed_the_budget_under_varying_speed() {
-        let mut s = sizer(2000, 0.5, 500);
-        let mut now = Instant::now();
-        // A deterministic mix of speeds, including outliers.
-        let speeds = [5u32, 50, 7, 300, 20, 20, 2, 900, 1, 40];
-        for round in 0..200 {
-            let per_record = speeds[round % speeds.len()] * MS;
-            let before = s.estimate();
-            let (plan, _) = run_batch(&mut s, &mut now, per_record);
-            if let Some(estimate) = before {
-                assert!(
-                    plan.size == 1 || estimate * plan.size as u32 <= s.budget(),
-                    "round {round}: {} x {estimate:?}",
-                    plan.size
-                );
-            }
-            assert!(plan.size >= 1 && plan.size <= 500);
-        }
-    }
-
-    #[test]
-    fn one_slow_record_shrinks_the_very_next_batch() {
-        let mut s = sizer(2000, 0.5, 500);
-        let mut now = Instant::now();
-        for _ in 0..5 {
-            run_batch(&mut s, &mut now, 10 * MS);
-        }
-        assert_eq!(s.next_size(), 100);
-        // Next batch: the first record hits a 400 ms downstream stall, the rest are fast.
-        let plan = s.begin_batch(now);
-        assert_eq!(plan.size, 100);
-        now += 400 * MS;
-        s.record_processed(400 * MS);
-        assert_eq!(s.last_sample(), Some(400 * MS));
-        // Predictive stop: at 400 ms per record, another one would not finish by the deadline
-        // (at 400 ms elapsed, 400 + 400 <= 1000 still fits; at 800 it would not).
-        assert!(!s.should_stop(now));
-        now += 10 * MS;
-        s.record_processed(10 * MS);
-        s.end_batch();
-        let next = s.begin_batch(now);
-        assert!(
-            next.size <= 1000 / 300,
-            "one slow record must shrink the next batch at once, got {}",
-            next.size
-        );
-    }
-
-    #[test]
-    fn speedup_grows_the_batch_back_gradually() {
-        let mut s = sizer(2000, 0.5, 500);
-        let mut now = Instant::now();
-        for _ in 0..5 {
-            run_batch(&mut s, &mut now, 50 * MS);
-        }
-        assert_eq!(s.next_size(), 20);
-        let mut sizes = vec![20];
-        for _ in 0..12 {
-            let (plan, _) = run_batch(&mut s, &mut now, 5 * MS);
-            sizes.push(plan.size);
-        }
-        for pair in sizes.windows(2) {
-            assert!(
-                pair[1] >= pair[0],
-                "no shrinking while speeding up: {sizes:?}"
-            );
-            assert!(
-                pair[1] <= pair[0] * MAX_GROWTH_FACTOR,
-                "growth at most x{MAX_GROWTH_FACTOR} per batch: {sizes:?}"
-            );
-        }
-        // The first batch after the speed-up did not jump straight to the new fit (200).
-        assert_eq!(sizes[1], 20);
-        assert_eq!(sizes[2], 40);
-        let last = *sizes.last().unwrap();
-        assert!((190..=200).contains(&last), "{sizes:?}");
-    }
-
-    #[test]
-    fn deadline_is_the_budget_and_never_past_the_margin() {
-        let start = Instant::now();
-        let mut s = sizer(2000, 0.5, 500);
-        let plan = s.begin_batch(start);
-        assert_eq!(plan.deadline, start + Duration::from_millis(1000));
-        assert_eq!(plan.remaining(start + 400 * MS), 600 * MS);
-        assert_eq!(plan.remaining(start + 2000 * MS), Duration::ZERO);
-        assert!(!s.should_stop(start + 999 * MS));
-        assert!(s.should_stop(start + 1000 * MS));
-
-        // A greedy safety factor is capped by the margin (10% of the interval).
-        let mut greedy = sizer(2000, 0.99, 500);
-        assert_eq!(greedy.budget(), Duration::from_millis(1800));
-        let plan = greedy.begin_batch(start);
-        assert_eq!(plan.deadline, start + Duration::from_millis(1800));
-
-        // Predictive stop: with 300 ms records, stop once the next would end past the deadline.
-        s.record_processed(300 * MS);
-        assert!(!s.should_stop(start + 700 * MS));
-        assert!(s.should_stop(start + 701 * MS));
-
-        // No batch in progress: nothing may be handed out.
-        s.end_batch();
-        assert!(s.should_stop(start));
-        assert!(s.current().is_none());
-    }
-
-    #[test]
-    fn size_is_at_least_one_and_at_most_max_poll_records() {
-        let mut s = sizer(2000, 0.5, 50);
-        s.record_processed(Duration::ZERO);
-        assert_eq!(
-            s.next_size(),
-            50,
-            "records too fast to measure: the cap applies"
-        );
-        s.record_processed(Duration::from_nanos(10));
-        assert_eq!(s.next_size(), 50);
-        s.record_processed(Duration::from_secs(5));
-        assert_eq!(
-            s.next_size(),
-            1,
-            "a record slower than the budget still gets a batch of one"
-        );
-        let plan = s.begin_batch(Instant::now());
-        assert_eq!(plan.size, 1);
-    }
-
-    #[test]
-    fn whole_batch_measurements_count_as_their_average() {
-        let mut s = sizer(2000, 0.5, 500);
-        s.batch_processed(0, Duration::from_secs(1));
-        assert_eq!(s.estimate(), None, "an empty batch measures nothing");
-        s.batch_processed(10, Duration::from_millis(500));
-        assert_eq!(s.estimate(), Some(50 * MS));
-        // Ten faster samples decay the estimate as ten single samples would.
-        let mut single = s.clone();
-        for _ in 0..10 {
-            single.record_processed(10 * MS);
-        }
-        s.batch_processed(10, Duration::from_millis(100));
-        let (a, b) = (s.estimate().unwrap(), single.estimate().unwrap());
-        let diff = if a > b { a - b } else { b - a };
-        assert!(diff < Duration::from_micros(1), "{a:?} vs {b:?}");
-        // A slower batch average is believed at once.
-        s.batch_processed(2, Duration::from_millis(400));
-        assert_eq!(s.estimate(), Some(200 * MS));
-    }
-
-    #[test]
-    fn invalid_parameters_name_the_setting() {
-        let err = BatchSizer::new(Duration::ZERO, 0.5, 10).unwrap_err();
-        assert_eq!(err.setting(), Some("max.poll.interval.ms"));
-        for factor in [0.0, 1.0, -1.0, f64::NAN] {
-            let err = BatchSizer::new(Duration::from_secs(1), factor, 10).unwrap_err();
-            assert_eq!(err.setting(), Some("batch.safety.factor"));
-        }
-        let err = BatchSizer::new(Duration::from_secs(1), 0.5, 0).unwrap_err();
-        assert_eq!(err.setting(), Some("max.poll.records"));
-    }
-
-    #[test]
-    fn from_config_uses_the_consumer_settings() {
-        let config = ConsumerConfig::builder()
-            .bootstrap_servers(["127.0.0.1:9092"])
-            .group_id("g")
-            .session_timeout(Duration::from_millis(2000))
-            .heartbeat_interval(Duration::from_millis(500))
-            .max_poll_interval(Duration::from_millis(2000))
-            .max_poll_records(200)
-            .batch_safety_factor(0.25)
-            .build()
-            .unwrap();
-        let s = BatchSizer::from_config(&config);
-        assert_eq!(s.budget(), Duration::from_millis(500));
-        assert_eq!(s.max_records(), 200);
-        assert_eq!(s.next_size(), 200);
+        self.sizer.end_batch();
     }
 }

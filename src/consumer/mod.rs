@@ -26,18 +26,42 @@
 //! # }
 //! ```
 
-pub mod batch;
+//! # Map
+//!
+//! Dependencies point down this list; no file imports one above it.
+//!
+//! - `poll_loop.rs`: the [`Consumer`]: subscribe, `poll`, `commit`, `run`, `run_with_workers`,
+//!   `close`, stats.
+//! - `workers.rs`: the worker pool of the decoupled mode, written against the narrow
+//!   `WorkSource` interface the consumer implements (never against its fields).
+//! - `batch.rs`: a [`Batch`] and its [`Delivery`]s: records leave the intake and are admitted
+//!   through the guard one at a time.
+//! - `bridge.rs`: the handoff bridge: rebalance events into the guard, revocation commits and
+//!   drains, [`HandoffFailure`]s, and `commit_through` for every commit.
+//! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and
+//!   (`intake/positions.rs`) the starting-position lookups, retried until found.
+//! - [`sizer`]: the [`BatchSizer`]: how many records a batch may hold and when it must stop.
+//! - [`stats`]: per-partition signals, [`RebalanceCounters`] and the stats line.
+//! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
+//!   observer's [`GuardView`].
+//! - [`config`], `error.rs`: settings under Kafka's names, and [`ConsumerError`].
+
+mod batch;
+mod bridge;
 pub mod config;
+mod context;
 mod error;
+mod intake;
 mod poll_loop;
-mod positions;
-mod rebalance;
+pub mod sizer;
 pub mod stats;
 mod workers;
 
+pub use batch::{Batch, Delivery, KeyFn};
+pub use bridge::{HandoffFailure, StormHook};
 pub use config::{AssignmentStrategy, AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol};
+pub use context::{GuardView, WorkContext};
 pub use error::ConsumerError;
-pub use poll_loop::{Batch, Consumer, Delivery, GuardView, KeyFn};
-pub use rebalance::{HandoffFailure, RebalanceCounters, StormHook};
-pub use stats::{ConsumerStats, PartitionStats};
-pub use workers::WorkContext;
+pub use poll_loop::Consumer;
+pub use sizer::{BatchPlan, BatchSizer};
+pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};

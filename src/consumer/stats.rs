@@ -1,12 +1,28 @@
 //! Per-partition operational signals: aggregate lag does not reveal a worker
 //! finishing revoked work, these do.
+//!
+//! Also the [`RebalanceCounters`] the bridge and the batch count into, so the stats line can say
+//! what rebalances cost.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::guard::{PartitionSnapshot, StormStatus};
 
-use super::rebalance::RebalanceCounters;
+/// Counters of what rebalances did, for the stats line.
+#[derive(Debug, Default, Clone)]
+pub struct RebalanceCounters {
+    /// Partitions assigned, over all rebalances.
+    pub assigned: u64,
+    /// Partitions revoked with a handoff.
+    pub revoked: u64,
+    /// Partitions lost without a handoff.
+    pub lost: u64,
+    /// Revocations whose flush or commit failed for some partition.
+    pub failed_handoffs: u64,
+    /// Fetched records dropped unprocessed because their partition left.
+    pub dropped_records: u64,
+}
 
 /// One partition's signals.
 #[derive(Debug, Clone)]

@@ -31,32 +31,38 @@ use crate::guard::Lease;
 use crate::wire::Record;
 use crate::TopicPartition;
 
+use super::batch::Batch;
+use super::bridge::Drain;
+use super::context::{Guard, WorkContext};
 use super::error::ConsumerError;
-use super::poll_loop::Consumer;
-use super::rebalance::{Drain, Guard};
 
-/// What a worker's handler may ask about the record it is processing.
-pub struct WorkContext<'a> {
-    guard: &'a Guard,
-    lease: &'a Lease,
-}
-
-impl<'a> WorkContext<'a> {
-    pub(super) fn new(guard: &'a Guard, lease: &'a Lease) -> Self {
-        WorkContext { guard, lease }
-    }
-
-    /// True while the record's partition is still this member's under the assignment the record
-    /// was admitted in. Check it right before an external side effect of a long handler: once it
-    /// is false, another member may be processing the same record.
-    pub fn is_current(&self) -> bool {
-        self.guard.is_current(self.lease)
-    }
-
-    /// The record's lease.
-    pub fn lease(&self) -> &'a Lease {
-        self.lease
-    }
+/// What the pool needs from the consumer that feeds it: its public `poll` and `commit`, and
+/// four things the public API deliberately cannot express. The consumer implements it; the pool
+/// depends on this trait, never on the consumer's fields, so the dependency points one way
+/// (the consumer calls [`run`], this file never names the consumer).
+///
+/// The crate-internal part, and why each is not public:
+/// - [`guard`](WorkSource::guard): workers start, complete and rewind records through the
+///   guard itself; the public [`GuardView`](super::GuardView) only reads it.
+/// - [`set_drain`](WorkSource::set_drain): a revocation on the poll thread must wait for the
+///   records running on the workers; only the pool knows how to wait for them.
+/// - [`rewind`](WorkSource::rewind): records a worker never started must come again, in the
+///   guard and in the intake at once.
+/// - [`Batch::hand_off`] and [`Batch::put_back`]: a record leaves the batch's tracking for a
+///   worker and, when the worker's queue is full, comes back.
+pub(crate) trait WorkSource {
+    /// The consumer's [`poll`](super::Consumer::poll).
+    fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError>;
+    /// The consumer's [`commit`](super::Consumer::commit), its answer reduced to success.
+    fn commit(&mut self) -> Result<(), ConsumerError>;
+    /// `revoke.drain.timeout.ms`: the bound on every wait for the workers.
+    fn drain_timeout(&self) -> Duration;
+    /// The guard the workers admit, complete and rewind their records through.
+    fn guard(&self) -> Arc<Guard>;
+    /// How a revocation waits for the workers (set for the run, cleared after it).
+    fn set_drain(&mut self, drain: Option<Drain>);
+    /// Forgets everything of `tp` from `offset` on (guard and intake) so it is fetched again.
+    fn rewind(&mut self, tp: &TopicPartition, offset: i64) -> bool;
 }
 
 type Job = (Record, Lease);
@@ -152,10 +158,7 @@ where
         if pool.stopping.load(Ordering::SeqCst) || failed_partitions.contains(&lease.partition) {
             pool.not_started(&lease);
         } else if guard.start(&lease) {
-            let ctx = WorkContext {
-                guard: &guard,
-                lease: &lease,
-            };
+            let ctx = WorkContext::new(&guard, &lease);
             let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(&record, &ctx)));
             let failure = match outcome {
                 Ok(Ok(())) => {
@@ -192,148 +195,143 @@ where
     pool.signal();
 }
 
-impl Consumer {
-    /// Runs the decoupled mode with `workers` threads until `stop` is set or a handler fails,
-    /// then stops (bounded), commits, and returns (call [`close`](Consumer::close) afterwards).
-    ///
-    /// `queue` bounds each worker's queue. A handler error or panic stops the run: the failed
-    /// record and the rest of its partition are not started, everything before it that finished
-    /// is committed, and the error (naming the partition and offset) is returned; the failed
-    /// record comes again on the next run. Stopping cancels the queued records that have not
-    /// started (they come again too) and waits for the started ones for at most
-    /// `revoke.drain.timeout.ms`; a handler still running then is left to finish on its own
-    /// thread, and its record is not committed.
-    pub fn run_with_workers<E, H>(
-        &mut self,
-        stop: &AtomicBool,
-        workers: usize,
-        queue: usize,
-        handler: H,
-    ) -> Result<(), ConsumerError>
-    where
-        H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        let workers = workers.max(1);
-        let drain_timeout = self.config().revoke_drain_timeout();
-        let pool = Arc::new(Pool {
-            stopping: AtomicBool::new(false),
-            failure: Mutex::new(None),
-            not_started: Mutex::new(HashMap::new()),
-            alive: Mutex::new(0),
-            finished: Arc::new((Mutex::new(0u64), Condvar::new())),
-        });
-        self.drain = Some(Drain {
-            finished: pool.finished.clone(),
-            timeout: drain_timeout,
-        });
-        let handler = Arc::new(handler);
-        let mut queues: Vec<SyncSender<Job>> = Vec::with_capacity(workers);
-        let mut started = Ok(());
-        for index in 0..workers {
-            let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
-            let (guard, pool_ref, handler) = (self.guard.clone(), pool.clone(), handler.clone());
-            *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-            let spawned = std::thread::Builder::new()
-                .name(format!("worker-{index}"))
-                .spawn(move || work(rx, guard, pool_ref, handler));
-            match spawned {
-                Ok(_) => queues.push(tx),
-                Err(e) => {
-                    *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-                    started = Err(ConsumerError::Thread(e));
-                    break;
-                }
+/// Runs the decoupled mode for [`Consumer::run_with_workers`](super::Consumer::run_with_workers)
+/// (whose documentation says what the caller sees): starts `workers` threads, feeds them from
+/// `source`'s batches until `stop` is set or a handler fails, then stops (bounded), rewinds what
+/// was not started, and commits what finished.
+pub(crate) fn run<S, E, H>(
+    source: &mut S,
+    stop: &AtomicBool,
+    workers: usize,
+    queue: usize,
+    handler: H,
+) -> Result<(), ConsumerError>
+where
+    S: WorkSource,
+    H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let workers = workers.max(1);
+    let drain_timeout = source.drain_timeout();
+    let pool = Arc::new(Pool {
+        stopping: AtomicBool::new(false),
+        failure: Mutex::new(None),
+        not_started: Mutex::new(HashMap::new()),
+        alive: Mutex::new(0),
+        finished: Arc::new((Mutex::new(0u64), Condvar::new())),
+    });
+    source.set_drain(Some(Drain {
+        finished: pool.finished.clone(),
+        timeout: drain_timeout,
+    }));
+    let handler = Arc::new(handler);
+    let mut queues: Vec<SyncSender<Job>> = Vec::with_capacity(workers);
+    let mut started = Ok(());
+    for index in 0..workers {
+        let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
+        let (guard, pool_ref, handler) = (source.guard(), pool.clone(), handler.clone());
+        *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        let spawned = std::thread::Builder::new()
+            .name(format!("worker-{index}"))
+            .spawn(move || work(rx, guard, pool_ref, handler));
+        match spawned {
+            Ok(_) => queues.push(tx),
+            Err(e) => {
+                *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                started = Err(ConsumerError::Thread(e));
+                break;
             }
-        }
-        let outcome = started.and_then(|()| self.feed_workers(stop, &queues, &pool));
-        // Stop: nothing more starts; wait for what is running, once, for a bounded time.
-        pool.stopping.store(true, Ordering::SeqCst);
-        drop(queues);
-        self.wait_for_workers(&pool, Instant::now() + drain_timeout);
-        self.drain = None;
-        let not_started =
-            std::mem::take(&mut *pool.not_started.lock().unwrap_or_else(|p| p.into_inner()));
-        for (tp, offset) in not_started {
-            self.rewind_partition(&tp, offset);
-        }
-        // Everything the workers finished is committed, whatever stopped the run.
-        let committed = self.commit();
-        let failure = pool
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        outcome?;
-        if let Some(failure) = failure {
-            return Err(failure);
-        }
-        match committed {
-            Ok(_) | Err(ConsumerError::Commit(_)) => Ok(()),
-            Err(other) => Err(other),
         }
     }
-
-    /// Waits until every worker exited or `deadline` passed.
-    fn wait_for_workers(&self, pool: &Pool, deadline: Instant) {
-        let (lock, signal) = &*pool.finished;
-        let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let alive = *pool.alive.lock().unwrap_or_else(|p| p.into_inner());
-            if alive == 0 {
-                return;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                log::warn!(
-                    "{alive} worker(s) still running a handler after revoke.drain.timeout.ms: \
-                     left to finish on their own; their records are not committed"
-                );
-                return;
-            }
-            seen = signal
-                .wait_timeout(seen, deadline - now)
-                .map(|(s, _)| s)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
+    let outcome = started.and_then(|()| feed_workers(source, stop, &queues, &pool));
+    // Stop: nothing more starts; wait for what is running, once, for a bounded time.
+    pool.stopping.store(true, Ordering::SeqCst);
+    drop(queues);
+    wait_for_workers(&pool, Instant::now() + drain_timeout);
+    source.set_drain(None);
+    let not_started =
+        std::mem::take(&mut *pool.not_started.lock().unwrap_or_else(|p| p.into_inner()));
+    for (tp, offset) in not_started {
+        source.rewind(&tp, offset);
     }
+    // Everything the workers finished is committed, whatever stopped the run.
+    let committed = source.commit();
+    let failure = pool
+        .failure
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    outcome?;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    match committed {
+        Ok(()) | Err(ConsumerError::Commit(_)) => Ok(()),
+        Err(other) => Err(other),
+    }
+}
 
-    fn feed_workers(
-        &mut self,
-        stop: &AtomicBool,
-        queues: &[SyncSender<Job>],
-        pool: &Pool,
-    ) -> Result<(), ConsumerError> {
-        let mut routing = Routing::default();
-        while !stop.load(Ordering::SeqCst) && !pool.failed() {
-            let mut backpressure = false;
-            {
-                let mut batch = self.poll(Duration::from_millis(100))?;
-                while let Some(delivery) = batch.next() {
-                    let (record, lease) = batch.hand_off(delivery);
-                    let worker = routing.worker_for(&lease.partition, queues.len());
-                    match queues[worker].try_send((record, lease)) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full((record, lease))) => {
-                            batch.put_back(record, lease);
-                            backpressure = true;
-                            break;
-                        }
-                        Err(TrySendError::Disconnected((record, lease))) => {
-                            batch.put_back(record, lease);
-                            return Err(ConsumerError::WorkerGone { worker });
-                        }
+/// Waits until every worker exited or `deadline` passed.
+fn wait_for_workers(pool: &Pool, deadline: Instant) {
+    let (lock, signal) = &*pool.finished;
+    let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let alive = *pool.alive.lock().unwrap_or_else(|p| p.into_inner());
+        if alive == 0 {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            log::warn!(
+                "{alive} worker(s) still running a handler after revoke.drain.timeout.ms: \
+                 left to finish on their own; their records are not committed"
+            );
+            return;
+        }
+        seen = signal
+            .wait_timeout(seen, deadline - now)
+            .map(|(s, _)| s)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// The poll thread's part of the run: poll, hand each record to its partition's worker, commit;
+/// a full queue puts the record back and waits a little (backpressure).
+fn feed_workers<S: WorkSource>(
+    source: &mut S,
+    stop: &AtomicBool,
+    queues: &[SyncSender<Job>],
+    pool: &Pool,
+) -> Result<(), ConsumerError> {
+    let mut routing = Routing::default();
+    while !stop.load(Ordering::SeqCst) && !pool.failed() {
+        let mut backpressure = false;
+        {
+            let mut batch = source.poll(Duration::from_millis(100))?;
+            while let Some(delivery) = batch.next() {
+                let (record, lease) = batch.hand_off(delivery);
+                let worker = routing.worker_for(&lease.partition, queues.len());
+                match queues[worker].try_send((record, lease)) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full((record, lease))) => {
+                        batch.put_back(record, lease);
+                        backpressure = true;
+                        break;
+                    }
+                    Err(TrySendError::Disconnected((record, lease))) => {
+                        batch.put_back(record, lease);
+                        return Err(ConsumerError::WorkerGone { worker });
                     }
                 }
             }
-            match self.commit() {
-                Ok(_) | Err(ConsumerError::Commit(_)) => {}
-                Err(other) => return Err(other),
-            }
-            if backpressure {
-                std::thread::sleep(Duration::from_millis(5));
-            }
         }
-        Ok(())
+        match source.commit() {
+            Ok(()) | Err(ConsumerError::Commit(_)) => {}
+            Err(other) => return Err(other),
+        }
+        if backpressure {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
+    Ok(())
 }

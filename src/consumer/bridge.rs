@@ -10,131 +10,29 @@
 //!   `auto.offset.reset`).
 //!
 //! Each runs on the poll thread, inside `GroupMember::poll`, before the next record is handed out.
+//!
+//! Besides the three callbacks this file owns what a handoff leaves behind: the
+//! [`HandoffFailure`]s the application collects, the [`Drain`] through which a revocation waits
+//! for worker threads, and [`commit_through`], the one way any commit (a revocation's or the
+//! application's) reaches the group.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::group::{GroupContext, LostReason, RebalanceListener};
-use crate::guard::{
-    BoxError, CommitFailure, CommitOffset, FlushBatch, HandoffStage, RebalanceGuard, StormStatus,
-};
-use crate::wire::{self, Record};
+use crate::guard::{BoxError, CommitFailure, CommitOffset, FlushBatch, HandoffStage, StormStatus};
+use crate::wire;
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
+use super::context::Guard;
 use super::error::ConsumerError;
-use super::positions::{PendingPositions, Start};
-
-/// The guard as the consumer uses it: idempotency keys are bytes, nothing stays buffered in it.
-pub(crate) type Guard = RebalanceGuard<Vec<u8>, ()>;
+use super::intake::Intake;
+use super::stats::RebalanceCounters;
 
 /// Called when the guard reports a rebalance storm.
 pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
-
-/// Fetch state of the partitions this member owns: where to fetch next, and the records fetched
-/// but not handed out yet.
-#[derive(Default)]
-pub(crate) struct Intake {
-    pub(crate) positions: HashMap<TopicPartition, i64>,
-    /// Owned partitions still waiting for a starting position (not fetched until found).
-    pub(crate) pending: PendingPositions,
-    pub(crate) buffers: HashMap<TopicPartition, VecDeque<Record>>,
-    pub(crate) paused: HashMap<TopicPartition, Instant>,
-    /// Fetch errors per owned partition (the fetch is retried at the same offset).
-    pub(crate) fetch_errors: HashMap<TopicPartition, FetchErrors>,
-}
-
-/// The fetch errors of one partition: a partition refetching the same failing offset makes no
-/// progress, and that must be visible at the default log level and in its stats.
-#[derive(Debug, Clone)]
-pub(crate) struct FetchErrors {
-    /// Errors since the partition was assigned.
-    pub(crate) count: u64,
-    /// The last one, as text.
-    pub(crate) last: String,
-    /// When a warning was last logged, and how many errors were not logged since.
-    warned_at: Instant,
-    unlogged: u64,
-}
-
-/// Why 10 s: a partition failing on every fetch would otherwise log several lines a second.
-const FETCH_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
-
-impl Intake {
-    /// Counts a fetch error of `tp` and warns about it, at most once per
-    /// [`FETCH_ERROR_LOG_INTERVAL`] per partition (saying how many were not logged).
-    pub(crate) fn fetch_failed(&mut self, tp: &TopicPartition, error: &wire::WireError) {
-        let now = Instant::now();
-        let at = self.positions.get(tp).copied().unwrap_or(-1);
-        match self.fetch_errors.get_mut(tp) {
-            None => {
-                log::warn!("{tp}: fetch at offset {at} failed: {error}; retrying");
-                self.fetch_errors.insert(
-                    tp.clone(),
-                    FetchErrors {
-                        count: 1,
-                        last: error.to_string(),
-                        warned_at: now,
-                        unlogged: 0,
-                    },
-                );
-            }
-            Some(errors) => {
-                errors.count += 1;
-                errors.last = error.to_string();
-                if now.saturating_duration_since(errors.warned_at) >= FETCH_ERROR_LOG_INTERVAL {
-                    log::warn!(
-                        "{tp}: fetch at offset {at} failed: {error}; retrying ({} more failure(s) \
-                         since the last warning, {} in all)",
-                        errors.unlogged,
-                        errors.count
-                    );
-                    errors.warned_at = now;
-                    errors.unlogged = 0;
-                } else {
-                    errors.unlogged += 1;
-                }
-            }
-        }
-    }
-
-    /// Forgets a partition that is no longer ours: its unhanded records are never processed.
-    fn drop_partition(&mut self, tp: &TopicPartition) -> usize {
-        self.positions.remove(tp);
-        self.fetch_errors.remove(tp);
-        self.pending.remove(tp);
-        self.paused.remove(tp);
-        self.buffers.remove(tp).map_or(0, |b| b.len())
-    }
-
-    /// Looks up the starting positions that are due (see [`PendingPositions`]) and starts
-    /// fetching the partitions found. A reset that moves a partition backwards (the log was
-    /// truncated below what this member read) moves the guard's monotonicity mark with it, or
-    /// every record read again would be refused as a regression.
-    pub(crate) fn resolve_positions(
-        &mut self,
-        client: &mut wire::Client,
-        config: &ConsumerConfig,
-        guard: &Guard,
-    ) -> Result<(), ConsumerError> {
-        let (found, error) = self.pending.resolve(client, config, Instant::now());
-        for (tp, offset, start) in found {
-            if start == Start::Reset {
-                if let Some(previous) = guard.reposition(&tp, offset) {
-                    log::warn!(
-                        "{tp}: fetch position reset from {previous} back to {offset} \
-                         (auto.offset.reset={}); records from {offset} on are read again",
-                        config.auto_offset_reset().as_str()
-                    );
-                }
-            }
-            self.buffers.remove(&tp);
-            self.positions.insert(tp, offset);
-        }
-        error.map_or(Ok(()), Err)
-    }
-}
 
 /// One revoked partition whose handoff failed: its flush or its commit. The records processed
 /// since its last commit will be processed again by its next owner; an operator (or a checker)
@@ -151,34 +49,28 @@ pub struct HandoffFailure {
     pub error: String,
 }
 
-/// Counters of what rebalances did, for the stats line.
-#[derive(Debug, Default, Clone)]
-pub struct RebalanceCounters {
-    /// Partitions assigned, over all rebalances.
-    pub assigned: u64,
-    /// Partitions revoked with a handoff.
-    pub revoked: u64,
-    /// Partitions lost without a handoff.
-    pub lost: u64,
-    /// Revocations whose flush or commit failed for some partition.
-    pub failed_handoffs: u64,
-    /// Fetched records dropped unprocessed because their partition left.
-    pub dropped_records: u64,
-}
-
-/// The listener handed to `GroupMember::poll`: borrows the consumer's parts for one call.
-pub(crate) struct Bridge<'a> {
-    pub(crate) config: &'a ConsumerConfig,
-    pub(crate) guard: &'a Arc<Guard>,
-    pub(crate) intake: &'a mut Intake,
-    pub(crate) storm_hook: &'a mut Option<StormHook>,
-    pub(crate) counters: &'a mut RebalanceCounters,
-    /// A failure the poll must report once the group call returns.
-    pub(crate) error: Option<ConsumerError>,
+/// What the bridge keeps across rebalances, owned by the consumer and lent to each [`Bridge`].
+#[derive(Default)]
+pub(crate) struct Handoffs {
+    /// Called when the guard reports a rebalance storm.
+    pub(crate) storm_hook: Option<StormHook>,
+    /// What rebalances did, for the stats line.
+    pub(crate) counters: RebalanceCounters,
     /// Set while worker threads process records: how a revocation waits for them.
     pub(crate) drain: Option<Drain>,
     /// Failed handoffs, kept for the application to report.
-    pub(crate) handoff_failures: &'a mut Vec<HandoffFailure>,
+    pub(crate) failures: Vec<HandoffFailure>,
+}
+
+/// The listener handed to `GroupMember::poll` and `GroupMember::close`: borrows the consumer's
+/// parts for one call.
+pub(crate) struct Bridge<'a> {
+    config: &'a ConsumerConfig,
+    guard: &'a Guard,
+    intake: &'a mut Intake,
+    handoffs: &'a mut Handoffs,
+    /// A failure the poll must report once the group call returns.
+    error: Option<ConsumerError>,
 }
 
 /// How a revocation drains work handed to worker threads: workers signal every finished record
@@ -228,9 +120,31 @@ impl Drain {
     }
 }
 
-impl Bridge<'_> {
+impl<'a> Bridge<'a> {
+    /// A bridge for one group call.
+    pub(crate) fn new(
+        config: &'a ConsumerConfig,
+        guard: &'a Guard,
+        intake: &'a mut Intake,
+        handoffs: &'a mut Handoffs,
+    ) -> Self {
+        Bridge {
+            config,
+            guard,
+            intake,
+            handoffs,
+            error: None,
+        }
+    }
+
+    /// The failure a callback could not return through the group (a starting position that
+    /// cannot be found with `auto.offset.reset=none`), to report once the group call is over.
+    pub(crate) fn into_error(self) -> Option<ConsumerError> {
+        self.error
+    }
+
     fn storm(&mut self, status: Option<StormStatus>) {
-        if let (Some(status), Some(hook)) = (status, self.storm_hook.as_mut()) {
+        if let (Some(status), Some(hook)) = (status, self.handoffs.storm_hook.as_mut()) {
             if status.is_storm() {
                 hook(&status);
             }
@@ -289,11 +203,11 @@ impl RebalanceListener for Bridge<'_> {
     fn on_partitions_revoked(&mut self, ctx: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
         // Fetched records of these partitions were never handed out: they are the next owner's.
         for tp in partitions {
-            self.counters.dropped_records += self.intake.drop_partition(tp) as u64;
+            self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
         let generation = ctx.generation_id();
         let guard = self.guard;
-        let drain = self.drain.as_ref();
+        let drain = self.handoffs.drain.as_ref();
         let drain_deadline = drain.map(|d| Instant::now() + d.timeout);
         let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
             match drain {
@@ -330,10 +244,10 @@ impl RebalanceListener for Bridge<'_> {
                 // Log the attempted positions, the generation and the error; never
                 // pretend a commit can undo work. The next owner resumes from the last durable
                 // position and the idempotent sink absorbs the repeat.
-                self.counters.failed_handoffs += 1;
+                self.handoffs.counters.failed_handoffs += 1;
                 log::error!("revocation in generation {generation}: {error}");
                 for failure in &error.failures {
-                    self.handoff_failures.push(HandoffFailure {
+                    self.handoffs.failures.push(HandoffFailure {
                         partition: failure.partition.clone(),
                         generation_id: generation,
                         stage: failure.stage,
@@ -342,7 +256,7 @@ impl RebalanceListener for Bridge<'_> {
                 }
             }
         }
-        self.counters.revoked += partitions.len() as u64;
+        self.handoffs.counters.revoked += partitions.len() as u64;
     }
 
     fn on_partitions_assigned(
@@ -352,7 +266,7 @@ impl RebalanceListener for Bridge<'_> {
     ) {
         let status = self.guard.assign(partitions);
         self.storm(status);
-        self.counters.assigned += partitions.len() as u64;
+        self.handoffs.counters.assigned += partitions.len() as u64;
         if partitions.is_empty() {
             return;
         }
@@ -361,9 +275,7 @@ impl RebalanceListener for Bridge<'_> {
             partitions.len(),
             ctx.generation_id()
         );
-        self.intake
-            .pending
-            .add(partitions, Start::Committed, Instant::now());
+        self.intake.assigned(partitions, Instant::now());
         if let Err(error) = self
             .intake
             .resolve_positions(ctx.client(), self.config, self.guard)
@@ -376,9 +288,9 @@ impl RebalanceListener for Bridge<'_> {
         // Already fenced by the lost hook when the loss was detected; this is idempotent.
         let report = self.guard.lost(partitions);
         for tp in partitions {
-            self.counters.dropped_records += self.intake.drop_partition(tp) as u64;
+            self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
-        self.counters.lost += partitions.len() as u64;
+        self.handoffs.counters.lost += partitions.len() as u64;
         log::warn!(
             "lost {} partition(s) ({reason:?}) without commit; {} admitted record(s) discarded",
             partitions.len(),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crate::wire::{self, CommittedOffset, OffsetSpec};
 use crate::TopicPartition;
 
-use super::config::{AutoOffsetReset, ConsumerConfig};
-use super::error::ConsumerError;
+use crate::consumer::config::{AutoOffsetReset, ConsumerConfig};
+use crate::consumer::error::ConsumerError;
 
 /// Which position a pending partition is waiting for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

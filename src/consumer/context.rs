@@ -1,0 +1,60 @@
+//! The guard as the consumer holds it, and what other code may ask it: a handler through its
+//! [`WorkContext`], an observer thread through a [`GuardView`].
+//!
+//! This file is a leaf of `consumer/`: every other part of the consumer refers to the guard
+//! through the [`Guard`] alias defined here, and nothing here refers back to them.
+
+use std::sync::Arc;
+
+use crate::guard::{GuardSnapshot, Lease, RebalanceGuard};
+
+/// The guard as the consumer uses it: idempotency keys are bytes, nothing stays buffered in it.
+pub(crate) type Guard = RebalanceGuard<Vec<u8>, ()>;
+
+/// What a handler may ask about the record it is processing, on the poll thread (`run`) or on a
+/// worker thread (`run_with_workers`).
+pub struct WorkContext<'a> {
+    guard: &'a Guard,
+    lease: &'a Lease,
+}
+
+impl<'a> WorkContext<'a> {
+    /// The context of the record admitted under `lease`.
+    pub(crate) fn new(guard: &'a Guard, lease: &'a Lease) -> Self {
+        WorkContext { guard, lease }
+    }
+
+    /// True while the record's partition is still this member's under the assignment the record
+    /// was admitted in. Check it right before an external side effect of a long handler: once it
+    /// is false, another member may be processing the same record.
+    pub fn is_current(&self) -> bool {
+        self.guard.is_current(self.lease)
+    }
+
+    /// The record's lease.
+    pub fn lease(&self) -> &'a Lease {
+        self.lease
+    }
+}
+
+/// Read-only access to a consumer's guard from another thread.
+#[derive(Clone)]
+pub struct GuardView(Arc<Guard>);
+
+impl GuardView {
+    /// A view of `guard`.
+    pub(crate) fn new(guard: Arc<Guard>) -> Self {
+        GuardView(guard)
+    }
+
+    /// A consistent snapshot of every partition's state.
+    pub fn snapshot(&self) -> GuardSnapshot {
+        self.0.snapshot()
+    }
+}
+
+impl std::fmt::Debug for GuardView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardView").finish_non_exhaustive()
+    }
+}

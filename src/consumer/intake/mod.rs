@@ -1,0 +1,333 @@
+//! Fetch intake: the fetch state of the partitions this member owns. Where each partition is
+//! fetched next, the records fetched but not handed out yet, which partitions are paused, their
+//! fetch errors, and (in [`positions`]) the partitions still waiting for a starting position.
+//!
+//! The intake never decides ownership: the bridge tells it when partitions arrive
+//! ([`Intake::assigned`]) and leave ([`Intake::drop_partition`]), the batch tells it when a
+//! partition is fenced under it ([`Intake::drop_fenced`]) or must be read again from an offset
+//! ([`Intake::rewind`]).
+
+mod positions;
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::guard::PartitionSnapshot;
+use crate::wire::{self, FetchConfig, FetchPosition, KafkaCode, Record};
+use crate::TopicPartition;
+
+use super::config::ConsumerConfig;
+use super::context::Guard;
+use super::error::ConsumerError;
+use super::stats::PartitionStats;
+
+use positions::{PendingPositions, Start};
+
+/// Whether a fetch may wait at the broker for data (`fetch.max.wait.ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FetchWait {
+    /// Nothing is buffered: waiting for data is what the poll is for.
+    Block,
+    /// Other partitions have records to hand out: take what is there now.
+    DontWait,
+}
+
+/// Fetch state of the partitions this member owns: where to fetch next, and the records fetched
+/// but not handed out yet.
+#[derive(Default)]
+pub(crate) struct Intake {
+    positions: HashMap<TopicPartition, i64>,
+    /// Owned partitions still waiting for a starting position (not fetched until found).
+    pending: PendingPositions,
+    buffers: HashMap<TopicPartition, VecDeque<Record>>,
+    paused: HashMap<TopicPartition, Instant>,
+    /// Fetch errors per owned partition (the fetch is retried at the same offset).
+    fetch_errors: HashMap<TopicPartition, FetchErrors>,
+    /// The round-robin cursor of [`Intake::next_ready`].
+    next_partition: usize,
+}
+
+/// The fetch errors of one partition: a partition refetching the same failing offset makes no
+/// progress, and that must be visible at the default log level and in its stats.
+#[derive(Debug, Clone)]
+struct FetchErrors {
+    /// Errors since the partition was assigned.
+    count: u64,
+    /// The last one, as text.
+    last: String,
+    /// When a warning was last logged, and how many errors were not logged since.
+    warned_at: Instant,
+    unlogged: u64,
+}
+
+/// Why 10 s: a partition failing on every fetch would otherwise log several lines a second.
+const FETCH_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+impl Intake {
+    /// Stops fetching and handing out records of these partitions (backpressure).
+    pub(crate) fn pause(&mut self, partitions: &[TopicPartition]) {
+        let now = Instant::now();
+        for tp in partitions {
+            self.paused.entry(tp.clone()).or_insert(now);
+        }
+    }
+
+    /// Resumes paused partitions.
+    pub(crate) fn resume(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.paused.remove(tp);
+        }
+    }
+
+    /// True when some unpaused partition has records to hand out.
+    pub(crate) fn has_buffered(&self) -> bool {
+        self.buffers
+            .iter()
+            .any(|(tp, b)| !b.is_empty() && !self.paused.contains_key(tp))
+    }
+
+    /// True when an owned, unpaused partition with a fetch position has nothing buffered.
+    pub(crate) fn has_dry_partition(&self) -> bool {
+        self.positions.keys().any(|tp| {
+            !self.paused.contains_key(tp) && self.buffers.get(tp).map_or(true, VecDeque::is_empty)
+        })
+    }
+
+    /// Newly assigned partitions: each starts at its committed offset (else
+    /// `auto.offset.reset`), looked up at the next [`Intake::resolve_positions`].
+    pub(crate) fn assigned(&mut self, partitions: &[TopicPartition], now: Instant) {
+        self.pending.add(partitions, Start::Committed, now);
+    }
+
+    /// Fetches every owned, unpaused partition that has a position and nothing buffered, and
+    /// buffers what comes back. A partition whose position fell out of the log
+    /// (OFFSET_OUT_OF_RANGE) is not fetched again until its `auto.offset.reset` position is
+    /// known (looked up at once, retried if that fails).
+    pub(crate) fn fetch(
+        &mut self,
+        client: &mut wire::Client,
+        fetch: &FetchConfig,
+        wait: FetchWait,
+        config: &ConsumerConfig,
+        guard: &Guard,
+    ) -> Result<(), ConsumerError> {
+        let positions: Vec<FetchPosition> = self
+            .positions
+            .iter()
+            .filter(|(tp, _)| !self.paused.contains_key(*tp))
+            .filter(|(tp, _)| self.buffers.get(*tp).map_or(true, VecDeque::is_empty))
+            .map(|(tp, &offset)| FetchPosition {
+                tp: tp.clone(),
+                offset,
+            })
+            .collect();
+        if positions.is_empty() {
+            // Nothing to fetch: wait a little instead of spinning (the group keeps running on
+            // the heartbeat thread).
+            std::thread::sleep(fetch.max_wait.min(Duration::from_millis(100)));
+            return Ok(());
+        }
+        let fetched = match wait {
+            FetchWait::Block => client.fetch(&positions, fetch)?,
+            FetchWait::DontWait => {
+                // No prefetch after this one: the set of dry partitions changes from call to
+                // call, and a prefetch for a set the next call does not ask for costs a
+                // reconnect. An earlier prefetch of every partition still serves this call.
+                let config = FetchConfig {
+                    max_wait: Duration::ZERO,
+                    prefetch: false,
+                    ..fetch.clone()
+                };
+                client.fetch(&positions, &config)?
+            }
+        };
+        let mut reset: Vec<TopicPartition> = Vec::new();
+        for part in fetched {
+            // Only keep data for the position we still want (a rebalance may have moved it).
+            if self.positions.get(&part.tp) != Some(&part.fetch_offset) {
+                continue;
+            }
+            if let Some(error) = &part.error {
+                if error.kafka_code() == Some(KafkaCode::OFFSET_OUT_OF_RANGE) {
+                    log::warn!("{}: offset {} out of range", part.tp, part.fetch_offset);
+                    reset.push(part.tp.clone());
+                } else {
+                    self.fetch_failed(&part.tp, error);
+                }
+                continue;
+            }
+            self.positions.insert(part.tp.clone(), part.next_offset);
+            if !part.records.is_empty() {
+                self.buffers
+                    .entry(part.tp)
+                    .or_default()
+                    .extend(part.records);
+            }
+        }
+        if !reset.is_empty() {
+            // Not fetched until the reset position is known (looked up now, retried if it fails).
+            for tp in &reset {
+                self.positions.remove(tp);
+            }
+            self.pending.add(&reset, Start::Reset, Instant::now());
+            self.resolve_positions(client, config, guard)?;
+        }
+        Ok(())
+    }
+
+    /// Counts a fetch error of `tp` and warns about it, at most once per
+    /// [`FETCH_ERROR_LOG_INTERVAL`] per partition (saying how many were not logged).
+    fn fetch_failed(&mut self, tp: &TopicPartition, error: &wire::WireError) {
+        let now = Instant::now();
+        let at = self.positions.get(tp).copied().unwrap_or(-1);
+        match self.fetch_errors.get_mut(tp) {
+            None => {
+                log::warn!("{tp}: fetch at offset {at} failed: {error}; retrying");
+                self.fetch_errors.insert(
+                    tp.clone(),
+                    FetchErrors {
+                        count: 1,
+                        last: error.to_string(),
+                        warned_at: now,
+                        unlogged: 0,
+                    },
+                );
+            }
+            Some(errors) => {
+                errors.count += 1;
+                errors.last = error.to_string();
+                if now.saturating_duration_since(errors.warned_at) >= FETCH_ERROR_LOG_INTERVAL {
+                    log::warn!(
+                        "{tp}: fetch at offset {at} failed: {error}; retrying ({} more failure(s) \
+                         since the last warning, {} in all)",
+                        errors.unlogged,
+                        errors.count
+                    );
+                    errors.warned_at = now;
+                    errors.unlogged = 0;
+                } else {
+                    errors.unlogged += 1;
+                }
+            }
+        }
+    }
+
+    /// Forgets a partition that is no longer ours: its unhanded records are never processed.
+    /// Returns how many records were dropped.
+    pub(crate) fn drop_partition(&mut self, tp: &TopicPartition) -> usize {
+        self.positions.remove(tp);
+        self.fetch_errors.remove(tp);
+        self.pending.remove(tp);
+        self.paused.remove(tp);
+        self.buffers.remove(tp).map_or(0, |b| b.len())
+    }
+
+    /// A partition found fenced while its records were handed out: its buffered records and its
+    /// position go (the bridge forgets the rest when the revocation or loss is reported).
+    /// Returns how many buffered records were dropped.
+    pub(crate) fn drop_fenced(&mut self, tp: &TopicPartition) -> usize {
+        let dropped = self.buffers.remove(tp).map_or(0, |b| b.len());
+        self.positions.remove(tp);
+        dropped
+    }
+
+    /// Drops every buffered record (closing: nothing more is handed out).
+    pub(crate) fn clear_buffers(&mut self) {
+        self.buffers.clear();
+    }
+
+    /// Looks up the starting positions that are due (see [`PendingPositions`]) and starts
+    /// fetching the partitions found. A reset that moves a partition backwards (the log was
+    /// truncated below what this member read) moves the guard's monotonicity mark with it, or
+    /// every record read again would be refused as a regression.
+    pub(crate) fn resolve_positions(
+        &mut self,
+        client: &mut wire::Client,
+        config: &ConsumerConfig,
+        guard: &Guard,
+    ) -> Result<(), ConsumerError> {
+        let (found, error) = self.pending.resolve(client, config, Instant::now());
+        for (tp, offset, start) in found {
+            if start == Start::Reset {
+                if let Some(previous) = guard.reposition(&tp, offset) {
+                    log::warn!(
+                        "{tp}: fetch position reset from {previous} back to {offset} \
+                         (auto.offset.reset={}); records from {offset} on are read again",
+                        config.auto_offset_reset().as_str()
+                    );
+                }
+            }
+            self.buffers.remove(&tp);
+            self.positions.insert(tp, offset);
+        }
+        error.map_or(Ok(()), Err)
+    }
+
+    /// Forgets everything of `tp` from `offset` on, in the guard and in the intake, and fetches
+    /// it again from there: the record at `offset` and everything after it come again. Returns
+    /// false (and logs why) when the guard refuses: the partition is not owned, or `offset` is
+    /// inside its completed prefix.
+    pub(crate) fn rewind(&mut self, guard: &Guard, tp: &TopicPartition, offset: i64) -> bool {
+        if let Err(error) = guard.rewind(tp, offset) {
+            log::warn!("{error}");
+            return false;
+        }
+        self.buffers.remove(tp);
+        if self.positions.contains_key(tp) {
+            self.positions.insert(tp.clone(), offset);
+        }
+        true
+    }
+
+    /// Round-robin over partitions with buffered, unpaused records, so one busy partition does
+    /// not starve the others within a batch.
+    pub(crate) fn next_ready(&mut self) -> Option<TopicPartition> {
+        let mut ready: Vec<&TopicPartition> = self
+            .buffers
+            .iter()
+            .filter(|(tp, b)| !b.is_empty() && !self.paused.contains_key(*tp))
+            .map(|(tp, _)| tp)
+            .collect();
+        if ready.is_empty() {
+            return None;
+        }
+        ready.sort();
+        self.next_partition = self.next_partition.wrapping_add(1);
+        Some(ready[self.next_partition % ready.len()].clone())
+    }
+
+    /// Takes the next buffered record of `tp`.
+    pub(crate) fn pop(&mut self, tp: &TopicPartition) -> Option<Record> {
+        self.buffers.get_mut(tp)?.pop_front()
+    }
+
+    /// Puts a record back first in line of its partition (it was taken but not handed out).
+    pub(crate) fn push_front(&mut self, tp: TopicPartition, record: Record) {
+        self.buffers.entry(tp).or_default().push_front(record);
+    }
+
+    /// One partition's line in the stats: the guard's view with the intake's.
+    pub(crate) fn partition_stats(
+        &self,
+        guard: &PartitionSnapshot,
+        now: Instant,
+    ) -> PartitionStats {
+        let tp = &guard.partition;
+        PartitionStats {
+            guard: guard.clone(),
+            next_fetch_offset: self.positions.get(tp).copied(),
+            buffered: self.buffers.get(tp).map_or(0, VecDeque::len),
+            paused_for: self
+                .paused
+                .get(tp)
+                .map(|since| now.saturating_duration_since(*since)),
+            fetch_errors: self.fetch_errors.get(tp).map(|e| (e.count, e.last.clone())),
+            position_error: self.pending.get(tp).and_then(|lookup| {
+                lookup
+                    .last_error
+                    .clone()
+                    .map(|error| (error, lookup.failures))
+            }),
+        }
+    }
+}
