@@ -823,8 +823,8 @@ impl GroupMember {
         // assigned too. One request for every subscribed topic, not one per topic: a topic that
         // does not exist (yet) is skipped and reported, as Java does, instead of being retried
         // until the group's session runs out. (The request also gives the followers' SyncGroup
-        // time to reach librdkafka's mock cluster first: the mock ends the sync round when the
-        // leader's SyncGroup arrives and refuses followers that come later.)
+        // time to reach librdkafka's mock first, which refuses those that come after the
+        // leader's: see `quirks::LATE_SYNC_GROUP_REFUSAL`.)
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let mut partitions_per_topic = BTreeMap::new();
         match self.client.metadata(&names) {

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use super::assignor::RebalanceProtocol;
+use super::quirks;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -234,7 +235,9 @@ pub struct ErrorContext<'a> {
 
 /// Java's `ConsumerCoordinator`/`AbstractCoordinator` handling of a group response's error code,
 /// as a table. Deviations, each towards retrying rather than failing: COORDINATOR_LOAD_IN_PROGRESS
-/// on SyncGroup rejoins and on Heartbeat retries (Java reports both as unexpected).
+/// on SyncGroup rejoins and on Heartbeat retries (Java reports both as unexpected), and
+/// INVALID_REQUEST on SyncGroup rejoins (librdkafka's mock, see
+/// `quirks::LATE_SYNC_GROUP_REFUSAL`).
 pub fn classify(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -> ErrorAction {
     use ErrorAction::*;
     use GroupApi::*;
@@ -249,11 +252,8 @@ pub fn classify(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -> Error
         (OffsetCommit, KafkaCode::REQUEST_TIMED_OUT) => RediscoverCoordinator,
         (JoinGroup | Heartbeat | OffsetCommit, KafkaCode::COORDINATOR_LOAD_IN_PROGRESS) => Retry,
         (SyncGroup, KafkaCode::COORDINATOR_LOAD_IN_PROGRESS) => Rejoin,
-        // librdkafka's mock answers INVALID_REQUEST to a follower whose SyncGroup arrives after
-        // the leader's already completed the generation; rejoining is the recovery (Java would
-        // fail). A real broker rejecting a malformed request makes this a visible retry loop,
-        // logged on every round, rather than a crash of the worker.
-        (SyncGroup, KafkaCode::INVALID_REQUEST) => Rejoin,
+        // librdkafka's mock refuses a follower's SyncGroup that comes after the leader's.
+        (SyncGroup, quirks::LATE_SYNC_GROUP_REFUSAL) => Rejoin,
         (OffsetCommit, KafkaCode::UNKNOWN_TOPIC_OR_PARTITION) => Retry,
         (_, KafkaCode::REBALANCE_IN_PROGRESS) => Rejoin,
         (JoinGroup, KafkaCode::MEMBER_ID_REQUIRED) => Rejoin,

@@ -29,6 +29,7 @@ pub use membership::{
 
 mod heartbeat;
 pub mod member;
+mod quirks;
 pub mod requests;
 mod session;
 

@@ -15,6 +15,7 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::assignor::JoinProtocol;
 use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
+use super::quirks;
 use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
 /// Who we are in the group, as the coordinator knows us.
@@ -41,13 +42,13 @@ fn str_bytes(s: &str) -> StrBytes {
 }
 
 /// The versions of the group APIs we speak: from what KIP-896 keeps in Kafka 4.0 up to the
-/// newest version whose fields we fill in.
+/// last non-flexible version (capped for librdkafka's mock, see [`quirks::MAX_JOIN_GROUP`]).
 fn ours(api: ApiKey) -> VersionRange {
     match api {
-        ApiKey::JoinGroup => VersionRange::new(2, MAX_JOIN_GROUP),
-        ApiKey::SyncGroup => VersionRange::new(0, MAX_SYNC_GROUP),
-        ApiKey::Heartbeat => VersionRange::new(0, MAX_HEARTBEAT),
-        ApiKey::LeaveGroup => VersionRange::new(0, MAX_LEAVE_GROUP),
+        ApiKey::JoinGroup => VersionRange::new(2, quirks::MAX_JOIN_GROUP),
+        ApiKey::SyncGroup => VersionRange::new(0, quirks::MAX_SYNC_GROUP),
+        ApiKey::Heartbeat => VersionRange::new(0, quirks::MAX_HEARTBEAT),
+        ApiKey::LeaveGroup => VersionRange::new(0, quirks::MAX_LEAVE_GROUP),
         other => {
             let r = other.valid_versions();
             VersionRange::new(r.min, r.max)
@@ -61,16 +62,6 @@ fn ours(api: ApiKey) -> VersionRange {
 pub fn supported_versions(api: ApiKey) -> VersionRange {
     ours(api)
 }
-
-// The group APIs are capped at their last non-flexible versions: librdkafka's mock cluster
-// advertises JoinGroup v6 (the first flexible one) but closes the connection on it. Kafka 4.x
-// has higher versions (JoinGroup 9, SyncGroup 5, Heartbeat 4, LeaveGroup 5), whose additions
-// (flexible encoding, KIP-559 protocol type and name, KIP-800 reasons, KIP-814
-// skip_assignment) this crate does not use; tests/wire_versions.rs lists every such cap.
-const MAX_JOIN_GROUP: i16 = 5;
-const MAX_SYNC_GROUP: i16 = 3;
-const MAX_HEARTBEAT: i16 = 3;
-const MAX_LEAVE_GROUP: i16 = 3;
 
 /// Picks the version for `api`, refusing a broker too old to carry a static member id.
 fn version(
@@ -122,14 +113,6 @@ pub struct JoinOutcome {
     pub members: Vec<(String, Option<String>, Bytes)>,
 }
 
-/// The top-level error code of a response body (after `throttle_time_ms` when the version has
-/// it), `None` when it is missing or success.
-fn leading_error_code(body: &[u8], has_throttle: bool) -> Option<KafkaCode> {
-    let at = if has_throttle { 4 } else { 0 };
-    let bytes = body.get(at..at + 2)?;
-    KafkaCode::from_code(i16::from_be_bytes([bytes[0], bytes[1]]))
-}
-
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
@@ -172,8 +155,8 @@ pub fn join_group(
     let resp = match msg::JoinGroupResponse::decode(&mut body.clone(), v) {
         Ok(resp) => resp,
         Err(e) => {
-            // An error response whose other fields are malformed still tells us the error.
-            return match leading_error_code(&body, v >= 2) {
+            // An error answer whose other fields are malformed still tells us the error.
+            return match quirks::error_code_of_undecodable_response(&body, v >= 2) {
                 Some(code) => {
                     log::debug!("JoinGroup v{v} error response did not decode ({e:#}); using its error code {code}");
                     Ok(JoinOutcome {
@@ -250,9 +233,8 @@ pub fn sync_group(
     let body = conn.send_for_body(&req, v, wait)?;
     match msg::SyncGroupResponse::decode(&mut body.clone(), v) {
         Ok(resp) => Ok((KafkaCode(resp.error_code), resp.assignment)),
-        // librdkafka's mock answers an error with a null assignment, which the schema forbids:
-        // the error code is still what matters.
-        Err(e) => match leading_error_code(&body, v >= 1) {
+        // An error answer whose other fields are malformed still tells us the error.
+        Err(e) => match quirks::error_code_of_undecodable_response(&body, v >= 1) {
             Some(code) => {
                 log::debug!("SyncGroup v{v} error response did not decode ({e:#}); using its error code {code}");
                 Ok((code, Bytes::new()))
@@ -291,14 +273,9 @@ pub fn leave_group(
     member_id: &str,
     reason: &str,
 ) -> WireResult<KafkaCode> {
-    // Dynamic members leave with v0-v2 where the broker has them: the librdkafka mock answers
-    // LeaveGroup v3 without the member list its schema requires. Static members need v3.
-    let v = match (
-        instance_id,
-        conn.version_within(ApiKey::LeaveGroup, VersionRange::new(0, 2)),
-    ) {
-        (None, Ok(v)) => v,
-        _ => version(conn, ApiKey::LeaveGroup, instance_id, 3)?,
+    let v = match quirks::dynamic_leave_group_version(conn, instance_id) {
+        Some(v) => v,
+        None => version(conn, ApiKey::LeaveGroup, instance_id, 3)?,
     };
     let mut req = msg::LeaveGroupRequest::default().with_group_id(GroupId(str_bytes(group_id)));
     if v >= 3 {

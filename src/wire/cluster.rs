@@ -17,6 +17,7 @@ use log::{debug, info};
 
 use super::client::Client;
 use super::error::{KafkaCode, Result, WireError};
+use super::quirks;
 use crate::TopicPartition;
 
 /// A broker as listed in the cluster metadata.
@@ -317,16 +318,8 @@ impl Client {
     /// that already exists is an error with [`KafkaCode::TOPIC_ALREADY_EXISTS`], which callers that
     /// only want the topic to exist can ignore.
     pub fn create_topics(&mut self, topics: &[(&str, i32, i16)]) -> Result<()> {
-        // A controller id missing from the broker list (librdkafka's mock cluster reports 0
-        // while numbering its brokers from 1) falls back to any known broker.
-        let controller = match self.controller.filter(|id| self.brokers.contains_key(id)) {
-            Some(c) => c,
-            None => *self
-                .brokers
-                .keys()
-                .next()
-                .ok_or(WireError::NoBrokerAvailable { tried: Vec::new() })?,
-        };
+        let controller = quirks::controller_or_any_broker(self.controller, &self.brokers)
+            .ok_or(WireError::NoBrokerAvailable { tried: Vec::new() })?;
         let timeout_ms =
             i32::try_from(self.config.connection.request_timeout.as_millis()).unwrap_or(i32::MAX);
         let conn = self.connection(controller)?;

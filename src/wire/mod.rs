@@ -33,6 +33,7 @@ mod fetch;
 mod offsets;
 mod pool;
 mod produce;
+mod quirks;
 pub mod records;
 pub mod versions;
 
