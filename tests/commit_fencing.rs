@@ -161,7 +161,7 @@ fn no_commit_leaves_outside_a_generation_kafka() {
             group_id: group.clone(),
             group_instance_id: None,
             topics: vec![topic.clone()],
-            strategies: vec!["range".to_string()],
+            strategies: vec![rebalance_guard::group::Strategy::Range],
             session_timeout: Duration::from_millis(6000),
             heartbeat_interval: Duration::from_millis(100),
             max_poll_interval: Duration::from_millis(1000),

@@ -415,7 +415,7 @@ fn workload(proxy: &Proxy) {
         group_id: unique_name("versions-group"),
         group_instance_id: None,
         topics: vec![topic.clone()],
-        strategies: vec!["range".to_string()],
+        strategies: vec![rebalance_guard::group::Strategy::Range],
         session_timeout: Duration::from_secs(6),
         heartbeat_interval: Duration::from_millis(100),
         max_poll_interval: Duration::from_secs(30),

@@ -59,7 +59,7 @@ mod workers;
 
 pub use batch::{Batch, Delivery, KeyFn};
 pub use bridge::{HandoffFailure, StormHook};
-pub use config::{AssignmentStrategy, AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol};
+pub use config::{AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol, Strategy};
 pub use context::{GuardView, WorkContext};
 pub use error::ConsumerError;
 pub use poll_loop::Consumer;

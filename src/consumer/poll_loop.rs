@@ -73,11 +73,7 @@ impl Consumer {
             group_id: config.group_id().to_string(),
             group_instance_id: config.group_instance_id().map(str::to_string),
             topics: topics.iter().map(|t| t.to_string()).collect(),
-            strategies: config
-                .assignment_strategies()
-                .iter()
-                .map(|s| s.name().to_string())
-                .collect(),
+            strategies: config.assignment_strategies().to_vec(),
             session_timeout: config.session_timeout(),
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),

@@ -199,27 +199,164 @@ static RANGE_ASSIGNOR: RangeAssignor = RangeAssignor;
 static ROUNDROBIN_ASSIGNOR: RoundRobinAssignor = RoundRobinAssignor;
 static COOPERATIVE_STICKY_ASSIGNOR: CooperativeStickyAssignor = CooperativeStickyAssignor;
 
-/// Looks an assignor up by its protocol name, for the leader to run the one the broker chose.
+/// Looks an assignor up by its protocol name, for the leader to run the one the coordinator chose.
+/// Exact: the coordinator echoes one of the names we sent ([`Strategy::name`]), so this is the
+/// inverse of that name, not a second configuration parser (that is [`Strategy::from_name`]).
 pub fn assignor_for(name: &str) -> Option<&'static dyn Assignor> {
-    match name {
-        RANGE => Some(&RANGE_ASSIGNOR),
-        ROUNDROBIN => Some(&ROUNDROBIN_ASSIGNOR),
-        COOPERATIVE_STICKY => Some(&COOPERATIVE_STICKY_ASSIGNOR),
-        _ => None,
+    Strategy::ALL
+        .into_iter()
+        .find(|s| s.name() == name)
+        .map(Strategy::assignor)
+}
+
+/// A partition assignor as `partition.assignment.strategy` names it: the one place assignor names
+/// are parsed, and the typed value the consumer's configuration and [`GroupConfig`] carry.
+///
+/// Why a closed enum and not free text: a member must know before it joins whether its assignors
+/// are eager or cooperative (that decides whether it revokes everything at the start of each
+/// rebalance), and an enum makes an unknown assignor a configuration error instead of a JoinGroup
+/// failure.
+///
+/// [`GroupConfig`]: super::GroupConfig
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Java's `RangeAssignor` (eager): per topic, contiguous ranges of partitions per member, so
+    /// co-partitioned topics land together.
+    Range,
+    /// Java's `RoundRobinAssignor` (eager): partitions of all topics dealt out in turn.
+    RoundRobin,
+    /// Java's `CooperativeStickyAssignor` (KIP-429): partitions stay with their owner, and only
+    /// those that move are revoked.
+    CooperativeSticky,
+}
+
+impl Strategy {
+    /// Every strategy, in the order error messages list them.
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Range,
+        Strategy::RoundRobin,
+        Strategy::CooperativeSticky,
+    ];
+
+    /// The assignor that runs this strategy when we lead the group.
+    pub fn assignor(self) -> &'static dyn Assignor {
+        match self {
+            Strategy::Range => &RANGE_ASSIGNOR,
+            Strategy::RoundRobin => &ROUNDROBIN_ASSIGNOR,
+            Strategy::CooperativeSticky => &COOPERATIVE_STICKY_ASSIGNOR,
+        }
+    }
+
+    /// The protocol name sent in JoinGroup (also librdkafka's configuration name); the broker
+    /// matches members on it byte for byte.
+    pub fn name(self) -> &'static str {
+        self.assignor().name()
+    }
+
+    /// Eager or cooperative: how a rebalance hands partitions over under this strategy.
+    pub fn protocol(self) -> RebalanceProtocol {
+        self.assignor().protocol()
+    }
+
+    /// Java's class name for the assignor, as a Java consumer's configuration writes it.
+    pub fn java_class(self) -> &'static str {
+        match self {
+            Strategy::Range => "org.apache.kafka.clients.consumer.RangeAssignor",
+            Strategy::RoundRobin => "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+            Strategy::CooperativeSticky => {
+                "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
+            }
+        }
+    }
+
+    /// Parses one `partition.assignment.strategy` entry: the protocol name (`range`,
+    /// `roundrobin`, `cooperative-sticky`, as librdkafka writes them) or Java's class name, so a
+    /// configuration copied from either client works. Surrounding whitespace is ignored.
+    ///
+    /// Case rule: ASCII case is ignored, for protocol names and class names alike. Java (class
+    /// names) and librdkafka (protocol names) compare exactly; ignoring case accepts everything
+    /// they accept, matches how every other named value in this crate's configuration is read
+    /// (`group.protocol`, `auto.offset.reset`, `isolation.level`), and cannot make two members
+    /// disagree, because what goes on the wire is always [`name`](Self::name), never the text
+    /// as written.
+    pub fn from_name(entry: &str) -> Option<Strategy> {
+        let entry = entry.trim();
+        Strategy::ALL.into_iter().find(|s| {
+            s.name().eq_ignore_ascii_case(entry) || s.java_class().eq_ignore_ascii_case(entry)
+        })
     }
 }
 
-/// Maps a `partition.assignment.strategy` entry to an assignor. Accepts the short names
-/// librdkafka uses and the Java class names, so a configuration copied from either works.
-fn strategy_assignor(entry: &str) -> Option<&'static dyn Assignor> {
-    match entry {
-        "org.apache.kafka.clients.consumer.RangeAssignor" => Some(&RANGE_ASSIGNOR),
-        "org.apache.kafka.clients.consumer.RoundRobinAssignor" => Some(&ROUNDROBIN_ASSIGNOR),
-        "org.apache.kafka.clients.consumer.CooperativeStickyAssignor" => {
-            Some(&COOPERATIVE_STICKY_ASSIGNOR)
-        }
-        other => assignor_for(other),
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
+}
+
+/// Why a list of strategies cannot be used. The one check of the list rules, made by
+/// [`check_strategies`] for the consumer's configuration and for [`select_protocol`] alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StrategyError {
+    /// The list names no assignor: the broker would refuse a JoinGroup with no protocols.
+    Empty,
+    /// A strategy is listed twice.
+    Duplicate(Strategy),
+    /// Eager and cooperative assignors are mixed. Refused, as librdkafka does: the consumer must
+    /// know before joining whether to revoke everything, and a mixed list leaves that to the
+    /// broker's choice.
+    Mixed {
+        /// An eager strategy in the list.
+        eager: Strategy,
+        /// A cooperative strategy in the list.
+        cooperative: Strategy,
+    },
+}
+
+impl fmt::Display for StrategyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StrategyError::Empty => {
+                f.write_str("names no assignor (allowed: ")?;
+                for (i, s) in Strategy::ALL.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{s}")?;
+                }
+                f.write_str(")")
+            }
+            StrategyError::Duplicate(strategy) => write!(f, "lists `{strategy}` twice"),
+            StrategyError::Mixed { eager, cooperative } => write!(
+                f,
+                "mixes eager `{eager}` and cooperative `{cooperative}`; the consumer must know \
+                 before joining whether a rebalance revokes every partition (eager) or only \
+                 those that move (cooperative), so list assignors of one kind only"
+            ),
+        }
+    }
+}
+
+impl Error for StrategyError {}
+
+/// Checks a strategy list (in preference order) against the rules every member's list must
+/// follow: not empty, no strategy twice, all eager or all cooperative. Returns the rebalance
+/// protocol the list implies.
+pub fn check_strategies(strategies: &[Strategy]) -> Result<RebalanceProtocol, StrategyError> {
+    let first = *strategies.first().ok_or(StrategyError::Empty)?;
+    for (i, s) in strategies.iter().enumerate() {
+        if strategies[..i].contains(s) {
+            return Err(StrategyError::Duplicate(*s));
+        }
+    }
+    let protocol = first.protocol();
+    if let Some(&other) = strategies.iter().find(|s| s.protocol() != protocol) {
+        let (eager, cooperative) = match protocol {
+            RebalanceProtocol::Eager => (first, other),
+            RebalanceProtocol::Cooperative => (other, first),
+        };
+        return Err(StrategyError::Mixed { eager, cooperative });
+    }
+    Ok(protocol)
 }
 
 impl Assignor for RangeAssignor {
@@ -430,24 +567,11 @@ pub struct JoinProtocols {
     pub protocols: Vec<JoinProtocol>,
 }
 
-/// Why a `partition.assignment.strategy` list cannot be used.
+/// Why the JoinGroup protocol list could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StrategyError {
-    /// The list names no assignor.
-    Empty,
-    /// An entry names no assignor we implement.
-    Unknown(String),
-    /// An assignor is listed twice.
-    Duplicate(&'static str),
-    /// Eager and cooperative assignors are mixed. Refused, as librdkafka does: the consumer must
-    /// know before joining whether to revoke everything, and a mixed list leaves that to the
-    /// broker's choice.
-    MixedProtocols {
-        /// An eager assignor in the list.
-        eager: &'static str,
-        /// A cooperative assignor in the list.
-        cooperative: &'static str,
-    },
+pub enum JoinProtocolError {
+    /// The strategy list breaks a list rule (see [`check_strategies`]).
+    Strategies(StrategyError),
     /// A subscription topic list is empty: a librdkafka leader drops such a member from the group's
     /// assignment without telling anyone.
     NoTopics,
@@ -455,70 +579,53 @@ pub enum StrategyError {
     Encode(EncodeError),
 }
 
-impl fmt::Display for StrategyError {
+impl From<StrategyError> for JoinProtocolError {
+    fn from(e: StrategyError) -> Self {
+        JoinProtocolError::Strategies(e)
+    }
+}
+
+impl fmt::Display for JoinProtocolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StrategyError::Empty => write!(f, "partition.assignment.strategy is empty"),
-            StrategyError::Unknown(name) => write!(
-                f,
-                "unknown partition.assignment.strategy {name:?} (known: {RANGE}, {ROUNDROBIN}, {COOPERATIVE_STICKY})"
-            ),
-            StrategyError::Duplicate(name) => {
-                write!(f, "partition.assignment.strategy lists {name:?} twice")
+            JoinProtocolError::Strategies(e) => write!(f, "{e}"),
+            JoinProtocolError::NoTopics => {
+                write!(f, "cannot join a group with no subscribed topic")
             }
-            StrategyError::MixedProtocols { eager, cooperative } => write!(
-                f,
-                "partition.assignment.strategy mixes eager {eager:?} and cooperative {cooperative:?} assignors"
-            ),
-            StrategyError::NoTopics => write!(f, "cannot join a group with no subscribed topic"),
-            StrategyError::Encode(e) => write!(f, "{e}"),
+            JoinProtocolError::Encode(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl Error for StrategyError {}
+impl Error for JoinProtocolError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            JoinProtocolError::Strategies(e) => Some(e),
+            JoinProtocolError::NoTopics => None,
+            JoinProtocolError::Encode(e) => Some(e),
+        }
+    }
+}
 
-/// Builds the JoinGroup protocol list from `partition.assignment.strategy` (names in preference
-/// order; surrounding whitespace ignored, empty entries skipped, so `"range, roundrobin"` split on
-/// commas works) and our current subscription, encoded at [`SUBSCRIPTION_VERSION`].
-pub fn select_protocol<S: AsRef<str>>(
-    strategies: &[S],
+/// Builds the JoinGroup protocol list from the strategies (in preference order, checked by
+/// [`check_strategies`]) and our current subscription, encoded once at [`SUBSCRIPTION_VERSION`]
+/// and offered under every strategy's name.
+pub fn select_protocol(
+    strategies: &[Strategy],
     subscription: &Subscription,
-) -> Result<JoinProtocols, StrategyError> {
+) -> Result<JoinProtocols, JoinProtocolError> {
     if subscription.topics.is_empty() {
-        return Err(StrategyError::NoTopics);
+        return Err(JoinProtocolError::NoTopics);
     }
-    let mut chosen: Vec<&'static dyn Assignor> = Vec::new();
-    for entry in strategies {
-        let entry = entry.as_ref().trim();
-        if entry.is_empty() {
-            continue;
-        }
-        let assignor =
-            strategy_assignor(entry).ok_or_else(|| StrategyError::Unknown(entry.to_string()))?;
-        if chosen.iter().any(|a| a.name() == assignor.name()) {
-            return Err(StrategyError::Duplicate(assignor.name()));
-        }
-        chosen.push(assignor);
-    }
-    let first = *chosen.first().ok_or(StrategyError::Empty)?;
-    let rebalance_protocol = first.protocol();
-    if let Some(other) = chosen.iter().find(|a| a.protocol() != rebalance_protocol) {
-        let (eager, cooperative) = if rebalance_protocol == RebalanceProtocol::Eager {
-            (first.name(), other.name())
-        } else {
-            (other.name(), first.name())
-        };
-        return Err(StrategyError::MixedProtocols { eager, cooperative });
-    }
-    let metadata =
-        encode_subscription(subscription, SUBSCRIPTION_VERSION).map_err(StrategyError::Encode)?;
+    let rebalance_protocol = check_strategies(strategies)?;
+    let metadata = encode_subscription(subscription, SUBSCRIPTION_VERSION)
+        .map_err(JoinProtocolError::Encode)?;
     Ok(JoinProtocols {
         rebalance_protocol,
-        protocols: chosen
-            .into_iter()
-            .map(|a| JoinProtocol {
-                name: a.name(),
+        protocols: strategies
+            .iter()
+            .map(|s| JoinProtocol {
+                name: s.name(),
                 metadata: metadata.clone(),
             })
             .collect(),
@@ -785,6 +892,9 @@ mod tests {
     use super::*;
     use crate::group::consumer_protocol::{decode_assignment, decode_subscription};
     use proptest::prelude::*;
+    // The prelude's `Strategy` is proptest's trait: keep its methods, but the name is ours.
+    use super::Strategy;
+    use proptest::strategy::Strategy as _;
 
     fn tp(topic: &str, partition: i32) -> TopicPartition {
         TopicPartition::new(topic, partition)
@@ -1146,19 +1256,16 @@ mod tests {
     #[test]
     fn select_protocol_keeps_preference_order_and_one_encoding() {
         let sub = Subscription::new(["t"]);
-        let p = select_protocol(&[" roundrobin", "range ", ""], &sub).unwrap();
+        let p = select_protocol(&[Strategy::RoundRobin, Strategy::Range], &sub).unwrap();
         assert_eq!(p.rebalance_protocol, RebalanceProtocol::Eager);
         let names: Vec<_> = p.protocols.iter().map(|j| j.name).collect();
         assert_eq!(names, vec![ROUNDROBIN, RANGE]);
         let decoded = decode_subscription(&p.protocols[0].metadata).unwrap();
         assert_eq!(decoded.version, SUBSCRIPTION_VERSION);
         assert_eq!(decoded.subscription, sub);
+        assert_eq!(p.protocols[0].metadata, p.protocols[1].metadata);
 
-        let p = select_protocol(
-            &["org.apache.kafka.clients.consumer.CooperativeStickyAssignor"],
-            &sub,
-        )
-        .unwrap();
+        let p = select_protocol(&[Strategy::CooperativeSticky], &sub).unwrap();
         assert_eq!(p.rebalance_protocol, RebalanceProtocol::Cooperative);
         assert_eq!(p.protocols[0].name, COOPERATIVE_STICKY);
     }
@@ -1167,28 +1274,104 @@ mod tests {
     fn select_protocol_rejects_bad_lists() {
         let sub = Subscription::new(["t"]);
         assert_eq!(
-            select_protocol::<&str>(&[], &sub),
-            Err(StrategyError::Empty)
-        );
-        assert_eq!(select_protocol(&[" "], &sub), Err(StrategyError::Empty));
-        assert_eq!(
-            select_protocol(&["sticky"], &sub),
-            Err(StrategyError::Unknown("sticky".into()))
+            select_protocol(&[], &sub),
+            Err(JoinProtocolError::Strategies(StrategyError::Empty))
         );
         assert_eq!(
-            select_protocol(&["range", "range"], &sub),
-            Err(StrategyError::Duplicate(RANGE))
+            select_protocol(&[Strategy::Range, Strategy::Range], &sub),
+            Err(JoinProtocolError::Strategies(StrategyError::Duplicate(
+                Strategy::Range
+            )))
         );
         assert_eq!(
-            select_protocol(&["cooperative-sticky", "range"], &sub),
-            Err(StrategyError::MixedProtocols {
-                eager: RANGE,
-                cooperative: COOPERATIVE_STICKY
+            select_protocol(&[Strategy::CooperativeSticky, Strategy::Range], &sub),
+            Err(JoinProtocolError::Strategies(StrategyError::Mixed {
+                eager: Strategy::Range,
+                cooperative: Strategy::CooperativeSticky
+            }))
+        );
+        assert_eq!(
+            select_protocol(&[Strategy::Range], &Subscription::new(Vec::<String>::new())),
+            Err(JoinProtocolError::NoTopics)
+        );
+    }
+
+    #[test]
+    fn strategy_list_rules_name_the_offending_strategies() {
+        use Strategy::{CooperativeSticky, Range, RoundRobin};
+        assert_eq!(check_strategies(&[]), Err(StrategyError::Empty));
+        assert_eq!(
+            check_strategies(&[RoundRobin, Range, RoundRobin]),
+            Err(StrategyError::Duplicate(RoundRobin))
+        );
+        // The first strategy decides the kind; the first one of the other kind is named.
+        assert_eq!(
+            check_strategies(&[Range, RoundRobin, CooperativeSticky]),
+            Err(StrategyError::Mixed {
+                eager: Range,
+                cooperative: CooperativeSticky
             })
         );
         assert_eq!(
-            select_protocol(&["range"], &Subscription::new(Vec::<String>::new())),
-            Err(StrategyError::NoTopics)
+            check_strategies(&[CooperativeSticky, RoundRobin]),
+            Err(StrategyError::Mixed {
+                eager: RoundRobin,
+                cooperative: CooperativeSticky
+            })
+        );
+        assert_eq!(
+            check_strategies(&[RoundRobin, Range]),
+            Ok(RebalanceProtocol::Eager)
+        );
+        assert_eq!(
+            check_strategies(&[CooperativeSticky]),
+            Ok(RebalanceProtocol::Cooperative)
+        );
+        let msg = StrategyError::Empty.to_string();
+        assert!(
+            msg.contains("range, roundrobin, cooperative-sticky"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn strategy_names_parse_as_librdkafka_and_java_write_them() {
+        for s in Strategy::ALL {
+            assert_eq!(Strategy::from_name(s.name()), Some(s));
+            assert_eq!(Strategy::from_name(s.java_class()), Some(s));
+            assert_eq!(s.assignor().name(), s.name());
+            assert_eq!(s.to_string(), s.name());
+        }
+        // Whitespace around an entry and ASCII case are ignored; nothing else is.
+        assert_eq!(
+            Strategy::from_name(" roundrobin"),
+            Some(Strategy::RoundRobin)
+        );
+        assert_eq!(Strategy::from_name("range "), Some(Strategy::Range));
+        assert_eq!(
+            Strategy::from_name("ROUNDROBIN"),
+            Some(Strategy::RoundRobin)
+        );
+        assert_eq!(
+            Strategy::from_name("org.apache.kafka.clients.consumer.cooperativestickyassignor"),
+            Some(Strategy::CooperativeSticky)
+        );
+        for bad in [
+            "",
+            " ",
+            "sticky",
+            "org.apache.kafka.clients.consumer.StickyAssignor",
+            "RangeAssignor",
+            "cooperative_sticky",
+            "range,roundrobin",
+        ] {
+            assert_eq!(Strategy::from_name(bad), None, "{bad:?}");
+        }
+        assert_eq!(Strategy::Range.protocol(), RebalanceProtocol::Eager);
+        assert_eq!(Strategy::RoundRobin.protocol(), RebalanceProtocol::Eager);
+        assert_eq!(
+            Strategy::CooperativeSticky.protocol(),
+            RebalanceProtocol::Cooperative
         );
     }
 
@@ -1198,6 +1381,9 @@ mod tests {
             assert_eq!(assignor_for(name).map(|a| a.name()), Some(name));
         }
         assert!(assignor_for("sticky").is_none());
+        // The coordinator echoes a name we sent: looked up exactly, not parsed.
+        assert!(assignor_for("Range").is_none());
+        assert!(assignor_for("org.apache.kafka.clients.consumer.RangeAssignor").is_none());
         assert_eq!(
             assignor_for(COOPERATIVE_STICKY).unwrap().protocol(),
             RebalanceProtocol::Cooperative
@@ -1238,7 +1424,9 @@ mod tests {
     // --- properties ----------------------------------------------------------------------------
 
     /// Members m0..mN, each subscribed to a non-empty subset of topics t0..t3.
-    fn arb_group() -> impl Strategy<Value = (Vec<MemberSubscription>, BTreeMap<String, i32>)> {
+    fn arb_group(
+    ) -> impl proptest::strategy::Strategy<Value = (Vec<MemberSubscription>, BTreeMap<String, i32>)>
+    {
         let ppt = proptest::collection::vec(0..9i32, 4).prop_map(|counts| {
             counts
                 .into_iter()
@@ -1267,7 +1455,8 @@ mod tests {
     }
 
     /// A group where every member subscribes to the same topics.
-    fn arb_equal_group() -> impl Strategy<Value = (Vec<MemberSubscription>, BTreeMap<String, i32>)>
+    fn arb_equal_group(
+    ) -> impl proptest::strategy::Strategy<Value = (Vec<MemberSubscription>, BTreeMap<String, i32>)>
     {
         (1..8usize, proptest::collection::vec(1..10i32, 1..4)).prop_map(|(n, counts)| {
             let ppt: BTreeMap<String, i32> = counts

@@ -13,8 +13,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::assignor::{
-    assign_and_encode, assignor_for, select_protocol, LeaderError, MemberSubscription,
-    RebalanceProtocol, StrategyError,
+    assign_and_encode, assignor_for, select_protocol, JoinProtocolError, LeaderError,
+    MemberSubscription, RebalanceProtocol, Strategy,
 };
 use super::consumer_protocol::{decode_assignment, decode_subscription, DecodeError, Subscription};
 use super::heartbeat::{self, lose_assignment, HeartbeatSettings, LostHook};
@@ -35,8 +35,9 @@ pub struct GroupConfig {
     pub group_instance_id: Option<String>,
     /// The subscribed topics.
     pub topics: Vec<String>,
-    /// `partition.assignment.strategy`, in preference order.
-    pub strategies: Vec<String>,
+    /// `partition.assignment.strategy`, in preference order; checked against the list rules
+    /// ([`check_strategies`](super::check_strategies)) by [`GroupMember::new`].
+    pub strategies: Vec<Strategy>,
     /// `session.timeout.ms`.
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms`.
@@ -53,7 +54,7 @@ pub enum GroupError {
     /// The network or the broker failed beyond the client's retries.
     Wire(WireError),
     /// `partition.assignment.strategy` cannot be used with this subscription.
-    Strategy(StrategyError),
+    Strategy(JoinProtocolError),
     /// As leader, we could not compute or encode the assignment.
     Leader(LeaderError),
     /// The coordinator picked an assignor we did not offer.

@@ -15,8 +15,9 @@ pub mod consumer_protocol;
 pub mod membership;
 
 pub use assignor::{
-    assign_and_encode, assignor_for, select_protocol, AssignError, Assignor, JoinProtocol,
-    JoinProtocols, LeaderError, MemberId, MemberSubscription, RebalanceProtocol, StrategyError,
+    assign_and_encode, assignor_for, check_strategies, select_protocol, AssignError, Assignor,
+    JoinProtocol, JoinProtocolError, JoinProtocols, LeaderError, MemberId, MemberSubscription,
+    RebalanceProtocol, Strategy, StrategyError,
 };
 pub use consumer_protocol::{
     decode_assignment, decode_subscription, encode_assignment, encode_subscription, Assignment,

@@ -101,7 +101,7 @@ pub struct OurMemberSpec {
     pub bootstrap: String,
     pub group: String,
     pub topics: Vec<String>,
-    pub strategies: Vec<String>,
+    pub strategies: Vec<rebalance_guard::group::Strategy>,
     pub instance_id: Option<String>,
     pub session_timeout_ms: u64,
     pub heartbeat_interval_ms: u64,
@@ -116,7 +116,8 @@ impl OurMemberSpec {
             bootstrap: bootstrap.to_string(),
             group: group.to_string(),
             topics: vec![topic.to_string()],
-            strategies: vec![strategy.to_string()],
+            strategies: vec![rebalance_guard::group::Strategy::from_name(strategy)
+                .unwrap_or_else(|| panic!("no assignor is named {strategy:?}"))],
             instance_id: None,
             session_timeout_ms: 6000,
             heartbeat_interval_ms: 500,

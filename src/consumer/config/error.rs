@@ -1,0 +1,177 @@
+//! Why a configuration was refused: one enum, every variant naming the setting and the rule.
+
+use std::error::Error;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::group::StrategyError;
+
+/// Why a configuration was refused. Every variant names the setting (see [`ConfigError::setting`])
+/// and its message states the rule, so an operator can fix the file without reading code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// No such setting. Refused rather than ignored: a misspelt `session.timout.ms` would
+    /// otherwise silently leave the default in force.
+    UnknownSetting {
+        /// The name as given.
+        name: String,
+        /// The closest known setting, when one is close enough to be a likely typo.
+        suggestion: Option<&'static str>,
+    },
+    /// A Kafka setting this library knows but does not implement.
+    UnsupportedSetting {
+        /// The name as given.
+        name: String,
+        /// Why it is not supported.
+        reason: &'static str,
+    },
+    /// A required setting was not given.
+    Missing {
+        /// The setting.
+        name: &'static str,
+    },
+    /// The value could not be parsed.
+    InvalidValue {
+        /// The setting.
+        name: &'static str,
+        /// The value as given.
+        value: String,
+        /// What was expected, naming the allowed values for enumerations.
+        expected: &'static str,
+    },
+    /// The value parsed but is outside the allowed range (zero, negative, too large).
+    OutOfRange {
+        /// The setting.
+        name: &'static str,
+        /// The value as given (durations in milliseconds).
+        value: String,
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// Two settings contradict each other.
+    Conflict {
+        /// The setting reported as wrong.
+        name: &'static str,
+        /// The setting it conflicts with.
+        other: &'static str,
+        /// The rule, with both values.
+        rule: String,
+    },
+    /// `enable.auto.commit=true`.
+    AutoCommitRefused,
+    /// `partition.assignment.strategy` breaks a list rule: empty, an assignor twice, or eager
+    /// mixed with cooperative. The group layer's one check of those rules says which.
+    Strategies(StrategyError),
+    /// A classic-protocol setting was set explicitly with `group.protocol=consumer`, where the
+    /// broker decides it.
+    ClassicOnly {
+        /// The setting.
+        name: &'static str,
+    },
+    /// A `.properties` file could not be read.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error's kind.
+        kind: std::io::ErrorKind,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// A `.properties` file is malformed (only a broken `\u` escape can make it so).
+    Syntax {
+        /// The file, when the text came from one.
+        path: Option<PathBuf>,
+        /// The 1-based line where the logical line starts.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The setting at fault, when the error concerns one.
+    pub fn setting(&self) -> Option<&str> {
+        match self {
+            ConfigError::UnknownSetting { name, .. }
+            | ConfigError::UnsupportedSetting { name, .. } => Some(name),
+            ConfigError::Missing { name }
+            | ConfigError::InvalidValue { name, .. }
+            | ConfigError::OutOfRange { name, .. }
+            | ConfigError::Conflict { name, .. }
+            | ConfigError::ClassicOnly { name } => Some(name),
+            ConfigError::AutoCommitRefused => Some("enable.auto.commit"),
+            ConfigError::Strategies(_) => Some("partition.assignment.strategy"),
+            ConfigError::File { .. } | ConfigError::Syntax { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::UnknownSetting { name, suggestion } => {
+                write!(f, "unknown setting `{name}`")?;
+                match suggestion {
+                    Some(s) => write!(f, ": did you mean `{s}`?"),
+                    None => write!(f, " (see rebalance_guard::consumer::config::SETTINGS)"),
+                }
+            }
+            ConfigError::UnsupportedSetting { name, reason } => {
+                write!(f, "setting `{name}` is not supported: {reason}")
+            }
+            ConfigError::Missing { name } => write!(f, "setting `{name}` is required"),
+            ConfigError::InvalidValue {
+                name,
+                value,
+                expected,
+            } => write!(f, "setting `{name}`: {value:?} is not {expected}"),
+            ConfigError::OutOfRange { name, value, rule } => {
+                write!(f, "setting `{name}`: {value} {rule}")
+            }
+            ConfigError::Conflict { name, other, rule } => {
+                write!(f, "setting `{name}` conflicts with `{other}`: {rule}")
+            }
+            ConfigError::AutoCommitRefused => f.write_str(
+                "setting `enable.auto.commit`: must be false. Auto-commit commits the fetched \
+                 position on a timer without knowing whether the handler finished those records; \
+                 a crash or rebalance after such a commit loses records that were never \
+                 processed, the exact failure this consumer prevents. Offsets are committed after \
+                 the guard confirms the work (last processed + 1).",
+            ),
+            ConfigError::Strategies(e) => {
+                write!(f, "setting `partition.assignment.strategy`: {e}")
+            }
+            ConfigError::ClassicOnly { name } => write!(
+                f,
+                "setting `{name}` applies to group.protocol=classic only; with \
+                 group.protocol=consumer the broker decides it (group.consumer.* broker settings)"
+            ),
+            ConfigError::File {
+                path,
+                kind,
+                message,
+            } => write!(
+                f,
+                "cannot read properties file {}: {message} ({kind:?})",
+                path.display()
+            ),
+            ConfigError::Syntax {
+                path,
+                line,
+                message,
+            } => match path {
+                Some(path) => write!(f, "{}:{line}: {message}", path.display()),
+                None => write!(f, "properties line {line}: {message}"),
+            },
+        }
+    }
+}
+
+impl Error for ConfigError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ConfigError::Strategies(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Consumer configuration, under Kafka's own property names.
+//!
+//! Why Kafka's names: operators already know them, and a `.properties` file written for a Java or
+//! librdkafka consumer should mostly just work here. Why validation at build time, and strict: a
+//! consumer that drives payments must not start with a setting that silently does nothing (a
+//! misspelt property), or with a combination that guarantees evictions (a heartbeat slower than a
+//! third of the session timeout). Every refusal is a [`ConfigError`] that names the setting and
+//! states the rule.
+//!
+//! Three ways in, one validation:
+//! - the typed builder: `ConsumerConfig::builder().bootstrap_servers(["127.0.0.1:9092"])
+//!   .group_id("orders").build()?`;
+//! - a properties map: [`ConsumerConfig::from_properties`];
+//! - a Java `.properties` file: [`ConsumerConfig::from_properties_file`].
+//!
+//! The builder's [`ConsumerConfigBuilder::set`] takes any setting by name, so the three can be
+//! mixed. [`SETTINGS`] lists every setting with its default and meaning; README.md's configuration
+//! table is checked against it by a unit test.
+//!
+//! ## Where things are
+//! - `settings.rs`: the table, one row per setting (name, type, default, rule, setter, doc);
+//!   `table.rs`: the macro that generates the builder, its setters and `.properties` arms, the
+//!   defaults, [`SETTINGS`] and the `to_properties` entries from those rows;
+//! - `values.rs`: the value types and how each reads and prints as text;
+//! - `checks.rs`: each setting's own rule; `cross.rs`: the rules between settings;
+//! - `error.rs`: [`ConfigError`]; `properties.rs`: the `.properties` syntax; `suggest.rs`:
+//!   unknown and unsupported names;
+//! - this file: the public API (reading, printing, the accessors, and the conversions to the
+//!   wire, fetch and guard settings).
+//!
+//! ## Choices that differ from, or go beyond, Java's consumer
+//! - `partition.assignment.strategy` defaults to `cooperative-sticky` alone. Java 3.x/4.x default
+//!   to `range, cooperative-sticky` (a bridge for rolling upgrades) and librdkafka and kafka-python
+//!   to `range, roundrobin` (eager). We refuse lists that mix eager and cooperative assignors (the
+//!   consumer must know before joining whether it revokes everything), and among the pure choices
+//!   cooperative-sticky is the one a side-effect worker wants: a rebalance revokes only the
+//!   partitions that actually move, so in-flight work on every other partition is neither drained
+//!   nor interrupted, and stickiness keeps partitions where their idempotency keys are remembered.
+//!   To join a group whose members only speak eager assignors (librdkafka's or kafka-python's
+//!   defaults), set `range`: the broker refuses a member that shares no assignor with the group.
+//! - `enable.auto.commit` is accepted only as `false` (see [`ConfigError::AutoCommitRefused`]).
+//! - With `group.protocol=consumer` (KIP-848) the broker owns assignment, session timeout and
+//!   heartbeat interval; setting `partition.assignment.strategy`, `session.timeout.ms` or
+//!   `heartbeat.interval.ms` explicitly is refused, as Java 4.x does, rather than ignored.
+//! - `fetch.max.bytes` below `max.partition.fetch.bytes` is allowed, as in Java (both are soft
+//!   limits: the broker always returns at least one batch so the consumer makes progress), and
+//!   logged as a warning because it usually is a mistake.
+//! - Assignor names (`range`, `roundrobin`, `cooperative-sticky`, or Java's class names) are read
+//!   by the group layer's [`Strategy::from_name`], the one parser of them, ignoring ASCII case
+//!   like every other named value here (Java and librdkafka compare exactly; what goes on the
+//!   wire is always the canonical name).
+//! - Values are trimmed; a `.properties` file is read as UTF-8.
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+// The macros first: `settings.rs` expands them.
+#[macro_use]
+mod table;
+mod checks;
+mod cross;
+mod error;
+mod properties;
+mod settings;
+mod suggest;
+mod values;
+
+pub use crate::group::Strategy;
+pub use error::ConfigError;
+pub use properties::{parse_properties, PropertiesSyntaxError};
+pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
+pub use values::{AutoOffsetReset, GroupProtocol};
+
+use crate::group::RebalanceProtocol;
+use crate::guard::GuardConfig;
+use crate::wire::{ClientConfig, FetchConfig, IsolationLevel};
+
+impl ConsumerConfig {
+    /// Starts a typed builder with every setting at its default.
+    pub fn builder() -> ConsumerConfigBuilder {
+        ConsumerConfigBuilder::default()
+    }
+
+    /// Builds from `(name, value)` pairs, as from a map or a parsed `.properties` file. A later
+    /// pair overrides an earlier one with the same name, as in a Java `Properties` object.
+    pub fn from_properties<I, K, V>(properties: I) -> Result<ConsumerConfig, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        properties
+            .into_iter()
+            .fold(ConsumerConfig::builder(), |b, (k, v)| {
+                b.set(k.as_ref(), v.as_ref())
+            })
+            .build()
+    }
+
+    /// Reads a Java `.properties` file (see [`parse_properties`] for the syntax) and builds from
+    /// it.
+    pub fn from_properties_file(path: impl AsRef<Path>) -> Result<ConsumerConfig, ConfigError> {
+        let path = path.as_ref();
+        let text = fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            kind: e.kind(),
+            message: e.to_string(),
+        })?;
+        let properties = parse_properties(&text).map_err(|e| ConfigError::Syntax {
+            path: Some(path.to_path_buf()),
+            line: e.line,
+            message: e.message,
+        })?;
+        ConsumerConfig::from_properties(properties)
+    }
+
+    /// Every setting with its effective value, in [`SETTINGS`] order, for logging at startup.
+    /// Feeding the result back to [`ConsumerConfig::from_properties`] gives an equal
+    /// configuration. Nothing secret is printed because no secret setting is supported.
+    pub fn to_properties(&self) -> Vec<(&'static str, String)> {
+        let mut out = self.all_properties();
+        // The group protocol decides these; printing them would make the round trip refuse them.
+        if self.group_protocol == GroupProtocol::Consumer {
+            out.retain(|(k, _)| !cross::CLASSIC_ONLY.contains(k));
+        }
+        out
+    }
+
+    /// `bootstrap.servers`, one `host:port` per entry.
+    pub fn bootstrap_servers(&self) -> &[String] {
+        &self.bootstrap_servers
+    }
+    /// `group.id`.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+    /// `group.instance.id`: `Some` for a static member.
+    pub fn group_instance_id(&self) -> Option<&str> {
+        self.group_instance_id.as_deref()
+    }
+    /// `client.id`.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+    /// `session.timeout.ms`.
+    pub fn session_timeout(&self) -> Duration {
+        self.session_timeout
+    }
+    /// `heartbeat.interval.ms`.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+    /// `max.poll.interval.ms` (also the classic protocol's rebalance timeout).
+    pub fn max_poll_interval(&self) -> Duration {
+        self.max_poll_interval
+    }
+    /// `max.poll.records`: at least 1.
+    pub fn max_poll_records(&self) -> usize {
+        self.max_poll_records
+    }
+    /// `partition.assignment.strategy` in preference order: non-empty, no duplicates, all of
+    /// one [`RebalanceProtocol`].
+    pub fn assignment_strategies(&self) -> &[Strategy] {
+        &self.partition_assignment_strategy
+    }
+    /// Eager or cooperative, as implied by the assignors (they all agree, by validation).
+    pub fn rebalance_protocol(&self) -> RebalanceProtocol {
+        self.partition_assignment_strategy
+            .first()
+            .map_or(RebalanceProtocol::Cooperative, |s| s.protocol())
+    }
+    /// `group.protocol`.
+    pub fn group_protocol(&self) -> GroupProtocol {
+        self.group_protocol
+    }
+    /// `auto.offset.reset`.
+    pub fn auto_offset_reset(&self) -> AutoOffsetReset {
+        self.auto_offset_reset
+    }
+    /// `fetch.min.bytes` (at least 0).
+    pub fn fetch_min_bytes(&self) -> i32 {
+        self.fetch_min_bytes
+    }
+    /// `fetch.max.bytes` (positive).
+    pub fn fetch_max_bytes(&self) -> i32 {
+        self.fetch_max_bytes
+    }
+    /// `fetch.max.wait.ms`.
+    pub fn fetch_max_wait(&self) -> Duration {
+        self.fetch_max_wait
+    }
+    /// `max.partition.fetch.bytes` (positive).
+    pub fn max_partition_fetch_bytes(&self) -> i32 {
+        self.max_partition_fetch_bytes
+    }
+    /// `isolation.level`.
+    pub fn isolation_level(&self) -> IsolationLevel {
+        self.isolation_level
+    }
+    /// `request.timeout.ms`.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+    /// `socket.connection.setup.timeout.ms`.
+    pub fn connection_setup_timeout(&self) -> Duration {
+        self.connection_setup_timeout
+    }
+    /// `retry.backoff.ms`.
+    pub fn retry_backoff(&self) -> Duration {
+        self.retry_backoff
+    }
+    /// `reconnect.backoff.max.ms`.
+    pub fn reconnect_backoff_max(&self) -> Duration {
+        self.reconnect_backoff_max
+    }
+    /// `rebalance.storm.window.ms`.
+    pub fn storm_window(&self) -> Duration {
+        self.storm_window
+    }
+    /// `rebalance.storm.threshold`; 0 disables storm detection.
+    pub fn storm_threshold(&self) -> usize {
+        self.storm_threshold
+    }
+    /// `idempotency.cache.size`; 0 disables duplicate detection.
+    pub fn idempotency_cache_size(&self) -> usize {
+        self.idempotency_cache_size
+    }
+    /// `batch.safety.factor`: strictly between 0 and 1.
+    pub fn batch_safety_factor(&self) -> f64 {
+        self.batch_safety_factor
+    }
+    /// `revoke.drain.timeout.ms`: positive and below `max.poll.interval.ms`.
+    pub fn revoke_drain_timeout(&self) -> Duration {
+        self.revoke_drain_timeout
+    }
+
+    /// The guard's settings (idempotency cache, storm window and threshold).
+    pub fn guard_config(&self) -> GuardConfig {
+        GuardConfig {
+            idempotency_capacity: self.idempotency_cache_size,
+            storm_window: self.storm_window,
+            storm_threshold: self.storm_threshold,
+        }
+    }
+
+    /// The wire client's settings. `reconnect.backoff.max.ms` caps the client's single
+    /// exponential backoff, which it uses for request retries and reconnects alike. The largest
+    /// accepted response frame is raised above the client's default when `fetch.max.bytes` plus
+    /// one partition's worth could exceed it, so a legal fetch response is never refused.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(self.bootstrap_servers.iter().cloned());
+        config.connection.client_id = self.client_id.clone();
+        config.connection.connect_timeout = self.connection_setup_timeout;
+        config.connection.request_timeout = self.request_timeout;
+        let fetch_frame = (self.fetch_max_bytes as usize)
+            .saturating_add(self.max_partition_fetch_bytes as usize)
+            .saturating_add(64 * 1024);
+        config.connection.max_response_size = config.connection.max_response_size.max(fetch_frame);
+        config.retry_backoff = self.retry_backoff;
+        config.retry_backoff_max = self.reconnect_backoff_max.max(self.retry_backoff);
+        config
+    }
+
+    /// The fetch settings for the wire client; anything the properties do not cover keeps the
+    /// wire layer's default.
+    pub fn fetch_config(&self) -> FetchConfig {
+        FetchConfig {
+            max_wait: self.fetch_max_wait,
+            min_bytes: self.fetch_min_bytes,
+            max_bytes: self.fetch_max_bytes,
+            max_partition_bytes: self.max_partition_fetch_bytes,
+            isolation: self.isolation_level,
+            // Fields the wire layer adds later keep its defaults.
+            ..FetchConfig::default()
+        }
+    }
+}
+
+impl ConsumerConfigBuilder {
+    /// Sets any setting by its property name from its text form, as a `.properties` file would.
+    /// A parse error (or an unknown name) is kept and returned by [`build`](Self::build); only
+    /// the first such error is kept.
+    pub fn set(mut self, name: &str, value: &str) -> Self {
+        if self.error.is_none() {
+            if let Err(e) = self.apply(name.trim(), value.trim()) {
+                self.error = Some(e);
+            }
+        }
+        self
+    }
+
+    /// Validates every setting and the rules between them, and returns the configuration or the
+    /// first problem found: errors from [`set`](Self::set) first, then each setting's own rule in
+    /// [`SETTINGS`] order, then the rules that relate two settings (those the consumer protocol
+    /// refuses first).
+    pub fn build(mut self) -> Result<ConsumerConfig, ConfigError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let classic_only_set = cross::CLASSIC_ONLY
+            .iter()
+            .copied()
+            .find(|name| self.is_set(name));
+        let config = self.resolve()?;
+        cross::check(&config, classic_only_set)?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests;

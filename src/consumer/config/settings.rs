@@ -1,0 +1,233 @@
+//! The settings table: one row per setting, in the order [`SETTINGS`] documents them and
+//! [`ConsumerConfig::to_properties`] prints them (Java's names first, then this library's own).
+//!
+//! Each row gives the field (also the typed setter's name), the type it is held in, the Kafka
+//! property name, the default (written once, as a `.properties` file would write it), the
+//! setting's own rule ([`super::checks`]), the typed setter's argument, and the documentation
+//! that README.md's configuration table is checked against. [`super::table`] explains the row
+//! syntax and what is generated from it; rules between settings are in [`super::cross`].
+
+use std::time::Duration;
+
+use super::suggest::unknown_setting;
+use super::values::{AutoOffsetReset, GroupProtocol};
+use super::{checks, cross, ConfigError};
+use crate::group::Strategy;
+use crate::wire::IsolationLevel;
+
+/// One setting's name, default and meaning, for documentation and checks.
+///
+/// Why a table in code: README.md's configuration table is checked against [`SETTINGS`] by a unit
+/// test, so the documentation cannot drift from what the parser accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingDoc {
+    /// The property name, exactly as written in a `.properties` file.
+    pub name: &'static str,
+    /// The default as it would be written in a `.properties` file; `(required)`, `(none)` or a
+    /// parenthesised formula when there is no literal default.
+    pub default: &'static str,
+    /// What it does, and why the default is what it is.
+    pub description: &'static str,
+}
+
+settings! {
+    /// Every setting this consumer accepts, in the order [`ConsumerConfig::to_properties`] prints
+    /// them. Java's names first, then this library's own.
+    pub const SETTINGS;
+
+    /// A validated consumer configuration. Only [`ConsumerConfigBuilder::build`] (and the
+    /// `from_properties*` functions, which use it) make one, so holding a `ConsumerConfig` means
+    /// every rule in this module was checked.
+    pub struct ConsumerConfig;
+
+    /// Collects settings, typed or by name, and validates them all in
+    /// [`build`](Self::build).
+    ///
+    /// Why errors wait for `build`: the builder chains (`.set(..).group_id(..).build()?`) and a
+    /// configuration is either wholly valid or refused with the first problem found. Setters
+    /// given the same setting twice keep the last value.
+    pub struct ConsumerConfigBuilder;
+
+    bootstrap_servers: Vec<String> {
+        name: "bootstrap.servers",
+        default: required,
+        rule: checks::host_ports,
+        set: |servers: impl IntoIterator<Item = impl Into<String>>| servers.into_iter().map(Into::into).collect(),
+        doc: "Comma-separated `host:port` list used to discover the cluster; any one reachable entry is enough.",
+    }
+    group_id: String {
+        name: "group.id",
+        default: required,
+        rule: checks::not_blank,
+        set: |group_id: impl Into<String>| group_id.into(),
+        doc: "The consumer group. Required: without a group there is no rebalance to guard and no committed position.",
+    }
+    group_instance_id: String {
+        name: "group.instance.id",
+        default: none,
+        rule: checks::instance_id,
+        set: |id: impl Into<String>| id.into(),
+        doc: "Static membership (KIP-345): a restarted member with the same id gets its partitions back without a rebalance. Letters, digits, `.`, `_`, `-`, at most 249.",
+    }
+    client_id: String {
+        name: "client.id",
+        default: "rebalance-guard",
+        rule: checks::any,
+        set: |id: impl Into<String>| id.into(),
+        doc: "Sent with every request so broker logs and quotas can attribute traffic; prefixes the member id.",
+    }
+    session_timeout: Duration {
+        name: "session.timeout.ms",
+        default: "45000",
+        rule: checks::positive_ms,
+        set: |timeout: Duration| timeout,
+        doc: "A member silent for this long is evicted. Java's default since 3.0: long enough to ride out a GC pause or a brief network stall.",
+    }
+    heartbeat_interval: Duration {
+        name: "heartbeat.interval.ms",
+        default: "3000",
+        rule: checks::positive_ms,
+        set: |interval: Duration| interval,
+        doc: "How often the background thread heartbeats. At most a third of `session.timeout.ms`, so two heartbeats may be lost before eviction.",
+    }
+    max_poll_interval: Duration {
+        name: "max.poll.interval.ms",
+        default: "300000",
+        rule: checks::positive_ms,
+        set: |interval: Duration| interval,
+        doc: "Longest allowed gap between polls; also the classic rebalance timeout. Java's default; batches are sized to stay well inside it.",
+    }
+    max_poll_records: usize {
+        name: "max.poll.records",
+        default: "500",
+        rule: checks::record_count,
+        set: |records: usize| records,
+        doc: "Upper bound on one batch; the batch sizer usually hands out fewer when records are slow. Java's default.",
+    }
+    partition_assignment_strategy: Vec<Strategy> {
+        name: "partition.assignment.strategy",
+        default: "cooperative-sticky",
+        rule: checks::strategies,
+        set: |strategies: impl IntoIterator<Item = Strategy>| strategies.into_iter().collect(),
+        doc: "Assignors in preference order: `range`, `roundrobin` (eager) or `cooperative-sticky`; eager and cooperative may not be mixed. Cooperative so a rebalance revokes only partitions that move.",
+    }
+    group_protocol: GroupProtocol {
+        name: "group.protocol",
+        default: "classic",
+        rule: checks::any,
+        set: |protocol: GroupProtocol| protocol,
+        doc: "`classic` (JoinGroup/SyncGroup, every broker) or `consumer` (KIP-848, Kafka 4.0+, broker-side assignment). Classic works with every supported broker.",
+    }
+    auto_offset_reset: AutoOffsetReset {
+        name: "auto.offset.reset",
+        default: "latest",
+        rule: checks::any,
+        set: |reset: AutoOffsetReset| reset,
+        doc: "Where to start without a committed offset: `earliest`, `latest` or `none` (fail). Java's default; use `earliest` to not miss records produced before the group first started.",
+    }
+    enable_auto_commit: bool {
+        name: "enable.auto.commit",
+        default: "false",
+        rule: checks::auto_commit_off,
+        set: |enable: bool| enable,
+        doc: "Must be `false`: timer-driven commits do not know whether the handler finished a record. Offsets are committed after the guard confirms the work.",
+    }
+    fetch_min_bytes: i32 {
+        name: "fetch.min.bytes",
+        default: "1",
+        rule: checks::non_negative_bytes,
+        set: |bytes: i32| bytes,
+        doc: "The broker answers a fetch once this many bytes are available (or `fetch.max.wait.ms` passed). 1 answers as soon as anything arrives; 0 is allowed.",
+    }
+    fetch_max_bytes: i32 {
+        name: "fetch.max.bytes",
+        default: "52428800",
+        rule: checks::positive_bytes,
+        set: |bytes: i32| bytes,
+        doc: "Soft cap on one fetch response (50 MiB, Java's default). May be below `max.partition.fetch.bytes` (a warning is logged).",
+    }
+    fetch_max_wait: Duration {
+        name: "fetch.max.wait.ms",
+        default: "500",
+        rule: checks::int32_ms,
+        set: |wait: Duration| wait,
+        doc: "How long the broker may hold a fetch waiting for `fetch.min.bytes`. Java's default: low latency without a busy loop; 0 is allowed.",
+    }
+    max_partition_fetch_bytes: i32 {
+        name: "max.partition.fetch.bytes",
+        default: "1048576",
+        rule: checks::positive_bytes,
+        set: |bytes: i32| bytes,
+        doc: "Soft cap on the data returned per partition in one fetch (1 MiB, Java's default).",
+    }
+    isolation_level: IsolationLevel {
+        name: "isolation.level",
+        default: "read_uncommitted",
+        rule: checks::any,
+        set: |level: IsolationLevel| level,
+        doc: "`read_uncommitted` or `read_committed` (only committed transactional records, up to the last stable offset). Java's default.",
+    }
+    request_timeout: Duration {
+        name: "request.timeout.ms",
+        default: "30000",
+        rule: checks::positive_ms,
+        set: |timeout: Duration| timeout,
+        doc: "Upper bound on one request's round trip before the connection is considered broken. Java's default.",
+    }
+    connection_setup_timeout: Duration {
+        name: "socket.connection.setup.timeout.ms",
+        default: "10000",
+        rule: checks::positive_ms,
+        set: |timeout: Duration| timeout,
+        doc: "Upper bound on establishing a TCP connection to a broker. Java's default.",
+    }
+    retry_backoff: Duration {
+        name: "retry.backoff.ms",
+        default: "100",
+        rule: checks::positive_ms,
+        set: |backoff: Duration| backoff,
+        doc: "First delay before retrying a failed request; doubles per attempt. Java's default; must be positive so failures never become a hot loop.",
+    }
+    reconnect_backoff_max: Duration {
+        name: "reconnect.backoff.max.ms",
+        default: "1000",
+        rule: checks::positive_ms,
+        set: |backoff: Duration| backoff,
+        doc: "Cap on the exponential backoff for retries and reconnects. Java's default: a restarted broker is found again within a second.",
+    }
+    storm_window: Duration {
+        name: "rebalance.storm.window.ms",
+        default: "300000",
+        rule: checks::positive_ms,
+        set: |window: Duration| window,
+        doc: "Sliding window over which the guard counts rebalances. Five minutes: long enough to see a flapping member, short enough to clear soon after.",
+    }
+    storm_threshold: usize {
+        name: "rebalance.storm.threshold",
+        default: "5",
+        rule: checks::any,
+        set: |rebalances: usize| rebalances,
+        doc: "Rebalances within the window that make a storm and fire the storm hook; 0 disables detection. Five in five minutes is never routine.",
+    }
+    idempotency_cache_size: usize {
+        name: "idempotency.cache.size",
+        default: "100000",
+        rule: checks::any,
+        set: |keys: usize| keys,
+        doc: "Recently processed idempotency keys remembered to skip redeliveries; 0 disables. 100,000 covers several minutes at a few hundred records a second.",
+    }
+    batch_safety_factor: f64 {
+        name: "batch.safety.factor",
+        default: "0.5",
+        rule: checks::fraction,
+        set: |factor: f64| factor,
+        doc: "A batch may use at most this fraction of `max.poll.interval.ms` (between 0 and 1, exclusive). Half leaves room for a slowdown the estimate has not seen yet.",
+    }
+    revoke_drain_timeout: Duration {
+        name: "revoke.drain.timeout.ms",
+        default: { "(min(10000, max.poll.interval.ms / 2))" => cross::default_drain_timeout(max_poll_interval) },
+        rule: checks::positive_ms,
+        set: |timeout: Duration| timeout,
+        doc: "Bound on waiting for in-flight work when partitions are revoked; below `max.poll.interval.ms`. Long enough for a side effect with a retry, short enough that one hung handler cannot stall the group.",
+    }
+}

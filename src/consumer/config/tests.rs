@@ -1,0 +1,617 @@
+//! The configuration's behaviour, pinned: defaults, parsing, every rule and its message.
+
+use super::*;
+use crate::group::StrategyError;
+
+fn base() -> ConsumerConfigBuilder {
+    ConsumerConfig::builder()
+        .bootstrap_servers(["127.0.0.1:9092"])
+        .group_id("orders")
+}
+
+fn props(pairs: &[(&str, &str)]) -> Result<ConsumerConfig, ConfigError> {
+    let mut all = vec![("bootstrap.servers", "127.0.0.1:9092"), ("group.id", "g")];
+    all.extend_from_slice(pairs);
+    ConsumerConfig::from_properties(all)
+}
+
+#[test]
+fn defaults_match_the_documented_table() {
+    let c = base().build().unwrap();
+    assert_eq!(c.client_id(), "rebalance-guard");
+    assert_eq!(c.session_timeout(), Duration::from_millis(45_000));
+    assert_eq!(c.heartbeat_interval(), Duration::from_millis(3_000));
+    assert_eq!(c.max_poll_interval(), Duration::from_millis(300_000));
+    assert_eq!(c.max_poll_records(), 500);
+    assert_eq!(c.assignment_strategies(), &[Strategy::CooperativeSticky]);
+    assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    assert_eq!(c.group_protocol(), GroupProtocol::Classic);
+    assert_eq!(c.auto_offset_reset(), AutoOffsetReset::Latest);
+    assert_eq!(c.isolation_level(), IsolationLevel::ReadUncommitted);
+    assert_eq!(c.revoke_drain_timeout(), Duration::from_secs(10));
+    assert_eq!(c.batch_safety_factor(), 0.5);
+    assert_eq!(c.group_instance_id(), None);
+
+    // Every literal default in SETTINGS, set explicitly, gives the same configuration.
+    let explicit = SETTINGS
+        .iter()
+        .filter(|s| !s.default.starts_with('('))
+        .fold(base(), |b, s| b.set(s.name, s.default))
+        .build()
+        .unwrap();
+    assert_eq!(explicit, c);
+}
+
+#[test]
+fn every_setting_is_parsed_and_documented() {
+    for s in SETTINGS {
+        let err = ConsumerConfig::builder()
+            .set(s.name, "x")
+            .build()
+            .unwrap_err();
+        assert!(
+            !matches!(err, ConfigError::UnknownSetting { .. }),
+            "{} is documented but not parsed",
+            s.name
+        );
+    }
+    let names: Vec<&str> = base()
+        .build()
+        .unwrap()
+        .to_properties()
+        .iter()
+        .map(|(k, _)| *k)
+        .collect();
+    let documented: Vec<&str> = SETTINGS
+        .iter()
+        .map(|s| s.name)
+        .filter(|n| *n != "group.instance.id")
+        .collect();
+    assert_eq!(names, documented, "to_properties prints SETTINGS in order");
+}
+
+#[test]
+fn typed_builder_and_properties_agree() {
+    let typed = base()
+        .group_instance_id("worker-1")
+        .client_id("w1")
+        .session_timeout(Duration::from_millis(6_000))
+        .heartbeat_interval(Duration::from_millis(500))
+        .max_poll_interval(Duration::from_millis(6_000))
+        .max_poll_records(100)
+        .partition_assignment_strategy([Strategy::Range, Strategy::RoundRobin])
+        .auto_offset_reset(AutoOffsetReset::Earliest)
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .batch_safety_factor(0.25)
+        .build()
+        .unwrap();
+    let from_props = ConsumerConfig::from_properties([
+        ("bootstrap.servers", "127.0.0.1:9092"),
+        ("group.id", "orders"),
+        ("group.instance.id", "worker-1"),
+        ("client.id", "w1"),
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "500"),
+        ("max.poll.interval.ms", "6000"),
+        ("max.poll.records", "100"),
+        (
+            "partition.assignment.strategy",
+            "org.apache.kafka.clients.consumer.RangeAssignor, ROUNDROBIN",
+        ),
+        ("auto.offset.reset", "earliest"),
+        ("isolation.level", "read_committed"),
+        ("batch.safety.factor", "0.25"),
+        ("enable.auto.commit", "false"),
+    ])
+    .unwrap();
+    assert_eq!(typed, from_props);
+    assert_eq!(typed.rebalance_protocol(), RebalanceProtocol::Eager);
+    // Derived default: half of a short poll interval.
+    assert_eq!(typed.revoke_drain_timeout(), Duration::from_millis(3_000));
+    // to_properties round-trips.
+    assert_eq!(
+        ConsumerConfig::from_properties(typed.to_properties()).unwrap(),
+        typed
+    );
+}
+
+#[test]
+fn later_properties_override_earlier_ones() {
+    let c = props(&[("max.poll.records", "10"), ("max.poll.records", "20")]).unwrap();
+    assert_eq!(c.max_poll_records(), 20);
+}
+
+#[test]
+fn unknown_settings_suggest_the_closest_known_one() {
+    let cases = [
+        ("session.timout.ms", Some("session.timeout.ms")),
+        ("group_id", Some("group.id")),
+        ("bootstrap.server", Some("bootstrap.servers")),
+        ("Max.Poll.Records", Some("max.poll.records")),
+        ("max.poll.interval", Some("max.poll.interval.ms")),
+        ("completely.unrelated.thing", None),
+        ("foo", None),
+    ];
+    for (name, expected) in cases {
+        let err = props(&[(name, "1")]).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::UnknownSetting {
+                name: name.to_string(),
+                suggestion: expected
+            },
+            "{name}"
+        );
+    }
+    let msg = props(&[("session.timout.ms", "1")])
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("did you mean `session.timeout.ms`?"), "{msg}");
+}
+
+#[test]
+fn known_but_unsupported_settings_say_why() {
+    for name in [
+        "security.protocol",
+        "ssl.truststore.location",
+        "key.deserializer",
+    ] {
+        let err = props(&[(name, "x")]).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::UnsupportedSetting { name: n, .. } if n == name),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn required_settings_are_named() {
+    let err = ConsumerConfig::builder().group_id("g").build().unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Missing {
+            name: "bootstrap.servers"
+        }
+    );
+    assert_eq!(err.to_string(), "setting `bootstrap.servers` is required");
+    let err = ConsumerConfig::builder()
+        .bootstrap_servers(["h:1"])
+        .build()
+        .unwrap_err();
+    assert_eq!(err, ConfigError::Missing { name: "group.id" });
+    assert!(matches!(
+        props(&[("group.id", "")]).unwrap_err(),
+        ConfigError::OutOfRange {
+            name: "group.id",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bootstrap_entries_must_be_host_port() {
+    let ok = props(&[("bootstrap.servers", " a:1 , [::1]:9092,,b.example:65535 ")]).unwrap();
+    assert_eq!(
+        ok.bootstrap_servers(),
+        &["a:1", "[::1]:9092", "b.example:65535"]
+    );
+    for bad in [
+        "localhost",
+        "a:0",
+        "a:70000",
+        ":9092",
+        "::1:9092",
+        "a b:1",
+        ",",
+        "[]:1",
+    ] {
+        let err = props(&[("bootstrap.servers", bad)]).unwrap_err();
+        assert_eq!(err.setting(), Some("bootstrap.servers"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn unparsable_values_name_the_setting_and_what_is_allowed() {
+    let cases: [(&str, &str, &str); 8] = [
+        ("session.timeout.ms", "ten", "milliseconds"),
+        ("max.poll.records", "1.5", "whole number"),
+        ("fetch.max.bytes", "lots", "bytes"),
+        ("enable.auto.commit", "yes", "true, false"),
+        ("auto.offset.reset", "smallest", "earliest, latest, none"),
+        (
+            "isolation.level",
+            "serializable",
+            "read_uncommitted, read_committed",
+        ),
+        ("group.protocol", "new", "classic, consumer"),
+        (
+            "partition.assignment.strategy",
+            "sticky",
+            "range, roundrobin, cooperative-sticky",
+        ),
+    ];
+    for (name, value, allowed) in cases {
+        let err = props(&[(name, value)]).unwrap_err();
+        assert_eq!(err.setting(), Some(name));
+        assert!(matches!(err, ConfigError::InvalidValue { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(name) && msg.contains(allowed), "{msg}");
+    }
+    let err = props(&[("batch.safety.factor", "half")]).unwrap_err();
+    assert_eq!(err.setting(), Some("batch.safety.factor"));
+}
+
+#[test]
+fn zero_and_negative_sizes_and_timeouts_are_refused() {
+    for name in [
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "max.poll.records",
+        "fetch.max.bytes",
+        "max.partition.fetch.bytes",
+        "request.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "retry.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "rebalance.storm.window.ms",
+        "revoke.drain.timeout.ms",
+    ] {
+        for value in ["0", "-1"] {
+            let err = props(&[(name, value)]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::OutOfRange { name: n, .. } if n == name),
+                "{name}={value}: {err}"
+            );
+        }
+    }
+    for value in ["0", "-0.5", "1", "1.5", "NaN", "inf"] {
+        let err = props(&[("batch.safety.factor", value)]).unwrap_err();
+        assert_eq!(err.setting(), Some("batch.safety.factor"), "{value}");
+    }
+    // Thresholds where zero means "don't wait" or "disabled" are allowed; negatives are not.
+    let c = props(&[
+        ("fetch.min.bytes", "0"),
+        ("fetch.max.wait.ms", "0"),
+        ("idempotency.cache.size", "0"),
+        ("rebalance.storm.threshold", "0"),
+    ])
+    .unwrap();
+    assert_eq!(c.fetch_min_bytes(), 0);
+    assert_eq!(c.guard_config().idempotency_capacity, 0);
+    for name in [
+        "fetch.min.bytes",
+        "fetch.max.wait.ms",
+        "idempotency.cache.size",
+    ] {
+        assert!(matches!(
+            props(&[(name, "-1")]).unwrap_err(),
+            ConfigError::OutOfRange { .. }
+        ));
+    }
+    // Typed values too, and Kafka's int32 ceiling.
+    let err = base().session_timeout(Duration::ZERO).build().unwrap_err();
+    assert_eq!(err.setting(), Some("session.timeout.ms"));
+    let err = base().max_poll_records(0).build().unwrap_err();
+    assert_eq!(err.setting(), Some("max.poll.records"));
+    let err = base().fetch_max_bytes(-5).build().unwrap_err();
+    assert_eq!(err.setting(), Some("fetch.max.bytes"));
+    let err = props(&[("request.timeout.ms", "2147483648")]).unwrap_err();
+    assert_eq!(err.setting(), Some("request.timeout.ms"));
+    let err = props(&[("fetch.max.bytes", "2147483648")]).unwrap_err();
+    assert_eq!(err.setting(), Some("fetch.max.bytes"));
+}
+
+#[test]
+fn heartbeat_must_be_at_most_a_third_of_the_session_timeout() {
+    let ok = props(&[
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "2000"),
+    ]);
+    assert!(ok.is_ok());
+    let err = props(&[
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "2001"),
+    ])
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Conflict {
+            name: "heartbeat.interval.ms",
+            other: "session.timeout.ms",
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("a third"), "{err}");
+}
+
+#[test]
+fn max_poll_interval_may_not_be_below_the_session_timeout() {
+    let err = props(&[
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "500"),
+        ("max.poll.interval.ms", "5999"),
+    ])
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Conflict {
+            name: "max.poll.interval.ms",
+            other: "session.timeout.ms",
+            ..
+        }
+    ));
+    // Equal is fine; and the issue's slow-handler scenario fits with a short session.
+    let c = props(&[
+        ("session.timeout.ms", "2000"),
+        ("heartbeat.interval.ms", "500"),
+        ("max.poll.interval.ms", "2000"),
+    ])
+    .unwrap();
+    assert_eq!(c.revoke_drain_timeout(), Duration::from_millis(1_000));
+}
+
+#[test]
+fn drain_timeout_must_be_below_the_poll_interval() {
+    let err = props(&[
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "1000"),
+        ("max.poll.interval.ms", "8000"),
+        ("revoke.drain.timeout.ms", "8000"),
+    ])
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Conflict {
+            name: "revoke.drain.timeout.ms",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn auto_commit_true_is_refused_with_the_reason() {
+    let err = props(&[("enable.auto.commit", "true")]).unwrap_err();
+    assert_eq!(err, ConfigError::AutoCommitRefused);
+    assert_eq!(err.setting(), Some("enable.auto.commit"));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("must be false") && msg.contains("timer"),
+        "{msg}"
+    );
+    assert!(props(&[("enable.auto.commit", "FALSE")]).is_ok());
+}
+
+#[test]
+fn strategy_lists_are_checked() {
+    assert_eq!(
+        props(&[("partition.assignment.strategy", " , ")]).unwrap_err(),
+        ConfigError::Strategies(StrategyError::Empty)
+    );
+    assert_eq!(
+        base()
+            .partition_assignment_strategy([])
+            .build()
+            .unwrap_err(),
+        ConfigError::Strategies(StrategyError::Empty)
+    );
+    assert_eq!(
+        props(&[("partition.assignment.strategy", "range,range")]).unwrap_err(),
+        ConfigError::Strategies(StrategyError::Duplicate(Strategy::Range))
+    );
+    // Java's own default list mixes the two kinds: refused, with the reason.
+    let err = props(&[("partition.assignment.strategy", "range,cooperative-sticky")]).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Strategies(StrategyError::Mixed {
+            eager: Strategy::Range,
+            cooperative: Strategy::CooperativeSticky
+        })
+    );
+    assert!(err.to_string().contains("one kind"), "{err}");
+    let err = props(&[(
+        "partition.assignment.strategy",
+        "cooperative-sticky,roundrobin",
+    )])
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Strategies(StrategyError::Mixed {
+            eager: Strategy::RoundRobin,
+            cooperative: Strategy::CooperativeSticky
+        })
+    );
+    for s in Strategy::ALL {
+        assert_eq!(Strategy::from_name(s.name()), Some(s));
+        assert!(crate::group::assignor_for(s.name()).is_some());
+        assert_eq!(
+            crate::group::assignor_for(s.name()).map(|a| a.protocol()),
+            Some(s.protocol())
+        );
+    }
+}
+
+#[test]
+fn static_member_ids_follow_kafkas_rules() {
+    for bad in ["", ".", "..", "has space", "ünï", &"x".repeat(250)] {
+        let err = props(&[("group.instance.id", bad)]).unwrap_err();
+        assert_eq!(err.setting(), Some("group.instance.id"), "{bad:?}");
+    }
+    let c = props(&[("group.instance.id", "worker-1.a_b")]).unwrap();
+    assert_eq!(c.group_instance_id(), Some("worker-1.a_b"));
+}
+
+#[test]
+fn consumer_protocol_refuses_classic_only_settings() {
+    let c = props(&[("group.protocol", "CONSUMER")]).unwrap();
+    assert_eq!(c.group_protocol(), GroupProtocol::Consumer);
+    assert_eq!(
+        ConsumerConfig::from_properties(c.to_properties()).unwrap(),
+        c
+    );
+    for name in cross::CLASSIC_ONLY {
+        let value = if *name == "partition.assignment.strategy" {
+            "range"
+        } else {
+            "3000"
+        };
+        let err = props(&[("group.protocol", "consumer"), (name, value)]).unwrap_err();
+        assert_eq!(err, ConfigError::ClassicOnly { name });
+    }
+}
+
+#[test]
+fn conversions_carry_the_settings() {
+    let c = props(&[
+        ("client.id", "w"),
+        ("request.timeout.ms", "7000"),
+        ("fetch.max.bytes", "100000000"),
+        ("retry.backoff.ms", "50"),
+    ])
+    .unwrap();
+    let client = c.client_config();
+    assert_eq!(client.bootstrap, vec!["127.0.0.1:9092".to_string()]);
+    assert_eq!(client.connection.client_id, "w");
+    assert_eq!(client.connection.request_timeout, Duration::from_secs(7));
+    assert!(client.connection.max_response_size > 100_000_000);
+    assert_eq!(client.retry_backoff, Duration::from_millis(50));
+    let fetch = c.fetch_config();
+    assert_eq!(fetch.max_bytes, 100_000_000);
+    assert_eq!(fetch.max_wait, Duration::from_millis(500));
+    let guard = c.guard_config();
+    assert_eq!(guard.storm_threshold, 5);
+    assert!(guard.validate().is_ok());
+}
+
+#[test]
+fn properties_file_round_trip_and_errors() {
+    let dir = std::env::temp_dir().join(format!("rg-config-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("consumer.properties");
+    fs::write(
+        &path,
+        "bootstrap.servers=127.0.0.1:9092\r\ngroup.id=g\r\nmax.poll.records: 7\r\n",
+    )
+    .unwrap();
+    let c = ConsumerConfig::from_properties_file(&path).unwrap();
+    assert_eq!(c.max_poll_records(), 7);
+
+    fs::write(&path, "group.id=g\nbad=\\uZZZZ\n").unwrap();
+    let err = ConsumerConfig::from_properties_file(&path).unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { line: 2, .. }), "{err}");
+
+    let missing = dir.join("absent.properties");
+    let err = ConsumerConfig::from_properties_file(&missing).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ConfigError::File {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn builder_keeps_the_first_set_error() {
+    let err = base()
+        .set("max.poll.records", "x")
+        .set("nope", "1")
+        .build()
+        .unwrap_err();
+    assert_eq!(err.setting(), Some("max.poll.records"));
+}
+
+/// The README's configuration table, generated from [`SETTINGS`].
+fn readme_table() -> String {
+    let mut out = String::from("| Setting | Default | Meaning |\n| --- | --- | --- |\n");
+    for s in SETTINGS {
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} |\n",
+            s.name, s.default, s.description
+        ));
+    }
+    out
+}
+
+#[test]
+fn readme_documents_every_setting() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    let readme = fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+    let start = readme.find("\n## Configuration").unwrap_or_else(|| {
+        panic!(
+            "README.md has no \"## Configuration\" section; it must list every setting in \
+             rebalance_guard::consumer::config::SETTINGS as a table row \"| `name` | `default` \
+             | meaning |\"; the table to paste:\n{}",
+            readme_table()
+        )
+    });
+    let section = &readme[start + 1..];
+    let section = match section[2..].find("\n## ") {
+        Some(end) => &section[..end + 2],
+        None => section,
+    };
+    // Each row whole: name, default and meaning, as the table generates them.
+    let mut missing = Vec::new();
+    for s in SETTINGS {
+        let row = format!("| `{}` | `{}` | {} |", s.name, s.default, s.description);
+        if !section.lines().any(|l| l == row) {
+            missing.push(row);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README.md's Configuration section lacks rows (or has stale defaults or meanings) for:\n\
+         {}\nthe whole table, to paste:\n{}",
+        missing.join("\n"),
+        readme_table()
+    );
+}
+
+#[test]
+fn printed_defaults_are_the_documented_ones() {
+    // A configuration of defaults prints, for every setting with a literal default, exactly the
+    // text SETTINGS documents: the default is written once, in the table.
+    let printed = base().build().unwrap().to_properties();
+    for s in SETTINGS.iter().filter(|s| !s.default.starts_with('(')) {
+        let value = printed
+            .iter()
+            .find(|(k, _)| *k == s.name)
+            .map(|(_, v)| v.as_str());
+        assert_eq!(value, Some(s.default), "{}", s.name);
+    }
+    // The one derived default documents its cap.
+    let drain = SETTINGS
+        .iter()
+        .find(|s| s.name == "revoke.drain.timeout.ms")
+        .unwrap();
+    let cap = cross::DRAIN_TIMEOUT_CAP.as_millis().to_string();
+    assert!(drain.default.contains(&cap), "{}", drain.default);
+    assert_eq!(
+        base()
+            .max_poll_interval(Duration::from_secs(60))
+            .build()
+            .unwrap()
+            .revoke_drain_timeout(),
+        cross::DRAIN_TIMEOUT_CAP
+    );
+}
+
+#[test]
+fn settings_are_documented_once_each() {
+    let mut names: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+    let count = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), count, "a setting has two rows");
+    for s in SETTINGS {
+        assert!(!s.description.is_empty(), "{} has no documentation", s.name);
+        assert!(!ConsumerConfig::builder().is_set(s.name), "{}", s.name);
+    }
+    for name in cross::CLASSIC_ONLY {
+        assert!(SETTINGS.iter().any(|s| s.name == *name), "{name}");
+    }
+}

@@ -1,0 +1,292 @@
+//! The types settings are held in, and how each is read from and written to `.properties` text.
+//!
+//! Why one trait for both directions: [`ConsumerConfig::to_properties`](super::ConsumerConfig)
+//! must print what [`ConsumerConfig::from_properties`](super::ConsumerConfig) reads back as an
+//! equal configuration, and the table's defaults are parsed by the same code as a user's values.
+//! A parse failure names the setting and what was expected; range rules are not checked here but
+//! by each row's rule ([`super::checks`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use super::ConfigError;
+use crate::group::Strategy;
+use crate::wire::IsolationLevel;
+
+/// A setting's value type: read from the text a `.properties` file holds, written back the same
+/// way.
+pub(crate) trait SettingValue: Sized {
+    /// Parses the (trimmed) text given for setting `name`.
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError>;
+    /// The value as a `.properties` file would write it.
+    fn text(&self) -> String;
+}
+
+/// Which group membership protocol to speak (`group.protocol`).
+///
+/// Why a choice: the classic protocol works with every broker from Kafka 2.1 on; KIP-848's
+/// `consumer` protocol (Kafka 4.0+) moves assignment to the broker and avoids group-wide
+/// synchronisation barriers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup/Heartbeat; client-side assignors.
+    Classic,
+    /// KIP-848 ConsumerGroupHeartbeat; the broker assigns.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The value as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+
+    /// Parses a configuration value, ignoring case (Java accepts `CLASSIC` too).
+    pub fn from_name(value: &str) -> Option<Self> {
+        [GroupProtocol::Classic, GroupProtocol::Consumer]
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(value.trim()))
+    }
+}
+
+impl fmt::Display for GroupProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where to start reading a partition that has no committed offset (`auto.offset.reset`).
+///
+/// Why it matters here: `latest` on a new group skips everything produced before the group first
+/// started, which for an order stream is silent loss; `none` makes that a visible error instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AutoOffsetReset {
+    /// The log start offset: process everything still retained.
+    Earliest,
+    /// The log end offset: only records produced from now on. Java's default.
+    Latest,
+    /// Fail instead of choosing: a missing committed offset is an operator decision.
+    None,
+}
+
+impl AutoOffsetReset {
+    /// The value as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AutoOffsetReset::Earliest => "earliest",
+            AutoOffsetReset::Latest => "latest",
+            AutoOffsetReset::None => "none",
+        }
+    }
+
+    /// Parses a configuration value, ignoring case.
+    pub fn from_name(value: &str) -> Option<Self> {
+        [
+            AutoOffsetReset::Earliest,
+            AutoOffsetReset::Latest,
+            AutoOffsetReset::None,
+        ]
+        .into_iter()
+        .find(|r| r.as_str().eq_ignore_ascii_case(value.trim()))
+    }
+}
+
+impl fmt::Display for AutoOffsetReset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn isolation_name(level: IsolationLevel) -> &'static str {
+    match level {
+        IsolationLevel::ReadUncommitted => "read_uncommitted",
+        IsolationLevel::ReadCommitted => "read_committed",
+    }
+}
+
+fn invalid(name: &'static str, text: &str, expected: &'static str) -> ConfigError {
+    ConfigError::InvalidValue {
+        name,
+        value: text.to_string(),
+        expected,
+    }
+}
+
+fn parse_integer(
+    name: &'static str,
+    text: &str,
+    expected: &'static str,
+) -> Result<i64, ConfigError> {
+    text.parse::<i64>()
+        .map_err(|_| invalid(name, text, expected))
+}
+
+fn negative(name: &'static str, text: &str) -> ConfigError {
+    ConfigError::OutOfRange {
+        name,
+        value: text.to_string(),
+        rule: "must not be negative",
+    }
+}
+
+/// Durations are whole milliseconds, as in every Kafka client.
+impl SettingValue for Duration {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        let ms = parse_integer(name, text, "a whole number of milliseconds")?;
+        u64::try_from(ms)
+            .map(Duration::from_millis)
+            .map_err(|_| negative(name, text))
+    }
+    fn text(&self) -> String {
+        self.as_millis().to_string()
+    }
+}
+
+/// Every `i32` setting is a byte size (Kafka sends them as int32).
+impl SettingValue for i32 {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        let n = parse_integer(name, text, "a whole number of bytes")?;
+        i32::try_from(n).map_err(|_| ConfigError::OutOfRange {
+            name,
+            value: text.to_string(),
+            rule: "must be between -2147483648 and 2147483647",
+        })
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Counts: records, rebalances, cache entries.
+impl SettingValue for usize {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        let n = parse_integer(name, text, "a whole number")?;
+        usize::try_from(n).map_err(|_| negative(name, text))
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Fractions (`batch.safety.factor` is the only one).
+impl SettingValue for f64 {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        text.parse::<f64>()
+            .map_err(|_| invalid(name, text, "a decimal number such as 0.5"))
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// `true` or `false`, ignoring case as Java does.
+impl SettingValue for bool {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        if text.eq_ignore_ascii_case("true") {
+            Ok(true)
+        } else if text.eq_ignore_ascii_case("false") {
+            Ok(false)
+        } else {
+            Err(invalid(name, text, "a boolean (allowed: true, false)"))
+        }
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl SettingValue for String {
+    fn parse(_name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        Ok(text.to_string())
+    }
+    fn text(&self) -> String {
+        self.clone()
+    }
+}
+
+/// Entries of a comma-separated list, each trimmed; empty entries are skipped.
+fn list_entries(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|e| !e.is_empty())
+}
+
+/// A comma-separated list of text (`bootstrap.servers`).
+impl SettingValue for Vec<String> {
+    fn parse(_name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        Ok(list_entries(text).map(String::from).collect())
+    }
+    fn text(&self) -> String {
+        self.join(",")
+    }
+}
+
+/// A comma-separated assignor list in preference order, each entry read by
+/// [`Strategy::from_name`]; the list rules are the row's rule, not checked here.
+impl SettingValue for Vec<Strategy> {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        list_entries(text)
+            .map(|entry| {
+                Strategy::from_name(entry).ok_or_else(|| {
+                    invalid(
+                        name,
+                        entry,
+                        "an assignor (allowed: range, roundrobin, cooperative-sticky, or Java's \
+                         class names for them)",
+                    )
+                })
+            })
+            .collect()
+    }
+    fn text(&self) -> String {
+        self.iter().map(|s| s.name()).collect::<Vec<_>>().join(",")
+    }
+}
+
+impl SettingValue for GroupProtocol {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        GroupProtocol::from_name(text)
+            .ok_or_else(|| invalid(name, text, "a group protocol (allowed: classic, consumer)"))
+    }
+    fn text(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
+impl SettingValue for AutoOffsetReset {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        AutoOffsetReset::from_name(text).ok_or_else(|| {
+            invalid(
+                name,
+                text,
+                "an offset reset policy (allowed: earliest, latest, none)",
+            )
+        })
+    }
+    fn text(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
+/// Ignoring case, like the other named values.
+impl SettingValue for IsolationLevel {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        [
+            IsolationLevel::ReadUncommitted,
+            IsolationLevel::ReadCommitted,
+        ]
+        .into_iter()
+        .find(|l| isolation_name(*l).eq_ignore_ascii_case(text.trim()))
+        .ok_or_else(|| {
+            invalid(
+                name,
+                text,
+                "an isolation level (allowed: read_uncommitted, read_committed)",
+            )
+        })
+    }
+    fn text(&self) -> String {
+        isolation_name(*self).to_string()
+    }
+}
