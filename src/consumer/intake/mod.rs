@@ -9,7 +9,7 @@
 
 mod positions;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
@@ -43,8 +43,12 @@ pub(crate) struct Intake {
     paused: HashMap<TopicPartition, Instant>,
     /// Fetch errors per owned partition (the fetch is retried at the same offset).
     fetch_errors: HashMap<TopicPartition, FetchErrors>,
-    /// The round-robin cursor of [`Intake::next_ready`].
-    next_partition: usize,
+    /// Partitions that may have records to hand out, in round-robin order, each at most once
+    /// (`in_ring` holds the same set). Entries of partitions that ran dry, were paused or
+    /// dropped are discarded lazily when they reach the front, so that every operation of the
+    /// hot path is O(1) whatever the partition count.
+    ring: VecDeque<TopicPartition>,
+    in_ring: HashSet<TopicPartition>,
 }
 
 /// The fetch errors of one partition: a partition refetching the same failing offset makes no
@@ -76,6 +80,15 @@ impl Intake {
     pub(crate) fn resume(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
             self.paused.remove(tp);
+            self.mark_ready(tp);
+        }
+    }
+
+    /// `tp` has buffered records (or may have): make sure it is in the round-robin ring.
+    fn mark_ready(&mut self, tp: &TopicPartition) {
+        if !self.in_ring.contains(tp) && self.buffers.get(tp).is_some_and(|b| !b.is_empty()) {
+            self.in_ring.insert(tp.clone());
+            self.ring.push_back(tp.clone());
         }
     }
 
@@ -159,9 +172,10 @@ impl Intake {
             self.positions.insert(part.tp.clone(), part.next_offset);
             if !part.records.is_empty() {
                 self.buffers
-                    .entry(part.tp)
+                    .entry(part.tp.clone())
                     .or_default()
                     .extend(part.records);
+                self.mark_ready(&part.tp);
             }
         }
         if !reset.is_empty() {
@@ -282,18 +296,17 @@ impl Intake {
     /// Round-robin over partitions with buffered, unpaused records, so one busy partition does
     /// not starve the others within a batch.
     pub(crate) fn next_ready(&mut self) -> Option<TopicPartition> {
-        let mut ready: Vec<&TopicPartition> = self
-            .buffers
-            .iter()
-            .filter(|(tp, b)| !b.is_empty() && !self.paused.contains_key(*tp))
-            .map(|(tp, _)| tp)
-            .collect();
-        if ready.is_empty() {
-            return None;
+        while let Some(tp) = self.ring.pop_front() {
+            let ready = (self.paused.is_empty() || !self.paused.contains_key(&tp))
+                && self.buffers.get(&tp).is_some_and(|b| !b.is_empty());
+            if ready {
+                // To the back: the next call serves the next partition.
+                self.ring.push_back(tp.clone());
+                return Some(tp);
+            }
+            self.in_ring.remove(&tp);
         }
-        ready.sort();
-        self.next_partition = self.next_partition.wrapping_add(1);
-        Some(ready[self.next_partition % ready.len()].clone())
+        None
     }
 
     /// Takes the next buffered record of `tp`.
@@ -303,7 +316,11 @@ impl Intake {
 
     /// Puts a record back first in line of its partition (it was taken but not handed out).
     pub(crate) fn push_front(&mut self, tp: TopicPartition, record: Record) {
-        self.buffers.entry(tp).or_default().push_front(record);
+        self.buffers
+            .entry(tp.clone())
+            .or_default()
+            .push_front(record);
+        self.mark_ready(&tp);
     }
 
     /// One partition's line in the stats: the guard's view with the intake's.
