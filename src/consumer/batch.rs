@@ -54,7 +54,6 @@ pub struct Batch<'a> {
     key_fn: Option<&'a KeyFn>,
     counters: &'a mut RebalanceCounters,
     plan: BatchPlan,
-    now: Instant,
     handed: usize,
     /// Handed-out records not completed yet, per partition: the lowest offset of each.
     outstanding: HashMap<TopicPartition, Vec<i64>>,
@@ -72,7 +71,6 @@ impl<'a> Batch<'a> {
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
         Batch {
-            now: guard.now(),
             intake,
             sizer,
             guard,
@@ -119,7 +117,7 @@ impl Batch<'_> {
             let key = self.key_fn.and_then(|f| f(&record));
             match self
                 .guard
-                .process_message_at(self.now, &tp, record.offset, key, ())
+                .process_message_at(now, &tp, record.offset, key, ())
             {
                 Ok(lease) => {
                     self.handed += 1;

@@ -397,9 +397,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// [`process_message`](Self::process_message) with the admission time supplied by the caller.
     ///
     /// Reading a monotonic clock costs tens of nanoseconds on virtual machines, more than the rest
-    /// of an admission; a poll loop that hands out a batch reads the clock once and admits the
-    /// whole batch with that instant (in-flight ages are then measured from the hand-out of the
-    /// batch). `now` must come from the guard's clock ([`RebalanceGuard::now`]).
+    /// of an admission: a caller that already read the clock (the consumer reads it for each
+    /// record, for its batch deadline) passes that instant instead of paying a second read.
+    /// `now` must come from the guard's clock ([`RebalanceGuard::now`]), and be fresh: it is also
+    /// the instant the [`SessionBound`] is checked against.
     pub fn process_message_at(
         &self,
         now: Instant,
@@ -425,7 +426,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 status: Some(state.status),
             });
         }
-        if self.session.expired_on(&|| self.clock.now()) {
+        if self.session.is_expired(now) {
             return Err(AdmitError::SessionExpired {
                 partition: partition.clone(),
                 offset,
