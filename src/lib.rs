@@ -1,8 +1,43 @@
-//! rebalance-guard: a synchronous Kafka consumer that keeps side effects safe across rebalances.
+//! rebalance-guard: a synchronous Kafka consumer that keeps side effects safe across consumer-group
+//! rebalances.
+//!
+//! A worker that submits orders or moves money from a consumer group must not apply an effect on
+//! a partition another member already owns, must not commit work that never finished, and should
+//! not redo work only because a commit was not made. This crate makes those decisions in one
+//! place that can be read top to bottom, on plain OS threads, in pure Rust, with no async runtime.
+//!
+//! # The map
+//!
+//! Four layers, each depending only on the ones below it (`docs/DESIGN.md` in the repository walks
+//! through the commit ordering with file and function names):
+//!
+//! - [`consumer`]: what an application embeds. [`Consumer`] runs the blocking
+//!   poll-process-commit loop ([`Consumer::run`], or [`Consumer::poll`] and a [`Batch`] of
+//!   [`Delivery`]s), sizes batches against `max.poll.interval.ms`, commits the contiguous
+//!   completed prefix, and has a decoupled mode with worker threads
+//!   ([`Consumer::run_with_workers`], handlers get a [`WorkContext`]). [`ConsumerConfig`] takes
+//!   Kafka's own setting names.
+//! - [`group`]: consumer-group membership (classic protocol: eager and cooperative assignors,
+//!   static membership) with a background heartbeat thread.
+//! - [`wire`]: a blocking Kafka client over `std::net` whose messages are encoded by the
+//!   `kafka-protocol` crate; [`wire::Client`] is also what tests and tools use to produce data.
+//! - [`guard`]: the sans-IO [`RebalanceGuard`], which decides what may be processed and what may
+//!   be committed while ownership moves: fence on revoke, drain, commit `last + 1`, never commit
+//!   on a loss, leases that go stale when their partition moves or the session could have
+//!   expired, storm detection.
+//!
+//! The items re-exported here are the ones applications need; the modules hold the rest.
+
 pub mod consumer;
 pub mod group;
 pub mod guard;
 pub mod partition;
 pub mod wire;
 
+pub use consumer::{
+    Batch, ConfigError, Consumer, ConsumerConfig, ConsumerError, ConsumerStats, Delivery,
+    WorkContext,
+};
+pub use guard::{Lease, RebalanceGuard};
 pub use partition::TopicPartition;
+pub use wire::{Client, WireError};
