@@ -15,15 +15,10 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::membership::{classify, ErrorAction, ErrorContext, GroupApi};
+use super::membership::ErrorContext;
 use super::requests::{self, MemberIdentity};
-use super::session::{LostReason, Phase, SessionState, Shared};
+use super::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
-use crate::TopicPartition;
-
-/// Called with partitions whose ownership ended without a handoff. The consumer fences them in
-/// the guard; it runs on the heartbeat thread (or the poll thread) and must not block.
-pub type LostHook = Arc<dyn Fn(&[TopicPartition]) + Send + Sync>;
 
 /// What the heartbeat thread needs to know about the group.
 #[derive(Clone, Debug)]
@@ -35,45 +30,14 @@ pub(crate) struct HeartbeatSettings {
     pub(crate) max_poll_interval: Duration,
 }
 
-/// Ends the member's ownership without a handoff: fences through the hook while the session lock
-/// is held (so no rejoin can interleave), records the loss for the poll thread's listener, and
-/// resets the identity as the error demands.
-pub(crate) fn lose_assignment(
-    state: &mut SessionState,
-    hook: &LostHook,
-    reason: LostReason,
-    reset_member_id: bool,
-) {
-    let owned = std::mem::take(&mut state.owned);
-    if !owned.is_empty() {
-        log::warn!(
-            "assignment lost ({reason:?}): fencing {} partition(s) without commit",
-            owned.len()
-        );
-        hook(&owned);
-    }
-    state.lost.push((owned, reason.clone()));
-    state.identity.generation_id = -1;
-    if reset_member_id {
-        state.identity.member_id.clear();
-    }
-    if state.phase != Phase::Closed {
-        state.phase = Phase::Unjoined;
-    }
-    state
-        .rejoin
-        .get_or_insert_with(|| format!("assignment lost: {reason:?}"));
-}
-
 pub(crate) fn spawn(
     shared: Arc<Shared>,
     client_config: ClientConfig,
     settings: HeartbeatSettings,
-    hook: LostHook,
 ) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new()
         .name(format!("heartbeat-{}", settings.group_id))
-        .spawn(move || Heartbeater::new(shared, client_config, settings, hook).run())
+        .spawn(move || Heartbeater::new(shared, client_config, settings).run())
 }
 
 struct Heartbeater {
@@ -81,7 +45,6 @@ struct Heartbeater {
     client_config: ClientConfig,
     client: Option<Client>,
     settings: HeartbeatSettings,
-    hook: LostHook,
 }
 
 impl Heartbeater {
@@ -89,7 +52,6 @@ impl Heartbeater {
         shared: Arc<Shared>,
         mut client_config: ClientConfig,
         settings: HeartbeatSettings,
-        hook: LostHook,
     ) -> Self {
         // A heartbeat stuck for most of a session is as good as none: bound each round trip.
         let bound = (settings.session_timeout / 3).max(Duration::from_millis(200));
@@ -101,7 +63,6 @@ impl Heartbeater {
             client_config,
             client: None,
             settings,
-            hook,
         }
     }
 
@@ -110,7 +71,7 @@ impl Heartbeater {
         loop {
             let mut state = self.shared.lock();
             loop {
-                if state.phase == Phase::Closed {
+                if state.phase() == Phase::Closed {
                     log::debug!("heartbeat thread for {} exits", self.settings.group_id);
                     return;
                 }
@@ -127,99 +88,55 @@ impl Heartbeater {
             }
             let now = Instant::now();
             next = now + self.settings.interval;
-            if state.phase != Phase::Stable {
-                // Rejoining, a cooperative member still holds the partitions it keeps. If the
-                // coordinator has not heard from it for a session (no request of ours is there
-                // now, and none succeeded for session.timeout.ms), it has very likely evicted
-                // us and handed them on: fence them, as when stable.
-                if !state.owned.is_empty()
-                    && !state.request_in_flight
-                    && now.saturating_duration_since(state.last_heartbeat_ok)
-                        > self.settings.session_timeout
-                {
-                    lose_assignment(&mut state, &self.hook, LostReason::SessionExpired, false);
+            let me = match state.heartbeat_due(now) {
+                HeartbeatDue::Skip => continue,
+                HeartbeatDue::LeaveAfterPollTimeout(left) => {
+                    drop(state);
+                    log::warn!(
+                        "no poll for more than max.poll.interval.ms ({:?}): left group {} and \
+                         fenced the assignment; the handler is too slow for its batch",
+                        self.settings.max_poll_interval,
+                        self.settings.group_id
+                    );
+                    if self.settings.instance_id.is_none() {
+                        self.leave(&left);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if !state.in_poll
-                && now.saturating_duration_since(state.last_poll) > self.settings.max_poll_interval
-            {
-                let left = state.identity.clone();
-                log::warn!(
-                    "no poll for more than max.poll.interval.ms ({:?}): leaving group {} and \
-                     fencing the assignment; the handler is too slow for its batch",
-                    self.settings.max_poll_interval,
-                    self.settings.group_id
-                );
-                lose_assignment(&mut state, &self.hook, LostReason::PollTimeout, true);
-                drop(state);
-                if self.settings.instance_id.is_none() {
-                    self.leave(&left);
-                }
-                continue;
-            }
-            if now.saturating_duration_since(state.last_heartbeat_ok)
-                > self.settings.session_timeout
-            {
-                lose_assignment(&mut state, &self.hook, LostReason::SessionExpired, false);
-                continue;
-            }
-            let me = state.identity.clone();
+                HeartbeatDue::Send(me) => me,
+            };
             drop(state);
 
             let result = self.send_heartbeat(&me);
 
             let shared = self.shared.clone();
             let mut state = shared.lock();
-            if state.phase != Phase::Stable || state.identity != me {
-                // The poll thread rejoined (or we were reset) while the heartbeat was in flight;
-                // its answer is about a generation that no longer matters.
-                continue;
-            }
-            match result {
-                Ok(KafkaCode::NONE) => state.session_renewed(now, self.settings.session_timeout),
-                Ok(code) => {
-                    let ctx = ErrorContext {
-                        group_id: &self.settings.group_id,
-                        group_instance_id: self.settings.instance_id.as_deref(),
-                    };
-                    match classify(GroupApi::Heartbeat, code, &ctx) {
-                        ErrorAction::Proceed => {
-                            state.session_renewed(now, self.settings.session_timeout)
-                        }
-                        ErrorAction::Retry => {}
-                        ErrorAction::RediscoverCoordinator => self.forget_coordinator(),
-                        ErrorAction::Rejoin => {
-                            // The member is alive; the group wants it to rejoin.
-                            state.session_renewed(now, self.settings.session_timeout);
-                            if state.rejoin.is_none() {
-                                log::info!(
-                                    "group {} is rebalancing: rejoining at the next poll",
-                                    self.settings.group_id
-                                );
-                                state.rejoin = Some("the group is rebalancing".to_string());
-                            }
-                        }
-                        ErrorAction::ResetAndRejoin { reset_member_id } => lose_assignment(
-                            &mut state,
-                            &self.hook,
-                            LostReason::Fenced(code),
-                            reset_member_id,
-                        ),
-                        ErrorAction::Fatal(fatal) => {
-                            log::error!("heartbeat: {fatal}");
-                            lose_assignment(&mut state, &self.hook, LostReason::Fenced(code), true);
-                            state.fatal = Some(fatal);
-                        }
+            let ctx = ErrorContext {
+                group_id: &self.settings.group_id,
+                group_instance_id: self.settings.instance_id.as_deref(),
+            };
+            let verdict = state.heartbeat_answered(now, &me, result.as_ref().ok().copied(), &ctx);
+            drop(state);
+            match verdict {
+                HeartbeatVerdict::RediscoverCoordinator => {
+                    if let Err(error) = &result {
+                        log::warn!(
+                            "heartbeat to group {} failed: {error}",
+                            self.settings.group_id
+                        );
                     }
-                }
-                Err(error) => {
-                    log::warn!(
-                        "heartbeat to group {} failed: {error}",
-                        self.settings.group_id
-                    );
                     self.forget_coordinator();
                 }
+                HeartbeatVerdict::Rebalancing { first: true } => log::info!(
+                    "group {} is rebalancing: rejoining at the next poll",
+                    self.settings.group_id
+                ),
+                HeartbeatVerdict::Stale
+                | HeartbeatVerdict::Renewed
+                | HeartbeatVerdict::Retry
+                | HeartbeatVerdict::Rebalancing { first: false }
+                | HeartbeatVerdict::Lost
+                | HeartbeatVerdict::Fatal(_) => {}
             }
         }
     }

@@ -5,6 +5,9 @@
 //! assigns partitions if we lead, syncs, and hands the listener the partitions revoked and
 //! assigned, in that order. Listener callbacks run on the poll thread, one at a time; revoked and
 //! lost are separate callbacks and never run concurrently.
+//!
+//! Every decision is the session's (`session::SessionState`): this file sends the
+//! requests, feeds their answers in, and runs the callbacks the session returns.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -17,12 +20,13 @@ use super::assignor::{
     MemberSubscription, RebalanceProtocol, Strategy,
 };
 use super::consumer_protocol::{decode_assignment, decode_subscription, DecodeError, Subscription};
-use super::heartbeat::{self, lose_assignment, HeartbeatSettings, LostHook};
-use super::membership::{
-    after_sync, classify, ErrorAction, ErrorContext, FatalError, GroupApi, RebalanceEvent,
-};
+use super::heartbeat::{self, HeartbeatSettings};
+use super::membership::{ErrorContext, FatalError, RebalanceEvent};
 use super::requests::{self, JoinParams, MemberIdentity};
-use super::session::{LostReason, Phase, Shared};
+use super::session::{
+    membership_refusal, CommitRefusal, JoinAnswer, JoinStart, LostHook, LostReason, NextStep,
+    Refusal, Shared, Timeouts,
+};
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
@@ -197,7 +201,9 @@ impl GroupContext<'_> {
         &self.identity.member_id
     }
 
-    /// Commits synchronously with this generation and member id; see [`commit_offsets`].
+    /// Commits synchronously with this generation and member id. Inside a callback, a refusal
+    /// that ends the membership asks for a rejoin rather than a loss: a revocation has fenced
+    /// its partitions already, and the JoinGroup that follows learns the same.
     pub fn commit(
         &mut self,
         offsets: &[wire::OffsetCommitEntry],
@@ -209,7 +215,7 @@ impl GroupContext<'_> {
             self.instance_id,
             &self.identity,
             offsets,
-            None,
+            false,
         )
     }
 }
@@ -219,13 +225,11 @@ impl GroupContext<'_> {
 ///
 /// When the coordinator says the membership itself is over (UNKNOWN_MEMBER_ID: we were removed,
 /// ILLEGAL_GENERATION: the group moved on without us, FENCED_INSTANCE_ID: another process took
-/// our `group.instance.id`) and `lost_hook` is given (an application commit between polls), the
-/// assignment ends here as lost, the way the heartbeat thread ends it on the same answers: fenced
-/// through the hook at once, reported as lost at the next poll, never revoked (a revocation
-/// would let in-flight work run on under leases that still look current, and commit again with
-/// the dead identity). Inside a revocation (`lost_hook` is `None`) the partitions are fenced by
-/// the revocation already, and the JoinGroup that follows learns the same; there, and for
-/// REBALANCE_IN_PROGRESS (the generation is ending, not over), a rejoin is requested.
+/// our `group.instance.id`) and the commit is the application's, between polls
+/// (`between_polls`), the assignment ends here as lost, the way the heartbeat thread ends it on
+/// the same answers: fenced through the hook at once, reported as lost at the next poll, never
+/// revoked (a revocation would let in-flight work run on under leases that still look current,
+/// and commit again with the dead identity). See [`SessionState::commit_refused`].
 fn commit_offsets(
     client: &mut Client,
     shared: &Shared,
@@ -233,24 +237,22 @@ fn commit_offsets(
     instance_id: Option<&str>,
     identity: &MemberIdentity,
     offsets: &[wire::OffsetCommitEntry],
-    lost_hook: Option<&LostHook>,
+    between_polls: bool,
 ) -> Result<CommitResults, CommitError> {
-    // Checked right before the request, against the membership as it is now: a loss detected by
-    // the heartbeat thread after the caller chose what to commit stops the commit here.
-    if identity.generation_id < 0 || identity.member_id.is_empty() {
-        return Err(CommitError::NotInGeneration {
-            group_id: group_id.to_string(),
-        });
-    }
-    {
-        let state = shared.lock();
-        if state.identity != *identity {
-            return Err(CommitError::GenerationOver {
+    shared
+        .lock()
+        .may_commit(identity)
+        .map_err(|refusal| match refusal {
+            CommitRefusal::NotInGeneration => CommitError::NotInGeneration {
+                group_id: group_id.to_string(),
+            },
+            CommitRefusal::GenerationOver {
+                current_generation_id,
+            } => CommitError::GenerationOver {
                 generation_id: identity.generation_id,
-                current_generation_id: state.identity.generation_id,
-            });
-        }
-    }
+                current_generation_id,
+            },
+        })?;
     let who = CommitIdentity {
         group_id,
         generation_id_or_member_epoch: identity.generation_id,
@@ -260,52 +262,19 @@ fn commit_offsets(
     let results = client
         .offset_commit(&who, offsets)
         .map_err(CommitError::Wire)?;
-    let refusal = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code))
-        .find(|&c| {
-            matches!(
-                c,
-                KafkaCode::ILLEGAL_GENERATION
-                    | KafkaCode::UNKNOWN_MEMBER_ID
-                    | KafkaCode::FENCED_INSTANCE_ID
-                    | KafkaCode::REBALANCE_IN_PROGRESS
-            )
-        });
-    let Some(code) = refusal else {
-        return Ok(results);
-    };
-    let mut state = shared.lock();
-    if state.identity != *identity {
-        // Already reset (the heartbeat thread heard the same) or rejoined meanwhile.
-        return Ok(results);
-    }
-    let ctx = ErrorContext {
-        group_id,
-        group_instance_id: instance_id,
-    };
-    match (lost_hook, classify(GroupApi::OffsetCommit, code, &ctx)) {
-        (Some(hook), ErrorAction::ResetAndRejoin { reset_member_id }) => {
-            log::warn!(
-                "offset commit refused for generation {} (error {code}): the membership is over",
-                identity.generation_id
-            );
-            lose_assignment(&mut state, hook, LostReason::Fenced(code), reset_member_id);
-        }
-        (Some(hook), ErrorAction::Fatal(fatal)) => {
-            log::error!("offset commit: {fatal}");
-            lose_assignment(&mut state, hook, LostReason::Fenced(code), true);
-            state.fatal = Some(fatal);
-        }
-        _ => {
-            if state.rejoin.is_none() {
-                log::warn!(
-                    "offset commit refused for generation {} (error {code}): rejoining",
-                    identity.generation_id
-                );
-                state.rejoin = Some("offset commit refused for this generation".to_string());
-            }
-        }
+    let refusal = membership_refusal(
+        results
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code)),
+    );
+    if let Some(code) = refusal {
+        let ctx = ErrorContext {
+            group_id,
+            group_instance_id: instance_id,
+        };
+        shared
+            .lock()
+            .commit_refused(identity, code, between_polls, &ctx);
     }
     Ok(results)
 }
@@ -316,7 +285,6 @@ pub struct GroupMember {
     client: Client,
     shared: Arc<Shared>,
     heartbeat: Option<JoinHandle<()>>,
-    hook: LostHook,
     protocol: RebalanceProtocol,
     /// Whether we led the last completed join.
     leader: bool,
@@ -349,7 +317,13 @@ impl GroupMember {
         .map_err(GroupError::Strategy)?
         .rebalance_protocol;
         let client = Client::connect(client_config.clone())?;
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(Shared::new(
+            hook,
+            Timeouts {
+                session_timeout: config.session_timeout,
+                max_poll_interval: config.max_poll_interval,
+            },
+        ));
         let heartbeat = heartbeat::spawn(
             shared.clone(),
             client_config,
@@ -360,7 +334,6 @@ impl GroupMember {
                 session_timeout: config.session_timeout,
                 max_poll_interval: config.max_poll_interval,
             },
-            hook.clone(),
         )
         .map_err(GroupError::Thread)?;
         Ok(GroupMember {
@@ -368,7 +341,6 @@ impl GroupMember {
             client,
             shared,
             heartbeat: Some(heartbeat),
-            hook,
             protocol,
             leader: false,
         })
@@ -391,12 +363,12 @@ impl GroupMember {
 
     /// The partitions we own now.
     pub fn owned(&self) -> Vec<TopicPartition> {
-        self.shared.lock().owned.clone()
+        self.shared.lock().owned().to_vec()
     }
 
     /// Our generation id and member id.
     pub fn identity(&self) -> MemberIdentity {
-        self.shared.lock().identity.clone()
+        self.shared.lock().identity().clone()
     }
 
     /// Lets the membership bound ownership in time: every answered heartbeat, JoinGroup and
@@ -404,19 +376,18 @@ impl GroupMember {
     /// stale once the coordinator could have evicted this member, even before the heartbeat
     /// thread finds out (see [`SessionBound`](crate::guard::SessionBound)).
     pub fn bound_session(&self, bound: Arc<crate::guard::SessionBound>) {
-        self.shared.lock().session_bound = Some(bound);
+        self.shared.lock().bound_session(bound);
     }
 
     /// True while we are in a generation with nothing pending: records may be processed.
     pub fn is_stable(&self) -> bool {
-        let state = self.shared.lock();
-        state.phase == Phase::Stable && state.rejoin.is_none()
+        self.shared.lock().is_stable()
     }
 
     /// True when the group wants us to rejoin (a rebalance is in progress): the poll loop should
     /// finish its batch quickly and poll.
     pub fn rejoin_pending(&self) -> bool {
-        self.shared.lock().rejoin.is_some()
+        self.shared.lock().rejoin_reason().is_some()
     }
 
     /// Commits with the current generation and member id. If the coordinator answers that the
@@ -435,7 +406,7 @@ impl GroupMember {
             self.config.group_instance_id.as_deref(),
             &identity,
             offsets,
-            Some(&self.hook),
+            true,
         )
     }
 
@@ -468,18 +439,12 @@ impl GroupMember {
         let mut backoff = Duration::from_millis(50);
         loop {
             self.report_losses(listener)?;
-            let reason = {
-                let state = self.shared.lock();
-                if state.phase == Phase::Closed {
-                    return Err(GroupError::Closed);
-                }
-                match (&state.rejoin, state.phase) {
-                    (None, Phase::Stable) => return Ok(()),
-                    (Some(reason), _) => reason.clone(),
-                    (None, _) => "not in a generation".to_string(),
-                }
+            let reason = match self.shared.lock().next_step() {
+                NextStep::Closed => return Err(GroupError::Closed),
+                NextStep::Stable => return Ok(()),
+                NextStep::Join(reason) => reason,
             };
-            match self.join_and_sync(listener, &reason) {
+            match self.rebalance(listener, &reason) {
                 Ok(()) => {
                     backoff = Duration::from_millis(50);
                     // Joined; stable unless another rebalance began meanwhile. In a storm that
@@ -503,10 +468,7 @@ impl GroupMember {
     }
 
     fn report_losses(&mut self, listener: &mut dyn RebalanceListener) -> Result<(), GroupError> {
-        let (lost, fatal) = {
-            let mut state = self.shared.lock();
-            (std::mem::take(&mut state.lost), state.fatal.take())
-        };
+        let (lost, fatal) = self.shared.lock().take_reports();
         for (partitions, reason) in lost {
             if !partitions.is_empty() {
                 listener.on_partitions_lost(&partitions, &reason);
@@ -518,45 +480,23 @@ impl GroupMember {
         }
     }
 
-    fn classify(&self, api: GroupApi, code: KafkaCode) -> ErrorAction {
-        let ctx = ErrorContext {
+    fn error_context(&self) -> ErrorContext<'_> {
+        ErrorContext {
             group_id: &self.config.group_id,
             group_instance_id: self.config.group_instance_id.as_deref(),
-        };
-        classify(api, code, &ctx)
+        }
     }
 
-    /// Applies a group error code from JoinGroup or SyncGroup.
-    fn handle_error(&mut self, api: GroupApi, code: KafkaCode, member_id: &str) -> Step {
-        match self.classify(api, code) {
-            ErrorAction::Proceed => Step::Retry(format!("{api} answered {code}")),
-            ErrorAction::Retry => Step::Retry(format!("{api} answered retriable error {code}")),
-            ErrorAction::RediscoverCoordinator => {
-                self.client.invalidate_coordinator(&self.config.group_id);
-                Step::Retry(format!("{api}: coordinator moved ({code})"))
-            }
-            ErrorAction::Rejoin => {
-                if code == KafkaCode::MEMBER_ID_REQUIRED {
-                    // KIP-394: the coordinator gave us an id; join again with it.
-                    self.shared.lock().identity.member_id = member_id.to_string();
+    /// Applies the session's answer to a refused JoinGroup or SyncGroup.
+    fn refused(&mut self, refusal: Refusal) -> Step {
+        match refusal {
+            Refusal::Retry { why, rediscover } => {
+                if rediscover {
+                    self.client.invalidate_coordinator(&self.config.group_id);
                 }
-                Step::Retry(format!("{api}: rejoin ({code})"))
+                Step::Retry(why)
             }
-            ErrorAction::ResetAndRejoin { reset_member_id } => {
-                let mut state = self.shared.lock();
-                lose_assignment(
-                    &mut state,
-                    &self.hook,
-                    LostReason::Fenced(code),
-                    reset_member_id,
-                );
-                Step::Retry(format!("{api}: membership reset ({code})"))
-            }
-            ErrorAction::Fatal(fatal) => {
-                let mut state = self.shared.lock();
-                lose_assignment(&mut state, &self.hook, LostReason::Fenced(code), true);
-                Step::Fail(GroupError::Fatal(fatal))
-            }
+            Refusal::Fatal(fatal) => Step::Fail(GroupError::Fatal(fatal)),
         }
     }
 
@@ -589,54 +529,64 @@ impl GroupMember {
                 .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
                 .and_then(|conn| {
                     // While the request is at the coordinator, our session cannot expire.
-                    shared.lock().request_in_flight = true;
+                    shared.lock().request_sent();
                     let sent = send(conn);
-                    shared.lock().request_in_flight = false;
+                    shared.lock().request_done();
                     sent.map_err(|e| Step::Retry(format!("{what} failed: {e}")))
                 })
         });
         if result.is_err() {
             self.client.invalidate_coordinator(&self.config.group_id);
-            self.back_to_unjoined(reason);
+            self.shared.lock().round_failed(reason);
         }
         result
     }
 
     /// One rebalance round: (eager) revoke, JoinGroup, (leader) assign, SyncGroup, then revoked
-    /// and assigned callbacks.
-    fn join_and_sync(
+    /// and assigned callbacks. Each step sends a request or runs callbacks and feeds the outcome
+    /// to the session, which decides what comes next.
+    fn rebalance(
         &mut self,
         listener: &mut dyn RebalanceListener,
         reason: &str,
     ) -> Result<(), Step> {
-        // Eager: hand back everything while the old generation is still valid for commits.
-        let (owned, identity) = {
-            let state = self.shared.lock();
-            (state.owned.clone(), state.identity.clone())
-        };
-        if self.protocol == RebalanceProtocol::Eager && !owned.is_empty() {
-            log::info!(
-                "group {}: revoking {} partition(s) before rejoining ({reason})",
-                self.config.group_id,
-                owned.len()
-            );
-            listener.on_partitions_revoked(&mut self.context(identity.clone()), &owned);
-            self.shared.lock().owned.clear();
-        }
-        let owned = if self.protocol == RebalanceProtocol::Eager {
-            Vec::new()
+        self.revoke_before_join(listener, reason);
+        let start = self.shared.lock().join();
+        let joined = self.send_join(&start, reason)?;
+        let me = joined.identity.clone();
+        let assignments = if joined.leader {
+            self.lead(&joined.members, joined.protocol_name.as_deref())
+                .inspect_err(|_| self.shared.lock().round_failed(reason))?
         } else {
-            owned
+            Vec::new()
         };
-        {
-            let mut state = self.shared.lock();
-            state.phase = Phase::Joining;
-            state.rejoin = None;
-        }
+        let assigned = self.send_sync(&me, joined.protocol_name.as_deref(), assignments, reason)?;
+        self.apply_assignment(listener, &me, &start.owned, &assigned);
+        Ok(())
+    }
 
+    /// Eager: hands back everything while the old generation is still valid for commits.
+    fn revoke_before_join(&mut self, listener: &mut dyn RebalanceListener, reason: &str) {
+        let revoke = self.shared.lock().revoke_before_join(self.protocol);
+        for event in revoke.events {
+            if let RebalanceEvent::Revoke(partitions) = event {
+                log::info!(
+                    "group {}: revoking {} partition(s) before rejoining ({reason})",
+                    self.config.group_id,
+                    partitions.len()
+                );
+                listener
+                    .on_partitions_revoked(&mut self.context(revoke.identity.clone()), &partitions);
+                self.shared.lock().revoked_before_join();
+            }
+        }
+    }
+
+    /// Sends JoinGroup with our subscription (and, cooperative, what we still own).
+    fn send_join(&mut self, start: &JoinStart, reason: &str) -> Result<JoinedRound, Step> {
         let mut subscription = Subscription::new(self.config.topics.clone());
-        subscription.owned_partitions = owned.clone();
-        subscription.generation_id = identity.generation_id;
+        subscription.owned_partitions = start.owned.clone();
+        subscription.generation_id = start.identity.generation_id;
         let protocols = select_protocol(&self.config.strategies, &subscription)
             .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
             .protocols;
@@ -650,67 +600,69 @@ impl GroupMember {
             protocols: &protocols,
             reason,
         };
-        let join_sent = Instant::now();
-        let joined = self.with_coordinator(reason, "JoinGroup", |conn| {
-            requests::join_group(conn, &identity, &params)
+        let identity = &start.identity;
+        let sent = Instant::now();
+        let outcome = self.with_coordinator(reason, "JoinGroup", |conn| {
+            requests::join_group(conn, identity, &params)
         })?;
-        if joined.error_code == KafkaCode::NONE {
-            self.session_renewed(join_sent);
-        } else {
-            self.back_to_unjoined(reason);
-            return Err(self.handle_error(
-                GroupApi::JoinGroup,
-                joined.error_code,
-                &joined.member_id,
-            ));
-        }
-        let me = MemberIdentity {
-            generation_id: joined.generation_id,
-            member_id: joined.member_id.clone(),
+        let answer = JoinAnswer {
+            error_code: outcome.error_code,
+            generation_id: outcome.generation_id,
+            member_id: &outcome.member_id,
+            leader: &outcome.leader,
         };
-        self.shared.lock().identity = me.clone();
-        let protocol_name = joined.protocol_name.clone();
-        let is_leader = joined.leader == joined.member_id;
-        self.leader = is_leader;
+        let ctx = self.error_context();
+        let decided = self.shared.lock().joined(sent, &answer, reason, &ctx);
+        let joined = decided.map_err(|refusal| self.refused(refusal))?;
+        self.leader = joined.leader;
         log::info!(
             "group {group_id}: joined generation {} as {} ({}), assignor {:?}",
-            me.generation_id,
-            me.member_id,
-            if is_leader { "leader" } else { "follower" },
-            protocol_name
+            joined.identity.generation_id,
+            joined.identity.member_id,
+            if joined.leader { "leader" } else { "follower" },
+            outcome.protocol_name
         );
+        Ok(JoinedRound {
+            identity: joined.identity,
+            leader: joined.leader,
+            protocol_name: outcome.protocol_name,
+            members: outcome.members,
+        })
+    }
 
-        let assignments = if is_leader {
-            self.lead(&joined.members, protocol_name.as_deref())
-                .inspect_err(|_| self.back_to_unjoined(reason))?
-        } else {
-            Vec::new()
-        };
-
+    /// Sends SyncGroup (with the assignment when we lead) and returns our decoded assignment,
+    /// without the topics we did not subscribe to.
+    fn send_sync(
+        &mut self,
+        me: &MemberIdentity,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, bytes::Bytes)>,
+        reason: &str,
+    ) -> Result<Vec<TopicPartition>, Step> {
+        let group_id = self.config.group_id.clone();
+        let instance_id = self.config.group_instance_id.clone();
         let rebalance_timeout = self.config.max_poll_interval;
-        let sync_sent = Instant::now();
+        let sent = Instant::now();
         let (code, bytes) = self.with_coordinator(reason, "SyncGroup", |conn| {
             requests::sync_group(
                 conn,
                 &group_id,
                 instance_id.as_deref(),
-                &me,
-                protocol_name.as_deref(),
+                me,
+                protocol_name,
                 assignments,
                 rebalance_timeout,
             )
         })?;
-        if code != KafkaCode::NONE {
-            self.back_to_unjoined(reason);
-            return Err(self.handle_error(GroupApi::SyncGroup, code, &me.member_id));
-        }
-        self.session_renewed(sync_sent);
+        let ctx = self.error_context();
+        let decided = self.shared.lock().synced(sent, me, code, reason, &ctx);
+        decided.map_err(|refusal| self.refused(refusal))?;
         let assignment = decode_assignment(&bytes).map_err(|e| {
-            self.back_to_unjoined(reason);
+            self.shared.lock().round_failed(reason);
             Step::Fail(GroupError::Assignment(e))
         })?;
         let subscribed: BTreeSet<&str> = self.config.topics.iter().map(String::as_str).collect();
-        let assigned: Vec<TopicPartition> = assignment
+        Ok(assignment
             .partitions
             .into_iter()
             .filter(|tp| {
@@ -720,11 +672,26 @@ impl GroupMember {
                 }
                 ok
             })
-            .collect();
+            .collect())
+    }
 
-        let plan = after_sync(self.protocol, &owned, &assigned);
+    /// The generation is complete: the session becomes stable (heartbeats resume) and says which
+    /// callbacks run, in order; a loss detected meanwhile stops the rest.
+    fn apply_assignment(
+        &mut self,
+        listener: &mut dyn RebalanceListener,
+        me: &MemberIdentity,
+        owned_before: &[TopicPartition],
+        assigned: &[TopicPartition],
+    ) {
+        let plan = self
+            .shared
+            .lock()
+            .stabilise(self.protocol, owned_before, assigned);
+        self.shared.wake.notify_all();
         log::info!(
-            "group {group_id}: generation {} assigns {} partition(s){}",
+            "group {}: generation {} assigns {} partition(s){}",
+            self.config.group_id,
             me.generation_id,
             plan.owned_after.len(),
             if plan.rejoin {
@@ -733,40 +700,16 @@ impl GroupMember {
                 ""
             }
         );
-        // The generation is complete: heartbeats resume now, not after the callbacks, because a
-        // revocation's drain may take longer than the session timeout. Until the revocation has
-        // run, we own both what we keep and what we hand back.
-        {
-            let mut state = self.shared.lock();
-            let interim: BTreeSet<TopicPartition> =
-                owned.iter().chain(&assigned).cloned().collect();
-            state.owned = interim.into_iter().collect();
-            state.phase = Phase::Stable;
-            state.session_renewed(sync_sent, self.config.session_timeout);
-        }
-        self.shared.wake.notify_all();
-        for event in plan.events {
+        for event in plan.events.iter().cloned() {
             match event {
                 RebalanceEvent::Revoke(partitions) => {
                     listener.on_partitions_revoked(&mut self.context(me.clone()), &partitions);
-                    let mut state = self.shared.lock();
-                    if state.identity == me {
-                        state.owned.retain(|tp| !partitions.contains(tp));
-                    }
+                    self.shared.lock().revoked(me, &partitions);
                 }
                 RebalanceEvent::Assign(partitions) => {
-                    {
-                        let mut state = self.shared.lock();
-                        if state.identity != me || state.phase != Phase::Stable {
-                            // Lost while the revocation ran: the next poll reports it.
-                            return Ok(());
-                        }
-                        state.owned = plan.owned_after.clone();
-                        if plan.rejoin {
-                            state
-                                .rejoin
-                                .get_or_insert_with(|| "cooperative follow-up".to_string());
-                        }
+                    if !self.shared.lock().assigning(me, &plan) {
+                        // Lost while the revocation ran: the next poll reports it.
+                        return;
                     }
                     listener.on_partitions_assigned(&mut self.context(me.clone()), &partitions);
                 }
@@ -775,22 +718,6 @@ impl GroupMember {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// The coordinator accepted a request of ours sent at `sent`: our session runs from there.
-    fn session_renewed(&self, sent: Instant) {
-        self.shared
-            .lock()
-            .session_renewed(sent, self.config.session_timeout);
-    }
-
-    fn back_to_unjoined(&self, reason: &str) {
-        let mut state = self.shared.lock();
-        if state.phase == Phase::Joining {
-            state.phase = Phase::Unjoined;
-        }
-        state.rejoin.get_or_insert_with(|| reason.to_string());
     }
 
     /// As leader: decode every member's subscription, learn the partition counts, run the
@@ -873,21 +800,15 @@ impl GroupMember {
     /// heartbeat thread.
     pub fn close(&mut self, listener: &mut dyn RebalanceListener) -> Result<(), GroupError> {
         let _ = self.report_losses(listener);
-        let (owned, identity, phase) = {
-            let state = self.shared.lock();
-            (state.owned.clone(), state.identity.clone(), state.phase)
-        };
-        if phase == Phase::Closed {
+        let Some((identity, events)) = self.shared.lock().leave() else {
             return Ok(());
+        };
+        for event in events {
+            if let RebalanceEvent::Revoke(partitions) = event {
+                listener.on_partitions_revoked(&mut self.context(identity.clone()), &partitions);
+            }
         }
-        if !owned.is_empty() {
-            listener.on_partitions_revoked(&mut self.context(identity.clone()), &owned);
-        }
-        {
-            let mut state = self.shared.lock();
-            state.owned.clear();
-            state.phase = Phase::Closed;
-        }
+        self.shared.lock().close();
         self.shared.wake.notify_all();
         if let Some(handle) = self.heartbeat.take() {
             let _ = handle.join();
@@ -916,12 +837,20 @@ impl GroupMember {
 
 impl Drop for GroupMember {
     fn drop(&mut self) {
-        self.shared.lock().phase = Phase::Closed;
+        self.shared.lock().close();
         self.shared.wake.notify_all();
         if let Some(handle) = self.heartbeat.take() {
             let _ = handle.join();
         }
     }
+}
+
+/// A completed JoinGroup, with what the leader needs to assign.
+struct JoinedRound {
+    identity: MemberIdentity,
+    leader: bool,
+    protocol_name: Option<String>,
+    members: Vec<(String, Option<String>, bytes::Bytes)>,
 }
 
 /// The outcome of a failed rebalance step.
@@ -939,15 +868,13 @@ struct PollScope(Arc<Shared>);
 
 impl PollScope {
     fn enter(shared: &Arc<Shared>) -> Self {
-        shared.lock().in_poll = true;
+        shared.lock().enter_poll();
         PollScope(shared.clone())
     }
 }
 
 impl Drop for PollScope {
     fn drop(&mut self) {
-        let mut state = self.0.lock();
-        state.in_poll = false;
-        state.last_poll = Instant::now();
+        self.0.lock().leave_poll(Instant::now());
     }
 }

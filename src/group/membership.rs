@@ -2,8 +2,9 @@
 //! own, in which order the consumer must apply it, and what each group error code asks us to do.
 //!
 //! Kept free of sockets and threads so that every rule is a table or a set difference that a unit
-//! test pins down (error codes are named by the one table, [`KafkaCode`]); the membership loop
-//! that performs the JoinGroup/SyncGroup/Heartbeat I/O only follows these answers.
+//! test pins down (error codes are named by the one table, [`KafkaCode`]). The session
+//! (`group/session.rs`) applies them to the membership's state, and the threads that perform the
+//! JoinGroup/SyncGroup/Heartbeat I/O only follow the session's decisions.
 
 use std::collections::BTreeSet;
 use std::fmt;

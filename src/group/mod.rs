@@ -9,6 +9,13 @@
 //!   the JoinGroup protocol list built from `partition.assignment.strategy`;
 //! - [`membership`]: what to revoke, lose and assign, in which order, and what each group error
 //!   code asks for.
+//! - `session`: the membership's state and every transition of its life cycle (join, joined,
+//!   stabilise, rejoin, lose, close; the heartbeat thread's renewal, session expiry and poll
+//!   timeout), driven in its tests by an in-memory coordinator with time passed in.
+//!
+//! The I/O shell around it: `member` (the poll thread: join, sync, leave, commit) and
+//! `heartbeat` (the heartbeat thread) send the requests, feed the answers to the session, and
+//! apply what it decides.
 
 pub mod assignor;
 pub mod consumer_protocol;
@@ -34,9 +41,8 @@ mod quirks;
 pub mod requests;
 mod session;
 
-pub use heartbeat::LostHook;
 pub use member::{
     CommitError, GroupConfig, GroupContext, GroupError, GroupMember, RebalanceListener,
 };
 pub use requests::MemberIdentity;
-pub use session::LostReason;
+pub use session::{LostHook, LostReason};

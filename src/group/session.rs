@@ -1,16 +1,37 @@
-//! The membership state shared by the poll thread and the heartbeat thread.
+//! The membership's session: one state type whose methods are every transition of the classic
+//! protocol's life cycle, each with its reason, and the only code that writes the phase.
 //!
-//! One mutex, held only for reads and writes of this struct (never across I/O), and one condvar
-//! that wakes the heartbeat thread when the phase changes or the consumer closes.
+//! It does no I/O and reads no clock: the poll thread ([`super::member`]) and the heartbeat thread
+//! ([`super::heartbeat`]) send the requests, feed the answers in with the instant they were sent,
+//! and apply what comes back (which listener callbacks to run, whether to retry, to look the
+//! coordinator up again, to leave). Only the lost hook is called from here, under the lock,
+//! because a loss must fence the partitions before anything else can happen to them, from
+//! whichever thread detected it. So every group rule can be driven in memory, with time passed
+//! in: see the coordinator in this module's tests.
+//!
+//! The two threads share one [`SessionState`] behind one mutex ([`Shared`]), held only for these
+//! transitions (never across I/O), and one condvar that wakes the heartbeat thread when the phase
+//! changes or the consumer closes.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::membership::FatalError;
+use super::assignor::RebalanceProtocol;
+use super::membership::{
+    after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, FatalError, GroupApi,
+    RebalanceEvent, RebalancePlan,
+};
 use super::requests::MemberIdentity;
 use crate::guard::SessionBound;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
+
+#[cfg(test)]
+mod tests;
+
+/// Called with partitions whose ownership ended without a handoff. The consumer fences them in
+/// the guard; it runs on the heartbeat thread (or the poll thread) and must not block.
+pub type LostHook = Arc<dyn Fn(&[TopicPartition]) + Send + Sync>;
 
 /// Where the member is in the classic protocol's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,64 +59,647 @@ pub enum LostReason {
     Fenced(KafkaCode),
 }
 
-pub(crate) struct SessionState {
-    pub(crate) phase: Phase,
+/// The two clocks the session runs on, fixed for the member's life.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// `session.timeout.ms`: how long the coordinator keeps a member it does not hear from.
+    pub(crate) session_timeout: Duration,
+    /// `max.poll.interval.ms`: how long the application may keep control between polls.
+    pub(crate) max_poll_interval: Duration,
+}
+
+/// What the poll thread does next, as the session sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NextStep {
+    /// The member was closed.
+    Closed,
+    /// In a generation with nothing pending: `poll` returns.
+    Stable,
+    /// Join (or rejoin) the group, for this reason.
+    Join(String),
+}
+
+/// What the poll thread must hand back before it sends JoinGroup.
+#[derive(Debug)]
+pub(crate) struct RevokeBeforeJoin {
+    /// The generation the partitions were owned in: the revocation commits with it.
     pub(crate) identity: MemberIdentity,
+    /// Eager: one revocation of everything owned; cooperative: nothing.
+    pub(crate) events: Vec<RebalanceEvent>,
+}
+
+/// What JoinGroup is sent with.
+#[derive(Debug)]
+pub(crate) struct JoinStart {
+    /// Who we join as (member id, last generation).
+    pub(crate) identity: MemberIdentity,
+    /// What we still own (cooperative): the subscription's owned partitions, and the starting
+    /// point of the assignment's diff.
     pub(crate) owned: Vec<TopicPartition>,
+}
+
+/// The parts of a JoinGroup answer the session needs.
+#[derive(Clone, Debug)]
+pub(crate) struct JoinAnswer<'a> {
+    /// The group error code.
+    pub(crate) error_code: KafkaCode,
+    /// The generation the join completed.
+    pub(crate) generation_id: i32,
+    /// Our member id (also the one to use after MEMBER_ID_REQUIRED).
+    pub(crate) member_id: &'a str,
+    /// The leader's member id.
+    pub(crate) leader: &'a str,
+}
+
+/// A completed JoinGroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Joined {
+    /// Our identity in the new generation.
+    pub(crate) identity: MemberIdentity,
+    /// True when we must compute the assignment.
+    pub(crate) leader: bool,
+}
+
+/// Why a rebalance step did not go on, and what the shell does about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Back off and poll again. `rediscover` asks the shell to look the coordinator up again.
+    Retry {
+        /// For the log.
+        why: String,
+        /// The coordinator moved or is unavailable.
+        rediscover: bool,
+    },
+    /// The membership cannot go on; the assignment is already lost.
+    Fatal(FatalError),
+}
+
+/// What the heartbeat thread does at a tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HeartbeatDue {
+    /// Nothing to send (not stable, or the session was just found lost).
+    Skip,
+    /// The application did not poll within `max.poll.interval.ms`: the assignment is lost and
+    /// the member, which was this identity, leaves the group (unless static).
+    LeaveAfterPollTimeout(MemberIdentity),
+    /// Send a heartbeat as this identity.
+    Send(MemberIdentity),
+}
+
+/// What a heartbeat's answer meant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HeartbeatVerdict {
+    /// About a generation that no longer matters (the poll thread rejoined, or we were reset).
+    Stale,
+    /// The session was renewed.
+    Renewed,
+    /// Retriable: nothing changes.
+    Retry,
+    /// Look the coordinator up again (an error code said so, or the request failed).
+    RediscoverCoordinator,
+    /// The group is rebalancing; `first` when this is what asked for the rejoin.
+    Rebalancing {
+        /// No rejoin was pending before.
+        first: bool,
+    },
+    /// The membership is over: the assignment was lost.
+    Lost,
+    /// The membership is over for good: lost, and the fatal error waits for the poll thread.
+    Fatal(FatalError),
+}
+
+/// The membership state shared by the poll thread and the heartbeat thread. Its fields are
+/// private: every change is one of the transitions below.
+pub(crate) struct SessionState {
+    phase: Phase,
+    identity: MemberIdentity,
+    owned: Vec<TopicPartition>,
     /// Set when a rejoin is needed, with the reason for the logs and the JoinGroup request.
-    pub(crate) rejoin: Option<String>,
-    /// Partitions the heartbeat thread already fenced (through the lost hook) and that the poll
-    /// thread must still report to its listener.
-    pub(crate) lost: Vec<(Vec<TopicPartition>, LostReason)>,
-    pub(crate) fatal: Option<FatalError>,
+    rejoin: Option<String>,
+    /// Partitions already fenced (through the lost hook) that the poll thread must still report
+    /// to its listener.
+    lost: Vec<(Vec<TopicPartition>, LostReason)>,
+    fatal: Option<FatalError>,
     /// When the application last got control back from `poll`: `max.poll.interval.ms` runs from
     /// here while `in_poll` is false.
-    pub(crate) last_poll: Instant,
+    last_poll: Instant,
     /// True while the application's thread is inside the library's `poll` (joining, syncing,
     /// running the rebalance callbacks): that time is the library's, not the handler's, so it
     /// does not count against `max.poll.interval.ms`.
-    pub(crate) in_poll: bool,
+    in_poll: bool,
     /// True while a JoinGroup or SyncGroup of ours is at the coordinator: it does not expire a
     /// member it holds in a join, so the session clock cannot run out meanwhile.
-    pub(crate) request_in_flight: bool,
-    pub(crate) last_heartbeat_ok: Instant,
+    request_in_flight: bool,
+    last_heartbeat_ok: Instant,
     /// Shared with the guard: renewed here, read by whoever is about to act on a lease.
-    pub(crate) session_bound: Option<Arc<SessionBound>>,
+    session_bound: Option<Arc<SessionBound>>,
+    /// Fences partitions whose ownership ended without a handoff.
+    hook: LostHook,
+    timeouts: Timeouts,
 }
 
 impl SessionState {
+    /// A member that has not joined yet, created at `now`: its first poll joins.
+    pub(crate) fn new(hook: LostHook, timeouts: Timeouts, now: Instant) -> Self {
+        SessionState {
+            phase: Phase::Unjoined,
+            identity: MemberIdentity::unjoined(),
+            owned: Vec::new(),
+            rejoin: Some("initial join".to_string()),
+            lost: Vec::new(),
+            fatal: None,
+            last_poll: now,
+            in_poll: false,
+            request_in_flight: false,
+            last_heartbeat_ok: now,
+            session_bound: None,
+            hook,
+            timeouts,
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Reads
+
+    /// Where the member is.
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Our generation id and member id.
+    pub(crate) fn identity(&self) -> &MemberIdentity {
+        &self.identity
+    }
+
+    /// The partitions we own now (sorted).
+    pub(crate) fn owned(&self) -> &[TopicPartition] {
+        &self.owned
+    }
+
+    /// Why a rejoin is pending, if one is.
+    pub(crate) fn rejoin_reason(&self) -> Option<&str> {
+        self.rejoin.as_deref()
+    }
+
+    /// In a generation with nothing pending: records may be processed.
+    pub(crate) fn is_stable(&self) -> bool {
+        self.phase == Phase::Stable && self.rejoin.is_none()
+    }
+
+    /// What the poll thread does next.
+    pub(crate) fn next_step(&self) -> NextStep {
+        if self.phase == Phase::Closed {
+            return NextStep::Closed;
+        }
+        match (&self.rejoin, self.phase) {
+            (None, Phase::Stable) => NextStep::Stable,
+            (Some(reason), _) => NextStep::Join(reason.clone()),
+            (None, _) => NextStep::Join("not in a generation".to_string()),
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // The session clock
+
+    /// Lets the membership bound ownership in time (see [`SessionBound`]).
+    pub(crate) fn bound_session(&mut self, bound: Arc<SessionBound>) {
+        self.session_bound = Some(bound);
+    }
+
     /// The coordinator answered a request of ours sent at `sent` (a heartbeat, a JoinGroup, a
-    /// SyncGroup): the session runs for `session_timeout` from there.
-    pub(crate) fn session_renewed(&mut self, sent: Instant, session_timeout: Duration) {
+    /// SyncGroup): the session runs for `session.timeout.ms` from there.
+    pub(crate) fn session_renewed(&mut self, sent: Instant) {
         self.last_heartbeat_ok = self.last_heartbeat_ok.max(sent);
         if let Some(bound) = &self.session_bound {
-            bound.renew(sent, session_timeout);
+            bound.renew(sent, self.timeouts.session_timeout);
+        }
+    }
+
+    /// A JoinGroup or SyncGroup is at the coordinator now: it holds us in the join, so the
+    /// session cannot expire meanwhile.
+    pub(crate) fn request_sent(&mut self) {
+        self.request_in_flight = true;
+    }
+
+    /// The JoinGroup or SyncGroup came back (answered or failed).
+    pub(crate) fn request_done(&mut self) {
+        self.request_in_flight = false;
+    }
+
+    /// The application's thread entered `poll`: from now on its time is the library's.
+    pub(crate) fn enter_poll(&mut self) {
+        self.in_poll = true;
+    }
+
+    /// `poll` returned at `now`: `max.poll.interval.ms` runs from here.
+    pub(crate) fn leave_poll(&mut self, now: Instant) {
+        self.in_poll = false;
+        self.last_poll = now;
+    }
+
+    fn session_expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_heartbeat_ok) > self.timeouts.session_timeout
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Rejoin and loss
+
+    /// Asks for a rejoin at the next poll, unless one is pending already. Returns true when this
+    /// call asked for it.
+    pub(crate) fn request_rejoin(&mut self, reason: &str) -> bool {
+        if self.rejoin.is_some() {
+            return false;
+        }
+        self.rejoin = Some(reason.to_string());
+        true
+    }
+
+    /// Ends the member's ownership without a handoff: fences through the hook while the session
+    /// lock is held (so no rejoin can interleave), records the loss for the poll thread's
+    /// listener, and resets the identity as the error demands.
+    pub(crate) fn lose(&mut self, reason: LostReason, reset_member_id: bool) {
+        let owned = std::mem::take(&mut self.owned);
+        if !owned.is_empty() {
+            log::warn!(
+                "assignment lost ({reason:?}): fencing {} partition(s) without commit",
+                owned.len()
+            );
+            (self.hook)(&owned);
+        }
+        self.lost.push((owned, reason.clone()));
+        self.identity.generation_id = -1;
+        if reset_member_id {
+            self.identity.member_id.clear();
+        }
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Unjoined;
+        }
+        self.rejoin
+            .get_or_insert_with(|| format!("assignment lost: {reason:?}"));
+    }
+
+    /// The losses (already fenced) and the fatal error the poll thread must still report.
+    pub(crate) fn take_reports(
+        &mut self,
+    ) -> (Vec<(Vec<TopicPartition>, LostReason)>, Option<FatalError>) {
+        (std::mem::take(&mut self.lost), self.fatal.take())
+    }
+
+    /// Applies a group error code: what it asks of the session, and what the shell does next.
+    fn refused(
+        &mut self,
+        api: GroupApi,
+        code: KafkaCode,
+        member_id: &str,
+        ctx: &ErrorContext<'_>,
+    ) -> Refusal {
+        match classify(api, code, ctx) {
+            ErrorAction::Proceed => Refusal::Retry {
+                why: format!("{api} answered {code}"),
+                rediscover: false,
+            },
+            ErrorAction::Retry => Refusal::Retry {
+                why: format!("{api} answered retriable error {code}"),
+                rediscover: false,
+            },
+            ErrorAction::RediscoverCoordinator => Refusal::Retry {
+                why: format!("{api}: coordinator moved ({code})"),
+                rediscover: true,
+            },
+            ErrorAction::Rejoin => {
+                if code == KafkaCode::MEMBER_ID_REQUIRED {
+                    // KIP-394: the coordinator gave us an id; join again with it.
+                    self.identity.member_id = member_id.to_string();
+                }
+                Refusal::Retry {
+                    why: format!("{api}: rejoin ({code})"),
+                    rediscover: false,
+                }
+            }
+            ErrorAction::ResetAndRejoin { reset_member_id } => {
+                self.lose(LostReason::Fenced(code), reset_member_id);
+                Refusal::Retry {
+                    why: format!("{api}: membership reset ({code})"),
+                    rediscover: false,
+                }
+            }
+            ErrorAction::Fatal(fatal) => {
+                self.lose(LostReason::Fenced(code), true);
+                Refusal::Fatal(fatal)
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // A rebalance round, on the poll thread
+
+    /// Before JoinGroup: what to hand back while the old generation is still valid for commits.
+    pub(crate) fn revoke_before_join(&self, protocol: RebalanceProtocol) -> RevokeBeforeJoin {
+        RevokeBeforeJoin {
+            identity: self.identity.clone(),
+            events: before_join(protocol, &self.owned),
+        }
+    }
+
+    /// The eager revocation ran: we own nothing now.
+    pub(crate) fn revoked_before_join(&mut self) {
+        self.owned.clear();
+    }
+
+    /// JoinGroup is about to be sent: heartbeats pause, the pending rejoin is being served.
+    pub(crate) fn join(&mut self) -> JoinStart {
+        self.phase = Phase::Joining;
+        self.rejoin = None;
+        JoinStart {
+            identity: self.identity.clone(),
+            owned: self.owned.clone(),
+        }
+    }
+
+    /// A step of the round failed (the request could not be sent, we could not lead, the
+    /// assignment did not decode): back to unjoined, and the round is retried for `reason`.
+    pub(crate) fn round_failed(&mut self, reason: &str) {
+        if self.phase == Phase::Joining {
+            self.phase = Phase::Unjoined;
+        }
+        self.rejoin.get_or_insert_with(|| reason.to_string());
+    }
+
+    /// JoinGroup sent at `sent` was answered.
+    pub(crate) fn joined(
+        &mut self,
+        sent: Instant,
+        answer: &JoinAnswer<'_>,
+        reason: &str,
+        ctx: &ErrorContext<'_>,
+    ) -> Result<Joined, Refusal> {
+        if answer.error_code != KafkaCode::NONE {
+            self.round_failed(reason);
+            return Err(self.refused(
+                GroupApi::JoinGroup,
+                answer.error_code,
+                answer.member_id,
+                ctx,
+            ));
+        }
+        self.session_renewed(sent);
+        self.identity = MemberIdentity {
+            generation_id: answer.generation_id,
+            member_id: answer.member_id.to_string(),
+        };
+        Ok(Joined {
+            identity: self.identity.clone(),
+            leader: answer.leader == answer.member_id,
+        })
+    }
+
+    /// SyncGroup sent at `sent` as `me` was answered with `code`.
+    pub(crate) fn synced(
+        &mut self,
+        sent: Instant,
+        me: &MemberIdentity,
+        code: KafkaCode,
+        reason: &str,
+        ctx: &ErrorContext<'_>,
+    ) -> Result<(), Refusal> {
+        if code != KafkaCode::NONE {
+            self.round_failed(reason);
+            return Err(self.refused(GroupApi::SyncGroup, code, &me.member_id, ctx));
+        }
+        self.session_renewed(sent);
+        Ok(())
+    }
+
+    /// The generation is complete with `assigned`: heartbeats resume now, not after the
+    /// callbacks, because a revocation's drain may take longer than the session timeout. Until
+    /// the revocation has run, we own both what we keep and what we hand back. Returns the
+    /// callbacks to run, in order.
+    pub(crate) fn stabilise(
+        &mut self,
+        protocol: RebalanceProtocol,
+        owned_before: &[TopicPartition],
+        assigned: &[TopicPartition],
+    ) -> RebalancePlan {
+        let plan = after_sync(protocol, owned_before, assigned);
+        let interim: std::collections::BTreeSet<TopicPartition> =
+            owned_before.iter().chain(assigned).cloned().collect();
+        self.owned = interim.into_iter().collect();
+        self.phase = Phase::Stable;
+        plan
+    }
+
+    /// A revocation in generation `me` ran: those partitions are no longer ours (unless the
+    /// generation ended meanwhile, and with it everything we owned).
+    pub(crate) fn revoked(&mut self, me: &MemberIdentity, partitions: &[TopicPartition]) {
+        if self.identity == *me {
+            self.owned.retain(|tp| !partitions.contains(tp));
+        }
+    }
+
+    /// The assignment of generation `me` is about to be handed to the listener. False when the
+    /// assignment was lost while a revocation ran: the next poll reports that instead. A
+    /// cooperative round that revoked something asks for its follow-up rebalance here.
+    pub(crate) fn assigning(&mut self, me: &MemberIdentity, plan: &RebalancePlan) -> bool {
+        if self.identity != *me || self.phase != Phase::Stable {
+            return false;
+        }
+        self.owned = plan.owned_after.clone();
+        if plan.rejoin {
+            self.rejoin
+                .get_or_insert_with(|| "cooperative follow-up".to_string());
+        }
+        true
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Leaving
+
+    /// Closing: what to hand back (everything, committed while the generation is still ours) and
+    /// in which generation. None when already closed.
+    pub(crate) fn leave(&self) -> Option<(MemberIdentity, Vec<RebalanceEvent>)> {
+        if self.phase == Phase::Closed {
+            return None;
+        }
+        Some((self.identity.clone(), on_leave(&self.owned)))
+    }
+
+    /// Closed: we own nothing, and the heartbeat thread exits.
+    pub(crate) fn close(&mut self) {
+        self.owned.clear();
+        self.phase = Phase::Closed;
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Commits
+
+    /// Whether a commit made for `identity` may be sent now: checked right before the request,
+    /// against the membership as it is now, so a loss detected by the heartbeat thread after the
+    /// caller chose what to commit stops the commit.
+    pub(crate) fn may_commit(&self, identity: &MemberIdentity) -> Result<(), CommitRefusal> {
+        if identity.generation_id < 0 || identity.member_id.is_empty() {
+            return Err(CommitRefusal::NotInGeneration);
+        }
+        if self.identity != *identity {
+            return Err(CommitRefusal::GenerationOver {
+                current_generation_id: self.identity.generation_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// The coordinator refused a commit made for `identity` with `code` (one of
+    /// [`membership_refusal`]'s). For the application's commit between polls
+    /// (`between_polls`), an answer that ends the membership loses the assignment here, as the
+    /// heartbeat thread does on the same answers. Inside a revocation the partitions are fenced
+    /// by the revocation already, and the JoinGroup that follows learns the same; there, and for
+    /// REBALANCE_IN_PROGRESS (the generation is ending, not over), a rejoin is requested.
+    pub(crate) fn commit_refused(
+        &mut self,
+        identity: &MemberIdentity,
+        code: KafkaCode,
+        between_polls: bool,
+        ctx: &ErrorContext<'_>,
+    ) {
+        if self.identity != *identity {
+            // Already reset (the heartbeat thread heard the same) or rejoined meanwhile.
+            return;
+        }
+        match (between_polls, classify(GroupApi::OffsetCommit, code, ctx)) {
+            (true, ErrorAction::ResetAndRejoin { reset_member_id }) => {
+                log::warn!(
+                    "offset commit refused for generation {} (error {code}): the membership is over",
+                    identity.generation_id
+                );
+                self.lose(LostReason::Fenced(code), reset_member_id);
+            }
+            (true, ErrorAction::Fatal(fatal)) => {
+                log::error!("offset commit: {fatal}");
+                self.lose(LostReason::Fenced(code), true);
+                self.fatal = Some(fatal);
+            }
+            _ => {
+                if self.request_rejoin("offset commit refused for this generation") {
+                    log::warn!(
+                        "offset commit refused for generation {} (error {code}): rejoining",
+                        identity.generation_id
+                    );
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // The heartbeat thread
+
+    /// The heartbeat thread's tick at `now`: enforces `max.poll.interval.ms` and the session
+    /// timeout (losing the assignment when either ran out), or says whom to heartbeat as.
+    pub(crate) fn heartbeat_due(&mut self, now: Instant) -> HeartbeatDue {
+        if self.phase != Phase::Stable {
+            // Rejoining, a cooperative member still holds the partitions it keeps. If the
+            // coordinator has not heard from it for a session (no request of ours is there now,
+            // and none succeeded for session.timeout.ms), it has very likely evicted us and
+            // handed them on: fence them, as when stable.
+            if !self.owned.is_empty() && !self.request_in_flight && self.session_expired(now) {
+                self.lose(LostReason::SessionExpired, false);
+            }
+            return HeartbeatDue::Skip;
+        }
+        if !self.in_poll
+            && now.saturating_duration_since(self.last_poll) > self.timeouts.max_poll_interval
+        {
+            let left = self.identity.clone();
+            self.lose(LostReason::PollTimeout, true);
+            return HeartbeatDue::LeaveAfterPollTimeout(left);
+        }
+        if self.session_expired(now) {
+            self.lose(LostReason::SessionExpired, false);
+            return HeartbeatDue::Skip;
+        }
+        HeartbeatDue::Send(self.identity.clone())
+    }
+
+    /// A heartbeat sent at `sent` as `me` was answered with `answer` (None: the request failed).
+    pub(crate) fn heartbeat_answered(
+        &mut self,
+        sent: Instant,
+        me: &MemberIdentity,
+        answer: Option<KafkaCode>,
+        ctx: &ErrorContext<'_>,
+    ) -> HeartbeatVerdict {
+        if self.phase != Phase::Stable || self.identity != *me {
+            return HeartbeatVerdict::Stale;
+        }
+        let Some(code) = answer else {
+            return HeartbeatVerdict::RediscoverCoordinator;
+        };
+        if code == KafkaCode::NONE {
+            self.session_renewed(sent);
+            return HeartbeatVerdict::Renewed;
+        }
+        match classify(GroupApi::Heartbeat, code, ctx) {
+            ErrorAction::Proceed => {
+                self.session_renewed(sent);
+                HeartbeatVerdict::Renewed
+            }
+            ErrorAction::Retry => HeartbeatVerdict::Retry,
+            ErrorAction::RediscoverCoordinator => HeartbeatVerdict::RediscoverCoordinator,
+            ErrorAction::Rejoin => {
+                // The member is alive; the group wants it to rejoin.
+                self.session_renewed(sent);
+                HeartbeatVerdict::Rebalancing {
+                    first: self.request_rejoin("the group is rebalancing"),
+                }
+            }
+            ErrorAction::ResetAndRejoin { reset_member_id } => {
+                self.lose(LostReason::Fenced(code), reset_member_id);
+                HeartbeatVerdict::Lost
+            }
+            ErrorAction::Fatal(fatal) => {
+                log::error!("heartbeat: {fatal}");
+                self.lose(LostReason::Fenced(code), true);
+                self.fatal = Some(fatal.clone());
+                HeartbeatVerdict::Fatal(fatal)
+            }
         }
     }
 }
 
+/// Why [`SessionState::may_commit`] refused a commit (the group id is the shell's to add).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CommitRefusal {
+    /// The identity is outside any generation.
+    NotInGeneration,
+    /// The generation the commit was made for is over.
+    GenerationOver {
+        /// The member's generation now (-1 when it has none).
+        current_generation_id: i32,
+    },
+}
+
+/// The first per-partition commit error that speaks about the membership itself (the generation
+/// or member id is no longer valid, or the group is rebalancing), if any.
+pub(crate) fn membership_refusal(codes: impl IntoIterator<Item = KafkaCode>) -> Option<KafkaCode> {
+    codes.into_iter().find(|&c| {
+        matches!(
+            c,
+            KafkaCode::ILLEGAL_GENERATION
+                | KafkaCode::UNKNOWN_MEMBER_ID
+                | KafkaCode::FENCED_INSTANCE_ID
+                | KafkaCode::REBALANCE_IN_PROGRESS
+        )
+    })
+}
+
+/// The session behind its one mutex, and the condvar that wakes the heartbeat thread.
 pub(crate) struct Shared {
     state: Mutex<SessionState>,
     pub(crate) wake: Condvar,
 }
 
 impl Shared {
-    pub(crate) fn new() -> Self {
-        let now = Instant::now();
+    pub(crate) fn new(hook: LostHook, timeouts: Timeouts) -> Self {
         Shared {
-            state: Mutex::new(SessionState {
-                phase: Phase::Unjoined,
-                identity: MemberIdentity::unjoined(),
-                owned: Vec::new(),
-                rejoin: Some("initial join".to_string()),
-                lost: Vec::new(),
-                fatal: None,
-                last_poll: now,
-                in_poll: false,
-                request_in_flight: false,
-                last_heartbeat_ok: now,
-                session_bound: None,
-            }),
+            state: Mutex::new(SessionState::new(hook, timeouts, Instant::now())),
             wake: Condvar::new(),
         }
     }
