@@ -17,6 +17,15 @@ each pinned version to .cache/kafka/<version>/classpath. This script:
      data directory and exits 0. A log named with --log stays unless --remove-log is given; a
      temporary run directory (no --dir) is removed whole.
 
+With --sasl-user NAME=PASSWORD (repeatable) the broker also gets a SASL_PLAINTEXT listener on a
+third free port, which enables PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 for those users: PLAIN
+through the listener's JAAS line (user_NAME="PASSWORD"), SCRAM through credentials created at
+format time (``--add-scram``, 4096 iterations, both hashes). Its address is printed as the second
+line of stdout, ``SASL_PLAINTEXT=127.0.0.1:PORT`` (and written to --sasl-bootstrap-file if
+given), once it too answers ApiVersions. The PLAINTEXT listener stays the first line and the
+inter-broker listener; nothing else changes. No authorizer is configured, so an authenticated user
+may do anything.
+
 If the broker does not answer within --timeout-s, or exits early, the script prints the tail of
 the broker log on stderr and exits 1. The broker never outlives this script: it is started with
 PR_SET_PDEATHSIG, so even a SIGKILL of this script ends it.
@@ -35,6 +44,7 @@ Usage:
                   [--set key=value ...] [--heap 256m] [--timeout-s 90]
                   [--bootstrap-file FILE] [--stop-on-stdin-eof] [--watch-pid PID]
                   [--full-jit] [--remove-log]
+                  [--sasl-user NAME=PASSWORD ...] [--sasl-bootstrap-file FILE]
 Only the standard library is used; run it with any Python 3.8+.
 """
 
@@ -167,7 +177,23 @@ def die_with_parent():
     os.setpgid(0, 0)
 
 
-def server_properties(opts, data_dir, port, controller_port):
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def sasl_users(opts):
+    """The --sasl-user entries as (name, password) pairs; names and passwords are kept simple
+    (letters, digits, '-', '_', '.') so that neither JAAS nor --add-scram needs quoting rules."""
+    users = []
+    for item in opts.sasl_user:
+        name, sep, password = item.partition("=")
+        ok = lambda t: t and all(c.isalnum() or c in "-_." for c in t)
+        if not sep or not ok(name) or not ok(password):
+            fail("--sasl-user %r: expected NAME=PASSWORD of letters, digits, '-', '_', '.'" % name)
+        users.append((name, password))
+    return users
+
+
+def server_properties(opts, data_dir, port, controller_port, sasl_port=None):
     major = int(opts.version.split(".")[0])
     props = {
         "process.roles": "broker,controller",
@@ -203,6 +229,18 @@ def server_properties(opts, data_dir, port, controller_port):
         "background.threads": "2",
         "log.cleaner.threads": "1",
     }
+    if sasl_port is not None:
+        props["listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
+        props["advertised.listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
+        props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+        props["sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+        plain_users = " ".join('user_%s="%s"' % u for u in sasl_users(opts))
+        prefix = "listener.name.sasl_plaintext."
+        props[prefix + "plain.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required %s;" % plain_users)
+        for mechanism in SASL_MECHANISMS[1:]:
+            props[prefix + mechanism.lower() + ".sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;")
     if major >= 4:
         props["share.coordinator.state.topic.replication.factor"] = "1"
         props["share.coordinator.state.topic.min.isr"] = "1"
@@ -275,7 +313,12 @@ def main():
     ap.add_argument("--full-jit", action="store_true",
                     help="keep the JVM's optimising compiler (for benchmarks; slower start)")
     ap.add_argument("--remove-log", action="store_true", help="remove the log on a clean stop")
+    ap.add_argument("--sasl-user", action="append", default=[], metavar="NAME=PASSWORD",
+                    help="add a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256/512) with this user")
+    ap.add_argument("--sasl-bootstrap-file", help="also write the SASL listener's address here")
     opts = ap.parse_args()
+    sasl = bool(opts.sasl_user)
+    sasl_users(opts)  # refuse a malformed entry before anything starts
 
     classpath = read_classpath(opts.version)
     java = shutil.which("java")
@@ -315,7 +358,12 @@ def main():
         controller_port = free_port()
         while controller_port == port:
             controller_port = free_port()
-        props = server_properties(opts, data_dir, port, controller_port)
+        sasl_port = None
+        if sasl:
+            sasl_port = free_port()
+            while sasl_port in (port, controller_port):
+                sasl_port = free_port()
+        props = server_properties(opts, data_dir, port, controller_port, sasl_port)
         config = os.path.join(run_dir, "server.properties")
         with open(config, "w") as f:
             for key in sorted(props):
@@ -334,10 +382,15 @@ def main():
             "-Djava.awt.headless=true",
             log_flag,
         ]
+        scram = []
+        for name, password in (sasl_users(opts) if sasl else []):
+            for mechanism in SASL_MECHANISMS[1:]:
+                scram += ["--add-scram", "%s=[name=%s,password=%s]" % (mechanism, name, password)]
         with open(log_path, "ab") as log:
             fmt = subprocess.run(
                 [java] + jvm_flags + ["-cp", classpath, "kafka.tools.StorageTool", "format",
-                                      "--standalone", "-t", str(uuid.uuid4()), "-c", config],
+                                      "--standalone", "-t", str(uuid.uuid4()), "-c", config]
+                + scram,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         if fmt.returncode != 0:
@@ -354,7 +407,7 @@ def main():
         while True:
             if jvm.poll() is not None:
                 break
-            if api_versions_probe(port):
+            if api_versions_probe(port) and (sasl_port is None or api_versions_probe(sasl_port)):
                 break
             if time.monotonic() > deadline or stopper.event.is_set():
                 stop_broker(jvm, 1.0)
@@ -377,6 +430,14 @@ def main():
             f.write(bootstrap + "\n")
         os.replace(tmp, opts.bootstrap_file)
     sys.stdout.write(bootstrap + "\n")
+    if sasl:
+        sasl_bootstrap = "127.0.0.1:%d" % sasl_port
+        if opts.sasl_bootstrap_file:
+            tmp = opts.sasl_bootstrap_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(sasl_bootstrap + "\n")
+            os.replace(tmp, opts.sasl_bootstrap_file)
+        sys.stdout.write("SASL_PLAINTEXT=%s\n" % sasl_bootstrap)
     sys.stdout.flush()
     say("Kafka %s up on %s in %.1f s (pid %d, log %s)" % (opts.version, bootstrap, elapsed, jvm.pid, log_path))
 

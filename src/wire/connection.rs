@@ -1,5 +1,5 @@
-//! One blocking TCP connection to one broker: framing, correlation ids, timeouts and the
-//! ApiVersions handshake.
+//! One blocking TCP connection to one broker: framing, correlation ids, timeouts, the
+//! ApiVersions handshake and, when configured, SASL authentication ([`super::sasl`]).
 //!
 //! A `Connection` is owned by exactly one thread and is never shared: Kafka matches responses to
 //! requests by order and correlation id, so two threads writing to one socket would corrupt both
@@ -21,6 +21,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use log::{debug, trace};
 
 use super::error::{api_name, KafkaCode, Result, WireError};
+use super::sasl::{self, SaslConfig};
+use super::secret::wipe;
 use super::versions::{client_range, VersionRange, VersionTable};
 
 /// Settings shared by every connection a client opens.
@@ -34,6 +36,9 @@ pub struct ConnectionConfig {
     pub request_timeout: Duration,
     /// Largest response frame accepted; larger claims fail before any allocation.
     pub max_response_size: usize,
+    /// SASL authentication of every connection (`None`: the listener is PLAINTEXT). Carried here
+    /// so that every connection a client opens, the heartbeat thread's included, authenticates.
+    pub sasl: Option<SaslConfig>,
 }
 
 impl Default for ConnectionConfig {
@@ -43,6 +48,7 @@ impl Default for ConnectionConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_response_size: 64 * 1024 * 1024,
+            sasl: None,
         }
     }
 }
@@ -83,6 +89,8 @@ wire_requests! {
     DescribeGroupsRequest => DescribeGroupsResponse: DescribeGroups,
     ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse: ConsumerGroupHeartbeat,
     CreateTopicsRequest => CreateTopicsResponse: CreateTopics,
+    SaslHandshakeRequest => SaslHandshakeResponse: SaslHandshake,
+    SaslAuthenticateRequest => SaslAuthenticateResponse: SaslAuthenticate,
 }
 
 /// A request written to the socket whose response has not been read yet.
@@ -108,15 +116,50 @@ pub struct Connection {
     write_buf: BytesMut,
     in_flight: usize,
     broken: bool,
+    /// When SASL must run again on this connection (KIP-368), if the broker limits sessions.
+    reauthenticate_at: Option<Instant>,
+    /// How many SASL authentications succeeded on this connection (the first included).
+    authentications: u32,
 }
 
 impl Connection {
-    /// Connects to `addr` ("host:port"), performs the ApiVersions handshake and returns a
-    /// connection ready for any API both sides support.
+    /// Connects to `addr` ("host:port"), performs the ApiVersions handshake, authenticates when
+    /// [`ConnectionConfig::sasl`] says so, and returns a connection ready for any API both sides
+    /// support.
     pub fn connect(addr: &str, config: &ConnectionConfig) -> Result<Connection> {
         let mut conn = Connection::connect_unnegotiated(addr, config)?;
         conn.handshake()?;
+        if config.sasl.is_some() {
+            conn.authenticate()?;
+        }
         Ok(conn)
+    }
+
+    /// Runs the SASL exchange (first time or KIP-368 re-authentication) and schedules the next.
+    fn authenticate(&mut self) -> Result<()> {
+        let Some(sasl) = self.config.sasl.clone() else {
+            return Ok(());
+        };
+        self.reauthenticate_at = None;
+        match sasl::authenticate(self, &sasl) {
+            Ok(after) => {
+                self.reauthenticate_at = after.map(|after| Instant::now() + after);
+                self.authentications = self.authentications.saturating_add(1);
+                Ok(())
+            }
+            Err(e) => {
+                // The broker closes a connection whose authentication failed.
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// How many times SASL authentication succeeded on this connection: 0 without SASL, 1 after
+    /// connecting, one more per KIP-368 re-authentication. Lets tests and diagnostics see that
+    /// long-lived connections renew their session.
+    pub fn authentications(&self) -> u32 {
+        self.authentications
     }
 
     /// Opens the TCP connection without the ApiVersions handshake.
@@ -144,6 +187,8 @@ impl Connection {
                         write_buf: BytesMut::with_capacity(4096),
                         in_flight: 0,
                         broken: false,
+                        reauthenticate_at: None,
+                        authentications: 0,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -202,6 +247,21 @@ impl Connection {
         self.receive(pending, timeout)
     }
 
+    /// Like [`Connection::send`] for a request that carries a secret (a SASL token): the write
+    /// buffer is wiped as soon as the request is on the socket, so the connection does not keep
+    /// the bytes (its `Debug` would otherwise show them).
+    pub(super) fn send_secret<R: WireRequest>(
+        &mut self,
+        req: &R,
+        version: i16,
+    ) -> Result<R::Response> {
+        let pending = self.send_request(req, version);
+        wipe(&mut self.write_buf[..]);
+        self.write_buf.clear();
+        let timeout = self.config.request_timeout;
+        self.receive(pending?, timeout)
+    }
+
     /// Sends `req` and returns the response body undecoded (after the response header).
     ///
     /// For the rare caller that must still read the error code of a response some brokers
@@ -237,6 +297,17 @@ impl Connection {
                 io::ErrorKind::NotConnected,
                 format!("connection to {} is broken", self.addr),
             )));
+        }
+        // KIP-368: renew the SASL session before it runs out, between requests (never with a
+        // response outstanding, which would be read as the SASL answer).
+        if self.in_flight == 0
+            && !matches!(R::KEY, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+            && self
+                .reauthenticate_at
+                .is_some_and(|at| Instant::now() >= at)
+        {
+            debug!("{}: SASL session nearly over; re-authenticating", self.addr);
+            self.authenticate()?;
         }
         // ApiVersions is the one request sent before the table exists.
         if R::KEY != ApiKey::ApiVersions && !self.versions.broker_supports(R::KEY, version) {

@@ -65,6 +65,12 @@ impl KafkaCode {
     pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
     /// `GROUP_AUTHORIZATION_FAILED`: not authorized for the group.
     pub const GROUP_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(30);
+    /// `UNSUPPORTED_SASL_MECHANISM`: the listener does not enable the SASL mechanism we asked for.
+    pub const UNSUPPORTED_SASL_MECHANISM: KafkaCode = KafkaCode(33);
+    /// `ILLEGAL_SASL_STATE`: a SASL request out of order.
+    pub const ILLEGAL_SASL_STATE: KafkaCode = KafkaCode(34);
+    /// `SASL_AUTHENTICATION_FAILED`: wrong credentials (or an unknown user).
+    pub const SASL_AUTHENTICATION_FAILED: KafkaCode = KafkaCode(58);
     /// `UNSUPPORTED_VERSION`: the broker does not speak the version we sent.
     pub const UNSUPPORTED_VERSION: KafkaCode = KafkaCode(35);
     /// `TOPIC_ALREADY_EXISTS`: CreateTopics for a topic that exists; callers that only want the
@@ -242,6 +248,18 @@ pub enum WireError {
     },
     /// A configuration value is invalid (e.g. an empty bootstrap list).
     Config(String),
+    /// SASL authentication failed: refused credentials, a mechanism the listener does not enable,
+    /// or a server that broke the SCRAM rules (its nonce, iteration count or signature). Not
+    /// retriable: the same credentials fail the same way, and retrying would only flood the
+    /// broker (or lock the account). Never carries the password.
+    Authentication {
+        /// The SASL mechanism, e.g. `SCRAM-SHA-256`.
+        mechanism: &'static str,
+        /// The broker's address.
+        broker: String,
+        /// Why: the broker's error message, or the rule the server broke.
+        reason: String,
+    },
 }
 
 impl WireError {
@@ -293,7 +311,18 @@ impl WireError {
                 | WireError::Truncated { .. }
                 | WireError::CorrelationMismatch { .. }
                 | WireError::Protocol(_)
+                | WireError::Authentication { .. }
         )
+    }
+
+    /// Whether this is (or wraps) a failed SASL authentication, which no retry can fix: the
+    /// callers that try another broker after a connection error stop at once instead.
+    pub fn is_authentication(&self) -> bool {
+        match self {
+            WireError::Authentication { .. } => true,
+            WireError::RetriesExhausted { last, .. } => last.is_authentication(),
+            _ => false,
+        }
     }
 }
 
@@ -359,6 +388,15 @@ impl fmt::Display for WireError {
                 write!(f, "no broker reachable (tried {})", tried.join("; "))
             }
             WireError::Config(m) => write!(f, "invalid configuration: {m}"),
+            WireError::Authentication {
+                mechanism,
+                broker,
+                reason,
+            } => write!(
+                f,
+                "SASL {mechanism} authentication with {broker} failed: {reason} (not retried: \
+                 check the user name, password and mechanism)"
+            ),
         }
     }
 }
@@ -472,6 +510,18 @@ mod tests {
             (
                 KafkaCode::UNSUPPORTED_VERSION,
                 ResponseError::UnsupportedVersion,
+            ),
+            (
+                KafkaCode::UNSUPPORTED_SASL_MECHANISM,
+                ResponseError::UnsupportedSaslMechanism,
+            ),
+            (
+                KafkaCode::ILLEGAL_SASL_STATE,
+                ResponseError::IllegalSaslState,
+            ),
+            (
+                KafkaCode::SASL_AUTHENTICATION_FAILED,
+                ResponseError::SaslAuthenticationFailed,
             ),
             (
                 KafkaCode::TOPIC_ALREADY_EXISTS,

@@ -17,7 +17,10 @@
 //! one request connection and one fetch connection per broker; another thread that must talk to
 //! the cluster concurrently (the group heartbeat) opens its own [`Connection`] or [`Client`].
 //!
-//! Known limits, each a deliberate scope cut: no TLS or SASL; Fetch is capped at v12 (topics
+//! Security: SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 on every connection (`sasl`, `scram`;
+//! passwords held as [`Secret`]); no TLS yet.
+//!
+//! Known limits, each a deliberate scope cut: no TLS; no GSSAPI or OAUTHBEARER; Fetch is capped at v12 (topics
 //! by name, no fetch sessions) and does not send leader epochs (no KIP-320 fencing); Produce is
 //! uncompressed, acks=all, one batch per call, not idempotent; a record's repeated header key
 //! keeps only its last value (`kafka-protocol` decodes headers into a map); and
@@ -35,6 +38,9 @@ mod pool;
 mod produce;
 mod quirks;
 pub mod records;
+mod sasl;
+mod scram;
+mod secret;
 pub mod versions;
 
 pub use client::{Client, ClientConfig};
@@ -44,4 +50,7 @@ pub use error::{KafkaCode, Result, WireError};
 pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};
 pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{ProduceRecord, Record, TimestampType};
+pub use sasl::{SaslConfig, SaslMechanism};
+pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
+pub use secret::Secret;
 pub use versions::{client_range, VersionRange, VersionTable};

@@ -127,6 +127,8 @@ impl Client {
         for id in candidates {
             let conn = match self.connection(id) {
                 Ok(c) => c,
+                // Refused credentials: every other broker refuses them too.
+                Err(e) if e.is_authentication() => return Err(e),
                 Err(e) => {
                     tried.push(format!("broker {id}: {e}"));
                     continue;
@@ -134,6 +136,10 @@ impl Client {
             };
             match op(conn) {
                 Ok(v) => return Ok(v),
+                Err(e) if e.is_authentication() => {
+                    self.broker_failed(id);
+                    return Err(e);
+                }
                 Err(e) if e.breaks_connection() => {
                     tried.push(format!("broker {id}: {e}"));
                     self.broker_failed(id);
@@ -151,6 +157,10 @@ impl Client {
         if let Some(conn) = self.bootstrap_conn.as_mut() {
             match op(conn) {
                 Ok(v) => return Ok(v),
+                Err(e) if e.is_authentication() => {
+                    self.bootstrap_conn = None;
+                    return Err(e);
+                }
                 Err(e) if e.breaks_connection() => {
                     tried.push(format!("{}: {e}", conn.addr()));
                     self.bootstrap_conn = None;
@@ -165,9 +175,12 @@ impl Client {
                         self.bootstrap_conn = Some(conn);
                         return Ok(v);
                     }
-                    Err(e) if e.breaks_connection() => tried.push(format!("{addr}: {e}")),
+                    Err(e) if e.breaks_connection() && !e.is_authentication() => {
+                        tried.push(format!("{addr}: {e}"))
+                    }
                     Err(e) => return Err(e),
                 },
+                Err(e) if e.is_authentication() => return Err(e),
                 Err(e) => tried.push(format!("{addr}: {e}")),
             }
         }

@@ -271,3 +271,168 @@ impl Drop for Kafka {
         }
     }
 }
+
+/// The run's Kafka 4.x with a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and
+/// one user, for the `wire_sasl` tests.
+///
+/// Why its own broker: the shared brokers have a PLAINTEXT listener only, and SASL settings are
+/// broker-wide. Why shared across processes: nextest runs every test in a process of its own,
+/// and a JVM per test is too much for two cores. So the first test process of a run (a run is
+/// identified by the parent process: nextest, or cargo for `cargo test`) creates a directory
+/// named after that parent, starts `scripts/kafka_broker.py --watch-pid PARENT` detached (its
+/// own process group, no pipes to the test), and writes the addresses and credentials to
+/// `ready` in that directory; the other test processes wait for that file. The broker stops
+/// when the run's parent process exits. `RG_TEST_KAFKA_SASL` (`PLAINTEXT_ADDR,SASL_ADDR,USER,
+/// PASSWORD`) hands over a broker started elsewhere instead.
+///
+/// The listener re-authenticates sessions after [`SASL_REAUTH`] (`connections.max.reauth.ms`),
+/// so long-lived connections in these tests must renew their sessions (KIP-368).
+pub struct SaslKafka {
+    /// The PLAINTEXT listener (topic creation by the peers; no authentication).
+    pub plaintext: String,
+    /// The SASL_PLAINTEXT listener.
+    pub sasl: String,
+    /// A user known to every mechanism.
+    pub user: String,
+    /// Its password (the same for PLAIN and both SCRAM hashes).
+    pub password: String,
+}
+
+/// `connections.max.reauth.ms` of the SASL broker.
+pub const SASL_REAUTH: Duration = Duration::from_secs(5);
+
+impl SaslKafka {
+    /// The run's SASL broker (see the type's documentation).
+    pub fn shared() -> &'static SaslKafka {
+        static CELL: OnceLock<SaslKafka> = OnceLock::new();
+        CELL.get_or_init(|| {
+            if let Ok(handed) = std::env::var("RG_TEST_KAFKA_SASL") {
+                let parts: Vec<&str> = handed.trim().split(',').collect();
+                if let [plaintext, sasl, user, password] = parts[..] {
+                    return SaslKafka {
+                        plaintext: plaintext.into(),
+                        sasl: sasl.into(),
+                        user: user.into(),
+                        password: password.into(),
+                    };
+                }
+                panic!("RG_TEST_KAFKA_SASL must be PLAINTEXT_ADDR,SASL_ADDR,USER,PASSWORD");
+            }
+            SaslKafka::for_this_run()
+        })
+    }
+
+    fn for_this_run() -> SaslKafka {
+        let parent = std::os::unix::process::parent_id();
+        let dir = scratch_dir().join(format!("sasl-kafka-run-{parent}"));
+        let ready = dir.join("ready");
+        match fs::create_dir(&dir) {
+            Ok(()) => SaslKafka::launch_detached(&dir, parent),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("create {}: {e}", dir.display()),
+        }
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Ok(text) = fs::read_to_string(&ready) {
+                let field = |key: &str| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                        .map(str::to_string)
+                        .unwrap_or_else(|| panic!("{} lacks {key}", ready.display()))
+                };
+                return SaslKafka {
+                    plaintext: field("plaintext"),
+                    sasl: field("sasl"),
+                    user: field("user"),
+                    password: field("password"),
+                };
+            }
+            if let Ok(why) = fs::read_to_string(dir.join("failed")) {
+                panic!("the run's SASL broker did not start: {why}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the run's SASL broker ({}) was not ready within {STARTUP_TIMEOUT:?}",
+                dir.display()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn launch_detached(dir: &Path, parent: u32) {
+        use std::os::unix::process::CommandExt;
+        let v = KafkaVersion::Newest.version();
+        let user = "rg-sasl-user".to_string();
+        // Unique per run, so a test that looks for the password in output cannot match a
+        // constant from the code.
+        let password = unique_name("pw").replace('-', "x");
+        let plain_file = dir.join("plaintext.bootstrap");
+        let sasl_file = dir.join("sasl.bootstrap");
+        let launcher_log = dir.join("launcher.log");
+        let out = File::create(dir.join("launcher.out")).expect("launcher.out");
+        let err = File::create(&launcher_log).expect("launcher.log");
+        let mut cmd = Command::new(venv_python());
+        cmd.arg(repo_root().join("scripts/kafka_broker.py"))
+            .arg("--version")
+            .arg(&v)
+            .arg("--log")
+            .arg(dir.join("broker.log"))
+            .arg("--watch-pid")
+            .arg(parent.to_string())
+            .arg("--stop-grace-s")
+            .arg("2")
+            .arg("--sasl-user")
+            .arg(format!("{user}={password}"))
+            .arg("--set")
+            .arg(format!(
+                "connections.max.reauth.ms={}",
+                SASL_REAUTH.as_millis()
+            ))
+            .arg("--bootstrap-file")
+            .arg(&plain_file)
+            .arg("--sasl-bootstrap-file")
+            .arg(&sasl_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn scripts/kafka_broker.py: {e} ({SETUP_HINT}?)"));
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let (Ok(plain), Ok(sasl)) = (
+                fs::read_to_string(&plain_file),
+                fs::read_to_string(&sasl_file),
+            ) {
+                let text = format!(
+                    "plaintext={}\nsasl={}\nuser={user}\npassword={password}\n",
+                    plain.trim(),
+                    sasl.trim()
+                );
+                let tmp = dir.join("ready.tmp");
+                fs::write(&tmp, text).expect("write ready");
+                fs::rename(&tmp, dir.join("ready")).expect("rename ready");
+                // The launcher outlives this process by design (see the type's doc): it is
+                // reaped by init and stops with the run's parent.
+                drop(child);
+                return;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let why = format!("exit {status}: {}", log_tail(&launcher_log, 6000));
+                let _ = fs::write(dir.join("failed"), &why);
+                panic!("the SASL broker exited during start-up: {why}");
+            }
+            if Instant::now() > deadline {
+                kill_and_reap(&mut child);
+                let why = format!(
+                    "no bootstrap within {STARTUP_TIMEOUT:?}: {}",
+                    log_tail(&launcher_log, 6000)
+                );
+                let _ = fs::write(dir.join("failed"), &why);
+                panic!("{why}");
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

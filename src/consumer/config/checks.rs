@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::ConfigError;
 use crate::group::{check_strategies, Strategy};
+use crate::wire::Secret;
 
 /// Kafka sends durations and sizes as int32, so no setting may exceed this.
 const INT32_MAX: u128 = i32::MAX as u128;
@@ -127,6 +128,18 @@ pub(super) fn not_blank(name: &'static str, value: String) -> Result<String, Con
         });
     }
     Ok(value)
+}
+
+/// A password: not empty (an empty SASL password is always a missing one). The error names the
+/// setting only, never the value.
+pub(super) fn secret_not_empty(name: &'static str, secret: Secret) -> Result<Secret, ConfigError> {
+    if secret.is_empty() {
+        return Err(ConfigError::InvalidSecret {
+            name,
+            problem: "must not be empty".to_string(),
+        });
+    }
+    Ok(secret)
 }
 
 /// `bootstrap.servers`: entries trimmed, empty ones dropped, at least one left, each

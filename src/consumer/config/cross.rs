@@ -8,7 +8,7 @@ use std::time::Duration;
 use log::warn;
 
 use super::checks::truncate_ms;
-use super::{ConfigError, ConsumerConfig, GroupProtocol};
+use super::{ConfigError, ConsumerConfig, GroupProtocol, SecurityProtocol};
 
 /// Settings that only the classic protocol uses; with `group.protocol=consumer` the broker decides
 /// them, so setting one explicitly is refused (as Java 4.x does) rather than ignored.
@@ -32,7 +32,8 @@ pub(super) fn default_drain_timeout(max_poll_interval: Duration) -> Duration {
 
 /// Checks the rules between settings, in this order: settings the consumer protocol refuses
 /// (`classic_only_set`: the first [`CLASSIC_ONLY`] setting given explicitly), heartbeat against
-/// session, poll interval against session (both classic only), drain against poll interval.
+/// session, poll interval against session (both classic only), drain against poll interval,
+/// then the security settings ([`check_security`]).
 /// A `fetch.max.bytes` below `max.partition.fetch.bytes` is allowed, as in Java, and logged.
 pub(super) fn check(
     config: &ConsumerConfig,
@@ -83,12 +84,107 @@ pub(super) fn check(
             ),
         });
     }
+    check_security(config)?;
     if config.fetch_max_bytes < config.max_partition_fetch_bytes {
         warn!(
             "fetch.max.bytes ({}) is below max.partition.fetch.bytes ({}): allowed, as in Java, \
              but one partition can then fill a whole fetch",
             config.fetch_max_bytes, config.max_partition_fetch_bytes
         );
+    }
+    Ok(())
+}
+
+/// The SASL settings, given only with a SASL protocol.
+const SASL_SETTINGS: &[&str] = &[
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "sasl.jaas.config",
+];
+
+/// The security rules, in this order: a TLS protocol is refused (not built yet); SASL settings
+/// with `PLAINTEXT` are refused (they would silently not apply); with SASL, the mechanism is
+/// required (no GSSAPI default as in Java), the credentials are given once (`sasl.jaas.config`
+/// or `sasl.username` with `sasl.password`), and a JAAS line's login module must serve the
+/// mechanism. No message quotes a secret.
+pub(super) fn check_security(config: &ConsumerConfig) -> Result<(), ConfigError> {
+    let protocol = config.security_protocol;
+    if protocol.uses_tls() {
+        return Err(ConfigError::Unavailable {
+            name: "security.protocol",
+            value: protocol.as_str().to_string(),
+            reason: "TLS is not built yet; use PLAINTEXT, or SASL_PLAINTEXT (SASL without TLS)",
+        });
+    }
+    let given = |name: &str| match name {
+        "sasl.mechanism" => config.sasl_mechanism.is_some(),
+        "sasl.username" => config.sasl_username.is_some(),
+        "sasl.password" => config.sasl_password.is_some(),
+        _ => config.sasl_jaas_config.is_some(),
+    };
+    if !protocol.uses_sasl() {
+        if let Some(name) = SASL_SETTINGS.iter().copied().find(|n| given(n)) {
+            return Err(ConfigError::Conflict {
+                name,
+                other: "security.protocol",
+                rule: format!(
+                    "{name} is set but security.protocol is {protocol}, which does not \
+                     authenticate; set security.protocol={} or remove the sasl.* settings",
+                    SecurityProtocol::SaslPlaintext
+                ),
+            });
+        }
+        return Ok(());
+    }
+    let Some(mechanism) = config.sasl_mechanism else {
+        return Err(ConfigError::Conflict {
+            name: "sasl.mechanism",
+            other: "security.protocol",
+            rule: format!(
+                "security.protocol={protocol} needs sasl.mechanism (PLAIN, SCRAM-SHA-256 or \
+                 SCRAM-SHA-512); there is no default"
+            ),
+        });
+    };
+    if let Some(jaas) = &config.sasl_jaas_config {
+        if let Some(other) = ["sasl.username", "sasl.password"]
+            .into_iter()
+            .find(|n| given(n))
+        {
+            return Err(ConfigError::Conflict {
+                name: "sasl.jaas.config",
+                other,
+                rule: "give the credentials once: either sasl.jaas.config, or sasl.username \
+                       with sasl.password"
+                    .to_string(),
+            });
+        }
+        if !jaas.module().serves(mechanism) {
+            return Err(ConfigError::Conflict {
+                name: "sasl.jaas.config",
+                other: "sasl.mechanism",
+                rule: format!(
+                    "its login module {} does not serve sasl.mechanism={mechanism} \
+                     (PlainLoginModule serves PLAIN, ScramLoginModule SCRAM-SHA-256 and \
+                     SCRAM-SHA-512)",
+                    jaas.module().class()
+                ),
+            });
+        }
+        return Ok(());
+    }
+    for name in ["sasl.username", "sasl.password"] {
+        if !given(name) {
+            return Err(ConfigError::Conflict {
+                name,
+                other: "sasl.mechanism",
+                rule: format!(
+                    "sasl.mechanism={mechanism} needs credentials: sasl.username and \
+                     sasl.password, or sasl.jaas.config"
+                ),
+            });
+        }
     }
     Ok(())
 }

@@ -62,6 +62,24 @@ pub enum ConfigError {
     /// `partition.assignment.strategy` breaks a list rule: empty, an assignor twice, or eager
     /// mixed with cooperative. The group layer's one check of those rules says which.
     Strategies(StrategyError),
+    /// A value Kafka knows that this library does not implement yet (`security.protocol=SSL`
+    /// before TLS is built, `sasl.mechanism=OAUTHBEARER`): refused rather than downgraded.
+    Unavailable {
+        /// The setting.
+        name: &'static str,
+        /// The value as given (never a secret: only named values are refused this way).
+        value: String,
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
+    /// A secret setting (`sasl.password`, `sasl.jaas.config`) is malformed. The value is not
+    /// kept, so printing the error cannot leak it.
+    InvalidSecret {
+        /// The setting.
+        name: &'static str,
+        /// What is wrong, without quoting the value.
+        problem: String,
+    },
     /// A classic-protocol setting was set explicitly with `group.protocol=consumer`, where the
     /// broker decides it.
     ClassicOnly {
@@ -98,6 +116,8 @@ impl ConfigError {
             | ConfigError::InvalidValue { name, .. }
             | ConfigError::OutOfRange { name, .. }
             | ConfigError::Conflict { name, .. }
+            | ConfigError::Unavailable { name, .. }
+            | ConfigError::InvalidSecret { name, .. }
             | ConfigError::ClassicOnly { name } => Some(name),
             ConfigError::AutoCommitRefused => Some("enable.auto.commit"),
             ConfigError::Strategies(_) => Some("partition.assignment.strategy"),
@@ -140,6 +160,14 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::Strategies(e) => {
                 write!(f, "setting `partition.assignment.strategy`: {e}")
+            }
+            ConfigError::Unavailable {
+                name,
+                value,
+                reason,
+            } => write!(f, "setting `{name}`: {value} is not available: {reason}"),
+            ConfigError::InvalidSecret { name, problem } => {
+                write!(f, "setting `{name}` (value not shown): {problem}")
             }
             ConfigError::ClassicOnly { name } => write!(
                 f,

@@ -22,6 +22,8 @@
 //!   `table.rs`: the macro that generates the builder, its setters and `.properties` arms, the
 //!   defaults, [`SETTINGS`] and the `to_properties` entries from those rows;
 //! - `values.rs`: the value types and how each reads and prints as text;
+//! - `security.rs`: the security settings' types (`security.protocol`, `sasl.*`, the JAAS line)
+//!   and how secrets are kept out of every printout;
 //! - `checks.rs`: each setting's own rule; `cross.rs`: the rules between settings;
 //! - `error.rs`: [`ConfigError`]; `properties.rs`: the `.properties` syntax; `suggest.rs`:
 //!   unknown and unsupported names;
@@ -62,6 +64,7 @@ mod checks;
 mod cross;
 mod error;
 mod properties;
+mod security;
 mod settings;
 mod suggest;
 mod values;
@@ -69,12 +72,13 @@ mod values;
 pub use crate::group::Strategy;
 pub use error::ConfigError;
 pub use properties::{parse_properties, PropertiesSyntaxError};
+pub use security::{JaasConfig, LoginModule, SecurityProtocol, HIDDEN};
 pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
 pub use values::{AutoOffsetReset, GroupProtocol};
 
 use crate::group::RebalanceProtocol;
 use crate::guard::GuardConfig;
-use crate::wire::{ClientConfig, FetchConfig, IsolationLevel};
+use crate::wire::{ClientConfig, FetchConfig, IsolationLevel, SaslConfig, SaslMechanism, Secret};
 
 impl ConsumerConfig {
     /// Starts a typed builder with every setting at its default.
@@ -117,7 +121,8 @@ impl ConsumerConfig {
 
     /// Every setting with its effective value, in [`SETTINGS`] order, for logging at startup.
     /// Feeding the result back to [`ConsumerConfig::from_properties`] gives an equal
-    /// configuration. Nothing secret is printed because no secret setting is supported.
+    /// configuration, except that secrets (`sasl.password`, `sasl.jaas.config`) are printed as
+    /// [`HIDDEN`], which is refused when read back: put the real secret in again.
     pub fn to_properties(&self) -> Vec<(&'static str, String)> {
         let mut out = self.all_properties();
         // The group protocol decides these; printing them would make the round trip refuse them.
@@ -214,6 +219,32 @@ impl ConsumerConfig {
     pub fn reconnect_backoff_max(&self) -> Duration {
         self.reconnect_backoff_max
     }
+    /// `security.protocol`.
+    pub fn security_protocol(&self) -> SecurityProtocol {
+        self.security_protocol
+    }
+    /// `sasl.mechanism`, when set.
+    pub fn sasl_mechanism(&self) -> Option<SaslMechanism> {
+        self.sasl_mechanism
+    }
+    /// How every connection authenticates: `None` unless `security.protocol` uses SASL. The
+    /// credentials come from `sasl.username`/`sasl.password` or from `sasl.jaas.config`
+    /// (validation made sure exactly one of them is given, with a matching mechanism).
+    pub fn sasl(&self) -> Option<SaslConfig> {
+        if !self.security_protocol.uses_sasl() {
+            return None;
+        }
+        let mechanism = self.sasl_mechanism?;
+        let (username, password): (String, Secret) = match &self.sasl_jaas_config {
+            Some(jaas) => (jaas.username().to_string(), jaas.password().clone()),
+            None => (self.sasl_username.clone()?, self.sasl_password.clone()?),
+        };
+        Some(SaslConfig {
+            mechanism,
+            username,
+            password,
+        })
+    }
     /// `rebalance.storm.window.ms`.
     pub fn storm_window(&self) -> Duration {
         self.storm_window
@@ -244,7 +275,8 @@ impl ConsumerConfig {
         }
     }
 
-    /// The wire client's settings. `reconnect.backoff.max.ms` caps the client's single
+    /// The wire client's settings, SASL credentials included (every connection of the client and
+    /// of the heartbeat thread authenticates with them). `reconnect.backoff.max.ms` caps the client's single
     /// exponential backoff, which it uses for request retries and reconnects alike. The largest
     /// accepted response frame is raised above the client's default when `fetch.max.bytes` plus
     /// one partition's worth could exceed it, so a legal fetch response is never refused.
@@ -257,6 +289,7 @@ impl ConsumerConfig {
             .saturating_add(self.max_partition_fetch_bytes as usize)
             .saturating_add(64 * 1024);
         config.connection.max_response_size = config.connection.max_response_size.max(fetch_frame);
+        config.connection.sasl = self.sasl();
         config.retry_backoff = self.retry_backoff;
         config.retry_backoff_max = self.reconnect_backoff_max.max(self.retry_backoff);
         config

@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
+use super::security::{JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
 use super::values::{AutoOffsetReset, GroupProtocol};
 use super::{checks, cross, ConfigError};
 use crate::group::Strategy;
-use crate::wire::IsolationLevel;
+use crate::wire::{IsolationLevel, SaslMechanism, Secret};
 
 /// One setting's name, default and meaning, for documentation and checks.
 ///
@@ -194,6 +195,41 @@ settings! {
         rule: checks::positive_ms,
         set: |backoff: Duration| backoff,
         doc: "Cap on the exponential backoff for retries and reconnects. Java's default: a restarted broker is found again within a second.",
+    }
+    security_protocol: SecurityProtocol {
+        name: "security.protocol",
+        default: "PLAINTEXT",
+        rule: checks::any,
+        set: |protocol: SecurityProtocol| protocol,
+        doc: "`PLAINTEXT` or `SASL_PLAINTEXT` (every connection authenticates, the heartbeat thread's too). `SSL` and `SASL_SSL` are refused until TLS is built.",
+    }
+    sasl_mechanism: SaslMechanism {
+        name: "sasl.mechanism",
+        default: none,
+        rule: checks::any,
+        set: |mechanism: SaslMechanism| mechanism,
+        doc: "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`; required with SASL (no GSSAPI default as in Java). PLAIN sends the password itself: use it over TLS only.",
+    }
+    sasl_username: String {
+        name: "sasl.username",
+        default: none,
+        rule: checks::not_blank,
+        set: |username: impl Into<String>| username.into(),
+        doc: "The SASL user (librdkafka's name); give it with `sasl.password`, or both in `sasl.jaas.config`.",
+    }
+    sasl_password: Secret {
+        name: "sasl.password",
+        default: none,
+        rule: checks::secret_not_empty,
+        set: |password: impl Into<Secret>| password.into(),
+        doc: "The SASL password. Never printed: `Debug` shows `[redacted]`, `to_properties` `[hidden]`.",
+    }
+    sasl_jaas_config: JaasConfig {
+        name: "sasl.jaas.config",
+        default: none,
+        rule: checks::any,
+        set: |jaas: JaasConfig| jaas,
+        doc: "Java's form of the credentials: a `PlainLoginModule` or `ScramLoginModule` line with `username` and `password`, instead of `sasl.username`/`sasl.password`. Never printed.",
     }
     storm_window: Duration {
         name: "rebalance.storm.window.ms",

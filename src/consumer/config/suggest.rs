@@ -22,10 +22,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "records are handed to the handler as bytes; deserialize in the handler",
     ),
     (
-        "security.protocol",
-        "only PLAINTEXT connections are implemented; TLS and SASL are not",
-    ),
-    (
         "group.remote.assignor",
         "the broker's default assignor is used with group.protocol=consumer",
     ),
@@ -34,10 +30,14 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 
 /// Prefixes of Kafka settings that belong to features not implemented here.
 const UNSUPPORTED_PREFIXES: &[(&str, &str)] = &[
-    ("ssl.", "TLS is not implemented; connections are PLAINTEXT"),
+    (
+        "ssl.",
+        "TLS is not built yet; security.protocol may be PLAINTEXT or SASL_PLAINTEXT",
+    ),
     (
         "sasl.",
-        "SASL is not implemented; connections are PLAINTEXT",
+        "of the SASL settings only sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), \
+         sasl.username, sasl.password and sasl.jaas.config are implemented",
     ),
 ];
 

@@ -64,8 +64,8 @@ fn every_setting_is_parsed_and_documented() {
         .collect();
     let documented: Vec<&str> = SETTINGS
         .iter()
+        .filter(|s| s.default != "(none)")
         .map(|s| s.name)
-        .filter(|n| *n != "group.instance.id")
         .collect();
     assert_eq!(names, documented, "to_properties prints SETTINGS in order");
 }
@@ -152,7 +152,7 @@ fn unknown_settings_suggest_the_closest_known_one() {
 #[test]
 fn known_but_unsupported_settings_say_why() {
     for name in [
-        "security.protocol",
+        "sasl.kerberos.service.name",
         "ssl.truststore.location",
         "key.deserializer",
     ] {
@@ -614,4 +614,199 @@ fn settings_are_documented_once_each() {
     for name in cross::CLASSIC_ONLY {
         assert!(SETTINGS.iter().any(|s| s.name == *name), "{name}");
     }
+}
+
+fn sasl_base() -> ConsumerConfigBuilder {
+    base()
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "SCRAM-SHA-512")
+}
+
+#[test]
+fn sasl_settings_reach_every_connection_of_the_client() {
+    let c = sasl_base()
+        .set("sasl.username", "alice")
+        .set("sasl.password", "pw-1")
+        .build()
+        .unwrap();
+    let sasl = c.client_config().connection.sasl.unwrap();
+    assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+    assert_eq!(sasl.username, "alice");
+    assert_eq!(sasl.password, Secret::new("pw-1"));
+    // Java's JAAS line instead of librdkafka's two settings.
+    let c = base()
+        .set("security.protocol", "sasl_plaintext")
+        .set("sasl.mechanism", "PLAIN")
+        .set(
+            "sasl.jaas.config",
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="bob" password="pw-2";"#,
+        )
+        .build()
+        .unwrap();
+    let sasl = c.sasl().unwrap();
+    assert_eq!(
+        (sasl.mechanism, sasl.username.as_str()),
+        (SaslMechanism::Plain, "bob")
+    );
+    assert_eq!(sasl.password, Secret::new("pw-2"));
+    // PLAINTEXT: no SASL at all.
+    assert_eq!(
+        base().build().unwrap().client_config().connection.sasl,
+        None
+    );
+}
+
+#[test]
+fn sasl_rules_name_the_setting_and_the_rule() {
+    let jaas_scram = r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="a" password="b";"#;
+    let cases: Vec<(ConsumerConfigBuilder, &str, &str)> = vec![
+        // SASL without a mechanism.
+        (
+            base().set("security.protocol", "SASL_PLAINTEXT"),
+            "sasl.mechanism",
+            "there is no default",
+        ),
+        // A mechanism without credentials, or half of them.
+        (sasl_base(), "sasl.username", "needs credentials"),
+        (
+            sasl_base().set("sasl.username", "a"),
+            "sasl.password",
+            "needs credentials",
+        ),
+        (
+            sasl_base().set("sasl.password", "b"),
+            "sasl.username",
+            "needs credentials",
+        ),
+        // SASL settings with PLAINTEXT would silently not apply.
+        (
+            base().set("sasl.mechanism", "PLAIN"),
+            "sasl.mechanism",
+            "does not authenticate",
+        ),
+        (
+            base().set("sasl.username", "a").set("sasl.password", "b"),
+            "sasl.username",
+            "does not authenticate",
+        ),
+        (
+            base().set("sasl.jaas.config", jaas_scram),
+            "sasl.jaas.config",
+            "does not authenticate",
+        ),
+        // Credentials given twice.
+        (
+            sasl_base()
+                .set("sasl.jaas.config", jaas_scram)
+                .set("sasl.username", "a"),
+            "sasl.jaas.config",
+            "give the credentials once",
+        ),
+        // A login module that does not serve the mechanism.
+        (
+            base()
+                .set("security.protocol", "SASL_PLAINTEXT")
+                .set("sasl.mechanism", "PLAIN")
+                .set("sasl.jaas.config", jaas_scram),
+            "sasl.jaas.config",
+            "does not serve sasl.mechanism=PLAIN",
+        ),
+        // TLS is parsed but not built.
+        (
+            base().set("security.protocol", "SASL_SSL"),
+            "security.protocol",
+            "TLS is not built yet",
+        ),
+        (
+            base().set("security.protocol", "ssl"),
+            "security.protocol",
+            "TLS is not built yet",
+        ),
+        // Mechanisms Kafka has that this library does not.
+        (
+            base().set("sasl.mechanism", "OAUTHBEARER"),
+            "sasl.mechanism",
+            "OAUTHBEARER is not supported yet",
+        ),
+        (
+            base().set("sasl.mechanism", "GSSAPI"),
+            "sasl.mechanism",
+            "Kerberos",
+        ),
+        (
+            base().set("sasl.mechanism", "SCRAM-SHA-1"),
+            "sasl.mechanism",
+            "allowed: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        ),
+        (
+            base().set("security.protocol", "TLS"),
+            "security.protocol",
+            "allowed: PLAINTEXT, SASL_PLAINTEXT",
+        ),
+        // Empty credentials.
+        (
+            sasl_base()
+                .set("sasl.username", " ")
+                .set("sasl.password", "b"),
+            "sasl.username",
+            "must not be empty",
+        ),
+        (
+            sasl_base()
+                .set("sasl.username", "a")
+                .set("sasl.password", ""),
+            "sasl.password",
+            "must not be empty",
+        ),
+    ];
+    for (builder, setting, rule) in cases {
+        let err = builder.build().unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.setting(), Some(setting), "{text}");
+        assert!(text.contains(setting) && text.contains(rule), "{text}");
+    }
+}
+
+#[test]
+fn sasl_secrets_never_appear_in_any_printout_of_the_configuration() {
+    let password = "Pw-only-here-7731";
+    let jaas_password = "Jaas-only-here-9142";
+    let jaas = format!(
+        r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="carol" password="{jaas_password}";"#
+    );
+    let by_name = sasl_base()
+        .set("sasl.username", "alice")
+        .set("sasl.password", password);
+    let by_jaas = sasl_base().set("sasl.jaas.config", &jaas);
+    let mut printed = vec![format!("{by_name:?}"), format!("{by_jaas:?}")];
+    for builder in [by_name, by_jaas] {
+        let c = builder.build().unwrap();
+        printed.push(format!("{c:?}"));
+        printed.push(format!("{:?}", c.client_config()));
+        printed.push(format!("{:?}", c.sasl()));
+        printed.push(format!("{:?}", c.to_properties()));
+        // The printed form is refused when fed back, rather than used as the password.
+        let err = ConsumerConfig::from_properties(c.to_properties()).unwrap_err();
+        assert!(err.to_string().contains(HIDDEN), "{err}");
+        printed.push(format!("{err} {err:?}"));
+    }
+    // Errors of configurations that hold secrets.
+    for builder in [
+        base().set("sasl.password", password),
+        base().set("sasl.jaas.config", &jaas),
+        sasl_base().set("sasl.jaas.config", jaas.trim_end_matches(';')),
+        sasl_base()
+            .set("sasl.jaas.config", &jaas)
+            .set("sasl.password", password),
+    ] {
+        let err = builder.build().unwrap_err();
+        printed.push(format!("{err} {err:?}"));
+    }
+    for text in &printed {
+        assert!(
+            !text.contains(password) && !text.contains(jaas_password),
+            "a secret was printed: {text}"
+        );
+    }
+    assert!(printed.iter().any(|t| t.contains("[redacted]")));
 }
