@@ -93,8 +93,8 @@ impl Heartbeater {
                 HeartbeatDue::LeaveAfterPollTimeout(left) => {
                     drop(state);
                     log::warn!(
-                        "no poll for more than max.poll.interval.ms ({:?}): left group {} and \
-                         fenced the assignment; the handler is too slow for its batch",
+                        "no poll for more than max.poll.interval.ms ({:?}): the assignment is fenced \
+                         and the member leaves group {}; the handler is too slow for its batch",
                         self.settings.max_poll_interval,
                         self.settings.group_id
                     );
@@ -109,8 +109,7 @@ impl Heartbeater {
 
             let result = self.send_heartbeat(&me);
 
-            let shared = self.shared.clone();
-            let mut state = shared.lock();
+            let mut state = self.shared.lock();
             let ctx = ErrorContext {
                 group_id: &self.settings.group_id,
                 group_instance_id: self.settings.instance_id.as_deref(),

@@ -16,18 +16,20 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::assignor::{
-    assign_and_encode, assignor_for, select_protocol, JoinProtocolError, LeaderError,
-    MemberSubscription, RebalanceProtocol, Strategy,
+    assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
+    Strategy,
 };
-use super::consumer_protocol::{decode_assignment, decode_subscription, DecodeError, Subscription};
+use super::commit::commit_offsets;
+pub use super::commit::{CommitResults, GroupContext};
+use super::consumer_protocol::{decode_assignment, decode_subscription, Subscription};
+pub use super::error::{CommitError, GroupError};
 use super::heartbeat::{self, HeartbeatSettings};
-use super::membership::{ErrorContext, FatalError, RebalanceEvent};
+use super::membership::{ErrorContext, RebalanceEvent};
 use super::requests::{self, JoinParams, MemberIdentity};
 use super::session::{
-    membership_refusal, CommitRefusal, JoinAnswer, JoinStart, LostHook, LostReason, NextStep,
-    Refusal, Shared, Timeouts,
+    JoinAnswer, JoinStart, LostHook, LostReason, NextStep, Refusal, Shared, Timeouts,
 };
-use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
+use crate::wire::{self, Client, ClientConfig, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// What a group member needs to know beyond the connection settings.
@@ -49,112 +51,6 @@ pub struct GroupConfig {
     /// `max.poll.interval.ms`, also the rebalance timeout (as in Java).
     pub max_poll_interval: Duration,
 }
-
-/// Why the membership cannot go on.
-#[derive(Debug)]
-pub enum GroupError {
-    /// The coordinator refused us for good (FENCED_INSTANCE_ID, authorization, ...).
-    Fatal(FatalError),
-    /// The network or the broker failed beyond the client's retries.
-    Wire(WireError),
-    /// `partition.assignment.strategy` cannot be used with this subscription.
-    Strategy(JoinProtocolError),
-    /// As leader, we could not compute or encode the assignment.
-    Leader(LeaderError),
-    /// The coordinator picked an assignor we did not offer.
-    UnknownAssignor(String),
-    /// The assignment bytes the coordinator relayed are malformed.
-    Assignment(DecodeError),
-    /// The heartbeat thread could not be started.
-    Thread(std::io::Error),
-    /// The member was closed.
-    Closed,
-}
-
-impl fmt::Display for GroupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GroupError::Fatal(e) => write!(f, "{e}"),
-            GroupError::Wire(e) => write!(f, "group coordination failed: {e}"),
-            GroupError::Strategy(e) => write!(f, "partition.assignment.strategy: {e}"),
-            GroupError::Leader(e) => write!(f, "as group leader: {e}"),
-            GroupError::UnknownAssignor(name) => {
-                write!(
-                    f,
-                    "the coordinator selected assignor {name:?}, which we did not offer"
-                )
-            }
-            GroupError::Assignment(e) => {
-                write!(f, "malformed assignment from the coordinator: {e}")
-            }
-            GroupError::Thread(e) => write!(f, "cannot start the heartbeat thread: {e}"),
-            GroupError::Closed => write!(f, "the group member is closed"),
-        }
-    }
-}
-
-impl std::error::Error for GroupError {}
-
-impl From<WireError> for GroupError {
-    fn from(e: WireError) -> Self {
-        GroupError::Wire(e)
-    }
-}
-
-/// Each partition's own commit result: one refused partition does not fail the others.
-pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
-
-/// Why a group commit was not made.
-#[derive(Debug)]
-pub enum CommitError {
-    /// The member is not in a generation (it lost its assignment, or has not joined yet). A
-    /// commit now would carry generation -1 and no member id, which Kafka accepts for an empty
-    /// group as if it came from outside any group: so none is sent.
-    NotInGeneration {
-        /// The group.
-        group_id: String,
-    },
-    /// The generation this commit was made for is over: the member lost its assignment or
-    /// rejoined since, and the partitions may be another member's now. Nothing was sent.
-    GenerationOver {
-        /// The generation the commit was made for.
-        generation_id: i32,
-        /// The member's generation now (-1 when it has none).
-        current_generation_id: i32,
-    },
-    /// The request failed.
-    Wire(WireError),
-}
-
-impl fmt::Display for CommitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CommitError::NotInGeneration { group_id } => write!(
-                f,
-                "not committing: not in a generation of group {group_id:?} (the assignment was \
-                 lost or not received yet)"
-            ),
-            CommitError::GenerationOver {
-                generation_id,
-                current_generation_id,
-            } => write!(
-                f,
-                "not committing: generation {generation_id} is over (now {current_generation_id})"
-            ),
-            CommitError::Wire(e) => write!(f, "offset commit failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for CommitError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CommitError::Wire(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
 /// Receives the membership's events on the poll thread.
 ///
 /// Revocation callbacks get a [`GroupContext`] whose `commit` carries the generation the
@@ -167,116 +63,6 @@ pub trait RebalanceListener {
     /// These partitions were taken away without a handoff: do not commit them. They were already
     /// fenced through the [`LostHook`] when the loss was detected.
     fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason);
-}
-
-/// The group as seen from inside a listener callback: the client and a commit bound to the current
-/// generation.
-pub struct GroupContext<'a> {
-    client: &'a mut Client,
-    shared: &'a Shared,
-    group_id: &'a str,
-    instance_id: Option<&'a str>,
-    identity: MemberIdentity,
-    leader: bool,
-}
-
-impl GroupContext<'_> {
-    /// True when this member computed the group's assignment in this generation.
-    pub fn is_leader(&self) -> bool {
-        self.leader
-    }
-
-    /// The wire client, e.g. to fetch committed offsets of newly assigned partitions.
-    pub fn client(&mut self) -> &mut Client {
-        self.client
-    }
-
-    /// The generation this context commits in.
-    pub fn generation_id(&self) -> i32 {
-        self.identity.generation_id
-    }
-
-    /// Our member id.
-    pub fn member_id(&self) -> &str {
-        &self.identity.member_id
-    }
-
-    /// Commits synchronously with this generation and member id. Inside a callback, a refusal
-    /// that ends the membership asks for a rejoin rather than a loss: a revocation has fenced
-    /// its partitions already, and the JoinGroup that follows learns the same.
-    pub fn commit(
-        &mut self,
-        offsets: &[wire::OffsetCommitEntry],
-    ) -> Result<CommitResults, CommitError> {
-        commit_offsets(
-            self.client,
-            self.shared,
-            self.group_id,
-            self.instance_id,
-            &self.identity,
-            offsets,
-            false,
-        )
-    }
-}
-
-/// Commits `offsets` carrying `identity`. The caller gets each partition's error, and must not
-/// retry it into success: the partitions may belong to someone else now.
-///
-/// When the coordinator says the membership itself is over (UNKNOWN_MEMBER_ID: we were removed,
-/// ILLEGAL_GENERATION: the group moved on without us, FENCED_INSTANCE_ID: another process took
-/// our `group.instance.id`) and the commit is the application's, between polls
-/// (`between_polls`), the assignment ends here as lost, the way the heartbeat thread ends it on
-/// the same answers: fenced through the hook at once, reported as lost at the next poll, never
-/// revoked (a revocation would let in-flight work run on under leases that still look current,
-/// and commit again with the dead identity). See [`SessionState::commit_refused`].
-fn commit_offsets(
-    client: &mut Client,
-    shared: &Shared,
-    group_id: &str,
-    instance_id: Option<&str>,
-    identity: &MemberIdentity,
-    offsets: &[wire::OffsetCommitEntry],
-    between_polls: bool,
-) -> Result<CommitResults, CommitError> {
-    shared
-        .lock()
-        .may_commit(identity)
-        .map_err(|refusal| match refusal {
-            CommitRefusal::NotInGeneration => CommitError::NotInGeneration {
-                group_id: group_id.to_string(),
-            },
-            CommitRefusal::GenerationOver {
-                current_generation_id,
-            } => CommitError::GenerationOver {
-                generation_id: identity.generation_id,
-                current_generation_id,
-            },
-        })?;
-    let who = CommitIdentity {
-        group_id,
-        generation_id_or_member_epoch: identity.generation_id,
-        member_id: &identity.member_id,
-        group_instance_id: instance_id,
-    };
-    let results = client
-        .offset_commit(&who, offsets)
-        .map_err(CommitError::Wire)?;
-    let refusal = membership_refusal(
-        results
-            .iter()
-            .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code)),
-    );
-    if let Some(code) = refusal {
-        let ctx = ErrorContext {
-            group_id,
-            group_instance_id: instance_id,
-        };
-        shared
-            .lock()
-            .commit_refused(identity, code, between_polls, &ctx);
-    }
-    Ok(results)
 }
 
 /// A consumer-group member (classic protocol) with its background heartbeat thread.
@@ -411,15 +197,14 @@ impl GroupMember {
     }
 
     fn context(&mut self, identity: MemberIdentity) -> GroupContext<'_> {
-        let leader = self.leader;
-        GroupContext {
-            client: &mut self.client,
-            shared: &self.shared,
-            group_id: &self.config.group_id,
-            instance_id: self.config.group_instance_id.as_deref(),
+        GroupContext::new(
+            &mut self.client,
+            &self.shared,
+            &self.config.group_id,
+            self.config.group_instance_id.as_deref(),
             identity,
-            leader,
-        }
+            self.leader,
+        )
     }
 
     /// Drives the membership: reports losses, and joins or rejoins when needed, calling the

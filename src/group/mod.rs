@@ -35,6 +35,8 @@ pub use membership::{
     RebalancePlan,
 };
 
+mod commit;
+mod error;
 mod heartbeat;
 pub mod member;
 mod quirks;

@@ -1116,3 +1116,62 @@ fn a_member_that_missed_a_round_rejoins_the_group_and_it_settles() {
         vec![lost(&[2, 3], LostReason::SessionExpired)]
     );
 }
+
+#[test]
+fn a_member_with_no_assignor_in_common_fails_for_good_and_owns_nothing() {
+    let (mut c, _a) = alone(Strategy::CooperativeSticky);
+    let mut b = TestMember::new(Strategy::Range, None, c.now());
+    let refusal = b.start_join(&mut c).expect_err("refused");
+    let Refusal::Fatal(fatal) = refusal else {
+        panic!("INCONSISTENT_GROUP_PROTOCOL must be fatal: {refusal:?}");
+    };
+    assert_eq!(fatal.code, KafkaCode::INCONSISTENT_GROUP_PROTOCOL);
+    assert!(fatal.message.contains("orders"), "{}", fatal.message);
+    assert_eq!(b.session.identity(), &MemberIdentity::unjoined());
+    assert_eq!(b.session.phase(), Phase::Unjoined);
+    assert!(b.fenced().is_empty(), "it owned nothing to fence");
+}
+
+#[test]
+fn a_coordinator_that_moved_during_a_join_is_looked_up_again_and_the_round_retried() {
+    let (mut c, mut a) = alone(Strategy::CooperativeSticky);
+    c.begin_rebalance();
+    a.tick(&mut c);
+    c.moved = true;
+    let refusal = a.start_join(&mut c).expect_err("refused");
+    assert!(
+        matches!(refusal, Refusal::Retry { rediscover: true, ref why } if why.contains("coordinator moved")),
+        "{refusal:?}"
+    );
+    // Nothing is lost: a cooperative member keeps its partitions, and the round is retried.
+    assert_eq!(a.session.phase(), Phase::Unjoined);
+    assert_eq!(a.session.owned().len(), 4);
+    assert!(a.fenced().is_empty());
+    assert_eq!(
+        a.session.next_step(),
+        NextStep::Join("the group is rebalancing".to_string())
+    );
+    c.moved = false;
+    settle(&mut c, &mut [&mut a], &four_partitions());
+    assert_eq!(a.take_callbacks(), vec![assigned(2, &[])]);
+}
+
+#[test]
+fn a_heartbeat_that_hears_of_a_moved_coordinator_keeps_the_session_running_from_its_last_answer() {
+    let (mut c, mut a) = alone(Strategy::Range);
+    c.moved = true;
+    for _ in 0..3 {
+        c.advance(TICK);
+        let (_, verdict) = a.tick(&mut c);
+        assert_eq!(verdict, Some(HeartbeatVerdict::RediscoverCoordinator));
+    }
+    assert!(a.fenced().is_empty());
+    c.advance(TICK);
+    a.tick(&mut c);
+    assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
+    a.report();
+    assert_eq!(
+        a.take_callbacks(),
+        vec![lost(&[0, 1, 2, 3], LostReason::SessionExpired)]
+    );
+}

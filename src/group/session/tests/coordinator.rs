@@ -63,6 +63,8 @@ impl JoinReply {
 
 struct Known {
     instance_id: Option<String>,
+    /// The assignor names of its last JoinGroup.
+    protocols: Option<Vec<String>>,
     last_heard: Instant,
     /// The protocols it sent in this round's JoinGroup; None until it joined this round.
     joined: Option<Vec<(String, Bytes)>>,
@@ -85,6 +87,9 @@ pub(super) struct Coordinator {
     assignments: Option<BTreeMap<String, Bytes>>,
     /// Every commit it accepted: (member id, generation).
     pub(super) commits: Vec<(String, i32)>,
+    /// True while this broker is no longer the group's coordinator: every group request is
+    /// answered NOT_COORDINATOR.
+    pub(super) moved: bool,
 }
 
 impl Coordinator {
@@ -102,6 +107,7 @@ impl Coordinator {
             join_replies: BTreeMap::new(),
             assignments: None,
             commits: Vec::new(),
+            moved: false,
         }
     }
 
@@ -156,6 +162,9 @@ impl Coordinator {
     }
 
     fn check(&self, member_id: &str) -> Result<(), KafkaCode> {
+        if self.moved {
+            return Err(KafkaCode::NOT_COORDINATOR);
+        }
         if self.fenced.contains(member_id) {
             return Err(KafkaCode::FENCED_INSTANCE_ID);
         }
@@ -172,6 +181,26 @@ impl Coordinator {
 
     /// JoinGroup. `None` while the round waits for other members.
     pub(super) fn join(&mut self, request: JoinRequest) -> Option<JoinReply> {
+        if self.moved {
+            return Some(JoinReply::refused(
+                KafkaCode::NOT_COORDINATOR,
+                &request.member_id,
+            ));
+        }
+        // Every member must share at least one assignor with the others.
+        let offered: BTreeSet<&str> = request.protocols.iter().map(|(n, _)| n.as_str()).collect();
+        let inconsistent = self
+            .members
+            .iter()
+            .filter(|(id, _)| **id != request.member_id)
+            .filter_map(|(_, m)| m.protocols.as_ref())
+            .any(|theirs| !theirs.iter().any(|n| offered.contains(n.as_str())));
+        if inconsistent {
+            return Some(JoinReply::refused(
+                KafkaCode::INCONSISTENT_GROUP_PROTOCOL,
+                &request.member_id,
+            ));
+        }
         let mut member_id = request.member_id.clone();
         if member_id.is_empty() {
             member_id = self.new_member_id();
@@ -197,6 +226,7 @@ impl Coordinator {
                         member_id.clone(),
                         Known {
                             instance_id: None,
+                            protocols: None,
                             last_heard: self.now,
                             joined: None,
                         },
@@ -211,6 +241,7 @@ impl Coordinator {
                 member_id.clone(),
                 Known {
                     instance_id: request.instance_id.clone(),
+                    protocols: None,
                     last_heard: self.now,
                     joined: None,
                 },
@@ -223,6 +254,7 @@ impl Coordinator {
         let now = self.now;
         if let Some(member) = self.members.get_mut(&member_id) {
             member.last_heard = now;
+            member.protocols = Some(request.protocols.iter().map(|(n, _)| n.clone()).collect());
             member.joined = Some(request.protocols);
         }
         if !self.join_order.contains(&member_id) {

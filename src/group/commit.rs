@@ -1,0 +1,141 @@
+//! Offset commits bound to a generation: the one place that sends a group commit, checks it
+//! against the session right before the request, and feeds a refusal back to the session.
+
+use super::error::CommitError;
+use super::membership::ErrorContext;
+use super::requests::MemberIdentity;
+use super::session::{membership_refusal, CommitRefusal, Shared};
+use crate::wire::{self, Client, CommitIdentity, WireError};
+use crate::TopicPartition;
+
+/// Each partition's own commit result: one refused partition does not fail the others.
+pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
+
+/// The group as seen from inside a listener callback: the client and a commit bound to the current
+/// generation.
+pub struct GroupContext<'a> {
+    client: &'a mut Client,
+    shared: &'a Shared,
+    group_id: &'a str,
+    instance_id: Option<&'a str>,
+    identity: MemberIdentity,
+    leader: bool,
+}
+
+impl<'a> GroupContext<'a> {
+    /// The context of one callback, committing as `identity`.
+    pub(super) fn new(
+        client: &'a mut Client,
+        shared: &'a Shared,
+        group_id: &'a str,
+        instance_id: Option<&'a str>,
+        identity: MemberIdentity,
+        leader: bool,
+    ) -> Self {
+        GroupContext {
+            client,
+            shared,
+            group_id,
+            instance_id,
+            identity,
+            leader,
+        }
+    }
+
+    /// True when this member computed the group's assignment in this generation.
+    pub fn is_leader(&self) -> bool {
+        self.leader
+    }
+
+    /// The wire client, e.g. to fetch committed offsets of newly assigned partitions.
+    pub fn client(&mut self) -> &mut Client {
+        self.client
+    }
+
+    /// The generation this context commits in.
+    pub fn generation_id(&self) -> i32 {
+        self.identity.generation_id
+    }
+
+    /// Our member id.
+    pub fn member_id(&self) -> &str {
+        &self.identity.member_id
+    }
+
+    /// Commits synchronously with this generation and member id. Inside a callback, a refusal
+    /// that ends the membership asks for a rejoin rather than a loss: a revocation has fenced
+    /// its partitions already, and the JoinGroup that follows learns the same.
+    pub fn commit(
+        &mut self,
+        offsets: &[wire::OffsetCommitEntry],
+    ) -> Result<CommitResults, CommitError> {
+        commit_offsets(
+            self.client,
+            self.shared,
+            self.group_id,
+            self.instance_id,
+            &self.identity,
+            offsets,
+            false,
+        )
+    }
+}
+
+/// Commits `offsets` carrying `identity`. The caller gets each partition's error, and must not
+/// retry it into success: the partitions may belong to someone else now.
+///
+/// When the coordinator says the membership itself is over (UNKNOWN_MEMBER_ID: we were removed,
+/// ILLEGAL_GENERATION: the group moved on without us, FENCED_INSTANCE_ID: another process took
+/// our `group.instance.id`) and the commit is the application's, between polls
+/// (`between_polls`), the assignment ends here as lost, the way the heartbeat thread ends it on
+/// the same answers: fenced through the hook at once, reported as lost at the next poll, never
+/// revoked (a revocation would let in-flight work run on under leases that still look current,
+/// and commit again with the dead identity). See [`SessionState::commit_refused`].
+pub(super) fn commit_offsets(
+    client: &mut Client,
+    shared: &Shared,
+    group_id: &str,
+    instance_id: Option<&str>,
+    identity: &MemberIdentity,
+    offsets: &[wire::OffsetCommitEntry],
+    between_polls: bool,
+) -> Result<CommitResults, CommitError> {
+    shared
+        .lock()
+        .may_commit(identity)
+        .map_err(|refusal| match refusal {
+            CommitRefusal::NotInGeneration => CommitError::NotInGeneration {
+                group_id: group_id.to_string(),
+            },
+            CommitRefusal::GenerationOver {
+                current_generation_id,
+            } => CommitError::GenerationOver {
+                generation_id: identity.generation_id,
+                current_generation_id,
+            },
+        })?;
+    let who = CommitIdentity {
+        group_id,
+        generation_id_or_member_epoch: identity.generation_id,
+        member_id: &identity.member_id,
+        group_instance_id: instance_id,
+    };
+    let results = client
+        .offset_commit(&who, offsets)
+        .map_err(CommitError::Wire)?;
+    let refusal = membership_refusal(
+        results
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().err().and_then(WireError::kafka_code)),
+    );
+    if let Some(code) = refusal {
+        let ctx = ErrorContext {
+            group_id,
+            group_instance_id: instance_id,
+        };
+        shared
+            .lock()
+            .commit_refused(identity, code, between_polls, &ctx);
+    }
+    Ok(results)
+}
