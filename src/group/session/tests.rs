@@ -1175,3 +1175,51 @@ fn a_heartbeat_that_hears_of_a_moved_coordinator_keeps_the_session_running_from_
         vec![lost(&[0, 1, 2, 3], LostReason::SessionExpired)]
     );
 }
+
+#[test]
+fn a_static_member_past_max_poll_interval_is_fenced_but_does_not_leave_the_group() {
+    let now = Instant::now();
+    let mut c = Coordinator::new(now, SESSION);
+    let mut a = TestMember::new(Strategy::Range, Some("worker-7"), now);
+    settle(&mut c, &mut [&mut a], &four_partitions());
+    a.take_callbacks();
+    a.session.leave_poll(c.now());
+    let mut dues = Vec::new();
+    for _ in 0..11 {
+        c.advance(TICK);
+        dues.push(a.tick(&mut c).0);
+    }
+    // 30 s is not past max.poll.interval.ms; 33 s is.
+    assert!(dues[..10]
+        .iter()
+        .all(|d| matches!(d, HeartbeatDue::Send(_))));
+    assert!(matches!(dues[10], HeartbeatDue::LeaveAfterPollTimeout(_)));
+    assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
+    // A static member keeps its place at the coordinator (it may come back within the
+    // session), so no LeaveGroup was sent.
+    assert_eq!(c.member_ids(), vec!["member-1".to_string()]);
+    a.report();
+    assert_eq!(
+        a.take_callbacks(),
+        vec![lost(&[0, 1, 2, 3], LostReason::PollTimeout)]
+    );
+}
+
+#[test]
+fn a_rebalance_heard_twice_asks_for_one_rejoin() {
+    let (mut c, mut a) = alone(Strategy::CooperativeSticky);
+    c.begin_rebalance();
+    assert_eq!(
+        a.tick(&mut c).1,
+        Some(HeartbeatVerdict::Rebalancing { first: true })
+    );
+    c.advance(TICK);
+    assert_eq!(
+        a.tick(&mut c).1,
+        Some(HeartbeatVerdict::Rebalancing { first: false })
+    );
+    assert_eq!(a.session.rejoin_reason(), Some("the group is rebalancing"));
+    // Heartbeats go on while a rejoin is pending, and keep the partitions.
+    assert_eq!(a.session.owned().len(), 4);
+    assert!(a.fenced().is_empty());
+}
