@@ -24,7 +24,7 @@ pub use super::commit::{CommitResults, GroupContext};
 use super::consumer_protocol::{decode_assignment, decode_subscription, Subscription};
 pub use super::error::{CommitError, GroupError};
 use super::heartbeat::{self, HeartbeatSettings};
-use super::membership::{ErrorContext, RebalanceEvent};
+use super::membership::{on_lost, ErrorContext, RebalanceEvent};
 use super::requests::{self, JoinParams, MemberIdentity};
 use super::session::{
     JoinAnswer, JoinStart, LostHook, LostReason, NextStep, Refusal, Shared, Timeouts,
@@ -255,8 +255,10 @@ impl GroupMember {
     fn report_losses(&mut self, listener: &mut dyn RebalanceListener) -> Result<(), GroupError> {
         let (lost, fatal) = self.shared.lock().take_reports();
         for (partitions, reason) in lost {
-            if !partitions.is_empty() {
-                listener.on_partitions_lost(&partitions, &reason);
+            for event in on_lost(&partitions) {
+                if let RebalanceEvent::Lost(partitions) = event {
+                    listener.on_partitions_lost(&partitions, &reason);
+                }
             }
         }
         match fatal {
