@@ -1,0 +1,183 @@
+//! The guard's vocabulary: its configuration, the owner status of a partition, the lease an
+//! admitted message carries, what a flush and a commit are handed, and the reports and snapshots
+//! the guard gives back. The state machine that uses them is in the parent module.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::error::{BoxError, CommitFailure, GuardConfigError};
+use super::storm::StormStatus;
+use crate::TopicPartition;
+
+/// Tunables of the guard. The defaults suit a worker that handles up to a few thousand messages
+/// per second and rebalances rarely.
+#[derive(Debug, Clone)]
+pub struct GuardConfig {
+    /// How many recently processed idempotency keys to remember. Bounded because a consumer runs
+    /// for weeks; an unbounded set is a slow memory leak. Zero disables duplicate detection.
+    pub idempotency_capacity: usize,
+    /// The sliding window over which rebalances are counted.
+    pub storm_window: Duration,
+    /// Rebalances within `storm_window` that make a storm. Zero disables storm detection.
+    pub storm_threshold: usize,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            idempotency_capacity: 100_000,
+            storm_window: Duration::from_secs(300),
+            storm_threshold: 5,
+        }
+    }
+}
+
+impl GuardConfig {
+    /// Checks the settings, naming the one at fault.
+    pub fn validate(&self) -> Result<(), GuardConfigError> {
+        if self.storm_threshold > 0 && self.storm_window.is_zero() {
+            return Err(GuardConfigError {
+                setting: "storm_window",
+                rule: "must be greater than zero when storm_threshold is set",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether this member may do work for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerStatus {
+    /// Assigned to this member: messages are admitted.
+    Owned,
+    /// Being revoked: fenced against new messages, in-flight work is draining, completions of the
+    /// current epoch still count.
+    Draining,
+    /// Handed off cleanly.
+    Revoked,
+    /// Taken away without a handoff (session timeout, poll interval overrun, fenced generation).
+    Lost,
+}
+
+impl fmt::Display for OwnerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Owned => "owned",
+            Self::Draining => "being revoked",
+            Self::Revoked => "revoked",
+            Self::Lost => "lost",
+        })
+    }
+}
+
+/// Proof that a message was admitted under a given assignment of its partition.
+///
+/// Work that finishes after its partition moved carries a lease from an older epoch; the guard
+/// recognises it as stale ([`RebalanceGuard::is_current`]) so the worker can skip the side effect,
+/// and refuses its completion so it never counts as this member's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The message offset.
+    pub offset: i64,
+    /// The partition's assignment epoch when the message was admitted.
+    pub epoch: u64,
+}
+
+/// What a revocation hands the caller's flush function for one partition.
+#[derive(Debug)]
+pub struct FlushBatch<M> {
+    /// The partition being revoked.
+    pub partition: TopicPartition,
+    /// Admitted messages the caller never took out of the guard, in offset order: hand them to
+    /// the executor now.
+    pub buffered: Vec<(i64, M)>,
+    /// Offsets handed out earlier (queued or started) and not completed yet: cancel the ones that
+    /// have not started ([`RebalanceGuard::cancel_unstarted`]) and wait, boundedly, for the rest.
+    pub running: Vec<i64>,
+}
+
+/// One position to commit: the offset of the next message to read (`last processed + 1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOffset {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The next offset to read.
+    pub next_offset: i64,
+}
+
+/// The caller's flush: hand the buffered messages to the executor and wait (boundedly) for the
+/// running ones; `Ok` vouches that all of the partition's admitted work is finished.
+pub type FlushFn<'a, M> = dyn FnMut(FlushBatch<M>) -> Result<(), BoxError> + 'a;
+
+/// The caller's synchronous offset commit, carrying the current generation and member id (or
+/// member epoch).
+pub type CommitFn<'a> = dyn FnMut(&[CommitOffset]) -> Result<(), CommitFailure> + 'a;
+
+/// What a revocation did, when every partition was handed off.
+#[derive(Debug, Default)]
+pub struct RevokeReport {
+    /// The positions committed.
+    pub committed: Vec<CommitOffset>,
+    /// Partitions that had no new progress to commit.
+    pub unchanged: Vec<TopicPartition>,
+    /// The storm detector's view after this rebalance.
+    pub storm: Option<StormStatus>,
+}
+
+/// What a loss discarded.
+#[derive(Debug, Default)]
+pub struct LostReport {
+    /// Partitions that were fenced by this call.
+    pub fenced: Vec<TopicPartition>,
+    /// Admitted messages dropped without flush or commit; they will be redelivered elsewhere.
+    pub discarded: usize,
+    /// The storm detector's view after this rebalance.
+    pub storm: Option<StormStatus>,
+}
+
+/// A point-in-time view of one partition, for stats lines and dashboards (the
+/// "operational signals").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSnapshot {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Assignment epoch; increases on every assign, revoke and loss.
+    pub epoch: u64,
+    /// Ownership status.
+    pub status: OwnerStatus,
+    /// Highest offset admitted in the current assignment.
+    pub highest_admitted: Option<i64>,
+    /// Last offset of the contiguous completed prefix.
+    pub contiguous_completed: Option<i64>,
+    /// The last position committed through the guard (the next offset to read).
+    pub last_committed: Option<i64>,
+    /// Admitted messages not finished yet.
+    pub in_flight: usize,
+    /// Age of the oldest pending message.
+    pub oldest_in_flight_age: Option<Duration>,
+    /// Messages refused as duplicates.
+    pub duplicates_rejected: u64,
+    /// Messages refused as offset regressions.
+    pub regressions_rejected: u64,
+    /// Messages refused because the partition was fenced.
+    pub fenced_rejected: u64,
+    /// Work that finished after its partition was revoked or lost (stale leases).
+    pub completed_after_revocation: u64,
+    /// How many times this partition was revoked or lost.
+    pub rebalances: u64,
+}
+
+/// A point-in-time view of the whole guard.
+#[derive(Debug, Clone)]
+pub struct GuardSnapshot {
+    /// Every partition this guard has ever been assigned, sorted.
+    pub partitions: Vec<PartitionSnapshot>,
+    /// Rebalances counted since the guard was created (revoke + assign counted once).
+    pub rebalances: u64,
+    /// The storm detector's current view.
+    pub storm: StormStatus,
+    /// Idempotency keys currently remembered.
+    pub remembered_keys: usize,
+}
