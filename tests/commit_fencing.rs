@@ -8,19 +8,16 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerError};
-use rebalance_guard::group::{
-    GroupConfig, GroupContext, GroupMember, LostReason, RebalanceListener,
-};
 use rebalance_guard::guard::{Lease, OwnerStatus};
-use rebalance_guard::wire::{ClientConfig, OffsetCommitEntry};
+use rebalance_guard::wire::OffsetCommitEntry;
 use rebalance_guard::TopicPartition;
 use support::consumer::{committed, config, produce_to_each_partition};
+use support::ours::{direct_member, Recorder};
 use support::{unique_name, BrokerKind, MockCluster, MockOptions};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -124,25 +121,6 @@ fn fenced_instance_id_on_commit_is_fatal_and_names_the_instance_mock() {
     );
 }
 
-#[derive(Default)]
-struct Quiet {
-    assigned: Vec<TopicPartition>,
-    lost: Vec<String>,
-}
-
-impl RebalanceListener for Quiet {
-    fn on_partitions_revoked(&mut self, _: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
-        self.assigned.retain(|tp| !partitions.contains(tp));
-    }
-    fn on_partitions_assigned(&mut self, _: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
-        self.assigned.extend(partitions.iter().cloned());
-    }
-    fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
-        self.assigned.retain(|tp| !partitions.contains(tp));
-        self.lost.push(format!("{reason:?}"));
-    }
-}
-
 /// After the member lost its assignment (here: evicted for exceeding max.poll.interval.ms, and
 /// it left the group, which is now empty), a commit must not go out: it would carry generation
 /// -1 and no member id, which Kafka accepts for an empty group. It is refused before any I/O and
@@ -154,25 +132,13 @@ fn no_commit_leaves_outside_a_generation_kafka() {
     let topic = unique_name("gen");
     let group = unique_name("gen-group");
     broker.create_topic(&topic, 1);
-    let fenced = Arc::new(AtomicUsize::new(0));
-    let hook_fenced = fenced.clone();
-    let mut member = GroupMember::new(
-        GroupConfig {
-            group_id: group.clone(),
-            group_instance_id: None,
-            topics: vec![topic.clone()],
-            strategies: vec![rebalance_guard::group::Strategy::Range],
-            session_timeout: Duration::from_millis(6000),
-            heartbeat_interval: Duration::from_millis(100),
-            max_poll_interval: Duration::from_millis(1000),
-        },
-        ClientConfig::from_bootstrap_str(&broker.bootstrap()),
-        Arc::new(move |_: &[TopicPartition]| {
-            hook_fenced.fetch_add(1, Ordering::SeqCst);
-        }),
-    )
-    .expect("member");
-    let mut listener = Quiet::default();
+    let (mut member, fenced) = direct_member(
+        &broker.bootstrap(),
+        &group,
+        vec![topic.clone()],
+        Duration::from_millis(1000),
+    );
+    let mut listener = Recorder::default();
     let deadline = Instant::now() + WAIT;
     while listener.assigned.is_empty() {
         assert!(Instant::now() < deadline, "no assignment");

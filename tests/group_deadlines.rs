@@ -12,45 +12,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::group::{
-    GroupConfig, GroupContext, GroupMember, LostReason, RebalanceListener,
-};
-use rebalance_guard::wire::ClientConfig;
+use rebalance_guard::group::GroupMember;
 use rebalance_guard::TopicPartition;
+use support::ours::{direct_member, Recorder};
 use support::{unique_name, Broker, BrokerKind};
-
-/// A listener that records what it was told, and takes `assign_delay` in each assignment (a
-/// consumer's callback looks up positions and may wait for a drain there).
-#[derive(Default)]
-struct Recorder {
-    assign_delay: Duration,
-    assigned: Vec<TopicPartition>,
-    lost: Vec<(Vec<TopicPartition>, String)>,
-}
-
-impl RebalanceListener for Recorder {
-    fn on_partitions_revoked(
-        &mut self,
-        _ctx: &mut GroupContext<'_>,
-        partitions: &[TopicPartition],
-    ) {
-        self.assigned.retain(|tp| !partitions.contains(tp));
-    }
-
-    fn on_partitions_assigned(
-        &mut self,
-        _ctx: &mut GroupContext<'_>,
-        partitions: &[TopicPartition],
-    ) {
-        thread::sleep(self.assign_delay);
-        self.assigned.extend(partitions.iter().cloned());
-    }
-
-    fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
-        self.assigned.retain(|tp| !partitions.contains(tp));
-        self.lost.push((partitions.to_vec(), format!("{reason:?}")));
-    }
-}
 
 struct Setup {
     broker: Box<dyn Broker>,
@@ -69,26 +34,13 @@ fn setup(partitions: u32) -> Setup {
     }
 }
 
-fn member(s: &Setup, max_poll_interval: Duration, fenced: Arc<AtomicUsize>) -> GroupMember {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let config = GroupConfig {
-        group_id: s.group.clone(),
-        group_instance_id: None,
-        topics: vec![s.topic.clone()],
-        strategies: vec![rebalance_guard::group::Strategy::Range],
-        session_timeout: Duration::from_millis(6000),
-        heartbeat_interval: Duration::from_millis(100),
+fn member(s: &Setup, max_poll_interval: Duration) -> (GroupMember, Arc<AtomicUsize>) {
+    direct_member(
+        &s.broker.bootstrap(),
+        &s.group,
+        vec![s.topic.clone()],
         max_poll_interval,
-    };
-    let hook = Arc::new(move |_: &[TopicPartition]| {
-        fenced.fetch_add(1, Ordering::SeqCst);
-    });
-    GroupMember::new(
-        config,
-        ClientConfig::from_bootstrap_str(&s.broker.bootstrap()),
-        hook,
     )
-    .expect("member")
 }
 
 /// A rebalance callback that takes longer than max.poll.interval.ms (1 s here, the callback
@@ -99,8 +51,7 @@ fn member(s: &Setup, max_poll_interval: Duration, fenced: Arc<AtomicUsize>) -> G
 #[test]
 fn time_inside_the_rebalance_callbacks_does_not_count_against_max_poll_interval_kafka() {
     let s = setup(2);
-    let fenced = Arc::new(AtomicUsize::new(0));
-    let mut m = member(&s, Duration::from_millis(1000), fenced.clone());
+    let (mut m, fenced) = member(&s, Duration::from_millis(1000));
     let mut listener = Recorder {
         assign_delay: Duration::from_millis(1500),
         ..Recorder::default()
@@ -133,8 +84,7 @@ fn time_inside_the_rebalance_callbacks_does_not_count_against_max_poll_interval_
 #[test]
 fn poll_with_an_unbounded_timeout_returns_once_stable_kafka() {
     let s = setup(1);
-    let fenced = Arc::new(AtomicUsize::new(0));
-    let mut m = member(&s, Duration::from_secs(30), fenced);
+    let (mut m, _) = member(&s, Duration::from_secs(30));
     let mut listener = Recorder::default();
     m.poll(&mut listener, Duration::MAX).expect("poll");
     assert_eq!(
@@ -196,30 +146,18 @@ fn a_session_that_cannot_be_renewed_while_rejoining_fences_the_kept_partitions_m
 #[test]
 fn topics_that_do_not_exist_do_not_hold_up_the_leader_kafka() {
     let s = setup(2);
-    let fenced = Arc::new(AtomicUsize::new(0));
-    let config = GroupConfig {
-        group_id: s.group.clone(),
-        group_instance_id: None,
-        topics: vec![
-            s.topic.clone(),
-            unique_name("missing"),
-            unique_name("missing"),
-            unique_name("missing"),
-        ],
-        strategies: vec![rebalance_guard::group::Strategy::Range],
-        session_timeout: Duration::from_millis(6000),
-        heartbeat_interval: Duration::from_millis(500),
-        max_poll_interval: Duration::from_secs(30),
-    };
-    let hook_fenced = fenced.clone();
-    let mut m = GroupMember::new(
-        config,
-        ClientConfig::from_bootstrap_str(&s.broker.bootstrap()),
-        Arc::new(move |_: &[TopicPartition]| {
-            hook_fenced.fetch_add(1, Ordering::SeqCst);
-        }),
-    )
-    .expect("member");
+    let topics = vec![
+        s.topic.clone(),
+        unique_name("missing"),
+        unique_name("missing"),
+        unique_name("missing"),
+    ];
+    let (mut m, fenced) = direct_member(
+        &s.broker.bootstrap(),
+        &s.group,
+        topics,
+        Duration::from_secs(30),
+    );
     let mut listener = Recorder::default();
     let started = Instant::now();
     while listener.assigned.len() < 2 {

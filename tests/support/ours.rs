@@ -2,7 +2,7 @@
 //! tests can watch its events and ownership next to peer members.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -281,4 +281,58 @@ impl Drop for OurMember {
             let _ = thread.join();
         }
     }
+}
+
+/// A listener for a member driven on the test's own thread (no poll thread of its own): records
+/// what it was told, and takes `assign_delay` in each assignment (a consumer's callback looks
+/// up positions and may wait for a drain there).
+#[derive(Default)]
+pub struct Recorder {
+    pub assign_delay: Duration,
+    pub assigned: Vec<TopicPartition>,
+    pub lost: Vec<(Vec<TopicPartition>, String)>,
+}
+
+impl RebalanceListener for Recorder {
+    fn on_partitions_revoked(&mut self, _: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
+        self.assigned.retain(|tp| !partitions.contains(tp));
+    }
+
+    fn on_partitions_assigned(&mut self, _: &mut GroupContext<'_>, partitions: &[TopicPartition]) {
+        thread::sleep(self.assign_delay);
+        self.assigned.extend(partitions.iter().cloned());
+    }
+
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
+        self.assigned.retain(|tp| !partitions.contains(tp));
+        self.lost.push((partitions.to_vec(), format!("{reason:?}")));
+    }
+}
+
+/// A range member of `group` for `topics` with a 6 s session and 100 ms heartbeats, to be polled
+/// by the test itself; the counter tells how often its lost hook fired.
+pub fn direct_member(
+    bootstrap: &str,
+    group: &str,
+    topics: Vec<String>,
+    max_poll_interval: Duration,
+) -> (GroupMember, Arc<AtomicUsize>) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let counter = fenced.clone();
+    let config = GroupConfig {
+        group_id: group.to_string(),
+        group_instance_id: None,
+        topics,
+        strategies: vec![rebalance_guard::group::Strategy::Range],
+        session_timeout: Duration::from_millis(6000),
+        heartbeat_interval: Duration::from_millis(100),
+        max_poll_interval,
+    };
+    let hook = Arc::new(move |_: &[TopicPartition]| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    let member = GroupMember::new(config, ClientConfig::from_bootstrap_str(bootstrap), hook)
+        .expect("member");
+    (member, fenced)
 }
