@@ -124,3 +124,12 @@ impl Hasher for PartitionHasher {
         self.hash
     }
 }
+
+/// A map keyed by partition with [`PartitionHasher`]: the consumer's per-partition maps are read
+/// several times per record, and SipHash over the topic name was a tenth of the whole loop.
+pub(crate) type PartitionMap<V> =
+    std::collections::HashMap<TopicPartition, V, std::hash::BuildHasherDefault<PartitionHasher>>;
+
+/// A set of partitions with [`PartitionHasher`] (see [`PartitionMap`]).
+pub(crate) type PartitionSet =
+    std::collections::HashSet<TopicPartition, std::hash::BuildHasherDefault<PartitionHasher>>;

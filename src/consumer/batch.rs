@@ -6,7 +6,7 @@
 //! membership's rejoin flag) instead of the consumer itself, so this file depends on those parts
 //! and not on the consumer.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::group::GroupMember;
@@ -55,8 +55,14 @@ pub struct Batch<'a> {
     counters: &'a mut RebalanceCounters,
     plan: BatchPlan,
     handed: usize,
-    /// Handed-out records not completed yet, per partition: the lowest offset of each.
-    outstanding: HashMap<TopicPartition, Vec<i64>>,
+    /// Handed-out records not completed yet, in the order handed out. Few at a time (one in
+    /// `run`), and usually settled first in, first out, so a queue searched from the front
+    /// costs O(1) per record where a map rebuilt per batch grew with the partition count.
+    outstanding: VecDeque<(TopicPartition, i64)>,
+    /// When the last completed record was handed out, its processing time not measured yet:
+    /// the next [`Batch::next`] measures it with the clock reading it takes anyway, so a record
+    /// costs one clock read, not two.
+    unmeasured: Option<Instant>,
 }
 
 impl<'a> Batch<'a> {
@@ -79,7 +85,8 @@ impl<'a> Batch<'a> {
             counters,
             plan,
             handed: 0,
-            outstanding: HashMap::new(),
+            outstanding: VecDeque::new(),
+            unmeasured: None,
         }
     }
 }
@@ -99,6 +106,10 @@ impl Batch<'_> {
                 return None;
             }
             let now = Instant::now();
+            if let Some(handed_at) = self.unmeasured.take() {
+                self.sizer
+                    .record_processed(now.saturating_duration_since(handed_at));
+            }
             // Every batch hands out at least one record: an estimate inflated by one very slow
             // record must not stop batches before they start, or the consumer would livelock.
             if self.handed > 0 && self.sizer.should_stop(now) {
@@ -112,8 +123,7 @@ impl Batch<'_> {
             if self.member.rejoin_pending() {
                 return None;
             }
-            let tp = self.intake.next_ready()?;
-            let record = self.intake.pop(&tp)?;
+            let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));
             match self
                 .guard
@@ -121,7 +131,7 @@ impl Batch<'_> {
             {
                 Ok(lease) => {
                     self.handed += 1;
-                    self.outstanding.entry(tp).or_default().push(record.offset);
+                    self.outstanding.push_back((tp, record.offset));
                     return Some(Delivery {
                         record,
                         lease,
@@ -155,7 +165,12 @@ impl Batch<'_> {
 
     /// The record's side effect happened: it counts towards the committed position.
     pub fn complete(&mut self, delivery: Delivery) {
-        self.sizer.record_processed(delivery.handed_at.elapsed());
+        if self.unmeasured.is_some() {
+            // Completed without a `next` in between: measured now.
+            self.sizer.record_processed(delivery.handed_at.elapsed());
+        } else {
+            self.unmeasured = Some(delivery.handed_at);
+        }
         self.settle(&delivery);
         if let Err(error) = self.guard.complete(&delivery.lease) {
             // Its partition moved while the handler ran: the work is not our progress.
@@ -191,31 +206,46 @@ impl Batch<'_> {
     }
 
     fn settle(&mut self, delivery: &Delivery) {
-        if let Some(offsets) = self.outstanding.get_mut(&delivery.lease.partition) {
-            offsets.retain(|&o| o != delivery.record.offset);
+        let (tp, offset) = (&delivery.lease.partition, delivery.record.offset);
+        if let Some((t, o)) = self.outstanding.front() {
+            if *o == offset && t == tp {
+                self.outstanding.pop_front();
+                return;
+            }
+        }
+        if let Some(at) = self
+            .outstanding
+            .iter()
+            .position(|(t, o)| *o == offset && t == tp)
+        {
+            self.outstanding.remove(at);
         }
     }
 
     /// Forgets everything of `tp` from `offset` on and fetches it again from there.
     fn rewind(&mut self, tp: &TopicPartition, offset: i64) {
         if self.intake.rewind(self.guard, tp, offset) {
-            if let Some(offsets) = self.outstanding.get_mut(tp) {
-                offsets.retain(|&o| o < offset);
-            }
+            self.outstanding.retain(|(t, o)| t != tp || *o < offset);
         }
     }
 }
 
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        let abandoned: Vec<(TopicPartition, i64)> = self
-            .outstanding
-            .iter()
-            .filter_map(|(tp, offsets)| offsets.iter().min().map(|&o| (tp.clone(), o)))
-            .collect();
+        // The lowest abandoned offset of each partition, in the order first handed out.
+        let mut abandoned: Vec<(TopicPartition, i64)> = Vec::new();
+        for (tp, offset) in &self.outstanding {
+            match abandoned.iter_mut().find(|(t, _)| t == tp) {
+                Some((_, lowest)) => *lowest = (*lowest).min(*offset),
+                None => abandoned.push((tp.clone(), *offset)),
+            }
+        }
         for (tp, offset) in abandoned {
             log::warn!("{tp}: record {offset} was handed out but never completed; rewinding");
             self.rewind(&tp, offset);
+        }
+        if let Some(handed_at) = self.unmeasured.take() {
+            self.sizer.record_processed(handed_at.elapsed());
         }
         self.sizer.end_batch();
     }

@@ -16,7 +16,7 @@
 //! for worker threads, and [`commit_through`], the one way any commit (a revocation's or the
 //! application's) reaches the group.
 
-use std::collections::HashSet;
+use crate::partition::PartitionSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -183,7 +183,7 @@ fn refused_partitions(
     asked: &[CommitOffset],
     results: crate::group::member::CommitResults,
 ) -> Vec<(TopicPartition, BoxError)> {
-    let answered: HashSet<TopicPartition> = results.iter().map(|(tp, _)| tp.clone()).collect();
+    let answered: PartitionSet = results.iter().map(|(tp, _)| tp.clone()).collect();
     let mut refused: Vec<(TopicPartition, BoxError)> = results
         .into_iter()
         .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))

@@ -9,10 +9,11 @@
 
 mod positions;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
+use crate::partition::{PartitionMap, PartitionSet};
 use crate::wire::{self, FetchConfig, FetchPosition, KafkaCode, Record};
 use crate::TopicPartition;
 
@@ -36,20 +37,34 @@ pub(crate) enum FetchWait {
 /// but not handed out yet.
 #[derive(Default)]
 pub(crate) struct Intake {
-    positions: HashMap<TopicPartition, i64>,
+    positions: PartitionMap<i64>,
     /// Owned partitions still waiting for a starting position (not fetched until found).
     pending: PendingPositions,
-    buffers: HashMap<TopicPartition, VecDeque<Record>>,
-    paused: HashMap<TopicPartition, Instant>,
+    buffers: PartitionMap<VecDeque<Record>>,
+    paused: PartitionMap<Instant>,
     /// Fetch errors per owned partition (the fetch is retried at the same offset).
-    fetch_errors: HashMap<TopicPartition, FetchErrors>,
+    fetch_errors: PartitionMap<FetchErrors>,
     /// Partitions that may have records to hand out, in round-robin order, each at most once
     /// (`in_ring` holds the same set). Entries of partitions that ran dry, were paused or
     /// dropped are discarded lazily when they reach the front, so that every operation of the
-    /// hot path is O(1) whatever the partition count.
+    /// hot path is O(1) whatever the partition count. Every partition with records to hand
+    /// out is in the ring.
     ring: VecDeque<TopicPartition>,
-    in_ring: HashSet<TopicPartition>,
+    in_ring: PartitionSet,
+    /// How many records the front of the ring has handed out in its current turn.
+    turn: usize,
 }
+
+/// How many consecutive records one partition hands out before the next partition's turn.
+///
+/// Why not one: the loop commits after every batch, and a commit lists every partition the
+/// batch touched. Alternating per record made a 500-record batch over 480 partitions touch all
+/// of them, so each commit (and the guard's bookkeeping around it) grew with the partition
+/// count. Why not a whole fetch (Java's and librdkafka's order): one partition's large buffer
+/// would then hold every other partition back for a whole batch or more. 64 keeps a batch to
+/// about eight partitions and delays any partition by at most 64 records per other partition
+/// with records.
+pub(crate) const TURN_RECORDS: usize = 64;
 
 /// The fetch errors of one partition: a partition refetching the same failing offset makes no
 /// progress, and that must be visible at the default log level and in its stats.
@@ -92,11 +107,30 @@ impl Intake {
         }
     }
 
-    /// True when some unpaused partition has records to hand out.
-    pub(crate) fn has_buffered(&self) -> bool {
-        self.buffers
-            .iter()
-            .any(|(tp, b)| !b.is_empty() && !self.paused.contains_key(tp))
+    /// True when some unpaused partition has records to hand out. O(1) but for the stale ring
+    /// entries it discards (each at most once): every partition with records is in the ring.
+    pub(crate) fn has_buffered(&mut self) -> bool {
+        while let Some(tp) = self.ring.front() {
+            if self.is_ready(tp) {
+                return true;
+            }
+            self.discard_front();
+        }
+        false
+    }
+
+    #[inline]
+    fn is_ready(&self, tp: &TopicPartition) -> bool {
+        (self.paused.is_empty() || !self.paused.contains_key(tp))
+            && self.buffers.get(tp).is_some_and(|b| !b.is_empty())
+    }
+
+    /// The front of the ring has nothing to hand out: it leaves the ring.
+    fn discard_front(&mut self) {
+        if let Some(tp) = self.ring.pop_front() {
+            self.in_ring.remove(&tp);
+        }
+        self.turn = 0;
     }
 
     /// True when an owned, unpaused partition with a fetch position has nothing buffered.
@@ -293,25 +327,26 @@ impl Intake {
         true
     }
 
-    /// Round-robin over partitions with buffered, unpaused records, so one busy partition does
-    /// not starve the others within a batch.
-    pub(crate) fn next_ready(&mut self) -> Option<TopicPartition> {
-        while let Some(tp) = self.ring.pop_front() {
-            let ready = (self.paused.is_empty() || !self.paused.contains_key(&tp))
-                && self.buffers.get(&tp).is_some_and(|b| !b.is_empty());
-            if ready {
-                // To the back: the next call serves the next partition.
-                self.ring.push_back(tp.clone());
-                return Some(tp);
+    /// Takes the next record to hand out, with its partition: round-robin over partitions with
+    /// buffered, unpaused records, [`TURN_RECORDS`] consecutive records per turn, so one busy
+    /// partition does not starve the others and a batch touches few partitions.
+    pub(crate) fn next_record(&mut self) -> Option<(TopicPartition, Record)> {
+        loop {
+            let tp = self.ring.front()?;
+            if self.turn >= TURN_RECORDS {
+                // Its turn is over: to the back, the next partition's turn begins.
+                self.ring.rotate_left(1);
+                self.turn = 0;
+                continue;
             }
-            self.in_ring.remove(&tp);
+            if self.paused.is_empty() || !self.paused.contains_key(tp) {
+                if let Some(record) = self.buffers.get_mut(tp).and_then(VecDeque::pop_front) {
+                    self.turn += 1;
+                    return Some((tp.clone(), record));
+                }
+            }
+            self.discard_front();
         }
-        None
-    }
-
-    /// Takes the next buffered record of `tp`.
-    pub(crate) fn pop(&mut self, tp: &TopicPartition) -> Option<Record> {
-        self.buffers.get_mut(tp)?.pop_front()
     }
 
     /// Puts a record back first in line of its partition (it was taken but not handed out).
@@ -348,3 +383,6 @@ impl Intake {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
