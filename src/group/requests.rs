@@ -11,12 +11,12 @@ use bytes::Bytes;
 use kafka_protocol::messages::{
     self as msg, join_group_request, leave_group_request, sync_group_request, ApiKey, GroupId,
 };
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::JoinProtocol;
 use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 use super::quirks;
-use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
+use crate::wire::{bounded, Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
 /// Who we are in the group, as the coordinator knows us.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,7 +152,11 @@ pub fn join_group(
     }
     let wait = params.rebalance_timeout + Duration::from_secs(5);
     let body = conn.send_for_body(&req, v, wait)?;
-    let resp = match msg::JoinGroupResponse::decode(&mut body.clone(), v) {
+    let resp = match bounded::decode::<msg::JoinGroupResponse>(
+        ApiKey::JoinGroup,
+        v,
+        &mut body.clone(),
+    ) {
         Ok(resp) => resp,
         Err(e) => {
             // An error answer whose other fields are malformed still tells us the error.
@@ -168,9 +172,7 @@ pub fn join_group(
                         members: Vec::new(),
                     })
                 }
-                _ => Err(WireError::Protocol(format!(
-                    "cannot decode JoinGroup v{v} response: {e:#}"
-                ))),
+                _ => Err(e),
             };
         }
     };
@@ -231,7 +233,7 @@ pub fn sync_group(
     }
     let wait = rebalance_timeout + Duration::from_secs(5);
     let body = conn.send_for_body(&req, v, wait)?;
-    match msg::SyncGroupResponse::decode(&mut body.clone(), v) {
+    match bounded::decode::<msg::SyncGroupResponse>(ApiKey::SyncGroup, v, &mut body.clone()) {
         Ok(resp) => Ok((KafkaCode(resp.error_code), resp.assignment)),
         // An error answer whose other fields are malformed still tells us the error.
         Err(e) => match quirks::error_code_of_undecodable_response(&body, v >= 1) {
@@ -239,9 +241,7 @@ pub fn sync_group(
                 log::debug!("SyncGroup v{v} error response did not decode ({e:#}); using its error code {code}");
                 Ok((code, Bytes::new()))
             }
-            _ => Err(WireError::Protocol(format!(
-                "cannot decode SyncGroup v{v} response: {e:#}"
-            ))),
+            _ => Err(e),
         },
     }
 }

@@ -20,6 +20,7 @@ use kafka_protocol::messages::{self as msg, ApiKey, RequestHeader, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use log::{debug, trace};
 
+use super::bounded;
 use super::error::{api_name, KafkaCode, Result, WireError};
 use super::sasl::{self, SaslConfig};
 use super::secret::wipe;
@@ -384,14 +385,8 @@ impl Connection {
         let mut frame = self.read_frame(timeout)?;
         let body = self.check_header::<R>(&mut frame, pending)?;
         let mut body = body;
-        R::Response::decode(&mut body, pending.version).map_err(|e| {
-            WireError::Protocol(format!(
-                "cannot decode {} v{} response from {}: {e:#}",
-                api_name(R::KEY as i16),
-                pending.version,
-                self.addr
-            ))
-        })
+        bounded::decode(R::KEY, pending.version, &mut body)
+            .map_err(|e| bounded::with_broker(e, &self.addr))
     }
 
     fn check_header<R: WireRequest>(
@@ -522,16 +517,17 @@ impl Connection {
             let code = body.clone().try_get_i16().unwrap_or(0);
             if code == KafkaCode::UNSUPPORTED_VERSION.0 && version > 0 {
                 let mut v0 = body.clone();
-                let fallback = msg::ApiVersionsResponse::decode(&mut v0, 0)
-                    .ok()
-                    .and_then(|r| {
-                        r.api_keys
-                            .iter()
-                            .find(|k| k.api_key == ApiKey::ApiVersions as i16)
-                            .map(|k| VersionRange::new(k.min_version, k.max_version))
-                    })
-                    .and_then(|b| b.highest_common(VersionRange::new(0, version - 1)))
-                    .unwrap_or(0);
+                let fallback =
+                    bounded::decode::<msg::ApiVersionsResponse>(ApiKey::ApiVersions, 0, &mut v0)
+                        .ok()
+                        .and_then(|r| {
+                            r.api_keys
+                                .iter()
+                                .find(|k| k.api_key == ApiKey::ApiVersions as i16)
+                                .map(|k| VersionRange::new(k.min_version, k.max_version))
+                        })
+                        .and_then(|b| b.highest_common(VersionRange::new(0, version - 1)))
+                        .unwrap_or(0);
                 // Expected with any broker older than our newest ApiVersions: not a warning.
                 debug!(
                     "{} rejected ApiVersions v{version}; retrying with v{fallback}",
@@ -541,12 +537,14 @@ impl Connection {
                 continue;
             }
             let mut body = body;
-            let resp = msg::ApiVersionsResponse::decode(&mut body, version).map_err(|e| {
+            let resp = bounded::decode::<msg::ApiVersionsResponse>(
+                ApiKey::ApiVersions,
+                version,
+                &mut body,
+            )
+            .map_err(|e| {
                 self.broken = true;
-                WireError::Protocol(format!(
-                    "cannot decode ApiVersions v{version} response from {}: {e:#}",
-                    self.addr
-                ))
+                bounded::with_broker(e, &self.addr)
             })?;
             if let Some(code) = KafkaCode::from_code(resp.error_code) {
                 return Err(WireError::kafka(
@@ -804,9 +802,10 @@ mod tests {
         let mut reply = 8i32.to_be_bytes().to_vec();
         reply.extend_from_slice(&1i32.to_be_bytes());
         reply.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+        // Refused by the bounded pre-check: the ApiKeys count needs 4 bytes, 2 remain.
         assert!(matches!(
             roundtrip(reply, Duration::ZERO),
-            Err(WireError::Protocol(_))
+            Err(WireError::Malformed { ref field, .. }) if field == "ApiKeys"
         ));
     }
 

@@ -207,6 +207,20 @@ pub enum WireError {
     },
     /// A message could not be encoded or decoded, or broke the protocol in another way.
     Protocol(String),
+    /// A response's lengths do not fit its bytes (an array claiming more elements than could
+    /// follow, a string longer than the frame, a tagged field overrunning its size): refused
+    /// before decoding, so a hostile or broken broker cannot make the client allocate for a
+    /// claim. The connection is dropped, as for any undecodable response.
+    Malformed {
+        /// API key of the response.
+        api: i16,
+        /// Its version.
+        version: i16,
+        /// Where: the field path, e.g. `Topics[2].Partitions[0].ReplicaNodes`.
+        field: String,
+        /// What did not fit.
+        reason: String,
+    },
     /// The broker and we share no version of an API.
     UnsupportedVersion {
         /// The API that cannot be used.
@@ -311,6 +325,7 @@ impl WireError {
                 | WireError::Truncated { .. }
                 | WireError::CorrelationMismatch { .. }
                 | WireError::Protocol(_)
+                | WireError::Malformed { .. }
                 | WireError::Authentication { .. }
         )
     }
@@ -354,6 +369,16 @@ impl fmt::Display for WireError {
                 "response correlation id {got} does not match request {expected}"
             ),
             WireError::Protocol(m) => write!(f, "protocol error: {m}"),
+            WireError::Malformed {
+                api,
+                version,
+                field,
+                reason,
+            } => write!(
+                f,
+                "malformed {} v{version} response at {field}: {reason}",
+                api_name(*api)
+            ),
             WireError::UnsupportedVersion { api, ours, broker } => {
                 write!(
                     f,

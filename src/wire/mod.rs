@@ -23,10 +23,10 @@
 //! Known limits, each a deliberate scope cut: no TLS; no GSSAPI or OAUTHBEARER; Fetch is capped at v12 (topics
 //! by name, no fetch sessions) and does not send leader epochs (no KIP-320 fencing); Produce is
 //! uncompressed, acks=all, one batch per call, not idempotent; a record's repeated header key
-//! keeps only its last value (`kafka-protocol` decodes headers into a map); and
-//! `kafka-protocol` pre-allocates arrays by their claimed length, so a hostile broker can still
-//! force one large allocation inside a frame that passed the size check.
+//! keeps only its last value (`kafka-protocol` decodes headers into a map); (`kafka-protocol` pre-allocates arrays by their claimed
+//! length, which is why every response passes [`bounded`] before it is decoded).
 
+pub mod bounded;
 mod client;
 mod cluster;
 mod compression;

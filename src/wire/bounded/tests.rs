@@ -1,0 +1,321 @@
+//! The shape tables against `kafka-protocol`'s codec, and the walker's refusals.
+//!
+//! A generator writes a populated body from a shape table (every array with two elements, every
+//! string and bytes field non-empty, every tagged field present); `kafka-protocol` must decode
+//! it and encode the identical bytes back, at every version both know. A table with a wrong
+//! kind, a wrong version range or a missing field shifts every later byte, so the round trip
+//! fails. The same generator can instead stop at the n-th array with a huge count: the walker
+//! must refuse each one and name the array.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages as msg;
+use kafka_protocol::protocol::{Decodable, Encodable, Message};
+
+use super::*;
+use crate::wire::versions::client_range;
+
+/// Writes bodies from a shape table.
+struct Gen {
+    out: BytesMut,
+    version: i16,
+    flexible: bool,
+    /// Emit a huge count at this array (0-based, in write order), then stop writing.
+    huge_at: Option<usize>,
+    arrays: usize,
+    stopped: bool,
+    /// The name of the array that got the huge count.
+    huge_name: Option<&'static str>,
+    counter: u8,
+}
+
+const HUGE: u32 = 0x7fff_fff0;
+
+impl Gen {
+    fn new(schema: &Schema, version: i16, huge_at: Option<usize>) -> Gen {
+        Gen {
+            out: BytesMut::new(),
+            version,
+            flexible: version >= schema.flexible_from,
+            huge_at,
+            arrays: 0,
+            stopped: false,
+            huge_name: None,
+            counter: 0,
+        }
+    }
+
+    fn body(schema: &Schema, version: i16, huge_at: Option<usize>) -> (Bytes, Gen) {
+        let mut g = Gen::new(schema, version, huge_at);
+        g.fields(schema.fields);
+        if g.stopped {
+            g.out.put_bytes(0, 256);
+        }
+        let out = std::mem::take(&mut g.out).freeze();
+        (out, g)
+    }
+
+    fn uvarint(&mut self, mut v: u32) {
+        while v >= 0x80 {
+            self.out.put_u8((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.out.put_u8(v as u8);
+    }
+
+    fn length(&mut self, n: u32, classic_width: usize) {
+        if self.flexible {
+            self.uvarint(n + 1);
+        } else if classic_width == 2 {
+            self.out.put_i16(n as i16);
+        } else {
+            self.out.put_i32(n as i32);
+        }
+    }
+
+    fn next(&mut self) -> u8 {
+        self.counter = self.counter.wrapping_add(1) % 100 + 1;
+        self.counter
+    }
+
+    fn fields(&mut self, fields: &'static [Field]) {
+        for field in fields {
+            if field.tag.is_none() && field.present(self.version) {
+                if field.marker(self.version) && !self.stopped {
+                    self.out.put_i8(1);
+                }
+                self.value(field.name, &field.kind);
+            }
+        }
+        if !self.flexible || self.stopped {
+            return;
+        }
+        let mut tagged: Vec<&Field> = fields
+            .iter()
+            .filter(|f| f.tag.is_some() && f.present(self.version))
+            .collect();
+        tagged.sort_by_key(|f| f.tag);
+        self.uvarint(tagged.len() as u32);
+        for field in tagged {
+            if self.stopped {
+                return;
+            }
+            let outer = std::mem::take(&mut self.out);
+            self.value(field.name, &field.kind);
+            let inner = std::mem::replace(&mut self.out, outer);
+            self.uvarint(field.tag.unwrap_or_default());
+            self.uvarint(inner.len() as u32);
+            self.out.extend_from_slice(&inner);
+        }
+    }
+
+    fn value(&mut self, name: &'static str, kind: &'static Kind) {
+        if self.stopped {
+            return;
+        }
+        let n = self.next();
+        match kind {
+            Kind::I8 => self.out.put_i8(n as i8),
+            Kind::Bool => self.out.put_u8(1),
+            Kind::I16 => self.out.put_i16(i16::from(n) + 1000),
+            Kind::I32 => self.out.put_i32(i32::from(n) + 100_000),
+            Kind::I64 => self.out.put_i64(i64::from(n) + 10_000_000_000),
+            Kind::Uuid => self.out.put_slice(&[n; 16]),
+            Kind::Str => {
+                self.length(3, 2);
+                self.out.put_slice(b"abc");
+            }
+            Kind::Bytes | Kind::Records => {
+                self.length(3, 4);
+                self.out.put_slice(&[n, 2, 3]);
+            }
+            Kind::Array(element) => {
+                let index = self.arrays;
+                self.arrays += 1;
+                if self.huge_at == Some(index) {
+                    self.length(HUGE, 4);
+                    self.huge_name = Some(name);
+                    self.stopped = true;
+                    return;
+                }
+                // Bombing: one element per enclosing array, so the bomb is the first claim
+                // that cannot fit (padding follows it).
+                let count = if self.huge_at.is_some() { 1 } else { 2 };
+                self.length(count, 4);
+                for _ in 0..count {
+                    self.value(name, element);
+                }
+            }
+            Kind::Struct(fields) => self.fields(fields),
+        }
+    }
+}
+
+/// Round-trips generated bodies of every version through `kafka-protocol` and checks every
+/// huge count and truncation is refused by the walker.
+fn exercise<T: Decodable + Encodable + Message>(api: ApiKey) -> usize {
+    let schema = schema(api).expect("every decoded API has a shape");
+    let lo = schema.versions.0.max(T::VERSIONS.min);
+    let hi = schema.versions.1.min(T::VERSIONS.max);
+    assert!(lo <= hi, "{api:?}: no common version");
+    let mut cases = 0;
+    for version in lo..=hi {
+        let (body, g) = Gen::body(schema, version, None);
+        check(api, version, &body).unwrap_or_else(|e| panic!("{api:?} v{version}: {e}"));
+        let decoded = T::decode(&mut body.clone(), version)
+            .unwrap_or_else(|e| panic!("{api:?} v{version}: kafka-protocol refuses: {e:#}"));
+        let mut again = BytesMut::new();
+        decoded
+            .encode(&mut again, version)
+            .unwrap_or_else(|e| panic!("{api:?} v{version}: re-encode: {e:#}"));
+        assert_eq!(
+            &again[..],
+            &body[..],
+            "{api:?} v{version}: the shape table disagrees with kafka-protocol"
+        );
+        // The encoder's own output passes too (the same bytes, but say it).
+        check(api, version, &again).unwrap_or_else(|e| panic!("{api:?} v{version}: {e}"));
+        for cut in 0..body.len() {
+            assert!(
+                check(api, version, &body[..cut]).is_err(),
+                "{api:?} v{version}: a body cut at {cut} of {} bytes passed",
+                body.len()
+            );
+        }
+        let mut bombs = 0;
+        for index in 0.. {
+            let (bomb, g) = Gen::body(schema, version, Some(index));
+            let Some(name) = g.huge_name else { break };
+            bombs += 1;
+            match check(api, version, &bomb) {
+                Err(WireError::Malformed { field, reason, .. }) => {
+                    assert!(
+                        field.ends_with(name) || field.contains(&format!("{name}[")),
+                        "{api:?} v{version}: error names {field}, not {name}"
+                    );
+                    assert!(reason.contains("claims"), "{reason}");
+                }
+                other => panic!("{api:?} v{version} array {name}: {other:?}"),
+            }
+            cases += 1;
+        }
+        let has_arrays = g.arrays > 0;
+        assert_eq!(bombs > 0, has_arrays, "{api:?} v{version}: no bomb placed");
+        cases += 1;
+    }
+    cases
+}
+
+#[test]
+fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
+    let mut cases = 0;
+    cases += exercise::<msg::ApiVersionsResponse>(ApiKey::ApiVersions);
+    cases += exercise::<msg::MetadataResponse>(ApiKey::Metadata);
+    cases += exercise::<msg::FetchResponse>(ApiKey::Fetch);
+    cases += exercise::<msg::ListOffsetsResponse>(ApiKey::ListOffsets);
+    cases += exercise::<msg::OffsetFetchResponse>(ApiKey::OffsetFetch);
+    cases += exercise::<msg::OffsetCommitResponse>(ApiKey::OffsetCommit);
+    cases += exercise::<msg::FindCoordinatorResponse>(ApiKey::FindCoordinator);
+    cases += exercise::<msg::JoinGroupResponse>(ApiKey::JoinGroup);
+    cases += exercise::<msg::SyncGroupResponse>(ApiKey::SyncGroup);
+    cases += exercise::<msg::HeartbeatResponse>(ApiKey::Heartbeat);
+    cases += exercise::<msg::LeaveGroupResponse>(ApiKey::LeaveGroup);
+    cases += exercise::<msg::SaslHandshakeResponse>(ApiKey::SaslHandshake);
+    cases += exercise::<msg::SaslAuthenticateResponse>(ApiKey::SaslAuthenticate);
+    cases += exercise::<msg::CreateTopicsResponse>(ApiKey::CreateTopics);
+    cases += exercise::<msg::ProduceResponse>(ApiKey::Produce);
+    cases += exercise::<msg::DescribeGroupsResponse>(ApiKey::DescribeGroups);
+    cases += exercise::<msg::ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat);
+    assert!(cases > 300, "only {cases} cases ran");
+}
+
+/// Every response type `Connection` can send a request for, at every version it can negotiate.
+pub(crate) const DECODED: [ApiKey; 17] = [
+    ApiKey::ApiVersions,
+    ApiKey::Metadata,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::OffsetFetch,
+    ApiKey::OffsetCommit,
+    ApiKey::FindCoordinator,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+    ApiKey::CreateTopics,
+    ApiKey::Produce,
+    ApiKey::DescribeGroups,
+    ApiKey::ConsumerGroupHeartbeat,
+];
+
+#[test]
+fn every_negotiable_version_has_a_shape() {
+    for api in DECODED {
+        let ours = client_range(api);
+        let codec = api.valid_versions();
+        let (lo, hi) = checked_versions(api).unwrap_or((1, 0));
+        for v in ours.min.max(codec.min)..=ours.max.min(codec.max) {
+            assert!(
+                lo <= v && v <= hi,
+                "{api:?} v{v} can be negotiated but has no shape"
+            );
+        }
+    }
+}
+
+#[test]
+fn five_bytes_claiming_four_billion_brokers_are_refused_with_the_field_named() {
+    // Metadata v1: ThrottleTimeMs is v3+, so the body starts with the Brokers count.
+    let body = [0x7f, 0xff, 0xff, 0xff, 0x00];
+    match check(ApiKey::Metadata, 1, &body) {
+        Err(WireError::Malformed {
+            api,
+            version,
+            field,
+            reason,
+        }) => {
+            assert_eq!((api, version), (ApiKey::Metadata as i16, 1));
+            assert_eq!(field, "Brokers");
+            assert!(reason.contains("2147483647 elements"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_tagged_field_that_overruns_its_size_is_refused() {
+    // ApiVersions v3: error code, empty compact ApiKeys, throttle, one tagged field (tag 0 =
+    // SupportedFeatures) of size 1 whose content claims 100 features.
+    let body = [0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 101];
+    let err = check(ApiKey::ApiVersions, 3, &body)
+        .err()
+        .map(|e| e.to_string());
+    let msg = err.unwrap_or_default();
+    assert!(msg.contains("SupportedFeatures"), "{msg}");
+    assert!(msg.contains("claims 100 elements"), "{msg}");
+}
+
+#[test]
+fn an_unknown_tag_is_skipped_but_its_size_is_checked() {
+    // ApiVersions v3 with an unknown tag 9 of 2 bytes: accepted; claiming 200 bytes: refused.
+    let ok = [0, 0, 1, 0, 0, 0, 0, 1, 9, 2, 0xaa, 0xbb];
+    assert!(check(ApiKey::ApiVersions, 3, &ok).is_ok());
+    let bad = [0, 0, 1, 0, 0, 0, 0, 1, 9, 200, 1];
+    assert!(check(ApiKey::ApiVersions, 3, &bad).is_err());
+}
+
+#[test]
+fn a_version_without_a_shape_is_refused_not_guessed() {
+    let msg = check(ApiKey::Fetch, 99, &[]).err().map(|e| e.to_string());
+    assert!(msg
+        .unwrap_or_default()
+        .contains("no response shape for this version"));
+}
+
+#[test]
+fn nulls_are_accepted_anywhere() {
+    // Metadata v1 with a null broker array and a null topic array.
+    let body = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff];
+    assert!(check(ApiKey::Metadata, 1, &body).is_ok());
+}
