@@ -28,6 +28,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Decodable;
 
+use super::cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
 use super::error::{api_name, Result, WireError};
 
 /// "Up to the newest version" in a field's version range.
@@ -119,6 +120,13 @@ struct Schema {
     fields: &'static [Field],
 }
 
+/// Caps on top-level arrays, beyond what the bytes allow: lists whose length alone says the
+/// response is broken or hostile (see the constants' docs).
+const CAPS: &[(ApiKey, &str, usize)] = &[
+    (ApiKey::Metadata, "Brokers", MAX_METADATA_BROKERS),
+    (ApiKey::Metadata, "Topics", MAX_METADATA_TOPICS),
+];
+
 fn schema(api: ApiKey) -> Option<&'static Schema> {
     shapes::ALL.iter().copied().find(|s| s.api == api)
 }
@@ -158,6 +166,9 @@ pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<()> {
         buf: body,
         version,
         flexible: version >= schema.flexible_from,
+        api,
+        depth: 0,
+        cap: None,
     };
     walker.fields(schema.fields).map_err(|fail| {
         let field = fail
@@ -261,6 +272,11 @@ struct Walker<'a> {
     buf: &'a [u8],
     version: i16,
     flexible: bool,
+    api: ApiKey,
+    /// Struct nesting depth (0: the message's own fields), for [`CAPS`].
+    depth: usize,
+    /// The cap for the array about to be read, if [`CAPS`] has one.
+    cap: Option<usize>,
 }
 
 impl<'a> Walker<'a> {
@@ -318,8 +334,16 @@ impl<'a> Walker<'a> {
             if field.tag.is_some() || !field.present(self.version) {
                 continue;
             }
-            self.field(field)
-                .map_err(|e| e.at(Step::Field(field.name)))?;
+            if self.depth == 0 && matches!(field.kind, Kind::Array(_)) {
+                self.cap = CAPS
+                    .iter()
+                    .find(|(api, name, _)| *api == self.api && *name == field.name)
+                    .map(|c| c.2);
+            }
+            self.depth += 1;
+            let walked = self.field(field);
+            self.depth -= 1;
+            walked.map_err(|e| e.at(Step::Field(field.name)))?;
         }
         if self.flexible {
             self.tagged(fields)?;
@@ -345,6 +369,9 @@ impl<'a> Walker<'a> {
                 buf: inner,
                 version: self.version,
                 flexible: self.flexible,
+                api: self.api,
+                depth: self.depth + 1,
+                cap: None,
             };
             sub.field(field)
                 .map_err(|e| e.at(Step::Field(field.name)))?;
@@ -390,6 +417,11 @@ impl<'a> Walker<'a> {
                 let Some(count) = self.length(4)? else {
                     return Ok(());
                 };
+                if let Some(cap) = self.cap.take().filter(|&cap| count > cap) {
+                    return Err(Fail::new(format!(
+                        "array claims {count} elements, more than the client accepts ({cap})"
+                    )));
+                }
                 let each = self.min_size(element).max(1);
                 if count > self.buf.len() / each {
                     return Err(Fail::new(format!(

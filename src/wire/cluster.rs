@@ -6,7 +6,7 @@
 //! unless a broker reported stale metadata, and [`Client::find_coordinator`] from the coordinator
 //! cache until a coordinator error removes the entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use kafka_protocol::messages::{
@@ -63,6 +63,17 @@ pub struct TopicMetadata {
     /// Partitions sorted by index.
     pub partitions: Vec<PartitionMetadata>,
 }
+
+/// The most brokers a Metadata response may list (checked before it is decoded, by
+/// `wire::bounded`). Kafka's largest deployments run a few thousand brokers; a response listing
+/// more is broken or hostile, and refusing it keeps the caches (and every per-broker loop over
+/// them) small.
+pub const MAX_METADATA_BROKERS: usize = 10_000;
+
+/// The most topics a Metadata response may list, for the same reason: well above what a
+/// KRaft cluster supports (a few hundred thousand partitions), well below what the frame size
+/// could carry.
+pub const MAX_METADATA_TOPICS: usize = 1_000_000;
 
 impl Client {
     /// The brokers known from the last metadata response.
@@ -199,6 +210,15 @@ impl Client {
         }
         self.brokers = brokers;
         self.controller = (resp.controller_id.0 >= 0).then_some(resp.controller_id.0);
+        // One pass over the leader cache for all answered topics (not one per topic: a response
+        // with many topics would make that quadratic).
+        let answered: HashSet<&str> = resp
+            .topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.as_str()))
+            .collect();
+        self.leaders.retain(|tp, _| !answered.contains(&*tp.topic));
+        drop(answered);
         let mut out = Vec::with_capacity(resp.topics.len());
         for t in resp.topics {
             let name: Arc<str> = match &t.name {
@@ -221,7 +241,6 @@ impl Client {
                 error: KafkaCode::from_code(t.error_code),
                 partitions,
             };
-            self.leaders.retain(|tp, _| tp.topic != name);
             for p in &meta.partitions {
                 self.leaders.insert(
                     TopicPartition::new(Arc::clone(&name), p.partition),

@@ -144,14 +144,19 @@ fn continuation(group: &[FetchPosition], resp: &msg::FetchResponse) -> Option<Ve
         return None;
     }
     let mut next: Vec<FetchPosition> = group.to_vec();
+    // Index the positions once: a linear search per answered partition would make a response
+    // with many partitions quadratic.
+    let mut index: HashMap<(&str, i32), usize> = HashMap::with_capacity(group.len());
+    for (i, n) in group.iter().enumerate() {
+        index.entry((&*n.tp.topic, n.tp.partition)).or_insert(i);
+    }
     for topic in &resp.responses {
         for p in &topic.partitions {
             if p.error_code != 0 {
                 return None;
             }
-            if let Some(pos) = next.iter_mut().find(|n| {
-                n.tp.partition == p.partition_index && *n.tp.topic == *topic.topic.as_str()
-            }) {
+            let at = index.get(&(topic.topic.as_str(), p.partition_index));
+            if let Some(pos) = at.and_then(|&i| next.get_mut(i)) {
                 if let Some(data) = &p.records {
                     pos.offset = records::next_offset_after(data, pos.offset);
                 }

@@ -44,7 +44,9 @@ mod secret;
 pub mod versions;
 
 pub use client::{Client, ClientConfig};
-pub use cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
+pub use cluster::{
+    BrokerInfo, PartitionMetadata, TopicMetadata, MAX_METADATA_BROKERS, MAX_METADATA_TOPICS,
+};
 pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
 pub use error::{KafkaCode, Result, WireError};
 pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};

@@ -119,11 +119,13 @@ impl Client {
         let mut tried = Vec::new();
         let mut candidates: Vec<i32> = self.conns.keys().copied().collect();
         candidates.sort_unstable();
-        for id in self.brokers.keys() {
-            if !candidates.contains(id) {
-                candidates.push(*id);
-            }
-        }
+        // Known brokers without a connection next (a map lookup each, not a scan of the list).
+        candidates.extend(
+            self.brokers
+                .keys()
+                .filter(|id| !self.conns.contains_key(id))
+                .copied(),
+        );
         for id in candidates {
             let conn = match self.connection(id) {
                 Ok(c) => c,

@@ -319,3 +319,35 @@ fn nulls_are_accepted_anywhere() {
     let body = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff];
     assert!(check(ApiKey::Metadata, 1, &body).is_ok());
 }
+
+#[test]
+fn a_metadata_list_over_the_cap_is_refused_even_when_its_bytes_are_there() {
+    // Metadata v1 claiming MAX_METADATA_BROKERS + 1 brokers, with enough bytes for each.
+    let n = MAX_METADATA_BROKERS + 1;
+    let mut body = BytesMut::new();
+    body.put_i32(n as i32);
+    for i in 0..n {
+        body.put_i32(i as i32);
+        body.put_i16(1);
+        body.put_u8(b'h');
+        body.put_i32(9092);
+        body.put_i16(-1);
+    }
+    body.put_i32(0);
+    body.put_i32(0);
+    let at_cap = {
+        let mut b = BytesMut::new();
+        b.put_i32((n - 1) as i32);
+        b.extend_from_slice(&body[4 + 13..]);
+        b
+    };
+    assert!(check(ApiKey::Metadata, 1, &at_cap).is_ok());
+    let msg = check(ApiKey::Metadata, 1, &body)
+        .err()
+        .map(|e| e.to_string());
+    let msg = msg.unwrap_or_default();
+    assert!(
+        msg.contains("Brokers") && msg.contains("more than the client accepts"),
+        "{msg}"
+    );
+}
