@@ -13,11 +13,15 @@
 //!   stabilise, rejoin, lose, close; the heartbeat thread's renewal, session expiry and poll
 //!   timeout), driven in its tests by an in-memory coordinator with time passed in.
 //!
+//! - [`consumer_group`]: the consumer group protocol (KIP-848, `group.protocol=consumer`) as a
+//!   sans-I/O state machine over ConsumerGroupHeartbeat, with its own in-memory coordinator tests.
+//!
 //! The I/O shell around it: `member` (the poll thread: join, sync, leave, commit) and
 //! `heartbeat` (the heartbeat thread) send the requests, feed the answers to the session, and
 //! apply what it decides.
 
 pub mod assignor;
+pub mod consumer_group;
 pub mod consumer_protocol;
 pub mod membership;
 

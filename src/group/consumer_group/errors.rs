@@ -1,0 +1,153 @@
+//! What each ConsumerGroupHeartbeat error code asks of the member, as Kafka defines it (the
+//! response schema's error list and the Java client's handling of each).
+//!
+//! Why one function: the machine, its tests and the report of a fatal error must agree on every
+//! code; a code nobody lists here is classified by Kafka's own retriable flag, never ignored.
+
+use super::types::FatalError;
+use crate::wire::KafkaCode;
+
+/// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas); this member
+/// subscribes by name, so it is only ever fatal.
+pub const INVALID_REGULAR_EXPRESSION: KafkaCode = KafkaCode(128);
+/// UNRELEASED_INSTANCE_ID: another member still holds our `group.instance.id`.
+pub const UNRELEASED_INSTANCE_ID: KafkaCode = KafkaCode(111);
+/// UNSUPPORTED_ASSIGNOR: the broker does not know `group.remote.assignor`.
+pub const UNSUPPORTED_ASSIGNOR: KafkaCode = KafkaCode(112);
+
+/// The member's reaction to a heartbeat error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// The coordinator moved or is not up: find it again, then resend (full) at once.
+    FindCoordinator,
+    /// Transient: resend (full) after the backoff.
+    Retry,
+    /// The broker no longer knows this member or its epoch: the assignment is lost (fence,
+    /// discard, no commit) and the member rejoins with epoch 0.
+    Fenced,
+    /// The membership cannot continue; the reason names what to change.
+    Fatal(FatalError),
+}
+
+fn fatal(code: KafkaCode, what: &str, message: Option<&str>) -> ErrorAction {
+    let reason = match message {
+        Some(m) if !m.is_empty() => format!("{what} (broker: {m})"),
+        _ => what.to_string(),
+    };
+    ErrorAction::Fatal(FatalError { code, reason })
+}
+
+/// Classifies a heartbeat error code (never [`KafkaCode::NONE`]).
+pub fn classify(code: KafkaCode, message: Option<&str>) -> ErrorAction {
+    match code {
+        KafkaCode::NOT_COORDINATOR | KafkaCode::COORDINATOR_NOT_AVAILABLE => {
+            ErrorAction::FindCoordinator
+        }
+        KafkaCode::COORDINATOR_LOAD_IN_PROGRESS => ErrorAction::Retry,
+        KafkaCode::FENCED_MEMBER_EPOCH | KafkaCode::UNKNOWN_MEMBER_ID => ErrorAction::Fenced,
+        UNRELEASED_INSTANCE_ID => fatal(
+            code,
+            "another member still holds this group.instance.id; give each running consumer \
+             its own, or wait until the previous one left or its session expired",
+            message,
+        ),
+        UNSUPPORTED_ASSIGNOR => fatal(
+            code,
+            "the broker does not offer the assignor named by group.remote.assignor; check the \
+             broker's group.consumer.assignors",
+            message,
+        ),
+        KafkaCode::INVALID_REQUEST => fatal(
+            code,
+            "the broker refused the heartbeat as malformed for this protocol version",
+            message,
+        ),
+        KafkaCode::GROUP_MAX_SIZE_REACHED => fatal(
+            code,
+            "the group has as many members as the broker's group.consumer.max.size allows",
+            message,
+        ),
+        KafkaCode::GROUP_AUTHORIZATION_FAILED => fatal(
+            code,
+            "this principal may not join the group (Read on the group resource)",
+            message,
+        ),
+        KafkaCode::TOPIC_AUTHORIZATION_FAILED => fatal(
+            code,
+            "this principal may not read a subscribed topic (Describe/Read on the topic)",
+            message,
+        ),
+        KafkaCode::UNSUPPORTED_VERSION => fatal(
+            code,
+            "the cluster does not support group.protocol=consumer (Kafka 4.0+ with the \
+             consumer group protocol enabled); use group.protocol=classic",
+            message,
+        ),
+        INVALID_REGULAR_EXPRESSION => fatal(code, "the subscription pattern is invalid", message),
+        other if other.retriable() => ErrorAction::Retry,
+        other => fatal(
+            other,
+            "an error the consumer group protocol does not define for this request",
+            message,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_defined_heartbeat_error_has_its_kafka_meaning() {
+        assert_eq!(
+            classify(KafkaCode::NOT_COORDINATOR, None),
+            ErrorAction::FindCoordinator
+        );
+        assert_eq!(
+            classify(KafkaCode::COORDINATOR_NOT_AVAILABLE, None),
+            ErrorAction::FindCoordinator
+        );
+        assert_eq!(
+            classify(KafkaCode::COORDINATOR_LOAD_IN_PROGRESS, None),
+            ErrorAction::Retry
+        );
+        assert_eq!(
+            classify(KafkaCode::FENCED_MEMBER_EPOCH, None),
+            ErrorAction::Fenced
+        );
+        assert_eq!(
+            classify(KafkaCode::UNKNOWN_MEMBER_ID, None),
+            ErrorAction::Fenced
+        );
+        for code in [
+            UNRELEASED_INSTANCE_ID,
+            UNSUPPORTED_ASSIGNOR,
+            KafkaCode::INVALID_REQUEST,
+            KafkaCode::GROUP_MAX_SIZE_REACHED,
+            KafkaCode::GROUP_AUTHORIZATION_FAILED,
+            KafkaCode::TOPIC_AUTHORIZATION_FAILED,
+            KafkaCode::UNSUPPORTED_VERSION,
+            INVALID_REGULAR_EXPRESSION,
+        ] {
+            match classify(code, Some("said the broker")) {
+                ErrorAction::Fatal(f) => {
+                    assert_eq!(f.code, code);
+                    assert!(f.reason.contains("said the broker"), "{f}");
+                }
+                other => panic!("{code:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_undefined_code_is_retried_only_when_kafka_calls_it_retriable() {
+        assert_eq!(
+            classify(KafkaCode::REQUEST_TIMED_OUT, None),
+            ErrorAction::Retry
+        );
+        assert!(matches!(
+            classify(KafkaCode::INVALID_GROUP_ID, None),
+            ErrorAction::Fatal(_)
+        ));
+    }
+}

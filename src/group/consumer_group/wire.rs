@@ -1,0 +1,159 @@
+//! The consumer group protocol's requests on a coordinator connection: ConsumerGroupHeartbeat
+//! (API 68) at the highest version both sides speak, and the Metadata lookup that names the
+//! topic ids an assignment arrives with.
+//!
+//! Why here and not in `group/requests.rs`: the machine's request and answer types
+//! ([`HeartbeatRequest`], [`HeartbeatResponse`]) are translated to and from `kafka-protocol`'s in
+//! one place, so the machine never sees the wire encoding.
+
+use kafka_protocol::messages::{
+    self as msg, consumer_group_heartbeat_request, metadata_request, ApiKey, GroupId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::ids::TopicId;
+use super::types::{HeartbeatRequest, HeartbeatResponse, IdAssignment};
+use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
+
+/// The ConsumerGroupHeartbeat versions this crate speaks: v0 (the broker assigns the member id)
+/// and v1 (the client does, KIP-1082).
+pub const HEARTBEAT_VERSIONS: VersionRange = VersionRange::new(0, 1);
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// The ConsumerGroupHeartbeat version to use on `conn`, or an error naming both ranges when the
+/// broker does not speak the protocol (a classic-only cluster).
+pub fn heartbeat_version(conn: &Connection) -> WireResult<i16> {
+    conn.version_within(ApiKey::ConsumerGroupHeartbeat, HEARTBEAT_VERSIONS)
+}
+
+fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
+    msg::ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(str_bytes(&req.group_id)))
+        .with_member_id(str_bytes(&req.member_id))
+        .with_member_epoch(req.member_epoch)
+        .with_instance_id(req.instance_id.as_deref().map(str_bytes))
+        .with_rack_id(None)
+        .with_rebalance_timeout_ms(req.rebalance_timeout_ms)
+        .with_subscribed_topic_names(
+            req.subscribed_topic_names
+                .as_ref()
+                .map(|names| names.iter().map(|n| TopicName(str_bytes(n))).collect()),
+        )
+        .with_server_assignor(req.server_assignor.as_deref().map(str_bytes))
+        .with_topic_partitions(req.owned.as_ref().map(|owned| {
+            owned
+                .iter()
+                .map(|(id, partitions)| {
+                    consumer_group_heartbeat_request::TopicPartitions::default()
+                        .with_topic_id(id.to_uuid())
+                        .with_partitions(partitions.clone())
+                })
+                .collect()
+        }))
+}
+
+/// Turns the broker's answer into the machine's form. Bounded by what was decoded: nothing here
+/// allocates more than the response already holds.
+pub fn decode(resp: msg::ConsumerGroupHeartbeatResponse) -> HeartbeatResponse {
+    HeartbeatResponse {
+        error: KafkaCode(resp.error_code),
+        error_message: resp.error_message.map(|m| m.to_string()),
+        member_id: resp.member_id.map(|m| m.to_string()),
+        member_epoch: resp.member_epoch,
+        heartbeat_interval_ms: resp.heartbeat_interval_ms,
+        assignment: resp.assignment.map(|a| {
+            let mut out = IdAssignment::new();
+            for tp in a.topic_partitions {
+                out.entry(TopicId::from_uuid(tp.topic_id))
+                    .or_default()
+                    .extend(tp.partitions);
+            }
+            out
+        }),
+    }
+}
+
+/// Sends one ConsumerGroupHeartbeat on the coordinator connection and returns the version used
+/// and the decoded answer. Errors are the connection's (the caller feeds them to
+/// `on_transport_error`); error codes are in the answer.
+pub fn send_heartbeat(
+    conn: &mut Connection,
+    req: &HeartbeatRequest,
+) -> WireResult<(i16, HeartbeatResponse)> {
+    let v = heartbeat_version(conn)?;
+    let resp = conn.send(&encode(req), v)?;
+    Ok((v, decode(resp)))
+}
+
+/// Names topic ids through Metadata on `conn`: by id where the broker supports it (v12+),
+/// otherwise from the metadata of every topic. An id the broker does not know is left out (the
+/// machine keeps it unresolved and asks again).
+pub fn resolve_topic_ids(
+    conn: &mut Connection,
+    ids: &[TopicId],
+) -> WireResult<Vec<(TopicId, String)>> {
+    let v = conn.version_within(ApiKey::Metadata, VersionRange::new(10, 12))?;
+    let topics = (v >= 12).then(|| {
+        ids.iter()
+            .map(|id| {
+                metadata_request::MetadataRequestTopic::default()
+                    .with_topic_id(id.to_uuid())
+                    .with_name(None)
+            })
+            .collect()
+    });
+    let req = msg::MetadataRequest::default()
+        .with_topics(topics)
+        .with_allow_auto_topic_creation(false);
+    let resp = conn.send(&req, v)?;
+    let mut out = Vec::new();
+    for t in resp.topics {
+        let id = TopicId::from_uuid(t.topic_id);
+        if !ids.contains(&id) {
+            continue;
+        }
+        match (KafkaCode::from_code(t.error_code), t.name) {
+            (None, Some(name)) => out.push((id, name.to_string())),
+            (code, _) => log::debug!(
+                "metadata: topic id {id} not resolvable ({})",
+                code.map_or_else(|| "no name".to_string(), KafkaCode::name)
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// The ids of `names` (topics the cluster knows), for a shell that resolves its subscription up
+/// front.
+pub fn topic_ids(conn: &mut Connection, names: &[&str]) -> WireResult<Vec<(TopicId, String)>> {
+    let v = conn.version_within(ApiKey::Metadata, VersionRange::new(10, 12))?;
+    let req = msg::MetadataRequest::default()
+        .with_topics(Some(
+            names
+                .iter()
+                .map(|n| {
+                    metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(str_bytes(n))))
+                })
+                .collect(),
+        ))
+        .with_allow_auto_topic_creation(false);
+    let resp = conn.send(&req, v)?;
+    let mut out = Vec::new();
+    for t in resp.topics {
+        if let (None, Some(name)) = (KafkaCode::from_code(t.error_code), t.name) {
+            let id = TopicId::from_uuid(t.topic_id);
+            if id == TopicId::ZERO {
+                return Err(WireError::Protocol(format!(
+                    "Metadata v{v} named topic {} without a topic id",
+                    name.as_str()
+                )));
+            }
+            out.push((id, name.to_string()));
+        }
+    }
+    Ok(out)
+}
