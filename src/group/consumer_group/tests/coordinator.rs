@@ -457,7 +457,8 @@ impl Coordinator {
         }
     }
 
-    /// OffsetCommit with the member epoch, as a consumer group checks it.
+    /// OffsetCommit with the member epoch, as Kafka's consumer group checks it: any other epoch,
+    /// older or newer, is STALE_MEMBER_EPOCH.
     pub(super) fn commit(
         &mut self,
         member_id: &str,
@@ -467,10 +468,7 @@ impl Coordinator {
         let Some(m) = self.members.get(member_id) else {
             return KafkaCode::UNKNOWN_MEMBER_ID;
         };
-        if epoch > m.epoch {
-            return KafkaCode::FENCED_MEMBER_EPOCH;
-        }
-        if epoch < m.epoch {
+        if epoch != m.epoch {
             return KafkaCode::STALE_MEMBER_EPOCH;
         }
         for p in partitions {

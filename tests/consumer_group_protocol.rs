@@ -1,0 +1,432 @@
+//! The consumer group protocol (KIP-848) on real Apache Kafka 4.x, with the sans-I/O machine
+//! (`group::consumer_group`) driven directly by the wire functions, no consumer loop: joins,
+//! revocation before acknowledgement with the revoking member's commit visible in the broker
+//! before the partition is assigned elsewhere, convergence with each partition owned once,
+//! leaving with -1; and OffsetCommit v9+ carrying the member epoch through the existing commit
+//! path. Needs `scripts/setup-test-env`.
+//!
+//! The shell here is the smallest one that is faithful: each member has its own client and
+//! coordinator connection, finds the coordinator when the machine asks, sends what the machine
+//! returns, feeds answers and connection errors back, resolves topic ids through Metadata, and
+//! applies events as the poll thread would (a revocation fences, commits with the member epoch,
+//! then acknowledges).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::group::consumer_group::{
+    wire, ConsumerGroupConfig, ConsumerGroupMembership, Event, HeartbeatRequest, MemberState,
+    LEAVE_EPOCH,
+};
+use rebalance_guard::wire::{Client, ClientConfig, CommitIdentity, KafkaCode, OffsetCommitEntry};
+use rebalance_guard::TopicPartition;
+use support::{unique_name, Kafka, KafkaVersion};
+
+/// Bound on each convergence: the broker's heartbeat interval is 500 ms in the test settings,
+/// and a handover takes a few heartbeats of each member.
+const CONVERGE: Duration = Duration::from_secs(60);
+
+fn config(group: &str, topic: &str) -> ConsumerGroupConfig {
+    ConsumerGroupConfig {
+        group_id: group.to_string(),
+        instance_id: None,
+        topics: vec![topic.to_string()],
+        rebalance_timeout: Duration::from_secs(30),
+        remote_assignor: None,
+        session_bound: None,
+        retry_backoff: Duration::from_millis(100),
+        retry_backoff_max: Duration::from_secs(1),
+    }
+}
+
+/// What the revoking member committed (partition, offset, epoch) before acknowledging.
+type Commit = (TopicPartition, i64, i32);
+
+struct Driven {
+    name: &'static str,
+    m: ConsumerGroupMembership,
+    client: Client,
+    coordinator: Option<i32>,
+    working: BTreeSet<TopicPartition>,
+    events: Vec<Event>,
+    sent: Vec<HeartbeatRequest>,
+    commits: Vec<Commit>,
+    /// The committed offsets the broker returned for each partition when it was assigned here.
+    seen_at_assign: BTreeMap<TopicPartition, Option<i64>>,
+}
+
+impl Driven {
+    fn new(bootstrap: &str, name: &'static str, cfg: ConsumerGroupConfig) -> Self {
+        Driven {
+            name,
+            m: ConsumerGroupMembership::new(cfg),
+            client: Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).expect("connect"),
+            coordinator: None,
+            working: BTreeSet::new(),
+            events: Vec::new(),
+            sent: Vec::new(),
+            commits: Vec::new(),
+            seen_at_assign: BTreeMap::new(),
+        }
+    }
+
+    /// One step of the shell: coordinator, metadata, the due heartbeat, events.
+    fn step(&mut self, group: &str) {
+        let now = Instant::now();
+        self.m.handle_timeout(now);
+        if self.m.needs_coordinator() {
+            self.client.invalidate_coordinator(group);
+            let node = self
+                .client
+                .find_coordinator(group)
+                .expect("FindCoordinator")
+                .node_id;
+            let conn = self
+                .client
+                .connection(node)
+                .expect("coordinator connection");
+            let v = wire::heartbeat_version(conn).expect("ConsumerGroupHeartbeat version");
+            self.coordinator = Some(node);
+            self.m.coordinator_found(v);
+        }
+        let node = self.coordinator.expect("coordinator known");
+        if let Some(ids) = self.m.poll_metadata(now) {
+            let conn = self.client.connection(node).expect("connection");
+            let names = wire::resolve_topic_ids(conn, &ids).expect("Metadata by topic id");
+            self.m
+                .on_metadata(now, names.iter().map(|(id, n)| (*id, n.as_str())));
+        }
+        if let Some(req) = self.m.poll_transmit(now) {
+            let conn = self.client.connection(node).expect("connection");
+            match wire::send_heartbeat(conn, &req) {
+                Ok((_, resp)) => {
+                    self.sent.push(req);
+                    self.m.on_response(Instant::now(), resp);
+                }
+                Err(e) => {
+                    eprintln!("{}: heartbeat failed: {e}", self.name);
+                    self.sent.push(req);
+                    self.m.on_transport_error(Instant::now());
+                }
+            }
+        }
+        self.drain(group);
+    }
+
+    fn drain(&mut self, group: &str) {
+        while let Some(event) = self.m.poll_event() {
+            eprintln!("{}: {event:?}", self.name);
+            match &event {
+                Event::Revoke {
+                    id,
+                    partitions,
+                    epoch,
+                } => {
+                    for tp in partitions {
+                        self.working.remove(tp);
+                    }
+                    // The guard's revoke path: commit synchronously with the member epoch.
+                    let offsets: Vec<OffsetCommitEntry> = partitions
+                        .iter()
+                        .map(|tp| OffsetCommitEntry {
+                            tp: tp.clone(),
+                            offset: 100 + i64::from(tp.partition),
+                            leader_epoch: None,
+                            metadata: None,
+                        })
+                        .collect();
+                    let who = CommitIdentity {
+                        group_id: group,
+                        generation_id_or_member_epoch: *epoch,
+                        member_id: self.m.member_id(),
+                        group_instance_id: None,
+                    };
+                    let results = self.client.offset_commit(&who, &offsets).expect("commit");
+                    for (tp, r) in results {
+                        assert!(r.is_ok(), "{}: revocation commit of {tp}: {r:?}", self.name);
+                        self.commits
+                            .push((tp.clone(), 100 + i64::from(tp.partition), *epoch));
+                    }
+                    self.m.revocation_done(Instant::now(), *id);
+                }
+                Event::Assign { partitions, .. } => {
+                    let committed = self
+                        .client
+                        .offset_fetch(group, partitions)
+                        .expect("OffsetFetch");
+                    for c in committed {
+                        self.seen_at_assign.insert(c.tp.clone(), c.offset);
+                    }
+                    self.working.extend(partitions.iter().cloned());
+                }
+                Event::Lost { partitions, .. } => {
+                    for tp in partitions {
+                        self.working.remove(tp);
+                    }
+                }
+                Event::Fatal(f) => panic!("{}: fatal {f}", self.name),
+                Event::Left => {}
+            }
+            self.events.push(event);
+        }
+    }
+}
+
+fn step_all(members: &mut [&mut Driven], group: &str) {
+    for m in members.iter_mut() {
+        m.step(group);
+    }
+    let mut seen = BTreeSet::new();
+    for m in members.iter() {
+        for tp in &m.working {
+            assert!(
+                seen.insert(tp.clone()),
+                "{tp} worked on by two members at once"
+            );
+        }
+    }
+    thread::sleep(Duration::from_millis(20));
+}
+
+fn run_until(
+    members: &mut [&mut Driven],
+    group: &str,
+    what: &str,
+    done: impl Fn(&[&mut Driven]) -> bool,
+) {
+    let deadline = Instant::now() + CONVERGE;
+    while !done(members) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {CONVERGE:?}: {}",
+            members
+                .iter()
+                .map(|m| format!(
+                    "{} {:?} epoch {} working {:?}",
+                    m.name,
+                    m.m.state(),
+                    m.m.member_epoch(),
+                    m.working
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        step_all(members, group);
+    }
+}
+
+fn converged(members: &[&mut Driven], all: &BTreeSet<TopicPartition>) -> bool {
+    let mut union = BTreeSet::new();
+    let mut count = 0;
+    for m in members {
+        if m.m.state() != MemberState::Stable
+            || m.m.owned().into_iter().collect::<BTreeSet<_>>() != m.working
+            || m.working.is_empty()
+        {
+            return false;
+        }
+        count += m.working.len();
+        union.extend(m.working.iter().cloned());
+    }
+    &union == all && count == all.len()
+}
+
+#[test]
+fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let topic = unique_name("kip848-topic");
+    let group = unique_name("kip848-group");
+    let mut admin =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka.bootstrap())).expect("connect");
+    admin
+        .create_topics(&[(&topic, 3, 1)])
+        .expect("create topic");
+    let all: BTreeSet<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new(topic.as_str(), p))
+        .collect();
+
+    let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
+    run_until(&mut [&mut a], &group, "a owns all three", |ms| {
+        converged(ms, &all)
+    });
+    let first = &a.sent[0];
+    assert_eq!(first.member_epoch, 0);
+    assert!(first.is_full());
+    assert_eq!(
+        first.member_id,
+        a.m.member_id(),
+        "v1: the client's own member id"
+    );
+    assert_eq!(a.m.member_id().len(), 22);
+    let epoch_alone = a.m.member_epoch();
+    assert!(epoch_alone > 0);
+
+    let mut b = Driven::new(kafka.bootstrap(), "b", config(&group, &topic));
+    run_until(&mut [&mut a, &mut b], &group, "a and b converge", |ms| {
+        converged(ms, &all)
+    });
+    assert_eq!(a.working.len() + b.working.len(), 3);
+    assert!(!b.working.is_empty() && !a.working.is_empty());
+
+    // a revoked what b got, committed it with its epoch, and only then acknowledged; the broker
+    // handed each such partition to b after the commit was stored.
+    let revoked: BTreeSet<TopicPartition> = a
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Revoke { partitions, .. } => Some(partitions.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(revoked, b.working, "exactly what moved was revoked");
+    for tp in &b.working {
+        let committed = a
+            .commits
+            .iter()
+            .find(|(p, _, _)| p == tp)
+            .expect("committed");
+        assert_eq!(
+            b.seen_at_assign.get(tp).copied().flatten(),
+            Some(committed.1),
+            "{tp}: the revocation's commit was visible when b was assigned it"
+        );
+        assert_eq!(
+            committed.2, epoch_alone,
+            "committed with a's epoch before the handover"
+        );
+    }
+    // The acknowledging heartbeat reported a's owned partitions without the revoked ones.
+    let ack = a
+        .sent
+        .iter()
+        .filter_map(|r| r.owned.as_ref())
+        .find(|o| o.values().map(Vec::len).sum::<usize>() == a.working.len())
+        .expect("an acknowledgement reporting what a kept");
+    assert!(!ack.is_empty());
+
+    // Both leave with -1; the broker forgets them.
+    let now = Instant::now();
+    a.m.leave(now);
+    b.m.leave(now);
+    run_until(&mut [&mut a, &mut b], &group, "both left", |ms| {
+        ms.iter().all(|m| m.m.state() == MemberState::Left)
+    });
+    for m in [&a, &b] {
+        assert!(
+            m.sent.iter().any(|r| r.member_epoch == LEAVE_EPOCH),
+            "{} sent -1",
+            m.name
+        );
+        assert!(m.events.contains(&Event::Left));
+        assert!(m.events.iter().all(|e| !matches!(e, Event::Lost { .. })));
+    }
+    // A heartbeat in a's old name is now refused: the broker no longer knows the member.
+    let probe = HeartbeatRequest {
+        group_id: group.clone(),
+        member_id: a.m.member_id().to_string(),
+        member_epoch: epoch_alone + 1,
+        instance_id: None,
+        rebalance_timeout_ms: -1,
+        subscribed_topic_names: None,
+        server_assignor: None,
+        owned: None,
+    };
+    let node = a
+        .client
+        .find_coordinator(&group)
+        .expect("coordinator")
+        .node_id;
+    let conn = a.client.connection(node).expect("connection");
+    let (_, resp) = wire::send_heartbeat(conn, &probe).expect("heartbeat");
+    assert_eq!(resp.error, KafkaCode::UNKNOWN_MEMBER_ID, "{resp:?}");
+}
+
+#[test]
+fn offset_commit_carries_the_member_epoch_and_refuses_any_other_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let topic = unique_name("kip848-commit");
+    let group = unique_name("kip848-commit-group");
+    let mut admin =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka.bootstrap())).expect("connect");
+    admin
+        .create_topics(&[(&topic, 1, 1)])
+        .expect("create topic");
+    let all: BTreeSet<TopicPartition> = [TopicPartition::new(topic.as_str(), 0)].into();
+    let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
+    run_until(&mut [&mut a], &group, "a owns the partition", |ms| {
+        converged(ms, &all)
+    });
+    let epoch = a.m.commit_epoch().expect("in the group");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let commit = |client: &mut Client, member_id: &str, epoch: i32, offset: i64| {
+        let who = CommitIdentity {
+            group_id: &group,
+            generation_id_or_member_epoch: epoch,
+            member_id,
+            group_instance_id: None,
+        };
+        let entry = OffsetCommitEntry {
+            tp: tp.clone(),
+            offset,
+            leader_epoch: None,
+            metadata: None,
+        };
+        let mut results = client.offset_commit(&who, &[entry]).expect("OffsetCommit");
+        assert_eq!(results.len(), 1);
+        results.remove(0).1.err().and_then(|e| e.kafka_code())
+    };
+    let member_id = a.m.member_id().to_string();
+    assert_eq!(
+        commit(&mut a.client, &member_id, epoch, 7),
+        None,
+        "the member epoch commits"
+    );
+    let stored = a
+        .client
+        .offset_fetch(&group, &[tp.clone()])
+        .expect("OffsetFetch");
+    assert_eq!(stored[0].offset, Some(7));
+    // An older epoch and a newer one are both STALE_MEMBER_EPOCH on Kafka 4.x (KIP-848 names
+    // FENCED_MEMBER_EPOCH for a newer one; the broker does not distinguish).
+    assert_eq!(
+        commit(&mut a.client, &member_id, epoch - 1, 8),
+        Some(KafkaCode::STALE_MEMBER_EPOCH)
+    );
+    assert_eq!(
+        commit(&mut a.client, &member_id, epoch + 1, 8),
+        Some(KafkaCode::STALE_MEMBER_EPOCH)
+    );
+    assert_eq!(
+        commit(&mut a.client, "not-a-member", epoch, 8),
+        Some(KafkaCode::UNKNOWN_MEMBER_ID)
+    );
+    let stored = a
+        .client
+        .offset_fetch(&group, &[tp.clone()])
+        .expect("OffsetFetch");
+    assert_eq!(stored[0].offset, Some(7), "no refused commit was stored");
+    // The decision for STALE_MEMBER_EPOCH: retried with the current epoch, the partition being
+    // still owned; the retry commits.
+    match a.m.stale_epoch_retry(epoch - 1, &[tp.clone()]) {
+        rebalance_guard::group::consumer_group::StaleEpochRetry::Retry {
+            epoch: retry,
+            partitions,
+            dropped,
+        } => {
+            assert_eq!(retry, epoch);
+            assert_eq!(partitions, vec![tp.clone()]);
+            assert!(dropped.is_empty());
+            assert_eq!(commit(&mut a.client, &member_id, retry, 9), None);
+        }
+        other => panic!("{other:?}"),
+    }
+    let now = Instant::now();
+    a.m.leave(now);
+    run_until(&mut [&mut a], &group, "a left", |ms| {
+        ms[0].m.state() == MemberState::Left
+    });
+}
