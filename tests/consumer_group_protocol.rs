@@ -387,7 +387,7 @@ fn offset_commit_carries_the_member_epoch_and_refuses_any_other_kafka() {
     );
     let stored = a
         .client
-        .offset_fetch(&group, &[tp.clone()])
+        .offset_fetch(&group, std::slice::from_ref(&tp))
         .expect("OffsetFetch");
     assert_eq!(stored[0].offset, Some(7));
     // An older epoch and a newer one are both STALE_MEMBER_EPOCH on Kafka 4.x (KIP-848 names
@@ -406,12 +406,12 @@ fn offset_commit_carries_the_member_epoch_and_refuses_any_other_kafka() {
     );
     let stored = a
         .client
-        .offset_fetch(&group, &[tp.clone()])
+        .offset_fetch(&group, std::slice::from_ref(&tp))
         .expect("OffsetFetch");
     assert_eq!(stored[0].offset, Some(7), "no refused commit was stored");
     // The decision for STALE_MEMBER_EPOCH: retried with the current epoch, the partition being
     // still owned; the retry commits.
-    match a.m.stale_epoch_retry(epoch - 1, &[tp.clone()]) {
+    match a.m.stale_epoch_retry(epoch - 1, std::slice::from_ref(&tp)) {
         rebalance_guard::group::consumer_group::StaleEpochRetry::Retry {
             epoch: retry,
             partitions,
