@@ -53,6 +53,24 @@ pub(super) fn positive_ms(name: &'static str, d: Duration) -> Result<Duration, C
     int32_ms(name, d)
 }
 
+/// The consumer protocol's session bound: positive, and never longer than the broker's default
+/// session timeout, so that a default broker cannot have expired a member whose leases read
+/// current.
+pub(super) fn session_bound(name: &'static str, d: Duration) -> Result<Duration, ConfigError> {
+    let d = positive_ms(name, d)?;
+    if d > crate::group::consumer_group::BROKER_DEFAULT_SESSION_TIMEOUT {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: d.as_millis().to_string(),
+            rule:
+                "must be at most 45000 ms, the broker's default group.consumer.session.timeout.ms: \
+                   past the broker's session timeout a lease could read current for a member \
+                   the broker already expired",
+        });
+    }
+    Ok(d)
+}
+
 /// A byte threshold where zero means "do not wait": not negative.
 pub(super) fn non_negative_bytes(name: &'static str, n: i32) -> Result<i32, ConfigError> {
     if n < 0 {

@@ -31,7 +31,8 @@ pub(super) fn default_drain_timeout(max_poll_interval: Duration) -> Duration {
 }
 
 /// Checks the rules between settings, in this order: settings the consumer protocol refuses
-/// (`classic_only_set`: the first [`CLASSIC_ONLY`] setting given explicitly), heartbeat against
+/// (`classic_only_set`: the first [`CLASSIC_ONLY`] setting given explicitly), settings only the
+/// consumer protocol uses (`group.remote.assignor`, `session.bound.ms`), heartbeat against
 /// session, poll interval against session (both classic only), drain against poll interval,
 /// then the security settings ([`check_security`]).
 /// A `fetch.max.bytes` below `max.partition.fetch.bytes` is allowed, as in Java, and logged.
@@ -42,6 +43,25 @@ pub(super) fn check(
     if config.group_protocol == GroupProtocol::Consumer {
         if let Some(name) = classic_only_set {
             return Err(ConfigError::ClassicOnly { name });
+        }
+    }
+    if config.group_protocol == GroupProtocol::Classic {
+        let consumer_only = [
+            (
+                "group.remote.assignor",
+                config.group_remote_assignor.is_some(),
+            ),
+            ("session.bound.ms", config.session_bound.is_some()),
+        ];
+        if let Some((name, _)) = consumer_only.into_iter().find(|(_, set)| *set) {
+            return Err(ConfigError::Conflict {
+                name,
+                other: "group.protocol",
+                rule: format!(
+                    "{name} applies to group.protocol=consumer only; with classic the assignor \
+                     is partition.assignment.strategy and the session is session.timeout.ms"
+                ),
+            });
         }
     }
     let session = config.session_timeout.as_millis();

@@ -172,7 +172,8 @@ impl fmt::Display for ConfigError {
             ConfigError::ClassicOnly { name } => write!(
                 f,
                 "setting `{name}` applies to group.protocol=classic only; with \
-                 group.protocol=consumer the broker decides it (group.consumer.* broker settings)"
+                 group.protocol=consumer the broker owns it (its group.consumer.* settings; \
+                 group.remote.assignor names a broker-side assignor)"
             ),
             ConfigError::File {
                 path,

@@ -69,6 +69,7 @@ mod settings;
 mod suggest;
 mod values;
 
+pub use crate::group::consumer_group::RemoteAssignor;
 pub use crate::group::Strategy;
 pub use error::ConfigError;
 pub use properties::{parse_properties, PropertiesSyntaxError};
@@ -178,6 +179,15 @@ impl ConsumerConfig {
     /// `group.protocol`.
     pub fn group_protocol(&self) -> GroupProtocol {
         self.group_protocol
+    }
+    /// `group.remote.assignor`: the broker-side assignor to ask for (consumer protocol only).
+    pub fn group_remote_assignor(&self) -> Option<RemoteAssignor> {
+        self.group_remote_assignor
+    }
+    /// `session.bound.ms`: the user's session bound for leases (consumer protocol only); `None`
+    /// derives it from the broker's heartbeat interval.
+    pub fn session_bound(&self) -> Option<Duration> {
+        self.session_bound
     }
     /// `auto.offset.reset`.
     pub fn auto_offset_reset(&self) -> AutoOffsetReset {

@@ -13,6 +13,7 @@ use super::security::{JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
 use super::values::{AutoOffsetReset, GroupProtocol};
 use super::{checks, cross, ConfigError};
+use crate::group::consumer_group::RemoteAssignor;
 use crate::group::Strategy;
 use crate::wire::{IsolationLevel, SaslMechanism, Secret};
 
@@ -118,6 +119,13 @@ settings! {
         rule: checks::any,
         set: |protocol: GroupProtocol| protocol,
         doc: "`classic` (JoinGroup/SyncGroup, every broker) or `consumer` (KIP-848, Kafka 4.0+, broker-side assignment). Classic works with every supported broker.",
+    }
+    group_remote_assignor: RemoteAssignor {
+        name: "group.remote.assignor",
+        default: none,
+        rule: checks::any,
+        set: |assignor: RemoteAssignor| assignor,
+        doc: "With `group.protocol=consumer`: the broker-side assignor, `uniform` or `range`. Unset, the broker picks its default (the first of its `group.consumer.assignors`, `uniform` unless changed). Refused with `classic`.",
     }
     auto_offset_reset: AutoOffsetReset {
         name: "auto.offset.reset",
@@ -265,5 +273,12 @@ settings! {
         rule: checks::positive_ms,
         set: |timeout: Duration| timeout,
         doc: "Bound on waiting for in-flight work when partitions are revoked; below `max.poll.interval.ms`. Long enough for a side effect with a retry, short enough that one hung handler cannot stall the group.",
+    }
+    session_bound: Duration {
+        name: "session.bound.ms",
+        default: none,
+        rule: checks::session_bound,
+        set: |bound: Duration| bound,
+        doc: "With `group.protocol=consumer`: how long ownership is trusted after the send of the last answered heartbeat (leases go stale past it). Unset: three of the heartbeat intervals the broker returns. At most 45000, the broker's default session timeout; set it lower if the broker's `group.consumer.session.timeout.ms` is below three intervals. Refused with `classic`, which uses `session.timeout.ms`.",
     }
 }

@@ -21,10 +21,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "value.deserializer",
         "records are handed to the handler as bytes; deserialize in the handler",
     ),
-    (
-        "group.remote.assignor",
-        "the broker's default assignor is used with group.protocol=consumer",
-    ),
     ("interceptor.classes", "Java interceptors do not apply"),
 ];
 

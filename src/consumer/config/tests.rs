@@ -810,3 +810,112 @@ fn sasl_secrets_never_appear_in_any_printout_of_the_configuration() {
     }
     assert!(printed.iter().any(|t| t.contains("[redacted]")));
 }
+
+#[test]
+fn consumer_protocol_takes_a_remote_assignor_by_its_broker_name() {
+    for (text, assignor) in [
+        ("uniform", RemoteAssignor::Uniform),
+        ("range", RemoteAssignor::Range),
+        (" RANGE ", RemoteAssignor::Range),
+    ] {
+        let c = props(&[
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", text),
+        ])
+        .unwrap();
+        assert_eq!(c.group_remote_assignor(), Some(assignor));
+        assert_eq!(
+            ConsumerConfig::from_properties(c.to_properties()).unwrap(),
+            c
+        );
+    }
+    let typed = base()
+        .group_protocol(GroupProtocol::Consumer)
+        .group_remote_assignor(RemoteAssignor::Uniform)
+        .build()
+        .unwrap();
+    assert_eq!(typed.group_remote_assignor(), Some(RemoteAssignor::Uniform));
+    assert_eq!(props(&[]).unwrap().group_remote_assignor(), None);
+    let err = props(&[
+        ("group.protocol", "consumer"),
+        ("group.remote.assignor", "sticky"),
+    ])
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::InvalidValue {
+            name: "group.remote.assignor",
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("uniform, range"), "{err}");
+}
+
+#[test]
+fn consumer_only_settings_are_refused_with_the_classic_protocol() {
+    for (name, value) in [
+        ("group.remote.assignor", "uniform"),
+        ("session.bound.ms", "3000"),
+    ] {
+        let err = props(&[(name, value)]).unwrap_err();
+        match &err {
+            ConfigError::Conflict {
+                name: n,
+                other,
+                rule,
+            } => {
+                assert_eq!(n, &name);
+                assert_eq!(*other, "group.protocol");
+                assert!(rule.contains("group.protocol=consumer only"), "{rule}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_session_bound_is_positive_and_at_most_the_brokers_default_session_timeout() {
+    let ok = props(&[
+        ("group.protocol", "consumer"),
+        ("session.bound.ms", "45000"),
+    ])
+    .unwrap();
+    assert_eq!(ok.session_bound(), Some(Duration::from_secs(45)));
+    assert_eq!(
+        ConsumerConfig::from_properties(ok.to_properties()).unwrap(),
+        ok
+    );
+    assert_eq!(
+        props(&[("group.protocol", "consumer")])
+            .unwrap()
+            .session_bound(),
+        None,
+        "unset: derived from the broker's heartbeat interval"
+    );
+    for value in ["0", "45001"] {
+        let err =
+            props(&[("group.protocol", "consumer"), ("session.bound.ms", value)]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::OutOfRange {
+                    name: "session.bound.ms",
+                    ..
+                }
+            ),
+            "{value}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn a_classic_only_setting_is_refused_saying_the_broker_owns_it() {
+    let err = props(&[
+        ("group.protocol", "consumer"),
+        ("heartbeat.interval.ms", "1000"),
+    ])
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("the broker owns it"), "{text}");
+    assert!(text.contains("heartbeat.interval.ms"), "{text}");
+}

@@ -10,6 +10,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::ConfigError;
+use crate::group::consumer_group::RemoteAssignor;
 use crate::group::Strategy;
 use crate::wire::IsolationLevel;
 
@@ -248,6 +249,21 @@ impl SettingValue for GroupProtocol {
     fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
         GroupProtocol::from_name(text)
             .ok_or_else(|| invalid(name, text, "a group protocol (allowed: classic, consumer)"))
+    }
+    fn text(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
+impl SettingValue for RemoteAssignor {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        RemoteAssignor::from_name(text).ok_or_else(|| {
+            invalid(
+                name,
+                text,
+                "a broker-side assignor (allowed: uniform, range)",
+            )
+        })
     }
     fn text(&self) -> String {
         self.as_str().to_string()
