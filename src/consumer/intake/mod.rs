@@ -205,10 +205,14 @@ impl Intake {
             }
             self.positions.insert(part.tp.clone(), part.next_offset);
             if !part.records.is_empty() {
-                self.buffers
-                    .entry(part.tp.clone())
-                    .or_default()
-                    .extend(part.records);
+                let buffer = self.buffers.entry(part.tp.clone()).or_default();
+                if buffer.is_empty() {
+                    // The usual case (only dry partitions are fetched): the fetched vector
+                    // becomes the buffer as it is, without moving a record.
+                    *buffer = VecDeque::from(part.records);
+                } else {
+                    buffer.extend(part.records);
+                }
                 self.mark_ready(&part.tp);
             }
         }
