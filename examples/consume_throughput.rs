@@ -4,13 +4,15 @@
 //!
 //! ```text
 //! cargo run --release --example consume_throughput -- --bootstrap 127.0.0.1:9092 \
-//!     --topic T --group G --count 1000000 [--keyed]
+//!     --topic T --group G --count 1000000 [--keyed] [--set NAME=VALUE ...]
 //! ```
 //!
 //! Why it exists: users choose a consumer by what the whole loop costs (group membership, the
 //! guard, batch commits), not by the fetch path alone. `--keyed` derives a unique idempotency key
 //! per record, so every admission also goes through the guard's bounded key set. `join_s` is
 //! from subscribe to the first record, `first_to_last_s` from the first record to the last.
+//! `--set` overrides or adds a consumer setting (repeatable), to see what one setting costs
+//! (`--set max.poll.records=5000`: a tenth of the commits).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,17 +26,19 @@ struct Args {
     group: String,
     count: u64,
     keyed: bool,
+    settings: Vec<(String, String)>,
 }
 
 fn usage() -> String {
     "usage: consume_throughput --bootstrap HOST:PORT --topic TOPIC --group GROUP --count N \
-     [--keyed]"
+     [--keyed] [--set NAME=VALUE ...]"
         .to_string()
 }
 
 fn parse_args() -> Result<Args, String> {
     let (mut bootstrap, mut topic, mut group, mut count, mut keyed) =
         (None, None, None, None, false);
+    let mut settings = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -47,6 +51,13 @@ fn parse_args() -> Result<Args, String> {
             "--group" => group = Some(value()?),
             "--count" => count = Some(value()?.parse().map_err(|e| format!("--count: {e}"))?),
             "--keyed" => keyed = true,
+            "--set" => {
+                let pair = value()?;
+                let (name, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("--set {pair}: expected NAME=VALUE"))?;
+                settings.push((name.to_string(), v.to_string()));
+            }
             other => return Err(format!("unknown argument {other}\n{}", usage())),
         }
     }
@@ -56,18 +67,24 @@ fn parse_args() -> Result<Args, String> {
         group: group.ok_or_else(usage)?,
         count: count.ok_or_else(usage)?,
         keyed,
+        settings,
     })
 }
 
 fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
-    let config = ConsumerConfig::from_properties([
+    let mut props: Vec<(&str, &str)> = vec![
         ("bootstrap.servers", args.bootstrap.as_str()),
         ("group.id", args.group.as_str()),
         ("auto.offset.reset", "earliest"),
         ("session.timeout.ms", "10000"),
         ("heartbeat.interval.ms", "1000"),
         ("fetch.max.wait.ms", "100"),
-    ])?;
+    ];
+    for (name, value) in &args.settings {
+        props.retain(|(n, _)| n != name);
+        props.push((name.as_str(), value.as_str()));
+    }
+    let config = ConsumerConfig::from_properties(props)?;
     let started = Instant::now();
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?;
     if args.keyed {
