@@ -2,8 +2,14 @@
 //! (`group::consumer_group`) driven directly by the wire functions, no consumer loop: joins,
 //! revocation before acknowledgement with the revoking member's commit visible in the broker
 //! before the partition is assigned elsewhere, convergence with each partition owned once,
-//! leaving with -1; and OffsetCommit v9+ carrying the member epoch through the existing commit
+//! leaving with -1; a fenced epoch; a static member's -2 and return; a revocation past the
+//! rebalance timeout; and OffsetCommit v9+ carrying the member epoch through the existing commit
 //! path. Needs `scripts/setup-test-env`.
+//!
+//! Where Kafka 4.4 differs from KIP-848's text, the test says so: the first answer to a join
+//! may carry an empty assignment (the target comes with a later heartbeat); a member that does
+//! not revoke in time is removed (UNKNOWN_MEMBER_ID) rather than answered FENCED_MEMBER_EPOCH; an
+//! OffsetCommit with a newer epoch is STALE_MEMBER_EPOCH like an older one.
 //!
 //! The shell here is the smallest one that is faithful: each member has its own client and
 //! coordinator connection, finds the coordinator when the machine asks, sends what the machine
@@ -56,10 +62,21 @@ struct Driven {
     commits: Vec<Commit>,
     /// The committed offsets the broker returned for each partition when it was assigned here.
     seen_at_assign: BTreeMap<TopicPartition, Option<i64>>,
+    /// Acknowledge revocations at once (the poll thread finished); else they wait in `unacked`.
+    auto_ack: bool,
+    unacked: Vec<rebalance_guard::group::consumer_group::RevocationId>,
+    /// Send the next heartbeat with an epoch one above the machine's (a member that believes in
+    /// an epoch the broker never gave), once.
+    tamper_epoch_once: bool,
+    /// Every error code the broker answered a heartbeat with.
+    errors: Vec<KafkaCode>,
+    instance: Option<String>,
+    fatal_expected: bool,
 }
 
 impl Driven {
     fn new(bootstrap: &str, name: &'static str, cfg: ConsumerGroupConfig) -> Self {
+        let cfg_instance = cfg.instance_id.clone();
         Driven {
             name,
             m: ConsumerGroupMembership::new(cfg),
@@ -70,6 +87,12 @@ impl Driven {
             sent: Vec::new(),
             commits: Vec::new(),
             seen_at_assign: BTreeMap::new(),
+            auto_ack: true,
+            unacked: Vec::new(),
+            tamper_epoch_once: false,
+            errors: Vec::new(),
+            instance: cfg_instance,
+            fatal_expected: false,
         }
     }
 
@@ -99,10 +122,18 @@ impl Driven {
             self.m
                 .on_metadata(now, names.iter().map(|(id, n)| (*id, n.as_str())));
         }
-        if let Some(req) = self.m.poll_transmit(now) {
+        if let Some(mut req) = self.m.poll_transmit(now) {
+            if self.tamper_epoch_once && req.member_epoch > 0 {
+                self.tamper_epoch_once = false;
+                req.member_epoch += 1;
+            }
             let conn = self.client.connection(node).expect("connection");
             match wire::send_heartbeat(conn, &req) {
                 Ok((_, resp)) => {
+                    if resp.error != KafkaCode::NONE {
+                        eprintln!("{}: heartbeat answered {resp:?}", self.name);
+                        self.errors.push(resp.error);
+                    }
                     self.sent.push(req);
                     self.m.on_response(Instant::now(), resp);
                 }
@@ -138,11 +169,12 @@ impl Driven {
                             metadata: None,
                         })
                         .collect();
+                    let instance = self.instance.clone();
                     let who = CommitIdentity {
                         group_id: group,
                         generation_id_or_member_epoch: *epoch,
                         member_id: self.m.member_id(),
-                        group_instance_id: None,
+                        group_instance_id: instance.as_deref(),
                     };
                     let results = self.client.offset_commit(&who, &offsets).expect("commit");
                     for (tp, r) in results {
@@ -150,7 +182,11 @@ impl Driven {
                         self.commits
                             .push((tp.clone(), 100 + i64::from(tp.partition), *epoch));
                     }
-                    self.m.revocation_done(Instant::now(), *id);
+                    if self.auto_ack {
+                        self.m.revocation_done(Instant::now(), *id);
+                    } else {
+                        self.unacked.push(*id);
+                    }
                 }
                 Event::Assign { partitions, .. } => {
                     let committed = self
@@ -167,7 +203,8 @@ impl Driven {
                         self.working.remove(tp);
                     }
                 }
-                Event::Fatal(f) => panic!("{}: fatal {f}", self.name),
+                Event::Fatal(f) if !self.fatal_expected => panic!("{}: fatal {f}", self.name),
+                Event::Fatal(_) => {}
                 Event::Left => {}
             }
             self.events.push(event);
@@ -427,6 +464,294 @@ fn offset_commit_carries_the_member_epoch_and_refuses_any_other_kafka() {
     let now = Instant::now();
     a.m.leave(now);
     run_until(&mut [&mut a], &group, "a left", |ms| {
+        ms[0].m.state() == MemberState::Left
+    });
+}
+
+fn new_topic(kafka: &Kafka, prefix: &str, partitions: i32) -> (String, BTreeSet<TopicPartition>) {
+    let topic = unique_name(prefix);
+    let mut admin =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka.bootstrap())).expect("connect");
+    admin
+        .create_topics(&[(&topic, partitions, 1)])
+        .expect("create topic");
+    let all = (0..partitions)
+        .map(|p| TopicPartition::new(topic.as_str(), p))
+        .collect();
+    (topic, all)
+}
+
+fn lost_causes(m: &Driven) -> Vec<rebalance_guard::group::consumer_group::LostCause> {
+    m.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lost { cause, .. } => Some(cause.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_heartbeat_with_an_epoch_the_broker_never_gave_is_fenced_and_the_member_rejoins_with_epoch_0_kafka(
+) {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let (topic, all) = new_topic(kafka, "kip848-fence", 2);
+    let group = unique_name("kip848-fence-group");
+    let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
+    run_until(&mut [&mut a], &group, "a owns both", |ms| {
+        converged(ms, &all)
+    });
+    let commits = a.commits.len();
+    a.tamper_epoch_once = true;
+    run_until(&mut [&mut a], &group, "a is fenced", |ms| {
+        !lost_causes(ms[0]).is_empty()
+    });
+    assert_eq!(a.errors, vec![KafkaCode::FENCED_MEMBER_EPOCH]);
+    assert_eq!(
+        lost_causes(&a),
+        vec![rebalance_guard::group::consumer_group::LostCause::Fenced(
+            KafkaCode::FENCED_MEMBER_EPOCH
+        )]
+    );
+    assert_eq!(a.commits.len(), commits, "a loss commits nothing");
+    run_until(&mut [&mut a], &group, "a owns both again", |ms| {
+        converged(ms, &all)
+    });
+    let rejoin = a
+        .sent
+        .iter()
+        .rev()
+        .find(|r| r.member_epoch == 0)
+        .expect("a rejoin with epoch 0");
+    assert_eq!(
+        rejoin.member_id,
+        a.m.member_id(),
+        "the member id is kept for life"
+    );
+    assert_eq!(rejoin.owned.as_ref().map(|o| o.len()), Some(0));
+    a.m.leave(Instant::now());
+    run_until(&mut [&mut a], &group, "a left", |ms| {
+        ms[0].m.state() == MemberState::Left
+    });
+}
+
+#[test]
+fn a_static_member_leaves_with_minus_2_and_its_return_gets_the_same_partitions_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let (topic, all) = new_topic(kafka, "kip848-static", 4);
+    let group = unique_name("kip848-static-group");
+    let instance = unique_name("static");
+    let mut cfg = config(&group, &topic);
+    cfg.instance_id = Some(instance.clone());
+    let mut s = Driven::new(kafka.bootstrap(), "s", cfg.clone());
+    let mut d = Driven::new(kafka.bootstrap(), "d", config(&group, &topic));
+    run_until(&mut [&mut s, &mut d], &group, "s and d converge", |ms| {
+        converged(ms, &all)
+    });
+    let kept = s.working.clone();
+    let d_owned = d.working.clone();
+    s.m.leave(Instant::now());
+    run_until(&mut [&mut s, &mut d], &group, "s left", |ms| {
+        ms[0].m.state() == MemberState::Left
+    });
+    assert_eq!(
+        s.sent.last().map(|r| r.member_epoch),
+        Some(rebalance_guard::group::consumer_group::STATIC_LEAVE_EPOCH)
+    );
+    // Within the broker's session timeout (6 s here) its partitions wait for it.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        step_all(&mut [&mut d], &group);
+    }
+    assert_eq!(
+        d.working, d_owned,
+        "d did not get the static member's partitions"
+    );
+    // The static member returns: a new process, a new member id, the same instance id.
+    let mut back = Driven::new(kafka.bootstrap(), "back", cfg);
+    assert_ne!(back.m.member_id(), s.m.member_id());
+    run_until(
+        &mut [&mut back, &mut d],
+        &group,
+        "back and d converge",
+        |ms| converged(ms, &all),
+    );
+    assert_eq!(back.working, kept, "the same partitions came back");
+    assert!(
+        d.events.iter().all(|e| !matches!(e, Event::Revoke { .. })),
+        "d revoked nothing: no rebalance"
+    );
+    // A second process with the same instance id while `back` is active is refused.
+    let mut twin_cfg = config(&group, &topic);
+    twin_cfg.instance_id = Some(instance);
+    let mut twin = Driven::new(kafka.bootstrap(), "twin", twin_cfg);
+    twin.fatal_expected = true;
+    run_until(&mut [&mut twin], &group, "the twin is refused", |ms| {
+        ms[0].m.state() == MemberState::Fatal
+    });
+    assert_eq!(twin.errors, vec![KafkaCode(111)], "UNRELEASED_INSTANCE_ID");
+    let now = Instant::now();
+    back.m.leave(now);
+    d.m.leave(now);
+    run_until(&mut [&mut back, &mut d], &group, "both left", |ms| {
+        ms.iter().all(|m| m.m.state() == MemberState::Left)
+    });
+}
+
+#[test]
+fn a_member_that_does_not_revoke_within_its_rebalance_timeout_loses_its_partitions_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let (topic, all) = new_topic(kafka, "kip848-stuck", 2);
+    let group = unique_name("kip848-stuck-group");
+    let mut cfg = config(&group, &topic);
+    cfg.rebalance_timeout = Duration::from_secs(3);
+    let mut a = Driven::new(kafka.bootstrap(), "a", cfg);
+    run_until(&mut [&mut a], &group, "a owns both", |ms| {
+        converged(ms, &all)
+    });
+    a.auto_ack = false;
+    let mut b = Driven::new(kafka.bootstrap(), "b", config(&group, &topic));
+    run_until(
+        &mut [&mut a, &mut b],
+        &group,
+        "a is asked to revoke",
+        |ms| !ms[0].unacked.is_empty(),
+    );
+    let asked = Instant::now();
+    run_until(
+        &mut [&mut a, &mut b],
+        &group,
+        "a loses its partitions",
+        |ms| !lost_causes(ms[0]).is_empty(),
+    );
+    let waited = asked.elapsed();
+    eprintln!(
+        "a lost after {waited:?}: {:?}; heartbeat errors {:?}",
+        lost_causes(&a),
+        a.errors
+    );
+    assert!(
+        waited >= Duration::from_secs(2),
+        "not before the rebalance timeout: {waited:?}"
+    );
+    let cause = lost_causes(&a)[0].clone();
+    assert!(
+        matches!(
+            cause,
+            rebalance_guard::group::consumer_group::LostCause::RevocationTimedOut
+                | rebalance_guard::group::consumer_group::LostCause::Fenced(_)
+        ),
+        "{cause:?}"
+    );
+    // Late, the poll thread finishes: nothing changes, and the group converges with a rejoined.
+    for id in std::mem::take(&mut a.unacked) {
+        a.m.revocation_done(Instant::now(), id);
+    }
+    a.auto_ack = true;
+    run_until(&mut [&mut a, &mut b], &group, "a and b converge", |ms| {
+        converged(ms, &all)
+    });
+    let now = Instant::now();
+    a.m.leave(now);
+    b.m.leave(now);
+    run_until(&mut [&mut a, &mut b], &group, "both left", |ms| {
+        ms.iter().all(|m| m.m.state() == MemberState::Left)
+    });
+}
+
+/// What the machine's own revocation deadline stands for, pinned on the broker itself: a member
+/// that keeps heartbeating but never reports its revocation is removed at its rebalance timeout,
+/// and its next heartbeat is refused. `a` here is raw requests only, no machine.
+#[test]
+fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance_timeout_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let (topic, all) = new_topic(kafka, "kip848-raw", 2);
+    let group = unique_name("kip848-raw-group");
+    let mut client =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka.bootstrap())).expect("connect");
+    let member_id = rebalance_guard::group::consumer_group::generate_member_id();
+    let send = |client: &mut Client, req: &HeartbeatRequest| {
+        let node = client
+            .find_coordinator(&group)
+            .expect("coordinator")
+            .node_id;
+        let conn = client.connection(node).expect("connection");
+        wire::send_heartbeat(conn, req).expect("heartbeat").1
+    };
+    let join = HeartbeatRequest {
+        group_id: group.clone(),
+        member_id: member_id.clone(),
+        member_epoch: 0,
+        instance_id: None,
+        rebalance_timeout_ms: 3000,
+        subscribed_topic_names: Some(vec![topic.clone()]),
+        server_assignor: None,
+        owned: Some(Default::default()),
+    };
+    let resp = send(&mut client, &join);
+    assert_eq!(resp.error, KafkaCode::NONE, "{resp:?}");
+    eprintln!(
+        "join answered: epoch {}, assignment {:?}",
+        resp.member_epoch, resp.assignment
+    );
+    let mut epoch = resp.member_epoch;
+    let mut assigned = resp
+        .assignment
+        .expect("a full request is answered with an assignment");
+    let mut hb = HeartbeatRequest {
+        member_epoch: epoch,
+        rebalance_timeout_ms: -1,
+        subscribed_topic_names: None,
+        owned: Some(assigned.clone()),
+        ..join
+    };
+    // Kafka 4.4 may answer the join before the target assignment is computed (an empty
+    // assignment); the partitions come with a later heartbeat.
+    let deadline = Instant::now() + CONVERGE;
+    while assigned.values().map(Vec::len).sum::<usize>() < 2 {
+        assert!(Instant::now() < deadline, "a never got both partitions");
+        thread::sleep(Duration::from_millis(100));
+        let resp = send(&mut client, &hb);
+        assert_eq!(resp.error, KafkaCode::NONE, "{resp:?}");
+        epoch = resp.member_epoch;
+        if let Some(a) = resp.assignment {
+            assigned = a;
+        }
+        hb.member_epoch = epoch;
+        hb.owned = Some(assigned.clone());
+    }
+    eprintln!("a owns {assigned:?} in epoch {epoch}");
+    // Report them owned (what a member does once it took them).
+    assert_eq!(send(&mut client, &hb).error, KafkaCode::NONE);
+    hb.owned = None;
+
+    let mut b = Driven::new(kafka.bootstrap(), "b", config(&group, &topic));
+    let started = Instant::now();
+    let mut refused = None;
+    while started.elapsed() < Duration::from_secs(20) {
+        b.step(&group);
+        let resp = send(&mut client, &hb);
+        if resp.error != KafkaCode::NONE {
+            refused = Some((resp.error, started.elapsed()));
+            break;
+        }
+        assert_eq!(
+            resp.member_epoch, epoch,
+            "no new epoch while the revocation is pending"
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+    let (code, after) = refused.expect("the broker refused a's heartbeat");
+    eprintln!("a refused with {} after {after:?}", code.name());
+    // KIP-848 says the member is fenced; Kafka 4.4 removes it, so the next heartbeat reads
+    // UNKNOWN_MEMBER_ID rather than FENCED_MEMBER_EPOCH (the machine loses on either).
+    assert_eq!(code, KafkaCode::UNKNOWN_MEMBER_ID);
+    assert!(after >= Duration::from_secs(2), "{after:?}");
+    run_until(&mut [&mut b], &group, "b owns both", |ms| {
+        converged(ms, &all)
+    });
+    b.m.leave(Instant::now());
+    run_until(&mut [&mut b], &group, "b left", |ms| {
         ms[0].m.state() == MemberState::Left
     });
 }
