@@ -20,6 +20,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,9 @@ fn config(group: &str, topic: &str) -> ConsumerGroupConfig {
         retry_backoff_max: Duration::from_secs(1),
     }
 }
+
+/// The offset the next revocation commits: increasing, so each commit is told apart.
+static NEXT_OFFSET: AtomicI64 = AtomicI64::new(100);
 
 /// What the revoking member committed (partition, offset, epoch) before acknowledging.
 type Commit = (TopicPartition, i64, i32);
@@ -159,12 +163,14 @@ impl Driven {
                     for tp in partitions {
                         self.working.remove(tp);
                     }
-                    // The guard's revoke path: commit synchronously with the member epoch.
+                    // The guard's revoke path: commit synchronously with the member epoch. Each
+                    // commit's offset is new, so a later owner seeing it proves this commit.
+                    let offset = NEXT_OFFSET.fetch_add(1, Ordering::Relaxed);
                     let offsets: Vec<OffsetCommitEntry> = partitions
                         .iter()
                         .map(|tp| OffsetCommitEntry {
                             tp: tp.clone(),
-                            offset: 100 + i64::from(tp.partition),
+                            offset,
                             leader_epoch: None,
                             metadata: None,
                         })
@@ -179,8 +185,7 @@ impl Driven {
                     let results = self.client.offset_commit(&who, &offsets).expect("commit");
                     for (tp, r) in results {
                         assert!(r.is_ok(), "{}: revocation commit of {tp}: {r:?}", self.name);
-                        self.commits
-                            .push((tp.clone(), 100 + i64::from(tp.partition), *epoch));
+                        self.commits.push((tp.clone(), offset, *epoch));
                     }
                     if self.auto_ack {
                         self.m.revocation_done(Instant::now(), *id);
@@ -754,4 +759,65 @@ fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance
     run_until(&mut [&mut b], &group, "b left", |ms| {
         ms[0].m.state() == MemberState::Left
     });
+}
+
+#[test]
+fn three_members_join_and_leave_one_by_one_with_every_partition_owned_once_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let (topic, all) = new_topic(kafka, "kip848-three", 6);
+    let group = unique_name("kip848-three-group");
+    let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
+    let mut b = Driven::new(kafka.bootstrap(), "b", config(&group, &topic));
+    let mut c = Driven::new(kafka.bootstrap(), "c", config(&group, &topic));
+    run_until(&mut [&mut a], &group, "a alone", |ms| converged(ms, &all));
+    run_until(&mut [&mut a, &mut b], &group, "a and b", |ms| {
+        converged(ms, &all)
+    });
+    run_until(&mut [&mut a, &mut b, &mut c], &group, "a, b and c", |ms| {
+        converged(ms, &all)
+    });
+    for m in [&a, &b, &c] {
+        assert_eq!(m.working.len(), 2, "{} owns {:?}", m.name, m.working);
+    }
+    // Every partition a member gave up was committed before its next owner was assigned it.
+    for (giver, taker) in [(&a, &b), (&a, &c), (&b, &c)] {
+        for (tp, offset, _) in &giver.commits {
+            if let Some(seen) = taker.seen_at_assign.get(tp) {
+                assert!(
+                    seen.is_some_and(|s| s >= *offset),
+                    "{tp}: {} saw {seen:?} when assigned, {} had committed {offset}",
+                    taker.name,
+                    giver.name
+                );
+            }
+        }
+    }
+    b.m.leave(Instant::now());
+    run_until(&mut [&mut a, &mut b, &mut c], &group, "b left", |ms| {
+        let (a, b, c) = (&ms[0], &ms[1], &ms[2]);
+        let n = a.working.len() + c.working.len();
+        let union: BTreeSet<TopicPartition> = a.working.union(&c.working).cloned().collect();
+        b.m.state() == MemberState::Left
+            && [a, c].iter().all(|m| m.m.state() == MemberState::Stable)
+            && union == all
+            && n == all.len()
+    });
+    assert!(b.working.is_empty());
+    c.m.leave(Instant::now());
+    run_until(&mut [&mut a, &mut c], &group, "c left, a owns all", |ms| {
+        ms[1].m.state() == MemberState::Left
+            && ms[0].working == all
+            && ms[0].m.state() == MemberState::Stable
+    });
+    a.m.leave(Instant::now());
+    run_until(&mut [&mut a], &group, "a left", |ms| {
+        ms[0].m.state() == MemberState::Left
+    });
+    for m in [&a, &b, &c] {
+        assert!(
+            m.events.iter().all(|e| !matches!(e, Event::Lost { .. })),
+            "{} lost nothing",
+            m.name
+        );
+    }
 }

@@ -352,6 +352,24 @@ fn three_members_join_and_leave_with_every_partition_owned_once() {
 }
 
 #[test]
+fn a_join_answered_before_the_target_is_computed_converges_on_a_later_heartbeat() {
+    // Kafka 4.4's behaviour: the first answer has an epoch and an empty assignment.
+    let mut h = Harness::new(&[("orders", 4)]);
+    h.coord.lazy_targets = true;
+    let a = h.add(config(&["orders"], None), "member-a");
+    h.round();
+    assert_eq!(h.members[a].m.state(), MemberState::Stable);
+    assert!(h.members[a].working.is_empty(), "nothing yet");
+    let joined_in = h.members[a].m.member_epoch();
+    assert!(joined_in > 0);
+    h.run_until(50, |h| h.converged(&[a]));
+    assert!(h.members[a].m.member_epoch() > joined_in);
+    let b = h.add(config(&["orders"], None), "member-b");
+    let c = h.add(config(&["orders"], None), "member-c");
+    h.run_until(100, |h| h.converged(&[a, b, c]));
+}
+
+#[test]
 fn a_revocation_is_acknowledged_only_after_the_poll_thread_finished_it() {
     let mut h = Harness::new(&[("orders", 4)]);
     let a = h.add(config(&["orders"], None), "member-a");

@@ -63,6 +63,11 @@ pub(super) struct Coordinator {
     pub(super) max_size: Option<usize>,
     /// The assignors this broker offers.
     pub(super) assignors: Vec<&'static str>,
+    /// Compute a new target only on the heartbeat after the one that bumped the group epoch, as
+    /// Kafka 4.4 does (its first answer to a join carries an empty assignment).
+    pub(super) lazy_targets: bool,
+    /// The group epoch was bumped by the heartbeat being answered.
+    bumped_now: bool,
 }
 
 fn error(code: KafkaCode, message: &str) -> HeartbeatResponse {
@@ -92,6 +97,8 @@ impl Coordinator {
             commits: Vec::new(),
             max_size: None,
             assignors: vec!["uniform", "range"],
+            lazy_targets: false,
+            bumped_now: false,
         }
     }
 
@@ -140,13 +147,19 @@ impl Coordinator {
 
     fn bump(&mut self) {
         self.group_epoch += 1;
+        self.bumped_now = true;
     }
 
     /// The uniform assignor, made deterministic: every subscribed partition, spread over the
     /// members subscribed to its topic, keeping a member's current partitions where it can.
     fn compute_targets(&mut self) {
-        if self.target_epoch == self.group_epoch {
+        if self.target_epoch == self.group_epoch || (self.lazy_targets && self.bumped_now) {
             return;
+        }
+        if self.lazy_targets {
+            // Kafka 4.4 gives the new target an epoch of its own (a join answered with epoch 2
+            // and nothing is followed by epoch 3 with the partitions).
+            self.group_epoch += 1;
         }
         let ids: Vec<String> = self.members.keys().cloned().collect();
         let mut targets: BTreeMap<String, BTreeSet<Partition>> =
@@ -200,9 +213,16 @@ impl Coordinator {
         let target = self.targets.get(member_id).cloned().unwrap_or_default();
         let others = self.held_by_others(member_id);
         let target_epoch = self.target_epoch;
+        let pending_target = self.target_epoch != self.group_epoch;
+        let group_epoch = self.group_epoch;
         let Some(m) = self.members.get_mut(member_id) else {
             return;
         };
+        if pending_target && m.epoch == 0 {
+            // Joined before the target was computed: an epoch, and nothing yet.
+            m.epoch = group_epoch;
+            return;
+        }
         if m.state == Reconcile::UnrevokedPartitions {
             match owned {
                 Some(owned) if owned.is_disjoint(&m.pending) => {
@@ -287,6 +307,7 @@ impl Coordinator {
     /// Answers one heartbeat.
     pub(super) fn heartbeat(&mut self, now: Instant, req: &HeartbeatRequest) -> HeartbeatResponse {
         self.expire(now);
+        self.bumped_now = false;
         if let Some(code) = self
             .injected
             .get_mut(&req.member_id)
