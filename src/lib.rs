@@ -29,6 +29,8 @@
 //! The items re-exported here are the ones applications need; the modules hold the rest.
 
 pub mod consumer;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 pub mod guard;
 pub mod partition;

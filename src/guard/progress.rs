@@ -218,7 +218,7 @@ impl<M> Progress<M> {
             .pending
             .back()
             .map(|a| a.offset)
-            .or(Some(offset - 1))
+            .or(Some(offset.saturating_sub(1)))
             .filter(|&o| o >= 0);
         self.completed_next = self.completed_next.map(|next| next.min(offset));
         Some((discarded, mark))
@@ -236,7 +236,9 @@ impl<M> Progress<M> {
             if !matches!(front.state, WorkState::Done) {
                 break;
             }
-            self.completed_next = Some(front.offset + 1);
+            // Saturating: an offset of i64::MAX (no broker writes one; the fetch decoder refuses
+            // it) must not wrap the commit position to a negative garbage offset.
+            self.completed_next = Some(front.offset.saturating_add(1));
             self.pending.pop_front();
         }
     }
@@ -331,5 +333,15 @@ mod tests {
         assert!(!progress.is_regression(3), "3 may be admitted again");
         assert!(progress.is_regression(2));
         assert_eq!(progress.completed_next(), Some(2));
+    }
+
+    #[test]
+    fn extreme_offsets_never_overflow_the_commit_position() {
+        let mut progress: Progress<()> = Progress::default();
+        admit(&mut progress, i64::MAX);
+        assert!(progress.complete(i64::MAX));
+        assert_eq!(progress.completed_next(), Some(i64::MAX));
+        assert!(progress.reposition(i64::MIN).is_some());
+        assert_eq!(progress.high_water(), None);
     }
 }

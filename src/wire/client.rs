@@ -24,6 +24,7 @@ use super::connection::{Connection, ConnectionConfig};
 use super::error::{KafkaCode, Result, WireError};
 use super::fetch::InFlightFetch;
 use super::pool::BrokerState;
+use super::records::DecodeBudget;
 use crate::TopicPartition;
 
 /// Settings of a [`Client`].
@@ -39,8 +40,9 @@ pub struct ClientConfig {
     pub retry_backoff_max: Duration,
     /// Attempts per operation (first try included) before giving up with `RetriesExhausted`.
     pub max_retries: u32,
-    /// Upper bound on one batch's decompressed size (protects against decompression bombs).
-    pub max_decompressed_batch: usize,
+    /// What one Fetch response may decompress into, over all its partitions (protects
+    /// against decompression bombs, including many small ones; see [`DecodeBudget`]).
+    pub fetch_decode_budget: DecodeBudget,
     /// Whether Metadata may auto-create topics on brokers configured to allow it.
     pub allow_auto_topic_creation: bool,
 }
@@ -54,7 +56,7 @@ impl ClientConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             max_retries: 8,
-            max_decompressed_batch: 256 * 1024 * 1024,
+            fetch_decode_budget: DecodeBudget::default(),
             allow_auto_topic_creation: false,
         }
     }

@@ -3,23 +3,95 @@
 //! `kafka-protocol`'s built-in codecs link C libraries (zstd, lz4); we hand it these instead
 //! through `RecordBatchDecoder::decode_with_custom_compression`, so the default build needs no C
 //! toolchain. Every codec is bounded by a limit on the decompressed size: a batch of a few KiB
-//! must not be able to expand into gigabytes (a "decompression bomb").
+//! must not be able to expand into gigabytes (a "decompression bomb"). The limit is what is left
+//! of the Fetch response's decode budget, so the caller can tell "over the limit" (stop at this
+//! batch, fetch it again later) from "corrupt" (an error) by [`DecompressError`].
 
 #[cfg(any(feature = "gzip", feature = "lz4", feature = "zstd"))]
 use std::io::Read;
 
 use kafka_protocol::records::Compression;
 
+/// Why a record section could not be decompressed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DecompressError {
+    /// The output would exceed the limit the caller gave: not corrupt, only too large for what is
+    /// left of the budget.
+    OverLimit {
+        /// The limit that was exceeded.
+        limit: usize,
+    },
+    /// The bytes are not a valid stream of the codec (or the codec's feature is off).
+    Corrupt(String),
+}
+
+impl std::fmt::Display for DecompressError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecompressError::OverLimit { limit } => {
+                write!(f, "decompresses to more than the limit of {limit} bytes")
+            }
+            DecompressError::Corrupt(reason) => f.write_str(reason),
+        }
+    }
+}
+
+fn corrupt(reason: String) -> DecompressError {
+    DecompressError::Corrupt(reason)
+}
+
 /// Decompresses the record section of one batch, returning at most `limit` bytes or an error.
 ///
 /// `Compression::None` is the caller's business (it needs no copy at all) and is rejected here.
-pub(crate) fn decompress(data: &[u8], codec: Compression, limit: usize) -> Result<Vec<u8>, String> {
+pub(crate) fn decompress(
+    data: &[u8],
+    codec: Compression,
+    limit: usize,
+) -> Result<Vec<u8>, DecompressError> {
     match codec {
-        Compression::None => Err("decompress called for an uncompressed batch".to_string()),
+        Compression::None => Err(corrupt(
+            "decompress called for an uncompressed batch".to_string(),
+        )),
         Compression::Gzip => gzip(data, limit),
         Compression::Snappy => snappy(data, limit),
         Compression::Lz4 => lz4(data, limit),
         Compression::Zstd => zstd(data, limit),
+    }
+}
+
+/// Compresses `raw` with `codec` the way producers do (gzip stream, raw snappy block, LZ4 frame,
+/// zstd frame). Not used on the consume path: it exists so that tests and fuzz targets can check
+/// that every decoder reads what the matching encoder writes.
+pub(crate) fn compress(raw: &[u8], codec: Compression) -> Result<Vec<u8>, String> {
+    #[cfg(any(feature = "gzip", feature = "lz4"))]
+    use std::io::Write;
+    match codec {
+        Compression::None => Ok(raw.to_vec()),
+        #[cfg(feature = "gzip")]
+        Compression::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(raw).map_err(|e| e.to_string())?;
+            e.finish().map_err(|e| e.to_string())
+        }
+        #[cfg(feature = "snappy")]
+        Compression::Snappy => snap::raw::Encoder::new()
+            .compress_vec(raw)
+            .map_err(|e| e.to_string()),
+        #[cfg(feature = "lz4")]
+        Compression::Lz4 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(raw).map_err(|e| e.to_string())?;
+            e.finish().map_err(|e| e.to_string())
+        }
+        #[cfg(feature = "zstd")]
+        Compression::Zstd => Ok(ruzstd::encoding::compress_to_vec(
+            raw,
+            ruzstd::encoding::CompressionLevel::Fastest,
+        )),
+        #[allow(unreachable_patterns)]
+        c => Err(format!(
+            "{c:?}: the cargo feature for this codec is disabled"
+        )),
     }
 }
 
@@ -31,23 +103,21 @@ fn read_bounded(
     hint: usize,
     out: &mut Vec<u8>,
     codec: &str,
-) -> Result<(), String> {
-    out.reserve(hint.min(limit));
+) -> Result<(), DecompressError> {
+    out.reserve(hint.min(limit.saturating_sub(out.len())));
     let room = (limit - out.len().min(limit)) as u64;
     let n = reader
-        .take(room + 1)
+        .take(room.saturating_add(1))
         .read_to_end(out)
-        .map_err(|e| format!("{codec} decompression failed: {e}"))?;
+        .map_err(|e| corrupt(format!("{codec} decompression failed: {e}")))?;
     if n as u64 > room {
-        return Err(format!(
-            "{codec} batch decompresses to more than the limit of {limit} bytes"
-        ));
+        return Err(DecompressError::OverLimit { limit });
     }
     Ok(())
 }
 
 #[cfg(feature = "gzip")]
-fn gzip(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+fn gzip(data: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
     let mut out = Vec::new();
     read_bounded(
         flate2::read::MultiGzDecoder::new(data),
@@ -60,12 +130,14 @@ fn gzip(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(not(feature = "gzip"))]
-fn gzip(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
-    Err("gzip batch, but the `gzip` cargo feature is disabled".to_string())
+fn gzip(_: &[u8], _: usize) -> Result<Vec<u8>, DecompressError> {
+    Err(corrupt(
+        "gzip batch, but the `gzip` cargo feature is disabled".to_string(),
+    ))
 }
 
 #[cfg(feature = "lz4")]
-fn lz4(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+fn lz4(data: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
     // Kafka v2 batches use the standard LZ4 frame format (KIP-57).
     let mut out = Vec::new();
     read_bounded(
@@ -79,26 +151,30 @@ fn lz4(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(not(feature = "lz4"))]
-fn lz4(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
-    Err("lz4 batch, but the `lz4` cargo feature is disabled".to_string())
+fn lz4(_: &[u8], _: usize) -> Result<Vec<u8>, DecompressError> {
+    Err(corrupt(
+        "lz4 batch, but the `lz4` cargo feature is disabled".to_string(),
+    ))
 }
 
 #[cfg(feature = "zstd")]
-fn zstd(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+fn zstd(data: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
     let mut out = Vec::new();
     let mut input = data;
     // A producer may emit several frames; decode them all.
     while !input.is_empty() {
         let decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
-            .map_err(|e| format!("zstd frame header: {e}"))?;
+            .map_err(|e| corrupt(format!("zstd frame header: {e}")))?;
         read_bounded(decoder, limit, data.len() * 4, &mut out, "zstd")?;
     }
     Ok(out)
 }
 
 #[cfg(not(feature = "zstd"))]
-fn zstd(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
-    Err("zstd batch, but the `zstd` cargo feature is disabled".to_string())
+fn zstd(_: &[u8], _: usize) -> Result<Vec<u8>, DecompressError> {
+    Err(corrupt(
+        "zstd batch, but the `zstd` cargo feature is disabled".to_string(),
+    ))
 }
 
 /// The header snappy-java (used by the Java client) writes before its blocks.
@@ -106,7 +182,7 @@ fn zstd(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
 const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
 
 #[cfg(feature = "snappy")]
-fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
     // Java producers use snappy-java's framing (magic, version, compat, then length-prefixed
     // raw blocks); librdkafka may write one raw block. Accept both, as Kafka's consumers do.
     let mut out = Vec::new();
@@ -116,15 +192,15 @@ fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
             let (len_bytes, tail) = rest.split_at(rest.len().min(4));
             let len_bytes: [u8; 4] = len_bytes
                 .try_into()
-                .map_err(|_| "snappy-java block length is truncated".to_string())?;
+                .map_err(|_| corrupt("snappy-java block length is truncated".to_string()))?;
             let len = i32::from_be_bytes(len_bytes);
             let len = usize::try_from(len)
-                .map_err(|_| format!("negative snappy-java block length {len}"))?;
+                .map_err(|_| corrupt(format!("negative snappy-java block length {len}")))?;
             if len > tail.len() {
-                return Err(format!(
+                return Err(corrupt(format!(
                     "snappy-java block of {len} bytes but only {} remain",
                     tail.len()
-                ));
+                )));
             }
             let (block, next) = tail.split_at(len);
             snappy_raw(block, limit, &mut out)?;
@@ -136,26 +212,40 @@ fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// The most a raw snappy block can expand: its densest element is a 3-byte copy of 64 bytes
+/// (21.3x); a block claiming more cannot be valid, whatever its length varint says.
 #[cfg(feature = "snappy")]
-fn snappy_raw(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), String> {
-    let n = snap::raw::decompress_len(block).map_err(|e| format!("snappy: {e}"))?;
+const SNAPPY_MAX_EXPANSION: usize = 22;
+
+#[cfg(feature = "snappy")]
+fn snappy_raw(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), DecompressError> {
+    let n = snap::raw::decompress_len(block).map_err(|e| corrupt(format!("snappy: {e}")))?;
+    // The claimed length sizes the output buffer (snap writes into an initialised slice), so an
+    // impossible claim is refused before anything is allocated: 5 bytes must not cost a
+    // 256 MiB memset.
+    if n > block.len().saturating_mul(SNAPPY_MAX_EXPANSION) {
+        return Err(corrupt(format!(
+            "snappy block of {} bytes claims {n} bytes, more than snappy can expand",
+            block.len()
+        )));
+    }
     if n > limit.saturating_sub(out.len()) {
-        return Err(format!(
-            "snappy batch decompresses to more than the limit of {limit} bytes"
-        ));
+        return Err(DecompressError::OverLimit { limit });
     }
     let start = out.len();
     out.resize(start + n, 0);
     let written = snap::raw::Decoder::new()
         .decompress(block, &mut out[start..])
-        .map_err(|e| format!("snappy: {e}"))?;
+        .map_err(|e| corrupt(format!("snappy: {e}")))?;
     out.truncate(start + written);
     Ok(())
 }
 
 #[cfg(not(feature = "snappy"))]
-fn snappy(_: &[u8], _: usize) -> Result<Vec<u8>, String> {
-    Err("snappy batch, but the `snappy` cargo feature is disabled".to_string())
+fn snappy(_: &[u8], _: usize) -> Result<Vec<u8>, DecompressError> {
+    Err(corrupt(
+        "snappy batch, but the `snappy` cargo feature is disabled".to_string(),
+    ))
 }
 
 #[cfg(all(
@@ -183,7 +273,7 @@ mod tests {
             Some(payload)
         );
         let err = decompress(&compressed, Compression::Gzip, 1000).err();
-        assert!(err.is_some_and(|e| e.contains("limit")));
+        assert_eq!(err, Some(DecompressError::OverLimit { limit: 1000 }));
     }
 
     #[cfg(feature = "snappy")]
@@ -215,6 +305,61 @@ mod tests {
         let mut bad = XERIAL_MAGIC.to_vec();
         bad.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x7f, 0, 0, 0]);
         assert!(decompress(&bad, Compression::Snappy, 1000).is_err());
+    }
+
+    #[cfg(feature = "snappy")]
+    #[test]
+    fn snappy_claim_beyond_its_expansion_is_refused_before_allocating() {
+        // A length varint of 256 MiB and nothing else: five bytes that used to cost a 256 MiB
+        // zero-filled buffer before the decoder noticed there was no data.
+        let mut bomb = Vec::new();
+        let mut n: u32 = 256 << 20;
+        while n >= 0x80 {
+            bomb.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        bomb.push(n as u8);
+        match decompress(&bomb, Compression::Snappy, usize::MAX) {
+            Err(DecompressError::Corrupt(reason)) => {
+                assert!(reason.contains("more than snappy can expand"), "{reason}")
+            }
+            other => panic!("expected a corrupt-data error, got {other:?}"),
+        }
+        // A claim within snappy's reach but above the limit is "over the limit", not corrupt.
+        let raw = snap::raw::Encoder::new()
+            .compress_vec(&[9u8; 10_000])
+            .unwrap_or_default();
+        assert_eq!(
+            decompress(&raw, Compression::Snappy, 100),
+            Err(DecompressError::OverLimit { limit: 100 })
+        );
+    }
+
+    #[test]
+    fn every_codec_reads_what_its_encoder_writes() {
+        let raw: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let Ok(packed) = compress(&raw, codec) else {
+                continue; // that codec's feature is off
+            };
+            assert_eq!(
+                decompress(&packed, codec, raw.len()).ok(),
+                Some(raw.clone()),
+                "{codec:?}"
+            );
+            assert_eq!(
+                decompress(&packed, codec, raw.len() - 1),
+                Err(DecompressError::OverLimit {
+                    limit: raw.len() - 1
+                }),
+                "{codec:?}"
+            );
+        }
     }
 
     #[cfg(feature = "lz4")]

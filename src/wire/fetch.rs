@@ -18,7 +18,7 @@ use log::{debug, warn};
 use super::client::Client;
 use super::connection::Pending;
 use super::error::{KafkaCode, Result, WireError};
-use super::records::{self, AbortedTxn, PartitionInput, Record};
+use super::records::{self, AbortedTxn, Allowance, PartitionInput, Record};
 use crate::TopicPartition;
 
 /// Kafka's `isolation.level`.
@@ -387,6 +387,10 @@ impl Client {
     ) {
         let mut wanted: HashMap<&TopicPartition, &FetchPosition> =
             group.iter().map(|p| (&p.tp, p)).collect();
+        // One decode budget for the whole response, however many partitions and batches it
+        // holds (see `DecodeBudget`).
+        let mut allowance = Allowance::new(self.config.fetch_decode_budget);
+        let mut cut_short = false;
         if let Some(code) = KafkaCode::from_code(resp.error_code) {
             for pos in group {
                 results.push(failed(
@@ -437,16 +441,18 @@ impl Client {
                     partition: pos.tp.partition,
                     fetch_offset: pos.offset,
                     aborted: aborted.as_deref(),
-                    max_decompressed: self.config.max_decompressed_batch,
                 };
                 let data = p.records.unwrap_or_default();
                 let mut records = Vec::new();
                 let (next_offset, error) =
-                    match records::decode_partition(&input, &data, &mut records) {
-                        Ok(summary) => (
-                            summary.next_offset.unwrap_or(pos.offset).max(pos.offset),
-                            None,
-                        ),
+                    match records::decode_partition(&input, &data, &mut records, &mut allowance) {
+                        Ok(summary) => {
+                            cut_short |= summary.stopped_by_budget;
+                            (
+                                summary.next_offset.unwrap_or(pos.offset).max(pos.offset),
+                                None,
+                            )
+                        }
                         Err(e) => {
                             records.clear();
                             (pos.offset, Some(e))
@@ -467,6 +473,15 @@ impl Client {
         // A partition the broker did not answer for: nothing new, fetch it again next time.
         for pos in wanted.into_values() {
             results.push(untouched(pos));
+        }
+        if cut_short {
+            // The prefetch sent for this response assumed every complete batch was decoded;
+            // the caller will ask for earlier positions, so it would only be discarded later.
+            debug!(
+                "fetch: decode budget spent ({} bytes, {} records decompressed); partitions resume at the first batch not decoded",
+                allowance.decompressed_bytes(),
+                allowance.decompressed_records()
+            );
         }
     }
 }

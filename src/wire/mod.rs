@@ -22,14 +22,16 @@
 //!
 //! Known limits, each a deliberate scope cut: no TLS; no GSSAPI or OAUTHBEARER; Fetch is capped at v12 (topics
 //! by name, no fetch sessions) and does not send leader epochs (no KIP-320 fencing); Produce is
-//! uncompressed, acks=all, one batch per call, not idempotent; a record's repeated header key
-//! keeps only its last value (`kafka-protocol` decodes headers into a map); (`kafka-protocol` pre-allocates arrays by their claimed
-//! length, which is why every response passes [`bounded`] before it is decoded).
+//! uncompressed, acks=all, one batch per call, not idempotent. (`kafka-protocol` pre-allocates
+//! arrays by their claimed length, which is why every response passes [`bounded`] before it is
+//! decoded; fetched record batches are read by our own bounded decoder, not by
+//! `kafka-protocol`.)
 
+mod batch;
 pub mod bounded;
 mod client;
 mod cluster;
-mod compression;
+pub(crate) mod compression;
 pub mod connection;
 pub mod error;
 mod fetch;
@@ -51,7 +53,7 @@ pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
 pub use error::{KafkaCode, Result, WireError};
 pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};
 pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
-pub use records::{ProduceRecord, Record, TimestampType};
+pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
 pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;

@@ -1,27 +1,27 @@
 //! Record batches (format v2) to owned records, and records to a batch for Produce.
 //!
-//! The per-batch decoding (CRC, varints, headers) is `kafka-protocol`'s; this module adds what a
-//! consumer needs around it: splitting a partition's bytes into batches, tolerating the partial
-//! batch a broker may leave at the end of a response, skipping control batches and aborted
-//! transactions (read_committed), dropping records before the fetch offset when a fetch starts
-//! inside a batch, bounding decompression, and turning every failure into an error that names the
-//! partition and offset. Nothing here panics on network data.
-//!
-//! Known limitation: `kafka-protocol` collects a record's headers in a map, so a record carrying
-//! the same header key twice keeps only the last value for that key.
+//! One batch is read by [`batch`](super::batch), our own bounded decoder (CRC, varints,
+//! headers, checked offsets); this module adds what a consumer needs around it: splitting a
+//! partition's bytes into batches, tolerating the partial batch a broker may leave at the end of
+//! a response, skipping control batches and aborted transactions (read_committed), dropping
+//! records before the fetch offset when a fetch starts inside a batch, charging decompression to
+//! the response's [`DecodeBudget`], and turning every failure into an error that names the
+//! partition and offset. Nothing here panics or allocates without bound on network data.
+//! Encoding (for Produce) stays `kafka-protocol`'s: it only sees our own records.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
-    Compression, Record as KpRecord, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    Compression, Record as KpRecord, RecordBatchEncoder, RecordEncodeOptions,
     TimestampType as KpTimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
     NO_SEQUENCE,
 };
-use log::trace;
+use log::{debug, trace};
 
-use super::compression;
+use super::batch::{self, BatchHeader, BatchOutcome, Sink, HEADER_LEN, LOG_OVERHEAD};
+pub use super::batch::{Allowance, DecodeBudget};
 use super::error::{Result, WireError};
 
 /// What a record's timestamp means (the topic's `message.timestamp.type`).
@@ -65,7 +65,7 @@ pub struct Record {
     pub key: Option<Bytes>,
     /// Record value, `None` for a tombstone.
     pub value: Option<Bytes>,
-    /// Headers in wire order (see the module note about repeated keys).
+    /// Headers in wire order; a key may repeat, as Kafka allows.
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
@@ -103,6 +103,9 @@ pub struct DecodeSummary {
     pub batches: usize,
     /// Bytes of a partial batch left at the end (normal when a size limit cut the response).
     pub partial_tail_bytes: usize,
+    /// Decoding stopped before a complete batch because the response's [`DecodeBudget`] was
+    /// spent; `next_offset` points at that batch (or is `None` when it was the first).
+    pub stopped_by_budget: bool,
 }
 
 /// Where a partition's records come from and how to filter them.
@@ -116,69 +119,27 @@ pub struct PartitionInput<'a> {
     pub fetch_offset: i64,
     /// `Some` in read_committed mode: the aborted transactions listed by the broker.
     pub aborted: Option<&'a [AbortedTxn]>,
-    /// Upper bound for the decompressed size of one batch.
-    pub max_decompressed: usize,
 }
 
-const HEADER_LEN: usize = 61;
-const LOG_OVERHEAD: usize = 12; // base offset + batch length
-const ATTR_CONTROL: i16 = 1 << 5;
-const ATTR_TRANSACTIONAL: i16 = 1 << 4;
-/// Smallest possible encoded record: length, attributes, timestamp delta, offset delta, key
-/// length, value length and header count, one byte each.
-const MIN_RECORD_LEN: usize = 7;
-
-/// The fixed header fields of a v2 batch that we need before (or instead of) decoding it.
-#[derive(Clone, Copy, Debug)]
-struct BatchHeader {
-    base_offset: i64,
-    magic: i8,
-    attributes: i16,
-    last_offset_delta: i32,
-    producer_id: i64,
-    record_count: i32,
-}
-
-impl BatchHeader {
-    fn parse(b: &[u8]) -> Option<BatchHeader> {
-        let i64_at = |o: usize| Some(i64::from_be_bytes(b.get(o..o + 8)?.try_into().ok()?));
-        let i32_at = |o: usize| Some(i32::from_be_bytes(b.get(o..o + 4)?.try_into().ok()?));
-        let i16_at = |o: usize| Some(i16::from_be_bytes(b.get(o..o + 2)?.try_into().ok()?));
-        Some(BatchHeader {
-            base_offset: i64_at(0)?,
-            magic: i8::from_be_bytes([*b.get(16)?]),
-            attributes: i16_at(21)?,
-            last_offset_delta: i32_at(23)?,
-            producer_id: i64_at(43)?,
-            record_count: i32_at(57)?,
-        })
-    }
-
-    fn last_offset(&self) -> i64 {
-        self.base_offset
-            .saturating_add(i64::from(self.last_offset_delta))
-    }
-
-    fn is_control(&self) -> bool {
-        self.attributes & ATTR_CONTROL != 0
-    }
-
-    fn is_transactional(&self) -> bool {
-        self.attributes & ATTR_TRANSACTIONAL != 0
-    }
-}
-
-/// Decodes all complete batches in `data`, appending the visible records at or after
-/// `input.fetch_offset` to `out`.
+/// Decodes the complete batches in `data`, appending the visible records at or after
+/// `input.fetch_offset` to `out`, and charging decompression to `allowance`, the budget of the
+/// whole Fetch response this partition came in.
 ///
-/// A partial batch at the end is not an error (brokers cut responses at size limits); a complete
-/// batch that fails its checks is a [`WireError::CorruptBatch`] naming partition and offset. On
-/// error, records already appended from earlier good batches stay in `out`, and the summary up
-/// to them is lost, so callers should treat the whole partition response as failed.
+/// A partial batch at the end is not an error (brokers cut responses at size limits). When the
+/// allowance runs out, decoding stops before the batch that does not fit and
+/// [`DecodeSummary::next_offset`] points at it (`stopped_by_budget` is set), so the next fetch
+/// starts there and nothing is lost. A complete batch that fails its checks is a
+/// [`WireError::CorruptBatch`] naming partition and offset; records already appended from
+/// earlier good batches stay in `out`, and the summary up to them is lost, so callers treat the
+/// whole partition response as failed.
+///
+/// Every record returned has an offset at or after the fetch offset, offsets strictly increase,
+/// and `next_offset` lies beyond every one of them.
 pub fn decode_partition(
     input: &PartitionInput<'_>,
     data: &Bytes,
     out: &mut Vec<Record>,
+    allowance: &mut Allowance,
 ) -> Result<DecodeSummary> {
     let mut summary = DecodeSummary::default();
     let mut pos = 0usize;
@@ -186,6 +147,7 @@ pub fn decode_partition(
     // Consumed in first_offset order; keep it sorted descending so we pop from the end.
     aborted_pending.sort_by_key(|t| std::cmp::Reverse(t.first_offset));
     let mut aborted_producers: HashSet<i64> = HashSet::new();
+    let mut previous_last: Option<i64> = None;
 
     while pos < data.len() {
         let rest = data.get(pos..).unwrap_or_default();
@@ -228,13 +190,21 @@ pub fn decode_partition(
         }
         let header = BatchHeader::parse(rest)
             .ok_or_else(|| corrupt(base_offset, "unreadable batch header".to_string()))?;
+        header
+            .check_offsets()
+            .map_err(|reason| corrupt(base_offset, reason))?;
+        if let Some(last) = previous_last.filter(|&last| header.base_offset <= last) {
+            return Err(corrupt(
+                base_offset,
+                format!("batch starts at or before the previous batch's last offset {last}"),
+            ));
+        }
         let batch = data.slice(pos..pos + total);
-        pos += total;
-        summary.batches += 1;
-        summary.next_offset = Some(header.last_offset().saturating_add(1));
 
         if header.last_offset() < input.fetch_offset {
-            continue; // entirely before the requested offset
+            // Entirely before the requested offset.
+            consumed(&mut summary, &mut pos, &mut previous_last, &header, total);
+            continue;
         }
 
         let mut skip = false;
@@ -253,37 +223,54 @@ pub fn decode_partition(
                 if marker == CONTROL_ABORT {
                     aborted_producers.remove(&header.producer_id);
                 }
+                consumed(&mut summary, &mut pos, &mut previous_last, &header, total);
                 continue;
             }
             skip = header.is_transactional() && aborted_producers.contains(&header.producer_id);
         }
         if skip || header.is_control() {
+            consumed(&mut summary, &mut pos, &mut previous_last, &header, total);
             continue;
         }
 
-        let records = decode_batch(input, &header, batch)?;
-        out.reserve(records.len());
-        for r in records {
-            if r.offset < input.fetch_offset {
-                continue;
+        let mut sink = Sink {
+            topic: input.topic,
+            partition: input.partition,
+            fetch_offset: input.fetch_offset,
+            out,
+        };
+        match batch::decode_batch(&header, &batch, allowance, &mut sink)
+            .map_err(|reason| corrupt(base_offset, reason))?
+        {
+            BatchOutcome::Decoded => {
+                consumed(&mut summary, &mut pos, &mut previous_last, &header, total)
             }
-            out.push(Record {
-                topic: Arc::clone(input.topic),
-                partition: input.partition,
-                offset: r.offset,
-                timestamp: r.timestamp,
-                timestamp_type: r.timestamp_type.into(),
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| (k.as_str().to_string(), v))
-                    .collect(),
-            });
+            BatchOutcome::OverBudget => {
+                debug!(
+                    "{}-{}: fetch decode budget spent; stopping before offset {base_offset}",
+                    input.topic, input.partition
+                );
+                summary.stopped_by_budget = true;
+                break;
+            }
         }
     }
     Ok(summary)
+}
+
+/// Moves past a batch that was decoded or deliberately skipped.
+fn consumed(
+    summary: &mut DecodeSummary,
+    pos: &mut usize,
+    previous_last: &mut Option<i64>,
+    header: &BatchHeader,
+    total: usize,
+) {
+    *pos += total;
+    summary.batches += 1;
+    // check_offsets() made sure that last + 1 exists.
+    summary.next_offset = Some(header.last_offset().saturating_add(1));
+    *previous_last = Some(header.last_offset());
 }
 
 const CONTROL_ABORT: i16 = 0;
@@ -320,56 +307,6 @@ fn read_varint(buf: &mut &[u8]) -> Option<i64> {
         }
     }
     None
-}
-
-/// Decodes one complete batch with `kafka-protocol`, using our bounded pure-Rust codecs.
-fn decode_batch(
-    input: &PartitionInput<'_>,
-    header: &BatchHeader,
-    mut batch: Bytes,
-) -> Result<Vec<KpRecord>> {
-    let corrupt = |reason: String| WireError::CorruptBatch {
-        topic: input.topic.to_string(),
-        partition: input.partition,
-        offset: header.base_offset,
-        reason,
-    };
-    if header.record_count < 0 {
-        return Err(corrupt(format!(
-            "negative record count {}",
-            header.record_count
-        )));
-    }
-    if header.magic != 2 {
-        return Err(corrupt(format!("unsupported magic {}", header.magic)));
-    }
-    let count = header.record_count as usize;
-    let limit = input.max_decompressed;
-    // kafka-protocol reserves `record_count` records up front; refuse counts that the
-    // (decompressed) bytes cannot possibly hold before it gets the chance.
-    let plausible = |len: usize| -> anyhow::Result<()> {
-        if count > len / MIN_RECORD_LEN + 1 {
-            anyhow::bail!("{count} records cannot fit in {len} bytes");
-        }
-        Ok(())
-    };
-    let decompress = |buf: &mut Bytes, codec: Compression| -> anyhow::Result<Bytes> {
-        let out = match codec {
-            Compression::None => buf.clone(),
-            c => Bytes::from(compression::decompress(buf, c, limit).map_err(anyhow::Error::msg)?),
-        };
-        plausible(out.len())?;
-        Ok(out)
-    };
-    let set = RecordBatchDecoder::decode_with_custom_compression(&mut batch, Some(decompress))
-        .map_err(|e| corrupt(format!("{e:#}")))?;
-    if set.records.len() != count {
-        return Err(corrupt(format!(
-            "batch header says {count} records but {} were decoded",
-            set.records.len()
-        )));
-    }
-    Ok(set.records)
 }
 
 /// Where the fetch after this data must start: past the last complete batch, or `fetch_offset`
@@ -491,34 +428,7 @@ pub(crate) mod tests {
     }
 
     fn compress_for_test(raw: &[u8], c: Compression) -> Vec<u8> {
-        #[cfg(any(feature = "gzip", feature = "lz4"))]
-        use std::io::Write;
-        match c {
-            Compression::None => raw.to_vec(),
-            #[cfg(feature = "gzip")]
-            Compression::Gzip => {
-                let mut e =
-                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-                let _ = e.write_all(raw);
-                e.finish().unwrap_or_default()
-            }
-            #[cfg(feature = "snappy")]
-            Compression::Snappy => snap::raw::Encoder::new()
-                .compress_vec(raw)
-                .unwrap_or_default(),
-            #[cfg(feature = "lz4")]
-            Compression::Lz4 => {
-                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
-                let _ = e.write_all(raw);
-                e.finish().unwrap_or_default()
-            }
-            #[cfg(feature = "zstd")]
-            Compression::Zstd => {
-                ruzstd::encoding::compress_to_vec(raw, ruzstd::encoding::CompressionLevel::Fastest)
-            }
-            #[allow(unreachable_patterns)]
-            _ => raw.to_vec(),
-        }
+        super::super::compression::compress(raw, c).unwrap_or_else(|_| raw.to_vec())
     }
 
     fn input<'a>(topic: &'a Arc<str>, fetch_offset: i64) -> PartitionInput<'a> {
@@ -527,8 +437,11 @@ pub(crate) mod tests {
             partition: 3,
             fetch_offset,
             aborted: None,
-            max_decompressed: 1 << 20,
         }
+    }
+
+    fn full() -> Allowance {
+        Allowance::new(DecodeBudget::default())
     }
 
     fn values(records: &[Record]) -> Vec<String> {
@@ -557,7 +470,7 @@ pub(crate) mod tests {
             let recs: Vec<KpRecord> = (10..15).map(|o| kp_record(o, &format!("v{o}"))).collect();
             let data = encode(&recs, c);
             let mut out = Vec::new();
-            let s = decode_partition(&input(&topic, 10), &data, &mut out);
+            let s = decode_partition(&input(&topic, 10), &data, &mut out, &mut full());
             assert_eq!(s.ok().and_then(|s| s.next_offset), Some(15), "{c:?}");
             assert_eq!(values(&out), ["v10", "v11", "v12", "v13", "v14"], "{c:?}");
             let first = &out[0];
@@ -578,7 +491,7 @@ pub(crate) mod tests {
         let recs: Vec<KpRecord> = (0..10).map(|o| kp_record(o, &format!("v{o}"))).collect();
         let data = encode(&recs, Compression::None);
         let mut out = Vec::new();
-        let s = decode_partition(&input(&topic, 7), &data, &mut out).ok();
+        let s = decode_partition(&input(&topic, 7), &data, &mut out, &mut full()).ok();
         assert_eq!(values(&out), ["v7", "v8", "v9"]);
         assert_eq!(s.and_then(|s| s.next_offset), Some(10));
     }
@@ -593,7 +506,7 @@ pub(crate) mod tests {
         data.extend_from_slice(&encode(&b, Compression::None));
         let data = data.freeze();
         let mut out = Vec::new();
-        let s = decode_partition(&input(&topic, 4), &data, &mut out).ok();
+        let s = decode_partition(&input(&topic, 4), &data, &mut out, &mut full()).ok();
         assert_eq!(out.iter().map(|r| r.offset).collect::<Vec<_>>(), [4, 5]);
         assert_eq!(s.map(|s| s.batches), Some(2));
     }
@@ -607,7 +520,7 @@ pub(crate) mod tests {
         data.extend_from_slice(&a);
         data.extend_from_slice(&b[..b.len() - 5]);
         let mut out = Vec::new();
-        let s = decode_partition(&input(&topic, 0), &data.freeze(), &mut out).ok();
+        let s = decode_partition(&input(&topic, 0), &data.freeze(), &mut out, &mut full()).ok();
         assert_eq!(values(&out), ["a"]);
         assert_eq!(
             s.map(|s| (s.next_offset, s.partial_tail_bytes)),
@@ -623,7 +536,12 @@ pub(crate) mod tests {
         let last = bytes.len() - 3;
         bytes[last] ^= 0xff; // flip a payload byte: CRC must catch it
         let mut out = Vec::new();
-        let r = decode_partition(&input(&topic, 42), &Bytes::from(bytes), &mut out);
+        let r = decode_partition(
+            &input(&topic, 42),
+            &Bytes::from(bytes),
+            &mut out,
+            &mut full(),
+        );
         match r {
             Err(WireError::CorruptBatch {
                 topic,
@@ -653,7 +571,12 @@ pub(crate) mod tests {
         let crc = crc32c_for_test(&bytes[21..]);
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
         let mut out = Vec::new();
-        let r = decode_partition(&input(&topic, 0), &Bytes::from(bytes), &mut out);
+        let r = decode_partition(
+            &input(&topic, 0),
+            &Bytes::from(bytes),
+            &mut out,
+            &mut full(),
+        );
         assert!(
             matches!(r, Err(WireError::CorruptBatch { offset: 5, .. })),
             "{r:?}"
@@ -669,7 +592,12 @@ pub(crate) mod tests {
         let crc = crc32c_for_test(&bytes[21..]);
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
         let mut out = Vec::new();
-        let r = decode_partition(&input(&topic, 0), &Bytes::from(bytes), &mut out);
+        let r = decode_partition(
+            &input(&topic, 0),
+            &Bytes::from(bytes),
+            &mut out,
+            &mut full(),
+        );
         assert!(matches!(r, Err(WireError::CorruptBatch { .. })), "{r:?}");
     }
 
@@ -692,7 +620,12 @@ pub(crate) mod tests {
                 bytes[i] = (x >> 32) as u8;
             }
             let mut out = Vec::new();
-            let _ = decode_partition(&input(&topic, 0), &Bytes::from(bytes), &mut out);
+            let _ = decode_partition(
+                &input(&topic, 0),
+                &Bytes::from(bytes),
+                &mut out,
+                &mut full(),
+            );
         }
     }
 
@@ -711,7 +644,7 @@ pub(crate) mod tests {
         data.extend_from_slice(&encode(&[kp_record(2, "a")], Compression::None));
         data.extend_from_slice(&encode(&[marker], Compression::None));
         let mut out = Vec::new();
-        let s = decode_partition(&input(&topic, 0), &data.freeze(), &mut out).ok();
+        let s = decode_partition(&input(&topic, 0), &data.freeze(), &mut out, &mut full()).ok();
         assert_eq!(values(&out), ["a"]);
         assert_eq!(s.and_then(|s| s.next_offset), Some(4));
     }
@@ -757,12 +690,12 @@ pub(crate) mod tests {
         let mut inp = input(&topic, 0);
         inp.aborted = Some(&aborted);
         let mut out = Vec::new();
-        let s = decode_partition(&inp, &data, &mut out).ok();
+        let s = decode_partition(&inp, &data, &mut out, &mut full()).ok();
         assert_eq!(values(&out), ["committed", "committed", "later"]);
         assert_eq!(s.and_then(|s| s.next_offset), Some(8));
         // read_uncommitted sees everything that is not a control record.
         let mut out = Vec::new();
-        let _ = decode_partition(&input(&topic, 0), &data, &mut out);
+        let _ = decode_partition(&input(&topic, 0), &data, &mut out, &mut full());
         assert_eq!(out.len(), 5);
     }
 
@@ -798,7 +731,7 @@ pub(crate) mod tests {
         let mut inp = input(&topic, 0);
         inp.aborted = Some(&aborted);
         let mut out = Vec::new();
-        let s = decode_partition(&inp, &data, &mut out);
+        let s = decode_partition(&inp, &data, &mut out, &mut full());
         assert_eq!(s.ok().and_then(|s| s.next_offset), Some(3));
         assert_eq!(values(&out), ["plain"]);
         assert_eq!(control_marker(&marker(4, 1, true)), Some(1));
@@ -832,11 +765,243 @@ pub(crate) mod tests {
         let data = data.unwrap_or_default();
         let topic: Arc<str> = Arc::from("t");
         let mut out = Vec::new();
-        let _ = decode_partition(&input(&topic, 0), &data, &mut out);
+        let _ = decode_partition(&input(&topic, 0), &data, &mut out, &mut full());
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].headers, vec![("a".to_string(), None)]);
         assert_eq!(out[1].timestamp, 77);
         assert_eq!(out[1].value, None);
+    }
+
+    use crate::fuzzing::batch_writer::{batch_of, RawBatch, RawRecord};
+
+    fn raw(delta: i32, value: &str) -> RawRecord {
+        RawRecord {
+            offset_delta: delta,
+            timestamp_delta: i64::from(delta),
+            key: None,
+            value: Some(value.as_bytes().to_vec()),
+            headers: Vec::new(),
+        }
+    }
+
+    fn decode_with(
+        data: &[u8],
+        fetch_offset: i64,
+        allowance: &mut Allowance,
+    ) -> (Result<DecodeSummary>, Vec<Record>) {
+        let topic: Arc<str> = Arc::from("t");
+        let mut out = Vec::new();
+        let r = decode_partition(
+            &input(&topic, fetch_offset),
+            &Bytes::copy_from_slice(data),
+            &mut out,
+            allowance,
+        );
+        (r, out)
+    }
+
+    #[test]
+    fn offset_delta_overflow_is_a_corrupt_batch_not_a_panic() {
+        let mut h = RawBatch::plain(i64::MAX - 10, 1, Compression::None);
+        h.last_offset_delta = 5;
+        let data = batch_of(&h, &[raw(i32::MAX, "x")]);
+        let (r, out) = decode_with(&data, 0, &mut full());
+        assert!(
+            matches!(&r, Err(WireError::CorruptBatch { reason, .. }) if reason.contains("offset delta")),
+            "{r:?}"
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn timestamp_delta_overflow_is_a_corrupt_batch_not_a_panic() {
+        let mut h = RawBatch::plain(0, 1, Compression::None);
+        h.first_timestamp = i64::MAX - 1;
+        let mut r0 = raw(0, "x");
+        r0.timestamp_delta = 5;
+        let (r, _) = decode_with(&batch_of(&h, &[r0]), 0, &mut full());
+        assert!(
+            matches!(&r, Err(WireError::CorruptBatch { reason, .. }) if reason.contains("overflows")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn batch_whose_last_offset_leaves_no_next_offset_is_rejected() {
+        // Last offset i64::MAX: the position after it (what a commit would store) does not exist.
+        let h = RawBatch::plain(i64::MAX, 1, Compression::None);
+        let (r, _) = decode_with(&batch_of(&h, &[raw(0, "x")]), 0, &mut full());
+        assert!(matches!(r, Err(WireError::CorruptBatch { .. })), "{r:?}");
+        let h = RawBatch::plain(-3, 1, Compression::None);
+        let (r, _) = decode_with(&batch_of(&h, &[raw(0, "x")]), -5, &mut full());
+        assert!(matches!(r, Err(WireError::CorruptBatch { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn records_outside_the_batch_range_or_out_of_order_are_rejected() {
+        let h = RawBatch::plain(10, 2, Compression::None);
+        let (r, _) = decode_with(&batch_of(&h, &[raw(0, "a"), raw(2, "b")]), 0, &mut full());
+        assert!(
+            matches!(r, Err(WireError::CorruptBatch { .. })),
+            "beyond last: {r:?}"
+        );
+        let (r, _) = decode_with(&batch_of(&h, &[raw(1, "a"), raw(0, "b")]), 0, &mut full());
+        assert!(
+            matches!(r, Err(WireError::CorruptBatch { .. })),
+            "backwards: {r:?}"
+        );
+        // Two batches that overlap.
+        let mut data = batch_of(&h, &[raw(0, "a"), raw(1, "b")]);
+        data.extend(batch_of(
+            &RawBatch::plain(11, 1, Compression::None),
+            &[raw(0, "c")],
+        ));
+        let (r, _) = decode_with(&data, 0, &mut full());
+        assert!(
+            matches!(r, Err(WireError::CorruptBatch { .. })),
+            "overlap: {r:?}"
+        );
+    }
+
+    #[test]
+    fn huge_header_count_is_refused_against_the_record_length() {
+        let h = RawBatch::plain(0, 1, Compression::None);
+        // key null, value null, then a header count of i32::MAX and nothing after it.
+        let mut body = vec![0u8, 0, 0, 1, 1];
+        crate::fuzzing::batch_writer::put_varint(&mut body, i64::from(i32::MAX));
+        let mut section = Vec::new();
+        crate::fuzzing::batch_writer::put_varint(&mut section, body.len() as i64);
+        section.extend(body);
+        let data = crate::fuzzing::batch_writer::batch_bytes(&h, &section);
+        let (r, _) = decode_with(&data, 0, &mut full());
+        assert!(
+            matches!(&r, Err(WireError::CorruptBatch { reason, .. }) if reason.contains("headers cannot fit")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn headers_keep_wire_order_and_repeated_keys() {
+        let mut r0 = raw(0, "x");
+        r0.headers = vec![
+            (b"trace".to_vec(), Some(b"1".to_vec())),
+            (b"trace".to_vec(), Some(b"2".to_vec())),
+            (b"a".to_vec(), None),
+        ];
+        let data = batch_of(&RawBatch::plain(0, 1, Compression::None), &[r0]);
+        let (r, out) = decode_with(&data, 0, &mut full());
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(
+            out[0].headers,
+            vec![
+                ("trace".to_string(), Some(Bytes::from_static(b"1"))),
+                ("trace".to_string(), Some(Bytes::from_static(b"2"))),
+                ("a".to_string(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn log_append_time_is_the_batch_max_timestamp_as_in_kafka() {
+        // The broker stamps LogAppendTime into the batch header only (max timestamp); the
+        // records keep the producer's deltas, which Kafka's consumer ignores for that type.
+        let mut h = RawBatch::plain(0, 2, Compression::None);
+        h.attributes |= 8;
+        h.max_timestamp = 99_000;
+        let data = batch_of(&h, &[raw(0, "a"), raw(1, "b")]);
+        let (r, out) = decode_with(&data, 0, &mut full());
+        assert!(r.is_ok(), "{r:?}");
+        assert!(out
+            .iter()
+            .all(|r| r.timestamp == 99_000 && r.timestamp_type == TimestampType::LogAppendTime));
+    }
+
+    #[cfg(feature = "gzip")]
+    fn gzip_batches(n: i64, per_batch: i32) -> (Vec<u8>, usize) {
+        let mut data = Vec::new();
+        for b in 0..n {
+            let recs: Vec<RawRecord> = (0..per_batch).map(|d| raw(d, &"v".repeat(100))).collect();
+            data.extend(batch_of(
+                &RawBatch::plain(b * i64::from(per_batch), per_batch, Compression::Gzip),
+                &recs,
+            ));
+        }
+        let section: usize = (0..per_batch)
+            .map(|d| crate::fuzzing::batch_writer::record_bytes(&raw(d, &"v".repeat(100))).len())
+            .sum();
+        (data, section)
+    }
+
+    #[cfg(feature = "gzip")]
+    #[test]
+    fn response_budget_stops_at_a_batch_boundary_and_resuming_loses_nothing() {
+        let (data, section) = gzip_batches(5, 10);
+        let budget = DecodeBudget {
+            max_decompressed_bytes: section * 2 + section / 2,
+            max_decompressed_records: 1000,
+        };
+        let mut all = Vec::new();
+        let mut offset = 0;
+        let mut calls = 0;
+        loop {
+            calls += 1;
+            let mut allowance = Allowance::new(budget);
+            let (r, out) = decode_with(&data, offset, &mut allowance);
+            let summary = r.ok().unwrap_or_default();
+            assert!(allowance.decompressed_bytes() <= budget.max_decompressed_bytes);
+            all.extend(out.iter().map(|r| r.offset));
+            let next = summary.next_offset.unwrap_or(offset);
+            if !summary.stopped_by_budget {
+                assert_eq!(next, 50);
+                break;
+            }
+            assert_eq!(out.len(), 20, "two whole batches per call");
+            assert_eq!(
+                next,
+                offset + 20,
+                "next offset is the first batch not decoded"
+            );
+            offset = next;
+        }
+        assert_eq!(calls, 3);
+        assert_eq!(all, (0..50).collect::<Vec<_>>());
+    }
+
+    #[cfg(feature = "gzip")]
+    #[test]
+    fn response_budget_is_shared_by_partitions_and_counts_records() {
+        let (data, _) = gzip_batches(3, 10);
+        let budget = DecodeBudget {
+            max_decompressed_bytes: usize::MAX,
+            max_decompressed_records: 25,
+        };
+        let mut allowance = Allowance::new(budget);
+        let (r, first) = decode_with(&data, 0, &mut allowance);
+        assert_eq!(first.len(), 20);
+        assert!(r
+            .as_ref()
+            .is_ok_and(|s| s.stopped_by_budget && s.next_offset == Some(20)));
+        // A second partition of the same response gets what is left: not one more batch.
+        let (r, second) = decode_with(&data, 0, &mut allowance);
+        assert!(second.is_empty());
+        assert!(r.is_ok_and(|s| s.stopped_by_budget && s.next_offset.is_none()));
+        assert_eq!(allowance.decompressed_records(), 20);
+    }
+
+    #[cfg(feature = "gzip")]
+    #[test]
+    fn batch_larger_than_the_whole_budget_is_an_error() {
+        let (data, section) = gzip_batches(1, 10);
+        let mut allowance = Allowance::new(DecodeBudget {
+            max_decompressed_bytes: section - 1,
+            max_decompressed_records: 1000,
+        });
+        let (r, out) = decode_with(&data, 0, &mut allowance);
+        assert!(
+            matches!(&r, Err(WireError::CorruptBatch { reason, .. }) if reason.contains("budget")),
+            "{r:?}"
+        );
+        assert!(out.is_empty());
     }
 
     /// CRC-32C (Castagnoli), bitwise; only for fixing up hand-corrupted test batches.

@@ -1,0 +1,47 @@
+//! The checks behind the fuzz targets in `fuzz/`, shared with the corpus replay tests.
+//!
+//! A fuzz target is only as good as what it asserts, and a bug it found stays fixed only if CI
+//! replays the input without a nightly toolchain. So each target's logic lives here, as a plain
+//! function from bytes to "no panic, every property held": `fuzz/fuzz_targets/<name>.rs` calls
+//! it under libFuzzer, and `tests/fuzz_corpus.rs` calls the very same function on every file of
+//! `fuzz/corpus/<name>/` and `fuzz/artifacts/<name>/` with the stable toolchain.
+//!
+//! A check panics (with a message naming the property) when a property fails: that is how
+//! libFuzzer and the test harness see a finding. Nothing here is part of the consumer's API.
+
+pub mod batch_writer;
+pub mod decompress;
+pub mod fetch_partition;
+pub mod group_protocol;
+
+/// Every fuzz target: its name (the folder under `fuzz/corpus/` and the file under
+/// `fuzz/fuzz_targets/`), its check, and the seed inputs it starts from.
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "fetch_partition",
+        check: fetch_partition::check,
+        seeds: fetch_partition::seeds,
+    },
+    Target {
+        name: "decompress",
+        check: decompress::check,
+        seeds: decompress::seeds,
+    },
+    Target {
+        name: "group_protocol",
+        check: group_protocol::check,
+        seeds: group_protocol::seeds,
+    },
+];
+
+/// One fuzz target as the replay tests and the seed writer see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The target's name.
+    pub name: &'static str,
+    /// Runs the target on one input; panics on a broken property.
+    pub check: fn(&[u8]),
+    /// Hand-made inputs that reach deep into the decoder (valid batches of every codec,
+    /// transactions, real member metadata), from which the fuzzer mutates.
+    pub seeds: fn() -> Vec<Vec<u8>>,
+}
