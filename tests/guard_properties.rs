@@ -156,6 +156,10 @@ proptest! {
                         Err(AdmitError::SessionExpired { .. }) => {
                             prop_assert!(false, "no session bound is set in this model")
                         }
+                        Err(error @ (AdmitError::AlreadyCompleted { .. }
+                        | AdmitError::CompletedMapFull { .. })) => {
+                            prop_assert!(false, "no map is resumed in this model: {error}")
+                        }
                     }
                 }
                 Op::Take(p) => {

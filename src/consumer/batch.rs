@@ -76,6 +76,8 @@ impl<'a> Batch<'a> {
         counters: &'a mut RebalanceCounters,
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
+        // Partitions held back by their completed-offsets map are tried again in every batch.
+        intake.release_held();
         Batch {
             intake,
             sizer,
@@ -151,6 +153,14 @@ impl Batch<'_> {
                     self.intake.push_front(tp, record);
                     return None;
                 }
+                Err(error @ AdmitError::CompletedMapFull { .. }) => {
+                    // Backpressure: the partition waits (this batch) for its gap to close; the
+                    // record stays first in line, the other partitions go on.
+                    log::debug!("{error}");
+                    self.intake.push_front(tp.clone(), record);
+                    self.intake.hold(&tp);
+                }
+                Err(error @ AdmitError::AlreadyCompleted { .. }) => log::debug!("{error}"),
                 Err(error @ AdmitError::Duplicate { .. }) => log::info!("skipped: {error}"),
                 Err(error @ AdmitError::OffsetRegression { .. }) => log::error!("skipped: {error}"),
             }

@@ -165,7 +165,7 @@ pub(crate) fn commit_through(
             tp: o.partition.clone(),
             offset: o.next_offset,
             leader_epoch: None,
-            metadata: None,
+            metadata: o.metadata.clone(),
         })
         .collect();
     let results = commit(&request).map_err(|e| CommitFailure::Request(Box::new(e)))?;
@@ -311,10 +311,12 @@ mod tests {
             CommitOffset {
                 partition: tp(0),
                 next_offset: 5,
+                metadata: None,
             },
             CommitOffset {
                 partition: tp(1),
                 next_offset: 9,
+                metadata: None,
             },
         ];
         let refused = refused_partitions(&asked, vec![(tp(0), Ok(()))]);

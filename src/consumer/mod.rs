@@ -59,7 +59,9 @@ mod workers;
 
 pub use batch::{Batch, Delivery, KeyFn};
 pub use bridge::{HandoffFailure, StormHook};
-pub use config::{AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol, Strategy};
+pub use config::{
+    AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol, ProcessingOrder, Strategy,
+};
 pub use context::{GuardView, WorkContext};
 pub use error::ConsumerError;
 pub use poll_loop::Consumer;

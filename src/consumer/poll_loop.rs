@@ -394,4 +394,8 @@ impl WorkSource for Consumer {
     fn rewind(&mut self, tp: &TopicPartition, offset: i64) -> bool {
         self.intake.rewind(&self.guard, tp, offset)
     }
+
+    fn settings(&self) -> &ConsumerConfig {
+        &self.config
+    }
 }

@@ -91,7 +91,7 @@ impl fmt::Display for ConsumerStats {
                 f,
                 "\n  {} {} epoch={} fetched_next={:?} admitted={:?} completed={:?} committed={:?} \
                  in_flight={} oldest={:?} buffered={} paused={:?} dups={} regressions={} \
-                 after_revoke={} rebalances={}",
+                 after_revoke={} skipped_by_map={} rebalances={}",
                 g.partition,
                 g.status,
                 g.epoch,
@@ -106,6 +106,7 @@ impl fmt::Display for ConsumerStats {
                 g.duplicates_rejected,
                 g.regressions_rejected,
                 g.completed_after_revocation,
+                g.skipped_completed,
                 g.rebalances
             )?;
             if let Some((error, attempts)) = &p.position_error {

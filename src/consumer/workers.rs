@@ -2,10 +2,25 @@
 //! worker threads run the handler; the guard's completion tracking commits only the contiguous
 //! completed prefix of each partition.
 //!
-//! Each partition is worked by one worker, in offset order (orders for one account must not
-//! overtake each other); partitions are spread over the workers. Queues are bounded: when a
-//! worker's queue is full, its record goes back to the intake and the poll thread waits a little,
-//! so slow work turns into backpressure, never into an unbounded buffer or a missed poll.
+//! Which worker runs a record depends on `processing.order`:
+//! - `partition` (the default): each partition is worked by one worker, in offset order (orders
+//!   for one account must not overtake each other); partitions are spread over the workers.
+//! - `key`: records of one partition with the same Kafka key go to the same worker while any of
+//!   them is in flight (so they run in offset order); a key with nothing in flight goes to the
+//!   least loaded worker, so one slow key holds up only its own later records, not the other
+//!   keys of its partition.
+//! - `unordered`: every record goes to the least loaded worker.
+//!
+//! Outside partition order, `processing.max.in.flight.per.partition` bounds one partition's
+//! records queued or running at once. Whatever the order, the guard commits only the contiguous
+//! completed prefix, and what finished beyond it travels in the commit's completed-offsets map.
+//! Queues are bounded: when a worker's queue is full (or a partition has its bound in flight),
+//! its record goes back to the intake and the poll thread waits a little, so slow work turns into
+//! backpressure, never into an unbounded buffer or a missed poll.
+//!
+//! The poll thread commits what finished at most every `commit.interval.ms` while records flow
+//! (one synchronous commit at a time, between hand-offs), so a crash or a freeze of this member
+//! redoes about that much work; a refused commit is logged and counted, and the next one retries.
 //!
 //! On revocation the partition is fenced, its queued records that have not started are
 //! cancelled (they are the next owner's), and its started records are waited for, up to
@@ -22,17 +37,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::guard::Lease;
+use bytes::Bytes;
 use crate::wire::Record;
 use crate::TopicPartition;
 
 use super::batch::Batch;
 use super::bridge::Drain;
+use super::config::{ConsumerConfig, ProcessingOrder};
 use super::context::{Guard, WorkContext};
 use super::error::ConsumerError;
 
@@ -63,28 +80,103 @@ pub(crate) trait WorkSource {
     fn set_drain(&mut self, drain: Option<Drain>);
     /// Forgets everything of `tp` from `offset` on (guard and intake) so it is fetched again.
     fn rewind(&mut self, tp: &TopicPartition, offset: i64) -> bool;
+    /// The consumer's configuration: `processing.order`, its per-partition bound and
+    /// `commit.interval.ms`.
+    fn settings(&self) -> &ConsumerConfig;
 }
 
 type Job = (Record, Lease);
 
-/// Which worker works which partition: each partition gets the next worker in turn when first
-/// seen, so partitions spread evenly (a hash could put two busy partitions on one worker while
-/// another idles) and a partition always goes to the same worker (its records stay in order).
+/// A record's ordering unit outside partition order: its partition and Kafka key.
+type KeySlot = (TopicPartition, Option<Bytes>);
+
+/// What is in flight (queued or running), for the routing decisions outside partition order.
 #[derive(Default)]
+struct InFlight {
+    /// Per partition: its records in flight (bounded by `processing.max.in.flight.per.partition`).
+    partitions: HashMap<TopicPartition, usize>,
+    /// Per key (key order only): the worker its records go to while any is in flight, and how
+    /// many are.
+    keys: HashMap<KeySlot, (usize, usize)>,
+}
+
+/// Which worker works which record (see the module documentation for each order).
 struct Routing {
+    order: ProcessingOrder,
+    per_partition: usize,
+    /// Partition order: each partition gets the next worker in turn when first seen, so
+    /// partitions spread evenly (a hash could put two busy partitions on one worker while
+    /// another idles) and a partition always goes to the same worker (its records stay in
+    /// order).
     workers: HashMap<TopicPartition, usize>,
     next: usize,
 }
 
+/// Why a record could not be routed now.
+enum Refused {
+    /// Its partition has `processing.max.in.flight.per.partition` records in flight.
+    PartitionBound,
+}
+
 impl Routing {
-    fn worker_for(&mut self, partition: &TopicPartition, workers: usize) -> usize {
-        if let Some(&worker) = self.workers.get(partition) {
-            return worker;
+    fn new(order: ProcessingOrder, per_partition: usize) -> Self {
+        Routing {
+            order,
+            per_partition,
+            workers: HashMap::new(),
+            next: 0,
         }
-        let worker = self.next % workers;
-        self.next += 1;
-        self.workers.insert(partition.clone(), worker);
-        worker
+    }
+
+    /// The worker for `record`, counted in flight (undo with [`Pool::job_done`] once the worker
+    /// is done with it, or [`Routing::unroute`] when it could not be queued).
+    fn route(&mut self, record: &Record, lease: &Lease, pool: &Pool) -> Result<usize, Refused> {
+        let workers = pool.load.len();
+        if self.order == ProcessingOrder::Partition {
+            let worker = match self.workers.get(&lease.partition) {
+                Some(&worker) => worker,
+                None => {
+                    let worker = self.next % workers;
+                    self.next += 1;
+                    self.workers.insert(lease.partition.clone(), worker);
+                    worker
+                }
+            };
+            pool.load[worker].fetch_add(1, Ordering::Relaxed);
+            return Ok(worker);
+        }
+        let mut in_flight = pool.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let count = in_flight
+            .partitions
+            .entry(lease.partition.clone())
+            .or_default();
+        if *count >= self.per_partition {
+            return Err(Refused::PartitionBound);
+        }
+        *count += 1;
+        let worker = if self.order == ProcessingOrder::Key {
+            let slot = (lease.partition.clone(), record.key.clone());
+            match in_flight.keys.get_mut(&slot) {
+                Some((worker, count)) => {
+                    *count += 1;
+                    *worker
+                }
+                None => {
+                    let worker = pool.least_loaded();
+                    in_flight.keys.insert(slot, (worker, 1));
+                    worker
+                }
+            }
+        } else {
+            pool.least_loaded()
+        };
+        pool.load[worker].fetch_add(1, Ordering::Relaxed);
+        Ok(worker)
+    }
+
+    /// Takes back a routing whose record could not be queued.
+    fn unroute(&self, record: &Record, lease: &Lease, worker: usize, pool: &Pool) {
+        pool.job_done(self.order, record, lease, worker);
     }
 }
 
@@ -101,9 +193,59 @@ struct Pool {
     alive: Mutex<usize>,
     /// Signalled whenever a record finished or a worker exited.
     finished: Arc<(Mutex<u64>, Condvar)>,
+    /// Per worker, the records queued to it or running on it.
+    load: Vec<AtomicUsize>,
+    /// Outside partition order: what is in flight per partition and per key.
+    in_flight: Mutex<InFlight>,
+    /// Partitions whose handler failed: no worker starts any later record of them (outside
+    /// partition order their records are spread over several workers).
+    failed_partitions: Mutex<HashSet<TopicPartition>>,
+    /// Set once `failed_partitions` is not empty, so the common case reads one atomic.
+    any_failed: AtomicBool,
 }
 
 impl Pool {
+    fn least_loaded(&self) -> usize {
+        self.load
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, load)| load.load(Ordering::Relaxed))
+            .map_or(0, |(worker, _)| worker)
+    }
+
+    /// A worker is done with a record (whatever happened to it), or it was never queued.
+    fn job_done(&self, order: ProcessingOrder, record: &Record, lease: &Lease, worker: usize) {
+        self.load[worker].fetch_sub(1, Ordering::Relaxed);
+        if order == ProcessingOrder::Partition {
+            return;
+        }
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = in_flight.partitions.get_mut(&lease.partition) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.partitions.remove(&lease.partition);
+            }
+        }
+        if order == ProcessingOrder::Key {
+            let slot = (lease.partition.clone(), record.key.clone());
+            if let Some((_, count)) = in_flight.keys.get_mut(&slot) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    in_flight.keys.remove(&slot);
+                }
+            }
+        }
+    }
+
+    fn partition_failed(&self, partition: &TopicPartition) -> bool {
+        self.any_failed.load(Ordering::Acquire)
+            && self
+                .failed_partitions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(partition)
+    }
+
     fn signal(&self) {
         let (count, signal) = &*self.finished;
         *count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
@@ -117,6 +259,11 @@ impl Pool {
     }
 
     fn fail(&self, guard: &Guard, lease: &Lease, error: ConsumerError) {
+        self.failed_partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(lease.partition.clone());
+        self.any_failed.store(true, Ordering::Release);
         // The failed record and everything after it in its partition must come again, and
         // nothing from it on may be committed: take it out of the guard at once, so neither
         // the commit nor a drain waits for it.
@@ -146,23 +293,53 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".to_string())
 }
 
+/// One worker's identity and what it needs to run records.
+struct Worker<H> {
+    index: usize,
+    order: ProcessingOrder,
+    guard: Arc<Guard>,
+    pool: Arc<Pool>,
+    handler: Arc<H>,
+}
+
 /// One worker thread: runs the handler on its queue's records, in order, while their partition
 /// is still this member's, and stops starting records of a partition whose handler failed.
-fn work<E, H>(rx: Receiver<Job>, guard: Arc<Guard>, pool: Arc<Pool>, handler: Arc<H>)
+fn work<E, H>(rx: Receiver<Job>, worker: Worker<H>)
 where
     H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut failed_partitions: HashSet<TopicPartition> = HashSet::new();
+    let Worker {
+        index,
+        order,
+        guard,
+        pool,
+        handler,
+    } = worker;
     for (record, lease) in rx {
-        if pool.stopping.load(Ordering::SeqCst) || failed_partitions.contains(&lease.partition) {
+        run_one(&record, &lease, &guard, &pool, &*handler);
+        pool.job_done(order, &record, &lease, index);
+        pool.signal();
+    }
+    *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+    pool.signal();
+}
+
+/// Runs one record's handler, if its partition is still ours and nothing of it failed.
+fn run_one<E, H>(record: &Record, lease: &Lease, guard: &Guard, pool: &Pool, handler: &H)
+where
+    H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    {
+        if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.partition) {
             pool.not_started(&lease);
         } else if guard.start(&lease) {
-            let ctx = WorkContext::new(&guard, &lease);
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(&record, &ctx)));
+            let ctx = WorkContext::new(guard, lease);
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(record, &ctx)));
             let failure = match outcome {
                 Ok(Ok(())) => {
-                    if let Err(error) = guard.complete(&lease) {
+                    if let Err(error) = guard.complete(lease) {
                         log::warn!("{error}");
                     }
                     None
@@ -179,8 +356,7 @@ where
                 }),
             };
             if let Some(error) = failure {
-                failed_partitions.insert(lease.partition.clone());
-                pool.fail(&guard, &lease, error);
+                pool.fail(guard, lease, error);
             }
         } else {
             log::debug!(
@@ -189,10 +365,7 @@ where
                 lease.offset
             );
         }
-        pool.signal();
     }
-    *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-    pool.signal();
 }
 
 /// Runs the decoupled mode for [`Consumer::run_with_workers`](super::Consumer::run_with_workers)
@@ -213,12 +386,17 @@ where
 {
     let workers = workers.max(1);
     let drain_timeout = source.drain_timeout();
+    let order = source.settings().processing_order();
     let pool = Arc::new(Pool {
         stopping: AtomicBool::new(false),
         failure: Mutex::new(None),
         not_started: Mutex::new(HashMap::new()),
         alive: Mutex::new(0),
         finished: Arc::new((Mutex::new(0u64), Condvar::new())),
+        load: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+        in_flight: Mutex::new(InFlight::default()),
+        failed_partitions: Mutex::new(HashSet::new()),
+        any_failed: AtomicBool::new(false),
     });
     source.set_drain(Some(Drain {
         finished: pool.finished.clone(),
@@ -229,11 +407,17 @@ where
     let mut started = Ok(());
     for index in 0..workers {
         let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
-        let (guard, pool_ref, handler) = (source.guard(), pool.clone(), handler.clone());
+        let worker = Worker {
+            index,
+            order,
+            guard: source.guard(),
+            pool: pool.clone(),
+            handler: handler.clone(),
+        };
         *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let spawned = std::thread::Builder::new()
             .name(format!("worker-{index}"))
-            .spawn(move || work(rx, guard, pool_ref, handler));
+            .spawn(move || work(rx, worker));
         match spawned {
             Ok(_) => queues.push(tx),
             Err(e) => {
@@ -295,40 +479,79 @@ fn wait_for_workers(pool: &Pool, deadline: Instant) {
     }
 }
 
-/// The poll thread's part of the run: poll, hand each record to its partition's worker, commit;
-/// a full queue puts the record back and waits a little (backpressure).
+/// `commit.interval.ms` on the poll thread: when the next in-batch commit is due. Commits are
+/// synchronous on this thread, so there is never more than one in flight.
+struct CommitClock {
+    interval: Duration,
+    last: Instant,
+}
+
+impl CommitClock {
+    /// Commits what finished when the interval has passed since the last commit. A refused
+    /// commit is reported (by the consumer's commit, as for every commit) and retried at the
+    /// next interval; anything else ends the run.
+    fn maybe_commit<S: WorkSource>(&mut self, source: &mut S) -> Result<(), ConsumerError> {
+        let now = Instant::now();
+        if now.saturating_duration_since(self.last) < self.interval {
+            return Ok(());
+        }
+        self.last = now;
+        match source.commit() {
+            Ok(()) | Err(ConsumerError::Commit(_)) => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// The poll thread's part of the run: poll, hand each record to its worker, commit at most every
+/// `commit.interval.ms` (during the hand-offs as well as between polls); a full queue or a
+/// partition at its in-flight bound puts the record back and waits a little (backpressure).
 fn feed_workers<S: WorkSource>(
     source: &mut S,
     stop: &AtomicBool,
     queues: &[SyncSender<Job>],
     pool: &Pool,
 ) -> Result<(), ConsumerError> {
-    let mut routing = Routing::default();
+    let settings = source.settings();
+    let mut routing = Routing::new(
+        settings.processing_order(),
+        settings.max_in_flight_per_partition(),
+    );
+    let mut clock = CommitClock {
+        interval: settings.commit_interval(),
+        last: Instant::now(),
+    };
     while !stop.load(Ordering::SeqCst) && !pool.failed() {
         let mut backpressure = false;
         {
             let mut batch = source.poll(Duration::from_millis(100))?;
             while let Some(delivery) = batch.next() {
                 let (record, lease) = batch.hand_off(delivery);
-                let worker = routing.worker_for(&lease.partition, queues.len());
+                let worker = match routing.route(&record, &lease, pool) {
+                    Ok(worker) => worker,
+                    Err(Refused::PartitionBound) => {
+                        batch.put_back(record, lease);
+                        backpressure = true;
+                        break;
+                    }
+                };
                 match queues[worker].try_send((record, lease)) {
                     Ok(()) => {}
                     Err(TrySendError::Full((record, lease))) => {
+                        routing.unroute(&record, &lease, worker, pool);
                         batch.put_back(record, lease);
                         backpressure = true;
                         break;
                     }
                     Err(TrySendError::Disconnected((record, lease))) => {
+                        routing.unroute(&record, &lease, worker, pool);
                         batch.put_back(record, lease);
                         return Err(ConsumerError::WorkerGone { worker });
                     }
                 }
             }
         }
-        match source.commit() {
-            Ok(()) | Err(ConsumerError::Commit(_)) => {}
-            Err(other) => return Err(other),
-        }
+        clock.maybe_commit(source)?;
         if backpressure {
             std::thread::sleep(Duration::from_millis(5));
         }

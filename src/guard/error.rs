@@ -33,6 +33,25 @@ pub enum AdmitError {
         /// The offset that was refused.
         offset: i64,
     },
+    /// The committed completed-offsets map says this record already finished (an earlier owner
+    /// did it, or this member before a rewind): it is skipped, and counts as finished.
+    AlreadyCompleted {
+        /// The partition.
+        partition: TopicPartition,
+        /// The skipped offset.
+        offset: i64,
+    },
+    /// Admitting this record could make the partition's completed-offsets map longer than the
+    /// commit metadata may be: nothing more of the partition is admitted until the work at
+    /// `position` finishes (backpressure; the map is never dropped).
+    CompletedMapFull {
+        /// The partition.
+        partition: TopicPartition,
+        /// The refused offset; it stays first in line.
+        offset: i64,
+        /// The commit position, the unfinished offset the gap starts at.
+        position: i64,
+    },
     /// The idempotency key was processed recently by this worker: a redelivery.
     Duplicate {
         /// The partition.
@@ -66,6 +85,19 @@ impl fmt::Display for AdmitError {
             Self::SessionExpired { partition, offset } => write!(
                 f,
                 "{partition} offset {offset} refused: the member's session may have expired"
+            ),
+            Self::AlreadyCompleted { partition, offset } => write!(
+                f,
+                "{partition} offset {offset} skipped: the committed map says it already finished"
+            ),
+            Self::CompletedMapFull {
+                partition,
+                offset,
+                position,
+            } => write!(
+                f,
+                "{partition} offset {offset} held back: the completed-offsets map above the \
+                 unfinished offset {position} would outgrow the commit metadata"
             ),
             Self::Duplicate { partition, offset } => write!(
                 f,

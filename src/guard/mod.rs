@@ -18,8 +18,13 @@
 //!    fenced and pruned.
 //! 4. **Lost** fences and discards: no flush, no commit. Another member may own the partitions.
 //! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one rebalance.
+//! 6. **Completed beyond the gap**: every commit carries, in its metadata, the offsets above its
+//!    position that finished (computed under the same lock as the position); a partition whose
+//!    map could outgrow `completed_map_max_bytes` admits nothing more until its gap closes, and a
+//!    record the committed map names as finished is skipped, never processed again.
 
 mod clock;
+mod completed_map;
 mod error;
 mod hash_index;
 mod key_hash;
@@ -60,6 +65,11 @@ struct PartitionState<M> {
     epoch: u64,
     progress: Progress<M>,
     last_committed: Option<i64>,
+    /// The metadata (completed-offsets map) of the last commit, so an unchanged map at an
+    /// unchanged position is not committed again.
+    last_metadata: Option<String>,
+    /// Records skipped because the committed map said they had finished.
+    skipped_completed: u64,
     duplicates_rejected: u64,
     regressions_rejected: u64,
     fenced_rejected: u64,
@@ -70,6 +80,38 @@ struct PartitionState<M> {
 impl<M> PartitionState<M> {
     fn accepts_completions(&self, epoch: u64) -> bool {
         self.epoch == epoch && matches!(self.status, OwnerStatus::Owned | OwnerStatus::Draining)
+    }
+
+    /// What a commit of this partition would carry now, if it moved since the last commit: the
+    /// contiguous position and (with a map limit) the offsets finished beyond it. Called under
+    /// the guard's lock, so the position and its map describe one instant.
+    fn commit_due(&self, partition: &TopicPartition, map_limit: usize) -> Option<CommitOffset> {
+        let position = self.progress.commit_position()?;
+        let runs = if map_limit > 0 {
+            self.progress.completed_runs(position)
+        } else {
+            Vec::new()
+        };
+        let completed = self.progress.completed_next();
+        if completed.is_none() && runs.is_empty() {
+            return None;
+        }
+        let metadata = (map_limit > 0).then(|| completed_map::encode(position, &runs));
+        let moved = completed.is_some_and(|next| self.last_committed.map_or(true, |l| next > l));
+        let changed = metadata.is_some() && metadata != self.last_metadata;
+        (moved || changed).then(|| CommitOffset {
+            partition: partition.clone(),
+            next_offset: position,
+            metadata,
+        })
+    }
+
+    fn committed(&mut self, offset: &CommitOffset) {
+        let next = offset.next_offset;
+        self.last_committed = Some(self.last_committed.map_or(next, |l| l.max(next)));
+        if offset.metadata.is_some() {
+            self.last_metadata = offset.metadata.clone();
+        }
     }
 }
 
@@ -119,6 +161,8 @@ pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
     clock: Arc<dyn Clock>,
     /// Ownership ends by time too: past this bound the coordinator may have evicted us.
     session: Arc<SessionBound>,
+    /// `GuardConfig::completed_map_max_bytes`: 0 writes no map.
+    map_limit: usize,
 }
 
 impl<K, M> fmt::Debug for RebalanceGuard<K, M> {
@@ -147,6 +191,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }),
             clock,
             session: Arc::new(SessionBound::unbounded()),
+            map_limit: config.completed_map_max_bytes,
         })
     }
 
@@ -181,6 +226,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 epoch: 0,
                 progress: Progress::default(),
                 last_committed: None,
+                last_metadata: None,
+                skipped_completed: 0,
                 duplicates_rejected: 0,
                 regressions_rejected: 0,
                 fenced_rejected: 0,
@@ -201,6 +248,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     state.status = OwnerStatus::Owned;
                     state.epoch += 1;
                     state.last_committed = None;
+                    state.last_metadata = None;
                     log::info!("{tp} assigned (epoch {})", state.epoch);
                     inner.forget_unfinished(discarded);
                 }
@@ -208,6 +256,42 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         }
         inner.storm.record_assign(now);
         inner.storm_status(now)
+    }
+
+    /// Tells an owned partition where its reading starts (its committed offset, or the reset
+    /// position) and the committed metadata found with that offset. When the metadata is this
+    /// guard's completed-offsets map for that very offset, the records it names are skipped when
+    /// they arrive (each counted in the partition's `skipped_completed`); any other metadata is
+    /// another client's and is ignored. Returns how many offsets the map names.
+    pub fn resume_at(&self, partition: &TopicPartition, start: i64, metadata: Option<&str>) -> u64 {
+        let mut inner = self.lock();
+        let Some(state) = inner
+            .partitions
+            .get_mut(partition)
+            .filter(|state| state.status == OwnerStatus::Owned)
+        else {
+            return 0;
+        };
+        let metadata = metadata.filter(|_| self.map_limit > 0);
+        let runs = match metadata.map(|m| completed_map::decode(m, start)) {
+            None | Some(Err(completed_map::MapError::Foreign)) => Vec::new(),
+            Some(Err(error)) => {
+                log::warn!("{partition}: committed metadata ignored: {error}");
+                Vec::new()
+            }
+            Some(Ok(runs)) => {
+                state.last_metadata = metadata.map(str::to_string);
+                runs
+            }
+        };
+        let named: u64 = runs.iter().map(|&(s, e)| (e - s) as u64).sum();
+        if named > 0 {
+            log::info!(
+                "{partition}: {named} offset(s) above {start} already finished (committed map):                  they are skipped"
+            );
+        }
+        state.progress.resume_at(start, runs);
+        named
     }
 
     /// Admits a message for processing, or says why not.
@@ -285,6 +369,14 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 high_water,
             });
         }
+        if self.map_limit > 0 && !state.progress.map_has_room(offset, self.map_limit) {
+            // Rule 6: the map of what finished beyond the gap must always fit the commit.
+            return Err(AdmitError::CompletedMapFull {
+                partition: partition.clone(),
+                offset,
+                position: state.progress.commit_position().unwrap_or(offset),
+            });
+        }
         let key = match key {
             None => None,
             Some(key) => match inner.keys.insert(key) {
@@ -292,6 +384,14 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 Some(handle) => handle,
             },
         };
+        if state.progress.take_inherited(offset) {
+            state.progress.admit_completed(offset, now, key);
+            state.skipped_completed += 1;
+            return Err(AdmitError::AlreadyCompleted {
+                partition: partition.clone(),
+                offset,
+            });
+        }
         state.progress.admit(Admitted {
             offset,
             admitted_at: now,
@@ -534,14 +634,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     continue;
                 }
                 state.progress.complete_all();
-                match state.progress.completed_next() {
-                    Some(next) if state.last_committed.map_or(true, |last| next > last) => {
-                        to_commit.push(CommitOffset {
-                            partition: tp.clone(),
-                            next_offset: next,
-                        })
-                    }
-                    _ => unchanged.push(tp.clone()),
+                match state.commit_due(tp, self.map_limit) {
+                    Some(offset) => to_commit.push(offset),
+                    None => unchanged.push(tp.clone()),
                 }
             }
         }
@@ -600,7 +695,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     continue;
                 }
                 if let Some(offset) = committed.iter().find(|c| &c.partition == tp) {
-                    state.last_committed = Some(offset.next_offset);
+                    state.committed(offset);
                 }
                 discarded.extend(state.progress.clear());
                 state.status = OwnerStatus::Revoked;
@@ -681,16 +776,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 .iter()
                 .filter(|(_, state)| state.status == OwnerStatus::Owned)
                 .filter_map(|(tp, state)| {
-                    let next = state.progress.completed_next()?;
-                    (state.last_committed.map_or(true, |last| next > last)).then(|| {
-                        (
-                            CommitOffset {
-                                partition: tp.clone(),
-                                next_offset: next,
-                            },
-                            state.epoch,
-                        )
-                    })
+                    state
+                        .commit_due(tp, self.map_limit)
+                        .map(|offset| (offset, state.epoch))
                 })
                 .collect()
         };
@@ -714,8 +802,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
             if let Some(state) = inner.partitions.get_mut(&offset.partition) {
                 if state.epoch == epoch && state.status == OwnerStatus::Owned {
-                    let next = offset.next_offset;
-                    state.last_committed = Some(state.last_committed.map_or(next, |l| l.max(next)));
+                    state.committed(&offset);
                 }
             }
             committed.push(offset);
@@ -765,12 +852,13 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 oldest_in_flight_age: state
                     .progress
                     .pending()
-                    .find(|a| !matches!(a.state, WorkState::Done))
+                    .find(|a| a.state.is_unfinished())
                     .map(|a| now.saturating_duration_since(a.admitted_at)),
                 duplicates_rejected: state.duplicates_rejected,
                 regressions_rejected: state.regressions_rejected,
                 fenced_rejected: state.fenced_rejected,
                 completed_after_revocation: state.completed_after_revocation,
+                skipped_completed: state.skipped_completed,
                 rebalances: state.rebalances,
             })
             .collect();

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::completed_map::{self, Runs};
 use super::lru::KeyRef;
 
 /// Where one admitted message is in its life.
@@ -21,6 +22,17 @@ pub(crate) enum WorkState<M> {
     Running,
     /// Finished; its side effect happened.
     Done,
+    /// Queued, then cancelled by a revocation before it started, while later work of the
+    /// partition had started (possible when a partition is worked out of order): it blocks the
+    /// contiguous prefix like unfinished work, but nothing waits for it.
+    Cancelled,
+}
+
+impl<M> WorkState<M> {
+    /// Handed out or buffered, and neither finished nor cancelled: something may still do it.
+    pub(crate) fn is_unfinished(&self) -> bool {
+        matches!(self, Self::Buffered(_) | Self::Queued | Self::Running)
+    }
 }
 
 #[derive(Debug)]
@@ -43,6 +55,14 @@ pub(crate) struct Progress<M> {
     /// One past the last offset of the contiguous completed prefix: the position that is safe to
     /// commit. `None` until something in this assignment finished.
     completed_next: Option<i64>,
+    /// Where this assignment started reading (its committed offset, or the reset position),
+    /// when the consumer said so: the position a completed-offsets map is relative to until
+    /// something finishes.
+    start: Option<i64>,
+    /// Offsets above the position that finished before they were admitted here: by an earlier
+    /// owner (read from the committed map), or by this member before a rewind. Sorted, disjoint
+    /// half-open ranges; a record at one of them is skipped, not processed again.
+    inherited: VecDeque<(i64, i64)>,
 }
 
 impl<M> Default for Progress<M> {
@@ -51,6 +71,8 @@ impl<M> Default for Progress<M> {
             pending: VecDeque::new(),
             high_water: None,
             completed_next: None,
+            start: None,
+            inherited: VecDeque::new(),
         }
     }
 }
@@ -72,8 +94,91 @@ impl<M> Progress<M> {
     pub(crate) fn unfinished(&self) -> usize {
         self.pending
             .iter()
-            .filter(|a| !matches!(a.state, WorkState::Done))
+            .filter(|a| a.state.is_unfinished())
             .count()
+    }
+
+    /// The assignment starts reading at `start`, with `inherited` (offsets above it) already
+    /// finished by an earlier owner.
+    pub(crate) fn resume_at(&mut self, start: i64, inherited: Runs) {
+        self.start = Some(start);
+        self.inherited = inherited.into_iter().filter(|&(_, end)| end > start).collect();
+    }
+
+    /// The position a commit would carry: the end of the completed prefix, else where the
+    /// assignment started.
+    pub(crate) fn commit_position(&self) -> Option<i64> {
+        self.completed_next.or(self.start)
+    }
+
+    /// Finished offsets above `position`, from this assignment's work and the inherited map.
+    pub(crate) fn completed_runs(&self, position: i64) -> Runs {
+        let done = self
+            .pending
+            .iter()
+            .filter(|a| matches!(a.state, WorkState::Done) && a.offset > position)
+            .map(|a| (a.offset, a.offset + 1));
+        let inherited = self
+            .inherited
+            .iter()
+            .filter(|&&(_, end)| end > position + 1)
+            .map(|&(start, end)| (start.max(position + 1), end));
+        let mut all: Vec<(i64, i64)> = done.chain(inherited).collect();
+        all.sort_unstable();
+        let mut runs: Runs = Vec::new();
+        for (start, end) in all {
+            match runs.last_mut() {
+                Some((_, last_end)) if start <= *last_end => *last_end = (*last_end).max(end),
+                _ => runs.push((start, end)),
+            }
+        }
+        runs
+    }
+
+    /// True when admitting `offset` keeps the worst-case map within `limit` characters (with
+    /// two to spare: the position's digits may grow as it moves). Always true while the
+    /// position is unknown (no map can be written then).
+    pub(crate) fn map_has_room(&self, offset: i64, limit: usize) -> bool {
+        let Some(position) = self.commit_position() else {
+            return true;
+        };
+        let last = self
+            .inherited
+            .back()
+            .map_or(offset, |&(_, end)| offset.max(end - 1));
+        completed_map::worst_case_len(position, last).saturating_add(2) <= limit
+    }
+
+    /// True when `offset` finished before it was admitted here (see `inherited`); consumes it.
+    /// Inherited offsets below it were never seen (compacted away, or control records): the
+    /// position passes them with the next admission, so they are forgotten.
+    pub(crate) fn take_inherited(&mut self, offset: i64) -> bool {
+        while let Some(&(start, end)) = self.inherited.front() {
+            if end <= offset {
+                self.inherited.pop_front();
+            } else if start <= offset {
+                if offset + 1 < end {
+                    self.inherited[0].0 = offset + 1;
+                } else {
+                    self.inherited.pop_front();
+                }
+                return true;
+            } else {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// Records an admitted message whose work already happened (`take_inherited` said so).
+    pub(crate) fn admit_completed(&mut self, offset: i64, at: Instant, key: Option<KeyRef>) {
+        self.admit(Admitted {
+            offset,
+            admitted_at: at,
+            key,
+            state: WorkState::Done,
+        });
+        self.retire_prefix();
     }
 
     /// True when `offset` does not increase on everything admitted so far.
@@ -104,7 +209,7 @@ impl<M> Progress<M> {
             return false;
         };
         let entry = &mut self.pending[index];
-        if matches!(entry.state, WorkState::Done) {
+        if !entry.state.is_unfinished() {
             return false;
         }
         entry.state = WorkState::Done;
@@ -113,9 +218,12 @@ impl<M> Progress<M> {
     }
 
     /// Marks every pending message finished: a successful revocation flush vouches for them.
+    /// Cancelled ones stay cancelled: the flush cancelled them, it does not vouch for them.
     pub(crate) fn complete_all(&mut self) {
         for entry in &mut self.pending {
-            entry.state = WorkState::Done;
+            if entry.state.is_unfinished() {
+                entry.state = WorkState::Done;
+            }
         }
         self.retire_prefix();
     }
@@ -150,17 +258,31 @@ impl<M> Progress<M> {
         }
     }
 
-    /// Removes the buffered (never started) messages at the tail, for a revocation that cancels
-    /// queued work instead of waiting for it. Only a suffix can be unstarted when each partition
-    /// is worked in order; an unstarted message before a started one stays (and keeps the commit
-    /// position below it). Returns what was removed so the caller can forget its keys.
+    /// Cancels the buffered (never started) messages, for a revocation that cancels queued work
+    /// instead of waiting for it. The unstarted tail is removed; an unstarted message before a
+    /// started one (a partition worked out of order) stays as [`WorkState::Cancelled`], keeping
+    /// the commit position below it while nothing waits for it. Returns what was cancelled so
+    /// the caller can forget its keys.
     pub(crate) fn discard_unstarted_tail(&mut self) -> Vec<Admitted<M>> {
+        let unstarted = |a: &Admitted<M>| matches!(a.state, WorkState::Buffered(_) | WorkState::Queued);
         let keep = self
             .pending
             .iter()
-            .rposition(|a| !matches!(a.state, WorkState::Buffered(_) | WorkState::Queued))
+            .rposition(|a| !unstarted(a))
             .map_or(0, |last_started| last_started + 1);
-        let discarded: Vec<_> = self.pending.drain(keep..).collect();
+        let mut cancelled: Vec<Admitted<M>> = Vec::new();
+        for entry in self.pending.iter_mut().take(keep) {
+            if unstarted(entry) {
+                entry.state = WorkState::Cancelled;
+                cancelled.push(Admitted {
+                    offset: entry.offset,
+                    admitted_at: entry.admitted_at,
+                    key: entry.key.take(),
+                    state: WorkState::Cancelled,
+                });
+            }
+        }
+        let mut discarded: Vec<_> = self.pending.drain(keep..).collect();
         if !discarded.is_empty() {
             self.high_water = self
                 .pending
@@ -168,6 +290,7 @@ impl<M> Progress<M> {
                 .map(|a| a.offset)
                 .or(self.completed_next.map(|next| next - 1));
         }
+        discarded.append(&mut cancelled);
         discarded
     }
 
@@ -181,11 +304,12 @@ impl<M> Progress<M> {
     }
 
     /// Forgets everything at or after `offset` so it can be admitted again, for a caller that
-    /// seeks back after a failed handler. Work after `offset` that already finished goes too:
-    /// its record comes again with the rest (a kept completion beyond the rewind point would be
-    /// a gap the contiguous prefix could never close). Finished entries keep their idempotency
-    /// keys (the caller forgets only the unfinished ones), so a keyed redelivery of work whose
-    /// effect happened is recognised as a duplicate. Returns the discarded entries, or
+    /// seeks back after a failed handler. Work after `offset` that already finished goes too
+    /// (a kept completion beyond the rewind point would be a gap the contiguous prefix could
+    /// never close), but is remembered as finished: when its record comes again with the rest,
+    /// it is skipped, not redone (and it stays in the completed-offsets map meanwhile). Finished
+    /// entries keep their idempotency keys too (the caller forgets only the unfinished ones).
+    /// Returns the discarded entries, or
     /// `Err(offset)` of the finished message when `offset` itself is inside the completed
     /// prefix: that progress may already be committed and cannot be taken back.
     pub(crate) fn rewind(&mut self, offset: i64) -> Result<Vec<Admitted<M>>, i64> {
@@ -199,6 +323,18 @@ impl<M> Progress<M> {
             .back()
             .map(|a| a.offset)
             .or(self.completed_next.map(|next| next - 1));
+        let finished = discarded
+            .iter()
+            .filter(|a| matches!(a.state, WorkState::Done))
+            .map(|a| (a.offset, a.offset + 1));
+        let mut all: Vec<(i64, i64)> = self.inherited.drain(..).chain(finished).collect();
+        all.sort_unstable();
+        for (start, end) in all {
+            match self.inherited.back_mut() {
+                Some((_, last_end)) if start <= *last_end => *last_end = (*last_end).max(end),
+                _ => self.inherited.push_back((start, end)),
+            }
+        }
         Ok(discarded)
     }
 
@@ -221,6 +357,12 @@ impl<M> Progress<M> {
             .or(Some(offset.saturating_sub(1)))
             .filter(|&o| o >= 0);
         self.completed_next = self.completed_next.map(|next| next.min(offset));
+        // The log went back: what finished at those offsets was other records.
+        self.start = self.start.map(|start| start.min(offset));
+        self.inherited.retain(|&(start, _)| start < offset);
+        if let Some(last) = self.inherited.back_mut() {
+            last.1 = last.1.min(offset);
+        }
         Some((discarded, mark))
     }
 
@@ -228,6 +370,8 @@ impl<M> Progress<M> {
     pub(crate) fn clear(&mut self) -> VecDeque<Admitted<M>> {
         self.high_water = None;
         self.completed_next = None;
+        self.start = None;
+        self.inherited.clear();
         std::mem::take(&mut self.pending)
     }
 

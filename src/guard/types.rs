@@ -20,6 +20,11 @@ pub struct GuardConfig {
     pub storm_window: Duration,
     /// Rebalances within `storm_window` that make a storm. Zero disables storm detection.
     pub storm_threshold: usize,
+    /// The longest completed-offsets map a commit may carry in its metadata: the broker's
+    /// `offset.metadata.max.bytes` (4096 by default in Kafka), which refuses a longer one. A
+    /// partition whose map could grow past it admits nothing more until its gap closes. Zero
+    /// writes no map (and reads none back).
+    pub completed_map_max_bytes: usize,
 }
 
 impl Default for GuardConfig {
@@ -28,6 +33,7 @@ impl Default for GuardConfig {
             idempotency_capacity: 100_000,
             storm_window: Duration::from_secs(300),
             storm_threshold: 5,
+            completed_map_max_bytes: 4096,
         }
     }
 }
@@ -39,6 +45,12 @@ impl GuardConfig {
             return Err(GuardConfigError {
                 setting: "storm_window",
                 rule: "must be greater than zero when storm_threshold is set",
+            });
+        }
+        if self.completed_map_max_bytes != 0 && self.completed_map_max_bytes < 64 {
+            return Err(GuardConfigError {
+                setting: "completed_map_max_bytes",
+                rule: "must be 0 (no map) or at least 64",
             });
         }
         Ok(())
@@ -105,6 +117,9 @@ pub struct CommitOffset {
     pub partition: TopicPartition,
     /// The next offset to read.
     pub next_offset: i64,
+    /// The offsets above `next_offset` that already finished, encoded for the OffsetCommit
+    /// `metadata` field (see [`RebalanceGuard::resume_at`]); `None` when the guard writes no map.
+    pub metadata: Option<String>,
 }
 
 /// The caller's flush: hand the buffered messages to the executor and wait (boundedly) for the
@@ -165,6 +180,9 @@ pub struct PartitionSnapshot {
     pub fenced_rejected: u64,
     /// Work that finished after its partition was revoked or lost (stale leases).
     pub completed_after_revocation: u64,
+    /// Records skipped because the committed completed-offsets map said an earlier owner (or
+    /// this member, before a rewind) had already finished them.
+    pub skipped_completed: u64,
     /// How many times this partition was revoked or lost.
     pub rebalances: u64,
 }

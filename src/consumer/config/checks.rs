@@ -107,6 +107,31 @@ pub(super) fn record_count(name: &'static str, n: usize) -> Result<usize, Config
     Ok(n)
 }
 
+/// `commit.metadata.max.bytes`: 0 (no completed-offsets map), or room for a useful map. Kafka's
+/// own `offset.metadata.max.bytes` default is 4096.
+pub(super) fn metadata_bytes(name: &'static str, n: usize) -> Result<usize, ConfigError> {
+    if n != 0 && !(64..=1 << 20).contains(&n) {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: n.to_string(),
+            rule: "must be 0 (no map) or between 64 and 1048576",
+        });
+    }
+    Ok(n)
+}
+
+/// A bound on records in flight: at least one, and small enough to count.
+pub(super) fn in_flight(name: &'static str, n: usize) -> Result<usize, ConfigError> {
+    if n == 0 || n > 1 << 16 {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: n.to_string(),
+            rule: "must be between 1 and 65536",
+        });
+    }
+    Ok(n)
+}
+
 /// A fraction strictly between 0 and 1 (so NaN and infinities are refused too).
 pub(super) fn fraction(name: &'static str, f: f64) -> Result<f64, ConfigError> {
     if !(f > 0.0 && f < 1.0) {

@@ -75,7 +75,7 @@ pub use error::ConfigError;
 pub use properties::{parse_properties, PropertiesSyntaxError};
 pub use security::{JaasConfig, LoginModule, SecurityProtocol, HIDDEN};
 pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
-pub use values::{AutoOffsetReset, GroupProtocol};
+pub use values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
 
 use crate::group::RebalanceProtocol;
 use crate::guard::GuardConfig;
@@ -276,12 +276,30 @@ impl ConsumerConfig {
         self.revoke_drain_timeout
     }
 
-    /// The guard's settings (idempotency cache, storm window and threshold).
+    /// `commit.interval.ms`: positive.
+    pub fn commit_interval(&self) -> Duration {
+        self.commit_interval
+    }
+    /// `commit.metadata.max.bytes`: 0, or between 64 and 1 MiB.
+    pub fn commit_metadata_max_bytes(&self) -> usize {
+        self.commit_metadata_max_bytes
+    }
+    /// `processing.order`.
+    pub fn processing_order(&self) -> ProcessingOrder {
+        self.processing_order
+    }
+    /// `processing.max.in.flight.per.partition`: at least 1.
+    pub fn max_in_flight_per_partition(&self) -> usize {
+        self.max_in_flight_per_partition
+    }
+
+    /// The guard's settings (idempotency cache, storm window and threshold, map limit).
     pub fn guard_config(&self) -> GuardConfig {
         GuardConfig {
             idempotency_capacity: self.idempotency_cache_size,
             storm_window: self.storm_window,
             storm_threshold: self.storm_threshold,
+            completed_map_max_bytes: self.commit_metadata_max_bytes,
         }
     }
 

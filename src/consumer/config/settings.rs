@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::security::{JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
-use super::values::{AutoOffsetReset, GroupProtocol};
+use super::values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
 use super::{checks, cross, ConfigError};
 use crate::group::consumer_group::RemoteAssignor;
 use crate::group::Strategy;
@@ -280,5 +280,33 @@ settings! {
         rule: checks::session_bound,
         set: |bound: Duration| bound,
         doc: "With `group.protocol=consumer`: how long ownership is trusted after the send of the last answered heartbeat (leases go stale past it). Unset: three of the heartbeat intervals the broker returns. At most 45000, the broker's default session timeout; set it lower if the broker's `group.consumer.session.timeout.ms` is below three intervals. Refused with `classic`, which uses `session.timeout.ms`.",
+    }
+    commit_interval: Duration {
+        name: "commit.interval.ms",
+        default: "100",
+        rule: checks::positive_ms,
+        set: |interval: Duration| interval,
+        doc: "In the decoupled mode, the finished prefix (and its completed-offsets map) is committed at most this often while records flow, so a crash or a freeze redoes about this much work. One synchronous commit at a time, on the poll thread; revocation and close commits do not wait for it. 100 ms costs a commit per 100 ms, far below the work it saves.",
+    }
+    commit_metadata_max_bytes: usize {
+        name: "commit.metadata.max.bytes",
+        default: "4096",
+        rule: checks::metadata_bytes,
+        set: |bytes: usize| bytes,
+        doc: "Longest completed-offsets map a commit carries in its `metadata` (offsets finished beyond the first unfinished one, skipped by the next owner); set it to the broker's `offset.metadata.max.bytes` (Kafka's default 4096). A partition whose map could outgrow it admits nothing more until its gap closes. 0 writes no map.",
+    }
+    processing_order: ProcessingOrder {
+        name: "processing.order",
+        default: "partition",
+        rule: checks::any,
+        set: |order: ProcessingOrder| order,
+        doc: "Decoupled mode: `partition` (one record of a partition at a time, in order), `key` (same key in order, different keys of one partition in parallel) or `unordered`. Partition order is the safe default for order streams keyed by partition.",
+    }
+    max_in_flight_per_partition: usize {
+        name: "processing.max.in.flight.per.partition",
+        default: "64",
+        rule: checks::in_flight,
+        set: |records: usize| records,
+        doc: "Decoupled mode with `processing.order` `key` or `unordered`: records of one partition running or queued at once, at least 1. Bounds what one revocation drains and what one gap can hold back.",
     }
 }

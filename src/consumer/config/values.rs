@@ -101,6 +101,51 @@ impl fmt::Display for AutoOffsetReset {
     }
 }
 
+/// In which order the decoupled mode may run one partition's records (`processing.order`).
+///
+/// Why a choice: one slow order for one account must not hold up every other account's orders
+/// that happen to share its partition, but orders for the same account must not overtake each
+/// other. Whatever the order, only the contiguous completed prefix is committed, and what
+/// finished beyond it travels in the commit's completed-offsets map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProcessingOrder {
+    /// One record of a partition at a time, in offset order.
+    Partition,
+    /// Records with the same Kafka key in offset order; records of different keys of one
+    /// partition in parallel (records without a key are ordered with each other).
+    Key,
+    /// Any record of a partition may run beside any other.
+    Unordered,
+}
+
+impl ProcessingOrder {
+    /// The value as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessingOrder::Partition => "partition",
+            ProcessingOrder::Key => "key",
+            ProcessingOrder::Unordered => "unordered",
+        }
+    }
+
+    /// Parses a configuration value, ignoring case.
+    pub fn from_name(value: &str) -> Option<Self> {
+        [
+            ProcessingOrder::Partition,
+            ProcessingOrder::Key,
+            ProcessingOrder::Unordered,
+        ]
+        .into_iter()
+        .find(|o| o.as_str().eq_ignore_ascii_case(value.trim()))
+    }
+}
+
+impl fmt::Display for ProcessingOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 fn isolation_name(level: IsolationLevel) -> &'static str {
     match level {
         IsolationLevel::ReadUncommitted => "read_uncommitted",
@@ -277,6 +322,21 @@ impl SettingValue for AutoOffsetReset {
                 name,
                 text,
                 "an offset reset policy (allowed: earliest, latest, none)",
+            )
+        })
+    }
+    fn text(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
+impl SettingValue for ProcessingOrder {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        ProcessingOrder::from_name(text).ok_or_else(|| {
+            invalid(
+                name,
+                text,
+                "a processing order (allowed: partition, key, unordered)",
             )
         })
     }

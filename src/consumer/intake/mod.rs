@@ -9,7 +9,7 @@
 
 mod positions;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
@@ -53,6 +53,9 @@ pub(crate) struct Intake {
     in_ring: PartitionSet,
     /// How many records the front of the ring has handed out in its current turn.
     turn: usize,
+    /// Partitions whose next record the guard held back (its completed-offsets map is full):
+    /// out of the ring until the next batch.
+    held: HashSet<TopicPartition>,
 }
 
 /// How many consecutive records one partition hands out before the next partition's turn.
@@ -267,6 +270,7 @@ impl Intake {
     /// Forgets a partition that is no longer ours: its unhanded records are never processed.
     /// Returns how many records were dropped.
     pub(crate) fn drop_partition(&mut self, tp: &TopicPartition) -> usize {
+        self.held.remove(tp);
         self.positions.remove(tp);
         self.fetch_errors.remove(tp);
         self.pending.remove(tp);
@@ -299,7 +303,7 @@ impl Intake {
         guard: &Guard,
     ) -> Result<(), ConsumerError> {
         let (found, error) = self.pending.resolve(client, config, Instant::now());
-        for (tp, offset, start) in found {
+        for (tp, offset, metadata, start) in found {
             if start == Start::Reset {
                 if let Some(previous) = guard.reposition(&tp, offset) {
                     log::warn!(
@@ -308,6 +312,9 @@ impl Intake {
                         config.auto_offset_reset().as_str()
                     );
                 }
+            } else {
+                // Reading starts here; what the committed map says finished above it is skipped.
+                guard.resume_at(&tp, offset, metadata.as_deref());
             }
             self.buffers.remove(&tp);
             self.positions.insert(tp, offset);
@@ -350,6 +357,28 @@ impl Intake {
                 }
             }
             self.discard_front();
+        }
+    }
+
+    /// Holds `tp` back until the next batch (the guard refused its next record for now, which
+    /// [`Intake::push_front`] put back): it leaves the ring, so this batch goes on with the
+    /// other partitions and a poll with only held partitions waits for data instead of spinning.
+    pub(crate) fn hold(&mut self, tp: &TopicPartition) {
+        if self.ring.front() == Some(tp) {
+            self.discard_front();
+        } else if let Some(at) = self.ring.iter().position(|t| t == tp) {
+            self.ring.remove(at);
+            self.in_ring.remove(tp);
+        }
+        self.held.insert(tp.clone());
+    }
+
+    /// A new batch: the held partitions are tried again.
+    pub(crate) fn release_held(&mut self) {
+        if !self.held.is_empty() {
+            for tp in std::mem::take(&mut self.held) {
+                self.mark_ready(&tp);
+            }
         }
     }
 

@@ -44,8 +44,12 @@ pub(crate) struct PendingPositions {
     entries: HashMap<TopicPartition, Lookup>,
 }
 
-/// What one lookup found for one partition.
-type Found = Result<i64, ConsumerError>;
+/// What one lookup found for one partition: the position, and the metadata committed with it
+/// (the completed-offsets map, when this library committed it).
+type Found = Result<(i64, Option<String>), ConsumerError>;
+
+/// A partition whose starting position was found: where, the committed metadata, and why.
+pub(crate) type Placed = (TopicPartition, i64, Option<String>, Start);
 
 impl PendingPositions {
     /// Partitions to look up at the next chance.
@@ -82,7 +86,7 @@ impl PendingPositions {
         client: &mut wire::Client,
         config: &ConsumerConfig,
         now: Instant,
-    ) -> (Vec<(TopicPartition, i64, Start)>, Option<ConsumerError>) {
+    ) -> (Vec<Placed>, Option<ConsumerError>) {
         let due = |start: Start| -> Vec<TopicPartition> {
             let mut due: Vec<TopicPartition> = self
                 .entries
@@ -111,10 +115,10 @@ impl PendingPositions {
         let mut placed = Vec::new();
         for (tp, result) in found {
             match result {
-                Ok(offset) => {
+                Ok((offset, metadata)) => {
                     if let Some(lookup) = self.entries.remove(&tp) {
                         log::info!("{tp}: fetching from offset {offset}");
-                        placed.push((tp, offset, lookup.start));
+                        placed.push((tp, offset, metadata, lookup.start));
                     }
                 }
                 Err(error) => {
@@ -198,13 +202,17 @@ fn split_committed(
     asked: &[TopicPartition],
     fetched: Vec<CommittedOffset>,
 ) -> (Vec<(TopicPartition, Found)>, Vec<TopicPartition>) {
-    let mut by_tp: HashMap<TopicPartition, Option<i64>> =
-        fetched.into_iter().map(|c| (c.tp, c.offset)).collect();
+    let mut by_tp: HashMap<TopicPartition, (Option<i64>, Option<String>)> = fetched
+        .into_iter()
+        .map(|c| (c.tp, (c.offset, c.metadata)))
+        .collect();
     let mut found = Vec::new();
     let mut without = Vec::new();
     for tp in asked {
         match by_tp.remove(tp) {
-            Some(Some(offset)) if offset >= 0 => found.push((tp.clone(), Ok(offset))),
+            Some((Some(offset), metadata)) if offset >= 0 => {
+                found.push((tp.clone(), Ok((offset, metadata))))
+            }
             Some(_) => without.push(tp.clone()),
             None => found.push((
                 tp.clone(),
@@ -250,7 +258,7 @@ fn reset_positions(
                     "{tp}: starting at {offset} (auto.offset.reset={})",
                     config.auto_offset_reset().as_str()
                 );
-                (tp.clone(), Ok(offset))
+                (tp.clone(), Ok((offset, None)))
             }
             None => (
                 tp.clone(),
@@ -288,7 +296,7 @@ mod tests {
         );
         assert_eq!(without, vec![tp(2)], "2 has no committed offset: reset");
         assert_eq!(found.len(), 2);
-        assert!(matches!(found[0], (ref p, Ok(7)) if *p == tp(0)));
+        assert!(matches!(found[0], (ref p, Ok((7, None))) if *p == tp(0)));
         assert!(
             matches!(found[1], (ref p, Err(ConsumerError::PositionUnknown { .. })) if *p == tp(1)),
             "1 was not in the answer: {:?}",
