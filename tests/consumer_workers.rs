@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, GuardView, WorkContext};
 use rebalance_guard::guard::{HandoffStage, OwnerStatus};
-use rebalance_guard::wire::Record;
+use rebalance_guard::wire::{Client, ClientConfig, Record};
+use rebalance_guard::TopicPartition;
 use support::consumer::{broker_with_topic, committed, produce_to_each_partition, wait_until};
 use support::{unique_name, BrokerKind};
 
@@ -446,4 +447,170 @@ fn a_drain_that_finishes_in_time_hands_off_without_duplicates_kafka() {
 #[test]
 fn a_drain_that_finishes_in_time_hands_off_without_duplicates_mock() {
     a_drain_that_finishes_in_time_hands_off_without_duplicates(BrokerKind::Mock);
+}
+
+/// The committed offset and metadata of each partition `0..partitions`, read back with
+/// OffsetFetch on a client of its own.
+fn committed_with_metadata(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, (Option<i64>, Option<String>)> {
+    let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
+    let tps: Vec<_> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    client
+        .offset_fetch(group, &tps)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.tp.partition, (c.offset, c.metadata)))
+        .collect()
+}
+
+/// The held-open rebalance with the partition worked out of order (`processing.order =
+/// unordered`): A holds 101 of each partition before its effect while 102..110 (the end of the
+/// partition) finish beside it; then B joins and one partition moves while A still holds 101
+/// past the drain timeout. Returns, for the moved partition, the offsets B attempted, with every
+/// attempt, B's stats line of the moved partition and its skip count.
+///
+/// Which brokers keep the completed-offsets map: Apache Kafka stores the OffsetCommit metadata
+/// and returns it from OffsetFetch (up to `offset.metadata.max.bytes`), and so does librdkafka's
+/// mock cluster; tansu does not store it (the next owner then redoes everything from the
+/// position, as without a map), so this test runs on Kafka and the mock only.
+fn held_open_out_of_order(kind: BrokerKind, map_bytes: &str) -> (Vec<i64>, Vec<Attempt>, u64) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 2);
+    let bootstrap = broker.bootstrap();
+    produce_to_each_partition(&bootstrap, &topic, 2, 111);
+    let group = unique_name("group");
+    let settings = [
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("revoke.drain.timeout.ms", "1000"),
+        ("processing.order", "unordered"),
+        ("commit.metadata.max.bytes", map_bytes),
+    ];
+    let attempts: Attempts = Arc::default();
+    let latch = Arc::new(Latch::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let handler = |member: &'static str, latch: Option<Arc<Latch>>, log: Attempts| {
+        move |record: &Record, ctx: &WorkContext<'_>| -> Result<(), std::io::Error> {
+            if let Some(latch) = &latch {
+                if record.offset == 101 {
+                    latch.hold();
+                }
+            }
+            let applied = ctx.is_current();
+            log.lock().unwrap().push(Attempt {
+                member,
+                partition: record.partition,
+                offset: record.offset,
+                applied,
+            });
+            Ok(())
+        }
+    };
+    let (a, a_view) = spawn_workers_with_view(
+        "a",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        stop.clone(),
+        handler("a", Some(latch.clone()), attempts.clone()),
+    );
+    wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
+    wait_until("A finished 102..110 beside the held 101", WAIT, || {
+        a_view
+            .snapshot()
+            .partitions
+            .iter()
+            .all(|p| p.in_flight == 1 && p.highest_admitted == Some(110))
+    });
+    wait_until("A committed 101 (with its map, when on)", WAIT, || {
+        committed_with_metadata(&bootstrap, &group, &topic, 2)
+            .values()
+            .all(|(offset, metadata)| {
+                *offset == Some(101)
+                    && (map_bytes == "0" || metadata.as_deref().is_some_and(|m| m.len() > "rgc1;101;r".len()))
+            })
+    });
+    let (b, b_view) = spawn_workers_with_view(
+        "b",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        stop.clone(),
+        handler("b", None, attempts.clone()),
+    );
+    wait_until("B works the moved partition", WAIT, || {
+        attempts.lock().unwrap().iter().any(|a| a.member == "b")
+    });
+    latch.release();
+    wait_until_all_applied(&attempts, 2, 111);
+    // B has nothing more to do when the map is on; without it, it redoes up to 110.
+    let moved = attempts
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|x| x.member == "b")
+        .map(|x| x.partition)
+        .unwrap();
+    wait_until("B reached the end of the moved partition", WAIT, || {
+        b_view
+            .snapshot()
+            .partitions
+            .iter()
+            .any(|p| p.partition.partition == moved && p.contiguous_completed == Some(110))
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let b_stats = b.stats();
+    a.close().unwrap();
+    b.close().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    let b_offsets: Vec<i64> = attempts
+        .iter()
+        .filter(|x| x.member == "b" && x.partition == moved)
+        .map(|x| x.offset)
+        .collect();
+    let skipped = b_stats
+        .partitions
+        .iter()
+        .find(|p| p.guard.partition.partition == moved)
+        .map_or(0, |p| p.guard.skipped_completed);
+    eprintln!(
+        "{kind:?} commit.metadata.max.bytes={map_bytes}: B redid {} record(s) of the moved \
+         partition ({b_offsets:?}), skipped {skipped} by the map",
+        b_offsets.len()
+    );
+    (b_offsets, attempts, skipped)
+}
+
+/// With the map, B redoes the one record that never finished and skips the nine that did: every
+/// effect exactly once, and the skips counted in B's stats.
+fn the_next_owner_redoes_only_the_blocked_record(kind: BrokerKind) {
+    let (b_offsets, attempts, skipped) = held_open_out_of_order(kind, "4096");
+    assert_eq!(b_offsets, vec![101], "{kind:?}: {attempts:?}");
+    assert_eq!(skipped, 9, "{kind:?}: 102..110 skipped by the map");
+    let repeated = repeated_effects(&attempts);
+    assert!(repeated.is_empty(), "{kind:?}: effects applied twice: {repeated:?}");
+}
+
+#[test]
+fn held_open_rebalance_out_of_order_the_next_owner_redoes_only_the_blocked_record_kafka() {
+    the_next_owner_redoes_only_the_blocked_record(BrokerKind::Kafka);
+}
+
+#[test]
+fn held_open_rebalance_out_of_order_the_next_owner_redoes_only_the_blocked_record_mock() {
+    the_next_owner_redoes_only_the_blocked_record(BrokerKind::Mock);
+}
+
+/// The same handoff without the map (`commit.metadata.max.bytes = 0`, or a broker that does not
+/// keep metadata): the position alone makes B redo 101..110, nine of them already applied. This
+/// is what the map saves, measured in the same scenario.
+#[test]
+fn held_open_rebalance_out_of_order_without_the_map_redoes_everything_beyond_the_gap_kafka() {
+    let (b_offsets, attempts, skipped) = held_open_out_of_order(BrokerKind::Kafka, "0");
+    assert_eq!(b_offsets, (101..=110).collect::<Vec<_>>(), "{attempts:?}");
+    assert_eq!(skipped, 0);
+    assert_eq!(repeated_effects(&attempts).len(), 9);
 }

@@ -50,6 +50,7 @@ mod batch;
 mod bridge;
 pub mod config;
 mod context;
+mod dispatch;
 mod error;
 mod intake;
 mod poll_loop;

@@ -37,19 +37,18 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::guard::Lease;
-use bytes::Bytes;
 use crate::wire::Record;
 use crate::TopicPartition;
 
 use super::batch::Batch;
 use super::bridge::Drain;
 use super::config::{ConsumerConfig, ProcessingOrder};
+use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::context::{Guard, WorkContext};
 use super::error::ConsumerError;
 
@@ -85,101 +84,6 @@ pub(crate) trait WorkSource {
     fn settings(&self) -> &ConsumerConfig;
 }
 
-type Job = (Record, Lease);
-
-/// A record's ordering unit outside partition order: its partition and Kafka key.
-type KeySlot = (TopicPartition, Option<Bytes>);
-
-/// What is in flight (queued or running), for the routing decisions outside partition order.
-#[derive(Default)]
-struct InFlight {
-    /// Per partition: its records in flight (bounded by `processing.max.in.flight.per.partition`).
-    partitions: HashMap<TopicPartition, usize>,
-    /// Per key (key order only): the worker its records go to while any is in flight, and how
-    /// many are.
-    keys: HashMap<KeySlot, (usize, usize)>,
-}
-
-/// Which worker works which record (see the module documentation for each order).
-struct Routing {
-    order: ProcessingOrder,
-    per_partition: usize,
-    /// Partition order: each partition gets the next worker in turn when first seen, so
-    /// partitions spread evenly (a hash could put two busy partitions on one worker while
-    /// another idles) and a partition always goes to the same worker (its records stay in
-    /// order).
-    workers: HashMap<TopicPartition, usize>,
-    next: usize,
-}
-
-/// Why a record could not be routed now.
-enum Refused {
-    /// Its partition has `processing.max.in.flight.per.partition` records in flight.
-    PartitionBound,
-}
-
-impl Routing {
-    fn new(order: ProcessingOrder, per_partition: usize) -> Self {
-        Routing {
-            order,
-            per_partition,
-            workers: HashMap::new(),
-            next: 0,
-        }
-    }
-
-    /// The worker for `record`, counted in flight (undo with [`Pool::job_done`] once the worker
-    /// is done with it, or [`Routing::unroute`] when it could not be queued).
-    fn route(&mut self, record: &Record, lease: &Lease, pool: &Pool) -> Result<usize, Refused> {
-        let workers = pool.load.len();
-        if self.order == ProcessingOrder::Partition {
-            let worker = match self.workers.get(&lease.partition) {
-                Some(&worker) => worker,
-                None => {
-                    let worker = self.next % workers;
-                    self.next += 1;
-                    self.workers.insert(lease.partition.clone(), worker);
-                    worker
-                }
-            };
-            pool.load[worker].fetch_add(1, Ordering::Relaxed);
-            return Ok(worker);
-        }
-        let mut in_flight = pool.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        let count = in_flight
-            .partitions
-            .entry(lease.partition.clone())
-            .or_default();
-        if *count >= self.per_partition {
-            return Err(Refused::PartitionBound);
-        }
-        *count += 1;
-        let worker = if self.order == ProcessingOrder::Key {
-            let slot = (lease.partition.clone(), record.key.clone());
-            match in_flight.keys.get_mut(&slot) {
-                Some((worker, count)) => {
-                    *count += 1;
-                    *worker
-                }
-                None => {
-                    let worker = pool.least_loaded();
-                    in_flight.keys.insert(slot, (worker, 1));
-                    worker
-                }
-            }
-        } else {
-            pool.least_loaded()
-        };
-        pool.load[worker].fetch_add(1, Ordering::Relaxed);
-        Ok(worker)
-    }
-
-    /// Takes back a routing whose record could not be queued.
-    fn unroute(&self, record: &Record, lease: &Lease, worker: usize, pool: &Pool) {
-        pool.job_done(self.order, record, lease, worker);
-    }
-}
-
 /// What the workers tell the poll thread, and what they share with it.
 struct Pool {
     /// Set when the run stops: a worker cancels every record it has not started yet.
@@ -193,10 +97,8 @@ struct Pool {
     alive: Mutex<usize>,
     /// Signalled whenever a record finished or a worker exited.
     finished: Arc<(Mutex<u64>, Condvar)>,
-    /// Per worker, the records queued to it or running on it.
-    load: Vec<AtomicUsize>,
-    /// Outside partition order: what is in flight per partition and per key.
-    in_flight: Mutex<InFlight>,
+    /// Outside partition order: what is in flight per partition, and the parked records.
+    parking: Arc<Parking>,
     /// Partitions whose handler failed: no worker starts any later record of them (outside
     /// partition order their records are spread over several workers).
     failed_partitions: Mutex<HashSet<TopicPartition>>,
@@ -205,38 +107,6 @@ struct Pool {
 }
 
 impl Pool {
-    fn least_loaded(&self) -> usize {
-        self.load
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, load)| load.load(Ordering::Relaxed))
-            .map_or(0, |(worker, _)| worker)
-    }
-
-    /// A worker is done with a record (whatever happened to it), or it was never queued.
-    fn job_done(&self, order: ProcessingOrder, record: &Record, lease: &Lease, worker: usize) {
-        self.load[worker].fetch_sub(1, Ordering::Relaxed);
-        if order == ProcessingOrder::Partition {
-            return;
-        }
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = in_flight.partitions.get_mut(&lease.partition) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                in_flight.partitions.remove(&lease.partition);
-            }
-        }
-        if order == ProcessingOrder::Key {
-            let slot = (lease.partition.clone(), record.key.clone());
-            if let Some((_, count)) = in_flight.keys.get_mut(&slot) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    in_flight.keys.remove(&slot);
-                }
-            }
-        }
-    }
-
     fn partition_failed(&self, partition: &TopicPartition) -> bool {
         self.any_failed.load(Ordering::Acquire)
             && self
@@ -293,9 +163,8 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".to_string())
 }
 
-/// One worker's identity and what it needs to run records.
+/// What one worker needs to run records.
 struct Worker<H> {
-    index: usize,
     order: ProcessingOrder,
     guard: Arc<Guard>,
     pool: Arc<Pool>,
@@ -304,21 +173,20 @@ struct Worker<H> {
 
 /// One worker thread: runs the handler on its queue's records, in order, while their partition
 /// is still this member's, and stops starting records of a partition whose handler failed.
-fn work<E, H>(rx: Receiver<Job>, worker: Worker<H>)
+fn work<E, H>(inbox: Inbox, worker: Worker<H>)
 where
     H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let Worker {
-        index,
         order,
         guard,
         pool,
         handler,
     } = worker;
-    for (record, lease) in rx {
+    while let Some((record, lease)) = inbox.recv(&pool.parking) {
         run_one(&record, &lease, &guard, &pool, &*handler);
-        pool.job_done(order, &record, &lease, index);
+        pool.parking.done(order, &lease, &record);
         pool.signal();
     }
     *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
@@ -386,15 +254,21 @@ where
 {
     let workers = workers.max(1);
     let drain_timeout = source.drain_timeout();
-    let order = source.settings().processing_order();
+    let settings = source.settings();
+    let order = settings.processing_order();
+    let (mut dispatch, inboxes, parking) = Dispatch::new(
+        order,
+        settings.max_in_flight_per_partition(),
+        workers,
+        queue.max(1),
+    );
     let pool = Arc::new(Pool {
         stopping: AtomicBool::new(false),
         failure: Mutex::new(None),
         not_started: Mutex::new(HashMap::new()),
         alive: Mutex::new(0),
         finished: Arc::new((Mutex::new(0u64), Condvar::new())),
-        load: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
-        in_flight: Mutex::new(InFlight::default()),
+        parking,
         failed_partitions: Mutex::new(HashSet::new()),
         any_failed: AtomicBool::new(false),
     });
@@ -403,12 +277,9 @@ where
         timeout: drain_timeout,
     }));
     let handler = Arc::new(handler);
-    let mut queues: Vec<SyncSender<Job>> = Vec::with_capacity(workers);
     let mut started = Ok(());
-    for index in 0..workers {
-        let (tx, rx) = mpsc::sync_channel::<Job>(queue.max(1));
+    for (index, inbox) in inboxes.into_iter().enumerate() {
         let worker = Worker {
-            index,
             order,
             guard: source.guard(),
             pool: pool.clone(),
@@ -417,21 +288,21 @@ where
         *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let spawned = std::thread::Builder::new()
             .name(format!("worker-{index}"))
-            .spawn(move || work(rx, worker));
-        match spawned {
-            Ok(_) => queues.push(tx),
-            Err(e) => {
-                *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-                started = Err(ConsumerError::Thread(e));
-                break;
-            }
+            .spawn(move || work(inbox, worker));
+        if let Err(e) = spawned {
+            *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            started = Err(ConsumerError::Thread(e));
+            break;
         }
     }
-    let outcome = started.and_then(|()| feed_workers(source, stop, &queues, &pool));
+    let outcome = started.and_then(|()| feed_workers(source, stop, &mut dispatch, &pool));
     // Stop: nothing more starts; wait for what is running, once, for a bounded time.
     pool.stopping.store(true, Ordering::SeqCst);
-    drop(queues);
+    dispatch.close();
     wait_for_workers(&pool, Instant::now() + drain_timeout);
+    for (_, lease) in pool.parking.take_parked() {
+        pool.not_started(&lease);
+    }
     source.set_drain(None);
     let not_started =
         std::mem::take(&mut *pool.not_started.lock().unwrap_or_else(|p| p.into_inner()));
@@ -509,16 +380,11 @@ impl CommitClock {
 fn feed_workers<S: WorkSource>(
     source: &mut S,
     stop: &AtomicBool,
-    queues: &[SyncSender<Job>],
+    dispatch: &mut Dispatch,
     pool: &Pool,
 ) -> Result<(), ConsumerError> {
-    let settings = source.settings();
-    let mut routing = Routing::new(
-        settings.processing_order(),
-        settings.max_in_flight_per_partition(),
-    );
     let mut clock = CommitClock {
-        interval: settings.commit_interval(),
+        interval: source.settings().commit_interval(),
         last: Instant::now(),
     };
     while !stop.load(Ordering::SeqCst) && !pool.failed() {
@@ -526,25 +392,14 @@ fn feed_workers<S: WorkSource>(
         {
             let mut batch = source.poll(Duration::from_millis(100))?;
             while let Some(delivery) = batch.next() {
-                let (record, lease) = batch.hand_off(delivery);
-                let worker = match routing.route(&record, &lease, pool) {
-                    Ok(worker) => worker,
-                    Err(Refused::PartitionBound) => {
-                        batch.put_back(record, lease);
-                        backpressure = true;
-                        break;
-                    }
-                };
-                match queues[worker].try_send((record, lease)) {
+                match dispatch.send(batch.hand_off(delivery)) {
                     Ok(()) => {}
-                    Err(TrySendError::Full((record, lease))) => {
-                        routing.unroute(&record, &lease, worker, pool);
+                    Err(Refused::Busy((record, lease))) => {
                         batch.put_back(record, lease);
                         backpressure = true;
                         break;
                     }
-                    Err(TrySendError::Disconnected((record, lease))) => {
-                        routing.unroute(&record, &lease, worker, pool);
+                    Err(Refused::Gone((record, lease), worker)) => {
                         batch.put_back(record, lease);
                         return Err(ConsumerError::WorkerGone { worker });
                     }
