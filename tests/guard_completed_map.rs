@@ -197,24 +197,6 @@ fn revoking_a_partition_worked_out_of_order_cancels_its_unstarted_records_and_ma
 }
 
 #[test]
-fn a_rewound_record_that_had_finished_is_skipped_when_it_comes_again() {
-    let guard = owner(10, None);
-    let leases: Vec<Lease> = (10..=12).map(|o| admit(&guard, o).unwrap()).collect();
-    guard.complete(&leases[2]).unwrap();
-    guard.rewind(&tp(), 10).unwrap();
-    let sent = commit(&guard);
-    assert_eq!(sent[0].next_offset, 10);
-    let again = admit(&guard, 10).unwrap();
-    admit(&guard, 11).unwrap();
-    assert!(matches!(
-        admit(&guard, 12),
-        Err(AdmitError::AlreadyCompleted { offset: 12, .. })
-    ));
-    guard.complete(&again).unwrap();
-    assert_eq!(commit(&guard)[0].next_offset, 11);
-}
-
-#[test]
 fn without_a_map_limit_no_metadata_is_written() {
     let mapped = owner(0, None);
     let leases: Vec<Lease> = (0..2).map(|o| admit(&mapped, o).unwrap()).collect();

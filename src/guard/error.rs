@@ -33,8 +33,8 @@ pub enum AdmitError {
         /// The offset that was refused.
         offset: i64,
     },
-    /// The committed completed-offsets map says this record already finished (an earlier owner
-    /// did it, or this member before a rewind): it is skipped, and counts as finished.
+    /// The committed completed-offsets map says an earlier owner already finished this record:
+    /// it is skipped, and counts as finished.
     AlreadyCompleted {
         /// The partition.
         partition: TopicPartition,

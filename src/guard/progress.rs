@@ -59,9 +59,9 @@ pub(crate) struct Progress<M> {
     /// when the consumer said so: the position a completed-offsets map is relative to until
     /// something finishes.
     start: Option<i64>,
-    /// Offsets above the position that finished before they were admitted here: by an earlier
-    /// owner (read from the committed map), or by this member before a rewind. Sorted, disjoint
-    /// half-open ranges; a record at one of them is skipped, not processed again.
+    /// Offsets above the position that an earlier owner finished (read from the committed map):
+    /// sorted, disjoint half-open ranges; a record at one of them is skipped, not processed
+    /// again.
     inherited: VecDeque<(i64, i64)>,
 }
 
@@ -304,12 +304,11 @@ impl<M> Progress<M> {
     }
 
     /// Forgets everything at or after `offset` so it can be admitted again, for a caller that
-    /// seeks back after a failed handler. Work after `offset` that already finished goes too
-    /// (a kept completion beyond the rewind point would be a gap the contiguous prefix could
-    /// never close), but is remembered as finished: when its record comes again with the rest,
-    /// it is skipped, not redone (and it stays in the completed-offsets map meanwhile). Finished
-    /// entries keep their idempotency keys too (the caller forgets only the unfinished ones).
-    /// Returns the discarded entries, or
+    /// seeks back after a failed handler. Work after `offset` that already finished goes too:
+    /// its record comes again with the rest (a kept completion beyond the rewind point would be
+    /// a gap the contiguous prefix could never close). Finished entries keep their idempotency
+    /// keys (the caller forgets only the unfinished ones), so a keyed redelivery of work whose
+    /// effect happened is recognised as a duplicate. Returns the discarded entries, or
     /// `Err(offset)` of the finished message when `offset` itself is inside the completed
     /// prefix: that progress may already be committed and cannot be taken back.
     pub(crate) fn rewind(&mut self, offset: i64) -> Result<Vec<Admitted<M>>, i64> {
@@ -323,18 +322,6 @@ impl<M> Progress<M> {
             .back()
             .map(|a| a.offset)
             .or(self.completed_next.map(|next| next - 1));
-        let finished = discarded
-            .iter()
-            .filter(|a| matches!(a.state, WorkState::Done))
-            .map(|a| (a.offset, a.offset + 1));
-        let mut all: Vec<(i64, i64)> = self.inherited.drain(..).chain(finished).collect();
-        all.sort_unstable();
-        for (start, end) in all {
-            match self.inherited.back_mut() {
-                Some((_, last_end)) if start <= *last_end => *last_end = (*last_end).max(end),
-                _ => self.inherited.push_back((start, end)),
-            }
-        }
         Ok(discarded)
     }
 

@@ -180,8 +180,8 @@ pub struct PartitionSnapshot {
     pub fenced_rejected: u64,
     /// Work that finished after its partition was revoked or lost (stale leases).
     pub completed_after_revocation: u64,
-    /// Records skipped because the committed completed-offsets map said an earlier owner (or
-    /// this member, before a rewind) had already finished them.
+    /// Records skipped because the committed completed-offsets map said an earlier owner had
+    /// already finished them.
     pub skipped_completed: u64,
     /// How many times this partition was revoked or lost.
     pub rebalances: u64,
