@@ -530,7 +530,10 @@ fn held_open_out_of_order(kind: BrokerKind, map_bytes: &str) -> (Vec<i64>, Vec<A
             .values()
             .all(|(offset, metadata)| {
                 *offset == Some(101)
-                    && (map_bytes == "0" || metadata.as_deref().is_some_and(|m| m.len() > "rgc1;101;r".len()))
+                    && (map_bytes == "0"
+                        || metadata
+                            .as_deref()
+                            .is_some_and(|m| m.len() > "rgc1;101;r".len()))
             })
     });
     let (b, b_view) = spawn_workers_with_view(
@@ -591,7 +594,10 @@ fn the_next_owner_redoes_only_the_blocked_record(kind: BrokerKind) {
     assert_eq!(b_offsets, vec![101], "{kind:?}: {attempts:?}");
     assert_eq!(skipped, 9, "{kind:?}: 102..110 skipped by the map");
     let repeated = repeated_effects(&attempts);
-    assert!(repeated.is_empty(), "{kind:?}: effects applied twice: {repeated:?}");
+    assert!(
+        repeated.is_empty(),
+        "{kind:?}: effects applied twice: {repeated:?}"
+    );
 }
 
 #[test]

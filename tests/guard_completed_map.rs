@@ -61,7 +61,10 @@ fn the_next_owner_redoes_only_the_unfinished_offset_and_skips_what_finished_beyo
     assert_eq!(sent[0].next_offset, 101, "101 is still running");
     let metadata = sent[0].metadata.clone().expect("a map");
     assert!(metadata.starts_with("rgc1;101;"), "{metadata}");
-    assert!(commit(&a).is_empty(), "nothing moved: nothing to commit again");
+    assert!(
+        commit(&a).is_empty(),
+        "nothing moved: nothing to commit again"
+    );
 
     let b = owner(101, Some(&metadata));
     let redo = admit(&b, 101).expect("101 never finished: B does it");
@@ -74,11 +77,21 @@ fn the_next_owner_redoes_only_the_unfinished_offset_and_skips_what_finished_beyo
             })
         );
     }
-    assert!(commit(&b).is_empty(), "B's map is the committed one until 101 finishes");
+    assert!(
+        commit(&b).is_empty(),
+        "B's map is the committed one until 101 finishes"
+    );
     b.complete(&redo).unwrap();
     let sent = commit(&b);
-    assert_eq!(sent[0].next_offset, 111, "101 done, 102..110 skipped as done");
-    assert_eq!(sent[0].metadata.as_deref(), Some("rgc1;111;r"), "an empty map");
+    assert_eq!(
+        sent[0].next_offset, 111,
+        "101 done, 102..110 skipped as done"
+    );
+    assert_eq!(
+        sent[0].metadata.as_deref(),
+        Some("rgc1;111;r"),
+        "an empty map"
+    );
     let snapshot = b.snapshot();
     assert_eq!(snapshot.partitions[0].skipped_completed, 9);
 }
@@ -91,7 +104,10 @@ fn the_map_carries_inherited_offsets_the_new_owner_has_not_reached_yet() {
         a.complete(lease).unwrap();
     }
     let first = commit(&a)[0].clone();
-    assert_eq!(first.next_offset, 0, "nothing finished in order: the start, with its map");
+    assert_eq!(
+        first.next_offset, 0,
+        "nothing finished in order: the start, with its map"
+    );
     // B finishes 0..3, commits 3, and hands over before reaching 5..9: C must still skip them.
     let b = owner(0, first.metadata.as_deref());
     for offset in 0..3 {
@@ -145,12 +161,22 @@ fn a_map_that_could_outgrow_the_limit_holds_admission_until_the_gap_closes() {
             Err(other) => panic!("{other}"),
         }
     };
-    assert!(held_at > 100, "a 64-character map covers hundreds of offsets: {held_at}");
+    assert!(
+        held_at > 100,
+        "a 64-character map covers hundreds of offsets: {held_at}"
+    );
     let sent = commit(&guard);
     let metadata = sent[0].metadata.as_deref().unwrap();
-    assert!(metadata.len() <= 64, "{} characters: {metadata}", metadata.len());
     assert!(
-        matches!(admit(&guard, held_at), Err(AdmitError::CompletedMapFull { .. })),
+        metadata.len() <= 64,
+        "{} characters: {metadata}",
+        metadata.len()
+    );
+    assert!(
+        matches!(
+            admit(&guard, held_at),
+            Err(AdmitError::CompletedMapFull { .. })
+        ),
         "still held while 0 runs"
     );
     guard.complete(&gap).unwrap();

@@ -16,6 +16,7 @@ use crate::TopicPartition;
 
 use super::context::Guard;
 use super::intake::Intake;
+use super::pacer::CommitPacer;
 use super::sizer::{BatchPlan, BatchSizer};
 use super::stats::RebalanceCounters;
 
@@ -50,9 +51,11 @@ pub struct Batch<'a> {
     intake: &'a mut Intake,
     sizer: &'a mut BatchSizer,
     guard: &'a Guard,
-    member: &'a GroupMember,
+    member: &'a mut GroupMember,
     key_fn: Option<&'a KeyFn>,
     counters: &'a mut RebalanceCounters,
+    /// `commit.interval.ms`: what finished is committed during the batch too.
+    pacer: &'a mut CommitPacer,
     plan: BatchPlan,
     handed: usize,
     /// Handed-out records not completed yet, in the order handed out. Few at a time (one in
@@ -71,9 +74,10 @@ impl<'a> Batch<'a> {
         intake: &'a mut Intake,
         sizer: &'a mut BatchSizer,
         guard: &'a Guard,
-        member: &'a GroupMember,
+        member: &'a mut GroupMember,
         key_fn: Option<&'a KeyFn>,
         counters: &'a mut RebalanceCounters,
+        pacer: &'a mut CommitPacer,
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
         // Partitions held back by their completed-offsets map are tried again in every batch.
@@ -85,6 +89,7 @@ impl<'a> Batch<'a> {
             member,
             key_fn,
             counters,
+            pacer,
             plan,
             handed: 0,
             outstanding: VecDeque::new(),
@@ -124,6 +129,11 @@ impl Batch<'_> {
             }
             if self.member.rejoin_pending() {
                 return None;
+            }
+            if self.pacer.due(now) {
+                // Between two records: what finished so far is committed, so a crash from here
+                // on repeats about one interval of work, not the whole batch.
+                self.pacer.commit(self.guard, self.member, now);
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));

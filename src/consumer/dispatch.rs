@@ -39,9 +39,9 @@ type KeySlot = (TopicPartition, Option<Bytes>);
 pub(crate) enum Refused {
     /// The worker's queue (or the shared queue) is full, or the record's partition has its
     /// bound in flight: put it back and wait a little.
-    Busy(Job),
+    Busy(Box<Job>),
     /// The worker (or every worker) is gone.
-    Gone(Job, usize),
+    Gone(Box<Job>, usize),
 }
 
 /// Where a worker takes its records from.
@@ -130,7 +130,11 @@ impl Parking {
     /// Stopping: every parked record, never started (they come again on the next run).
     pub(crate) fn take_parked(&self) -> Vec<Job> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        in_flight.keys.drain().flat_map(|(_, parked)| parked).collect()
+        in_flight
+            .keys
+            .drain()
+            .flat_map(|(_, parked)| parked)
+            .collect()
     }
 }
 
@@ -202,14 +206,14 @@ impl Dispatch {
                     }
                 };
                 let Some(tx) = senders.get(worker) else {
-                    return Err(Refused::Gone(job, worker));
+                    return Err(Refused::Gone(Box::new(job), worker));
                 };
                 tx.try_send(job).map_err(|e| match e {
-                    TrySendError::Full(job) => Refused::Busy(job),
-                    TrySendError::Disconnected(job) => Refused::Gone(job, worker),
+                    TrySendError::Full(job) => Refused::Busy(Box::new(job)),
+                    TrySendError::Disconnected(job) => Refused::Gone(Box::new(job), worker),
                 })
             }
-            Queues::Shared(None) => Err(Refused::Gone(job, 0)),
+            Queues::Shared(None) => Err(Refused::Gone(Box::new(job), 0)),
             Queues::Shared(Some(tx)) => {
                 let parking = &*self.parking;
                 let mut in_flight = parking.in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -219,7 +223,7 @@ impl Dispatch {
                     .copied()
                     .unwrap_or(0);
                 if count >= self.per_partition {
-                    return Err(Refused::Busy(job));
+                    return Err(Refused::Busy(Box::new(job)));
                 }
                 if self.order == ProcessingOrder::Key {
                     let slot = (job.1.partition.clone(), job.0.key.clone());
@@ -230,15 +234,15 @@ impl Dispatch {
                     }
                 }
                 if parking.queued.load(Ordering::Relaxed) >= self.capacity {
-                    return Err(Refused::Busy(job));
+                    return Err(Refused::Busy(Box::new(job)));
                 }
                 let tp = job.1.partition.clone();
-                let slot = (self.order == ProcessingOrder::Key)
-                    .then(|| (tp.clone(), job.0.key.clone()));
+                let slot =
+                    (self.order == ProcessingOrder::Key).then(|| (tp.clone(), job.0.key.clone()));
                 parking.queued.fetch_add(1, Ordering::Relaxed);
                 if let Err(mpsc::SendError(job)) = tx.send(job) {
                     parking.queued.fetch_sub(1, Ordering::Relaxed);
-                    return Err(Refused::Gone(job, 0));
+                    return Err(Refused::Gone(Box::new(job), 0));
                 }
                 *in_flight.partitions.entry(tp).or_default() += 1;
                 if let Some(slot) = slot {

@@ -53,6 +53,7 @@ mod context;
 mod dispatch;
 mod error;
 mod intake;
+mod pacer;
 mod poll_loop;
 pub mod sizer;
 pub mod stats;

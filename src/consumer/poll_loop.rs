@@ -23,6 +23,7 @@ use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::ConsumerError;
 use super::intake::{FetchWait, Intake};
+use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
 use super::stats::ConsumerStats;
 use super::workers::{self, WorkSource};
@@ -39,6 +40,8 @@ pub struct Consumer {
     /// The bridge's state: storm hook, rebalance counters, the workers' drain, failed handoffs.
     handoffs: Handoffs,
     commits_refused: u64,
+    /// `commit.interval.ms`: commits during a batch and between hand-offs to the workers.
+    pacer: CommitPacer,
     stats_interval: Duration,
     last_stats: Instant,
 }
@@ -85,6 +88,7 @@ impl Consumer {
         member.bound_session(guard.session_bound());
         Ok(Consumer {
             sizer: BatchSizer::from_config(&config),
+            pacer: CommitPacer::new(config.commit_interval()),
             fetch: config.fetch_config(),
             config,
             member,
@@ -207,9 +211,10 @@ impl Consumer {
             &mut self.intake,
             &mut self.sizer,
             &self.guard,
-            &self.member,
+            &mut self.member,
             self.key_fn.as_ref(),
             &mut self.handoffs.counters,
+            &mut self.pacer,
         ))
     }
 
@@ -228,6 +233,7 @@ impl Consumer {
     /// when the broker says the membership is over (the member was removed, the group moved on
     /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
+        self.pacer.committed_at(Instant::now());
         let member = &mut self.member;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
         match self.guard.commit_progress(&mut commit) {
@@ -354,7 +360,7 @@ impl Consumer {
             rebalances: guard.rebalances,
             storm: guard.storm,
             counters: self.handoffs.counters.clone(),
-            commits_refused: self.commits_refused,
+            commits_refused: self.commits_refused + self.pacer.refused,
             next_batch_size: self.sizer.next_size(),
             per_record_estimate: self.sizer.estimate(),
         }
@@ -377,6 +383,13 @@ impl WorkSource for Consumer {
 
     fn commit(&mut self) -> Result<(), ConsumerError> {
         Consumer::commit(self).map(|_| ())
+    }
+
+    fn commit_if_due(&mut self) {
+        let now = Instant::now();
+        if self.pacer.due(now) {
+            self.pacer.commit(&self.guard, &mut self.member, now);
+        }
     }
 
     fn drain_timeout(&self) -> Duration {

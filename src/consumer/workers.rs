@@ -48,8 +48,8 @@ use crate::TopicPartition;
 use super::batch::Batch;
 use super::bridge::Drain;
 use super::config::{ConsumerConfig, ProcessingOrder};
-use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::context::{Guard, WorkContext};
+use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::error::ConsumerError;
 
 /// What the pool needs from the consumer that feeds it: its public `poll` and `commit`, and
@@ -71,6 +71,9 @@ pub(crate) trait WorkSource {
     fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError>;
     /// The consumer's [`commit`](super::Consumer::commit), its answer reduced to success.
     fn commit(&mut self) -> Result<(), ConsumerError>;
+    /// A commit of what finished when `commit.interval.ms` has passed since the last one (a
+    /// refusal is logged and counted, and the next interval commits again).
+    fn commit_if_due(&mut self);
     /// `revoke.drain.timeout.ms`: the bound on every wait for the workers.
     fn drain_timeout(&self) -> Duration;
     /// The guard the workers admit, complete and rewind their records through.
@@ -79,8 +82,7 @@ pub(crate) trait WorkSource {
     fn set_drain(&mut self, drain: Option<Drain>);
     /// Forgets everything of `tp` from `offset` on (guard and intake) so it is fetched again.
     fn rewind(&mut self, tp: &TopicPartition, offset: i64) -> bool;
-    /// The consumer's configuration: `processing.order`, its per-partition bound and
-    /// `commit.interval.ms`.
+    /// The consumer's configuration: `processing.order` and its per-partition bound.
     fn settings(&self) -> &ConsumerConfig;
 }
 
@@ -201,8 +203,8 @@ where
 {
     {
         if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.partition) {
-            pool.not_started(&lease);
-        } else if guard.start(&lease) {
+            pool.not_started(lease);
+        } else if guard.start(lease) {
             let ctx = WorkContext::new(guard, lease);
             let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(record, &ctx)));
             let failure = match outcome {
@@ -350,30 +352,6 @@ fn wait_for_workers(pool: &Pool, deadline: Instant) {
     }
 }
 
-/// `commit.interval.ms` on the poll thread: when the next in-batch commit is due. Commits are
-/// synchronous on this thread, so there is never more than one in flight.
-struct CommitClock {
-    interval: Duration,
-    last: Instant,
-}
-
-impl CommitClock {
-    /// Commits what finished when the interval has passed since the last commit. A refused
-    /// commit is reported (by the consumer's commit, as for every commit) and retried at the
-    /// next interval; anything else ends the run.
-    fn maybe_commit<S: WorkSource>(&mut self, source: &mut S) -> Result<(), ConsumerError> {
-        let now = Instant::now();
-        if now.saturating_duration_since(self.last) < self.interval {
-            return Ok(());
-        }
-        self.last = now;
-        match source.commit() {
-            Ok(()) | Err(ConsumerError::Commit(_)) => Ok(()),
-            Err(other) => Err(other),
-        }
-    }
-}
-
 /// The poll thread's part of the run: poll, hand each record to its worker, commit at most every
 /// `commit.interval.ms` (during the hand-offs as well as between polls); a full queue or a
 /// partition at its in-flight bound puts the record back and waits a little (backpressure).
@@ -383,10 +361,6 @@ fn feed_workers<S: WorkSource>(
     dispatch: &mut Dispatch,
     pool: &Pool,
 ) -> Result<(), ConsumerError> {
-    let mut clock = CommitClock {
-        interval: source.settings().commit_interval(),
-        last: Instant::now(),
-    };
     while !stop.load(Ordering::SeqCst) && !pool.failed() {
         let mut backpressure = false;
         {
@@ -394,19 +368,21 @@ fn feed_workers<S: WorkSource>(
             while let Some(delivery) = batch.next() {
                 match dispatch.send(batch.hand_off(delivery)) {
                     Ok(()) => {}
-                    Err(Refused::Busy((record, lease))) => {
+                    Err(Refused::Busy(job)) => {
+                        let (record, lease) = *job;
                         batch.put_back(record, lease);
                         backpressure = true;
                         break;
                     }
-                    Err(Refused::Gone((record, lease), worker)) => {
+                    Err(Refused::Gone(job, worker)) => {
+                        let (record, lease) = *job;
                         batch.put_back(record, lease);
                         return Err(ConsumerError::WorkerGone { worker });
                     }
                 }
             }
         }
-        clock.maybe_commit(source)?;
+        source.commit_if_due();
         if backpressure {
             std::thread::sleep(Duration::from_millis(5));
         }

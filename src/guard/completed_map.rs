@@ -42,7 +42,10 @@ impl fmt::Display for MapError {
             Self::Foreign => f.write_str("not a completed-offsets map"),
             Self::Malformed(why) => write!(f, "malformed completed-offsets map: {why}"),
             Self::OtherPosition { written_for } => {
-                write!(f, "completed-offsets map written for position {written_for}")
+                write!(
+                    f,
+                    "completed-offsets map written for position {written_for}"
+                )
             }
         }
     }
@@ -242,7 +245,10 @@ mod tests {
     #[test]
     fn metadata_that_is_not_ours_or_not_for_this_position_is_ignored() {
         assert_eq!(decode("", 3), Err(MapError::Foreign));
-        assert_eq!(decode("written by the java client", 3), Err(MapError::Foreign));
+        assert_eq!(
+            decode("written by the java client", 3),
+            Err(MapError::Foreign)
+        );
         assert_eq!(
             decode(&encode(101, &[(103, 104)]), 150),
             Err(MapError::OtherPosition { written_for: 101 })
@@ -263,7 +269,10 @@ mod tests {
         ] {
             assert!(
                 matches!(decode(bad, 1), Err(MapError::Malformed(_)))
-                    || matches!(decode(bad, 9223372036854775806), Err(MapError::Malformed(_))),
+                    || matches!(
+                        decode(bad, 9223372036854775806),
+                        Err(MapError::Malformed(_))
+                    ),
                 "{bad}"
             );
         }
@@ -279,16 +288,17 @@ mod tests {
     #[test]
     fn the_worst_case_bound_holds_for_every_pattern_of_a_span() {
         for pattern in 0u32..(1 << 12) {
-            let runs: Runs = (0..12)
-                .filter(|i| pattern & (1 << i) != 0)
-                .fold(Vec::new(), |mut runs: Runs, i| {
+            let runs: Runs = (0..12).filter(|i| pattern & (1 << i) != 0).fold(
+                Vec::new(),
+                |mut runs: Runs, i| {
                     let offset = 11 + i64::from(i);
                     match runs.last_mut() {
                         Some((_, end)) if *end == offset => *end += 1,
                         _ => runs.push((offset, offset + 1)),
                     }
                     runs
-                });
+                },
+            );
             let text = encode(10, &runs);
             assert!(text.len() <= worst_case_len(10, 22), "{pattern:b}: {text}");
             assert_eq!(decode(&text, 10), Ok(runs));

@@ -102,7 +102,10 @@ impl<M> Progress<M> {
     /// finished by an earlier owner.
     pub(crate) fn resume_at(&mut self, start: i64, inherited: Runs) {
         self.start = Some(start);
-        self.inherited = inherited.into_iter().filter(|&(_, end)| end > start).collect();
+        self.inherited = inherited
+            .into_iter()
+            .filter(|&(_, end)| end > start)
+            .collect();
     }
 
     /// The position a commit would carry: the end of the completed prefix, else where the
@@ -264,7 +267,8 @@ impl<M> Progress<M> {
     /// the commit position below it while nothing waits for it. Returns what was cancelled so
     /// the caller can forget its keys.
     pub(crate) fn discard_unstarted_tail(&mut self) -> Vec<Admitted<M>> {
-        let unstarted = |a: &Admitted<M>| matches!(a.state, WorkState::Buffered(_) | WorkState::Queued);
+        let unstarted =
+            |a: &Admitted<M>| matches!(a.state, WorkState::Buffered(_) | WorkState::Queued);
         let keep = self
             .pending
             .iter()

@@ -286,7 +286,7 @@ settings! {
         default: "100",
         rule: checks::positive_ms,
         set: |interval: Duration| interval,
-        doc: "In the decoupled mode, the finished prefix (and its completed-offsets map) is committed at most this often while records flow, so a crash or a freeze redoes about this much work. One synchronous commit at a time, on the poll thread; revocation and close commits do not wait for it. 100 ms costs a commit per 100 ms, far below the work it saves.",
+        doc: "What finished (the contiguous prefix and its completed-offsets map) is committed at most this often during a batch as well as after it, so a crash or a freeze redoes about this much work instead of a whole batch. Synchronous, one at a time, on the poll thread between two records; revocation and close commits are always made. 100 ms costs one commit per 100 ms.",
     }
     commit_metadata_max_bytes: usize {
         name: "commit.metadata.max.bytes",

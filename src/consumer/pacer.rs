@@ -1,0 +1,73 @@
+//! `commit.interval.ms`: how often what finished is committed while records flow, so that a
+//! crash or a freeze of this member costs its next owner about that much repeated work instead
+//! of a whole batch (which may last up to half of `max.poll.interval.ms`).
+//!
+//! Commits stay synchronous and on the poll thread (between two records of a batch, or between
+//! two hand-offs to the workers), so there is never more than one in flight and a handler never
+//! waits for one; the pacer only decides when, with the clock reading the batch takes anyway.
+//! Revocation and close commits do not go through it: they are always made, synchronously.
+
+use std::time::{Duration, Instant};
+
+use crate::group::GroupMember;
+use crate::guard::CommitOffset;
+
+use super::bridge::commit_through;
+use super::context::Guard;
+
+/// When the next paced commit is due, and how many paced commits were refused.
+#[derive(Debug)]
+pub(crate) struct CommitPacer {
+    interval: Duration,
+    last: Instant,
+    /// Paced commits refused (reported in the stats with the consumer's own refusals).
+    pub(crate) refused: u64,
+}
+
+impl CommitPacer {
+    /// A pacer for `commit.interval.ms`.
+    pub(crate) fn new(interval: Duration) -> Self {
+        CommitPacer {
+            interval,
+            last: Instant::now(),
+            refused: 0,
+        }
+    }
+
+    /// True when a commit is due at `now`.
+    #[inline]
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last) >= self.interval
+    }
+
+    /// Some commit was made at `now` (the consumer's own, after a batch): the next paced one is
+    /// an interval later.
+    pub(crate) fn committed_at(&mut self, now: Instant) {
+        self.last = now;
+    }
+
+    /// Commits the contiguous completed prefix (with its completed-offsets map) of every owned
+    /// partition that moved, now. A refusal is logged and counted, never retried here: the next
+    /// interval commits again, and a refusal that ends the membership fences the partitions
+    /// through the group, as for every commit.
+    pub(crate) fn commit(&mut self, guard: &Guard, member: &mut GroupMember, now: Instant) {
+        self.last = now;
+        let generation = member.identity().generation_id;
+        let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
+        match guard.commit_progress(&mut commit) {
+            Ok(committed) => {
+                for c in &committed {
+                    log::debug!(
+                        "{}: committed next offset {} (paced)",
+                        c.partition,
+                        c.next_offset
+                    );
+                }
+            }
+            Err(failure) => {
+                self.refused += 1;
+                log::error!("offset commit in generation {generation} failed: {failure}");
+            }
+        }
+    }
+}
