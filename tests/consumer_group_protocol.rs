@@ -8,8 +8,10 @@
 //!
 //! Where Kafka 4.4 differs from KIP-848's text, the test says so: the first answer to a join
 //! may carry an empty assignment (the target comes with a later heartbeat); a member that does
-//! not revoke in time is removed (UNKNOWN_MEMBER_ID) rather than answered FENCED_MEMBER_EPOCH; an
-//! OffsetCommit with a newer epoch is STALE_MEMBER_EPOCH like an older one.
+//! not revoke in time is removed (UNKNOWN_MEMBER_ID) rather than answered FENCED_MEMBER_EPOCH;
+//! OffsetCommit follows KIP-1251 (an older epoch is accepted for a partition held since then,
+//! a newer one is STALE_MEMBER_EPOCH like a too old one, and the current epoch commits even a
+//! partition that moved away).
 //!
 //! The shell here is the smallest one that is faithful: each member has its own client and
 //! coordinator connection, finds the coordinator when the machine asks, sends what the machine
@@ -388,7 +390,7 @@ fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged
 }
 
 #[test]
-fn offset_commit_carries_the_member_epoch_and_refuses_any_other_kafka() {
+fn offset_commit_carries_the_member_epoch_and_refuses_epochs_outside_the_assignment_kafka() {
     let kafka = Kafka::shared(KafkaVersion::Newest);
     let topic = unique_name("kip848-commit");
     let group = unique_name("kip848-commit-group");
@@ -432,8 +434,8 @@ fn offset_commit_carries_the_member_epoch_and_refuses_any_other_kafka() {
         .offset_fetch(&group, std::slice::from_ref(&tp))
         .expect("OffsetFetch");
     assert_eq!(stored[0].offset, Some(7));
-    // An older epoch and a newer one are both STALE_MEMBER_EPOCH on Kafka 4.x (KIP-848 names
-    // FENCED_MEMBER_EPOCH for a newer one; the broker does not distinguish).
+    // An epoch older than the partition's assignment and one newer than the member's are both
+    // STALE_MEMBER_EPOCH (not FENCED_MEMBER_EPOCH, which a heartbeat with a newer epoch gets).
     assert_eq!(
         commit(&mut a.client, &member_id, epoch - 1, 8),
         Some(KafkaCode::STALE_MEMBER_EPOCH)
@@ -820,4 +822,75 @@ fn three_members_join_and_leave_one_by_one_with_every_partition_owned_once_kafka
             m.name
         );
     }
+}
+
+/// What Kafka 4.4 checks on OffsetCommit v9 from a consumer-protocol member, pinned: not the
+/// exact member epoch KIP-848 describes, but KIP-1251's per-partition rule. A partition the
+/// member has held since an older epoch may be committed with that epoch; the member's current
+/// epoch is accepted even for a partition that moved to another member. So the broker does not
+/// stop a member from committing what it no longer owns: the client must (the guard commits only
+/// owned partitions, and `stale_epoch_retry` retries only those).
+#[test]
+fn offset_commit_epochs_are_checked_per_partition_assignment_not_against_ownership_kafka() {
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let (topic, all) = new_topic(kafka, "kip848-epochs", 2);
+    let group = unique_name("kip848-epochs-group");
+    let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
+    run_until(&mut [&mut a], &group, "a alone", |ms| converged(ms, &all));
+    let e1 = a.m.member_epoch();
+    let mut b = Driven::new(kafka.bootstrap(), "b", config(&group, &topic));
+    run_until(&mut [&mut a, &mut b], &group, "a and b", |ms| {
+        converged(ms, &all)
+    });
+    let e2 = a.m.member_epoch();
+    assert!(e2 > e1);
+    let kept = a.working.iter().next().expect("a kept one").clone();
+    let moved = b.working.iter().next().expect("b got one").clone();
+    let member_id = a.m.member_id().to_string();
+    let mut commit = |tp: &TopicPartition, epoch: i32, offset: i64| {
+        let who = CommitIdentity {
+            group_id: &group,
+            generation_id_or_member_epoch: epoch,
+            member_id: &member_id,
+            group_instance_id: None,
+        };
+        let entry = OffsetCommitEntry {
+            tp: tp.clone(),
+            offset,
+            leader_epoch: None,
+            metadata: None,
+        };
+        let mut r = a
+            .client
+            .offset_commit(&who, &[entry])
+            .expect("OffsetCommit");
+        r.remove(0).1.err().and_then(|e| e.kafka_code())
+    };
+    assert_eq!(commit(&kept, e1, 11), None, "held since e1: e1 is accepted");
+    assert_eq!(commit(&kept, e2, 12), None);
+    assert_eq!(
+        commit(&kept, e2 + 1, 13),
+        Some(KafkaCode::STALE_MEMBER_EPOCH)
+    );
+    assert_eq!(
+        commit(&moved, e1, 14),
+        Some(KafkaCode::STALE_MEMBER_EPOCH),
+        "assigned elsewhere since e1"
+    );
+    assert_eq!(
+        commit(&moved, e2, 15),
+        None,
+        "the current epoch commits even a partition another member owns"
+    );
+    let stored = b
+        .client
+        .offset_fetch(&group, std::slice::from_ref(&moved))
+        .expect("OffsetFetch");
+    assert_eq!(stored[0].offset, Some(15), "a overwrote b's partition");
+    let now = Instant::now();
+    a.m.leave(now);
+    b.m.leave(now);
+    run_until(&mut [&mut a, &mut b], &group, "both left", |ms| {
+        ms.iter().all(|m| m.m.state() == MemberState::Left)
+    });
 }

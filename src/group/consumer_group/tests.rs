@@ -137,8 +137,11 @@ impl Harness {
                     }
                     let ids: Vec<Partition> = partitions.iter().map(|tp| self.id_of(tp)).collect();
                     let member_id = self.members[i].m.member_id().to_string();
-                    let code = self.coord.commit(&member_id, *epoch, &ids);
-                    assert_eq!(code, KafkaCode::NONE, "revocation commit of {partitions:?}");
+                    let results = self.coord.commit(&member_id, *epoch, &ids);
+                    assert!(
+                        results.iter().all(|(_, code)| *code == KafkaCode::NONE),
+                        "revocation commit of {partitions:?}: {results:?}"
+                    );
                     if self.members[i].auto_ack {
                         self.members[i].m.revocation_done(now, *id);
                     } else {
@@ -752,30 +755,64 @@ fn a_commit_refused_for_a_stale_epoch_is_retried_with_the_new_epoch_for_owned_pa
     let mut h = Harness::new(&[("orders", 4)]);
     let a = h.add(config(&["orders"], None), "member-a");
     h.run_until(50, |h| h.converged(&[a]));
-    let old = h.members[a].m.member_epoch();
     let b = h.add(config(&["orders"], None), "member-b");
     h.run_until(100, |h| h.converged(&[a, b]));
-    let new = h.members[a].m.member_epoch();
-    assert!(new > old);
-    // A commit made with the old epoch for all four partitions (two moved to b meanwhile).
-    let refused: Vec<TopicPartition> = tps("orders", &[0, 1, 2, 3]).into_iter().collect();
-    let ids: Vec<Partition> = refused.iter().map(|tp| h.id_of(tp)).collect();
-    assert_eq!(
-        h.coord.commit("member-a", old, &ids),
-        KafkaCode::STALE_MEMBER_EPOCH
-    );
-    match h.members[a].m.stale_epoch_retry(old, &refused) {
+    let kept = h.members[a].working.clone();
+    let moved = h.members[b].working.clone();
+    // The poll thread starts a commit in this epoch...
+    let started_in = h.members[a].m.member_epoch();
+    // ...while b leaves and a gets b's partitions back in a newer epoch.
+    let now = h.now;
+    h.members[b].m.leave(now);
+    h.run_until(100, |h| {
+        h.members[b].m.state() == MemberState::Left && h.converged(&[a])
+    });
+    let current = h.members[a].m.member_epoch();
+    assert!(current > started_in);
+    let all: Vec<TopicPartition> = h.all.iter().cloned().collect();
+    let ids: Vec<Partition> = all.iter().map(|tp| h.id_of(tp)).collect();
+    let results = h.coord.commit("member-a", started_in, &ids);
+    // Kafka 4.4 (KIP-1251): the partitions held since then are accepted with the older epoch,
+    // the ones assigned in a newer epoch are refused.
+    let refused: Vec<TopicPartition> = all
+        .iter()
+        .zip(&results)
+        .filter(|(_, (_, code))| *code == KafkaCode::STALE_MEMBER_EPOCH)
+        .map(|(tp, _)| tp.clone())
+        .collect();
+    assert_eq!(refused.iter().cloned().collect::<BTreeSet<_>>(), moved);
+    assert!(kept.iter().all(|tp| !refused.contains(tp)));
+    match h.members[a].m.stale_epoch_retry(started_in, &refused) {
         StaleEpochRetry::Retry {
             epoch,
             partitions,
             dropped,
         } => {
-            assert_eq!(epoch, new);
-            let owned: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
-            assert_eq!(owned, h.members[a].working);
-            assert_eq!(dropped.len(), 2);
+            assert_eq!(epoch, current);
+            assert_eq!(partitions, refused, "still owned: retried");
+            assert!(dropped.is_empty());
             let ids: Vec<Partition> = partitions.iter().map(|tp| h.id_of(tp)).collect();
-            assert_eq!(h.coord.commit("member-a", epoch, &ids), KafkaCode::NONE);
+            let again = h.coord.commit("member-a", epoch, &ids);
+            assert!(
+                again.iter().all(|(_, c)| *c == KafkaCode::NONE),
+                "{again:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A refused partition the member no longer owns is dropped, never retried.
+    let stranger = TopicPartition::new("elsewhere", 0);
+    match h.members[a]
+        .m
+        .stale_epoch_retry(started_in, std::slice::from_ref(&stranger))
+    {
+        StaleEpochRetry::Retry {
+            partitions,
+            dropped,
+            ..
+        } => {
+            assert!(partitions.is_empty());
+            assert_eq!(dropped, vec![stranger.clone()]);
         }
         other => panic!("{other:?}"),
     }
@@ -787,7 +824,7 @@ fn a_commit_refused_for_a_stale_epoch_is_retried_with_the_new_epoch_for_owned_pa
     let resp = h.coord.heartbeat(now, &req);
     h.members[a].m.on_response(now, resp);
     assert!(matches!(
-        h.members[a].m.stale_epoch_retry(new, &refused),
+        h.members[a].m.stale_epoch_retry(current, &refused),
         StaleEpochRetry::Drop { .. }
     ));
 }

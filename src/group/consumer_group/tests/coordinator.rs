@@ -38,6 +38,8 @@ struct Member {
     rebalance_timeout: Duration,
     assigned: BTreeSet<Partition>,
     pending: BTreeSet<Partition>,
+    /// The epoch in which each held partition was assigned to this member (KIP-1251).
+    assigned_at: BTreeMap<Partition, i32>,
     state: Reconcile,
     revoke_deadline: Option<Instant>,
     last_heard: Instant,
@@ -226,6 +228,9 @@ impl Coordinator {
         if m.state == Reconcile::UnrevokedPartitions {
             match owned {
                 Some(owned) if owned.is_disjoint(&m.pending) => {
+                    for p in &m.pending {
+                        m.assigned_at.remove(p);
+                    }
                     m.pending.clear();
                     m.revoke_deadline = None;
                     m.state = Reconcile::Stable;
@@ -251,6 +256,9 @@ impl Coordinator {
             .copied()
             .collect();
         let waiting = target.len() - kept.len() - free.len();
+        for p in &free {
+            m.assigned_at.insert(*p, target_epoch);
+        }
         m.assigned = kept.union(&free).copied().collect();
         if m.epoch != target_epoch {
             m.previous_epoch = m.epoch;
@@ -425,6 +433,7 @@ impl Coordinator {
                 rebalance_timeout,
                 assigned: BTreeSet::new(),
                 pending: BTreeSet::new(),
+                assigned_at: BTreeMap::new(),
                 state: Reconcile::Stable,
                 revoke_deadline: None,
                 last_heard: now,
@@ -478,23 +487,35 @@ impl Coordinator {
         }
     }
 
-    /// OffsetCommit with the member epoch, as Kafka's consumer group checks it: any other epoch,
-    /// older or newer, is STALE_MEMBER_EPOCH.
+    /// OffsetCommit with the member epoch, per partition, as Kafka 4.4 checks it (KIP-1251): a
+    /// partition the member holds is accepted for any epoch from the one it was assigned in up
+    /// to the member's; otherwise only the member's current epoch is accepted, even for a
+    /// partition that moved to another member (the broker does not check ownership then, so the
+    /// client must commit only what it owns); anything else is STALE_MEMBER_EPOCH.
     pub(super) fn commit(
         &mut self,
         member_id: &str,
         epoch: i32,
         partitions: &[Partition],
-    ) -> KafkaCode {
+    ) -> Vec<(Partition, KafkaCode)> {
         let Some(m) = self.members.get(member_id) else {
-            return KafkaCode::UNKNOWN_MEMBER_ID;
+            return partitions
+                .iter()
+                .map(|p| (*p, KafkaCode::UNKNOWN_MEMBER_ID))
+                .collect();
         };
-        if epoch != m.epoch {
-            return KafkaCode::STALE_MEMBER_EPOCH;
-        }
+        let mut out = Vec::new();
         for p in partitions {
-            self.commits.push((member_id.to_string(), *p, epoch));
+            let held_since = m.assigned_at.get(p).copied();
+            let accepted = epoch == m.epoch
+                || held_since.is_some_and(|since| since <= epoch && epoch <= m.epoch);
+            if accepted {
+                self.commits.push((member_id.to_string(), *p, epoch));
+                out.push((*p, KafkaCode::NONE));
+            } else {
+                out.push((*p, KafkaCode::STALE_MEMBER_EPOCH));
+            }
         }
-        KafkaCode::NONE
+        out
     }
 }
