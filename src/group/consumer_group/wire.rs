@@ -157,3 +157,90 @@ pub fn topic_ids(conn: &mut Connection, names: &[&str]) -> WireResult<Vec<(Topic
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use kafka_protocol::messages::consumer_group_heartbeat_response;
+    use kafka_protocol::protocol::Encodable;
+
+    use super::*;
+
+    fn full() -> HeartbeatRequest {
+        HeartbeatRequest {
+            group_id: "g".into(),
+            member_id: "m".into(),
+            member_epoch: 0,
+            instance_id: Some("i".into()),
+            rebalance_timeout_ms: 300_000,
+            subscribed_topic_names: Some(vec!["orders".into()]),
+            server_assignor: Some("range".into()),
+            owned: Some([(TopicId([7; 16]), vec![0, 2])].into()),
+        }
+    }
+
+    #[test]
+    fn every_field_reaches_the_wire_message_with_null_meaning_unchanged() {
+        let m = encode(&full());
+        assert_eq!(m.group_id.0.as_str(), "g");
+        assert_eq!(m.member_id.as_str(), "m");
+        assert_eq!(m.member_epoch, 0);
+        assert_eq!(m.instance_id.as_ref().map(|s| s.as_str()), Some("i"));
+        assert_eq!(m.rack_id, None);
+        assert_eq!(m.rebalance_timeout_ms, 300_000);
+        assert_eq!(m.subscribed_topic_names.as_ref().map(Vec::len), Some(1));
+        assert_eq!(m.subscribed_topic_regex, None, "v0 has no regex field");
+        assert_eq!(
+            m.server_assignor.as_ref().map(|s| s.as_str()),
+            Some("range")
+        );
+        let owned = m.topic_partitions.as_ref().expect("owned");
+        assert_eq!(owned[0].topic_id, TopicId([7; 16]).to_uuid());
+        assert_eq!(owned[0].partitions, vec![0, 2]);
+
+        let short = encode(&HeartbeatRequest {
+            member_epoch: 5,
+            instance_id: None,
+            rebalance_timeout_ms: -1,
+            subscribed_topic_names: None,
+            server_assignor: None,
+            owned: None,
+            ..full()
+        });
+        assert_eq!(short.rebalance_timeout_ms, -1);
+        assert_eq!(short.subscribed_topic_names, None);
+        assert_eq!(short.server_assignor, None);
+        assert_eq!(short.topic_partitions, None);
+        for v in HEARTBEAT_VERSIONS.min..=HEARTBEAT_VERSIONS.max {
+            let mut buf = BytesMut::new();
+            encode(&full()).encode(&mut buf, v).expect("encodes");
+            assert!(!buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_answer_is_read_with_its_assignment_by_topic_id() {
+        let resp = msg::ConsumerGroupHeartbeatResponse::default()
+            .with_member_id(Some(StrBytes::from_static_str("m")))
+            .with_member_epoch(4)
+            .with_heartbeat_interval_ms(500)
+            .with_assignment(Some(
+                consumer_group_heartbeat_response::Assignment::default().with_topic_partitions(
+                    vec![
+                        consumer_group_heartbeat_response::TopicPartitions::default()
+                            .with_topic_id(TopicId([1; 16]).to_uuid())
+                            .with_partitions(vec![3, 1]),
+                    ],
+                ),
+            ));
+        let r = decode(resp);
+        assert_eq!(r.error, KafkaCode::NONE);
+        assert_eq!(r.member_id.as_deref(), Some("m"));
+        assert_eq!(r.member_epoch, 4);
+        assert_eq!(r.heartbeat_interval_ms, 500);
+        assert_eq!(r.assignment, Some([(TopicId([1; 16]), vec![3, 1])].into()));
+        let none = decode(msg::ConsumerGroupHeartbeatResponse::default().with_error_code(110));
+        assert_eq!(none.error, KafkaCode::FENCED_MEMBER_EPOCH);
+        assert_eq!(none.assignment, None, "null: no assignment news");
+    }
+}
