@@ -84,6 +84,8 @@ pub struct ConsumerGroupMembership {
     member_id: String,
     /// v0: the broker assigns the member id; until it did, a join sends "".
     broker_assigns_id: bool,
+    /// The member id was given by the broker (v0); a rejoin then sends it again.
+    id_from_broker: bool,
     member_epoch: i32,
     state: MemberState,
     /// After the leave heartbeat of a poll timeout, go to `Stale` rather than `Left`.
@@ -129,6 +131,7 @@ impl ConsumerGroupMembership {
             config,
             member_id,
             broker_assigns_id: false,
+            id_from_broker: false,
             member_epoch: JOIN_EPOCH,
             state: MemberState::Joining,
             stale_after_leave: false,
@@ -377,7 +380,7 @@ impl ConsumerGroupMembership {
             self.sent.owned = Some(owned_now.clone());
             owned_now
         });
-        let member_id = if joining && self.broker_assigns_id && self.member_epoch == JOIN_EPOCH {
+        let member_id = if joining && self.broker_assigns_id && !self.id_from_broker {
             String::new()
         } else {
             self.member_id.clone()
@@ -398,17 +401,16 @@ impl ConsumerGroupMembership {
         }
     }
 
-    /// The heartbeat could not be sent or its answer not read (connection lost, timed out).
-    /// The coordinator is looked up again and the next heartbeat is the full one; a leave is
-    /// not retried (the broker expires the member by its session).
+    /// The heartbeat could not be sent or its answer not read (connection lost, timed out), or
+    /// the coordinator connection could not be opened. The coordinator is looked up again after
+    /// the backoff and the next heartbeat is the full one; a leave is not retried (the broker
+    /// expires the member by its session).
     pub fn on_transport_error(&mut self, now: Instant) {
-        let Some(flight) = self.in_flight.take() else {
-            return;
-        };
+        let flight = self.in_flight.take();
         self.sent = Sent::default();
         self.coordinator_known = false;
         self.schedule_retry(now);
-        if flight.leave && flight.life == self.life {
+        if flight.is_some_and(|f| f.leave && f.life == self.life) {
             self.finish_leave();
         }
     }
@@ -463,6 +465,7 @@ impl ConsumerGroupMembership {
                 );
                 self.member_id = id.to_string();
             }
+            self.id_from_broker |= self.broker_assigns_id;
         }
         if response.member_epoch > 0 {
             if response.member_epoch != self.member_epoch {

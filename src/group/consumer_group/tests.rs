@@ -983,3 +983,20 @@ fn leaving_while_a_revocation_runs_revokes_the_rest_after_it_then_leaves() {
     });
     assert!(h.members[a].lost().is_empty());
 }
+
+#[test]
+fn a_coordinator_that_cannot_be_reached_is_looked_up_again_after_the_backoff() {
+    let now = Instant::now();
+    let mut m = ConsumerGroupMembership::with_member_id(config(&["orders"], None), "m".into());
+    assert!(m.needs_coordinator());
+    m.coordinator_found(1);
+    m.on_transport_error(now); // the connection could not be opened
+    assert!(m.needs_coordinator());
+    m.coordinator_found(1);
+    assert_eq!(m.poll_transmit(now), None, "backs off");
+    let join = m
+        .poll_transmit(now + Duration::from_millis(100))
+        .expect("the join after the backoff");
+    assert_eq!(join.member_epoch, JOIN_EPOCH);
+    assert!(join.is_full());
+}
