@@ -13,6 +13,7 @@ pub mod batch_writer;
 pub mod decompress;
 pub mod fetch_partition;
 pub mod group_protocol;
+pub mod responses;
 
 /// Every fuzz target: its name (the folder under `fuzz/corpus/` and the file under
 /// `fuzz/fuzz_targets/`), its check, and the seed inputs it starts from.
@@ -31,6 +32,11 @@ pub const TARGETS: &[Target] = &[
         name: "group_protocol",
         check: group_protocol::check,
         seeds: group_protocol::seeds,
+    },
+    Target {
+        name: "responses",
+        check: responses::check,
+        seeds: responses::seeds,
     },
 ];
 

@@ -22,6 +22,7 @@
 //! whether it is allowed is the codec's concern), UTF-8 is left to the codec, and trailing
 //! bytes are left alone.
 
+mod sample;
 mod shapes;
 
 use bytes::Bytes;
@@ -466,6 +467,15 @@ impl<'a> Walker<'a> {
             }
         }
     }
+}
+
+/// A populated body of `api` at `version` (see `sample`), for fuzzing seeds; `None` for a
+/// version without a shape.
+#[doc(hidden)]
+pub fn sample_body(api: ApiKey, version: i16) -> Option<Vec<u8>> {
+    let schema = schema(api)?;
+    (schema.versions.0 <= version && version <= schema.versions.1)
+        .then(|| sample::Gen::body(schema, version, None).0.to_vec())
 }
 
 #[cfg(test)]

@@ -92,17 +92,31 @@ impl Client {
 
     /// Records a failure of `node_id`: drops its connection, schedules the next attempt with
     /// exponential backoff and marks metadata stale (the broker may be gone for good).
+    ///
+    /// A failure reported while the broker is still in backoff is the backoff's own refusal (no
+    /// attempt was made): it neither counts nor extends the wait. Counting it would let a caller
+    /// that retries faster than the backoff (the fetch loop does) push the next attempt away
+    /// forever.
     pub(super) fn broker_failed(&mut self, node_id: i32) {
         self.conns.remove(&node_id);
         self.fetch_conns.remove(&node_id);
         self.prefetched.remove(&node_id);
+        let now = Instant::now();
+        if self
+            .broker_state
+            .get(&node_id)
+            .and_then(|s| s.retry_at)
+            .is_some_and(|at| at > now)
+        {
+            return;
+        }
         let base = self.config.retry_backoff;
         let max = self.config.retry_backoff_max;
         let state = self.broker_state.entry(node_id).or_default();
         state.failures = state.failures.saturating_add(1);
         let factor = 1u32 << state.failures.saturating_sub(1).min(16);
         let delay = base.saturating_mul(factor).min(max);
-        state.retry_at = Some(Instant::now() + delay);
+        state.retry_at = Some(now + delay);
         self.metadata_stale = true;
         debug!(
             "broker {node_id} failed ({} in a row); backing off {delay:?}",
