@@ -26,11 +26,11 @@ use support::unique_name;
 fn client_config(kafka: &SaslKafka, mechanism: SaslMechanism, password: &str) -> ClientConfig {
     let mut config = ClientConfig::from_bootstrap_str(&kafka.sasl);
     config.connection.request_timeout = Duration::from_secs(10);
-    config.connection.sasl = Some(SaslConfig {
+    config.connection.sasl = Some(SaslConfig::password(
         mechanism,
-        username: kafka.user.clone(),
-        password: Secret::new(password),
-    });
+        kafka.user.clone(),
+        Secret::new(password),
+    ));
     config
 }
 

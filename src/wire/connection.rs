@@ -12,7 +12,6 @@
 
 use std::io::{self, Read, Write};
 use std::marker::PhantomData;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -24,6 +23,8 @@ use super::bounded;
 use super::error::{api_name, KafkaCode, Result, WireError};
 use super::sasl::{self, SaslConfig};
 use super::secret::wipe;
+use super::stream::Stream;
+use super::tls::{self, TlsConfig};
 use super::versions::{client_range, VersionRange, VersionTable};
 
 /// Settings shared by every connection a client opens.
@@ -40,6 +41,9 @@ pub struct ConnectionConfig {
     /// SASL authentication of every connection (`None`: the listener is PLAINTEXT). Carried here
     /// so that every connection a client opens, the heartbeat thread's included, authenticates.
     pub sasl: Option<SaslConfig>,
+    /// TLS of every connection (`None`: plain TCP). Needs the cargo feature `tls`; without it a
+    /// connection configured for TLS is refused rather than opened in clear text.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ConnectionConfig {
@@ -50,6 +54,7 @@ impl Default for ConnectionConfig {
             request_timeout: Duration::from_secs(30),
             max_response_size: 64 * 1024 * 1024,
             sasl: None,
+            tls: None,
         }
     }
 }
@@ -109,7 +114,7 @@ pub struct Pending<R: WireRequest> {
 /// A blocking connection to one broker with its own negotiated version table.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     addr: String,
     config: ConnectionConfig,
     next_correlation_id: i32,
@@ -168,40 +173,38 @@ impl Connection {
     /// Only useful to talk to something that is not a Kafka broker (tests of the framing), since
     /// every request needs a negotiated version.
     pub fn connect_unnegotiated(addr: &str, config: &ConnectionConfig) -> Result<Connection> {
-        let targets: Vec<SocketAddr> = addr
-            .to_socket_addrs()
-            .map_err(|e| WireError::Config(format!("cannot resolve {addr}: {e}")))?
-            .collect();
-        let mut last = None;
-        for target in &targets {
-            match TcpStream::connect_timeout(target, config.connect_timeout) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    stream.set_write_timeout(Some(config.request_timeout))?;
-                    debug!("connected to {addr} ({target})");
-                    return Ok(Connection {
-                        stream,
-                        addr: addr.to_string(),
-                        config: config.clone(),
-                        next_correlation_id: 1,
-                        versions: VersionTable::default(),
-                        write_buf: BytesMut::with_capacity(4096),
-                        in_flight: 0,
-                        broken: false,
-                        reauthenticate_at: None,
-                        authentications: 0,
-                    });
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(match last {
-            Some(e) if e.kind() == io::ErrorKind::TimedOut => WireError::Timeout {
-                what: format!("connect to {addr}"),
-            },
-            Some(e) => WireError::io(io::Error::new(e.kind(), format!("connect to {addr}: {e}"))),
-            None => WireError::Config(format!("{addr} resolved to no address")),
+        // One deadline for the whole attempt: resolution, every resolved address, the TLS
+        // handshake.
+        let deadline = Instant::now() + config.connect_timeout;
+        let socket = Stream::open(addr, deadline)?;
+        let stream = match &config.tls {
+            None => Stream::Plain(socket),
+            #[cfg(feature = "tls")]
+            Some(tls) => tls::handshake(socket, addr, tls, deadline)?,
+            #[cfg(not(feature = "tls"))]
+            Some(_) => return Err(tls::unavailable()),
+        };
+        debug!(
+            "connected to {addr}{}",
+            if stream.is_tls() { " (TLS)" } else { "" }
+        );
+        Ok(Connection {
+            stream,
+            addr: addr.to_string(),
+            config: config.clone(),
+            next_correlation_id: 1,
+            versions: VersionTable::default(),
+            write_buf: BytesMut::with_capacity(4096),
+            in_flight: 0,
+            broken: false,
+            reauthenticate_at: None,
+            authentications: 0,
         })
+    }
+
+    /// Whether this connection runs over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
     }
 
     /// The address this connection was opened with.
@@ -349,9 +352,11 @@ impl Connection {
             api_name(R::KEY as i16),
             self.write_buf.len()
         );
+        self.stream
+            .set_write_deadline(Instant::now() + self.config.request_timeout);
         if let Err(e) = self.stream.write_all(&self.write_buf) {
             self.broken = true;
-            return Err(e.into());
+            return Err(self.io_error(e, "request"));
         }
         self.in_flight += 1;
         Ok(Pending {
@@ -407,13 +412,13 @@ impl Connection {
     }
 
     /// Reads one size-prefixed frame, enforcing the maximum size before allocating and the
-    /// timeout as a deadline over the whole frame.
+    /// timeout as one deadline over the whole frame: the stream checks it before every socket
+    /// read (see [`super::stream`]), so a peer trickling bytes cannot stretch it.
     fn read_frame(&mut self, timeout: Duration) -> Result<Bytes> {
-        let deadline = Instant::now() + timeout;
+        self.stream.set_read_deadline(Instant::now() + timeout);
         let mut len_buf = [0u8; 4];
         let mut got = 0;
         while got < 4 {
-            self.set_read_deadline(deadline)?;
             match self.stream.read(&mut len_buf[got..]) {
                 Ok(0) if got == 0 => {
                     return Err(WireError::io(io::Error::new(
@@ -441,21 +446,19 @@ impl Connection {
             });
         }
         // Grow with what actually arrives, never by what the peer claims.
-        const CHUNK: usize = 1 << 20;
+        const CHUNK: usize = 64 * 1024;
         let mut buf: Vec<u8> = Vec::with_capacity(len.min(CHUNK));
+        let mut chunk = vec![0u8; len.min(CHUNK)];
         while buf.len() < len {
-            self.set_read_deadline(deadline)?;
-            let want = (len - buf.len()).min(CHUNK);
-            buf.reserve(want);
-            let before = buf.len();
-            match (&mut self.stream).take(want as u64).read_to_end(&mut buf) {
-                Ok(n) if n < want => {
+            let want = (len - buf.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
+                Ok(0) => {
                     return Err(WireError::Truncated {
                         expected: len,
-                        got: before + n,
+                        got: buf.len(),
                     })
                 }
-                Ok(_) => {}
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.io_error(e, "response body")),
             }
@@ -463,25 +466,18 @@ impl Connection {
         Ok(Bytes::from(buf))
     }
 
-    fn set_read_deadline(&self, deadline: Instant) -> Result<()> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(WireError::Timeout {
-                what: format!("response from {}", self.addr),
-            });
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        Ok(())
-    }
-
     fn io_error(&self, e: io::Error, what: &str) -> WireError {
+        #[cfg(feature = "tls")]
+        if self.stream.is_tls() {
+            return tls::io_error(e, &self.addr, what);
+        }
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::Timeout {
                 what: format!("{what} from {}", self.addr),
             },
             _ => WireError::io(io::Error::new(
                 e.kind(),
-                format!("reading {what} from {}: {e}", self.addr),
+                format!("{what} ({}): {e}", self.addr),
             )),
         }
     }
@@ -575,7 +571,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
     use std::thread;
 
     /// A one-shot fake server: accepts one connection, reads one request frame, writes `reply`

@@ -274,6 +274,15 @@ pub enum WireError {
         /// Why: the broker's error message, or the rule the server broke.
         reason: String,
     },
+    /// The TLS handshake was refused: the broker's certificate is not trusted or does not name
+    /// the host, or the broker refused ours. Not retriable, like a refused password: the same
+    /// certificates fail the same way.
+    Tls {
+        /// The broker's address.
+        broker: String,
+        /// Why, with the setting that would fix it.
+        reason: String,
+    },
 }
 
 impl WireError {
@@ -327,14 +336,16 @@ impl WireError {
                 | WireError::Protocol(_)
                 | WireError::Malformed { .. }
                 | WireError::Authentication { .. }
+                | WireError::Tls { .. }
         )
     }
 
-    /// Whether this is (or wraps) a failed SASL authentication, which no retry can fix: the
-    /// callers that try another broker after a connection error stop at once instead.
+    /// Whether this is (or wraps) a failed SASL authentication or a refused TLS handshake,
+    /// which no retry can fix: the callers that try another broker after a connection error
+    /// stop at once instead.
     pub fn is_authentication(&self) -> bool {
         match self {
-            WireError::Authentication { .. } => true,
+            WireError::Authentication { .. } | WireError::Tls { .. } => true,
             WireError::RetriesExhausted { last, .. } => last.is_authentication(),
             _ => false,
         }
@@ -422,6 +433,9 @@ impl fmt::Display for WireError {
                 "SASL {mechanism} authentication with {broker} failed: {reason} (not retried: \
                  check the user name, password and mechanism)"
             ),
+            WireError::Tls { broker, reason } => {
+                write!(f, "TLS with {broker} refused: {reason} (not retried)")
+            }
         }
     }
 }

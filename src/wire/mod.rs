@@ -17,10 +17,12 @@
 //! one request connection and one fetch connection per broker; another thread that must talk to
 //! the cluster concurrently (the group heartbeat) opens its own [`Connection`] or [`Client`].
 //!
-//! Security: SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 on every connection (`sasl`, `scram`;
-//! passwords held as [`Secret`]); no TLS yet.
+//! Security: SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER on every connection
+//! (`sasl`, `scram`, `oauth`; passwords and tokens held as [`Secret`]), re-authenticated before
+//! the broker's session ends (KIP-368); TLS with rustls behind the cargo feature `tls` (`tls`,
+//! over the deadline-keeping byte stream of `stream`).
 //!
-//! Known limits, each a deliberate scope cut: no TLS; no GSSAPI or OAUTHBEARER; Fetch is capped at v12 (topics
+//! Known limits, each a deliberate scope cut: no GSSAPI; Fetch is capped at v12 (topics
 //! by name, no fetch sessions) and does not send leader epochs (no KIP-320 fencing); Produce is
 //! uncompressed, acks=all, one batch per call, not idempotent. (`kafka-protocol` pre-allocates
 //! arrays by their claimed length, which is why every response passes [`bounded`] before it is
@@ -35,6 +37,7 @@ pub(crate) mod compression;
 pub mod connection;
 pub mod error;
 mod fetch;
+mod oauth;
 mod offsets;
 mod pool;
 mod produce;
@@ -43,6 +46,8 @@ pub mod records;
 mod sasl;
 mod scram;
 mod secret;
+mod stream;
+mod tls;
 pub mod versions;
 
 pub use client::{Client, ClientConfig};
@@ -52,9 +57,11 @@ pub use cluster::{
 pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
 pub use error::{KafkaCode, Result, WireError};
 pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};
+pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
 pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
+pub use tls::{TlsConfig, TlsFileError};
 pub use versions::{client_range, VersionRange, VersionTable};

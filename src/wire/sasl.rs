@@ -26,15 +26,15 @@ use log::{debug, warn};
 
 use super::connection::Connection;
 use super::error::{KafkaCode, Result, WireError};
+use super::oauth::{self, OAuthBearerCallback};
 use super::scram::{base64_encode, ScramClient, ScramHash};
 use super::secret::{Secret, WipedBytes};
 use super::versions::VersionRange;
 
 /// A SASL mechanism this client implements.
 ///
-/// Why only these: PLAIN and SCRAM are what managed Kafka services and most self-run clusters
-/// enable; GSSAPI needs a Kerberos library (C) and OAUTHBEARER a token callback, neither built
-/// yet.
+/// Why these: PLAIN, SCRAM and OAUTHBEARER are what managed Kafka services and most self-run
+/// clusters enable; GSSAPI needs a Kerberos library (C).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SaslMechanism {
     /// `PLAIN` (RFC 4616): the password itself goes to the broker, so only over TLS in
@@ -44,14 +44,17 @@ pub enum SaslMechanism {
     ScramSha256,
     /// `SCRAM-SHA-512`.
     ScramSha512,
+    /// `OAUTHBEARER` (KIP-255): a bearer token from [`SaslConfig::token_callback`].
+    OAuthBearer,
 }
 
 impl SaslMechanism {
     /// Every mechanism, for parsers and messages.
-    pub const ALL: [SaslMechanism; 3] = [
+    pub const ALL: [SaslMechanism; 4] = [
         SaslMechanism::Plain,
         SaslMechanism::ScramSha256,
         SaslMechanism::ScramSha512,
+        SaslMechanism::OAuthBearer,
     ];
 
     /// The name Kafka uses (`sasl.mechanism`, SaslHandshake).
@@ -60,6 +63,7 @@ impl SaslMechanism {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
             SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
@@ -72,7 +76,7 @@ impl SaslMechanism {
 
     fn scram(self) -> Option<ScramHash> {
         match self {
-            SaslMechanism::Plain => None,
+            SaslMechanism::Plain | SaslMechanism::OAuthBearer => None,
             SaslMechanism::ScramSha256 => Some(ScramHash::Sha256),
             SaslMechanism::ScramSha512 => Some(ScramHash::Sha512),
         }
@@ -86,15 +90,43 @@ impl fmt::Display for SaslMechanism {
 }
 
 /// How every connection authenticates: the mechanism and the credentials. `Debug` shows the
-/// user name but never the password.
+/// user name but never the password or a token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SaslConfig {
     /// The mechanism asked for in SaslHandshake.
     pub mechanism: SaslMechanism,
-    /// The user (`authcid`); not a secret, it is in the broker's logs too.
+    /// The user (`authcid`) of PLAIN and SCRAM; not a secret, it is in the broker's logs too.
     pub username: String,
-    /// The password.
+    /// The password of PLAIN and SCRAM.
     pub password: Secret,
+    /// Where OAUTHBEARER tokens come from (required with it, unused otherwise).
+    pub token_callback: Option<OAuthBearerCallback>,
+}
+
+impl SaslConfig {
+    /// PLAIN or SCRAM with a user and password.
+    pub fn password(
+        mechanism: SaslMechanism,
+        username: impl Into<String>,
+        password: impl Into<Secret>,
+    ) -> SaslConfig {
+        SaslConfig {
+            mechanism,
+            username: username.into(),
+            password: password.into(),
+            token_callback: None,
+        }
+    }
+
+    /// OAUTHBEARER with tokens from `callback`.
+    pub fn oauthbearer(callback: OAuthBearerCallback) -> SaslConfig {
+        SaslConfig {
+            mechanism: SaslMechanism::OAuthBearer,
+            username: String::new(),
+            password: Secret::default(),
+            token_callback: Some(callback),
+        }
+    }
 }
 
 /// What SaslHandshake may be spoken in: v1 only, the version that wraps the tokens in
@@ -115,9 +147,38 @@ static PLAIN_WARNED: AtomicBool = AtomicBool::new(false);
 pub(super) fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Result<Option<Duration>> {
     let mechanism = sasl.mechanism;
     handshake(conn, mechanism)?;
+    let mut token_lifetime = None;
     let lifetime = match mechanism.scram() {
+        None if mechanism == SaslMechanism::OAuthBearer => {
+            let callback = sasl.token_callback.as_ref().ok_or_else(|| {
+                refused(
+                    conn,
+                    mechanism,
+                    "no token callback is configured".to_string(),
+                )
+            })?;
+            let token = callback.token().map_err(|e| refused(conn, mechanism, e))?;
+            token_lifetime = Some(token.lifetime);
+            let (challenge, lifetime) = exchange(conn, mechanism, oauth::client_first(&token))?;
+            if !challenge.is_empty() {
+                // RFC 7628 3.2.2: the server's error comes as a challenge (a JSON status);
+                // the client answers with a lone %x01 and the server then fails the exchange.
+                let status = String::from_utf8_lossy(&challenge).into_owned();
+                let ended = exchange(conn, mechanism, vec![1]);
+                let detail = match ended {
+                    Err(WireError::Authentication { reason, .. }) => format!(": {reason}"),
+                    _ => String::new(),
+                };
+                return Err(refused(
+                    conn,
+                    mechanism,
+                    format!("the broker rejected the token ({status}){detail}"),
+                ));
+            }
+            lifetime
+        }
         None => {
-            if !PLAIN_WARNED.swap(true, Ordering::Relaxed) {
+            if !conn.is_tls() && !PLAIN_WARNED.swap(true, Ordering::Relaxed) {
                 warn!(
                     "SASL PLAIN to {} over a connection without TLS: the password crosses the \
                      network in clear text; use SCRAM, or PLAIN only over TLS",
@@ -147,14 +208,27 @@ pub(super) fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Result<O
         }
     };
     debug!(
-        "{}: SASL {mechanism} authenticated as {:?}{}",
+        "{}: SASL {mechanism} authenticated{}{}",
         conn.addr(),
-        sasl.username,
+        if sasl.username.is_empty() {
+            String::new()
+        } else {
+            format!(" as {:?}", sasl.username)
+        },
         lifetime.map_or(String::new(), |l| format!(
             ", session lifetime {l:?} (re-authenticating after {:?})",
             l.mul_f64(REAUTH_AT)
         ))
     );
+    if lifetime.is_none() {
+        if let Some(t) = token_lifetime {
+            debug!(
+                "{}: the broker does not limit the session; the connection outlives its token \
+                 ({t:?}) as Kafka allows (connections.max.reauth.ms=0)",
+                conn.addr()
+            );
+        }
+    }
     Ok(lifetime.map(|l| l.mul_f64(REAUTH_AT)))
 }
 
@@ -259,7 +333,10 @@ mod tests {
             assert_eq!(SaslMechanism::from_name(m.name()), Some(m));
             assert_eq!(SaslMechanism::from_name(&m.name().to_lowercase()), Some(m));
         }
-        assert_eq!(SaslMechanism::from_name("OAUTHBEARER"), None);
+        assert_eq!(
+            SaslMechanism::from_name("oauthbearer"),
+            Some(SaslMechanism::OAuthBearer)
+        );
         assert_eq!(SaslMechanism::from_name("GSSAPI"), None);
     }
 
@@ -274,11 +351,7 @@ mod tests {
 
     #[test]
     fn sasl_config_debug_hides_the_password() {
-        let c = SaslConfig {
-            mechanism: SaslMechanism::ScramSha512,
-            username: "alice".into(),
-            password: Secret::new("s3cr3t-Pa55"),
-        };
+        let c = SaslConfig::password(SaslMechanism::ScramSha512, "alice", "s3cr3t-Pa55");
         let text = format!("{c:?}");
         assert!(!text.contains("s3cr3t-Pa55"), "{text}");
         assert!(

@@ -8,7 +8,9 @@ use std::time::Duration;
 use log::warn;
 
 use super::checks::truncate_ms;
+use super::security::EndpointIdentification;
 use super::{ConfigError, ConsumerConfig, GroupProtocol, SecurityProtocol};
+use crate::wire::SaslMechanism;
 
 /// Settings that only the classic protocol uses; with `group.protocol=consumer` the broker decides
 /// them, so setting one explicitly is refused (as Java 4.x does) rather than ignored.
@@ -121,26 +123,23 @@ const SASL_SETTINGS: &[&str] = &[
     "sasl.username",
     "sasl.password",
     "sasl.jaas.config",
+    "sasl.oauthbearer.token.callback",
 ];
 
-/// The security rules, in this order: a TLS protocol is refused (not built yet); SASL settings
-/// with `PLAINTEXT` are refused (they would silently not apply); with SASL, the mechanism is
-/// required (no GSSAPI default as in Java), the credentials are given once (`sasl.jaas.config`
-/// or `sasl.username` with `sasl.password`), and a JAAS line's login module must serve the
-/// mechanism. No message quotes a secret.
+/// The security rules, in this order: the TLS settings ([`check_tls`]); SASL settings with a
+/// protocol without SASL are refused (they would silently not apply); with SASL, the mechanism
+/// is required (no GSSAPI default as in Java); OAUTHBEARER needs the token callback and nothing
+/// else; PLAIN and SCRAM need their credentials once (`sasl.jaas.config` or `sasl.username`
+/// with `sasl.password`), and a JAAS line's login module must serve the mechanism. No message
+/// quotes a secret.
 pub(super) fn check_security(config: &ConsumerConfig) -> Result<(), ConfigError> {
+    check_tls(config)?;
     let protocol = config.security_protocol;
-    if protocol.uses_tls() {
-        return Err(ConfigError::Unavailable {
-            name: "security.protocol",
-            value: protocol.as_str().to_string(),
-            reason: "TLS is not built yet; use PLAINTEXT, or SASL_PLAINTEXT (SASL without TLS)",
-        });
-    }
     let given = |name: &str| match name {
         "sasl.mechanism" => config.sasl_mechanism.is_some(),
         "sasl.username" => config.sasl_username.is_some(),
         "sasl.password" => config.sasl_password.is_some(),
+        "sasl.oauthbearer.token.callback" => config.sasl_oauthbearer_token_callback.is_some(),
         _ => config.sasl_jaas_config.is_some(),
     };
     if !protocol.uses_sasl() {
@@ -150,7 +149,9 @@ pub(super) fn check_security(config: &ConsumerConfig) -> Result<(), ConfigError>
                 other: "security.protocol",
                 rule: format!(
                     "{name} is set but security.protocol is {protocol}, which does not \
-                     authenticate; set security.protocol={} or remove the sasl.* settings",
+                     authenticate; set security.protocol={} (or {}) or remove the sasl.* \
+                     settings",
+                    SecurityProtocol::SaslSsl,
                     SecurityProtocol::SaslPlaintext
                 ),
             });
@@ -162,11 +163,45 @@ pub(super) fn check_security(config: &ConsumerConfig) -> Result<(), ConfigError>
             name: "sasl.mechanism",
             other: "security.protocol",
             rule: format!(
-                "security.protocol={protocol} needs sasl.mechanism (PLAIN, SCRAM-SHA-256 or \
-                 SCRAM-SHA-512); there is no default"
+                "security.protocol={protocol} needs sasl.mechanism (PLAIN, SCRAM-SHA-256, \
+                 SCRAM-SHA-512 or OAUTHBEARER); there is no default"
             ),
         });
     };
+    if mechanism == SaslMechanism::OAuthBearer {
+        if let Some(name) = ["sasl.username", "sasl.password", "sasl.jaas.config"]
+            .into_iter()
+            .find(|n| given(n))
+        {
+            return Err(ConfigError::Conflict {
+                name,
+                other: "sasl.mechanism",
+                rule: format!(
+                    "sasl.mechanism=OAUTHBEARER authenticates with a token from \
+                     sasl.oauthbearer.token.callback; {name} would not be used"
+                ),
+            });
+        }
+        if !given("sasl.oauthbearer.token.callback") {
+            return Err(ConfigError::Conflict {
+                name: "sasl.oauthbearer.token.callback",
+                other: "sasl.mechanism",
+                rule: "sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token.callback (set \
+                       with ConsumerConfigBuilder::sasl_oauthbearer_token_callback)"
+                    .to_string(),
+            });
+        }
+        return Ok(());
+    }
+    if given("sasl.oauthbearer.token.callback") {
+        return Err(ConfigError::Conflict {
+            name: "sasl.oauthbearer.token.callback",
+            other: "sasl.mechanism",
+            rule: format!(
+                "a token callback is only used with sasl.mechanism=OAUTHBEARER, not {mechanism}"
+            ),
+        });
+    }
     if let Some(jaas) = &config.sasl_jaas_config {
         if let Some(other) = ["sasl.username", "sasl.password"]
             .into_iter()
@@ -205,6 +240,80 @@ pub(super) fn check_security(config: &ConsumerConfig) -> Result<(), ConfigError>
                 ),
             });
         }
+    }
+    Ok(())
+}
+
+/// The TLS rules: `SSL` and `SASL_SSL` need the cargo feature `tls`; the `ssl.*` settings are
+/// refused with a protocol without TLS (they would silently not apply; `https`, the default
+/// host-name check, is harmless and accepted, so printed configurations read back);
+/// `ssl.certificate.location` and `ssl.key.location` come together; and, with the feature, the
+/// files are read now, so a missing or malformed one is refused at build time.
+fn check_tls(config: &ConsumerConfig) -> Result<(), ConfigError> {
+    let protocol = config.security_protocol;
+    if !protocol.uses_tls() {
+        let given = [
+            ("ssl.ca.location", config.ssl_ca_location.is_some()),
+            (
+                "ssl.certificate.location",
+                config.ssl_certificate_location.is_some(),
+            ),
+            ("ssl.key.location", config.ssl_key_location.is_some()),
+            (
+                "ssl.endpoint.identification.algorithm",
+                config.ssl_endpoint_identification_algorithm != EndpointIdentification::Https,
+            ),
+        ];
+        if let Some((name, _)) = given.into_iter().find(|(_, set)| *set) {
+            return Err(ConfigError::Conflict {
+                name,
+                other: "security.protocol",
+                rule: format!(
+                    "{name} is set but security.protocol is {protocol}, which does not use \
+                     TLS; set security.protocol={} (or {}) or remove the ssl.* settings",
+                    SecurityProtocol::Ssl,
+                    SecurityProtocol::SaslSsl
+                ),
+            });
+        }
+        return Ok(());
+    }
+    if !cfg!(feature = "tls") {
+        return Err(ConfigError::Unavailable {
+            name: "security.protocol",
+            value: protocol.as_str().to_string(),
+            reason: "TLS needs this library built with the cargo feature `tls` (rustls; its \
+                     ring provider needs a C compiler to build); without it use PLAINTEXT or \
+                     SASL_PLAINTEXT",
+        });
+    }
+    match (&config.ssl_certificate_location, &config.ssl_key_location) {
+        (Some(_), None) => {
+            return Err(ConfigError::Conflict {
+                name: "ssl.key.location",
+                other: "ssl.certificate.location",
+                rule: "ssl.certificate.location needs ssl.key.location (its private key)"
+                    .to_string(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::Conflict {
+                name: "ssl.certificate.location",
+                other: "ssl.key.location",
+                rule: "ssl.key.location needs ssl.certificate.location (the certificate it \
+                       signs for)"
+                    .to_string(),
+            })
+        }
+        _ => {}
+    }
+    #[cfg(feature = "tls")]
+    if let Some(tls) = config.tls() {
+        tls.load().map_err(|e| ConfigError::TlsFile {
+            name: e.setting,
+            path: e.path.clone(),
+            problem: e.problem.clone(),
+        })?;
     }
     Ok(())
 }

@@ -62,8 +62,8 @@ pub enum ConfigError {
     /// `partition.assignment.strategy` breaks a list rule: empty, an assignor twice, or eager
     /// mixed with cooperative. The group layer's one check of those rules says which.
     Strategies(StrategyError),
-    /// A value Kafka knows that this library does not implement yet (`security.protocol=SSL`
-    /// before TLS is built, `sasl.mechanism=OAUTHBEARER`): refused rather than downgraded.
+    /// A value Kafka knows that this build does not implement (`security.protocol=SSL` without
+    /// the cargo feature `tls`, `sasl.mechanism=GSSAPI`): refused rather than downgraded.
     Unavailable {
         /// The setting.
         name: &'static str,
@@ -78,6 +78,17 @@ pub enum ConfigError {
         /// The setting.
         name: &'static str,
         /// What is wrong, without quoting the value.
+        problem: String,
+    },
+    /// A TLS file (`ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`) cannot be
+    /// read or holds no usable PEM; checked at build time so that the first connection does not
+    /// find out.
+    TlsFile {
+        /// The setting naming the file.
+        name: &'static str,
+        /// The file (none when the operating system's trust store is at fault).
+        path: Option<std::path::PathBuf>,
+        /// What is wrong.
         problem: String,
     },
     /// A classic-protocol setting was set explicitly with `group.protocol=consumer`, where the
@@ -118,6 +129,7 @@ impl ConfigError {
             | ConfigError::Conflict { name, .. }
             | ConfigError::Unavailable { name, .. }
             | ConfigError::InvalidSecret { name, .. }
+            | ConfigError::TlsFile { name, .. }
             | ConfigError::ClassicOnly { name } => Some(name),
             ConfigError::AutoCommitRefused => Some("enable.auto.commit"),
             ConfigError::Strategies(_) => Some("partition.assignment.strategy"),
@@ -169,6 +181,14 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidSecret { name, problem } => {
                 write!(f, "setting `{name}` (value not shown): {problem}")
             }
+            ConfigError::TlsFile {
+                name,
+                path,
+                problem,
+            } => match path {
+                Some(path) => write!(f, "setting `{name}` ({}): {problem}", path.display()),
+                None => write!(f, "setting `{name}`: {problem}"),
+            },
             ConfigError::ClassicOnly { name } => write!(
                 f,
                 "setting `{name}` applies to group.protocol=classic only; with \

@@ -73,13 +73,17 @@ pub use crate::group::consumer_group::RemoteAssignor;
 pub use crate::group::Strategy;
 pub use error::ConfigError;
 pub use properties::{parse_properties, PropertiesSyntaxError};
-pub use security::{JaasConfig, LoginModule, SecurityProtocol, HIDDEN};
+pub use security::{
+    EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol, CALLBACK, HIDDEN,
+};
 pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
 pub use values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
 
 use crate::group::RebalanceProtocol;
 use crate::guard::GuardConfig;
-use crate::wire::{ClientConfig, FetchConfig, IsolationLevel, SaslConfig, SaslMechanism, Secret};
+use crate::wire::{
+    ClientConfig, FetchConfig, IsolationLevel, SaslConfig, SaslMechanism, Secret, TlsConfig,
+};
 
 impl ConsumerConfig {
     /// Starts a typed builder with every setting at its default.
@@ -245,15 +249,33 @@ impl ConsumerConfig {
             return None;
         }
         let mechanism = self.sasl_mechanism?;
+        if mechanism == SaslMechanism::OAuthBearer {
+            return Some(SaslConfig::oauthbearer(
+                self.sasl_oauthbearer_token_callback.clone()?,
+            ));
+        }
         let (username, password): (String, Secret) = match &self.sasl_jaas_config {
             Some(jaas) => (jaas.username().to_string(), jaas.password().clone()),
             None => (self.sasl_username.clone()?, self.sasl_password.clone()?),
         };
-        Some(SaslConfig {
-            mechanism,
-            username,
-            password,
-        })
+        Some(SaslConfig::password(mechanism, username, password))
+    }
+    /// How every connection runs TLS: `None` unless `security.protocol` uses TLS (`ssl.*`
+    /// settings with another protocol are refused by validation).
+    pub fn tls(&self) -> Option<TlsConfig> {
+        if !self.security_protocol.uses_tls() {
+            return None;
+        }
+        let mut tls = TlsConfig::new().with_hostname_verification(
+            self.ssl_endpoint_identification_algorithm == EndpointIdentification::Https,
+        );
+        if let Some(ca) = &self.ssl_ca_location {
+            tls = tls.with_ca_location(ca);
+        }
+        if let (Some(cert), Some(key)) = (&self.ssl_certificate_location, &self.ssl_key_location) {
+            tls = tls.with_client_certificate(cert, key);
+        }
+        Some(tls)
     }
     /// `rebalance.storm.window.ms`.
     pub fn storm_window(&self) -> Duration {
@@ -318,6 +340,7 @@ impl ConsumerConfig {
             .saturating_add(64 * 1024);
         config.connection.max_response_size = config.connection.max_response_size.max(fetch_frame);
         config.connection.sasl = self.sasl();
+        config.connection.tls = self.tls();
         config.retry_backoff = self.retry_backoff;
         config.retry_backoff_max = self.reconnect_backoff_max.max(self.retry_backoff);
         config

@@ -1,5 +1,6 @@
-//! The security settings' value types: `security.protocol`, `sasl.mechanism`, `sasl.password`
-//! and the Java `sasl.jaas.config` line; their rules between each other are in
+//! The security settings' value types: `security.protocol`, `sasl.mechanism`, `sasl.password`,
+//! the Java `sasl.jaas.config` line, the OAUTHBEARER token callback, the `ssl.*` file paths and
+//! `ssl.endpoint.identification.algorithm`; their rules between each other are in
 //! [`super::cross`].
 //!
 //! Why the secrets are typed: `sasl.password` and `sasl.jaas.config` are held as
@@ -8,10 +9,11 @@
 //! [`HIDDEN`] in their place (as Java's client logs `[hidden]`), and no parse error quotes them.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use super::values::SettingValue;
 use super::ConfigError;
-use crate::wire::{SaslMechanism, Secret};
+use crate::wire::{OAuthBearerCallback, SaslMechanism, Secret};
 
 /// What `to_properties` prints instead of a secret; refused when read back, so a printed
 /// configuration fed back in fails loudly instead of authenticating with the placeholder.
@@ -19,17 +21,17 @@ pub const HIDDEN: &str = "[hidden]";
 
 /// How connections are secured (`security.protocol`), by Kafka's names.
 ///
-/// Why all four although TLS is not built: a `.properties` file for a TLS cluster then fails with
-/// "TLS is not built yet" naming the setting, rather than "unknown value".
+/// Why all four in every build: without the cargo feature `tls`, a `.properties` file for a TLS
+/// cluster then fails with a message naming the feature, rather than "unknown value".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SecurityProtocol {
     /// No TLS, no authentication.
     Plaintext,
-    /// TLS without SASL (refused at build time: TLS is not built yet).
+    /// TLS without SASL (needs the cargo feature `tls`).
     Ssl,
     /// SASL authentication without TLS.
     SaslPlaintext,
-    /// SASL over TLS (refused at build time: TLS is not built yet).
+    /// SASL over TLS (needs the cargo feature `tls`).
     SaslSsl,
 }
 
@@ -81,8 +83,7 @@ impl SettingValue for SecurityProtocol {
         SecurityProtocol::from_name(text).ok_or_else(|| ConfigError::InvalidValue {
             name,
             value: text.to_string(),
-            expected: "a security protocol (allowed: PLAINTEXT, SASL_PLAINTEXT; SSL and SASL_SSL \
-                       once TLS is built)",
+            expected: "a security protocol (allowed: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
         })
     }
     fn text(&self) -> String {
@@ -91,16 +92,10 @@ impl SettingValue for SecurityProtocol {
 }
 
 /// Mechanisms Kafka knows that this library does not implement, with the reason.
-const UNBUILT_MECHANISMS: &[(&str, &str)] = &[
-    (
-        "OAUTHBEARER",
-        "OAUTHBEARER is not supported yet (it needs a token callback); use PLAIN or SCRAM",
-    ),
-    (
-        "GSSAPI",
-        "GSSAPI (Kerberos) is not supported: it needs a C library; use PLAIN or SCRAM",
-    ),
-];
+const UNBUILT_MECHANISMS: &[(&str, &str)] = &[(
+    "GSSAPI",
+    "GSSAPI (Kerberos) is not supported: it needs a C library; use PLAIN, SCRAM or OAUTHBEARER",
+)];
 
 impl SettingValue for SaslMechanism {
     fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
@@ -117,7 +112,8 @@ impl SettingValue for SaslMechanism {
         SaslMechanism::from_name(text).ok_or_else(|| ConfigError::InvalidValue {
             name,
             value: text.to_string(),
-            expected: "a SASL mechanism (allowed: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
+            expected: "a SASL mechanism (allowed: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, \
+                       OAUTHBEARER)",
         })
     }
     fn text(&self) -> String {
@@ -172,7 +168,10 @@ impl LoginModule {
     pub fn serves(self, mechanism: SaslMechanism) -> bool {
         match self {
             LoginModule::Plain => mechanism == SaslMechanism::Plain,
-            LoginModule::Scram => mechanism != SaslMechanism::Plain,
+            LoginModule::Scram => matches!(
+                mechanism,
+                SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512
+            ),
         }
     }
 }
@@ -238,6 +237,76 @@ impl SettingValue for JaasConfig {
     }
 }
 
+/// A file path (`ssl.ca.location` and the others): the text is the path.
+impl SettingValue for PathBuf {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        if text.is_empty() {
+            return Err(ConfigError::InvalidValue {
+                name,
+                value: String::new(),
+                expected: "a file path",
+            });
+        }
+        Ok(PathBuf::from(text))
+    }
+    fn text(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+/// `ssl.endpoint.identification.algorithm`: whether the broker's certificate must name the host
+/// connected to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndpointIdentification {
+    /// `https` (the default, as in Java): the certificate must name the host.
+    Https,
+    /// `none` (or an empty value, Java's way of writing it): the chain is still verified, the
+    /// host name is not. For brokers reached through an address their certificates do not
+    /// carry.
+    None,
+}
+
+impl SettingValue for EndpointIdentification {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        if text.eq_ignore_ascii_case("https") {
+            Ok(EndpointIdentification::Https)
+        } else if text.is_empty() || text.eq_ignore_ascii_case("none") {
+            Ok(EndpointIdentification::None)
+        } else {
+            Err(ConfigError::InvalidValue {
+                name,
+                value: text.to_string(),
+                expected: "https (verify the broker's host name) or none (an empty value too)",
+            })
+        }
+    }
+    fn text(&self) -> String {
+        match self {
+            EndpointIdentification::Https => "https",
+            EndpointIdentification::None => "none",
+        }
+        .to_string()
+    }
+}
+
+/// What `to_properties` prints for the token callback; a callback cannot be written as text.
+pub const CALLBACK: &str = "[callback]";
+
+/// A callback is Rust code: it is given with the typed builder method only.
+impl SettingValue for OAuthBearerCallback {
+    fn parse(name: &'static str, _text: &str) -> Result<Self, ConfigError> {
+        Err(ConfigError::Unavailable {
+            name,
+            value: String::new(),
+            reason: "a token callback cannot be given as text; set it with \
+                     ConsumerConfigBuilder::sasl_oauthbearer_token_callback",
+        })
+    }
+    fn text(&self) -> String {
+        CALLBACK.to_string()
+    }
+}
+
 /// `Module flag key=value ... ;` with values quoted (`"..."`, backslash escapes) or bare. Only
 /// `username` and `password` are accepted as options: any other (such as SCRAM's `tokenauth`
 /// for delegation tokens) would be silently ignored otherwise.
@@ -253,9 +322,12 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, String> {
         LoginModule::PLAIN_CLASS => LoginModule::Plain,
         LoginModule::SCRAM_CLASS => LoginModule::Scram,
         other if other.ends_with("OAuthBearerLoginModule") => {
-            return Err("OAUTHBEARER is not supported yet; use PlainLoginModule or \
-                        ScramLoginModule"
-                .into())
+            return Err(
+                "OAUTHBEARER tokens come from a callback, not from a JAAS line: give \
+                        it with ConsumerConfigBuilder::sasl_oauthbearer_token_callback and \
+                        leave sasl.jaas.config unset"
+                    .into(),
+            )
         }
         other if other.contains("Krb5LoginModule") => {
             return Err(

@@ -9,13 +9,15 @@
 
 use std::time::Duration;
 
-use super::security::{JaasConfig, SecurityProtocol};
+use std::path::PathBuf;
+
+use super::security::{EndpointIdentification, JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
 use super::values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
 use super::{checks, cross, ConfigError};
 use crate::group::consumer_group::RemoteAssignor;
 use crate::group::Strategy;
-use crate::wire::{IsolationLevel, SaslMechanism, Secret};
+use crate::wire::{IsolationLevel, OAuthBearerCallback, SaslMechanism, Secret};
 
 /// One setting's name, default and meaning, for documentation and checks.
 ///
@@ -209,14 +211,14 @@ settings! {
         default: "PLAINTEXT",
         rule: checks::any,
         set: |protocol: SecurityProtocol| protocol,
-        doc: "`PLAINTEXT` or `SASL_PLAINTEXT` (every connection authenticates, the heartbeat thread's too). `SSL` and `SASL_SSL` are refused until TLS is built.",
+        doc: "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`; with SASL every connection authenticates, the heartbeat thread's too. `SSL` and `SASL_SSL` need the cargo feature `tls` (refused at build time without it).",
     }
     sasl_mechanism: SaslMechanism {
         name: "sasl.mechanism",
         default: none,
         rule: checks::any,
         set: |mechanism: SaslMechanism| mechanism,
-        doc: "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`; required with SASL (no GSSAPI default as in Java). PLAIN sends the password itself: use it over TLS only.",
+        doc: "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`; required with SASL (no GSSAPI default as in Java). PLAIN sends the password itself: use it over TLS only.",
     }
     sasl_username: String {
         name: "sasl.username",
@@ -237,7 +239,42 @@ settings! {
         default: none,
         rule: checks::any,
         set: |jaas: JaasConfig| jaas,
-        doc: "Java's form of the credentials: a `PlainLoginModule` or `ScramLoginModule` line with `username` and `password`, instead of `sasl.username`/`sasl.password`. Never printed.",
+        doc: "Java's form of the credentials: a `PlainLoginModule` or `ScramLoginModule` line with `username` and `password`, instead of `sasl.username`/`sasl.password`. Never printed; other login modules are refused with the reason.",
+    }
+    sasl_oauthbearer_token_callback: OAuthBearerCallback {
+        name: "sasl.oauthbearer.token.callback",
+        default: none,
+        rule: checks::any,
+        set: |callback: OAuthBearerCallback| callback,
+        doc: "With `OAUTHBEARER`: the function that returns a token and its lifetime; called again once 80% of the lifetime has passed. Typed builder only (a callback has no text form; printed as `[callback]`).",
+    }
+    ssl_ca_location: PathBuf {
+        name: "ssl.ca.location",
+        default: none,
+        rule: checks::any,
+        set: |path: impl Into<PathBuf>| path.into(),
+        doc: "PEM file of the CA certificates that sign the brokers' certificates; unset, the operating system's trust store is used. TLS protocols only.",
+    }
+    ssl_certificate_location: PathBuf {
+        name: "ssl.certificate.location",
+        default: none,
+        rule: checks::any,
+        set: |path: impl Into<PathBuf>| path.into(),
+        doc: "PEM certificate chain this client presents (mTLS), with `ssl.key.location`.",
+    }
+    ssl_key_location: PathBuf {
+        name: "ssl.key.location",
+        default: none,
+        rule: checks::any,
+        set: |path: impl Into<PathBuf>| path.into(),
+        doc: "PEM private key (PKCS#8, PKCS#1 or SEC1; unencrypted) of `ssl.certificate.location`.",
+    }
+    ssl_endpoint_identification_algorithm: EndpointIdentification {
+        name: "ssl.endpoint.identification.algorithm",
+        default: "https",
+        rule: checks::any,
+        set: |check: EndpointIdentification| check,
+        doc: "`https`: the broker's certificate must name the host connected to (Java's default); `none` (or empty) skips only that check, the chain is still verified.",
     }
     storm_window: Duration {
         name: "rebalance.storm.window.ms",

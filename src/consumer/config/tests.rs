@@ -711,23 +711,53 @@ fn sasl_rules_name_the_setting_and_the_rule() {
             "sasl.jaas.config",
             "does not serve sasl.mechanism=PLAIN",
         ),
-        // TLS is parsed but not built.
+        // TLS settings with a protocol without TLS would silently not apply.
         (
-            base().set("security.protocol", "SASL_SSL"),
-            "security.protocol",
-            "TLS is not built yet",
+            base().set("ssl.ca.location", "/etc/ca.pem"),
+            "ssl.ca.location",
+            "does not use TLS",
         ),
         (
-            base().set("security.protocol", "ssl"),
-            "security.protocol",
-            "TLS is not built yet",
+            sasl_base()
+                .set("sasl.username", "a")
+                .set("sasl.password", "b")
+                .set("ssl.endpoint.identification.algorithm", "none"),
+            "ssl.endpoint.identification.algorithm",
+            "does not use TLS",
+        ),
+        // OAUTHBEARER takes a token callback, which has no text form, and no password.
+        (
+            base()
+                .set("security.protocol", "SASL_PLAINTEXT")
+                .set("sasl.mechanism", "OAUTHBEARER"),
+            "sasl.oauthbearer.token.callback",
+            "needs sasl.oauthbearer.token.callback",
+        ),
+        (
+            base()
+                .set("security.protocol", "SASL_PLAINTEXT")
+                .set("sasl.mechanism", "OAUTHBEARER")
+                .set("sasl.password", "b"),
+            "sasl.password",
+            "would not be used",
+        ),
+        (
+            base().set("sasl.oauthbearer.token.callback", "my_fn"),
+            "sasl.oauthbearer.token.callback",
+            "cannot be given as text",
+        ),
+        (
+            base()
+                .set("security.protocol", "SASL_PLAINTEXT")
+                .set("sasl.mechanism", "OAUTHBEARER")
+                .set(
+                    "sasl.jaas.config",
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+                ),
+            "sasl.jaas.config",
+            "OAUTHBEARER tokens come from a callback",
         ),
         // Mechanisms Kafka has that this library does not.
-        (
-            base().set("sasl.mechanism", "OAUTHBEARER"),
-            "sasl.mechanism",
-            "OAUTHBEARER is not supported yet",
-        ),
         (
             base().set("sasl.mechanism", "GSSAPI"),
             "sasl.mechanism",
@@ -741,7 +771,7 @@ fn sasl_rules_name_the_setting_and_the_rule() {
         (
             base().set("security.protocol", "TLS"),
             "security.protocol",
-            "allowed: PLAINTEXT, SASL_PLAINTEXT",
+            "allowed: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL",
         ),
         // Empty credentials.
         (
@@ -918,4 +948,94 @@ fn a_classic_only_setting_is_refused_saying_the_broker_owns_it() {
     let text = err.to_string();
     assert!(text.contains("the broker owns it"), "{text}");
     assert!(text.contains("heartbeat.interval.ms"), "{text}");
+}
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_protocols_without_the_tls_feature_are_refused_naming_the_feature() {
+    for protocol in ["SSL", "sasl_ssl"] {
+        let err = base()
+            .set("security.protocol", protocol)
+            .build()
+            .unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.setting(), Some("security.protocol"), "{text}");
+        assert!(text.contains("cargo feature `tls`"), "{text}");
+    }
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_rules_name_the_setting_and_the_rule() {
+    let ssl = || base().set("security.protocol", "SSL");
+    let cases: Vec<(ConsumerConfigBuilder, &str, &str)> = vec![
+        (
+            ssl().set("ssl.certificate.location", "/c.pem"),
+            "ssl.key.location",
+            "needs ssl.key.location",
+        ),
+        (
+            ssl().set("ssl.key.location", "/k.pem"),
+            "ssl.certificate.location",
+            "needs ssl.certificate.location",
+        ),
+        (
+            ssl().set("ssl.ca.location", "/nonexistent/rg-ca.pem"),
+            "ssl.ca.location",
+            "cannot read PEM certificates",
+        ),
+        (
+            ssl().set("ssl.endpoint.identification.algorithm", "http"),
+            "ssl.endpoint.identification.algorithm",
+            "https (verify the broker's host name) or none",
+        ),
+        (
+            base().set("security.protocol", "SASL_SSL"),
+            "sasl.mechanism",
+            "there is no default",
+        ),
+    ];
+    for (builder, setting, rule) in cases {
+        let err = builder.build().unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.setting(), Some(setting), "{text}");
+        assert!(text.contains(setting) && text.contains(rule), "{text}");
+    }
+}
+
+#[test]
+fn oauthbearer_takes_its_token_from_the_typed_callback() {
+    use crate::wire::{OAuthBearerCallback, OAuthBearerToken};
+    let token = "tok-only-here-5521";
+    let callback = OAuthBearerCallback::new(move || {
+        Ok(OAuthBearerToken {
+            value: Secret::new(token),
+            lifetime: Duration::from_secs(600),
+            extensions: Vec::new(),
+        })
+    });
+    let c = base()
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "OAUTHBEARER")
+        .sasl_oauthbearer_token_callback(callback.clone())
+        .build()
+        .unwrap();
+    let sasl = c.sasl().unwrap();
+    assert_eq!(sasl.mechanism, SaslMechanism::OAuthBearer);
+    assert_eq!(sasl.token_callback, Some(callback));
+    let props = c.to_properties();
+    assert!(props.contains(&("sasl.oauthbearer.token.callback", CALLBACK.to_string())));
+    for text in [
+        format!("{c:?}"),
+        format!("{props:?}"),
+        format!("{:?}", c.client_config()),
+    ] {
+        assert!(!text.contains(token), "{text}");
+    }
+    // The printed form is refused when read back, naming the typed setter.
+    let err = ConsumerConfig::from_properties(props).unwrap_err();
+    assert!(
+        err.to_string().contains("sasl_oauthbearer_token_callback"),
+        "{err}"
+    );
 }
