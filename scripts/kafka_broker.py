@@ -26,6 +26,19 @@ given), once it too answers ApiVersions. The PLAINTEXT listener stays the first 
 inter-broker listener; nothing else changes. No authorizer is configured, so an authenticated user
 may do anything.
 
+With --tls-dir DIR (needs --sasl-user) the broker gets four TLS listeners more, each on a free
+port, with PEM keystores (``ssl.keystore.type=PEM``, Kafka 2.7+) made from files the caller
+generated in DIR (nothing is generated or committed here): ``SSL`` (server certificate
+DIR/broker.pem, key and chain in one PEM file, for 127.0.0.1 and localhost; no client
+authentication), ``MTLS`` (the same, ``ssl.client.auth=required``, clients trusted through
+DIR/ca.pem), ``SASL_SSL`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER for the
+--sasl-user users; OAUTHBEARER through Kafka's default unsecured validator, which accepts an
+unsigned JWT with a ``sub`` claim) and ``WRONGHOST`` (SSL with DIR/other-host.pem, a certificate
+for another host name). OAUTHBEARER is enabled on the SASL_PLAINTEXT listener too. Their
+addresses are written to --tls-bootstrap-file as ``NAME=127.0.0.1:PORT`` lines once each answers
+(a TLS listener answers a TCP connect; the PLAINTEXT and SASL_PLAINTEXT probes show the broker
+is up).
+
 If the broker does not answer within --timeout-s, or exits early, the script prints the tail of
 the broker log on stderr and exits 1. The broker never outlives this script: it is started with
 PR_SET_PDEATHSIG, so even a SIGKILL of this script ends it.
@@ -45,6 +58,7 @@ Usage:
                   [--bootstrap-file FILE] [--stop-on-stdin-eof] [--watch-pid PID]
                   [--full-jit] [--remove-log]
                   [--sasl-user NAME=PASSWORD ...] [--sasl-bootstrap-file FILE]
+                  [--tls-dir DIR] [--tls-bootstrap-file FILE]
 Only the standard library is used; run it with any Python 3.8+.
 """
 
@@ -141,6 +155,16 @@ def api_versions_probe(port, timeout=2.0):
         return False
 
 
+def tcp_probe(port, timeout=2.0):
+    """True when 127.0.0.1:port accepts a TCP connection (a TLS listener, which needs a
+    handshake before it would answer ApiVersions)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def read_classpath(version):
     path = os.path.join(ROOT, ".cache", "kafka", version, "classpath")
     try:
@@ -178,6 +202,9 @@ def die_with_parent():
 
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+TLS_LISTENERS = ("SSL", "MTLS", "SASL_SSL", "WRONGHOST")
+OAUTHBEARER_JAAS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                    'unsecuredLoginStringClaim_sub="broker";')
 
 
 def sasl_users(opts):
@@ -193,7 +220,30 @@ def sasl_users(opts):
     return users
 
 
-def server_properties(opts, data_dir, port, controller_port, sasl_port=None):
+def sasl_listener_props(props, listener, opts):
+    """PLAIN users, SCRAM and OAUTHBEARER on one SASL listener."""
+    prefix = "listener.name.%s." % listener.lower()
+    plain_users = " ".join('user_%s="%s"' % u for u in sasl_users(opts))
+    props[prefix + "plain.sasl.jaas.config"] = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required %s;" % plain_users)
+    for mechanism in SASL_MECHANISMS[1:]:
+        props[prefix + mechanism.lower() + ".sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    if opts.tls_dir:
+        props[prefix + "oauthbearer.sasl.jaas.config"] = OAUTHBEARER_JAAS
+
+
+def tls_listener_props(props, listener, tls_dir):
+    prefix = "listener.name.%s." % listener.lower()
+    keystore = "other-host.pem" if listener == "WRONGHOST" else "broker.pem"
+    props[prefix + "ssl.keystore.type"] = "PEM"
+    props[prefix + "ssl.keystore.location"] = os.path.join(tls_dir, keystore)
+    props[prefix + "ssl.truststore.type"] = "PEM"
+    props[prefix + "ssl.truststore.location"] = os.path.join(tls_dir, "ca.pem")
+    props[prefix + "ssl.client.auth"] = "required" if listener == "MTLS" else "none"
+
+
+def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls_ports=None):
     major = int(opts.version.split(".")[0])
     props = {
         "process.roles": "broker,controller",
@@ -233,14 +283,17 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None):
         props["listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
         props["advertised.listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
         props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
-        props["sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
-        plain_users = " ".join('user_%s="%s"' % u for u in sasl_users(opts))
-        prefix = "listener.name.sasl_plaintext."
-        props[prefix + "plain.sasl.jaas.config"] = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required %s;" % plain_users)
-        for mechanism in SASL_MECHANISMS[1:]:
-            props[prefix + mechanism.lower() + ".sasl.jaas.config"] = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+        mechanisms = SASL_MECHANISMS + (("OAUTHBEARER",) if opts.tls_dir else ())
+        props["sasl.enabled.mechanisms"] = ",".join(mechanisms)
+        sasl_listener_props(props, "SASL_PLAINTEXT", opts)
+    for listener, tls_port in (tls_ports or {}).items():
+        props["listeners"] += ",%s://127.0.0.1:%d" % (listener, tls_port)
+        props["advertised.listeners"] += ",%s://127.0.0.1:%d" % (listener, tls_port)
+        protocol = "SASL_SSL" if listener == "SASL_SSL" else "SSL"
+        props["listener.security.protocol.map"] += ",%s:%s" % (listener, protocol)
+        tls_listener_props(props, listener, opts.tls_dir)
+        if protocol == "SASL_SSL":
+            sasl_listener_props(props, listener, opts)
     if major >= 4:
         props["share.coordinator.state.topic.replication.factor"] = "1"
         props["share.coordinator.state.topic.min.isr"] = "1"
@@ -316,8 +369,18 @@ def main():
     ap.add_argument("--sasl-user", action="append", default=[], metavar="NAME=PASSWORD",
                     help="add a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256/512) with this user")
     ap.add_argument("--sasl-bootstrap-file", help="also write the SASL listener's address here")
+    ap.add_argument("--tls-dir", help="add SSL, MTLS, SASL_SSL and WRONGHOST listeners with the "
+                    "PEM files of this directory (ca.pem, broker.pem, other-host.pem)")
+    ap.add_argument("--tls-bootstrap-file", help="write the TLS listeners' NAME=ADDRESS lines here")
     opts = ap.parse_args()
     sasl = bool(opts.sasl_user)
+    if opts.tls_dir:
+        if not sasl:
+            fail("--tls-dir needs --sasl-user (the SASL_SSL listener's users)")
+        opts.tls_dir = os.path.abspath(opts.tls_dir)
+        for name in ("ca.pem", "broker.pem", "other-host.pem"):
+            if not os.path.isfile(os.path.join(opts.tls_dir, name)):
+                fail("--tls-dir %s lacks %s" % (opts.tls_dir, name))
     sasl_users(opts)  # refuse a malformed entry before anything starts
 
     classpath = read_classpath(opts.version)
@@ -363,7 +426,16 @@ def main():
             sasl_port = free_port()
             while sasl_port in (port, controller_port):
                 sasl_port = free_port()
-        props = server_properties(opts, data_dir, port, controller_port, sasl_port)
+        tls_ports = {}
+        if opts.tls_dir:
+            taken = {port, controller_port, sasl_port}
+            for listener in TLS_LISTENERS:
+                p = free_port()
+                while p in taken:
+                    p = free_port()
+                taken.add(p)
+                tls_ports[listener] = p
+        props = server_properties(opts, data_dir, port, controller_port, sasl_port, tls_ports)
         config = os.path.join(run_dir, "server.properties")
         with open(config, "w") as f:
             for key in sorted(props):
@@ -407,7 +479,8 @@ def main():
         while True:
             if jvm.poll() is not None:
                 break
-            if api_versions_probe(port) and (sasl_port is None or api_versions_probe(sasl_port)):
+            if (api_versions_probe(port) and (sasl_port is None or api_versions_probe(sasl_port))
+                    and all(tcp_probe(p) for p in tls_ports.values())):
                 break
             if time.monotonic() > deadline or stopper.event.is_set():
                 stop_broker(jvm, 1.0)
@@ -438,6 +511,14 @@ def main():
                 f.write(sasl_bootstrap + "\n")
             os.replace(tmp, opts.sasl_bootstrap_file)
         sys.stdout.write("SASL_PLAINTEXT=%s\n" % sasl_bootstrap)
+    if opts.tls_dir:
+        lines = "".join("%s=127.0.0.1:%d\n" % (n, p) for n, p in tls_ports.items())
+        if opts.tls_bootstrap_file:
+            tmp = opts.tls_bootstrap_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(lines)
+            os.replace(tmp, opts.tls_bootstrap_file)
+        sys.stdout.write(lines)
     sys.stdout.flush()
     say("Kafka %s up on %s in %.1f s (pid %d, log %s)" % (opts.version, bootstrap, elapsed, jvm.pid, log_path))
 

@@ -7,7 +7,7 @@
 //! like the rest of the library, and is called from whichever thread connects (the user's or
 //! the heartbeat thread's), so it must be `Send + Sync`.
 //!
-//! Refresh: a token is reused until [`REFRESH_AT`] of its lifetime has passed, then the callback
+//! Refresh: a token is reused until [`REFRESH_AT`] (half) of its lifetime has passed, then the callback
 //! is asked again; if that fails while the old token is still valid, the old one is used (and
 //! the failure logged), so an identity provider's short outage does not break connections.
 
@@ -19,9 +19,11 @@ use log::warn;
 
 use super::secret::Secret;
 
-/// Fetch a new token once this fraction of the current one's lifetime has passed (Java's login
-/// refresh uses 80% too).
-pub const REFRESH_AT: f64 = 0.8;
+/// Fetch a new token once this fraction of the current one's lifetime has passed. Why half:
+/// when the token bounds the broker's session (KIP-368 sessions end with the token), the
+/// connection re-authenticates at 80% of the session, and must then get a token with most of its
+/// life ahead, not the same one with a fifth left (which would give a session too short to use).
+pub const REFRESH_AT: f64 = 0.5;
 
 /// A bearer token and how long it stays valid.
 #[derive(Clone, Debug, PartialEq, Eq)]

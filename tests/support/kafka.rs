@@ -287,6 +287,13 @@ impl Drop for Kafka {
 ///
 /// The listener re-authenticates sessions after [`SASL_REAUTH`] (`connections.max.reauth.ms`),
 /// so long-lived connections in these tests must renew their sessions (KIP-368).
+///
+/// The same JVM also serves the `wire_tls` tests (one broker for every security test, not one
+/// more JVM): certificates made at run time ([`super::certs`]) in `tls_dir`, and the TLS
+/// listeners `SSL`, `MTLS` (client certificate required), `SASL_SSL` (PLAIN, SCRAM,
+/// OAUTHBEARER) and `WRONGHOST` (a certificate for another host name), in `tls`.
+/// `RG_TEST_KAFKA_SASL` may carry a fifth field, the directory of such a broker's certificates
+/// and its `tls.bootstrap`.
 pub struct SaslKafka {
     /// The PLAINTEXT listener (topic creation by the peers; no authentication).
     pub plaintext: String,
@@ -296,6 +303,20 @@ pub struct SaslKafka {
     pub user: String,
     /// Its password (the same for PLAIN and both SCRAM hashes).
     pub password: String,
+    /// The certificates' directory (see [`super::certs::generate`]).
+    pub tls_dir: PathBuf,
+    /// TLS listener name (`SSL`, `MTLS`, `SASL_SSL`, `WRONGHOST`) to its address.
+    pub tls: HashMap<String, String>,
+}
+
+fn tls_listeners(tls_dir: &Path) -> HashMap<String, String> {
+    let path = tls_dir.join("tls.bootstrap");
+    let text = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (a broker without TLS listeners?)", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
 }
 
 /// `connections.max.reauth.ms` of the SASL broker.
@@ -308,15 +329,27 @@ impl SaslKafka {
         CELL.get_or_init(|| {
             if let Ok(handed) = std::env::var("RG_TEST_KAFKA_SASL") {
                 let parts: Vec<&str> = handed.trim().split(',').collect();
-                if let [plaintext, sasl, user, password] = parts[..] {
-                    return SaslKafka {
-                        plaintext: plaintext.into(),
-                        sasl: sasl.into(),
-                        user: user.into(),
-                        password: password.into(),
-                    };
+                if let [plaintext, sasl, user, password, ref rest @ ..] = parts[..] {
+                    if rest.len() <= 1 {
+                        let tls_dir = PathBuf::from(rest.first().copied().unwrap_or_default());
+                        let tls = if rest.is_empty() {
+                            HashMap::new()
+                        } else {
+                            tls_listeners(&tls_dir)
+                        };
+                        return SaslKafka {
+                            plaintext: plaintext.into(),
+                            sasl: sasl.into(),
+                            user: user.into(),
+                            password: password.into(),
+                            tls_dir,
+                            tls,
+                        };
+                    }
                 }
-                panic!("RG_TEST_KAFKA_SASL must be PLAINTEXT_ADDR,SASL_ADDR,USER,PASSWORD");
+                panic!(
+                    "RG_TEST_KAFKA_SASL must be PLAINTEXT_ADDR,SASL_ADDR,USER,PASSWORD[,TLS_DIR]"
+                );
             }
             SaslKafka::for_this_run()
         })
@@ -340,11 +373,14 @@ impl SaslKafka {
                         .map(str::to_string)
                         .unwrap_or_else(|| panic!("{} lacks {key}", ready.display()))
                 };
+                let tls_dir = dir.join("tls");
                 return SaslKafka {
                     plaintext: field("plaintext"),
                     sasl: field("sasl"),
                     user: field("user"),
                     password: field("password"),
+                    tls: tls_listeners(&tls_dir),
+                    tls_dir,
                 };
             }
             if let Ok(why) = fs::read_to_string(dir.join("failed")) {
@@ -368,6 +404,9 @@ impl SaslKafka {
         let password = unique_name("pw").replace('-', "x");
         let plain_file = dir.join("plaintext.bootstrap");
         let sasl_file = dir.join("sasl.bootstrap");
+        let tls_dir = dir.join("tls");
+        let tls_file = tls_dir.join("tls.bootstrap");
+        super::certs::generate(&tls_dir);
         let launcher_log = dir.join("launcher.log");
         let out = File::create(dir.join("launcher.out")).expect("launcher.out");
         let err = File::create(&launcher_log).expect("launcher.log");
@@ -392,6 +431,10 @@ impl SaslKafka {
             .arg(&plain_file)
             .arg("--sasl-bootstrap-file")
             .arg(&sasl_file)
+            .arg("--tls-dir")
+            .arg(&tls_dir)
+            .arg("--tls-bootstrap-file")
+            .arg(&tls_file)
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -401,9 +444,10 @@ impl SaslKafka {
             .unwrap_or_else(|e| panic!("spawn scripts/kafka_broker.py: {e} ({SETUP_HINT}?)"));
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            if let (Ok(plain), Ok(sasl)) = (
+            if let (Ok(plain), Ok(sasl), true) = (
                 fs::read_to_string(&plain_file),
                 fs::read_to_string(&sasl_file),
+                tls_file.exists(),
             ) {
                 let text = format!(
                     "plaintext={}\nsasl={}\nuser={user}\npassword={password}\n",

@@ -23,6 +23,7 @@
 //! (a dev-dependency) to read the peers' JSON lines.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod consumer;
 pub mod kafka;
 pub mod members;

@@ -246,7 +246,7 @@ settings! {
         default: none,
         rule: checks::any,
         set: |callback: OAuthBearerCallback| callback,
-        doc: "With `OAUTHBEARER`: the function that returns a token and its lifetime; called again once 80% of the lifetime has passed. Typed builder only (a callback has no text form; printed as `[callback]`).",
+        doc: "With `OAUTHBEARER`: the function that returns a token and its lifetime; called again once half of the lifetime has passed. Typed builder only (a callback has no text form; printed as `[callback]`).",
     }
     ssl_ca_location: PathBuf {
         name: "ssl.ca.location",
