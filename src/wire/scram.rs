@@ -26,8 +26,8 @@ pub const MIN_ITERATIONS: u32 = 4096;
 /// The most PBKDF2 iterations accepted. Why this number: Kafka refuses to store SCRAM credentials
 /// with more than 16384 iterations, and this is four times that, for Kafka-compatible brokers
 /// with stronger settings. At this cap one SCRAM-SHA-512 authentication costs about 30 ms of CPU
-/// in a release build (2 s in a debug build; a unit test bounds it); without a cap a hostile server could send `i=4294967295` and keep
-/// the connecting thread (the heartbeat thread included) busy for hours.
+/// in a release build (about 2 s in a debug build); without a cap a hostile server could send
+/// `i=4294967295` and keep the connecting thread (the heartbeat thread included) busy for hours.
 pub const MAX_ITERATIONS: u32 = 65_536;
 
 /// Which hash the SCRAM mechanism uses.
@@ -354,7 +354,6 @@ pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
     // RFC 7677 section 3: user "user", password "pencil".
     const NONCE: &str = "rOprNGfwEbeRWgbNEkqO";
@@ -398,7 +397,6 @@ mod tests {
     fn iteration_counts_outside_the_cap_are_refused_without_computing() {
         for count in [0u64, 1, 4095, u64::from(MAX_ITERATIONS) + 1, 4_294_967_295] {
             let server_first = format!("r={NONCE}abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={count}");
-            let started = Instant::now();
             let err = rfc_client().client_final(server_first.as_bytes()).err();
             assert_eq!(
                 err,
@@ -406,7 +404,6 @@ mod tests {
                     count: count as u32
                 })
             );
-            assert!(started.elapsed() < Duration::from_millis(50));
         }
         // A count that does not even fit 32 bits is malformed, and refused just as fast.
         let server_first = format!("r={NONCE}abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=99999999999");
@@ -417,16 +414,18 @@ mod tests {
     }
 
     #[test]
-    fn the_iteration_cap_costs_well_under_a_second() {
-        let server_first = format!("r={NONCE}abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={MAX_ITERATIONS}");
-        let started = Instant::now();
+    fn the_iteration_cap_itself_is_accepted_and_one_more_is_not() {
+        // The boundary, not a stopwatch: what the cap costs in CPU is a property of the machine
+        // (about 30 ms per SCRAM-SHA-512 login in a release build), what it admits is ours.
+        let at_cap = format!("r={NONCE}abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={MAX_ITERATIONS}");
         let client = ScramClient::new(ScramHash::Sha512, "user", &Secret::new("pencil"), NONCE);
-        assert!(client.client_final(server_first.as_bytes()).is_ok());
-        // Debug builds are ~10x slower than release; even so the cap stays far from minutes.
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
+        assert!(client.client_final(at_cap.as_bytes()).is_ok());
+        let above = MAX_ITERATIONS + 1;
+        let over_cap = format!("r={NONCE}abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={above}");
+        let client = ScramClient::new(ScramHash::Sha512, "user", &Secret::new("pencil"), NONCE);
+        assert_eq!(
+            client.client_final(over_cap.as_bytes()).err(),
+            Some(ScramError::Iterations { count: above })
         );
     }
 
