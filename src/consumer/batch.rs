@@ -105,7 +105,7 @@ impl Batch<'_> {
     }
 
     /// The next record, admitted through the guard, or `None` when the batch is over (size
-    /// reached, deadline reached, a rebalance waiting, or nothing buffered).
+    /// reached, deadline reached, a rebalance change to apply, or nothing buffered).
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Delivery> {
         loop {
@@ -127,7 +127,9 @@ impl Batch<'_> {
                 );
                 return None;
             }
-            if self.member.rejoin_pending() {
+            // Eager: a rebalance waits and stops everything. Cooperative: only a decided change
+            // ends the batch (its handoff runs at the boundary); a rebalance in progress does not.
+            if self.member.batch_boundary_due() {
                 return None;
             }
             if self.pacer.due(now) {

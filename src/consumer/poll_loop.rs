@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::group::{GroupConfig, GroupMember, LostHook};
+use crate::group::{FenceHook, GroupConfig, GroupMember, LostHook, RebalanceProtocol};
 use crate::guard::{CommitOffset, Lease, RebalanceGuard, StormStatus};
 use crate::wire::{FetchConfig, Record};
 use crate::TopicPartition;
@@ -86,6 +86,14 @@ impl Consumer {
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.
         member.bound_session(guard.session_bound());
+        // A cooperative round decides on the membership thread which partitions move; they stop
+        // there and then (no record of theirs is handed out after that), while the handoff
+        // itself (drain, commit) waits for this thread's next batch boundary.
+        let fence_ahead = guard.clone();
+        let fence: FenceHook = Arc::new(move |partitions: &[TopicPartition]| {
+            fence_ahead.fence(partitions);
+        });
+        member.fence_revocations_with(fence);
         Ok(Consumer {
             sizer: BatchSizer::from_config(&config),
             pacer: CommitPacer::new(config.commit_interval()),
@@ -174,6 +182,15 @@ impl Consumer {
     }
 
     fn drive_group(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        // Cooperative: with partitions to process, do not wait for a rebalance in progress
+        // (it runs on the membership thread); apply what it decided and go on fetching.
+        let timeout = if self.member.rebalance_protocol() == RebalanceProtocol::Cooperative
+            && !self.member.owned().is_empty()
+        {
+            Duration::ZERO
+        } else {
+            timeout
+        };
         let mut bridge = Bridge::new(
             &self.config,
             &self.guard,
@@ -192,10 +209,16 @@ impl Consumer {
     /// Drives the group, fetches if nothing is buffered, and returns the next batch. Rebalance
     /// events are applied to the guard before this returns, so no record of a revoked or lost
     /// partition can be handed out.
+    ///
+    /// Under the cooperative protocol a rebalance does not stop the loop: the round runs on the
+    /// membership thread, this keeps fetching and handing out the partitions it keeps, and what
+    /// the round decided (hand these back, start these) is applied here, between batches. Under
+    /// the eager protocol everything stops: the revocation of every partition, the join and the
+    /// sync run inside this call.
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
         self.drive_group(timeout)?;
-        if self.member.is_stable() {
+        if self.member.may_fetch() {
             self.intake
                 .resolve_positions(self.member.client(), &self.config, &self.guard)?;
             // Fetch whenever some partition ran dry, not only when all did: a partition with

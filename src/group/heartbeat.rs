@@ -10,13 +10,24 @@
 //!
 //! It has its own [`Client`] (its own connection to the coordinator), so a long Fetch or a
 //! blocking JoinGroup on the poll thread never delays a heartbeat.
+//!
+//! Under the cooperative protocol it is the membership thread: it also runs the rebalance rounds
+//! (`round.rs`: JoinGroup, assign, SyncGroup), with a second client of its own, whenever the
+//! session says one is due (`SessionState::round_due`), so the poll thread keeps fetching and
+//! processing the partitions it keeps while the group rebalances. A round's decision waits for
+//! the poll thread as a pending change (`changes.rs`); the next round waits until it was applied.
+//! Heartbeats pause while a round of ours is at the coordinator (it holds us in the join), and
+//! resume as soon as the SyncGroup is answered, also while the poll thread drains a revocation.
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::assignor::RebalanceProtocol;
+use super::member::GroupConfig;
 use super::membership::ErrorContext;
 use super::requests::{self, MemberIdentity};
+use super::round::{Round, Step};
 use super::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
@@ -28,6 +39,8 @@ pub(crate) struct HeartbeatSettings {
     pub(crate) interval: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) max_poll_interval: Duration,
+    /// Set when this thread runs the rebalance rounds (cooperative): the group's configuration.
+    pub(crate) rounds: Option<GroupConfig>,
 }
 
 pub(crate) fn spawn(
@@ -40,19 +53,26 @@ pub(crate) fn spawn(
         .spawn(move || Heartbeater::new(shared, client_config, settings).run())
 }
 
+/// The first retry of a failed round waits this long, doubling up to [`ROUND_BACKOFF_MAX`].
+/// Why 50 ms and 1 s: the poll thread's own rounds (eager) back off the same way.
+const ROUND_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const ROUND_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 struct Heartbeater {
     shared: Arc<Shared>,
     client_config: ClientConfig,
     client: Option<Client>,
+    /// The rounds' own client: unbounded request timeout (JoinGroup waits for the group), and a
+    /// metadata cache for leading.
+    round_client_config: ClientConfig,
+    round_client: Option<Client>,
     settings: HeartbeatSettings,
 }
 
 impl Heartbeater {
-    fn new(
-        shared: Arc<Shared>,
-        mut client_config: ClientConfig,
-        settings: HeartbeatSettings,
-    ) -> Self {
+    fn new(shared: Arc<Shared>, client_config: ClientConfig, settings: HeartbeatSettings) -> Self {
+        let round_client_config = client_config.clone();
+        let mut client_config = client_config;
         // A heartbeat stuck for most of a session is as good as none: bound each round trip.
         let bound = (settings.session_timeout / 3).max(Duration::from_millis(200));
         client_config.connection.request_timeout =
@@ -62,29 +82,57 @@ impl Heartbeater {
             shared,
             client_config,
             client: None,
+            round_client_config,
+            round_client: None,
             settings,
         }
     }
 
     fn run(mut self) {
         let mut next = Instant::now();
+        let mut round_backoff = ROUND_BACKOFF_MIN;
+        let mut next_round = Instant::now();
         loop {
             let mut state = self.shared.lock();
+            let mut round = None;
             loop {
                 if state.phase() == Phase::Closed {
                     log::debug!("heartbeat thread for {} exits", self.settings.group_id);
                     return;
                 }
                 let now = Instant::now();
+                let due = match state.round_due() {
+                    Some(_) if self.shared.has_failure() => None,
+                    due => due,
+                };
+                if let Some(reason) = &due {
+                    if now >= next_round {
+                        round = Some(reason.clone());
+                        break;
+                    }
+                }
                 if now >= next {
                     break;
                 }
+                let until = match due {
+                    Some(_) => next.min(next_round),
+                    None => next,
+                };
                 state = self
                     .shared
-                    .wake
-                    .wait_timeout(state, next - now)
-                    .map(|(s, _)| s)
-                    .unwrap_or_else(|p| p.into_inner().0);
+                    .wait(state, until.saturating_duration_since(now));
+            }
+            if let Some(reason) = round {
+                drop(state);
+                match self.run_round(&reason) {
+                    None => round_backoff = ROUND_BACKOFF_MIN,
+                    Some(why) => {
+                        log::info!("group {}: {why}; retrying", self.settings.group_id);
+                        next_round = Instant::now() + round_backoff;
+                        round_backoff = (round_backoff * 2).min(ROUND_BACKOFF_MAX);
+                    }
+                }
+                continue;
             }
             let now = Instant::now();
             next = now + self.settings.interval;
@@ -136,6 +184,37 @@ impl Heartbeater {
                 | HeartbeatVerdict::Rebalancing { first: false }
                 | HeartbeatVerdict::Lost
                 | HeartbeatVerdict::Fatal(_) => {}
+            }
+        }
+    }
+
+    /// One round on this thread (cooperative). None when it completed (or failed for good: the
+    /// failure waits for the poll thread); otherwise why it is retried after a backoff.
+    fn run_round(&mut self, reason: &str) -> Option<String> {
+        let config = self.settings.rounds.clone()?;
+        if self.round_client.is_none() {
+            match Client::connect(self.round_client_config.clone()) {
+                Ok(client) => self.round_client = Some(client),
+                Err(e) => {
+                    self.shared.lock().round_failed(reason);
+                    return Some(format!("cannot connect for the rebalance: {e}"));
+                }
+            }
+        }
+        let client = self.round_client.as_mut()?;
+        let mut round = Round {
+            client,
+            shared: &self.shared,
+            config: &config,
+            protocol: RebalanceProtocol::Cooperative,
+        };
+        match round.run(reason) {
+            Ok(_) => None,
+            Err(Step::Retry(why)) => Some(why),
+            Err(Step::Fail(error)) => {
+                log::error!("group {}: rebalance failed: {error}", config.group_id);
+                self.shared.set_failure(error);
+                None
             }
         }
     }

@@ -9,27 +9,23 @@
 //! Every decision is the session's (`session::SessionState`): this file sends the
 //! requests, feeds their answers in, and runs the callbacks the session returns.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::assignor::{
-    assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
-    Strategy,
-};
+use super::assignor::{select_protocol, RebalanceProtocol, Strategy};
+use super::changes::FenceHook;
 use super::commit::commit_offsets;
 pub use super::commit::{CommitResults, GroupContext};
-use super::consumer_protocol::{decode_assignment, decode_subscription, Subscription};
+use super::consumer_protocol::Subscription;
 pub use super::error::{CommitError, GroupError};
 use super::heartbeat::{self, HeartbeatSettings};
-use super::membership::{on_lost, ErrorContext, RebalanceEvent};
-use super::requests::{self, JoinParams, MemberIdentity};
-use super::session::{
-    JoinAnswer, JoinStart, LostHook, LostReason, NextStep, Refusal, Shared, Timeouts,
-};
-use crate::wire::{self, Client, ClientConfig, KafkaCode, WireError};
+use super::membership::{on_lost, RebalanceEvent};
+use super::requests::{self, MemberIdentity};
+use super::round::{Round, Step};
+use super::session::{LostHook, LostReason, NextStep, Shared, Timeouts};
+use crate::wire::{self, Client, ClientConfig, KafkaCode};
 use crate::TopicPartition;
 
 /// What a group member needs to know beyond the connection settings.
@@ -72,8 +68,6 @@ pub struct GroupMember {
     shared: Arc<Shared>,
     heartbeat: Option<JoinHandle<()>>,
     protocol: RebalanceProtocol,
-    /// Whether we led the last completed join.
-    leader: bool,
 }
 
 impl fmt::Debug for GroupMember {
@@ -110,6 +104,13 @@ impl GroupMember {
                 max_poll_interval: config.max_poll_interval,
             },
         ));
+        // Cooperative: the partitions a member keeps must flow on while the group rebalances, so
+        // the rounds run on the membership thread, beside the poll loop. Eager: every partition
+        // is revoked before the join anyway, so the poll thread runs the round itself.
+        let beside = protocol == RebalanceProtocol::Cooperative;
+        if beside {
+            shared.lock().run_rounds_beside();
+        }
         let heartbeat = heartbeat::spawn(
             shared.clone(),
             client_config,
@@ -119,6 +120,7 @@ impl GroupMember {
                 interval: config.heartbeat_interval,
                 session_timeout: config.session_timeout,
                 max_poll_interval: config.max_poll_interval,
+                rounds: beside.then(|| config.clone()),
             },
         )
         .map_err(GroupError::Thread)?;
@@ -128,7 +130,6 @@ impl GroupMember {
             shared,
             heartbeat: Some(heartbeat),
             protocol,
-            leader: false,
         })
     }
 
@@ -165,9 +166,31 @@ impl GroupMember {
         self.shared.lock().bound_session(bound);
     }
 
-    /// True while we are in a generation with nothing pending: records may be processed.
+    /// Lets the membership fence the partitions a rebalance revokes the moment it decides so
+    /// (wire it to the guard's `fence`): under the cooperative protocol the decision is taken on
+    /// the membership thread, while the poll thread may be in the middle of a batch, and the
+    /// handoff itself (drain, commit) waits for that batch's end.
+    pub fn fence_revocations_with(&self, hook: FenceHook) {
+        self.shared.lock().fence_revocations_with(hook);
+    }
+
+    /// True while we are in a generation with nothing pending.
     pub fn is_stable(&self) -> bool {
         self.shared.lock().is_stable()
+    }
+
+    /// True when records of what we own may be fetched and handed out: eager, only while
+    /// stable; cooperative, also while the group rebalances (the round runs beside the poll
+    /// loop; what moves was fenced when the round decided it).
+    pub fn may_fetch(&self) -> bool {
+        self.shared.lock().may_fetch()
+    }
+
+    /// True when the poll loop should end its batch and poll: eager, a rebalance is waiting
+    /// (everything stops for it); cooperative, a decided change waits to be applied (a handoff to
+    /// commit, new partitions to start).
+    pub fn batch_boundary_due(&self) -> bool {
+        self.shared.lock().boundary_due()
     }
 
     /// True when the group wants us to rejoin (a rebalance is in progress): the poll loop should
@@ -196,20 +219,22 @@ impl GroupMember {
         )
     }
 
-    fn context(&mut self, identity: MemberIdentity) -> GroupContext<'_> {
+    fn context(&mut self, identity: MemberIdentity, leader: bool) -> GroupContext<'_> {
         GroupContext::new(
             &mut self.client,
             &self.shared,
             &self.config.group_id,
             self.config.group_instance_id.as_deref(),
             identity,
-            self.leader,
+            leader,
         )
     }
 
-    /// Drives the membership: reports losses, and joins or rejoins when needed, calling the
-    /// listener on this thread. Returns once the member is stable or `timeout` has passed (a
-    /// JoinGroup in flight may take up to the rebalance timeout).
+    /// Drives the membership: reports losses, applies the change the membership decided, and
+    /// (eager) joins or rejoins when needed, calling the listener on this thread. Returns once
+    /// the member is stable or `timeout` has passed (an eager JoinGroup in flight may take up to
+    /// the rebalance timeout). Under the cooperative protocol the rounds run on the membership
+    /// thread: this waits for their decisions, up to `timeout`, and applies them.
     pub fn poll(
         &mut self,
         listener: &mut dyn RebalanceListener,
@@ -224,11 +249,18 @@ impl GroupMember {
         let mut backoff = Duration::from_millis(50);
         loop {
             self.report_losses(listener)?;
+            self.apply_pending(listener);
             let reason = match self.shared.lock().next_step() {
                 NextStep::Closed => return Err(GroupError::Closed),
                 NextStep::Stable => return Ok(()),
                 NextStep::Join(reason) => reason,
             };
+            if self.shared.lock().rounds_beside() {
+                if !self.wait_for_the_membership(deadline) {
+                    return Ok(());
+                }
+                continue;
+            }
             match self.rebalance(listener, &reason) {
                 Ok(()) => {
                     backoff = Duration::from_millis(50);
@@ -252,7 +284,34 @@ impl GroupMember {
         }
     }
 
+    /// Cooperative: waits until the membership thread has something for this thread (a decided
+    /// change, a loss, a failure) or the member is stable, closed, or `deadline` passed. False
+    /// when the deadline passed first.
+    fn wait_for_the_membership(&mut self, deadline: Option<Instant>) -> bool {
+        let mut state = self.shared.lock();
+        loop {
+            if state.pending().is_some()
+                || state.has_reports()
+                || self.shared.has_failure()
+                || !matches!(state.next_step(), NextStep::Join(_))
+            {
+                return true;
+            }
+            let wait = match deadline {
+                None => Duration::from_secs(1),
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return false,
+                },
+            };
+            state = self.shared.wait(state, wait);
+        }
+    }
+
     fn report_losses(&mut self, listener: &mut dyn RebalanceListener) -> Result<(), GroupError> {
+        if let Some(failure) = self.shared.take_failure() {
+            return Err(failure);
+        }
         let (lost, fatal) = self.shared.lock().take_reports();
         for (partitions, reason) in lost {
             for event in on_lost(&partitions) {
@@ -267,88 +326,26 @@ impl GroupMember {
         }
     }
 
-    fn error_context(&self) -> ErrorContext<'_> {
-        ErrorContext {
-            group_id: &self.config.group_id,
-            group_instance_id: self.config.group_instance_id.as_deref(),
+    /// The round the poll thread runs (eager), with its own client.
+    fn round(&mut self) -> Round<'_> {
+        Round {
+            client: &mut self.client,
+            shared: &self.shared,
+            config: &self.config,
+            protocol: self.protocol,
         }
     }
 
-    /// Applies the session's answer to a refused JoinGroup or SyncGroup.
-    fn refused(&mut self, refusal: Refusal) -> Step {
-        match refusal {
-            Refusal::Retry { why, rediscover } => {
-                if rediscover {
-                    self.client.invalidate_coordinator(&self.config.group_id);
-                }
-                Step::Retry(why)
-            }
-            Refusal::Fatal(fatal) => Step::Fail(GroupError::Fatal(fatal)),
-        }
-    }
-
-    /// The coordinator's node id, with a live connection to it.
-    fn coordinator(&mut self) -> Result<i32, Step> {
-        let group = &self.config.group_id;
-        let node = match self.client.find_coordinator(group) {
-            Ok(info) => info.node_id,
-            Err(e) => return Err(Step::Retry(format!("cannot find the coordinator: {e}"))),
-        };
-        if let Err(e) = self.client.connection(node) {
-            self.client.invalidate_coordinator(group);
-            return Err(Step::Retry(format!("cannot reach the coordinator: {e}")));
-        }
-        Ok(node)
-    }
-
-    /// Sends one request to the coordinator; on failure the coordinator is looked up again next
-    /// time and the member goes back to unjoined (the rebalance must be retried).
-    fn with_coordinator<T>(
-        &mut self,
-        reason: &str,
-        what: &str,
-        send: impl FnOnce(&mut wire::Connection) -> Result<T, WireError>,
-    ) -> Result<T, Step> {
-        let shared = self.shared.clone();
-        let result = self.coordinator().and_then(|node| {
-            self.client
-                .connection(node)
-                .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
-                .and_then(|conn| {
-                    // While the request is at the coordinator, our session cannot expire.
-                    shared.lock().request_sent();
-                    let sent = send(conn);
-                    shared.lock().request_done();
-                    sent.map_err(|e| Step::Retry(format!("{what} failed: {e}")))
-                })
-        });
-        if result.is_err() {
-            self.client.invalidate_coordinator(&self.config.group_id);
-            self.shared.lock().round_failed(reason);
-        }
-        result
-    }
-
-    /// One rebalance round: (eager) revoke, JoinGroup, (leader) assign, SyncGroup, then revoked
-    /// and assigned callbacks. Each step sends a request or runs callbacks and feeds the outcome
-    /// to the session, which decides what comes next.
+    /// One rebalance round on the poll thread (eager): revoke everything while the old
+    /// generation is still valid for commits, join, sync, and apply the assignment at once.
     fn rebalance(
         &mut self,
         listener: &mut dyn RebalanceListener,
         reason: &str,
     ) -> Result<(), Step> {
         self.revoke_before_join(listener, reason);
-        let start = self.shared.lock().join();
-        let joined = self.send_join(&start, reason)?;
-        let me = joined.identity.clone();
-        let assignments = if joined.leader {
-            self.lead(&joined.members, joined.protocol_name.as_deref())
-                .inspect_err(|_| self.shared.lock().round_failed(reason))?
-        } else {
-            Vec::new()
-        };
-        let assigned = self.send_sync(&me, joined.protocol_name.as_deref(), assignments, reason)?;
-        self.apply_assignment(listener, &me, &start.owned, &assigned);
+        self.round().run(reason)?;
+        self.apply_pending(listener);
         Ok(())
     }
 
@@ -362,223 +359,51 @@ impl GroupMember {
                     self.config.group_id,
                     partitions.len()
                 );
-                listener
-                    .on_partitions_revoked(&mut self.context(revoke.identity.clone()), &partitions);
+                listener.on_partitions_revoked(
+                    &mut self.context(revoke.identity.clone(), false),
+                    &partitions,
+                );
                 self.shared.lock().revoked_before_join();
             }
         }
     }
 
-    /// Sends JoinGroup with our subscription (and, cooperative, what we still own).
-    fn send_join(&mut self, start: &JoinStart, reason: &str) -> Result<JoinedRound, Step> {
-        let mut subscription = Subscription::new(self.config.topics.clone());
-        subscription.owned_partitions = start.owned.clone();
-        subscription.generation_id = start.identity.generation_id;
-        let protocols = select_protocol(&self.config.strategies, &subscription)
-            .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
-            .protocols;
-        let group_id = self.config.group_id.clone();
-        let instance_id = self.config.group_instance_id.clone();
-        let params = JoinParams {
-            group_id: &group_id,
-            instance_id: instance_id.as_deref(),
-            session_timeout: self.config.session_timeout,
-            rebalance_timeout: self.config.max_poll_interval,
-            protocols: &protocols,
-            reason,
+    /// Applies the change the membership decided (the seam of [`super::changes`]), on this
+    /// thread, at a batch boundary: revocations first, committed with the generation the change
+    /// belongs to, then the assignment; each acknowledged to the session, and the change cleared
+    /// last, which lets the membership go on (the cooperative follow-up round). A loss detected
+    /// meanwhile stops the rest; the next poll reports it.
+    fn apply_pending(&mut self, listener: &mut dyn RebalanceListener) {
+        let Some(pending) = self.shared.lock().pending().cloned() else {
+            return;
         };
-        let identity = &start.identity;
-        let sent = Instant::now();
-        let outcome = self.with_coordinator(reason, "JoinGroup", |conn| {
-            requests::join_group(conn, identity, &params)
-        })?;
-        let answer = JoinAnswer {
-            error_code: outcome.error_code,
-            generation_id: outcome.generation_id,
-            member_id: &outcome.member_id,
-            leader: &outcome.leader,
-        };
-        let ctx = self.error_context();
-        let decided = self.shared.lock().joined(sent, &answer, reason, &ctx);
-        let joined = decided.map_err(|refusal| self.refused(refusal))?;
-        self.leader = joined.leader;
-        log::info!(
-            "group {group_id}: joined generation {} as {} ({}), assignor {:?}",
-            joined.identity.generation_id,
-            joined.identity.member_id,
-            if joined.leader { "leader" } else { "follower" },
-            outcome.protocol_name
-        );
-        Ok(JoinedRound {
-            identity: joined.identity,
-            leader: joined.leader,
-            protocol_name: outcome.protocol_name,
-            members: outcome.members,
-        })
-    }
-
-    /// Sends SyncGroup (with the assignment when we lead) and returns our decoded assignment,
-    /// without the topics we did not subscribe to.
-    fn send_sync(
-        &mut self,
-        me: &MemberIdentity,
-        protocol_name: Option<&str>,
-        assignments: Vec<(String, bytes::Bytes)>,
-        reason: &str,
-    ) -> Result<Vec<TopicPartition>, Step> {
-        let group_id = self.config.group_id.clone();
-        let instance_id = self.config.group_instance_id.clone();
-        let rebalance_timeout = self.config.max_poll_interval;
-        let sent = Instant::now();
-        let (code, bytes) = self.with_coordinator(reason, "SyncGroup", |conn| {
-            requests::sync_group(
-                conn,
-                &group_id,
-                instance_id.as_deref(),
-                me,
-                protocol_name,
-                assignments,
-                rebalance_timeout,
-            )
-        })?;
-        let ctx = self.error_context();
-        let decided = self.shared.lock().synced(sent, me, code, reason, &ctx);
-        decided.map_err(|refusal| self.refused(refusal))?;
-        let assignment = decode_assignment(&bytes).map_err(|e| {
-            self.shared.lock().round_failed(reason);
-            Step::Fail(GroupError::Assignment(e))
-        })?;
-        let subscribed: BTreeSet<&str> = self.config.topics.iter().map(String::as_str).collect();
-        Ok(assignment
-            .partitions
-            .into_iter()
-            .filter(|tp| {
-                let ok = subscribed.contains(&*tp.topic);
-                if !ok {
-                    log::warn!("assigned {tp}, which we did not subscribe to: ignored");
-                }
-                ok
-            })
-            .collect())
-    }
-
-    /// The generation is complete: the session becomes stable (heartbeats resume) and says which
-    /// callbacks run, in order; a loss detected meanwhile stops the rest.
-    fn apply_assignment(
-        &mut self,
-        listener: &mut dyn RebalanceListener,
-        me: &MemberIdentity,
-        owned_before: &[TopicPartition],
-        assigned: &[TopicPartition],
-    ) {
-        let plan = self
-            .shared
-            .lock()
-            .stabilise(self.protocol, owned_before, assigned);
-        self.shared.wake.notify_all();
-        log::info!(
-            "group {}: generation {} assigns {} partition(s){}",
-            self.config.group_id,
-            me.generation_id,
-            plan.owned_after.len(),
-            if plan.rejoin {
-                ", follow-up rebalance needed"
-            } else {
-                ""
-            }
-        );
-        for event in plan.events.iter().cloned() {
+        let me = pending.identity.clone();
+        for event in pending.plan.events.iter().cloned() {
             match event {
                 RebalanceEvent::Revoke(partitions) => {
-                    listener.on_partitions_revoked(&mut self.context(me.clone()), &partitions);
-                    self.shared.lock().revoked(me, &partitions);
+                    listener.on_partitions_revoked(
+                        &mut self.context(me.clone(), pending.leader),
+                        &partitions,
+                    );
+                    self.shared.lock().revoked(&me, &partitions);
                 }
                 RebalanceEvent::Assign(partitions) => {
-                    if !self.shared.lock().assigning(me, &plan) {
+                    if !self.shared.lock().assigning(&me, &pending.plan) {
                         // Lost while the revocation ran: the next poll reports it.
-                        return;
+                        break;
                     }
-                    listener.on_partitions_assigned(&mut self.context(me.clone()), &partitions);
+                    listener.on_partitions_assigned(
+                        &mut self.context(me.clone(), pending.leader),
+                        &partitions,
+                    );
                 }
                 RebalanceEvent::Lost(partitions) => {
                     listener.on_partitions_lost(&partitions, &LostReason::Fenced(KafkaCode::NONE));
                 }
             }
         }
-    }
-
-    /// As leader: decode every member's subscription, learn the partition counts, run the
-    /// assignor the coordinator selected, and encode each member's assignment.
-    fn lead(
-        &mut self,
-        members: &[(String, Option<String>, bytes::Bytes)],
-        protocol_name: Option<&str>,
-    ) -> Result<Vec<(String, bytes::Bytes)>, Step> {
-        let name = protocol_name.unwrap_or_default();
-        let assignor = assignor_for(name)
-            .ok_or_else(|| Step::Fail(GroupError::UnknownAssignor(name.to_string())))?;
-        let mut subscriptions = Vec::with_capacity(members.len());
-        for (member_id, instance_id, metadata) in members {
-            match decode_subscription(metadata) {
-                Ok(decoded) => subscriptions.push(MemberSubscription::new(
-                    member_id.clone(),
-                    instance_id.clone(),
-                    decoded,
-                )),
-                Err(e) => log::warn!(
-                    "member {member_id} sent a malformed subscription ({e}); it gets no partitions"
-                ),
-            }
-        }
-        let topics: BTreeSet<String> = subscriptions
-            .iter()
-            .flat_map(|m| m.subscription.topics.iter().cloned())
-            .collect();
-        // Fresh metadata, not the cache: partitions added since the last refresh must be
-        // assigned too. One request for every subscribed topic, not one per topic: a topic that
-        // does not exist (yet) is skipped and reported, as Java does, instead of being retried
-        // until the group's session runs out. (The request also gives the followers' SyncGroup
-        // time to reach librdkafka's mock first, which refuses those that come after the
-        // leader's: see `quirks::LATE_SYNC_GROUP_REFUSAL`.)
-        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        let mut partitions_per_topic = BTreeMap::new();
-        match self.client.metadata(&names) {
-            Ok(metadata) => {
-                for topic in metadata {
-                    match topic.error {
-                        None if !topic.partitions.is_empty() => {
-                            partitions_per_topic
-                                .insert(topic.name.to_string(), topic.partitions.len() as i32);
-                        }
-                        error => log::warn!(
-                            "group {}: subscribed topic {} is not assignable ({}): it gets no \
-                             partitions until it exists and the group rebalances",
-                            self.config.group_id,
-                            topic.name,
-                            error.map_or("no partitions".to_string(), |e| format!("{e:?}"))
-                        ),
-                    }
-                }
-            }
-            Err(e) => {
-                log::warn!(
-                    "metadata refresh before assigning failed ({e}); using cached partition counts"
-                );
-                for topic in &topics {
-                    if let Some(count) = self.client.cached_partition_count(topic) {
-                        partitions_per_topic.insert(topic.clone(), count as i32);
-                    }
-                }
-            }
-        }
-        for topic in &topics {
-            if !partitions_per_topic.contains_key(topic) {
-                log::warn!("no metadata for subscribed topic {topic}: it gets no partitions");
-            }
-        }
-        let encoded = assign_and_encode(assignor, &subscriptions, &partitions_per_topic)
-            .map_err(|e| Step::Fail(GroupError::Leader(e)))?;
-        Ok(encoded.into_iter().collect())
+        self.shared.lock().changes_applied(&me);
+        self.shared.wake.notify_all();
     }
 
     /// Leaves the group: revokes (and so commits) everything through the listener while the
@@ -590,29 +415,58 @@ impl GroupMember {
         let Some((identity, events)) = self.shared.lock().leave() else {
             return Ok(());
         };
+        let leader = self
+            .shared
+            .lock()
+            .pending()
+            .is_some_and(|p| p.leader && p.identity == identity);
         for event in events {
             if let RebalanceEvent::Revoke(partitions) = event {
-                listener.on_partitions_revoked(&mut self.context(identity.clone()), &partitions);
+                listener.on_partitions_revoked(
+                    &mut self.context(identity.clone(), leader),
+                    &partitions,
+                );
             }
         }
+        let beside = self.shared.lock().rounds_beside();
         self.shared.lock().close();
         self.shared.wake.notify_all();
+        // Cooperative: the membership thread may be inside a JoinGroup the coordinator holds
+        // until the group re-forms; leaving first ends that wait (the coordinator answers it)
+        // instead of making close wait for the whole rebalance. Eager: no round can be running
+        // (this thread runs them), and no heartbeat goes out after the LeaveGroup.
+        if !beside {
+            self.stop_membership_thread();
+        }
+        let left = self.leave_group(&identity);
+        self.stop_membership_thread();
+        left
+    }
+
+    fn stop_membership_thread(&mut self) {
         if let Some(handle) = self.heartbeat.take() {
             let _ = handle.join();
         }
+    }
+
+    /// Sends LeaveGroup for `identity` unless the member is static (a static member keeps its
+    /// partitions across a restart within the session timeout) or never joined.
+    fn leave_group(&mut self, identity: &MemberIdentity) -> Result<(), GroupError> {
         if self.config.group_instance_id.is_some() || identity.member_id.is_empty() {
             return Ok(());
         }
         let group_id = self.config.group_id.clone();
-        match self.with_coordinator("closing", "LeaveGroup", |conn| {
-            requests::leave_group(
-                conn,
-                &group_id,
-                None,
-                &identity.member_id,
-                "consumer closed",
-            )
-        }) {
+        match self
+            .round()
+            .with_coordinator("closing", "LeaveGroup", |conn| {
+                requests::leave_group(
+                    conn,
+                    &group_id,
+                    None,
+                    &identity.member_id,
+                    "consumer closed",
+                )
+            }) {
             Ok(KafkaCode::NONE) => log::info!("left group {group_id}"),
             Ok(code) => log::warn!("LeaveGroup answered error {code}"),
             Err(Step::Retry(why)) => log::warn!("cannot leave group {group_id}: {why}"),
@@ -624,28 +478,21 @@ impl GroupMember {
 
 impl Drop for GroupMember {
     fn drop(&mut self) {
-        self.shared.lock().close();
+        let beside = {
+            let mut state = self.shared.lock();
+            state.close();
+            state.rounds_beside()
+        };
         self.shared.wake.notify_all();
         if let Some(handle) = self.heartbeat.take() {
-            let _ = handle.join();
+            // Cooperative: the membership thread may be in a JoinGroup the coordinator holds for
+            // up to the rebalance timeout; it sees the member closed when the answer comes and
+            // exits then, sending nothing more. Dropping does not wait for that.
+            if !beside {
+                let _ = handle.join();
+            }
         }
     }
-}
-
-/// A completed JoinGroup, with what the leader needs to assign.
-struct JoinedRound {
-    identity: MemberIdentity,
-    leader: bool,
-    protocol_name: Option<String>,
-    members: Vec<(String, Option<String>, bytes::Bytes)>,
-}
-
-/// The outcome of a failed rebalance step.
-enum Step {
-    /// Try again after a backoff (coordinator moved, rebalance in progress, member id required).
-    Retry(String),
-    /// Give up: the caller gets the error.
-    Fail(GroupError),
 }
 
 /// The span of one `poll` call: while it lives, `max.poll.interval.ms` does not run (joining,

@@ -39,14 +39,17 @@ pub use membership::{
     RebalancePlan,
 };
 
+mod changes;
 mod commit;
 mod error;
 mod heartbeat;
 pub mod member;
 mod quirks;
 pub mod requests;
+mod round;
 mod session;
 
+pub use changes::FenceHook;
 pub use member::{
     CommitError, GroupConfig, GroupContext, GroupError, GroupMember, RebalanceListener,
 };

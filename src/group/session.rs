@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
+use super::changes::{FenceHook, Pending};
 use super::membership::{
     after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, FatalError, GroupApi,
     RebalanceEvent, RebalancePlan,
@@ -196,6 +197,17 @@ pub(crate) struct SessionState {
     /// Fences partitions whose ownership ended without a handoff.
     hook: LostHook,
     timeouts: Timeouts,
+    /// True when rebalance rounds run on the membership (heartbeat) thread, beside the poll
+    /// loop (the cooperative protocol); false when the poll thread runs them (eager).
+    rounds_beside: bool,
+    /// The application has polled once: the membership thread starts joining only then, as a
+    /// poll-driven member would.
+    polled: bool,
+    /// The ownership change decided and not yet applied by the poll thread (see
+    /// [`super::changes`]).
+    pending: Option<Pending>,
+    /// Fences partitions a decided change revokes, the moment it is decided.
+    fence_hook: Option<FenceHook>,
 }
 
 impl SessionState {
@@ -215,7 +227,21 @@ impl SessionState {
             session_bound: None,
             hook,
             timeouts,
+            rounds_beside: false,
+            polled: false,
+            pending: None,
+            fence_hook: None,
         }
+    }
+
+    /// Rounds run on the membership thread from now on (cooperative), not on the poll thread.
+    pub(crate) fn run_rounds_beside(&mut self) {
+        self.rounds_beside = true;
+    }
+
+    /// Revocations are fenced through `hook` the moment they are decided.
+    pub(crate) fn fence_revocations_with(&mut self, hook: FenceHook) {
+        self.fence_hook = Some(hook);
     }
 
     // ------------------------------------------------------------------------------------------
@@ -244,6 +270,52 @@ impl SessionState {
     /// In a generation with nothing pending: records may be processed.
     pub(crate) fn is_stable(&self) -> bool {
         self.phase == Phase::Stable && self.rejoin.is_none()
+    }
+
+    /// True when rounds run on the membership thread (cooperative).
+    pub(crate) fn rounds_beside(&self) -> bool {
+        self.rounds_beside
+    }
+
+    /// The decided change the poll thread must apply, if any.
+    pub(crate) fn pending(&self) -> Option<&Pending> {
+        self.pending.as_ref()
+    }
+
+    /// True when the poll thread should end its batch and poll: eager, a rejoin is pending (the
+    /// poll thread runs it, and everything stops meanwhile); cooperative, a decided change waits
+    /// to be applied (a rebalance merely in progress does not stop the batch).
+    pub(crate) fn boundary_due(&self) -> bool {
+        if self.rounds_beside {
+            self.pending.is_some()
+        } else {
+            self.rejoin.is_some()
+        }
+    }
+
+    /// True when the poll thread may fetch and hand out records of what it owns: eager, only
+    /// while stable; cooperative, also while a round runs beside it (the partitions it keeps
+    /// flow on; those it hands back were fenced when the round decided so).
+    pub(crate) fn may_fetch(&self) -> bool {
+        if self.rounds_beside {
+            self.phase != Phase::Closed
+        } else {
+            self.is_stable()
+        }
+    }
+
+    /// The membership thread's question: should it run a round now, and why. Only when rounds
+    /// run beside the poll loop, the application has polled, no decided change still waits for
+    /// the poll thread (the second cooperative JoinGroup must not list what is being handed back,
+    /// nor go out before its commit), and no failure waits to be reported.
+    pub(crate) fn round_due(&self) -> Option<String> {
+        if !self.rounds_beside || !self.polled || self.pending.is_some() || self.fatal.is_some() {
+            return None;
+        }
+        match self.next_step() {
+            NextStep::Join(reason) => Some(reason),
+            NextStep::Closed | NextStep::Stable => None,
+        }
     }
 
     /// What the poll thread does next.
@@ -289,6 +361,7 @@ impl SessionState {
     /// The application's thread entered `poll`: from now on its time is the library's.
     pub(crate) fn enter_poll(&mut self) {
         self.in_poll = true;
+        self.polled = true;
     }
 
     /// `poll` returned at `now`: `max.poll.interval.ms` runs from here.
@@ -327,6 +400,9 @@ impl SessionState {
             (self.hook)(&owned);
         }
         self.lost.push((owned, reason.clone()));
+        // A decided change of the ended membership is void: nothing of it is committed or
+        // handed out (its revocations were fenced with everything else just now).
+        self.pending = None;
         self.identity.generation_id = -1;
         if reset_member_id {
             self.identity.member_id.clear();
@@ -336,6 +412,11 @@ impl SessionState {
         }
         self.rejoin
             .get_or_insert_with(|| format!("assignment lost: {reason:?}"));
+    }
+
+    /// True when losses or a fatal error wait for the poll thread.
+    pub(crate) fn has_reports(&self) -> bool {
+        !self.lost.is_empty() || self.fatal.is_some()
     }
 
     /// The losses (already fenced) and the fatal error the poll thread must still report.
@@ -408,7 +489,9 @@ impl SessionState {
 
     /// JoinGroup is about to be sent: heartbeats pause, the pending rejoin is being served.
     pub(crate) fn join(&mut self) -> JoinStart {
-        self.phase = Phase::Joining;
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Joining;
+        }
         self.rejoin = None;
         JoinStart {
             identity: self.identity.clone(),
@@ -488,6 +571,52 @@ impl SessionState {
         plan
     }
 
+    /// The generation `me` is complete with `assigned` (as [`stabilise`](Self::stabilise)), and
+    /// the change is left for the poll thread to apply at its next batch boundary (see
+    /// [`super::changes`]): the partitions it revokes are fenced now, through the fence hook,
+    /// under this lock, so no record of theirs is handed out from here on while the kept ones
+    /// flow on. Returns the plan, for the log.
+    pub(crate) fn post_assignment(
+        &mut self,
+        protocol: RebalanceProtocol,
+        me: &MemberIdentity,
+        leader: bool,
+        owned_before: &[TopicPartition],
+        assigned: &[TopicPartition],
+    ) -> RebalancePlan {
+        if self.phase == Phase::Closed {
+            // Closed while the round ran (on the membership thread): nothing more to apply.
+            return after_sync(protocol, owned_before, assigned);
+        }
+        let plan = self.stabilise(protocol, owned_before, assigned);
+        let pending = Pending {
+            identity: me.clone(),
+            leader,
+            plan: plan.clone(),
+        };
+        let revoked = pending.revoked();
+        if let (false, Some(fence)) = (revoked.is_empty(), &self.fence_hook) {
+            log::info!(
+                "generation {} revokes {} partition(s): fenced now, handed off at the next batch \
+                 boundary",
+                me.generation_id,
+                revoked.len()
+            );
+            fence(&revoked);
+        }
+        self.pending = Some(pending);
+        plan
+    }
+
+    /// The poll thread applied the change of generation `me` (revocations committed, assignment
+    /// handed out, or stopped by a loss): the membership may go on (the cooperative follow-up
+    /// round may start). A change of another generation stays.
+    pub(crate) fn changes_applied(&mut self, me: &MemberIdentity) {
+        if self.pending.as_ref().is_some_and(|p| p.identity == *me) {
+            self.pending = None;
+        }
+    }
+
     /// A revocation in generation `me` ran: those partitions are no longer ours (unless the
     /// generation ended meanwhile, and with it everything we owned).
     pub(crate) fn revoked(&mut self, me: &MemberIdentity, partitions: &[TopicPartition]) {
@@ -526,6 +655,7 @@ impl SessionState {
     /// Closed: we own nothing, and the heartbeat thread exits.
     pub(crate) fn close(&mut self) {
         self.owned.clear();
+        self.pending = None;
         self.phase = Phase::Closed;
     }
 
@@ -576,6 +706,15 @@ impl SessionState {
                 log::error!("offset commit: {fatal}");
                 self.lose(LostReason::Fenced(code), true);
                 self.fatal = Some(fatal);
+            }
+            _ if self.phase == Phase::Joining => {
+                // A round of ours is at the coordinator (cooperative: the membership thread runs
+                // it while the application commits what it kept processing): that round is the
+                // rejoin; asking for another would cost the group a needless extra round.
+                log::info!(
+                    "offset commit refused for generation {} (error {code}) while rejoining",
+                    identity.generation_id
+                );
             }
             _ => {
                 if self.request_rejoin("offset commit refused for this generation") {
@@ -690,10 +829,15 @@ pub(crate) fn membership_refusal(codes: impl IntoIterator<Item = KafkaCode>) -> 
     })
 }
 
-/// The session behind its one mutex, and the condvar that wakes the heartbeat thread.
+/// The session behind its one mutex, and the condvar that wakes the heartbeat thread (and the
+/// poll thread waiting for the membership thread's decisions).
 pub(crate) struct Shared {
     state: Mutex<SessionState>,
     pub(crate) wake: Condvar,
+    /// A round on the membership thread failed for good (no assignor in common, an assignment
+    /// that does not decode, ...): the poll thread returns it from its next poll, as it would
+    /// have returned it from a round of its own. No round runs while it waits there.
+    failure: Mutex<Option<super::error::GroupError>>,
 }
 
 impl Shared {
@@ -701,7 +845,42 @@ impl Shared {
         Shared {
             state: Mutex::new(SessionState::new(hook, timeouts, Instant::now())),
             wake: Condvar::new(),
+            failure: Mutex::new(None),
         }
+    }
+
+    /// Waits on the condvar for at most `timeout`.
+    pub(crate) fn wait<'a>(
+        &self,
+        state: MutexGuard<'a, SessionState>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, SessionState> {
+        self.wake
+            .wait_timeout(state, timeout)
+            .map(|(s, _)| s)
+            .unwrap_or_else(|p| p.into_inner().0)
+    }
+
+    /// The membership thread's round failed for good: kept for the poll thread.
+    pub(crate) fn set_failure(&self, error: super::error::GroupError) {
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+        self.wake.notify_all();
+    }
+
+    /// A failure waits for the poll thread.
+    pub(crate) fn has_failure(&self) -> bool {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Takes the failure to report.
+    pub(crate) fn take_failure(&self) -> Option<super::error::GroupError> {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// No code that can panic runs while the lock is held, so a poisoned lock still guards a

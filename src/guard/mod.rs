@@ -15,7 +15,9 @@
 //!    buffered and in-flight work through the caller's flush function and commits the contiguous
 //!    completed position (`last + 1`) only when that flush succeeded; failures are aggregated into
 //!    one [`OffsetCommitError`] naming only the failed partitions, raised after every partition was
-//!    fenced and pruned.
+//!    fenced and pruned. Its fence step may run alone, earlier ([`fence`](RebalanceGuard::fence)),
+//!    from the thread that learns the partitions move; the revocation that follows fences nothing
+//!    new and hands them off as above.
 //! 4. **Lost** fences and discards: no flush, no commit. Another member may own the partitions.
 //! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one rebalance.
 //! 6. **Completed beyond the gap**: every commit carries, in its metadata, the offsets above its
@@ -75,6 +77,8 @@ struct PartitionState<M> {
     fenced_rejected: u64,
     completed_after_revocation: u64,
     rebalances: u64,
+    /// Set by [`RebalanceGuard::fence`]: `Draining` ahead of the revocation that hands it off.
+    fenced_ahead: bool,
 }
 
 impl<M> PartitionState<M> {
@@ -233,14 +237,15 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 fenced_rejected: 0,
                 completed_after_revocation: 0,
                 rebalances: 0,
+                fenced_ahead: false,
             });
             match state.status {
                 OwnerStatus::Owned => {
                     log::debug!("{tp} assigned while already owned: keeping its progress");
                 }
                 OwnerStatus::Draining => {
-                    // Cannot happen through the guard's own API (revoke holds Draining only
-                    // between its phases); refuse to resurrect a partition mid-handoff.
+                    // A handoff is under way (between `fence` and `revoke`, or between revoke's
+                    // phases): refuse to resurrect a partition mid-handoff.
                     log::warn!("{tp} assigned while its revocation is still draining: ignored");
                 }
                 OwnerStatus::Revoked | OwnerStatus::Lost => {
@@ -560,6 +565,36 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         Some(previous)
     }
 
+    /// The fence step of a revocation (rule 3), alone: from now on no message of these owned
+    /// partitions is admitted and no queued one starts, while work already running may still
+    /// complete and count. Nothing is flushed, committed or pruned: the [`revoke`](Self::revoke)
+    /// that follows does that, on the thread that can drain and commit.
+    ///
+    /// For a membership that learns of a revocation on another thread than the one processing
+    /// records (a cooperative SyncGroup answered on the membership thread): the partitions stop
+    /// at that moment, not at the processing thread's next batch boundary. Returns the partitions
+    /// it fenced (those owned here).
+    pub fn fence(&self, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
+        let mut inner = self.lock();
+        let mut fenced = Vec::new();
+        for tp in partitions {
+            if let Some(state) = inner.partitions.get_mut(tp) {
+                if state.status == OwnerStatus::Owned {
+                    state.status = OwnerStatus::Draining;
+                    state.fenced_ahead = true;
+                    fenced.push(tp.clone());
+                }
+            }
+        }
+        if !fenced.is_empty() {
+            log::info!(
+                "fenced {} partition(s) ahead of their revocation",
+                fenced.len()
+            );
+        }
+        fenced
+    }
+
     /// Hands off revoked partitions: fence all, then flush each, then commit `last + 1` for each
     /// partition whose flush succeeded, then prune.
     ///
@@ -585,8 +620,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             let mut inner = self.lock();
             for tp in partitions {
                 match inner.partitions.get_mut(tp) {
-                    Some(state) if state.status == OwnerStatus::Owned => {
+                    Some(state)
+                        if state.status == OwnerStatus::Owned
+                            || (state.status == OwnerStatus::Draining && state.fenced_ahead) =>
+                    {
                         state.status = OwnerStatus::Draining;
+                        state.fenced_ahead = false;
                         // Running first: taking the buffered ones marks them running.
                         let running = state.progress.running_offsets();
                         let batch = FlushBatch {
@@ -745,6 +784,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 continue;
             }
             state.status = OwnerStatus::Lost;
+            state.fenced_ahead = false;
             state.epoch += 1;
             state.rebalances += 1;
             discarded.extend(state.progress.clear());

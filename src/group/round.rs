@@ -1,0 +1,324 @@
+//! One rebalance round of the classic protocol: JoinGroup, (as leader) the assignment, SyncGroup,
+//! and the session's decision on its answer, posted for the poll thread (see [`super::changes`]).
+//!
+//! The same round runs on the thread that owns it: the poll thread under the eager protocol
+//! (`GroupMember::poll`, which revokes everything first and applies the change right after), the
+//! membership thread under the cooperative protocol (`heartbeat.rs`), beside the poll loop, which
+//! keeps processing the partitions it keeps. Each step sends one request and feeds its answer to
+//! the session, which decides what comes next; the round itself keeps no state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use super::assignor::{
+    assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
+};
+use super::consumer_protocol::{decode_assignment, decode_subscription, Subscription};
+use super::error::GroupError;
+use super::member::GroupConfig;
+use super::membership::ErrorContext;
+use super::requests::{self, JoinParams, MemberIdentity};
+use super::session::{JoinAnswer, JoinStart, Phase, Refusal, Shared};
+use crate::wire::{self, Client, WireError};
+use crate::TopicPartition;
+
+/// The outcome of a failed round step.
+pub(crate) enum Step {
+    /// Try again after a backoff (coordinator moved, rebalance in progress, member id required).
+    Retry(String),
+    /// Give up: the poll thread's caller gets the error.
+    Fail(GroupError),
+}
+
+/// A completed JoinGroup, with what the leader needs to assign.
+struct JoinedRound {
+    identity: MemberIdentity,
+    leader: bool,
+    protocol_name: Option<String>,
+    members: Vec<(String, Option<String>, bytes::Bytes)>,
+}
+
+/// The parts a round works with, borrowed from the thread that runs it.
+pub(crate) struct Round<'a> {
+    pub(crate) client: &'a mut Client,
+    pub(crate) shared: &'a Shared,
+    pub(crate) config: &'a GroupConfig,
+    pub(crate) protocol: RebalanceProtocol,
+}
+
+impl Round<'_> {
+    /// JoinGroup, (leader) assign, SyncGroup; then the session completes the generation and
+    /// posts the change for the poll thread (revocations fenced at once). On failure the session
+    /// is back to unjoined with the rejoin still pending.
+    pub(crate) fn run(&mut self, reason: &str) -> Result<(), Step> {
+        let start = self.shared.lock().join();
+        self.still_open()?;
+        let joined = self.send_join(&start, reason)?;
+        self.still_open()?;
+        let me = joined.identity.clone();
+        let assignments = if joined.leader {
+            self.lead(&joined.members, joined.protocol_name.as_deref())
+                .inspect_err(|_| self.shared.lock().round_failed(reason))?
+        } else {
+            Vec::new()
+        };
+        let assigned = self.send_sync(&me, joined.protocol_name.as_deref(), assignments, reason)?;
+        let plan = self.shared.lock().post_assignment(
+            self.protocol,
+            &me,
+            joined.leader,
+            &start.owned,
+            &assigned,
+        );
+        self.shared.wake.notify_all();
+        log::info!(
+            "group {}: generation {} assigns {} partition(s){}",
+            self.config.group_id,
+            me.generation_id,
+            plan.owned_after.len(),
+            if plan.rejoin {
+                ", follow-up rebalance needed"
+            } else {
+                ""
+            }
+        );
+        Ok(())
+    }
+
+    /// The member was closed (from the poll thread) while this round ran on the membership
+    /// thread: the round stops; nothing more is sent for it.
+    fn still_open(&self) -> Result<(), Step> {
+        if self.shared.lock().phase() == Phase::Closed {
+            return Err(Step::Retry("the member was closed".to_string()));
+        }
+        Ok(())
+    }
+
+    fn error_context(&self) -> ErrorContext<'_> {
+        ErrorContext {
+            group_id: &self.config.group_id,
+            group_instance_id: self.config.group_instance_id.as_deref(),
+        }
+    }
+
+    /// Applies the session's answer to a refused JoinGroup or SyncGroup.
+    fn refused(&mut self, refusal: Refusal) -> Step {
+        match refusal {
+            Refusal::Retry { why, rediscover } => {
+                if rediscover {
+                    self.client.invalidate_coordinator(&self.config.group_id);
+                }
+                Step::Retry(why)
+            }
+            Refusal::Fatal(fatal) => Step::Fail(GroupError::Fatal(fatal)),
+        }
+    }
+
+    /// The coordinator's node id, with a live connection to it.
+    fn coordinator(&mut self) -> Result<i32, Step> {
+        let group = &self.config.group_id;
+        let node = match self.client.find_coordinator(group) {
+            Ok(info) => info.node_id,
+            Err(e) => return Err(Step::Retry(format!("cannot find the coordinator: {e}"))),
+        };
+        if let Err(e) = self.client.connection(node) {
+            self.client.invalidate_coordinator(group);
+            return Err(Step::Retry(format!("cannot reach the coordinator: {e}")));
+        }
+        Ok(node)
+    }
+
+    /// Sends one request to the coordinator; on failure the coordinator is looked up again next
+    /// time and the member goes back to unjoined (the rebalance must be retried).
+    pub(crate) fn with_coordinator<T>(
+        &mut self,
+        reason: &str,
+        what: &str,
+        send: impl FnOnce(&mut wire::Connection) -> Result<T, WireError>,
+    ) -> Result<T, Step> {
+        let shared = self.shared;
+        let result = self.coordinator().and_then(|node| {
+            self.client
+                .connection(node)
+                .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
+                .and_then(|conn| {
+                    // While the request is at the coordinator, our session cannot expire.
+                    shared.lock().request_sent();
+                    let sent = send(conn);
+                    shared.lock().request_done();
+                    sent.map_err(|e| Step::Retry(format!("{what} failed: {e}")))
+                })
+        });
+        if result.is_err() {
+            self.client.invalidate_coordinator(&self.config.group_id);
+            self.shared.lock().round_failed(reason);
+        }
+        result
+    }
+
+    /// Sends JoinGroup with our subscription (and, cooperative, what we still own).
+    fn send_join(&mut self, start: &JoinStart, reason: &str) -> Result<JoinedRound, Step> {
+        let mut subscription = Subscription::new(self.config.topics.clone());
+        subscription.owned_partitions = start.owned.clone();
+        subscription.generation_id = start.identity.generation_id;
+        let protocols = select_protocol(&self.config.strategies, &subscription)
+            .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
+            .protocols;
+        let group_id = self.config.group_id.clone();
+        let instance_id = self.config.group_instance_id.clone();
+        let params = JoinParams {
+            group_id: &group_id,
+            instance_id: instance_id.as_deref(),
+            session_timeout: self.config.session_timeout,
+            rebalance_timeout: self.config.max_poll_interval,
+            protocols: &protocols,
+            reason,
+        };
+        let identity = &start.identity;
+        let sent = Instant::now();
+        let outcome = self.with_coordinator(reason, "JoinGroup", |conn| {
+            requests::join_group(conn, identity, &params)
+        })?;
+        let answer = JoinAnswer {
+            error_code: outcome.error_code,
+            generation_id: outcome.generation_id,
+            member_id: &outcome.member_id,
+            leader: &outcome.leader,
+        };
+        let ctx = self.error_context();
+        let decided = self.shared.lock().joined(sent, &answer, reason, &ctx);
+        let joined = decided.map_err(|refusal| self.refused(refusal))?;
+        log::info!(
+            "group {group_id}: joined generation {} as {} ({}), assignor {:?}",
+            joined.identity.generation_id,
+            joined.identity.member_id,
+            if joined.leader { "leader" } else { "follower" },
+            outcome.protocol_name
+        );
+        Ok(JoinedRound {
+            identity: joined.identity,
+            leader: joined.leader,
+            protocol_name: outcome.protocol_name,
+            members: outcome.members,
+        })
+    }
+
+    /// Sends SyncGroup (with the assignment when we lead) and returns our decoded assignment,
+    /// without the topics we did not subscribe to.
+    fn send_sync(
+        &mut self,
+        me: &MemberIdentity,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, bytes::Bytes)>,
+        reason: &str,
+    ) -> Result<Vec<TopicPartition>, Step> {
+        let group_id = self.config.group_id.clone();
+        let instance_id = self.config.group_instance_id.clone();
+        let rebalance_timeout = self.config.max_poll_interval;
+        let sent = Instant::now();
+        let (code, bytes) = self.with_coordinator(reason, "SyncGroup", |conn| {
+            requests::sync_group(
+                conn,
+                &group_id,
+                instance_id.as_deref(),
+                me,
+                protocol_name,
+                assignments,
+                rebalance_timeout,
+            )
+        })?;
+        let ctx = self.error_context();
+        let decided = self.shared.lock().synced(sent, me, code, reason, &ctx);
+        decided.map_err(|refusal| self.refused(refusal))?;
+        let assignment = decode_assignment(&bytes).map_err(|e| {
+            self.shared.lock().round_failed(reason);
+            Step::Fail(GroupError::Assignment(e))
+        })?;
+        let subscribed: BTreeSet<&str> = self.config.topics.iter().map(String::as_str).collect();
+        Ok(assignment
+            .partitions
+            .into_iter()
+            .filter(|tp| {
+                let ok = subscribed.contains(&*tp.topic);
+                if !ok {
+                    log::warn!("assigned {tp}, which we did not subscribe to: ignored");
+                }
+                ok
+            })
+            .collect())
+    }
+
+    /// As leader: decode every member's subscription, learn the partition counts, run the
+    /// assignor the coordinator selected, and encode each member's assignment.
+    fn lead(
+        &mut self,
+        members: &[(String, Option<String>, bytes::Bytes)],
+        protocol_name: Option<&str>,
+    ) -> Result<Vec<(String, bytes::Bytes)>, Step> {
+        let name = protocol_name.unwrap_or_default();
+        let assignor = assignor_for(name)
+            .ok_or_else(|| Step::Fail(GroupError::UnknownAssignor(name.to_string())))?;
+        let mut subscriptions = Vec::with_capacity(members.len());
+        for (member_id, instance_id, metadata) in members {
+            match decode_subscription(metadata) {
+                Ok(decoded) => subscriptions.push(MemberSubscription::new(
+                    member_id.clone(),
+                    instance_id.clone(),
+                    decoded,
+                )),
+                Err(e) => log::warn!(
+                    "member {member_id} sent a malformed subscription ({e}); it gets no partitions"
+                ),
+            }
+        }
+        let topics: BTreeSet<String> = subscriptions
+            .iter()
+            .flat_map(|m| m.subscription.topics.iter().cloned())
+            .collect();
+        // Fresh metadata, not the cache: partitions added since the last refresh must be
+        // assigned too. One request for every subscribed topic, not one per topic: a topic that
+        // does not exist (yet) is skipped and reported, as Java does, instead of being retried
+        // until the group's session runs out. (The request also gives the followers' SyncGroup
+        // time to reach librdkafka's mock first, which refuses those that come after the
+        // leader's: see `quirks::LATE_SYNC_GROUP_REFUSAL`.)
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let mut partitions_per_topic = BTreeMap::new();
+        match self.client.metadata(&names) {
+            Ok(metadata) => {
+                for topic in metadata {
+                    match topic.error {
+                        None if !topic.partitions.is_empty() => {
+                            partitions_per_topic
+                                .insert(topic.name.to_string(), topic.partitions.len() as i32);
+                        }
+                        error => log::warn!(
+                            "group {}: subscribed topic {} is not assignable ({}): it gets no \
+                             partitions until it exists and the group rebalances",
+                            self.config.group_id,
+                            topic.name,
+                            error.map_or("no partitions".to_string(), |e| format!("{e:?}"))
+                        ),
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!(
+                    "metadata refresh before assigning failed ({e}); using cached partition counts"
+                );
+                for topic in &topics {
+                    if let Some(count) = self.client.cached_partition_count(topic) {
+                        partitions_per_topic.insert(topic.clone(), count as i32);
+                    }
+                }
+            }
+        }
+        for topic in &topics {
+            if !partitions_per_topic.contains_key(topic) {
+                log::warn!("no metadata for subscribed topic {topic}: it gets no partitions");
+            }
+        }
+        let encoded = assign_and_encode(assignor, &subscriptions, &partitions_per_topic)
+            .map_err(|e| Step::Fail(GroupError::Leader(e)))?;
+        Ok(encoded.into_iter().collect())
+    }
+}
