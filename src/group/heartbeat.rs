@@ -124,7 +124,12 @@ impl Heartbeater {
             }
             if let Some(reason) = round {
                 drop(state);
-                match self.run_round(&reason) {
+                let outcome = self.run_round(&reason);
+                // The heartbeat schedule restarts when the round ends (as the poll thread's
+                // rounds never stopped it): a retry within the backoff goes out before the next
+                // tick, and the session checks resume one interval later.
+                next = Instant::now() + self.settings.interval;
+                match outcome {
                     None => round_backoff = ROUND_BACKOFF_MIN,
                     Some(why) => {
                         log::info!("group {}: {why}; retrying", self.settings.group_id);

@@ -9,18 +9,27 @@ use rebalance_guard::consumer::ConsumerConfig;
 use rebalance_guard::wire::{Client, ClientConfig};
 use rebalance_guard::TopicPartition;
 
-use super::{unique_name, Broker, BrokerKind, MockCluster, MockOptions};
+use super::{unique_name, Broker, BrokerKind, MockCluster, MockOptions, FAST_REBALANCE};
 
-/// A consumer configuration for tests: earliest reset, 6 s session with 500 ms heartbeats (the
-/// mock's rebalances wait session - 1 s), short fetch waits, `range`; `extra` overrides any of it.
+/// A consumer configuration for tests: earliest reset, the group timings of [`FAST_REBALANCE`],
+/// short fetch waits, `range`; `extra` overrides any of it.
 pub fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
     let mut props: Vec<(String, String)> = vec![
         ("bootstrap.servers".into(), bootstrap.into()),
         ("group.id".into(), group.into()),
         ("auto.offset.reset".into(), "earliest".into()),
-        ("session.timeout.ms".into(), "6000".into()),
-        ("heartbeat.interval.ms".into(), "500".into()),
-        ("max.poll.interval.ms".into(), "30000".into()),
+        (
+            "session.timeout.ms".into(),
+            FAST_REBALANCE.session_timeout_ms.to_string(),
+        ),
+        (
+            "heartbeat.interval.ms".into(),
+            FAST_REBALANCE.heartbeat_interval_ms.to_string(),
+        ),
+        (
+            "max.poll.interval.ms".into(),
+            FAST_REBALANCE.max_poll_interval_ms.to_string(),
+        ),
         ("fetch.max.wait.ms".into(), "100".into()),
         ("partition.assignment.strategy".into(), "range".into()),
     ];

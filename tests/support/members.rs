@@ -121,8 +121,8 @@ impl PeerStrategy {
 }
 
 /// Everything [`PeerMember::start`] needs. [`PeerMemberSpec::new`] fills in
-/// fast-rebalance defaults (session 3000 ms, heartbeat 500 ms, max poll
-/// interval 30 s, dynamic membership).
+/// the group timings of [`FAST_REBALANCE`](super::FAST_REBALANCE) and dynamic
+/// membership.
 #[derive(Clone, Debug)]
 pub struct PeerMemberSpec {
     pub client: PeerClient,
@@ -162,9 +162,9 @@ impl PeerMemberSpec {
             topics: topics.iter().map(|t| t.to_string()).collect(),
             strategy,
             instance_id: None,
-            session_timeout_ms: 3000,
-            heartbeat_interval_ms: 500,
-            max_poll_interval_ms: 30_000,
+            session_timeout_ms: super::FAST_REBALANCE.session_timeout_ms,
+            heartbeat_interval_ms: super::FAST_REBALANCE.heartbeat_interval_ms,
+            max_poll_interval_ms: super::FAST_REBALANCE.max_poll_interval_ms,
             name: name.to_string(),
             consume: false,
             debug: false,

@@ -32,6 +32,39 @@ pub mod proxy;
 
 pub use kafka::{Kafka, KafkaVersion};
 
+/// The group timings that keep rebalances short in tests: the one definition every helper that
+/// configures a member takes its session timeout, heartbeat interval and `max.poll.interval.ms`
+/// from (our consumer's [`consumer::config`], [`ours::OurMemberSpec::new`],
+/// [`ours::direct_member`], [`members::PeerMemberSpec::new`]), whichever broker runs the group.
+/// A test that needs other values says so where it sets them.
+///
+/// Why one set suits every broker kind:
+/// - **Kafka** (4.x and 3.9): `scripts/kafka_broker.py` lowers `group.min.session.timeout.ms` to
+///   1 s, so 6 s is accepted, and a member killed without LeaveGroup is replaced within 6 s.
+/// - **librdkafka's mock** waits `session.timeout.ms - 1 s` in every rebalance before completing
+///   the join: 6 s keeps those waits at 5 s, while a shorter session lets a heartbeat round trip
+///   on a loaded two-core machine (bounded at a third of the session) run out.
+/// - **tansu** keeps a member for its session timeout like Kafka; 6 s is well above its own
+///   heartbeat handling latency.
+///
+/// Heartbeats every 500 ms: a rebalance is heard within half a second.
+pub const FAST_REBALANCE: FastRebalance = FastRebalance {
+    session_timeout_ms: 6000,
+    heartbeat_interval_ms: 500,
+    max_poll_interval_ms: 30_000,
+};
+
+/// A set of group timings (see [`FAST_REBALANCE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastRebalance {
+    /// `session.timeout.ms`.
+    pub session_timeout_ms: u32,
+    /// `heartbeat.interval.ms`.
+    pub heartbeat_interval_ms: u32,
+    /// `max.poll.interval.ms`.
+    pub max_poll_interval_ms: u32,
+}
+
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -109,8 +109,7 @@ pub struct OurMemberSpec {
 }
 
 impl OurMemberSpec {
-    /// Fast-rebalance settings: librdkafka's mock waits session - 1 s for every rebalance, so a
-    /// 6 s session with 500 ms heartbeats keeps its rebalances short.
+    /// The group timings of [`FAST_REBALANCE`](super::FAST_REBALANCE).
     pub fn new(bootstrap: &str, group: &str, topic: &str, strategy: &str) -> Self {
         OurMemberSpec {
             bootstrap: bootstrap.to_string(),
@@ -119,9 +118,9 @@ impl OurMemberSpec {
             strategies: vec![rebalance_guard::group::Strategy::from_name(strategy)
                 .unwrap_or_else(|| panic!("no assignor is named {strategy:?}"))],
             instance_id: None,
-            session_timeout_ms: 6000,
-            heartbeat_interval_ms: 500,
-            max_poll_interval_ms: 30_000,
+            session_timeout_ms: u64::from(super::FAST_REBALANCE.session_timeout_ms),
+            heartbeat_interval_ms: u64::from(super::FAST_REBALANCE.heartbeat_interval_ms),
+            max_poll_interval_ms: u64::from(super::FAST_REBALANCE.max_poll_interval_ms),
         }
     }
 }
@@ -309,8 +308,14 @@ impl RebalanceListener for Recorder {
     }
 }
 
-/// A range member of `group` for `topics` with a 6 s session and 100 ms heartbeats, to be polled
-/// by the test itself; the counter tells how often its lost hook fired.
+/// A range member of `group` for `topics` with the session of
+/// [`FAST_REBALANCE`](super::FAST_REBALANCE) and heartbeats every [`DEADLINE_HEARTBEAT`], to be
+/// polled by the test itself; the counter tells how often its lost hook fired.
+/// The heartbeat interval of [`direct_member`], shorter than [`FAST_REBALANCE`](super::FAST_REBALANCE)'s:
+/// the deadline tests that poll it use `max.poll.interval.ms` of a second, and the heartbeat
+/// thread checks that deadline at each tick.
+pub const DEADLINE_HEARTBEAT: Duration = Duration::from_millis(100);
+
 pub fn direct_member(
     bootstrap: &str,
     group: &str,
@@ -325,8 +330,8 @@ pub fn direct_member(
         group_instance_id: None,
         topics,
         strategies: vec![rebalance_guard::group::Strategy::Range],
-        session_timeout: Duration::from_millis(6000),
-        heartbeat_interval: Duration::from_millis(100),
+        session_timeout: Duration::from_millis(u64::from(super::FAST_REBALANCE.session_timeout_ms)),
+        heartbeat_interval: DEADLINE_HEARTBEAT,
         max_poll_interval,
     };
     let hook = Arc::new(move |_: &[TopicPartition]| {

@@ -33,11 +33,32 @@ impl Gate {
     }
 }
 
+/// One frame passing through the proxy, as an observer sees it: reported when the proxy has read
+/// it and before it forwards it, so whatever the observer records next happened after the request
+/// left the client, or before the answer reached it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Traffic {
+    /// A request of this api key, on its way to the broker.
+    Request(i16),
+    /// The answer to a request of this api key, on its way to the client.
+    Response(i16),
+}
+
+type Observer = Arc<Mutex<Option<Arc<dyn Fn(Traffic) + Send + Sync>>>>;
+
+fn report(observer: &Observer, traffic: Traffic) {
+    let observer = observer.lock().unwrap().clone();
+    if let Some(observer) = observer {
+        observer(traffic);
+    }
+}
+
 /// A running proxy; see the module docs.
 pub struct Proxy {
     addr: String,
     seen: Arc<Mutex<Vec<(i16, i16)>>>,
     gate: Arc<Gate>,
+    observer: Observer,
 }
 
 impl Proxy {
@@ -53,7 +74,9 @@ impl Proxy {
         assert!(upstream.starts_with("127.0.0.1:"), "{upstream}");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Gate::default());
-        let (recorder, gate_of_all) = (seen.clone(), gate.clone());
+        let observer: Observer = Arc::default();
+        let (recorder, gate_of_all, observer_of_all) =
+            (seen.clone(), gate.clone(), observer.clone());
         let upstream = upstream.to_string();
         thread::spawn(move || {
             for client in listener.incoming() {
@@ -66,14 +89,16 @@ impl Proxy {
                 };
                 let inflight: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
                 let (rec, apis, gate) = (recorder.clone(), inflight.clone(), gate_of_all.clone());
+                let watch = observer_of_all.clone();
                 thread::spawn(move || {
-                    let _ = pump_requests(client, server, &rec, &apis, &gate);
+                    let _ = pump_requests(client, server, &rec, &apis, &gate, &watch);
                 });
                 let from = (upstream_port as i32).to_be_bytes();
                 let to = (addr.port() as i32).to_be_bytes();
                 let gate = gate_of_all.clone();
+                let watch = observer_of_all.clone();
                 thread::spawn(move || {
-                    let _ = pump_responses(server2, client2, &inflight, from, to, &gate);
+                    let _ = pump_responses(server2, client2, &inflight, from, to, &gate, &watch);
                 });
             }
         });
@@ -81,7 +106,13 @@ impl Proxy {
             addr: addr.to_string(),
             seen,
             gate,
+            observer,
         }
+    }
+
+    /// Calls `observer` with every frame from now on, in the order the proxy reads them.
+    pub fn observe(&self, observer: impl Fn(Traffic) + Send + Sync + 'static) {
+        *self.observer.lock().unwrap() = Some(Arc::new(observer));
     }
 
     /// The address to bootstrap through.
@@ -134,6 +165,7 @@ fn pump_requests(
     seen: &Mutex<Vec<(i16, i16)>>,
     inflight: &Mutex<HashMap<i32, i16>>,
     gate: &Gate,
+    observer: &Observer,
 ) -> io::Result<()> {
     let result = (|| loop {
         let frame = read_frame(&mut client)?;
@@ -143,6 +175,7 @@ fn pump_requests(
             let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
             seen.lock().unwrap().push((key, version));
             inflight.lock().unwrap().insert(correlation, key);
+            report(observer, Traffic::Request(key));
         }
         gate.wait_open();
         write_frame(&mut server, &frame)?;
@@ -158,6 +191,7 @@ fn pump_responses(
     from_port: [u8; 4],
     to_port: [u8; 4],
     gate: &Gate,
+    observer: &Observer,
 ) -> io::Result<()> {
     let host = b"127.0.0.1";
     let result = (|| loop {
@@ -178,6 +212,9 @@ fn pump_responses(
             }
         }
         gate.wait_open();
+        if let Some(key) = key {
+            report(observer, Traffic::Response(key));
+        }
         write_frame(&mut client, &frame)?;
     })();
     let _ = client.shutdown(Shutdown::Write);

@@ -75,6 +75,11 @@ struct TestMember {
     callbacks: Vec<Callback>,
     round: Option<Round>,
     bound: Arc<SessionBound>,
+    /// Every call of the fence hook (revocations fenced when decided), in order.
+    fenced_ahead: Arc<StdMutex<Vec<Vec<TopicPartition>>>>,
+    /// Plays the cooperative shell: rounds on the membership thread, their decisions applied by
+    /// [`apply_pending`](Self::apply_pending) at the poll thread's batch boundary.
+    beside: bool,
 }
 
 fn ctx(instance: &Option<String>) -> ErrorContext<'_> {
@@ -104,6 +109,14 @@ impl TestMember {
         );
         let bound = Arc::new(SessionBound::unbounded());
         session.bound_session(bound.clone());
+        let fenced_ahead = Arc::new(StdMutex::new(Vec::new()));
+        let record_ahead = fenced_ahead.clone();
+        session.fence_revocations_with(Arc::new(move |parts: &[TopicPartition]| {
+            record_ahead
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(parts.to_vec());
+        }));
         TestMember {
             session,
             protocol: assignor_for(strategy.name())
@@ -115,7 +128,62 @@ impl TestMember {
             callbacks: Vec::new(),
             round: None,
             bound,
+            fenced_ahead,
+            beside: false,
         }
+    }
+
+    /// The same member with its rounds beside the poll loop (as `GroupMember::new` sets up a
+    /// cooperative member), after the application's first poll.
+    fn beside(mut self, now: Instant) -> Self {
+        self.session.run_rounds_beside();
+        self.session.enter_poll();
+        self.session.leave_poll(now);
+        self.beside = true;
+        self
+    }
+
+    fn fenced_ahead(&self) -> Vec<Vec<TopicPartition>> {
+        self.fenced_ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// What `GroupMember::apply_pending` does at a batch boundary: the decided change's
+    /// revocations (committing as its generation through `commit`), then its assignment, each
+    /// acknowledged; the change cleared last.
+    fn apply_pending(&mut self, mut commit: impl FnMut(&mut SessionState, &MemberIdentity)) {
+        let Some(pending) = self.session.pending().cloned() else {
+            return;
+        };
+        let me = pending.identity.clone();
+        for event in pending.plan.events.iter().cloned() {
+            match event {
+                RebalanceEvent::Revoke(partitions) => {
+                    commit(&mut self.session, &me);
+                    self.callbacks.push(Callback::Revoked {
+                        generation: me.generation_id,
+                        partitions: partitions.clone(),
+                    });
+                    self.session.revoked(&me, &partitions);
+                }
+                RebalanceEvent::Assign(partitions) => {
+                    if !self.session.assigning(&me, &pending.plan) {
+                        break;
+                    }
+                    self.callbacks.push(Callback::Assigned {
+                        generation: me.generation_id,
+                        partitions,
+                    });
+                }
+                RebalanceEvent::Lost(partitions) => self.callbacks.push(Callback::Lost {
+                    partitions,
+                    reason: LostReason::Fenced(KafkaCode::NONE),
+                }),
+            }
+        }
+        self.session.changes_applied(&me);
     }
 
     fn fenced(&self) -> Vec<Vec<TopicPartition>> {
@@ -317,6 +385,18 @@ impl TestMember {
         self.session
             .synced(sent, &me, code, &round.reason, &ctx(&self.instance))?;
         let assigned = decode_assignment(bytes).expect("our own assignment bytes");
+        if self.beside {
+            // The membership thread: the decision waits for the poll thread.
+            let leader = round.joined.as_ref().is_some_and(|j| j.leader);
+            self.session.post_assignment(
+                self.protocol,
+                &me,
+                leader,
+                &round.start.owned,
+                &assigned.partitions,
+            );
+            return Ok(true);
+        }
         let plan = self
             .session
             .stabilise(self.protocol, &round.start.owned, &assigned.partitions);
@@ -1222,4 +1302,174 @@ fn a_rebalance_heard_twice_asks_for_one_rejoin() {
     // Heartbeats go on while a rejoin is pending, and keep the partitions.
     assert_eq!(a.session.owned().len(), 4);
     assert!(a.fenced().is_empty());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Rounds beside the poll loop (cooperative): decisions wait for the poll thread's batch boundary
+
+/// A and B, cooperative, A beside its poll loop and alone with all four partitions: B joins, A
+/// hears of it, joins and syncs. Returns after A's SyncGroup answer was posted.
+fn cooperative_round_decided_beside() -> (Coordinator, TestMember, TestMember) {
+    let (mut c, a) = alone(Strategy::CooperativeSticky);
+    let mut a = a.beside(c.now());
+    let mut b = TestMember::new(Strategy::CooperativeSticky, None, c.now());
+    assert!(matches!(b.start_join(&mut c), Err(Refusal::Retry { .. })));
+    assert!(b.start_join(&mut c).expect("join").is_none());
+    a.tick(&mut c);
+    assert_eq!(
+        a.session.round_due().as_deref(),
+        Some("the group is rebalancing")
+    );
+    a.start_join(&mut c).expect("join");
+    // The round is at the coordinator: A's batch goes on, and it may fetch what it owns.
+    assert_eq!(a.session.phase(), Phase::Joining);
+    assert!(a.session.may_fetch());
+    assert!(!a.session.boundary_due());
+    b.collect_join(&mut c).expect("join");
+    b.sync(&mut c, &four_partitions()).expect("sync");
+    assert!(a.sync(&mut c, &four_partitions()).expect("sync"));
+    if b.round.is_some() {
+        b.collect_sync(&mut c).expect("sync");
+    }
+    (c, a, b)
+}
+
+#[test]
+fn a_cooperative_revocation_is_fenced_when_decided_and_the_follow_up_waits_for_its_handoff() {
+    let (mut c, mut a, _b) = cooperative_round_decided_beside();
+    let moving = a.session.pending().expect("a decided change").revoked();
+    assert_eq!(moving.len(), 2);
+    // Fenced at once, as a revocation (the lost hook stays silent); nothing applied yet.
+    assert_eq!(a.fenced_ahead(), vec![moving.clone()]);
+    assert!(a.fenced().is_empty());
+    assert!(a.take_callbacks().is_empty());
+    assert!(a.session.boundary_due(), "the batch ends for the handoff");
+    assert_eq!(a.session.phase(), Phase::Stable, "heartbeats run meanwhile");
+    // Another rebalance heard now must not start a round before the handoff committed: the
+    // second JoinGroup would still list the partitions being handed back.
+    a.session.request_rejoin("the group is rebalancing");
+    assert_eq!(a.session.round_due(), None);
+
+    // The batch boundary: the revocation commits with the generation the change belongs to,
+    // which the coordinator accepts; then the (empty) assignment.
+    let mut commits = Vec::new();
+    a.apply_pending(|session, me| {
+        session.may_commit(me).expect("inside the generation");
+        commits.push(c.commit(&me.member_id, me.generation_id));
+    });
+    assert_eq!(commits, vec![KafkaCode::NONE]);
+    assert_eq!(
+        a.take_callbacks(),
+        vec![
+            Callback::Revoked {
+                generation: 2,
+                partitions: moving.clone()
+            },
+            assigned(2, &[])
+        ]
+    );
+    assert!(a.session.pending().is_none());
+    assert!(!a.session.boundary_due());
+    assert!(a.session.round_due().is_some(), "now the follow-up may go");
+    assert!(a.session.owned().iter().all(|tp| !moving.contains(tp)));
+}
+
+#[test]
+fn a_loss_before_the_poll_thread_applied_a_decided_change_voids_it() {
+    let (_c, mut a, _b) = cooperative_round_decided_beside();
+    let me = a.session.identity().clone();
+    // The heartbeat thread hears ILLEGAL_GENERATION before the batch boundary.
+    a.session
+        .lose(LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION), false);
+    assert!(a.session.pending().is_none());
+    assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
+    assert!(matches!(
+        a.session.may_commit(&me),
+        Err(CommitRefusal::GenerationOver { .. })
+    ));
+    a.apply_pending(|_, _| panic!("nothing of a void change is committed"));
+    assert!(a.take_callbacks().is_empty());
+    a.report();
+    assert_eq!(
+        a.take_callbacks(),
+        vec![lost(
+            &[0, 1, 2, 3],
+            LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION)
+        )]
+    );
+}
+
+#[test]
+fn a_change_applied_late_does_not_clear_the_next_generations_change() {
+    let (_c, mut a, _b) = cooperative_round_decided_beside();
+    let old = a.session.pending().cloned().expect("a decided change");
+    a.session
+        .lose(LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION), false);
+    // A new round completed (generation 9) before the old change's application returned.
+    a.session.join();
+    let next = MemberIdentity {
+        generation_id: 9,
+        member_id: old.identity.member_id.clone(),
+    };
+    a.session.post_assignment(
+        RebalanceProtocol::Cooperative,
+        &next,
+        false,
+        &[],
+        &tps(&[1]),
+    );
+    a.session.changes_applied(&old.identity);
+    assert_eq!(
+        a.session.pending().map(|p| p.identity.generation_id),
+        Some(9)
+    );
+}
+
+#[test]
+fn an_application_commit_refused_while_a_round_is_at_the_coordinator_asks_for_no_second_round() {
+    let (_c, a) = alone(Strategy::CooperativeSticky);
+    let mut a = a.beside(Instant::now());
+    a.session.request_rejoin("the group is rebalancing");
+    let me = a.session.identity().clone();
+    a.session.join();
+    a.session.commit_refused(
+        &me,
+        KafkaCode::REBALANCE_IN_PROGRESS,
+        true,
+        &ctx(&a.instance),
+    );
+    assert_eq!(a.session.rejoin_reason(), None);
+    assert_eq!(a.session.owned().len(), 4, "nothing is lost either");
+}
+
+#[test]
+fn an_eager_rebalance_ends_the_batch_and_stops_fetching_but_a_cooperative_one_does_neither() {
+    let (_c, mut eager) = alone(Strategy::Range);
+    eager.session.request_rejoin("the group is rebalancing");
+    assert!(eager.session.boundary_due());
+    assert!(!eager.session.may_fetch());
+    assert_eq!(
+        eager.session.round_due(),
+        None,
+        "its poll thread runs the round"
+    );
+
+    let (_c, cooperative) = alone(Strategy::CooperativeSticky);
+    let mut cooperative = cooperative.beside(Instant::now());
+    cooperative
+        .session
+        .request_rejoin("the group is rebalancing");
+    assert!(!cooperative.session.boundary_due());
+    assert!(cooperative.session.may_fetch());
+    assert!(cooperative.session.round_due().is_some());
+}
+
+#[test]
+fn the_membership_thread_waits_for_the_first_poll_before_joining() {
+    let now = Instant::now();
+    let mut member = TestMember::new(Strategy::CooperativeSticky, None, now);
+    member.session.run_rounds_beside();
+    assert_eq!(member.session.round_due(), None);
+    member.session.enter_poll();
+    assert_eq!(member.session.round_due().as_deref(), Some("initial join"));
 }
