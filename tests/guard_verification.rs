@@ -803,3 +803,44 @@ fn a_lease_expires_when_the_session_could_have_expired() {
     assert!(guard.is_current(&lease));
     admit(&guard, 0, 2);
 }
+
+// A revocation decided on another thread (a cooperative SyncGroup answered on the membership
+// thread) fences at once: nothing more is admitted, while a record already running completes
+// and counts; a kept partition is untouched; the revocation that follows commits last + 1 of
+// the fenced partition like any revocation.
+#[test]
+fn a_partition_fenced_ahead_admits_nothing_but_finishes_its_running_work_and_is_committed_by_its_revocation(
+) {
+    let guard = guard();
+    guard.assign(&[tp(0), tp(1)]);
+    let done = admit(&guard, 0, 10);
+    guard.complete(&done).unwrap();
+    let running = admit(&guard, 0, 11);
+    assert_eq!(guard.fence(&[tp(0)]), vec![tp(0)]);
+    assert!(matches!(
+        guard.process_message(&tp(0), 12, None, ()),
+        Err(AdmitError::Fenced {
+            status: Some(OwnerStatus::Draining),
+            ..
+        })
+    ));
+    // The kept partition flows on.
+    let kept = admit(&guard, 1, 5);
+    guard.complete(&kept).unwrap();
+    // The record handed out before the fence finishes and counts.
+    assert!(guard.is_current(&running));
+    guard.complete(&running).unwrap();
+    // Fencing twice changes nothing.
+    assert!(guard.fence(&[tp(0)]).is_empty());
+    let calls = Mutex::new(Calls::default());
+    let report = guard
+        .revoke(
+            &[tp(0)],
+            &mut flush_ok(&calls),
+            Some(&mut commit_ok(&calls)),
+        )
+        .expect("handoff succeeds");
+    assert_eq!(offsets(&report.committed), BTreeMap::from([(0, 12)]));
+    assert!(!guard.is_current(&running));
+    assert_eq!(guard.owned(), vec![tp(1)]);
+}

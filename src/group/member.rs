@@ -1,10 +1,13 @@
-//! A member of a consumer group under the classic protocol, driven from the poll thread.
+//! A member of a consumer group under the classic protocol, as the poll thread sees it.
 //!
 //! Read it as one story (as franz-go's group consumer reads): [`GroupMember::poll`] reports
-//! losses the heartbeat thread detected, then, when the group asks for it, revokes (eager), joins,
-//! assigns partitions if we lead, syncs, and hands the listener the partitions revoked and
-//! assigned, in that order. Listener callbacks run on the poll thread, one at a time; revoked and
-//! lost are separate callbacks and never run concurrently.
+//! losses the other thread detected, applies the change the membership decided (revoked, then
+//! assigned, through the listener), and, under the eager protocol, runs the round itself when
+//! the group asks for it: revoke everything, join, (lead), sync (`round.rs`), apply. Under the
+//! cooperative protocol the rounds run on the membership thread (`heartbeat.rs`) and this thread
+//! only applies their decisions at its batch boundaries (`changes.rs`), so the partitions it
+//! keeps are processed while the group rebalances. Listener callbacks run on the poll thread,
+//! one at a time; revoked and lost are separate callbacks and never run concurrently.
 //!
 //! Every decision is the session's (`session::SessionState`): this file sends the
 //! requests, feeds their answers in, and runs the callbacks the session returns.

@@ -16,9 +16,12 @@
 //! - [`consumer_group`]: the consumer group protocol (KIP-848, `group.protocol=consumer`) as a
 //!   sans-I/O state machine over ConsumerGroupHeartbeat, with its own in-memory coordinator tests.
 //!
-//! The I/O shell around it: `member` (the poll thread: join, sync, leave, commit) and
-//! `heartbeat` (the heartbeat thread) send the requests, feed the answers to the session, and
-//! apply what it decides.
+//! The I/O shell around it: `member` (the poll thread: applies decided changes, leaves, commits,
+//! and under the eager protocol runs the rounds), `round` (one JoinGroup/SyncGroup round, on
+//! whichever thread owns it) and `heartbeat` (the heartbeat thread, which under the cooperative
+//! protocol also runs the rounds, beside the poll loop) send the requests, feed the answers to
+//! the session, and apply what it decides. `changes` is the seam between the membership and the
+//! poll thread: decided changes wait there for the next batch boundary.
 
 pub mod assignor;
 pub mod consumer_group;
