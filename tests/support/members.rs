@@ -121,7 +121,7 @@ impl PeerStrategy {
 }
 
 /// Everything [`PeerMember::start`] needs. [`PeerMemberSpec::new`] fills in
-/// the group timings of [`FAST_REBALANCE`](super::FAST_REBALANCE) and dynamic
+/// the group timings of [`PEER_FAST_REBALANCE`](super::PEER_FAST_REBALANCE) and dynamic
 /// membership.
 #[derive(Clone, Debug)]
 pub struct PeerMemberSpec {
@@ -162,9 +162,9 @@ impl PeerMemberSpec {
             topics: topics.iter().map(|t| t.to_string()).collect(),
             strategy,
             instance_id: None,
-            session_timeout_ms: super::FAST_REBALANCE.session_timeout_ms,
-            heartbeat_interval_ms: super::FAST_REBALANCE.heartbeat_interval_ms,
-            max_poll_interval_ms: super::FAST_REBALANCE.max_poll_interval_ms,
+            session_timeout_ms: super::PEER_FAST_REBALANCE.session_timeout_ms,
+            heartbeat_interval_ms: super::PEER_FAST_REBALANCE.heartbeat_interval_ms,
+            max_poll_interval_ms: super::PEER_FAST_REBALANCE.max_poll_interval_ms,
             name: name.to_string(),
             consume: false,
             debug: false,
