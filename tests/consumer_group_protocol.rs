@@ -13,6 +13,13 @@
 //! a newer one is STALE_MEMBER_EPOCH like a too old one, and the current epoch commits even a
 //! partition that moved away).
 //!
+//! librdkafka's mock cluster is not used here, although it speaks KIP-848: its
+//! ConsumerGroupHeartbeat handler aborts the whole mock on a full request with topic names and a
+//! null regex (what Kafka's schema allows and the Java client sends), and reads v0 requests as
+//! v1. Sending an empty regex would change what Kafka is sent, so the error classes are covered
+//! against the in-memory coordinator (`group::consumer_group` tests) and, where Kafka can be
+//! made to produce them, here.
+//!
 //! The shell here is the smallest one that is faithful: each member has its own client and
 //! coordinator connection, finds the coordinator when the machine asks, sends what the machine
 //! returns, feeds answers and connection errors back, resolves topic ids through Metadata, and
