@@ -79,6 +79,7 @@ pub use security::{
 pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
 pub use values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
 
+use crate::group::consumer_group::ConsumerGroupConfig;
 use crate::group::RebalanceProtocol;
 use crate::guard::GuardConfig;
 use crate::wire::{
@@ -344,6 +345,22 @@ impl ConsumerConfig {
         config.retry_backoff = self.retry_backoff;
         config.retry_backoff_max = self.reconnect_backoff_max.max(self.retry_backoff);
         config
+    }
+
+    /// The consumer group protocol machine's settings (`group.protocol=consumer`) for a
+    /// subscription to `topics`: the rebalance timeout is `max.poll.interval.ms` (how long the
+    /// broker waits for a revocation), the backoff is the client's.
+    pub fn consumer_group_config(&self, topics: &[&str]) -> ConsumerGroupConfig {
+        ConsumerGroupConfig {
+            group_id: self.group_id.clone(),
+            instance_id: self.group_instance_id.clone(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            rebalance_timeout: self.max_poll_interval,
+            remote_assignor: self.group_remote_assignor,
+            session_bound: self.session_bound,
+            retry_backoff: self.retry_backoff,
+            retry_backoff_max: self.reconnect_backoff_max.max(self.retry_backoff),
+        }
     }
 
     /// The fetch settings for the wire client; anything the properties do not cover keeps the

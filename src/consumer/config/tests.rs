@@ -1039,3 +1039,30 @@ fn oauthbearer_takes_its_token_from_the_typed_callback() {
         "{err}"
     );
 }
+
+#[test]
+fn the_consumer_group_machine_gets_its_settings_from_the_configuration() {
+    let c = props(&[
+        ("group.protocol", "consumer"),
+        ("group.instance.id", "worker-1"),
+        ("group.remote.assignor", "range"),
+        ("session.bound.ms", "4000"),
+        ("max.poll.interval.ms", "60000"),
+        ("retry.backoff.ms", "50"),
+        ("reconnect.backoff.max.ms", "2000"),
+    ])
+    .unwrap();
+    let g = c.consumer_group_config(&["orders", "fills"]);
+    assert_eq!(g.group_id, "g");
+    assert_eq!(g.instance_id.as_deref(), Some("worker-1"));
+    assert_eq!(g.topics, vec!["orders".to_string(), "fills".to_string()]);
+    assert_eq!(
+        g.rebalance_timeout,
+        Duration::from_secs(60),
+        "max.poll.interval.ms"
+    );
+    assert_eq!(g.remote_assignor, Some(RemoteAssignor::Range));
+    assert_eq!(g.session_bound, Some(Duration::from_secs(4)));
+    assert_eq!(g.retry_backoff, Duration::from_millis(50));
+    assert_eq!(g.retry_backoff_max, Duration::from_secs(2));
+}
