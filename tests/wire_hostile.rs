@@ -92,12 +92,14 @@ enum Attack {
     /// Replace the answer's body (after the response header) with these bytes, built from the
     /// request's version.
     Body(ApiKey, Arc<dyn Fn(i16) -> Vec<u8> + Send + Sync>),
+    /// Forward the real answer, one byte per `every`.
+    Trickle(ApiKey, Duration),
 }
 
 impl Attack {
     fn api(&self) -> ApiKey {
         match self {
-            Attack::Body(api, _) => *api,
+            Attack::Body(api, _) | Attack::Trickle(api, _) => *api,
         }
     }
 }
@@ -106,6 +108,10 @@ impl Attack {
 struct State {
     armed: Mutex<Option<Attack>>,
     delivered: AtomicBool,
+    /// For a trickle: whether the client hung up before the whole frame was sent.
+    cut_short: AtomicBool,
+    /// For a trickle: whether the whole frame was sent.
+    trickle_done: AtomicBool,
     /// Connections accepted so far.
     accepted: AtomicUsize,
 }
@@ -234,6 +240,21 @@ fn pump_responses(
             Some(Attack::Body(_, build)) => {
                 state.delivered.store(true, Ordering::SeqCst);
                 client.write_all(&framed(&with_header(&build(version))))?;
+            }
+            Some(Attack::Trickle(_, every)) => {
+                state.delivered.store(true, Ordering::SeqCst);
+                for b in framed(&frame) {
+                    if client
+                        .write_all(&[b])
+                        .and_then(|()| client.flush())
+                        .is_err()
+                    {
+                        state.cut_short.store(true, Ordering::SeqCst);
+                        return Ok(());
+                    }
+                    thread::sleep(every);
+                }
+                state.trickle_done.store(true, Ordering::SeqCst);
             }
             None => {
                 let body = rewrite_addresses(api, version, rest, port);
@@ -400,6 +421,12 @@ fn metadata_over_the_cap(version: i16) -> Vec<u8> {
 const WAIT: Duration = Duration::from_secs(90);
 const REAL_RECORDS: usize = 5;
 
+/// What one attack cost.
+struct Outcome {
+    /// For a trickle: whether the client hung up before the whole frame was sent.
+    cut_short: bool,
+}
+
 /// Runs one attack against a consumer of a fresh one-partition topic and checks the rules in
 /// the module docs (printing the peak heap growth).
 fn survive(
@@ -407,7 +434,7 @@ fn survive(
     attack: impl FnOnce(&str) -> Attack,
     arm_before_subscribe: bool,
     bound: usize,
-) {
+) -> Outcome {
     let _ = env_logger::builder().is_test(true).try_init();
     let broker = BrokerKind::Kafka.start();
     let topic = unique_name(&format!("hostile-{name}"));
@@ -423,6 +450,7 @@ fn survive(
         ],
     );
     let attack = attack(&topic);
+    let trickle = matches!(attack, Attack::Trickle(..));
     let baseline = LIVE.load(Ordering::SeqCst);
     PEAK.store(baseline, Ordering::SeqCst);
     let mut errors: Vec<String> = Vec::new();
@@ -551,6 +579,22 @@ fn survive(
         peak < bound,
         "{name}: the heap grew by {peak} bytes (bound {bound})"
     );
+    // A trickle ends one way or the other: the client hangs up (seen at the proxy's next write)
+    // or the last byte goes out.
+    if trickle {
+        let state = &proxy.state;
+        while !state.cut_short.load(Ordering::SeqCst) && !state.trickle_done.load(Ordering::SeqCst)
+        {
+            assert!(
+                started.elapsed() < 2 * WAIT,
+                "{name}: the trickle neither ended nor was cut"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Outcome {
+        cut_short: proxy.state.cut_short.load(Ordering::SeqCst),
+    }
 }
 
 #[test]
@@ -607,6 +651,22 @@ fn a_snappy_batch_claiming_a_huge_length_costs_an_error_not_a_memset() {
         },
         false,
         HEAP_BOUND,
+    );
+}
+
+#[test]
+fn a_trickled_fetch_answer_is_cut_off_at_the_read_deadline() {
+    // 250 ms per byte: an answer of ~100 bytes would take ~25 s, against a 3 s request timeout.
+    // Whether the client gave up first is causal, not timed: the proxy saw it hang up mid-frame.
+    let outcome = survive(
+        "trickle",
+        |_| Attack::Trickle(ApiKey::Fetch, Duration::from_millis(250)),
+        false,
+        HEAP_BOUND,
+    );
+    assert!(
+        outcome.cut_short,
+        "the client read the trickled frame to its end instead of giving up at its deadline"
     );
 }
 
