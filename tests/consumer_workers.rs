@@ -10,9 +10,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, GuardView, WorkContext};
 use rebalance_guard::guard::{HandoffStage, OwnerStatus};
-use rebalance_guard::wire::{Client, ClientConfig, Record};
+use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord, Record};
 use rebalance_guard::TopicPartition;
 use support::consumer::{broker_with_topic, committed, produce_to_each_partition, wait_until};
 use support::{unique_name, BrokerKind};
@@ -619,4 +620,99 @@ fn held_open_rebalance_out_of_order_without_the_map_redoes_everything_beyond_the
     assert_eq!(b_offsets, (101..=110).collect::<Vec<_>>(), "{attempts:?}");
     assert_eq!(skipped, 0);
     assert_eq!(repeated_effects(&attempts).len(), 9);
+}
+
+/// `processing.order = key` on one partition: one slow record of one key; the other keys of the
+/// same partition flow past it, the slow key's later records wait for it, every key's records
+/// run in offset order, each exactly once, and the commit reaches the end.
+fn one_slow_key_holds_up_only_its_own_records(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 1);
+    let bootstrap = broker.bootstrap();
+    let key_of = |i: i64| format!("acct-{}", i % 4);
+    let mut producer = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap)).unwrap();
+    let records: Vec<ProduceRecord> = (0..60)
+        .map(|i| ProduceRecord {
+            key: Some(Bytes::from(key_of(i))),
+            value: Some(Bytes::from(format!("order-{i}"))),
+            headers: Vec::new(),
+            timestamp: None,
+        })
+        .collect();
+    producer
+        .produce(&TopicPartition::new(topic.as_str(), 0), &records)
+        .unwrap();
+    let group = unique_name("group");
+    const SLOW: i64 = 4; // key acct-0
+                         // (offset, key, started, finished) in the order they finished.
+    type Log = Arc<Mutex<Vec<(i64, String, usize, usize)>>>;
+    let log: Log = Arc::default();
+    let clock = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (record_log, tick) = (log.clone(), clock.clone());
+    let member = spawn_workers(
+        "a",
+        config(&bootstrap, &group, &[("processing.order", "key")]),
+        &topic,
+        stop.clone(),
+        move |record, _ctx| {
+            let started = tick.fetch_add(1, Ordering::SeqCst);
+            if record.offset == SLOW {
+                thread::sleep(Duration::from_millis(1500));
+            }
+            let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into();
+            let finished = tick.fetch_add(1, Ordering::SeqCst);
+            record_log
+                .lock()
+                .unwrap()
+                .push((record.offset, key, started, finished));
+            Ok(())
+        },
+    );
+    wait_until("60 records", WAIT, || log.lock().unwrap().len() >= 60);
+    wait_until("the end committed", WAIT, || {
+        committed(&bootstrap, &group, &topic, 1)[&0] == Some(60)
+    });
+    stop.store(true, Ordering::SeqCst);
+    member.join().unwrap().close().unwrap();
+    let log = log.lock().unwrap().clone();
+    let offsets: BTreeSet<i64> = log.iter().map(|x| x.0).collect();
+    assert_eq!(log.len(), 60, "{kind:?}: each record exactly once");
+    assert_eq!(offsets, (0..60).collect());
+    let slow = log.iter().find(|x| x.0 == SLOW).unwrap().clone();
+    let past: Vec<i64> = log
+        .iter()
+        .filter(|x| x.0 > SLOW && x.1 != slow.1 && x.3 < slow.3)
+        .map(|x| x.0)
+        .collect();
+    assert!(
+        past.len() >= 30,
+        "{kind:?}: other keys of the partition must flow past the slow record; only {past:?}"
+    );
+    for key in (0..4).map(key_of) {
+        let mut of_key: Vec<&(i64, String, usize, usize)> =
+            log.iter().filter(|x| x.1 == key).collect();
+        of_key.sort_by_key(|x| x.2);
+        let by_start: Vec<i64> = of_key.iter().map(|x| x.0).collect();
+        let mut sorted = by_start.clone();
+        sorted.sort();
+        assert_eq!(by_start, sorted, "{kind:?}: {key} started out of order");
+        for pair in of_key.windows(2) {
+            assert!(
+                pair[0].3 < pair[1].2,
+                "{kind:?}: {key}: {} started before {} finished",
+                pair[1].0,
+                pair[0].0
+            );
+        }
+    }
+}
+
+#[test]
+fn one_slow_key_holds_up_only_its_own_records_kafka() {
+    one_slow_key_holds_up_only_its_own_records(BrokerKind::Kafka);
+}
+
+#[test]
+fn one_slow_key_holds_up_only_its_own_records_tansu() {
+    one_slow_key_holds_up_only_its_own_records(BrokerKind::Tansu);
 }
