@@ -61,8 +61,16 @@ pub(crate) fn worst_case_len(position: i64, last: i64) -> usize {
     header_len(position) + 1 + base64_len(bytes)
 }
 
+/// The header's length, `rgc1;<position>;`, counted without formatting (admission asks for it
+/// with every record).
 fn header_len(position: i64) -> usize {
-    MAGIC.len() + position.to_string().len() + 1
+    let mut digits = 1;
+    let mut rest = position.unsigned_abs() / 10;
+    while rest > 0 {
+        digits += 1;
+        rest /= 10;
+    }
+    MAGIC.len() + usize::from(position < 0) + digits + 1
 }
 
 fn base64_len(bytes: u64) -> usize {
@@ -240,6 +248,17 @@ mod tests {
         assert_eq!(decode(&text, 101), Ok(dense.clone()));
         assert!(text.len() <= worst_case_len(101, 102 + 2 * 199));
         assert_eq!(decode(&encode(7, &[]), 7), Ok(vec![]));
+    }
+
+    #[test]
+    fn the_header_length_is_counted_as_it_is_written() {
+        for position in [0, 9, 10, 99, 100, 123_456, i64::MAX, -1, i64::MIN] {
+            assert_eq!(
+                header_len(position),
+                format!("{MAGIC}{position};").len(),
+                "{position}"
+            );
+        }
     }
 
     #[test]
