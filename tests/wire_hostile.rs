@@ -32,7 +32,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rebalance_guard::consumer::{Consumer, ConsumerError};
-use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord, MAX_METADATA_BROKERS};
+use rebalance_guard::wire::{
+    Client, ClientConfig, DecodeBudget, ProduceRecord, MAX_METADATA_BROKERS,
+};
 use rebalance_guard::TopicPartition;
 use support::consumer::{committed, config};
 use support::{unique_name, BrokerKind};
@@ -651,6 +653,29 @@ fn a_snappy_batch_claiming_a_huge_length_costs_an_error_not_a_memset() {
         },
         false,
         HEAP_BOUND,
+    );
+}
+
+#[test]
+fn a_gzip_bomb_costs_an_error_within_the_decode_budget() {
+    survive(
+        "gzip-bomb",
+        |topic| {
+            // 300 MiB of zeros (more than the 256 MiB decode budget), compressed to ~300 KiB.
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..300 {
+                gz.write_all(&zeros).expect("gzip");
+            }
+            let payload = gz.finish().expect("gzip");
+            Attack::Body(
+                ApiKey::Fetch,
+                Arc::new(fetch_answer(topic, batch(1, &payload))),
+            )
+        },
+        false,
+        // Decompression may use the response's decode budget, and no more.
+        DecodeBudget::default().max_decompressed_bytes + HEAP_BOUND,
     );
 }
 
