@@ -98,22 +98,35 @@ pub(crate) fn compress(raw: &[u8], codec: Compression) -> Result<Vec<u8>, String
 /// Reads `reader` to the end, failing once more than `limit` bytes come out.
 #[cfg(any(feature = "gzip", feature = "lz4", feature = "zstd"))]
 fn read_bounded(
-    reader: impl Read,
+    mut reader: impl Read,
     limit: usize,
     hint: usize,
     out: &mut Vec<u8>,
     codec: &str,
 ) -> Result<(), DecompressError> {
+    // Why not `read_to_end`: a growing Vec doubles its capacity, so a stream that stops just
+    // past the limit would briefly hold twice the limit. Here the capacity never exceeds the
+    // limit plus one chunk, whatever the stream claims or does.
+    const CHUNK: usize = 64 * 1024;
     out.reserve(hint.min(limit.saturating_sub(out.len())));
-    let room = (limit - out.len().min(limit)) as u64;
-    let n = reader
-        .take(room.saturating_add(1))
-        .read_to_end(out)
-        .map_err(|e| corrupt(format!("{codec} decompression failed: {e}")))?;
-    if n as u64 > room {
-        return Err(DecompressError::OverLimit { limit });
+    let mut chunk = [0u8; CHUNK];
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(corrupt(format!("{codec} decompression failed: {e}"))),
+        };
+        let needed = out.len().saturating_add(n);
+        if needed > limit {
+            return Err(DecompressError::OverLimit { limit });
+        }
+        if needed > out.capacity() {
+            let grown = out.capacity().saturating_mul(2).max(needed).min(limit);
+            out.reserve_exact(grown - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
     }
-    Ok(())
 }
 
 #[cfg(feature = "gzip")]
