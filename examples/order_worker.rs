@@ -250,7 +250,7 @@ fn report(name: &str, consumer: &Consumer, printed: &mut Printed) {
         let Some(next) = p.guard.last_committed else {
             continue;
         };
-        let partition = p.guard.partition.partition;
+        let partition = p.guard.tp.partition;
         if printed.committed.get(&partition) != Some(&next) {
             println!("commit name={name} gen={generation} partition={partition} next={next}");
             printed.committed.insert(partition, next);
@@ -416,7 +416,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "handoff-failed name={name} gen={} partition={} stage={:?} error={}",
                 failure.generation_id,
-                failure.partition.partition,
+                failure.tp.partition,
                 failure.stage,
                 failure.error.replace(' ', "_")
             );

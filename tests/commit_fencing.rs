@@ -77,7 +77,7 @@ fn a_commit_refused_for_an_ended_membership_fences_at_once_mock() {
             .snapshot()
             .partitions
             .iter()
-            .find(|p| p.partition == tp)
+            .find(|p| p.tp == tp)
             .map(|p| p.status);
         assert_eq!(status, Some(OwnerStatus::Lost), "{code}");
         assert_eq!(

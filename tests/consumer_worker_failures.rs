@@ -90,7 +90,9 @@ fn a_handler_error_stops_its_partition_and_the_record_comes_again_kafka() {
     });
     match result {
         Err(ConsumerError::Handler {
-            partition, offset, ..
+            tp: partition,
+            offset,
+            ..
         }) => assert_eq!((partition.partition, offset), (0, 4)),
         other => panic!("the run must end with the handler's error, got {other:?}"),
     }
@@ -159,7 +161,7 @@ fn a_handler_panic_ends_the_run_with_an_error_naming_the_record_kafka() {
     });
     match result {
         Err(ConsumerError::HandlerPanicked {
-            partition,
+            tp: partition,
             offset,
             message,
         }) => {

@@ -308,7 +308,7 @@ fn held_open_rebalance(kind: BrokerKind) {
     let moved_stats = a_stats
         .partitions
         .iter()
-        .find(|p| p.guard.partition.partition == moved)
+        .find(|p| p.guard.tp.partition == moved)
         .unwrap();
     assert_eq!(moved_stats.guard.completed_after_revocation, 1, "{a_stats}");
     assert!(
@@ -319,7 +319,7 @@ fn held_open_rebalance(kind: BrokerKind) {
     assert!(
         a_failures
             .iter()
-            .any(|f| f.partition.partition == moved && f.stage == HandoffStage::Flush),
+            .any(|f| f.tp.partition == moved && f.stage == HandoffStage::Flush),
         "{a_failures:?}"
     );
 }
@@ -562,7 +562,7 @@ fn held_open_out_of_order(kind: BrokerKind, map_bytes: &str) -> (Vec<i64>, Vec<A
             .snapshot()
             .partitions
             .iter()
-            .any(|p| p.partition.partition == moved && p.contiguous_completed == Some(110))
+            .any(|p| p.tp.partition == moved && p.contiguous_completed == Some(110))
     });
     stop.store(true, Ordering::SeqCst);
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
@@ -578,7 +578,7 @@ fn held_open_out_of_order(kind: BrokerKind, map_bytes: &str) -> (Vec<i64>, Vec<A
     let skipped = b_stats
         .partitions
         .iter()
-        .find(|p| p.guard.partition.partition == moved)
+        .find(|p| p.guard.tp.partition == moved)
         .map_or(0, |p| p.guard.skipped_completed);
     eprintln!(
         "{kind:?} commit.metadata.max.bytes={map_bytes}: B redid {} record(s) of the moved \

@@ -71,10 +71,7 @@ fn the_next_owner_redoes_only_the_unfinished_offset_and_skips_what_finished_beyo
     for offset in 102..=110 {
         assert_eq!(
             admit(&b, offset),
-            Err(AdmitError::AlreadyCompleted {
-                partition: tp(),
-                offset
-            })
+            Err(AdmitError::AlreadyCompleted { tp: tp(), offset })
         );
     }
     assert!(
@@ -196,8 +193,8 @@ fn revoking_a_partition_worked_out_of_order_cancels_its_unstarted_records_and_ma
     // 1 and 3 are queued, never started.
     let committed = Mutex::new(Vec::new());
     let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
-        assert_eq!(guard.cancel_unstarted(&batch.partition), 2);
-        assert_eq!(guard.unfinished(&batch.partition), 0, "nothing to wait for");
+        assert_eq!(guard.cancel_unstarted(&batch.tp), 2);
+        assert_eq!(guard.unfinished(&batch.tp), 0, "nothing to wait for");
         Ok(())
     };
     let mut commit = |offsets: &[CommitOffset]| -> Result<(), CommitFailure> {

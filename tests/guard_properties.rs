@@ -79,13 +79,13 @@ fn check_commits(
     offsets: &[CommitOffset],
 ) -> Result<(), TestCaseError> {
     for commit in offsets {
-        let p = &model[&commit.partition.partition];
+        let p = &model[&commit.tp.partition];
         let bound = p.safe_bound();
         prop_assert!(
             bound.is_some_and(|b| commit.next_offset <= b),
             "commit {} of partition {} beyond the completed prefix {:?}",
             commit.next_offset,
-            commit.partition.partition,
+            commit.tp.partition,
             bound
         );
         prop_assert!(
@@ -101,10 +101,7 @@ fn check_commits(
 
 fn record_success(model: &mut BTreeMap<i32, ModelPartition>, offsets: &[CommitOffset]) {
     for commit in offsets {
-        model
-            .get_mut(&commit.partition.partition)
-            .unwrap()
-            .last_committed = Some(commit.next_offset);
+        model.get_mut(&commit.tp.partition).unwrap().last_committed = Some(commit.next_offset);
     }
 }
 
@@ -135,7 +132,7 @@ proptest! {
                             last_committed: m.last_committed,
                             ..ModelPartition::default()
                         };
-                        leases.retain(|l| l.partition.partition != p);
+                        leases.retain(|l| l.tp.partition != p);
                     }
                 }
                 Op::Process { partition, gap, key } => {
@@ -168,7 +165,7 @@ proptest! {
                 Op::Complete(n) => {
                     if !leases.is_empty() {
                         let lease = leases.remove(n % leases.len());
-                        let m = model.get_mut(&lease.partition.partition).unwrap();
+                        let m = model.get_mut(&lease.tp.partition).unwrap();
                         let accepted = guard.complete(&lease).is_ok();
                         prop_assert_eq!(accepted, m.owned && m.admitted.contains(&lease.offset));
                         if accepted {
@@ -203,12 +200,12 @@ proptest! {
                         record_success(&mut model, &seen);
                     }
                     model.get_mut(&partition).unwrap().owned = false;
-                    leases.retain(|l| l.partition.partition != partition);
+                    leases.retain(|l| l.tp.partition != partition);
                 }
                 Op::Lost(p) => {
                     guard.lost(&[tp(p)]);
                     model.get_mut(&p).unwrap().owned = false;
-                    leases.retain(|l| l.partition.partition != p);
+                    leases.retain(|l| l.tp.partition != p);
                 }
                 Op::Commit { commit_ok } => {
                     let mut check = Ok(());
@@ -219,7 +216,7 @@ proptest! {
                     check?;
                     if let Ok(committed) = result {
                         for c in &committed {
-                            prop_assert!(model[&c.partition.partition].owned, "committed a partition not owned");
+                            prop_assert!(model[&c.tp.partition].owned, "committed a partition not owned");
                         }
                         record_success(&mut model, &committed);
                     }

@@ -45,7 +45,7 @@ struct Calls {
 fn flush_ok(calls: &Mutex<Calls>) -> impl FnMut(FlushBatch<()>) -> Result<(), BoxError> + '_ {
     move |batch| {
         calls.lock().unwrap().flushed.push((
-            batch.partition,
+            batch.tp,
             batch.buffered.iter().map(|(o, _)| *o).collect(),
             batch.running,
         ));
@@ -65,7 +65,7 @@ fn commit_ok(
 fn offsets(commits: &[CommitOffset]) -> BTreeMap<i32, i64> {
     commits
         .iter()
-        .map(|c| (c.partition.partition, c.next_offset))
+        .map(|c| (c.tp.partition, c.next_offset))
         .collect()
 }
 
@@ -170,7 +170,7 @@ fn failing_flush_blocks_only_its_partition() {
     }
     let calls = Mutex::new(Calls::default());
     let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
-        if batch.partition == tp(1) {
+        if batch.tp == tp(1) {
             Err("executor rejected the batch".into())
         } else {
             Ok(())
@@ -400,7 +400,7 @@ fn fence_holds_against_concurrent_producers() {
                         // The fence is up before any flush runs.
                         fenced.store(true, Ordering::SeqCst);
                         flushed.lock().unwrap().insert(
-                            batch.partition.partition,
+                            batch.tp.partition,
                             batch.buffered.iter().map(|(o, _)| *o).collect(),
                         );
                         Ok(())
@@ -758,7 +758,7 @@ fn revocation_cancels_unstarted_work_and_commits_the_processed_prefix() {
     let queued = leases[3].clone();
     let mut flush = |batch: FlushBatch<()>| -> Result<(), BoxError> {
         assert!(!inner.start(&queued), "fenced: queued work must not start");
-        assert_eq!(inner.cancel_unstarted(&batch.partition), 2);
+        assert_eq!(inner.cancel_unstarted(&batch.tp), 2);
         // The running one finishes within the drain.
         inner.complete(&running).map_err(|e| e.into())
     };

@@ -203,7 +203,7 @@ impl Batch<'_> {
     /// The handler failed: the record (and the rest of its partition) will be delivered again.
     pub fn fail(&mut self, delivery: Delivery) {
         self.settle(&delivery);
-        let tp = delivery.lease.partition.clone();
+        let tp = delivery.lease.tp.clone();
         self.rewind(&tp, delivery.record.offset);
     }
 
@@ -221,14 +221,14 @@ impl Batch<'_> {
     /// Takes back a record that could not be handed off (its worker's queue was full): it is
     /// un-admitted and becomes the next record of its partition again.
     pub(crate) fn put_back(&mut self, record: Record, lease: Lease) {
-        match self.guard.rewind(&lease.partition, lease.offset) {
-            Ok(()) => self.intake.push_front(lease.partition, record),
+        match self.guard.rewind(&lease.tp, lease.offset) {
+            Ok(()) => self.intake.push_front(lease.tp, record),
             Err(error) => log::warn!("{error}"),
         }
     }
 
     fn settle(&mut self, delivery: &Delivery) {
-        let (tp, offset) = (&delivery.lease.partition, delivery.record.offset);
+        let (tp, offset) = (&delivery.lease.tp, delivery.record.offset);
         if let Some((t, o)) = self.outstanding.front() {
             if *o == offset && t == tp {
                 self.outstanding.pop_front();

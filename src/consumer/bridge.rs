@@ -40,7 +40,7 @@ pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
 #[derive(Debug, Clone)]
 pub struct HandoffFailure {
     /// The partition.
-    pub partition: TopicPartition,
+    pub tp: TopicPartition,
     /// The generation the revocation committed in.
     pub generation_id: i32,
     /// Whether the flush or the commit failed.
@@ -162,7 +162,7 @@ pub(crate) fn commit_through(
     let request: Vec<wire::OffsetCommitEntry> = offsets
         .iter()
         .map(|o| wire::OffsetCommitEntry {
-            tp: o.partition.clone(),
+            tp: o.tp.clone(),
             offset: o.next_offset,
             leader_epoch: None,
             metadata: o.metadata.clone(),
@@ -189,9 +189,9 @@ fn refused_partitions(
         .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
         .collect();
     for offset in asked {
-        if !answered.contains(&offset.partition) {
+        if !answered.contains(&offset.tp) {
             refused.push((
-                offset.partition.clone(),
+                offset.tp.clone(),
                 "absent from the OffsetCommit response".into(),
             ));
         }
@@ -223,7 +223,7 @@ impl RebalanceListener for Bridge<'_> {
                 // Worker threads: cancel what has not started, wait (boundedly) for the rest.
                 Some(drain) => drain.drain(
                     guard,
-                    &batch.partition,
+                    &batch.tp,
                     drain_deadline.unwrap_or_else(Instant::now),
                 ),
             }
@@ -234,7 +234,7 @@ impl RebalanceListener for Bridge<'_> {
                 for c in &report.committed {
                     log::info!(
                         "{}: revoked, committed next offset {} in generation {generation}",
-                        c.partition,
+                        c.tp,
                         c.next_offset
                     );
                 }
@@ -248,7 +248,7 @@ impl RebalanceListener for Bridge<'_> {
                 log::error!("revocation in generation {generation}: {error}");
                 for failure in &error.failures {
                     self.handoffs.failures.push(HandoffFailure {
-                        partition: failure.partition.clone(),
+                        tp: failure.tp.clone(),
                         generation_id: generation,
                         stage: failure.stage,
                         error: failure.error.to_string(),
@@ -309,12 +309,12 @@ mod tests {
         let tp = |p| TopicPartition::new("orders", p);
         let asked = [
             CommitOffset {
-                partition: tp(0),
+                tp: tp(0),
                 next_offset: 5,
                 metadata: None,
             },
             CommitOffset {
-                partition: tp(1),
+                tp: tp(1),
                 next_offset: 9,
                 metadata: None,
             },

@@ -96,16 +96,16 @@ impl Parking {
             return;
         }
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = in_flight.partitions.get_mut(&lease.partition) {
+        if let Some(count) = in_flight.partitions.get_mut(&lease.tp) {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                in_flight.partitions.remove(&lease.partition);
+                in_flight.partitions.remove(&lease.tp);
             }
         }
         if order != ProcessingOrder::Key {
             return;
         }
-        let slot = (lease.partition.clone(), record.key.clone());
+        let slot = (lease.tp.clone(), record.key.clone());
         let Some(parked) = in_flight.keys.get_mut(&slot) else {
             return;
         };
@@ -195,7 +195,7 @@ impl Dispatch {
     pub(crate) fn send(&mut self, job: Job) -> Result<(), Refused> {
         match &self.queues {
             Queues::PerWorker(senders) => {
-                let tp = &job.1.partition;
+                let tp = &job.1.tp;
                 let worker = match self.workers.get(tp) {
                     Some(&worker) => worker,
                     None => {
@@ -217,16 +217,12 @@ impl Dispatch {
             Queues::Shared(Some(tx)) => {
                 let parking = &*self.parking;
                 let mut in_flight = parking.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-                let count = in_flight
-                    .partitions
-                    .get(&job.1.partition)
-                    .copied()
-                    .unwrap_or(0);
+                let count = in_flight.partitions.get(&job.1.tp).copied().unwrap_or(0);
                 if count >= self.per_partition {
                     return Err(Refused::Busy(Box::new(job)));
                 }
                 if self.order == ProcessingOrder::Key {
-                    let slot = (job.1.partition.clone(), job.0.key.clone());
+                    let slot = (job.1.tp.clone(), job.0.key.clone());
                     if let Some(parked) = in_flight.keys.get_mut(&slot) {
                         parked.push_back(job);
                         *in_flight.partitions.entry(slot.0).or_default() += 1;
@@ -236,7 +232,7 @@ impl Dispatch {
                 if parking.queued.load(Ordering::Relaxed) >= self.capacity {
                     return Err(Refused::Busy(Box::new(job)));
                 }
-                let tp = job.1.partition.clone();
+                let tp = job.1.tp.clone();
                 let slot =
                     (self.order == ProcessingOrder::Key).then(|| (tp.clone(), job.0.key.clone()));
                 parking.queued.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +282,7 @@ mod tests {
             headers: Vec::new(),
         };
         let lease = Lease {
-            partition: tp,
+            tp,
             offset,
             epoch: 1,
         };

@@ -21,13 +21,13 @@ pub enum ConsumerError {
     /// A partition has no committed offset and `auto.offset.reset=none`.
     NoOffset {
         /// The partition without a starting position.
-        partition: TopicPartition,
+        tp: TopicPartition,
     },
     /// A partition's starting position could not be looked up (the lookup is retried on later
     /// polls; until then the partition is owned but not fetched).
     PositionUnknown {
         /// The partition without a position.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// Why the lookup failed.
         reason: String,
     },
@@ -39,7 +39,7 @@ pub enum ConsumerError {
     /// rest of its partition will be delivered again.
     Handler {
         /// The record's partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The record's offset.
         offset: i64,
         /// The handler's error.
@@ -49,7 +49,7 @@ pub enum ConsumerError {
     /// the record and the rest of its partition will be delivered again.
     HandlerPanicked {
         /// The record's partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The record's offset.
         offset: i64,
         /// The panic's message, when it had one.
@@ -73,16 +73,19 @@ impl fmt::Display for ConsumerError {
         match self {
             ConsumerError::Group(e) => write!(f, "{e}"),
             ConsumerError::Wire(e) => write!(f, "{e}"),
-            ConsumerError::NoOffset { partition } => write!(
+            ConsumerError::NoOffset { tp: partition } => write!(
                 f,
                 "{partition} has no committed offset and auto.offset.reset=none"
             ),
-            ConsumerError::PositionUnknown { partition, reason } => {
+            ConsumerError::PositionUnknown {
+                tp: partition,
+                reason,
+            } => {
                 write!(f, "no starting position for {partition}: {reason}")
             }
             ConsumerError::Commit(e) => write!(f, "{e} (not retried)"),
             ConsumerError::Handler {
-                partition,
+                tp: partition,
                 offset,
                 error,
             } => write!(
@@ -90,7 +93,7 @@ impl fmt::Display for ConsumerError {
                 "handler failed on {partition} offset {offset}: {error}; it will be redelivered"
             ),
             ConsumerError::HandlerPanicked {
-                partition,
+                tp: partition,
                 offset,
                 message,
             } => write!(

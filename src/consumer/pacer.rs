@@ -57,11 +57,7 @@ impl CommitPacer {
         match guard.commit_progress(&mut commit) {
             Ok(committed) => {
                 for c in &committed {
-                    log::debug!(
-                        "{}: committed next offset {} (paced)",
-                        c.partition,
-                        c.next_offset
-                    );
+                    log::debug!("{}: committed next offset {} (paced)", c.tp, c.next_offset);
                 }
             }
             Err(failure) => {

@@ -262,7 +262,7 @@ impl Consumer {
         match self.guard.commit_progress(&mut commit) {
             Ok(committed) => {
                 for c in &committed {
-                    log::debug!("{}: committed next offset {}", c.partition, c.next_offset);
+                    log::debug!("{}: committed next offset {}", c.tp, c.next_offset);
                 }
                 Ok(committed)
             }
@@ -301,10 +301,10 @@ impl Consumer {
                         Ok(()) => batch.complete(delivery),
                         Err(error) => {
                             let (partition, offset) =
-                                (delivery.lease().partition.clone(), delivery.record.offset);
+                                (delivery.lease().tp.clone(), delivery.record.offset);
                             batch.fail(delivery);
                             failure = Some(ConsumerError::Handler {
-                                partition,
+                                tp: partition,
                                 offset,
                                 error: error.into(),
                             });

@@ -92,7 +92,7 @@ impl fmt::Display for ConsumerStats {
                 "\n  {} {} epoch={} fetched_next={:?} admitted={:?} completed={:?} committed={:?} \
                  in_flight={} oldest={:?} buffered={} paused={:?} dups={} regressions={} \
                  after_revoke={} skipped_by_map={} rebalances={}",
-                g.partition,
+                g.tp,
                 g.status,
                 g.epoch,
                 p.next_fetch_offset,

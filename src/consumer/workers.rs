@@ -126,7 +126,7 @@ impl Pool {
 
     fn not_started(&self, lease: &Lease) {
         let mut map = self.not_started.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(lease.partition.clone()).or_insert(lease.offset);
+        let entry = map.entry(lease.tp.clone()).or_insert(lease.offset);
         *entry = (*entry).min(lease.offset);
     }
 
@@ -134,12 +134,12 @@ impl Pool {
         self.failed_partitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(lease.partition.clone());
+            .insert(lease.tp.clone());
         self.any_failed.store(true, Ordering::Release);
         // The failed record and everything after it in its partition must come again, and
         // nothing from it on may be committed: take it out of the guard at once, so neither
         // the commit nor a drain waits for it.
-        if let Err(e) = guard.rewind(&lease.partition, lease.offset) {
+        if let Err(e) = guard.rewind(&lease.tp, lease.offset) {
             log::warn!("{e}");
         }
         self.not_started(lease);
@@ -202,7 +202,7 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     {
-        if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.partition) {
+        if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.tp) {
             pool.not_started(lease);
         } else if guard.start(lease) {
             let ctx = WorkContext::new(guard, lease);
@@ -215,12 +215,12 @@ where
                     None
                 }
                 Ok(Err(error)) => Some(ConsumerError::Handler {
-                    partition: lease.partition.clone(),
+                    tp: lease.tp.clone(),
                     offset: lease.offset,
                     error: error.into(),
                 }),
                 Err(payload) => Some(ConsumerError::HandlerPanicked {
-                    partition: lease.partition.clone(),
+                    tp: lease.tp.clone(),
                     offset: lease.offset,
                     message: panic_message(payload.as_ref()),
                 }),
@@ -231,7 +231,7 @@ where
         } else {
             log::debug!(
                 "{} offset {}: not started, its partition was revoked or lost",
-                lease.partition,
+                lease.tp,
                 lease.offset
             );
         }

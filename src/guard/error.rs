@@ -18,7 +18,7 @@ pub enum AdmitError {
     /// would be zombie work on a partition another member may own.
     Fenced {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The offset that was refused.
         offset: i64,
         /// Why the partition does not accept work; `None` when it was never assigned.
@@ -29,7 +29,7 @@ pub enum AdmitError {
     /// member. The record is not admitted; it is handed out once the session is renewed.
     SessionExpired {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The offset that was refused.
         offset: i64,
     },
@@ -37,7 +37,7 @@ pub enum AdmitError {
     /// it is skipped, and counts as finished.
     AlreadyCompleted {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The skipped offset.
         offset: i64,
     },
@@ -46,7 +46,7 @@ pub enum AdmitError {
     /// `position` finishes (backpressure; the map is never dropped).
     CompletedMapFull {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The refused offset; it stays first in line.
         offset: i64,
         /// The commit position, the unfinished offset the gap starts at.
@@ -55,7 +55,7 @@ pub enum AdmitError {
     /// The idempotency key was processed recently by this worker: a redelivery.
     Duplicate {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The offset that carried the repeated key.
         offset: i64,
     },
@@ -63,7 +63,7 @@ pub enum AdmitError {
     /// stale position, and accepting it would drag the commit position backwards.
     OffsetRegression {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The offset that was refused.
         offset: i64,
         /// The highest offset admitted so far.
@@ -75,23 +75,23 @@ impl fmt::Display for AdmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Fenced {
-                partition,
+                tp: partition,
                 offset,
                 status,
             } => match status {
                 Some(status) => write!(f, "{partition} offset {offset} refused: partition is {status}"),
                 None => write!(f, "{partition} offset {offset} refused: partition was never assigned"),
             },
-            Self::SessionExpired { partition, offset } => write!(
+            Self::SessionExpired { tp: partition, offset } => write!(
                 f,
                 "{partition} offset {offset} refused: the member's session may have expired"
             ),
-            Self::AlreadyCompleted { partition, offset } => write!(
+            Self::AlreadyCompleted { tp: partition, offset } => write!(
                 f,
                 "{partition} offset {offset} skipped: the committed map says it already finished"
             ),
             Self::CompletedMapFull {
-                partition,
+                tp: partition,
                 offset,
                 position,
             } => write!(
@@ -99,12 +99,12 @@ impl fmt::Display for AdmitError {
                 "{partition} offset {offset} held back: the completed-offsets map above the \
                  unfinished offset {position} would outgrow the commit metadata"
             ),
-            Self::Duplicate { partition, offset } => write!(
+            Self::Duplicate { tp: partition, offset } => write!(
                 f,
                 "{partition} offset {offset} refused: its idempotency key was already processed"
             ),
             Self::OffsetRegression {
-                partition,
+                tp: partition,
                 offset,
                 high_water,
             } => write!(
@@ -124,7 +124,7 @@ pub enum CompleteError {
     /// was admitted, so the work's result must not be treated as this member's progress.
     StaleLease {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The offset of the finished work.
         offset: i64,
         /// The lease's epoch.
@@ -135,7 +135,7 @@ pub enum CompleteError {
     /// The offset is not pending: already completed, rewound, or never admitted.
     NotPending {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The offset.
         offset: i64,
     },
@@ -145,7 +145,7 @@ impl fmt::Display for CompleteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::StaleLease {
-                partition,
+                tp: partition,
                 offset,
                 lease_epoch,
                 current_epoch,
@@ -154,7 +154,10 @@ impl fmt::Display for CompleteError {
                 "{partition} offset {offset} finished under assignment epoch {lease_epoch}, \
                  but the partition is at epoch {current_epoch}: completion ignored"
             ),
-            Self::NotPending { partition, offset } => {
+            Self::NotPending {
+                tp: partition,
+                offset,
+            } => {
                 write!(f, "{partition} offset {offset} is not pending")
             }
         }
@@ -169,13 +172,13 @@ pub enum RewindError {
     /// The partition is not owned.
     NotOwned {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
     },
     /// The rewind point is inside the contiguous completed prefix: that progress may already be
     /// committed, and admitting it again would repeat side effects the group considers done.
     PastFinishedWork {
         /// The partition.
-        partition: TopicPartition,
+        tp: TopicPartition,
         /// The finished offset in the way.
         finished_offset: i64,
     },
@@ -184,9 +187,9 @@ pub enum RewindError {
 impl fmt::Display for RewindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotOwned { partition } => write!(f, "cannot rewind {partition}: not owned"),
+            Self::NotOwned { tp: partition } => write!(f, "cannot rewind {partition}: not owned"),
             Self::PastFinishedWork {
-                partition,
+                tp: partition,
                 finished_offset,
             } => write!(
                 f,
@@ -237,7 +240,7 @@ pub enum HandoffStage {
 #[derive(Debug)]
 pub struct PartitionFailure {
     /// The partition.
-    pub partition: TopicPartition,
+    pub tp: TopicPartition,
     /// Where it failed.
     pub stage: HandoffStage,
     /// The caller's error.
@@ -255,7 +258,7 @@ pub struct OffsetCommitError {
 impl OffsetCommitError {
     /// The failed partitions.
     pub fn partitions(&self) -> Vec<TopicPartition> {
-        self.failures.iter().map(|f| f.partition.clone()).collect()
+        self.failures.iter().map(|f| f.tp.clone()).collect()
     }
 }
 
@@ -267,7 +270,7 @@ impl fmt::Display for OffsetCommitError {
                 HandoffStage::Flush => "flush",
                 HandoffStage::Commit => "commit",
             };
-            write!(f, " {} ({stage}: {})", failure.partition, failure.error)?;
+            write!(f, " {} ({stage}: {})", failure.tp, failure.error)?;
         }
         Ok(())
     }

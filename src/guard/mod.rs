@@ -104,7 +104,7 @@ impl<M> PartitionState<M> {
         let moved = completed.is_some_and(|next| self.last_committed.map_or(true, |l| next > l));
         let changed = metadata.is_some() && metadata != self.last_metadata;
         (moved || changed).then(|| CommitOffset {
-            partition: partition.clone(),
+            tp: partition.clone(),
             next_offset: position,
             metadata,
         })
@@ -334,7 +334,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let inner = &mut *guard;
         let Some(state) = inner.partitions.get_mut(partition) else {
             return Err(AdmitError::Fenced {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
                 status: None,
             });
@@ -342,14 +342,14 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         if state.status != OwnerStatus::Owned {
             state.fenced_rejected += 1;
             return Err(AdmitError::Fenced {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
                 status: Some(state.status),
             });
         }
         if self.session.is_expired(now) {
             return Err(AdmitError::SessionExpired {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
             });
         }
@@ -358,7 +358,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let duplicate = |state: &mut PartitionState<M>| {
             state.duplicates_rejected += 1;
             AdmitError::Duplicate {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
             }
         };
@@ -369,7 +369,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             let high_water = state.progress.high_water().unwrap_or(offset);
             state.regressions_rejected += 1;
             return Err(AdmitError::OffsetRegression {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
                 high_water,
             });
@@ -377,7 +377,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         if self.map_limit > 0 && !state.progress.map_has_room(offset, self.map_limit) {
             // Rule 6: the map of what finished beyond the gap must always fit the commit.
             return Err(AdmitError::CompletedMapFull {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
                 position: state.progress.commit_position().unwrap_or(offset),
             });
@@ -393,7 +393,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             state.progress.admit_completed(offset, now, key);
             state.skipped_completed += 1;
             return Err(AdmitError::AlreadyCompleted {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 offset,
             });
         }
@@ -404,7 +404,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             state: WorkState::Buffered(payload),
         });
         Ok(Lease {
-            partition: partition.clone(),
+            tp: partition.clone(),
             offset,
             epoch: state.epoch,
         })
@@ -416,16 +416,16 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// it is not this member's progress any more.
     pub fn complete(&self, lease: &Lease) -> Result<(), CompleteError> {
         let mut inner = self.lock();
-        let Some(state) = inner.partitions.get_mut(&lease.partition) else {
+        let Some(state) = inner.partitions.get_mut(&lease.tp) else {
             return Err(CompleteError::NotPending {
-                partition: lease.partition.clone(),
+                tp: lease.tp.clone(),
                 offset: lease.offset,
             });
         };
         if !state.accepts_completions(lease.epoch) {
             state.completed_after_revocation += 1;
             return Err(CompleteError::StaleLease {
-                partition: lease.partition.clone(),
+                tp: lease.tp.clone(),
                 offset: lease.offset,
                 lease_epoch: lease.epoch,
                 current_epoch: state.epoch,
@@ -435,7 +435,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             Ok(())
         } else {
             Err(CompleteError::NotPending {
-                partition: lease.partition.clone(),
+                tp: lease.tp.clone(),
                 offset: lease.offset,
             })
         }
@@ -448,7 +448,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             && self
                 .lock()
                 .partitions
-                .get(&lease.partition)
+                .get(&lease.tp)
                 .is_some_and(|state| state.accepts_completions(lease.epoch))
     }
 
@@ -460,7 +460,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             return false;
         }
         let mut inner = self.lock();
-        match inner.partitions.get_mut(&lease.partition) {
+        match inner.partitions.get_mut(&lease.tp) {
             Some(state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {
                 state.progress.start(lease.offset)
             }
@@ -510,7 +510,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .map(|(offset, payload)| {
                 (
                     Lease {
-                        partition: partition.clone(),
+                        tp: partition.clone(),
                         offset,
                         epoch,
                     },
@@ -533,11 +533,11 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .get_mut(partition)
             .filter(|state| state.status == OwnerStatus::Owned)
             .ok_or_else(|| RewindError::NotOwned {
-                partition: partition.clone(),
+                tp: partition.clone(),
             })?;
         let discarded = state.progress.rewind(offset).map_err(|finished_offset| {
             RewindError::PastFinishedWork {
-                partition: partition.clone(),
+                tp: partition.clone(),
                 finished_offset,
             }
         })?;
@@ -629,7 +629,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                         // Running first: taking the buffered ones marks them running.
                         let running = state.progress.running_offsets();
                         let batch = FlushBatch {
-                            partition: tp.clone(),
+                            tp: tp.clone(),
                             buffered: state.progress.take_buffered(),
                             running,
                         };
@@ -645,13 +645,13 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let mut failures = Vec::new();
         let mut flushed = Vec::with_capacity(fenced.len());
         for (epoch, batch) in fenced {
-            let tp = batch.partition.clone();
+            let tp = batch.tp.clone();
             match flush(batch) {
                 Ok(()) => flushed.push((tp, epoch, true)),
                 Err(error) => {
                     log::warn!("{tp}: flush failed during revocation, not committing: {error}");
                     failures.push(PartitionFailure {
-                        partition: tp.clone(),
+                        tp: tp.clone(),
                         stage: HandoffStage::Flush,
                         error,
                     });
@@ -696,7 +696,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                         let message = error.to_string();
                         for offset in to_commit {
                             failures.push(PartitionFailure {
-                                partition: offset.partition,
+                                tp: offset.tp,
                                 stage: HandoffStage::Commit,
                                 error: Box::new(SharedFailure(message.clone())),
                             });
@@ -706,9 +706,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                         let mut refused: HashMap<TopicPartition, BoxError> =
                             refused.into_iter().collect();
                         for offset in to_commit {
-                            match refused.remove(&offset.partition) {
+                            match refused.remove(&offset.tp) {
                                 Some(error) => failures.push(PartitionFailure {
-                                    partition: offset.partition,
+                                    tp: offset.tp,
                                     stage: HandoffStage::Commit,
                                     error,
                                 }),
@@ -733,7 +733,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     // Lost while we were handing off; the loss already pruned it.
                     continue;
                 }
-                if let Some(offset) = committed.iter().find(|c| &c.partition == tp) {
+                if let Some(offset) = committed.iter().find(|c| &c.tp == tp) {
                     state.committed(offset);
                 }
                 discarded.extend(state.progress.clear());
@@ -753,7 +753,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         failures.sort_by_key(|f| {
             partitions
                 .iter()
-                .position(|tp| tp == &f.partition)
+                .position(|tp| tp == &f.tp)
                 .unwrap_or(usize::MAX)
         });
         if failures.is_empty() {
@@ -837,10 +837,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let mut inner = self.lock();
         let mut committed = Vec::new();
         for (offset, epoch) in pending {
-            if refused.contains(&offset.partition) {
+            if refused.contains(&offset.tp) {
                 continue;
             }
-            if let Some(state) = inner.partitions.get_mut(&offset.partition) {
+            if let Some(state) = inner.partitions.get_mut(&offset.tp) {
                 if state.epoch == epoch && state.status == OwnerStatus::Owned {
                     state.committed(&offset);
                 }
@@ -882,7 +882,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .partitions
             .iter()
             .map(|(tp, state)| PartitionSnapshot {
-                partition: tp.clone(),
+                tp: tp.clone(),
                 epoch: state.epoch,
                 status: state.status,
                 highest_admitted: state.progress.high_water(),
@@ -902,7 +902,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 rebalances: state.rebalances,
             })
             .collect();
-        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
         GuardSnapshot {
             partitions,
             rebalances: inner.storm.total(),

@@ -90,7 +90,7 @@ impl fmt::Display for OwnerStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
     /// The partition.
-    pub partition: TopicPartition,
+    pub tp: TopicPartition,
     /// The message offset.
     pub offset: i64,
     /// The partition's assignment epoch when the message was admitted.
@@ -101,7 +101,7 @@ pub struct Lease {
 #[derive(Debug)]
 pub struct FlushBatch<M> {
     /// The partition being revoked.
-    pub partition: TopicPartition,
+    pub tp: TopicPartition,
     /// Admitted messages the caller never took out of the guard, in offset order: hand them to
     /// the executor now.
     pub buffered: Vec<(i64, M)>,
@@ -114,7 +114,7 @@ pub struct FlushBatch<M> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitOffset {
     /// The partition.
-    pub partition: TopicPartition,
+    pub tp: TopicPartition,
     /// The next offset to read.
     pub next_offset: i64,
     /// The offsets above `next_offset` that already finished, encoded for the OffsetCommit
@@ -157,7 +157,7 @@ pub struct LostReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionSnapshot {
     /// The partition.
-    pub partition: TopicPartition,
+    pub tp: TopicPartition,
     /// Assignment epoch; increases on every assign, revoke and loss.
     pub epoch: u64,
     /// Ownership status.

@@ -397,7 +397,7 @@ impl Intake {
         guard: &PartitionSnapshot,
         now: Instant,
     ) -> PartitionStats {
-        let tp = &guard.partition;
+        let tp = &guard.tp;
         PartitionStats {
             guard: guard.clone(),
             next_fetch_offset: self.positions.get(tp).copied(),

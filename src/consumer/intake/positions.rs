@@ -168,7 +168,7 @@ fn per_partition(
                     (
                         tp.clone(),
                         Err(ConsumerError::PositionUnknown {
-                            partition: tp.clone(),
+                            tp: tp.clone(),
                             reason: text.clone(),
                         }),
                     )
@@ -217,7 +217,7 @@ fn split_committed(
             None => found.push((
                 tp.clone(),
                 Err(ConsumerError::PositionUnknown {
-                    partition: tp.clone(),
+                    tp: tp.clone(),
                     reason: "absent from the OffsetFetch response".to_string(),
                 }),
             )),
@@ -238,14 +238,7 @@ fn reset_positions(
         AutoOffsetReset::None => {
             return Ok(partitions
                 .iter()
-                .map(|tp| {
-                    (
-                        tp.clone(),
-                        Err(ConsumerError::NoOffset {
-                            partition: tp.clone(),
-                        }),
-                    )
-                })
+                .map(|tp| (tp.clone(), Err(ConsumerError::NoOffset { tp: tp.clone() })))
                 .collect())
         }
     };
@@ -263,7 +256,7 @@ fn reset_positions(
             None => (
                 tp.clone(),
                 Err(ConsumerError::PositionUnknown {
-                    partition: tp.clone(),
+                    tp: tp.clone(),
                     reason: "absent from the ListOffsets response".to_string(),
                 }),
             ),
