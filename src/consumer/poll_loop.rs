@@ -59,11 +59,6 @@ impl Consumer {
     ///
     /// [`poll`]: Consumer::poll
     pub fn subscribe(config: ConsumerConfig, topics: &[&str]) -> Result<Consumer, ConsumerError> {
-        if config.group_protocol() == GroupProtocol::Consumer {
-            return Err(ConsumerError::Unsupported(
-                "group.protocol=consumer (KIP-848) is not implemented yet; use classic",
-            ));
-        }
         let guard =
             Arc::new(RebalanceGuard::new(config.guard_config()).map_err(ConsumerError::Guard)?);
         // The heartbeat thread fences lost partitions through the guard the moment it detects
@@ -81,7 +76,17 @@ impl Consumer {
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),
         };
-        let member = GroupMember::new(group, config.client_config(), hook)?;
+        // group.protocol=consumer (KIP-848): the broker assigns, the membership thread reconciles
+        // beside this loop; everything below reads the same for both protocols.
+        let member = match config.group_protocol() {
+            GroupProtocol::Consumer => GroupMember::with_consumer_protocol(
+                group,
+                config.consumer_group_config(topics),
+                config.client_config(),
+                hook,
+            )?,
+            GroupProtocol::Classic => GroupMember::new(group, config.client_config(), hook)?,
+        };
         // Leases also expire by time: past the last answered heartbeat's send time plus
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.

@@ -45,6 +45,9 @@ pub(crate) struct Pending {
     pub(crate) leader: bool,
     /// What to apply, in order (revocations, then the assignment).
     pub(crate) plan: RebalancePlan,
+    /// KIP-848: the machine's revocation this change carries, acknowledged to it once applied
+    /// (`SessionState::take_acknowledged`); the classic protocol has none.
+    pub(crate) ack: Option<u64>,
 }
 
 impl Pending {

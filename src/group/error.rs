@@ -23,6 +23,9 @@ pub enum GroupError {
     UnknownAssignor(String),
     /// The assignment bytes the coordinator relayed are malformed.
     Assignment(DecodeError),
+    /// The consumer group protocol (KIP-848) ended the membership for good
+    /// (UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, ...), with the reason.
+    Membership(super::consumer_group::FatalError),
     /// The heartbeat thread could not be started.
     Thread(std::io::Error),
     /// The member was closed.
@@ -45,6 +48,7 @@ impl fmt::Display for GroupError {
             GroupError::Assignment(e) => {
                 write!(f, "malformed assignment from the coordinator: {e}")
             }
+            GroupError::Membership(e) => write!(f, "consumer group protocol: {e}"),
             GroupError::Thread(e) => write!(f, "cannot start the heartbeat thread: {e}"),
             GroupError::Closed => write!(f, "the group member is closed"),
         }

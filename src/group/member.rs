@@ -71,6 +71,9 @@ pub struct GroupMember {
     shared: Arc<Shared>,
     heartbeat: Option<JoinHandle<()>>,
     protocol: RebalanceProtocol,
+    /// `group.protocol=consumer` (KIP-848): the membership thread runs the consumer group
+    /// protocol (`consumer_member.rs`) and leaves the group itself when closed.
+    consumer_protocol: bool,
 }
 
 impl fmt::Debug for GroupMember {
@@ -133,6 +136,43 @@ impl GroupMember {
             shared,
             heartbeat: Some(heartbeat),
             protocol,
+            consumer_protocol: false,
+        })
+    }
+
+    /// A member under the consumer group protocol (KIP-848, `group.protocol=consumer`): the
+    /// broker computes the assignment, and the membership thread reconciles it beside the poll
+    /// loop. Decided changes reach this thread through the same seam as cooperative rounds
+    /// (`changes.rs`), so `poll`, `commit` and `close` read the same for both protocols: the
+    /// generation is the member epoch. `config.strategies`, `session_timeout` and
+    /// `heartbeat_interval` are not used (the broker owns them); `session_timeout` bounds only
+    /// the classic session clock, which this protocol replaces with the machine's bound.
+    pub fn with_consumer_protocol(
+        config: GroupConfig,
+        protocol_config: super::consumer_group::ConsumerGroupConfig,
+        client_config: ClientConfig,
+        hook: LostHook,
+    ) -> Result<GroupMember, GroupError> {
+        let client = Client::connect(client_config.clone())?;
+        let shared = Arc::new(Shared::new(
+            hook,
+            Timeouts {
+                session_timeout: config.session_timeout,
+                max_poll_interval: config.max_poll_interval,
+            },
+        ));
+        shared.lock().run_rounds_beside();
+        let heartbeat =
+            super::consumer_member::spawn(shared.clone(), client_config, protocol_config)
+                .map_err(GroupError::Thread)?;
+        Ok(GroupMember {
+            config,
+            client,
+            shared,
+            heartbeat: Some(heartbeat),
+            // Incremental, as cooperative: only what moves is revoked, the rest flows on.
+            protocol: RebalanceProtocol::Cooperative,
+            consumer_protocol: true,
         })
     }
 
@@ -455,7 +495,12 @@ impl GroupMember {
     /// Sends LeaveGroup for `identity` unless the member is static (a static member keeps its
     /// partitions across a restart within the session timeout) or never joined.
     fn leave_group(&mut self, identity: &MemberIdentity) -> Result<(), GroupError> {
-        if self.config.group_instance_id.is_some() || identity.member_id.is_empty() {
+        // KIP-848: the membership thread leaves itself (epoch -1, static -2), with the member id
+        // only it holds, once it sees the session closed; `stop_membership_thread` waits for it.
+        if self.consumer_protocol
+            || self.config.group_instance_id.is_some()
+            || identity.member_id.is_empty()
+        {
             return Ok(());
         }
         let group_id = self.config.group_id.clone();

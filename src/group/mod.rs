@@ -44,6 +44,7 @@ pub use membership::{
 
 mod changes;
 mod commit;
+mod consumer_member;
 mod error;
 mod heartbeat;
 pub mod member;

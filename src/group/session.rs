@@ -27,6 +27,7 @@ use crate::guard::SessionBound;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
+mod consumer_protocol;
 #[cfg(test)]
 mod tests;
 
@@ -56,8 +57,11 @@ pub enum LostReason {
     /// us, so we stop processing before it hands the partitions to someone else.
     SessionExpired,
     /// The coordinator answered with this error code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-    /// FENCED_INSTANCE_ID).
+    /// FENCED_INSTANCE_ID; under KIP-848 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
     Fenced(KafkaCode),
+    /// KIP-848: a revocation was not finished within the rebalance timeout
+    /// (`max.poll.interval.ms`), after which the broker fences the member.
+    RevocationTimedOut,
 }
 
 /// The two clocks the session runs on, fixed for the member's life.
@@ -208,6 +212,8 @@ pub(crate) struct SessionState {
     pending: Option<Pending>,
     /// Fences partitions a decided change revokes, the moment it is decided.
     fence_hook: Option<FenceHook>,
+    /// KIP-848: revocations the poll thread applied, for the membership thread to acknowledge.
+    acknowledged: Vec<u64>,
 }
 
 impl SessionState {
@@ -231,6 +237,7 @@ impl SessionState {
             polled: false,
             pending: None,
             fence_hook: None,
+            acknowledged: Vec::new(),
         }
     }
 
@@ -593,6 +600,7 @@ impl SessionState {
             identity: me.clone(),
             leader,
             plan: plan.clone(),
+            ack: None,
         };
         let revoked = pending.revoked();
         if let (false, Some(fence)) = (revoked.is_empty(), &self.fence_hook) {
@@ -613,7 +621,9 @@ impl SessionState {
     /// round may start). A change of another generation stays.
     pub(crate) fn changes_applied(&mut self, me: &MemberIdentity) {
         if self.pending.as_ref().is_some_and(|p| p.identity == *me) {
-            self.pending = None;
+            if let Some(ack) = self.pending.take().and_then(|p| p.ack) {
+                self.acknowledged.push(ack);
+            }
         }
     }
 

@@ -1,0 +1,244 @@
+//! The consumer group protocol (KIP-848, `group.protocol=consumer`) through the whole consumer
+//! (`Consumer::subscribe` → poll loop → guard → commits), on real Apache Kafka 4.x: members join
+//! and leave with every record processed exactly once; a revocation commits (with the member
+//! epoch) before the partition is processed elsewhere. Needs `scripts/setup-test-env`.
+//!
+//! The shared broker runs `group.consumer.heartbeat.interval.ms=500` and
+//! `group.consumer.session.timeout.ms=6000` (`scripts/kafka_broker.py`).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use support::consumer::{committed, produce_to_each_partition, wait_until};
+use support::{unique_name, Broker, Kafka, KafkaVersion};
+
+const PARTITIONS: i32 = 6;
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A consumer-protocol configuration: the broker owns the session and heartbeat timings, so
+/// only what the client still decides is set.
+fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
+    let mut props: Vec<(String, String)> = vec![
+        ("bootstrap.servers".into(), bootstrap.into()),
+        ("group.id".into(), group.into()),
+        ("group.protocol".into(), "consumer".into()),
+        ("auto.offset.reset".into(), "earliest".into()),
+        ("max.poll.interval.ms".into(), "20000".into()),
+        ("fetch.max.wait.ms".into(), "100".into()),
+        ("max.poll.records".into(), "20".into()),
+    ];
+    for (k, v) in extra {
+        props.retain(|(name, _)| name != k);
+        props.push((k.to_string(), v.to_string()));
+    }
+    ConsumerConfig::from_properties(props).expect("valid test configuration")
+}
+
+/// Every record a member finished: (member, partition, offset, when).
+type Processed = Arc<Mutex<Vec<(usize, i32, i64, Instant)>>>;
+
+/// One member on its own thread: poll, process (record it), commit, until stopped; then close.
+struct Member {
+    stop: Arc<AtomicBool>,
+    /// While set, the handler blocks (the member stops polling).
+    #[allow(dead_code)]
+    frozen: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl Member {
+    fn start(id: usize, config: ConsumerConfig, topic: &str, processed: &Processed) -> Member {
+        let stop = Arc::new(AtomicBool::new(false));
+        let frozen = Arc::new(AtomicBool::new(false));
+        let (s, f, p, topic) = (
+            stop.clone(),
+            frozen.clone(),
+            processed.clone(),
+            topic.to_string(),
+        );
+        let thread = thread::spawn(move || -> Result<(), String> {
+            let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
+            while !s.load(Ordering::SeqCst) {
+                {
+                    let mut batch = consumer
+                        .poll(Duration::from_millis(100))
+                        .map_err(|e| e.to_string())?;
+                    while let Some(delivery) = batch.next() {
+                        while f.load(Ordering::SeqCst) {
+                            thread::sleep(Duration::from_millis(20));
+                        }
+                        let (partition, offset) =
+                            (delivery.record.partition, delivery.record.offset);
+                        p.lock()
+                            .unwrap()
+                            .push((id, partition, offset, Instant::now()));
+                        batch.complete(delivery);
+                    }
+                }
+                match consumer.commit() {
+                    Ok(_) | Err(ConsumerError::Commit(_)) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            consumer.close().map_err(|e| e.to_string())
+        });
+        Member {
+            stop,
+            frozen,
+            thread: Some(thread),
+        }
+    }
+
+    fn close(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.frozen.store(false, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join()
+                .expect("member thread")
+                .expect("member ran cleanly");
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+}
+
+/// How many times each (partition, offset) was finished.
+fn counts(processed: &Processed) -> BTreeMap<(i32, i64), usize> {
+    let mut out = BTreeMap::new();
+    for (_, p, o, _) in processed.lock().unwrap().iter() {
+        *out.entry((*p, *o)).or_insert(0) += 1;
+    }
+    out
+}
+
+fn all_done(processed: &Processed, per_partition: i64) -> bool {
+    let c = counts(processed);
+    (0..PARTITIONS).all(|p| (0..per_partition).all(|o| c.contains_key(&(p, o))))
+}
+
+fn assert_once(processed: &Processed, per_partition: i64) {
+    let c = counts(processed);
+    let duplicates: Vec<_> = c.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(duplicates.is_empty(), "processed twice: {duplicates:?}");
+    let missing: Vec<_> = (0..PARTITIONS)
+        .flat_map(|p| (0..per_partition).map(move |o| (p, o)))
+        .filter(|k| !c.contains_key(k))
+        .collect();
+    assert!(missing.is_empty(), "never processed: {missing:?}");
+}
+
+fn setup(prefix: &str) -> (&'static Kafka, String, String) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let topic = unique_name(prefix);
+    kafka.create_topic(&topic, PARTITIONS as u32);
+    (kafka, topic, unique_name("kip848-group"))
+}
+
+#[test]
+fn three_members_join_and_leave_with_every_record_processed_once() {
+    let (kafka, topic, group) = setup("kip848-three");
+    let bootstrap = kafka.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 200);
+    let processed: Processed = Arc::default();
+
+    let a = Member::start(0, config(&bootstrap, &group, &[]), &topic, &processed);
+    wait_until("A processes something", WAIT, || {
+        !processed.lock().unwrap().is_empty()
+    });
+    let b = Member::start(1, config(&bootstrap, &group, &[]), &topic, &processed);
+    let c = Member::start(2, config(&bootstrap, &group, &[]), &topic, &processed);
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 200);
+    wait_until("every record of the first two rounds", WAIT, || {
+        all_done(&processed, 400)
+    });
+    // The work was shared: the broker's assignment reached the joiners.
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 200);
+    wait_until("every record of the third round", WAIT, || {
+        all_done(&processed, 600)
+    });
+    let members: BTreeSet<usize> = processed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, _, o, _)| *o >= 400)
+        .map(|(m, _, _, _)| *m)
+        .collect();
+    assert_eq!(members.len(), 3, "all three members processed: {members:?}");
+
+    c.close();
+    b.close();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 200);
+    wait_until("A processes everything after B and C left", WAIT, || {
+        all_done(&processed, 800)
+    });
+    a.close();
+    assert_once(&processed, 800);
+    let offsets = committed(&bootstrap, &group, &topic, PARTITIONS);
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            offsets[&p],
+            Some(800),
+            "partition {p} committed through the end"
+        );
+    }
+}
+
+#[test]
+fn a_revoked_partition_is_committed_before_its_new_owner_processes_it() {
+    let (kafka, topic, group) = setup("kip848-revoke");
+    let bootstrap = kafka.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 300);
+    let processed: Processed = Arc::default();
+    let a = Member::start(0, config(&bootstrap, &group, &[]), &topic, &processed);
+    wait_until("A processes every partition", WAIT, || {
+        let seen: BTreeSet<i32> = processed
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, p, _, _)| *p)
+            .collect();
+        seen.len() == PARTITIONS as usize
+    });
+    let b = Member::start(1, config(&bootstrap, &group, &[]), &topic, &processed);
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 300);
+    wait_until("every record", WAIT, || all_done(&processed, 600));
+    // Each partition B processed it started exactly where A's last processed record ended:
+    // A's revocation committed (with its member epoch) before B fetched its committed offset.
+    let log = processed.lock().unwrap().clone();
+    let mut moved = 0;
+    for p in 0..PARTITIONS {
+        let first_b = log
+            .iter()
+            .filter(|(m, q, _, _)| *m == 1 && *q == p)
+            .map(|(_, _, o, _)| *o)
+            .min();
+        let Some(first_b) = first_b else { continue };
+        moved += 1;
+        let last_a_before = log
+            .iter()
+            .filter(|(m, q, o, _)| *m == 0 && *q == p && *o < first_b)
+            .map(|(_, _, o, _)| *o)
+            .max();
+        assert_eq!(
+            last_a_before.map(|o| o + 1).unwrap_or(0),
+            first_b,
+            "partition {p}: B starts at A's commit"
+        );
+    }
+    assert!(moved > 0, "the broker moved partitions to B");
+    b.close();
+    a.close();
+    assert_once(&processed, 600);
+}
