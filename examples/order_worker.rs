@@ -21,7 +21,17 @@
 //! [--session-timeout-ms N]    session.timeout.ms (default 45000)
 //! [--heartbeat-interval-ms N] heartbeat.interval.ms (default 3000)
 //! [--name NAME]               name in this worker's output lines (default: instance id or pid)
+//! [--workers N]               decoupled mode (`run_with_workers`) with N worker threads
+//!                             (default 0: the poll-process-commit loop on one thread)
+//! [--processing-order O]      processing.order in decoupled mode: partition | key | unordered
+//! [--set NAME=VALUE]          any other consumer setting (repeatable), e.g.
+//!                             commit.interval.ms=3600000 commit.metadata.max.bytes=0
 //! ```
+//!
+//! **Decoupled mode.** With `--workers N` the handler runs on N threads while the poll thread
+//! stays inside `run_with_workers`; an observer thread reads the membership and the guard from
+//! the side (every 50 ms) to print the `assignment`, `commit` and `skipped` lines, and each
+//! applied effect prints its own `applied` line (count=1, start_ms the handler's start).
 //!
 //! **The effect.** An order's value is `order_id=<id>;...`. The order id is the idempotency key
 //! (so a redelivery inside this process is refused by the guard), and the effect key is derived
@@ -45,6 +55,10 @@
 //!                                              effects of one batch, per partition, with the
 //!                                              batch's wall-clock start and end
 //! stale name=N partition=P offset=O            effect skipped: the partition moved meanwhile
+//! skipped name=N completed=S                   records skipped so far because the committed
+//!                                              completed-offsets map said an earlier owner
+//!                                              finished them (the guard's skipped_completed,
+//!                                              summed over partitions)
 //! stop name=N reason=signal|idle applied=K
 //! commit-refused name=N error=E               a commit the coordinator refused (not retried)
 //! handoff-failed name=N gen=G partition=P stage=S error=E
@@ -62,10 +76,12 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError, WorkContext};
+use rebalance_guard::guard::PartitionSnapshot;
 use rebalance_guard::wire::Record;
 
 /// The operation part of the effect key: what this worker does to an order.
@@ -84,13 +100,17 @@ struct Args {
     session_timeout_ms: u64,
     heartbeat_interval_ms: u64,
     name: String,
+    workers: usize,
+    processing_order: Option<String>,
+    settings: Vec<(String, String)>,
 }
 
 fn usage() -> String {
     "usage: order_worker --bootstrap ADDR --group G --topic T \
      --strategy range|roundrobin|cooperative-sticky [--instance-id ID] [--process-ms N] \
      [--effects FILE] [--stop-after-idle-ms N] [--max-poll-interval-ms N] \
-     [--session-timeout-ms N] [--heartbeat-interval-ms N] [--name NAME]"
+     [--session-timeout-ms N] [--heartbeat-interval-ms N] [--name NAME] [--workers N] \
+     [--processing-order partition|key|unordered] [--set NAME=VALUE ...]"
         .to_string()
 }
 
@@ -107,6 +127,9 @@ fn parse_args() -> Result<Args, String> {
     let mut session_timeout_ms = 45_000u64;
     let mut heartbeat_interval_ms = 3_000u64;
     let mut name = None;
+    let mut workers = 0usize;
+    let mut processing_order = None;
+    let mut settings = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -129,6 +152,15 @@ fn parse_args() -> Result<Args, String> {
             "--session-timeout-ms" => session_timeout_ms = number(value()?)?,
             "--heartbeat-interval-ms" => heartbeat_interval_ms = number(value()?)?,
             "--name" => name = Some(value()?),
+            "--workers" => workers = number(value()?)? as usize,
+            "--processing-order" => processing_order = Some(value()?),
+            "--set" => {
+                let pair = value()?;
+                let (key, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("--set {pair}: expected NAME=VALUE"))?;
+                settings.push((key.to_string(), v.to_string()));
+            }
             "-h" | "--help" => return Err(usage()),
             other => return Err(format!("unknown argument {other}\n{}", usage())),
         }
@@ -157,6 +189,9 @@ fn parse_args() -> Result<Args, String> {
         session_timeout_ms,
         heartbeat_interval_ms,
         name,
+        workers,
+        processing_order,
+        settings,
     })
 }
 
@@ -223,18 +258,30 @@ struct Printed {
     generation: Option<i32>,
     owned: Vec<i32>,
     committed: BTreeMap<i32, i64>,
+    skipped: u64,
 }
 
-/// Prints the assignment when the generation or ownership changed, and every committed position
-/// that moved (those of the loop's commits and those of revocations inside `poll`).
+/// Prints the assignment when the generation or ownership changed, every committed position
+/// that moved (those of the loop's commits and those of revocations inside `poll`), and the
+/// records skipped by the completed-offsets map when that count grew.
 fn report(name: &str, consumer: &Consumer, printed: &mut Printed) {
     let stats = consumer.stats();
-    let generation = stats.generation_id;
-    let mut owned: Vec<i32> = consumer
+    let owned: Vec<i32> = consumer
         .assignment()
         .iter()
         .map(|tp| tp.partition)
         .collect();
+    let guard: Vec<PartitionSnapshot> = stats.partitions.into_iter().map(|p| p.guard).collect();
+    print_changes(name, stats.generation_id, owned, &guard, printed);
+}
+
+fn print_changes(
+    name: &str,
+    generation: i32,
+    mut owned: Vec<i32>,
+    partitions: &[PartitionSnapshot],
+    printed: &mut Printed,
+) {
     owned.sort_unstable();
     if printed.generation != Some(generation) || printed.owned != owned {
         let list: Vec<String> = owned.iter().map(i32::to_string).collect();
@@ -246,15 +293,20 @@ fn report(name: &str, consumer: &Consumer, printed: &mut Printed) {
         printed.generation = Some(generation);
         printed.owned = owned;
     }
-    for p in &stats.partitions {
-        let Some(next) = p.guard.last_committed else {
+    for p in partitions {
+        let Some(next) = p.last_committed else {
             continue;
         };
-        let partition = p.guard.tp.partition;
+        let partition = p.tp.partition;
         if printed.committed.get(&partition) != Some(&next) {
             println!("commit name={name} gen={generation} partition={partition} next={next}");
             printed.committed.insert(partition, next);
         }
+    }
+    let skipped: u64 = partitions.iter().map(|p| p.skipped_completed).sum();
+    if skipped != printed.skipped {
+        println!("skipped name={name} completed={skipped}");
+        printed.skipped = skipped;
     }
 }
 
@@ -291,6 +343,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(id) = &args.instance_id {
         properties.push(("group.instance.id", id.clone()));
     }
+    if let Some(order) = &args.processing_order {
+        properties.push(("processing.order", order.clone()));
+    }
+    let properties = properties
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(args.settings.iter().cloned());
     let config = ConsumerConfig::from_properties(properties)?;
     let group = args.group.clone();
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?
@@ -311,6 +370,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let mut printed = Printed::default();
+    if args.workers > 0 {
+        let (reason, applied) = run_decoupled(args, &mut consumer, effects)?;
+        return finish(args, consumer, &mut printed, reason, applied);
+    }
     let mut applied = 0u64;
     let mut last_record = Instant::now();
     let mut poll_failures = 0u32;
@@ -412,24 +475,167 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             }
             Err(e) => eprintln!("order_worker {name}: commit failed: {e}"),
         }
-        for failure in consumer.take_handoff_failures() {
-            println!(
-                "handoff-failed name={name} gen={} partition={} stage={:?} error={}",
-                failure.generation_id,
-                failure.tp.partition,
-                failure.stage,
-                failure.error.replace(' ', "_")
-            );
-        }
+        print_handoff_failures(name, &mut consumer);
         report(name, &consumer, &mut printed);
     };
+    finish(args, consumer, &mut printed, reason, applied)
+}
 
+/// Prints the handoff failures of revocations (the partition's uncommitted records will be
+/// redone by its next owner).
+fn print_handoff_failures(name: &str, consumer: &mut Consumer) {
+    for failure in consumer.take_handoff_failures() {
+        println!(
+            "handoff-failed name={name} gen={} partition={} stage={:?} error={}",
+            failure.generation_id,
+            failure.tp.partition,
+            failure.stage,
+            failure.error.replace(' ', "_")
+        );
+    }
+}
+
+/// The decoupled mode: `--workers` threads run the handler, the poll thread stays inside
+/// `run_with_workers` until SIGTERM (or idleness), and an observer thread prints what the
+/// membership and the guard say, since the poll thread cannot. Returns why it stopped and how
+/// many effects were applied.
+fn run_decoupled(
+    args: &Args,
+    consumer: &mut Consumer,
+    effects: Option<File>,
+) -> Result<(&'static str, u64), Box<dyn std::error::Error>> {
+    let membership = consumer.membership_view();
+    let guard = consumer.guard_view();
+    let applied = Arc::new(AtomicU64::new(0));
+    let last_effect_ms = Arc::new(AtomicU64::new(unix_millis() as u64));
+    let idle_stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let name = args.name.clone();
+        let (membership, done, idle_stop, last) = (
+            membership.clone(),
+            done.clone(),
+            idle_stop.clone(),
+            last_effect_ms.clone(),
+        );
+        let idle = args.stop_after_idle;
+        std::thread::Builder::new()
+            .name("observer".to_string())
+            .spawn(move || {
+                let mut printed = Printed::default();
+                loop {
+                    let finished = done.load(Ordering::SeqCst);
+                    let (identity, owned) = membership.read();
+                    let snapshot = guard.snapshot();
+                    // A member between JoinGroup and SyncGroup already has its new generation
+                    // and not yet its partitions: such a moment is not an assignment to print.
+                    if !owned.is_empty() || identity.generation_id < 0 {
+                        let owned = owned.iter().map(|tp| tp.partition).collect();
+                        print_changes(
+                            &name,
+                            identity.generation_id,
+                            owned,
+                            &snapshot.partitions,
+                            &mut printed,
+                        );
+                    }
+                    if finished {
+                        break;
+                    }
+                    if let Some(idle) = idle {
+                        let since =
+                            (unix_millis() as u64).saturating_sub(last.load(Ordering::SeqCst));
+                        if since >= idle.as_millis() as u64 {
+                            idle_stop.store(true, Ordering::SeqCst);
+                            shutdown::REQUESTED.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })?
+    };
+    let handler = {
+        let name = args.name.clone();
+        let group = args.group.clone();
+        let process = args.process;
+        let effects = effects.map(Arc::new);
+        let (applied, last) = (applied.clone(), last_effect_ms.clone());
+        move |record: &Record, ctx: &WorkContext<'_>| -> Result<(), std::io::Error> {
+            let Some(order) = order_id(record) else {
+                log::warn!(
+                    "{}-{} offset {}: no order id, skipped",
+                    record.topic,
+                    record.partition,
+                    record.offset
+                );
+                return Ok(());
+            };
+            let start = unix_millis();
+            if !process.is_zero() {
+                std::thread::sleep(process);
+            }
+            // Assignment is a lease: check it right before the external effect.
+            if !ctx.is_current() {
+                println!(
+                    "stale name={name} partition={} offset={}",
+                    record.partition, record.offset
+                );
+                return Ok(());
+            }
+            if let Some(file) = &effects {
+                let line = format!(
+                    "{} {order} {} {}\n",
+                    effect_key(&group, record),
+                    record.partition,
+                    record.offset
+                );
+                // One write(2) on an O_APPEND file: the line is in the file before the record
+                // counts as complete.
+                (&**file).write_all(line.as_bytes())?;
+            }
+            applied.fetch_add(1, Ordering::SeqCst);
+            let end = unix_millis();
+            last.store(end as u64, Ordering::SeqCst);
+            let generation = membership.read().0.generation_id;
+            println!(
+                "applied name={name} gen={generation} partition={} from={} to={} count=1 \
+                 start_ms={start} end_ms={end}",
+                record.partition, record.offset, record.offset
+            );
+            Ok(())
+        }
+    };
+    let outcome = consumer.run_with_workers(&shutdown::REQUESTED, args.workers, 64, handler);
+    done.store(true, Ordering::SeqCst);
+    if observer.join().is_err() {
+        eprintln!("order_worker {}: the observer thread panicked", args.name);
+    }
+    print_handoff_failures(&args.name, consumer);
+    outcome?;
+    let reason = if idle_stop.load(Ordering::SeqCst) {
+        "idle"
+    } else {
+        "signal"
+    };
+    Ok((reason, applied.load(Ordering::SeqCst)))
+}
+
+/// The end of a run in either mode: a last commit, the last changes printed, and a close that
+/// hands the partitions back (and leaves the group unless static).
+fn finish(
+    args: &Args,
+    mut consumer: Consumer,
+    printed: &mut Printed,
+    reason: &str,
+    applied: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let name = args.name.as_str();
     println!("stop name={name} reason={reason} applied={applied}");
     match consumer.commit() {
         Ok(_) | Err(ConsumerError::Commit(_)) => {}
         Err(e) => eprintln!("order_worker {name}: final commit failed: {e}"),
     }
-    report(name, &consumer, &mut printed);
+    report(name, &consumer, printed);
     log::info!("{}", consumer.stats());
     match consumer.close() {
         Ok(()) => println!("closed name={name}"),

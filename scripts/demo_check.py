@@ -7,7 +7,7 @@ Run with the project's virtualenv (standard library only). Inputs:
                 (examples/produce_orders.rs --manifest)
   effect logs   one line per applied effect, ``effect_key order_id partition offset``
                 (examples/order_worker.rs --effects), one file per worker process
-  worker output the worker's stdout: ``assignment``, ``applied``, ``commit`` lines
+  worker output the worker's stdout: ``assignment``, ``applied``, ``commit``, ``skipped`` lines
                 (see the doc comment of examples/order_worker.rs)
 
 Subcommands:
@@ -18,11 +18,12 @@ Subcommands:
       print ``settled GEN`` when the last assignment of every given (live) worker is in the same
       generation and together they own partitions 0..N-1 exactly once, else ``unsettled``
   check --manifest M --group G --topic T --broker B --worker SPEC... [--problem TEXT...]
-        [--static-restart old=W,new=W,gen=G,until=MS]
+        [--static-restart old=W,new=W,gen=G,until=MS] [--commit-interval-ms MS]
       B is ``kafka-<version>``, ``mock`` or ``tansu``. SPEC is
       ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right after the
       worker was killed with SIGKILL and reaped). Prints the findings and, as the very last line,
-      ``orders=N applied=A duplicates=D lost=L rebalances=K broker=B``; exits 0 only when lost=0,
+      ``orders=N applied=A duplicates=D lost=L redone=R skipped_by_metadata=S rebalances=K
+      broker=B``; exits 0 only when lost=0,
       every duplicate is explained (below), nothing else is wrong and no --problem was reported.
       --static-restart names the static member's two processes, the generation the group was in
       when the old one stopped, and when the demo began to stop the fleet; on Kafka the restart
@@ -34,9 +35,23 @@ Definitions used by ``check``:
   applied     distinct order ids with at least one effect line
   duplicates  effect lines beyond the first one per order id
   lost        orders of the manifest without any effect line
+  redone      per order, the number of workers that applied it beyond the first one, summed:
+              each is a repeat by another worker, the partition's next owner, after a rebalance
+              or the SIGKILL (a repeat inside one worker, which the guard's idempotency key
+              refuses, would count in duplicates only)
+  skipped_by_metadata
+              records the workers skipped because the committed completed-offsets map (commit
+              metadata) said an earlier owner had already finished them: the last ``skipped``
+              line of each worker (the guard's skipped_completed, summed over its partitions),
+              summed over the workers
   rebalances  distinct group generations in which some worker received an assignment (the
               first join included); a cooperative rebalance that moves partitions takes two
               generations, and a static member's return takes none
+
+  With --commit-interval-ms, the findings also compare the repeats the SIGKILL caused with the
+  work the killed worker did in one commit.interval.ms: its effects in the 2 s before it was
+  killed, scaled to the interval (what finished after its last paced commit), plus the records
+  it had started and not finished (at most one per worker thread).
 
   A duplicate is explained by the SIGKILL when the order was applied exactly twice: once by the
   killed worker K, at an offset K never committed past (at or after K's last committed position
@@ -263,6 +278,7 @@ def cmd_check(opts):
     # (worker, partition) -> generations whose revocation commit of that partition failed
     handoff_failed = defaultdict(set)
     stale = defaultdict(int)
+    skipped = {}  # worker -> last skipped_completed total it printed
     assignments = {}  # worker -> [(gen, owned, at_ms)]
     for w in opts.worker:
         last_gen = -1
@@ -300,6 +316,8 @@ def cmd_check(opts):
                     )
             elif kind == "stale":
                 stale[w["name"]] += 1
+            elif kind == "skipped":
+                skipped[w["name"]] = int(f["completed"])
             elif kind == "failed":
                 problems.append("worker %s failed: %s" % (w["name"], f["_line"]))
         info[w["name"]] = {"last_gen": last_gen, "committed": committed, "applied": applied}
@@ -373,6 +391,8 @@ def cmd_check(opts):
         problems.append("effect for order %s that was never produced" % order)
     lost_orders = sorted(order for order in orders if not applications.get(order))
     duplicates = lines - len(applications)
+    redone = sum(len({a[0] for a in apps}) - 1 for apps in applications.values())
+    skipped_by_metadata = sum(skipped.values())
 
     for name, count in sorted(refused.items()):
         notes.append(
@@ -434,6 +454,22 @@ def cmd_check(opts):
                     "  partition %d %s (%d order(s) %s): %s, last commit next=%s, handoff refused; "
                     "redone by %s in generation %d" % (partition, span, count, ids, n1, last_commit, n2, gen)
                 )
+    if opts.commit_interval_ms is not None:
+        for k in sorted(killed_names):
+            at = killed_ms[k]
+            recent = sum(
+                hi - lo + 1
+                for items in info[k]["applied"].values()
+                for lo, hi, _, start_ms in items
+                if at - 2000 <= start_ms <= at
+            )
+            worth = recent * opts.commit_interval_ms / 2000.0
+            by_kill = sum(1 for e in explained if e[3] == k)
+            print(
+                "demo: the SIGKILL of %s caused %d repeat(s); in its last 2 s it applied %d "
+                "effect(s), so commit.interval.ms=%d is about %.0f effect(s) of its work (plus the "
+                "records it had started)" % (k, by_kill, recent, opts.commit_interval_ms, worth)
+            )
     for line in unexplained:
         print("demo: UNEXPLAINED duplicate %s" % line)
     for order in lost_orders[:20]:
@@ -448,8 +484,18 @@ def cmd_check(opts):
 
     ok = not lost_orders and not unexplained and not problems
     print(
-        "orders=%d applied=%d duplicates=%d lost=%d rebalances=%d broker=%s"
-        % (len(orders), applied, duplicates, len(lost_orders), len(generations), opts.broker)
+        "orders=%d applied=%d duplicates=%d lost=%d redone=%d skipped_by_metadata=%d rebalances=%d "
+        "broker=%s"
+        % (
+            len(orders),
+            applied,
+            duplicates,
+            len(lost_orders),
+            redone,
+            skipped_by_metadata,
+            len(generations),
+            opts.broker,
+        )
     )
     sys.stdout.flush()
     sys.exit(0 if ok else 1)
@@ -478,6 +524,7 @@ def main():
     p.add_argument("--duplicates-file")
     p.add_argument("--broker", required=True, help="kafka-<version>, mock or tansu")
     p.add_argument("--static-restart", type=parse_static_restart)
+    p.add_argument("--commit-interval-ms", type=int)
     p.set_defaults(func=cmd_check)
 
     opts = parser.parse_args()

@@ -158,6 +158,13 @@ impl Consumer {
         self.guard.is_current(lease)
     }
 
+    /// A handle that reads the generation and the owned partitions from any thread, while this
+    /// consumer is busy in `run_with_workers` (the guard view says what each partition did, this
+    /// one which generation owns it).
+    pub fn membership_view(&self) -> crate::group::MembershipView {
+        self.member.view()
+    }
+
     /// A handle that reads the guard's per-partition state from any thread (a metrics
     /// endpoint, a watchdog), while this consumer is busy in `run` or a batch.
     pub fn guard_view(&self) -> GuardView {

@@ -201,6 +201,13 @@ impl GroupMember {
         self.shared.lock().identity().clone()
     }
 
+    /// A handle that reads the generation and the owned partitions from any thread: while the
+    /// poll thread is inside a long call (the decoupled mode's run), an observer (a metrics
+    /// endpoint, the demo's worker) still needs to say which generation owns what.
+    pub fn view(&self) -> MembershipView {
+        MembershipView(self.shared.clone())
+    }
+
     /// Lets the membership bound ownership in time: every answered heartbeat, JoinGroup and
     /// SyncGroup renews `bound` to its send time plus `session.timeout.ms`, so that leases read
     /// stale once the coordinator could have evicted this member, even before the heartbeat
@@ -540,6 +547,26 @@ impl Drop for GroupMember {
                 let _ = handle.join();
             }
         }
+    }
+}
+
+/// Read-only access to a member's generation and ownership from another thread (see
+/// [`GroupMember::view`]); it keeps no membership alive and changes nothing.
+#[derive(Clone)]
+pub struct MembershipView(Arc<Shared>);
+
+impl MembershipView {
+    /// The generation id and member id, and the partitions owned, read together (two separate
+    /// reads could pair a new generation with the previous assignment).
+    pub fn read(&self) -> (MemberIdentity, Vec<TopicPartition>) {
+        let state = self.0.lock();
+        (state.identity().clone(), state.owned().to_vec())
+    }
+}
+
+impl fmt::Debug for MembershipView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MembershipView").finish_non_exhaustive()
     }
 }
 

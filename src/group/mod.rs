@@ -55,7 +55,8 @@ mod session;
 
 pub use changes::FenceHook;
 pub use member::{
-    CommitError, GroupConfig, GroupContext, GroupError, GroupMember, RebalanceListener,
+    CommitError, GroupConfig, GroupContext, GroupError, GroupMember, MembershipView,
+    RebalanceListener,
 };
 pub use requests::MemberIdentity;
 pub use session::{LostHook, LostReason};
