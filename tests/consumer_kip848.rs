@@ -14,30 +14,25 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use rebalance_guard::consumer::ConsumerStats;
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
-use support::consumer::{committed, produce_to_each_partition, wait_until};
+use support::consumer::{
+    committed, consumer_protocol_config, produce_to_each_partition, wait_until,
+};
 use support::{unique_name, Broker, Kafka, KafkaVersion};
 
 const PARTITIONS: i32 = 6;
 const WAIT: Duration = Duration::from_secs(90);
 
-/// A consumer-protocol configuration: the broker owns the session and heartbeat timings, so
-/// only what the client still decides is set.
+/// A consumer-protocol configuration (`support::consumer::consumer_protocol_config`) with
+/// small batches, so that batch boundaries come often.
 fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
-    let mut props: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), bootstrap.into()),
-        ("group.id".into(), group.into()),
-        ("group.protocol".into(), "consumer".into()),
-        ("auto.offset.reset".into(), "earliest".into()),
-        ("max.poll.interval.ms".into(), "20000".into()),
-        ("fetch.max.wait.ms".into(), "100".into()),
-        ("max.poll.records".into(), "20".into()),
+    let mut all = vec![
+        ("max.poll.records", "20"),
+        ("max.poll.interval.ms", "20000"),
     ];
-    for (k, v) in extra {
-        props.retain(|(name, _)| name != k);
-        props.push((k.to_string(), v.to_string()));
-    }
-    ConsumerConfig::from_properties(props).expect("valid test configuration")
+    all.extend_from_slice(extra);
+    consumer_protocol_config(bootstrap, group, &all)
 }
 
 /// Every record a member finished: (member, partition, offset, when).
@@ -46,23 +41,14 @@ type Processed = Arc<Mutex<Vec<(usize, i32, i64, Instant)>>>;
 /// One member on its own thread: poll, process (record it), commit, until stopped; then close.
 struct Member {
     stop: Arc<AtomicBool>,
-    /// While set, the handler blocks (the member stops polling).
-    #[allow(dead_code)]
-    frozen: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<(), String>>>,
+    thread: Option<JoinHandle<Result<ConsumerStats, String>>>,
 }
 
 impl Member {
     fn start(id: usize, config: ConsumerConfig, topic: &str, processed: &Processed) -> Member {
         let stop = Arc::new(AtomicBool::new(false));
-        let frozen = Arc::new(AtomicBool::new(false));
-        let (s, f, p, topic) = (
-            stop.clone(),
-            frozen.clone(),
-            processed.clone(),
-            topic.to_string(),
-        );
-        let thread = thread::spawn(move || -> Result<(), String> {
+        let (s, p, topic) = (stop.clone(), processed.clone(), topic.to_string());
+        let thread = thread::spawn(move || -> Result<ConsumerStats, String> {
             let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
             while !s.load(Ordering::SeqCst) {
                 {
@@ -70,9 +56,6 @@ impl Member {
                         .poll(Duration::from_millis(100))
                         .map_err(|e| e.to_string())?;
                     while let Some(delivery) = batch.next() {
-                        while f.load(Ordering::SeqCst) {
-                            thread::sleep(Duration::from_millis(20));
-                        }
                         let (partition, offset) =
                             (delivery.record.partition, delivery.record.offset);
                         p.lock()
@@ -86,30 +69,29 @@ impl Member {
                     Err(e) => return Err(e.to_string()),
                 }
             }
-            consumer.close().map_err(|e| e.to_string())
+            let stats = consumer.stats();
+            consumer.close().map_err(|e| e.to_string())?;
+            Ok(stats)
         });
         Member {
             stop,
-            frozen,
             thread: Some(thread),
         }
     }
 
-    fn close(mut self) {
+    /// Stops and closes the member (a static one leaves with epoch -2); its last stats.
+    fn close(mut self) -> ConsumerStats {
         self.stop.store(true, Ordering::SeqCst);
-        self.frozen.store(false, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join()
-                .expect("member thread")
-                .expect("member ran cleanly");
-        }
+        let t = self.thread.take().expect("running");
+        t.join()
+            .expect("member thread")
+            .expect("member ran cleanly")
     }
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.frozen.store(false, Ordering::SeqCst);
     }
 }
 

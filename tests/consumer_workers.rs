@@ -223,14 +223,25 @@ impl Latch {
 /// - every business effect exists exactly once;
 /// - A's stats name the work completed after revocation.
 fn held_open_rebalance(kind: BrokerKind) {
+    held_open_rebalance_with(kind, |bootstrap, group| {
+        config(
+            bootstrap,
+            group,
+            &[
+                ("partition.assignment.strategy", "cooperative-sticky"),
+                ("revoke.drain.timeout.ms", "1000"),
+            ],
+        )
+    });
+}
+
+/// The held-open rebalance with the configuration `config` builds (the group protocol is a
+/// parameter: classic cooperative-sticky, or the consumer group protocol of KIP-848).
+fn held_open_rebalance_with(kind: BrokerKind, config: impl Fn(&str, &str) -> ConsumerConfig) {
     let (broker, topic) = broker_with_topic(kind, "orders", 2);
     let bootstrap = broker.bootstrap();
     produce_to_each_partition(&bootstrap, &topic, 2, 200);
     let group = unique_name("group");
-    let settings = [
-        ("partition.assignment.strategy", "cooperative-sticky"),
-        ("revoke.drain.timeout.ms", "1000"),
-    ];
     let attempts: Attempts = Arc::default();
     let latch = Arc::new(Latch::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -255,7 +266,7 @@ fn held_open_rebalance(kind: BrokerKind) {
     };
     let a = spawn_workers(
         "a",
-        config(&bootstrap, &group, &settings),
+        config(&bootstrap, &group),
         &topic,
         stop.clone(),
         handler("a", Some(latch.clone()), attempts.clone()),
@@ -268,7 +279,7 @@ fn held_open_rebalance(kind: BrokerKind) {
     });
     let b = spawn_workers(
         "b",
-        config(&bootstrap, &group, &settings),
+        config(&bootstrap, &group),
         &topic,
         stop.clone(),
         handler("b", None, attempts.clone()),
@@ -327,6 +338,21 @@ fn held_open_rebalance(kind: BrokerKind) {
 #[test]
 fn held_open_rebalance_kafka() {
     held_open_rebalance(BrokerKind::Kafka);
+}
+
+/// The same under `group.protocol=consumer` (KIP-848) on Kafka 4.x: the broker moves one
+/// partition to B; A's revocation fences it, drains (the held record times out the drain),
+/// commits the completed prefix with the member epoch, and only then acknowledges, so B starts
+/// at the held offset and nothing is applied twice.
+#[test]
+fn held_open_rebalance_consumer_protocol_kafka() {
+    held_open_rebalance_with(BrokerKind::Kafka, |bootstrap, group| {
+        support::consumer::consumer_protocol_config(
+            bootstrap,
+            group,
+            &[("revoke.drain.timeout.ms", "1000")],
+        )
+    });
 }
 
 #[test]

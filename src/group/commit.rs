@@ -1,11 +1,12 @@
 //! Offset commits bound to a generation: the one place that sends a group commit, checks it
 //! against the session right before the request, and feeds a refusal back to the session.
 
+use super::consumer_group::reconcile::{stale_epoch_retry_named, StaleEpochRetry};
 use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
 use super::session::{membership_refusal, CommitRefusal, Shared};
-use crate::wire::{self, Client, CommitIdentity, WireError};
+use crate::wire::{self, Client, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// Each partition's own commit result: one refused partition does not fail the others.
@@ -120,9 +121,10 @@ pub(super) fn commit_offsets(
         member_id: &identity.member_id,
         group_instance_id: instance_id,
     };
-    let results = client
+    let mut results = client
         .offset_commit(&who, offsets)
         .map_err(CommitError::Wire)?;
+    retry_stale_epoch(client, shared, &who, offsets, &mut results)?;
     let refusal = membership_refusal(
         results
             .iter()
@@ -138,4 +140,79 @@ pub(super) fn commit_offsets(
             .commit_refused(identity, code, between_polls, &ctx);
     }
     Ok(results)
+}
+
+/// KIP-848: a commit refused with STALE_MEMBER_EPOCH (the broker moved the member to a newer
+/// epoch than the one the commit carried) is sent again with the member's current epoch, only
+/// for the partitions the member still owns (`reconcile::stale_epoch_retry_named`): another
+/// member may own the rest, and the broker would accept the current epoch even for a partition
+/// that moved (KIP-1251), so the client must not send it. When the session has not heard a
+/// newer epoch yet, the refusal stands; the next commit carries the new epoch.
+fn retry_stale_epoch(
+    client: &mut Client,
+    shared: &Shared,
+    who: &CommitIdentity<'_>,
+    offsets: &[wire::OffsetCommitEntry],
+    results: &mut CommitResults,
+) -> Result<(), CommitError> {
+    let refused: Vec<TopicPartition> = results
+        .iter()
+        .filter(|(_, r)| {
+            r.as_ref().err().and_then(WireError::kafka_code) == Some(KafkaCode::STALE_MEMBER_EPOCH)
+        })
+        .map(|(tp, _)| tp.clone())
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let (current, owned) = {
+        let state = shared.lock();
+        let me = state.identity();
+        let current = (me.member_id == who.member_id).then_some(me.generation_id);
+        (current, state.owned().to_vec())
+    };
+    let decision =
+        stale_epoch_retry_named(who.generation_id_or_member_epoch, current, &owned, &refused);
+    let StaleEpochRetry::Retry {
+        epoch,
+        partitions,
+        dropped,
+    } = decision
+    else {
+        log::info!(
+            "commit refused with STALE_MEMBER_EPOCH for {} partition(s) at epoch {}: no newer \
+             epoch known yet ({decision:?})",
+            refused.len(),
+            who.generation_id_or_member_epoch
+        );
+        return Ok(());
+    };
+    log::info!(
+        "commit refused with STALE_MEMBER_EPOCH at epoch {}: retrying {} still-owned \
+         partition(s) with epoch {epoch}, not {} moved one(s)",
+        who.generation_id_or_member_epoch,
+        partitions.len(),
+        dropped.len()
+    );
+    let again: Vec<wire::OffsetCommitEntry> = offsets
+        .iter()
+        .filter(|o| partitions.contains(&o.tp))
+        .cloned()
+        .collect();
+    if again.is_empty() {
+        return Ok(());
+    }
+    let retry_as = CommitIdentity {
+        generation_id_or_member_epoch: epoch,
+        ..*who
+    };
+    let retried = client
+        .offset_commit(&retry_as, &again)
+        .map_err(CommitError::Wire)?;
+    for (tp, result) in retried {
+        if let Some(slot) = results.iter_mut().find(|(t, _)| *t == tp) {
+            slot.1 = result;
+        }
+    }
+    Ok(())
 }

@@ -40,6 +40,34 @@ pub fn config(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> ConsumerC
     ConsumerConfig::from_properties(props).expect("valid test configuration")
 }
 
+/// A consumer configuration for `group.protocol=consumer` (KIP-848) tests: earliest reset,
+/// short fetch waits, and none of the settings the broker owns under that protocol
+/// (`session.timeout.ms`, `heartbeat.interval.ms`, `partition.assignment.strategy` are refused
+/// with it; the shared broker runs `group.consumer.heartbeat.interval.ms=500` and
+/// `group.consumer.session.timeout.ms=6000`); `extra` overrides any of it.
+pub fn consumer_protocol_config(
+    bootstrap: &str,
+    group: &str,
+    extra: &[(&str, &str)],
+) -> ConsumerConfig {
+    let mut props: Vec<(String, String)> = vec![
+        ("bootstrap.servers".into(), bootstrap.into()),
+        ("group.id".into(), group.into()),
+        ("group.protocol".into(), "consumer".into()),
+        ("auto.offset.reset".into(), "earliest".into()),
+        (
+            "max.poll.interval.ms".into(),
+            FAST_REBALANCE.max_poll_interval_ms.to_string(),
+        ),
+        ("fetch.max.wait.ms".into(), "100".into()),
+    ];
+    for (k, v) in extra {
+        props.retain(|(name, _)| name != k);
+        props.push((k.to_string(), v.to_string()));
+    }
+    ConsumerConfig::from_properties(props).expect("valid test configuration")
+}
+
 /// Polls `done` until it holds; panics naming `what` after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;

@@ -124,12 +124,23 @@ pub fn stale_epoch_retry(
     owned: &Owned,
     refused: &[TopicPartition],
 ) -> StaleEpochRetry {
+    stale_epoch_retry_named(attempted, current, &named(owned), refused)
+}
+
+/// [`stale_epoch_retry`] with the owned partitions by name, as the consumer's session keeps
+/// them (the poll thread's commit path decides there, without the machine).
+pub fn stale_epoch_retry_named(
+    attempted: i32,
+    current: Option<i32>,
+    owned: &[TopicPartition],
+    refused: &[TopicPartition],
+) -> StaleEpochRetry {
     let Some(current) = current.filter(|e| *e > 0) else {
         return StaleEpochRetry::Drop {
             dropped: refused.to_vec(),
         };
     };
-    let still: BTreeSet<TopicPartition> = named(owned).into_iter().collect();
+    let still: BTreeSet<&TopicPartition> = owned.iter().collect();
     let (partitions, dropped): (Vec<_>, Vec<_>) =
         refused.iter().cloned().partition(|tp| still.contains(tp));
     if current > attempted {
