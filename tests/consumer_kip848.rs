@@ -1,7 +1,10 @@
 //! The consumer group protocol (KIP-848, `group.protocol=consumer`) through the whole consumer
 //! (`Consumer::subscribe` → poll loop → guard → commits), on real Apache Kafka 4.x: members join
 //! and leave with every record processed exactly once; a revocation commits (with the member
-//! epoch) before the partition is processed elsewhere. Needs `scripts/setup-test-env`.
+//! epoch) before the partition is processed elsewhere; a member the broker stops hearing from
+//! loses its assignment (fenced, nothing committed) and rejoins with epoch 0; a static member's
+//! leave (epoch -2) and return within the session keeps its partitions. Needs
+//! `scripts/setup-test-env`.
 //!
 //! The shared broker runs `group.consumer.heartbeat.interval.ms=500` and
 //! `group.consumer.session.timeout.ms=6000` (`scripts/kafka_broker.py`).
@@ -19,6 +22,7 @@ use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use support::consumer::{
     committed, consumer_protocol_config, produce_to_each_partition, wait_until,
 };
+use support::proxy::Proxy;
 use support::{unique_name, Broker, Kafka, KafkaVersion};
 
 const PARTITIONS: i32 = 6;
@@ -223,4 +227,107 @@ fn a_revoked_partition_is_committed_before_its_new_owner_processes_it() {
     b.close();
     a.close();
     assert_once(&processed, 600);
+}
+
+/// The partitions on which `member` processed offsets `from..`.
+fn partitions_of(processed: &Processed, member: usize, from: i64) -> BTreeSet<i32> {
+    processed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _, o, _)| *m == member && *o >= from)
+        .map(|(_, p, _, _)| *p)
+        .collect()
+}
+
+#[test]
+fn a_member_cut_off_from_the_broker_loses_its_partitions_and_rejoins_with_epoch_0() {
+    let (kafka, topic, group) = setup("kip848-cut-off");
+    let bootstrap = kafka.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    let processed: Processed = Arc::default();
+    let proxy = Proxy::start(&bootstrap);
+    let a = Member::start(0, config(proxy.addr(), &group, &[]), &topic, &processed);
+    wait_until("A processed and committed everything", WAIT, || {
+        all_done(&processed, 100)
+            && committed(&bootstrap, &group, &topic, PARTITIONS)
+                .values()
+                .all(|c| *c == Some(100))
+    });
+    // A network partition between A and the broker for longer than the broker's session
+    // (6 s): A's own session bound (3 heartbeat intervals) runs out first and fences its
+    // partitions without a commit; the broker then expires A and gives everything to B.
+    proxy.hold();
+    let b = Member::start(1, config(&bootstrap, &group, &[]), &topic, &processed);
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    wait_until("B processed the second round", WAIT, || {
+        all_done(&processed, 200)
+    });
+    assert_eq!(
+        partitions_of(&processed, 1, 100).len(),
+        PARTITIONS as usize,
+        "B took every partition of the expired member"
+    );
+    proxy.release();
+    // A rejoins as a new member (epoch 0) and gets a share back through B's revocation.
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    wait_until("the third round, shared again", WAIT, || {
+        all_done(&processed, 300) && !partitions_of(&processed, 0, 200).is_empty()
+    });
+    let a_stats = a.close();
+    b.close();
+    assert!(
+        a_stats.counters.lost >= PARTITIONS as u64,
+        "A lost its six partitions: {a_stats}"
+    );
+    // Nothing A held at the cut was committed after it, nor processed twice: B started exactly
+    // at A's last commit, and A's later share started at B's.
+    assert_once(&processed, 300);
+}
+
+#[test]
+fn a_static_member_that_leaves_and_returns_gets_its_partitions_back() {
+    let (kafka, topic, group) = setup("kip848-static");
+    let bootstrap = kafka.bootstrap().to_string();
+    let processed: Processed = Arc::default();
+    let a_cfg = || config(&bootstrap, &group, &[("group.instance.id", "static-a")]);
+    let b_cfg = config(&bootstrap, &group, &[("group.instance.id", "static-b")]);
+    let a = Member::start(0, a_cfg(), &topic, &processed);
+    let b = Member::start(1, b_cfg, &topic, &processed);
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 50);
+    wait_until("the first round", WAIT, || all_done(&processed, 50));
+    // Let the assignment settle (a joiner's partitions arrive over a few heartbeats).
+    thread::sleep(Duration::from_secs(3));
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 50);
+    wait_until("the second round", WAIT, || all_done(&processed, 100));
+    let a_partitions = partitions_of(&processed, 0, 50);
+    let b_partitions = partitions_of(&processed, 1, 50);
+    assert!(
+        a_partitions.is_disjoint(&b_partitions),
+        "{a_partitions:?} {b_partitions:?}"
+    );
+    assert_eq!(a_partitions.len() + b_partitions.len(), PARTITIONS as usize);
+    assert!(
+        !a_partitions.is_empty() && !b_partitions.is_empty(),
+        "both members work"
+    );
+
+    // A leaves with epoch -2: the broker keeps its partitions for it for the session (6 s).
+    a.close();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 50);
+    thread::sleep(Duration::from_secs(1));
+    let a_again = Member::start(2, a_cfg(), &topic, &processed);
+    wait_until("the third round", WAIT, || all_done(&processed, 150));
+    assert_eq!(
+        partitions_of(&processed, 2, 100),
+        a_partitions,
+        "the returning static member got its partitions back"
+    );
+    assert!(
+        partitions_of(&processed, 1, 100).is_disjoint(&a_partitions),
+        "B never worked A's reserved partitions"
+    );
+    a_again.close();
+    b.close();
+    assert_once(&processed, 150);
 }
