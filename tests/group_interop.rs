@@ -951,6 +951,61 @@ fn kafka_ours_in_java_consumer_protocol_group() {
     );
 }
 
+/// A mixed group on Kafka 4.x: our member on the consumer protocol (KIP-848), a Java member on
+/// the consumer protocol, and our classic member (cooperative-sticky), which Kafka lets join a
+/// consumer-protocol group (it speaks the classic protocol to it and assigns with its own
+/// assignor). Every partition is owned exactly once with all three in (2/2/2), again after the
+/// Java member leaves, and neither of ours reports a loss or an error.
+fn kafka_mixed_consumer_protocol_group() {
+    let started = Instant::now();
+    let kind = BrokerKind::Kafka;
+    let mut g = Group::new(kind, "cooperative-sticky");
+    let mut ours = OurMemberSpec::new(&g.broker.bootstrap(), &g.group, &g.topic, g.strategy);
+    ours.consumer_protocol = true;
+    g.members
+        .push(("ours-kip848".into(), Member::Ours(OurMember::start(ours))));
+    let alone = g.stable("ours (consumer protocol) alone");
+    assert_eq!(alone[0].1.len(), PARTITIONS as usize, "{alone:?}");
+    let spec = PeerMemberSpec::new(
+        PeerClient::Java,
+        &g.broker.bootstrap(),
+        &g.group,
+        &[&g.topic],
+        PeerStrategy::CooperativeSticky, // not passed: the broker assigns
+        "java",
+    )
+    .consumer_protocol(None);
+    let java = PeerMember::start(spec);
+    java.wait_ready(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("java: {e}"));
+    g.members.push(("java".into(), Member::Peer(java)));
+    let two = g.stable("ours (consumer) and java (consumer)");
+    assert!(two.iter().all(|(_, o)| o.len() == 3), "{two:?}");
+    g.add_ours("ours-classic");
+    let three = g.stable("ours (consumer), java (consumer), ours (classic)");
+    assert!(three.iter().all(|(_, o)| o.len() == 2), "{three:?}");
+    g.close("java");
+    let after = g.stable("java left");
+    assert!(after.iter().all(|(_, o)| o.len() == 3), "{after:?}");
+    for (name, member) in &g.members {
+        if let Member::Ours(m) = member {
+            assert!(
+                m.events()
+                    .iter()
+                    .all(|e| !matches!(e, OurEvent::Lost(..) | OurEvent::Error(_))),
+                "{name}: {:?}",
+                m.events()
+            );
+        }
+    }
+    g.close("ours-classic");
+    g.close("ours-kip848");
+    eprintln!(
+        "{kind:?} mixed consumer-protocol group: done in {:.1?}",
+        started.elapsed()
+    );
+}
+
 /// Two Java members on the consumer protocol (KIP-848, broker-side uniform assignor) on Kafka
 /// 4.x: the first owns every partition, the two split them 3/3 without the first losing what it
 /// keeps and without a partition owned twice on their merged timeline, and when the first
@@ -1244,4 +1299,9 @@ fn static_ours_leader_restart_is_no_rebalance_kafka() {
 #[test]
 fn classic_ours_joins_a_java_consumer_protocol_group_kafka() {
     kafka_ours_in_java_consumer_protocol_group();
+}
+
+#[test]
+fn mixed_group_ours_and_java_on_the_consumer_protocol_with_a_classic_member_kafka() {
+    kafka_mixed_consumer_protocol_group();
 }

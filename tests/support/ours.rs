@@ -7,6 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use rebalance_guard::group::consumer_group::ConsumerGroupConfig;
 use rebalance_guard::group::{
     GroupConfig, GroupContext, GroupError, GroupMember, LostReason, RebalanceListener,
 };
@@ -106,6 +107,9 @@ pub struct OurMemberSpec {
     pub session_timeout_ms: u64,
     pub heartbeat_interval_ms: u64,
     pub max_poll_interval_ms: u64,
+    /// `group.protocol=consumer` (KIP-848): the broker assigns; `strategies`,
+    /// `session_timeout_ms` and `heartbeat_interval_ms` are then not sent.
+    pub consumer_protocol: bool,
 }
 
 impl OurMemberSpec {
@@ -121,6 +125,7 @@ impl OurMemberSpec {
             session_timeout_ms: u64::from(super::FAST_REBALANCE.session_timeout_ms),
             heartbeat_interval_ms: u64::from(super::FAST_REBALANCE.heartbeat_interval_ms),
             max_poll_interval_ms: u64::from(super::FAST_REBALANCE.max_poll_interval_ms),
+            consumer_protocol: false,
         }
     }
 }
@@ -159,7 +164,22 @@ impl OurMember {
         let (thread_observed, thread_stop, thread_pause) =
             (observed.clone(), stop.clone(), pause_until_ms.clone());
         let thread = thread::spawn(move || {
-            let mut member = match GroupMember::new(config, client, hook) {
+            let made = if spec.consumer_protocol {
+                let protocol = ConsumerGroupConfig {
+                    group_id: spec.group.clone(),
+                    instance_id: spec.instance_id.clone(),
+                    topics: spec.topics.clone(),
+                    rebalance_timeout: Duration::from_millis(spec.max_poll_interval_ms),
+                    remote_assignor: None,
+                    session_bound: None,
+                    retry_backoff: Duration::from_millis(100),
+                    retry_backoff_max: Duration::from_secs(1),
+                };
+                GroupMember::with_consumer_protocol(config, protocol, client, hook)
+            } else {
+                GroupMember::new(config, client, hook)
+            };
+            let mut member = match made {
                 Ok(member) => member,
                 Err(e) => {
                     thread_observed.push(OurEvent::Error(e.to_string()));
