@@ -5,10 +5,12 @@
 
 Each DIR (named after its protocol) holds records.csv (t_ms,member,partition,offset: every record
 a member received) and events.csv (event,t_ms,member: the fourth member joining, the first
-leaving). For each event, over the window from it to the next event (or the end):
+leaving). For each event, over the window from it to the next event, the end, or 4 s after it,
+whichever comes first (long enough for a rebalance to settle, short enough that an unrelated
+stall later on is not counted as the rebalance's):
 
 - a partition is *unmoved* when the member that last read it before the event is the one that
-  last reads it at the end of the window, *moved* otherwise;
+  last reads it in the window, *moved* otherwise;
 - longest_unmoved_gap_ms: the longest time between two consecutive records of an unmoved
   partition in the window (counting from its last record before the event): how long a
   partition that did not change hands stood still;
@@ -32,6 +34,7 @@ from collections import defaultdict
 
 BUCKET_MS = 100.0
 STEADY_MS = 3000.0
+WINDOW_MS = 4000.0
 
 
 def load(directory):
@@ -66,7 +69,7 @@ def analyse(records, events):
     )
     results = []
     for i, (name, at, _member) in enumerate(events):
-        until = events[i + 1][1] if i + 1 < len(events) else end
+        until = min(events[i + 1][1] if i + 1 < len(events) else end, at + WINDOW_MS)
         unmoved_gaps, moved_resumes = [], []
         for seq in by_partition.values():
             before = [(t, m) for t, m in seq if t < at]
