@@ -2,6 +2,7 @@
 """The numbers and the plot of `scripts/bench --gap`, from what examples/rebalance_gap wrote.
 
     bench_gap.py --png OUT.png DIR [DIR...]
+    bench_gap.py --self-test
 
 Each DIR (named after its protocol) holds records.csv (t_ms,member,partition,offset: every record
 a member received) and events.csv (event,t_ms,member: the fourth member joining, the first
@@ -111,15 +112,45 @@ def rates(records):
     }
 
 
+def self_test():
+    """The counting rules on a hand-made run: partition 0 stays with member 0 and stands still
+    for 300 ms after the event, partition 1 moves from member 1 to member 2 and resumes 500 ms
+    after it, partition 2 is never read again (moved, never resumed)."""
+    records = []
+    for t in range(0, 3000, 10):
+        records += [(float(t), 0, 0), (float(t), 1, 1), (float(t), 1, 2)]
+    for t in range(3300, 5000, 10):
+        records.append((float(t), 0, 0))
+    for t in range(3500, 5000, 10):
+        records.append((float(t), 2, 1))
+    records.sort()
+    results, steady = analyse(records, [("join", 3000.0, 2)])
+    got = results[0]
+    want = {"event": "join", "at": 3000.0, "unmoved": 1, "longest_unmoved_gap_ms": 310.0,
+            "moved": 2, "moved_resume_ms": float("inf")}
+    assert got == want, (got, want)
+    assert steady == 10.0, steady
+    results, _ = analyse([r for r in records if r[2] != 2], [("join", 3000.0, 2)])
+    assert results[0]["moved_resume_ms"] == 500.0, results[0]
+    print("bench_gap: self-test passed")
+
+
 def fmt(ms):
     return "never" if ms == float("inf") else "%.0f" % ms
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--png", required=True)
-    parser.add_argument("dirs", nargs="+")
+    parser.add_argument("--png")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check the counting rules on a hand-made run, and exit")
+    parser.add_argument("dirs", nargs="*")
     opts = parser.parse_args()
+    if opts.self_test:
+        self_test()
+        return
+    if not opts.png or not opts.dirs:
+        parser.error("--png and at least one DIR are needed")
     panels = []
     for directory in opts.dirs:
         protocol = os.path.basename(os.path.normpath(directory))
