@@ -56,6 +56,10 @@ pub(crate) struct Intake {
     /// Partitions whose next record the guard held back (its completed-offsets map is full):
     /// out of the ring until the next batch.
     held: HashSet<TopicPartition>,
+    /// Every partition that has a position and nothing buffered (the ones to fetch), and maybe
+    /// some that no longer qualify (discarded when next looked at): kept as buffers run dry and
+    /// positions are set, so that a poll costs O(dry partitions), not O(owned partitions).
+    dry: PartitionSet,
 }
 
 /// How many consecutive records one partition hands out before the next partition's turn.
@@ -137,10 +141,18 @@ impl Intake {
     }
 
     /// True when an owned, unpaused partition with a fetch position has nothing buffered.
-    pub(crate) fn has_dry_partition(&self) -> bool {
-        self.positions.keys().any(|tp| {
-            !self.paused.contains_key(tp) && self.buffers.get(tp).map_or(true, VecDeque::is_empty)
-        })
+    pub(crate) fn has_dry_partition(&mut self) -> bool {
+        self.prune_dry();
+        self.dry.iter().any(|tp| !self.paused.contains_key(tp))
+    }
+
+    /// Drops the entries of [`Intake::dry`] that no longer qualify (no position, or records
+    /// buffered); paused partitions stay, they are dry again when resumed.
+    fn prune_dry(&mut self) {
+        let (positions, buffers) = (&self.positions, &self.buffers);
+        self.dry.retain(|tp| {
+            positions.contains_key(tp) && buffers.get(tp).map_or(true, VecDeque::is_empty)
+        });
     }
 
     /// Newly assigned partitions: each starts at its committed offset (else
@@ -161,14 +173,17 @@ impl Intake {
         config: &ConsumerConfig,
         guard: &Guard,
     ) -> Result<(), ConsumerError> {
+        self.prune_dry();
         let positions: Vec<FetchPosition> = self
-            .positions
+            .dry
             .iter()
-            .filter(|(tp, _)| !self.paused.contains_key(*tp))
-            .filter(|(tp, _)| self.buffers.get(*tp).map_or(true, VecDeque::is_empty))
-            .map(|(tp, &offset)| FetchPosition {
-                tp: tp.clone(),
-                offset,
+            .filter(|tp| !self.paused.contains_key(*tp))
+            .filter_map(|tp| {
+                let offset = *self.positions.get(tp)?;
+                Some(FetchPosition {
+                    tp: tp.clone(),
+                    offset,
+                })
             })
             .collect();
         if positions.is_empty() {
@@ -207,7 +222,11 @@ impl Intake {
                 continue;
             }
             self.positions.insert(part.tp.clone(), part.next_offset);
-            if !part.records.is_empty() {
+            if part.records.is_empty() {
+                // Nothing yet: still dry (a prefetch may also answer for a partition that
+                // was not asked and has records buffered; then the set drops it when pruned).
+                self.dry.insert(part.tp.clone());
+            } else {
                 let buffer = self.buffers.entry(part.tp.clone()).or_default();
                 if buffer.is_empty() {
                     // The usual case (only dry partitions are fetched): the fetched vector
@@ -275,6 +294,7 @@ impl Intake {
         self.fetch_errors.remove(tp);
         self.pending.remove(tp);
         self.paused.remove(tp);
+        self.dry.remove(tp);
         self.buffers.remove(tp).map_or(0, |b| b.len())
     }
 
@@ -290,6 +310,7 @@ impl Intake {
     /// Drops every buffered record (closing: nothing more is handed out).
     pub(crate) fn clear_buffers(&mut self) {
         self.buffers.clear();
+        self.dry.extend(self.positions.keys().cloned());
     }
 
     /// Looks up the starting positions that are due (see [`PendingPositions`]) and starts
@@ -317,6 +338,7 @@ impl Intake {
                 guard.resume_at(&tp, offset, metadata.as_deref());
             }
             self.buffers.remove(&tp);
+            self.dry.insert(tp.clone());
             self.positions.insert(tp, offset);
         }
         error.map_or(Ok(()), Err)
@@ -333,6 +355,7 @@ impl Intake {
         }
         self.buffers.remove(tp);
         if self.positions.contains_key(tp) {
+            self.dry.insert(tp.clone());
             self.positions.insert(tp.clone(), offset);
         }
         true
@@ -351,9 +374,15 @@ impl Intake {
                 continue;
             }
             if self.paused.is_empty() || !self.paused.contains_key(tp) {
-                if let Some(record) = self.buffers.get_mut(tp).and_then(VecDeque::pop_front) {
-                    self.turn += 1;
-                    return Some((tp.clone(), record));
+                if let Some(buffer) = self.buffers.get_mut(tp) {
+                    if let Some(record) = buffer.pop_front() {
+                        self.turn += 1;
+                        if buffer.is_empty() {
+                            // Ran dry: the next poll fetches it.
+                            self.dry.insert(tp.clone());
+                        }
+                        return Some((tp.clone(), record));
+                    }
                 }
             }
             self.discard_front();

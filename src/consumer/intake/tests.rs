@@ -123,3 +123,39 @@ fn a_record_put_back_is_next_in_its_partition() {
     assert_eq!(tps.len(), 1);
     assert_eq!(drain(&mut intake), vec![(0, 0), (0, 1), (0, 2)]);
 }
+
+#[test]
+fn a_partition_that_runs_dry_is_the_one_to_fetch() {
+    let (mut intake, tps) = filled(2, 3);
+    assert!(!intake.has_dry_partition(), "both partitions hold records");
+    // Partition 0 hands out its three records first (one turn), then runs dry.
+    for offset in 0..3 {
+        let got = intake.next_record().map(|(tp, r)| (tp.partition, r.offset));
+        assert_eq!(got, Some((0, offset)));
+    }
+    assert!(intake.has_dry_partition());
+    intake.prune_dry();
+    assert_eq!(intake.dry.iter().collect::<Vec<_>>(), vec![&tps[0]]);
+    // Paused, it is not one to fetch; resumed, it is again.
+    intake.pause(&tps[..1]);
+    assert!(!intake.has_dry_partition());
+    intake.resume(&tps[..1]);
+    assert!(intake.has_dry_partition());
+    // Dropped, it is gone; the other one runs dry in turn.
+    intake.drop_partition(&tps[0]);
+    assert!(!intake.has_dry_partition());
+    assert_eq!(drain(&mut intake).len(), 3);
+    assert!(intake.has_dry_partition());
+    intake.clear_buffers();
+    intake.prune_dry();
+    assert_eq!(intake.dry.iter().collect::<Vec<_>>(), vec![&tps[1]]);
+}
+
+#[test]
+fn a_partition_put_back_is_not_dry() {
+    let (mut intake, _) = filled(1, 1);
+    let (tp, r) = intake.next_record().expect("a record");
+    assert!(intake.has_dry_partition(), "its only record is out");
+    intake.push_front(tp, r);
+    assert!(!intake.has_dry_partition(), "the record is back");
+}
