@@ -28,18 +28,28 @@
 //!
 //! The items re-exported here are the ones applications need; the modules hold the rest.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod consumer;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod group;
 pub mod guard;
-pub mod partition;
+mod partition;
 pub mod wire;
 
 pub use consumer::{
-    Batch, ConfigError, Consumer, ConsumerConfig, ConsumerError, ConsumerStats, Delivery,
-    WorkContext,
+    Batch, BatchPlan, ConfigError, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerError,
+    ConsumerStats, Delivery, GuardView, HandoffFailure, PartitionStats, RebalanceCounters,
+    SecurityProtocol, WorkContext,
 };
-pub use guard::{Lease, RebalanceGuard};
+pub use group::{GroupError, LostReason, Strategy};
+pub use guard::{
+    AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, Lease, PartitionSnapshot,
+    RebalanceGuard, RewindError, StormStatus,
+};
 pub use partition::TopicPartition;
-pub use wire::{Client, WireError};
+pub use wire::{
+    Client, ClientConfig, KafkaCode, OAuthBearerCallback, OAuthBearerToken, ProduceRecord, Record,
+    SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
+};

@@ -61,7 +61,7 @@ impl fmt::Display for TopicPartition {
 /// not a concern there and SipHash's cost is not worth paying. Never use it for keys taken from
 /// message data.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PartitionHasher {
+pub(crate) struct PartitionHasher {
     hash: u64,
 }
 

@@ -40,8 +40,8 @@
 //!   drains, [`HandoffFailure`]s, and `commit_through` for every commit.
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and
 //!   (`intake/positions.rs`) the starting-position lookups, retried until found.
-//! - [`sizer`]: the [`BatchSizer`]: how many records a batch may hold and when it must stop.
-//! - [`stats`]: per-partition signals, [`RebalanceCounters`] and the stats line.
+//! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
+//! - `stats`: per-partition signals, [`RebalanceCounters`] and the stats line.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
 //! - [`config`], `error.rs`: settings under Kafka's names, and [`ConsumerError`].
@@ -55,17 +55,18 @@ mod error;
 mod intake;
 mod pacer;
 mod poll_loop;
-pub mod sizer;
-pub mod stats;
+mod sizer;
+mod stats;
 mod workers;
 
 pub use batch::{Batch, Delivery, KeyFn};
 pub use bridge::{HandoffFailure, StormHook};
 pub use config::{
-    AutoOffsetReset, ConfigError, ConsumerConfig, GroupProtocol, ProcessingOrder, Strategy,
+    AutoOffsetReset, ConfigError, ConsumerConfig, ConsumerConfigBuilder, GroupProtocol,
+    ProcessingOrder, SecurityProtocol, Strategy,
 };
 pub use context::{GuardView, WorkContext};
 pub use error::ConsumerError;
 pub use poll_loop::Consumer;
-pub use sizer::{BatchPlan, BatchSizer};
+pub use sizer::BatchPlan;
 pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};

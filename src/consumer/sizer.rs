@@ -38,17 +38,17 @@ use super::config::{ConfigError, ConsumerConfig};
 /// average with `alpha = 0.2`). Why 0.2: the estimate follows a lasting speed-up within about ten
 /// records (0.8^10 ≈ 0.11 of the old value left), while one fast record among slow ones barely
 /// moves it. Slower samples bypass the average (fast attack).
-pub const DECAY_ALPHA: f64 = 0.2;
+pub(crate) const DECAY_ALPHA: f64 = 0.2;
 
 /// The most the batch size may grow from one batch to the next. Why 2: a speed-up may be
 /// transient (a warm cache, an idle downstream), and overshooting is what gets a member evicted,
 /// while shrinking is immediate and costs only extra polls. Doubling still reaches
 /// `max.poll.records = 500` from 1 in nine batches.
-pub const MAX_GROWTH_FACTOR: usize = 2;
+pub(crate) const MAX_GROWTH_FACTOR: usize = 2;
 
 /// Fraction of `max.poll.interval.ms` always kept free after a batch's deadline, for committing,
 /// the next fetch and rebalance callbacks. It binds only when `batch.safety.factor` exceeds 0.9.
-pub const MARGIN_FRACTION: f64 = 0.1;
+pub(crate) const MARGIN_FRACTION: f64 = 0.1;
 
 /// One planned batch: how many records it may hold and until when records may be handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ impl BatchPlan {
     }
 
     /// Whether the deadline has arrived.
-    pub fn is_past_deadline(&self, now: Instant) -> bool {
+    pub(crate) fn is_past_deadline(&self, now: Instant) -> bool {
         now >= self.deadline
     }
 }
@@ -81,7 +81,7 @@ impl BatchPlan {
 /// (or [`batch_processed`](Self::batch_processed) once for a handler that takes the batch whole);
 /// then [`end_batch`](Self::end_batch).
 #[derive(Debug, Clone)]
-pub struct BatchSizer {
+pub(crate) struct BatchSizer {
     max_poll_interval: Duration,
     safety_factor: f64,
     max_records: usize,
@@ -106,7 +106,7 @@ impl BatchSizer {
     /// Before any measurement the first batch may hold `max_records`, as Java's consumer would:
     /// its deadline, and the per-record estimate formed from its first record, still stop it in
     /// time, and a fast handler does not pay a slow start.
-    pub fn new(
+    pub(crate) fn new(
         max_poll_interval: Duration,
         safety_factor: f64,
         max_records: usize,
@@ -150,7 +150,7 @@ impl BatchSizer {
 
     /// A sizer for a validated configuration (`max.poll.interval.ms`, `batch.safety.factor`,
     /// `max.poll.records`).
-    pub fn from_config(config: &ConsumerConfig) -> BatchSizer {
+    pub(crate) fn from_config(config: &ConsumerConfig) -> BatchSizer {
         let fallback = || BatchSizer {
             max_poll_interval: config.max_poll_interval(),
             safety_factor: 0.5,
@@ -174,44 +174,37 @@ impl BatchSizer {
 
     /// The time a batch may take: `batch.safety.factor * max.poll.interval.ms`, never more than
     /// the interval minus the margin.
-    pub fn budget(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn budget(&self) -> Duration {
         self.budget
     }
 
-    /// `max.poll.interval.ms`.
-    pub fn max_poll_interval(&self) -> Duration {
-        self.max_poll_interval
-    }
-
-    /// `batch.safety.factor`.
-    pub fn safety_factor(&self) -> f64 {
-        self.safety_factor
-    }
-
     /// `max.poll.records`.
-    pub fn max_records(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn max_records(&self) -> usize {
         self.max_records
     }
 
     /// The current per-record processing time estimate; `None` before the first measurement.
-    pub fn estimate(&self) -> Option<Duration> {
+    pub(crate) fn estimate(&self) -> Option<Duration> {
         self.estimate_ns.map(nanos_to_duration)
     }
 
     /// The most recent per-record measurement.
-    pub fn last_sample(&self) -> Option<Duration> {
+    pub(crate) fn last_sample(&self) -> Option<Duration> {
         self.last_ns.map(nanos_to_duration)
     }
 
     /// The batch in progress, if any.
-    pub fn current(&self) -> Option<&BatchPlan> {
+    #[cfg(test)]
+    pub(crate) fn current(&self) -> Option<&BatchPlan> {
         self.current.as_ref()
     }
 
     /// The size the next batch would get, without planning it: the most records whose expected
     /// time fits the budget, between 1 and `max.poll.records`, and at most
     /// [`MAX_GROWTH_FACTOR`] times the previous batch's size.
-    pub fn next_size(&self) -> usize {
+    pub(crate) fn next_size(&self) -> usize {
         let target = self.fitting_size();
         if target > self.planned {
             target.min(self.planned.saturating_mul(MAX_GROWTH_FACTOR))
@@ -240,7 +233,7 @@ impl BatchSizer {
 
     /// Plans a batch starting at `now`: fixes its size and deadline and logs a size change
     /// (`info` when it shrinks, with the measurement that caused it; `debug` when it grows).
-    pub fn begin_batch(&mut self, now: Instant) -> BatchPlan {
+    pub(crate) fn begin_batch(&mut self, now: Instant) -> BatchPlan {
         let size = self.next_size();
         let old = self.planned;
         if size < old {
@@ -296,7 +289,7 @@ impl BatchSizer {
     /// Whether the batch in progress must stop handing out records at `now`: its deadline has
     /// arrived, or the next record, at the current estimate, would finish after it. Also `true`
     /// when no batch is in progress, since nothing was planned that could be handed out.
-    pub fn should_stop(&self, now: Instant) -> bool {
+    pub(crate) fn should_stop(&self, now: Instant) -> bool {
         let Some(plan) = &self.current else {
             return true;
         };
@@ -312,7 +305,7 @@ impl BatchSizer {
     }
 
     /// Records how long one record took to process.
-    pub fn record_processed(&mut self, elapsed: Duration) {
+    pub(crate) fn record_processed(&mut self, elapsed: Duration) {
         // Via seconds: `as_nanos` is a u128, and its float conversion is a library call per
         // record.
         self.observe(elapsed.as_secs_f64() * 1e9, 1);
@@ -320,7 +313,8 @@ impl BatchSizer {
 
     /// Records that `count` records took `elapsed` together, for handlers that process a batch
     /// in one call. Counts as `count` samples of the average; a zero count is ignored.
-    pub fn batch_processed(&mut self, count: usize, elapsed: Duration) {
+    #[cfg(test)]
+    pub(crate) fn batch_processed(&mut self, count: usize, elapsed: Duration) {
         if count == 0 {
             return;
         }
@@ -344,7 +338,7 @@ impl BatchSizer {
 
     /// Ends the batch in progress; [`should_stop`](Self::should_stop) answers `true` until the
     /// next [`begin_batch`](Self::begin_batch).
-    pub fn end_batch(&mut self) {
+    pub(crate) fn end_batch(&mut self) {
         self.current = None;
     }
 }

@@ -57,7 +57,7 @@ impl RawBatch {
 }
 
 /// The attribute bits of a codec.
-pub fn codec_bits(codec: Compression) -> i16 {
+pub(crate) fn codec_bits(codec: Compression) -> i16 {
     match codec {
         Compression::None => 0,
         Compression::Gzip => 1,
@@ -88,7 +88,7 @@ fn put_nullable(out: &mut Vec<u8>, b: &Option<Vec<u8>>) {
 }
 
 /// One record, length prefix included.
-pub fn record_bytes(r: &RawRecord) -> Vec<u8> {
+pub(crate) fn record_bytes(r: &RawRecord) -> Vec<u8> {
     let mut body = vec![0u8]; // attributes
     put_varint(&mut body, r.timestamp_delta);
     put_varint(&mut body, i64::from(r.offset_delta));

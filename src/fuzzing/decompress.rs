@@ -52,7 +52,7 @@ pub fn check(input: &[u8]) {
 
 /// Seeds: each codec's output for a few payloads (so mutations start from valid streams), and
 /// snappy-java framing.
-pub fn seeds() -> Vec<Vec<u8>> {
+pub(crate) fn seeds() -> Vec<Vec<u8>> {
     let payloads: [&[u8]; 3] = [b"", b"hello hello hello hello", &[0u8; 3000]];
     let mut out = Vec::new();
     for (i, codec) in CODECS.iter().enumerate() {

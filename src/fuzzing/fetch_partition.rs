@@ -194,7 +194,7 @@ fn marker(base: i64, pid: i64, commit: bool) -> Vec<u8> {
 
 /// Seeds: every codec, several batches, a fetch offset inside a batch, transactions with
 /// commit and abort markers, budgets that cut the data short.
-pub fn seeds() -> Vec<Vec<u8>> {
+pub(crate) fn seeds() -> Vec<Vec<u8>> {
     let codecs = [
         Compression::None,
         Compression::Gzip,

@@ -184,7 +184,7 @@ fn member_seed(sub: &Subscription, version: i16) -> Vec<u8> {
 }
 
 /// Seeds: members of each version with owned partitions that overlap, and an assignment.
-pub fn seeds() -> Vec<Vec<u8>> {
+pub(crate) fn seeds() -> Vec<Vec<u8>> {
     let tp = |t: &str, p: i32| TopicPartition::new(t, p);
     let mut a = Subscription::new(["orders", "payments"]);
     a.owned_partitions = vec![tp("orders", 0), tp("orders", 1), tp("payments", 2)];

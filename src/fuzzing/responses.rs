@@ -18,7 +18,7 @@ use crate::wire::versions::client_range;
 use crate::wire::WireError;
 
 /// The APIs whose responses the client decodes, in selector order.
-pub const APIS: [ApiKey; 17] = [
+pub(crate) const APIS: [ApiKey; 17] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Fetch,
@@ -39,7 +39,7 @@ pub const APIS: [ApiKey; 17] = [
 ];
 
 /// The versions of `api` the client can negotiate.
-pub fn negotiable(api: ApiKey) -> (i16, i16) {
+pub(crate) fn negotiable(api: ApiKey) -> (i16, i16) {
     let ours = client_range(api);
     let codec = api.valid_versions();
     (ours.min.max(codec.min), ours.max.min(codec.max))
@@ -100,7 +100,7 @@ pub fn check(input: &[u8]) {
 }
 
 /// A populated body of every API at every negotiable version.
-pub fn seeds() -> Vec<Vec<u8>> {
+pub(crate) fn seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for (i, api) in APIS.iter().enumerate() {
         let (lo, hi) = negotiable(*api);

@@ -29,7 +29,7 @@ use super::consumer_protocol::{
 use crate::TopicPartition;
 
 /// A group member id, as the broker issued it.
-pub type MemberId = String;
+pub(crate) type MemberId = String;
 
 /// How a rebalance hands partitions over. It decides what the consumer must revoke and when, so
 /// every assignor declares it, and a group's members must agree on it.
@@ -46,7 +46,7 @@ pub enum RebalanceProtocol {
 
 /// One member's entry in the JoinGroup response the leader receives.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberSubscription {
+pub(crate) struct MemberSubscription {
     /// The member id the broker assigned.
     pub member_id: MemberId,
     /// The member's `group.instance.id` (static membership), which orders it before dynamic members.
@@ -60,7 +60,7 @@ pub struct MemberSubscription {
 
 impl MemberSubscription {
     /// Builds an entry from a JoinGroup member and its decoded metadata.
-    pub fn new(
+    pub(crate) fn new(
         member_id: impl Into<MemberId>,
         group_instance_id: Option<String>,
         decoded: DecodedSubscription,
@@ -76,7 +76,7 @@ impl MemberSubscription {
     /// The generation in which the member's owned partitions were assigned: the v2+ field, or for
     /// Java members that write v1 (2.4 to 3.3) the 4-byte generation their cooperative-sticky
     /// assignor puts in the user data; [`NO_GENERATION`] when unknown.
-    pub fn owned_generation(&self) -> i32 {
+    pub(crate) fn owned_generation(&self) -> i32 {
         let sub = &self.subscription;
         if sub.generation_id >= 0 {
             return sub.generation_id;
@@ -143,7 +143,7 @@ impl fmt::Display for AssignError {
 impl Error for AssignError {}
 
 /// A partition assignment strategy, under the name the group agrees on in JoinGroup.
-pub trait Assignor: fmt::Debug + Send + Sync {
+pub(crate) trait Assignor: fmt::Debug + Send + Sync {
     /// The protocol name sent in JoinGroup; members agree on a strategy by this name, so it must be
     /// exactly Java's and librdkafka's.
     fn name(&self) -> &'static str;
@@ -160,11 +160,11 @@ pub trait Assignor: fmt::Debug + Send + Sync {
 }
 
 /// Java's and librdkafka's name for the range assignor.
-pub const RANGE: &str = "range";
+pub(crate) const RANGE: &str = "range";
 /// Java's and librdkafka's name for the round-robin assignor.
-pub const ROUNDROBIN: &str = "roundrobin";
+pub(crate) const ROUNDROBIN: &str = "roundrobin";
 /// Java's and librdkafka's name for the cooperative sticky assignor.
-pub const COOPERATIVE_STICKY: &str = "cooperative-sticky";
+pub(crate) const COOPERATIVE_STICKY: &str = "cooperative-sticky";
 
 /// Per topic, splits the partitions into contiguous ranges over the members subscribed to it, in
 /// member order; the first `partitions % members` members get one extra. Co-partitioned topics
@@ -172,14 +172,14 @@ pub const COOPERATIVE_STICKY: &str = "cooperative-sticky";
 /// Java's rack-aware variant (KIP-881) applies only when members and partitions carry racks; this
 /// is the plain algorithm, which is what Java runs without racks.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RangeAssignor;
+pub(crate) struct RangeAssignor;
 
 /// Lays all partitions of all subscribed topics out sorted by topic then partition and deals them
 /// round-robin over the members in member order, skipping a member not subscribed to the
 /// partition's topic (it loses its turn). Spreads partitions more evenly than range when topics
 /// have few partitions each.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RoundRobinAssignor;
+pub(crate) struct RoundRobinAssignor;
 
 /// Sticky and cooperative (KIP-429). Keeps every partition with its current owner when that owner
 /// may keep it, balances so that member counts differ by at most one (with equal subscriptions),
@@ -193,7 +193,7 @@ pub struct RoundRobinAssignor;
 /// member of that generation claims the same partition (both claims are then discarded), the
 /// partition exists, and the member is still subscribed to its topic.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CooperativeStickyAssignor;
+pub(crate) struct CooperativeStickyAssignor;
 
 static RANGE_ASSIGNOR: RangeAssignor = RangeAssignor;
 static ROUNDROBIN_ASSIGNOR: RoundRobinAssignor = RoundRobinAssignor;
@@ -202,7 +202,7 @@ static COOPERATIVE_STICKY_ASSIGNOR: CooperativeStickyAssignor = CooperativeStick
 /// Looks an assignor up by its protocol name, for the leader to run the one the coordinator chose.
 /// Exact: the coordinator echoes one of the names we sent ([`Strategy::name`]), so this is the
 /// inverse of that name, not a second configuration parser (that is [`Strategy::from_name`]).
-pub fn assignor_for(name: &str) -> Option<&'static dyn Assignor> {
+pub(crate) fn assignor_for(name: &str) -> Option<&'static dyn Assignor> {
     Strategy::ALL
         .into_iter()
         .find(|s| s.name() == name)
@@ -239,7 +239,7 @@ impl Strategy {
     ];
 
     /// The assignor that runs this strategy when we lead the group.
-    pub fn assignor(self) -> &'static dyn Assignor {
+    pub(crate) fn assignor(self) -> &'static dyn Assignor {
         match self {
             Strategy::Range => &RANGE_ASSIGNOR,
             Strategy::RoundRobin => &ROUNDROBIN_ASSIGNOR,
@@ -294,7 +294,7 @@ impl fmt::Display for Strategy {
 }
 
 /// Why a list of strategies cannot be used. The one check of the list rules, made by
-/// [`check_strategies`] for the consumer's configuration and for [`select_protocol`] alike.
+/// `check_strategies` for the consumer's configuration and for `select_protocol` alike.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StrategyError {
     /// The list names no assignor: the broker would refuse a JoinGroup with no protocols.
@@ -341,7 +341,9 @@ impl Error for StrategyError {}
 /// Checks a strategy list (in preference order) against the rules every member's list must
 /// follow: not empty, no strategy twice, all eager or all cooperative. Returns the rebalance
 /// protocol the list implies.
-pub fn check_strategies(strategies: &[Strategy]) -> Result<RebalanceProtocol, StrategyError> {
+pub(crate) fn check_strategies(
+    strategies: &[Strategy],
+) -> Result<RebalanceProtocol, StrategyError> {
     let first = *strategies.first().ok_or(StrategyError::Empty)?;
     for (i, s) in strategies.iter().enumerate() {
         if strategies[..i].contains(s) {
@@ -466,7 +468,7 @@ impl Assignor for CooperativeStickyAssignor {
 
 /// Checks that `assignment` obeys the cooperative rule: no member is handed a partition that
 /// another member still lists as owned. Returns the offending partitions, sorted.
-pub fn cooperative_violations(
+pub(crate) fn cooperative_violations(
     members: &[MemberSubscription],
     assignment: &BTreeMap<MemberId, Vec<TopicPartition>>,
 ) -> Vec<TopicPartition> {
@@ -489,7 +491,7 @@ pub fn cooperative_violations(
 /// The leader's whole job after JoinGroup, minus the I/O: runs `assignor` and encodes each
 /// member's assignment in a version every member can read. For a cooperative assignor it also
 /// refuses an assignment that would give away a partition its owner still claims.
-pub fn assign_and_encode(
+pub(crate) fn assign_and_encode(
     assignor: &dyn Assignor,
     members: &[MemberSubscription],
     partitions_per_topic: &BTreeMap<String, i32>,
@@ -551,7 +553,7 @@ impl Error for LeaderError {
 
 /// One entry of the JoinGroup `protocols` list: an assignor name and our subscription bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JoinProtocol {
+pub(crate) struct JoinProtocol {
     /// The assignor's protocol name.
     pub name: &'static str,
     /// Our subscription, encoded for that assignor.
@@ -560,7 +562,7 @@ pub struct JoinProtocol {
 
 /// What we send in JoinGroup, and the rebalance protocol those assignors imply for us.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JoinProtocols {
+pub(crate) struct JoinProtocols {
     /// Eager or cooperative; the same for every listed assignor.
     pub rebalance_protocol: RebalanceProtocol,
     /// In our order of preference; the broker picks the first one every member supports.
@@ -610,7 +612,7 @@ impl Error for JoinProtocolError {
 /// Builds the JoinGroup protocol list from the strategies (in preference order, checked by
 /// [`check_strategies`]) and our current subscription, encoded once at [`SUBSCRIPTION_VERSION`]
 /// and offered under every strategy's name.
-pub fn select_protocol(
+pub(crate) fn select_protocol(
     strategies: &[Strategy],
     subscription: &Subscription,
 ) -> Result<JoinProtocols, JoinProtocolError> {

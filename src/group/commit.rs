@@ -10,7 +10,7 @@ use crate::wire::{self, Client, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// Each partition's own commit result: one refused partition does not fail the others.
-pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
+pub(crate) type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
 
 /// The group as seen from inside a listener callback: the client and a commit bound to the current
 /// generation.

@@ -60,23 +60,23 @@ use crate::TopicPartition;
 
 /// The JoinGroup `protocol_type` of consumer groups. The broker only lets members with the same
 /// protocol type into one group, so this must be exactly what Java and librdkafka send.
-pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+pub(crate) const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
 
 /// The newest version of the consumer protocol whose fields we know. Newer versions are read as
 /// this one (forward compatibility).
-pub const MAX_KNOWN_VERSION: i16 = 3;
+pub(crate) const MAX_KNOWN_VERSION: i16 = 3;
 
 /// The version we write our subscription at: v3, the newest, which librdkafka 2.x and Java 3.5+
 /// write too. Every peer we interoperate with reads it (see the module documentation).
-pub const SUBSCRIPTION_VERSION: i16 = 3;
+pub(crate) const SUBSCRIPTION_VERSION: i16 = 3;
 
 /// The generation a member reports when it has none (it has not completed a join yet), as Java's
 /// `DEFAULT_GENERATION` and librdkafka do.
-pub const NO_GENERATION: i32 = -1;
+pub(crate) const NO_GENERATION: i32 = -1;
 
 /// A member's subscription: what it wants to consume and, for sticky assignors, what it owns now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     /// The topics the member wants to consume. Must not be empty: a librdkafka leader drops a
     /// member whose subscription lists no topic.
     pub topics: Vec<String>,
@@ -95,7 +95,7 @@ pub struct Subscription {
 
 impl Subscription {
     /// A subscription to `topics` by a member that owns nothing yet.
-    pub fn new<I, S>(topics: I) -> Self
+    pub(crate) fn new<I, S>(topics: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -113,7 +113,7 @@ impl Subscription {
 /// A subscription as decoded from a JoinGroup response, with the version the member wrote: the
 /// leader answers each member in a version that member can read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DecodedSubscription {
+pub(crate) struct DecodedSubscription {
     /// The version in the member's header (possibly newer than [`MAX_KNOWN_VERSION`]).
     pub version: i16,
     /// The fields we know.
@@ -122,7 +122,7 @@ pub struct DecodedSubscription {
 
 /// The partitions the leader assigned to one member.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Assignment {
+pub(crate) struct Assignment {
     /// The assigned partitions.
     pub partitions: Vec<TopicPartition>,
     /// Assignor-specific bytes; empty when none (a null from a peer reads as empty).
@@ -262,7 +262,7 @@ impl Error for EncodeError {}
 /// The assignment version the leader must write: the lowest subscription version among the members
 /// (so every member reads a version it announced), capped at [`MAX_KNOWN_VERSION`] and floored at 0.
 /// With no members it is [`MAX_KNOWN_VERSION`].
-pub fn assignment_version<I: IntoIterator<Item = i16>>(member_versions: I) -> i16 {
+pub(crate) fn assignment_version<I: IntoIterator<Item = i16>>(member_versions: I) -> i16 {
     member_versions
         .into_iter()
         .min()
@@ -272,7 +272,7 @@ pub fn assignment_version<I: IntoIterator<Item = i16>>(member_versions: I) -> i1
 
 /// Encodes `subscription` at `version` (0..=3), header included. Fields that `version` lacks are
 /// left out, as the protocol requires (a v0 subscription cannot carry owned partitions).
-pub fn encode_subscription(
+pub(crate) fn encode_subscription(
     subscription: &Subscription,
     version: i16,
 ) -> Result<Bytes, EncodeError> {
@@ -316,7 +316,10 @@ pub fn encode_subscription(
 }
 
 /// Encodes `assignment` at `version` (0..=3), header included.
-pub fn encode_assignment(assignment: &Assignment, version: i16) -> Result<Bytes, EncodeError> {
+pub(crate) fn encode_assignment(
+    assignment: &Assignment,
+    version: i16,
+) -> Result<Bytes, EncodeError> {
     check_version(version)?;
     check_len("user_data", assignment.user_data.len())?;
     let grouped = group_by_topic("assigned_partitions", &assignment.partitions)?;
@@ -338,7 +341,7 @@ pub fn encode_assignment(assignment: &Assignment, version: i16) -> Result<Bytes,
 /// Decodes a member's subscription (JoinGroup member metadata). Versions newer than
 /// [`MAX_KNOWN_VERSION`] are read as that version and their extra fields ignored; bytes after the
 /// known fields are ignored for the same reason.
-pub fn decode_subscription(input: &[u8]) -> Result<DecodedSubscription, DecodeError> {
+pub(crate) fn decode_subscription(input: &[u8]) -> Result<DecodedSubscription, DecodeError> {
     let mut r = Reader::new(input);
     let version = r.i16("version")?;
     if version < 0 {
@@ -386,7 +389,7 @@ pub fn decode_subscription(input: &[u8]) -> Result<DecodedSubscription, DecodeEr
 /// Decodes a member's assignment (SyncGroup response). Zero bytes are an empty assignment: the
 /// broker sends that to a member the leader left out. Versions newer than [`MAX_KNOWN_VERSION`]
 /// and trailing bytes are accepted, as in [`decode_subscription`].
-pub fn decode_assignment(input: &[u8]) -> Result<Assignment, DecodeError> {
+pub(crate) fn decode_assignment(input: &[u8]) -> Result<Assignment, DecodeError> {
     if input.is_empty() {
         log::debug!("consumer protocol: empty assignment bytes read as no partitions");
         return Ok(Assignment::default());

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use super::assignor::{select_protocol, RebalanceProtocol, Strategy};
 use super::changes::FenceHook;
 use super::commit::commit_offsets;
-pub use super::commit::{CommitResults, GroupContext};
+pub(crate) use super::commit::CommitResults;
+pub use super::commit::GroupContext;
 use super::consumer_protocol::Subscription;
 pub use super::error::{CommitError, GroupError};
 use super::heartbeat::{self, HeartbeatSettings};
@@ -41,7 +42,7 @@ pub struct GroupConfig {
     /// The subscribed topics.
     pub topics: Vec<String>,
     /// `partition.assignment.strategy`, in preference order; checked against the list rules
-    /// ([`check_strategies`](super::check_strategies)) by [`GroupMember::new`].
+    /// (`check_strategies`) by [`GroupMember::new`].
     pub strategies: Vec<Strategy>,
     /// `session.timeout.ms`.
     pub session_timeout: Duration,

@@ -16,7 +16,7 @@ use crate::TopicPartition;
 
 /// How an assignment change splits our partitions. Each list is sorted and free of duplicates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AssignmentDiff {
+pub(crate) struct AssignmentDiff {
     /// Assigned now, not owned before.
     pub added: Vec<TopicPartition>,
     /// Owned before, not assigned now.
@@ -26,7 +26,7 @@ pub struct AssignmentDiff {
 }
 
 /// Splits `owned` and `assigned` into added, revoked and retained.
-pub fn diff(owned: &[TopicPartition], assigned: &[TopicPartition]) -> AssignmentDiff {
+pub(crate) fn diff(owned: &[TopicPartition], assigned: &[TopicPartition]) -> AssignmentDiff {
     let owned: BTreeSet<&TopicPartition> = owned.iter().collect();
     let assigned: BTreeSet<&TopicPartition> = assigned.iter().collect();
     AssignmentDiff {
@@ -43,7 +43,7 @@ pub fn diff(owned: &[TopicPartition], assigned: &[TopicPartition]) -> Assignment
 /// different events: a revoked partition is flushed and committed, a lost one is only fenced,
 /// because another member may already own it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RebalanceEvent {
+pub(crate) enum RebalanceEvent {
     /// Hand these partitions back: fence, flush, commit, then stop fetching them.
     Revoke(Vec<TopicPartition>),
     /// These partitions are no longer ours and may be owned elsewhere: fence and discard, no commit.
@@ -56,7 +56,7 @@ pub enum RebalanceEvent {
 
 /// What to do once SyncGroup delivered an assignment.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RebalancePlan {
+pub(crate) struct RebalancePlan {
     /// Apply in this order.
     pub events: Vec<RebalanceEvent>,
     /// What we own once the events are applied (sorted): the next subscription's owned partitions.
@@ -69,7 +69,10 @@ pub struct RebalancePlan {
 /// The events due before sending JoinGroup. Eager: revoke everything we own (the new owner may be
 /// anyone, and it starts as soon as the group completes). Cooperative: nothing; we keep consuming
 /// through the rebalance and revoke only what moves once the assignment is known.
-pub fn before_join(protocol: RebalanceProtocol, owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
+pub(crate) fn before_join(
+    protocol: RebalanceProtocol,
+    owned: &[TopicPartition],
+) -> Vec<RebalanceEvent> {
     match protocol {
         RebalanceProtocol::Eager if !owned.is_empty() => {
             vec![RebalanceEvent::Revoke(sorted_unique(owned))]
@@ -83,7 +86,7 @@ pub fn before_join(protocol: RebalanceProtocol, owned: &[TopicPartition]) -> Vec
 /// Eager: we normally own nothing by now ([`before_join`] revoked it all); if we still do, it is
 /// revoked first, and then the whole assignment is assigned. Cooperative: revoke only what was
 /// taken away, assign only what is new, and ask for a rejoin when something was revoked.
-pub fn after_sync(
+pub(crate) fn after_sync(
     protocol: RebalanceProtocol,
     owned: &[TopicPartition],
     assigned: &[TopicPartition],
@@ -129,7 +132,7 @@ pub fn after_sync(
 
 /// The events due when our assignment is lost (the generation or member id became invalid, or we
 /// left because `max.poll.interval.ms` expired): everything we own is lost, under either protocol.
-pub fn on_lost(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
+pub(crate) fn on_lost(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
     if owned.is_empty() {
         Vec::new()
     } else {
@@ -139,7 +142,7 @@ pub fn on_lost(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
 
 /// The events due when we leave the group on purpose (close, unsubscribe): revoke everything, so
 /// offsets are committed while the generation is still ours.
-pub fn on_leave(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
+pub(crate) fn on_leave(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
     if owned.is_empty() {
         Vec::new()
     } else {
@@ -184,7 +187,7 @@ impl fmt::Display for GroupApi {
 
 /// What the membership loop must do about a response's error code.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ErrorAction {
+pub(crate) enum ErrorAction {
     /// No error, or one that changes nothing (LeaveGroup errors: we are leaving either way).
     Proceed,
     /// Send the same request again after the retry backoff, to the same coordinator.
@@ -227,7 +230,7 @@ impl std::error::Error for FatalError {}
 
 /// The names a fatal error message needs.
 #[derive(Clone, Copy, Debug)]
-pub struct ErrorContext<'a> {
+pub(crate) struct ErrorContext<'a> {
     /// The group id.
     pub group_id: &'a str,
     /// Our `group.instance.id`, if static.
@@ -239,7 +242,7 @@ pub struct ErrorContext<'a> {
 /// on SyncGroup rejoins and on Heartbeat retries (Java reports both as unexpected), and
 /// INVALID_REQUEST on SyncGroup rejoins (librdkafka's mock, see
 /// `quirks::LATE_SYNC_GROUP_REFUSAL`).
-pub fn classify(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -> ErrorAction {
+pub(crate) fn classify(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -> ErrorAction {
     use ErrorAction::*;
     use GroupApi::*;
     if code == KafkaCode::NONE {

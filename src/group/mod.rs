@@ -3,11 +3,11 @@
 //!
 //! This part is I/O-free, like the guard, so that every interoperability rule (byte layouts,
 //! assignor results, event order, error handling) is pinned by unit tests:
-//! - [`consumer_protocol`]: the subscription and assignment bytes members exchange through the
+//! - `consumer_protocol`: the subscription and assignment bytes members exchange through the
 //!   broker, readable by Java, librdkafka and kafka-python members;
-//! - [`assignor`]: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader, and
+//! - `assignor`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader, and
 //!   the JoinGroup protocol list built from `partition.assignment.strategy`;
-//! - [`membership`]: what to revoke, lose and assign, in which order, and what each group error
+//! - `membership`: what to revoke, lose and assign, in which order, and what each group error
 //!   code asks for.
 //! - `session`: the membership's state and every transition of its life cycle (join, joined,
 //!   stabilise, rejoin, lose, close; the heartbeat thread's renewal, session expiry and poll
@@ -23,40 +23,34 @@
 //! the session, and apply what it decides. `changes` is the seam between the membership and the
 //! poll thread: decided changes wait there for the next batch boundary.
 
-pub mod assignor;
-pub mod consumer_group;
-pub mod consumer_protocol;
-pub mod membership;
-
-pub use assignor::{
-    assign_and_encode, assignor_for, check_strategies, select_protocol, AssignError, Assignor,
-    JoinProtocol, JoinProtocolError, JoinProtocols, LeaderError, MemberId, MemberSubscription,
-    RebalanceProtocol, Strategy, StrategyError,
-};
-pub use consumer_protocol::{
-    decode_assignment, decode_subscription, encode_assignment, encode_subscription, Assignment,
-    DecodeError, DecodedSubscription, EncodeError, Subscription,
-};
-pub use membership::{
-    after_sync, before_join, classify, ErrorAction, FatalError, GroupApi, RebalanceEvent,
-    RebalancePlan,
-};
-
+pub(crate) mod assignor;
+// The items marked `#[doc(hidden)] pub` below are the group layer's internals that the
+// integration tests (tests/group_*.rs, tests/consumer_group_protocol.rs) and the fuzz targets
+// drive directly against a broker; they are not part of the product's API and may change
+// without notice. Applications reach the group only through `Consumer`.
 mod changes;
 mod commit;
 mod consumer_member;
+#[doc(hidden)]
+pub mod consumer_group;
+pub(crate) mod consumer_protocol;
 mod error;
 mod heartbeat;
-pub mod member;
+pub(crate) mod member;
+pub(crate) mod membership;
 mod quirks;
+#[doc(hidden)]
 pub mod requests;
 mod round;
 mod session;
 
+pub use assignor::{RebalanceProtocol, Strategy, StrategyError};
 pub use changes::FenceHook;
-pub use member::{
-    CommitError, GroupConfig, GroupContext, GroupError, GroupMember, MembershipView,
-    RebalanceListener,
-};
-pub use requests::MemberIdentity;
+pub use member::{CommitError, GroupError, MembershipView};
+#[doc(hidden)]
+pub use member::{GroupConfig, GroupContext, GroupMember, RebalanceListener};
+pub use membership::FatalError;
 pub use session::{LostHook, LostReason};
+
+pub(crate) use assignor::{check_strategies, AssignError};
+pub use requests::MemberIdentity;

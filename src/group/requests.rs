@@ -29,7 +29,7 @@ pub struct MemberIdentity {
 
 impl MemberIdentity {
     /// Not a member of any generation.
-    pub fn unjoined() -> Self {
+    pub(crate) fn unjoined() -> Self {
         MemberIdentity {
             generation_id: -1,
             member_id: String::new(),
@@ -82,7 +82,7 @@ fn version(
 }
 
 /// What JoinGroup needs besides our identity.
-pub struct JoinParams<'a> {
+pub(crate) struct JoinParams<'a> {
     /// The group.
     pub group_id: &'a str,
     /// Static membership id.
@@ -98,7 +98,7 @@ pub struct JoinParams<'a> {
 }
 
 /// A JoinGroup answer with the error code left for the caller to classify.
-pub struct JoinOutcome {
+pub(crate) struct JoinOutcome {
     /// Kafka error code ([`KafkaCode::NONE`] on success).
     pub error_code: KafkaCode,
     /// The generation the join completed.
@@ -119,7 +119,7 @@ fn millis(d: Duration) -> i32 {
 
 /// Sends JoinGroup and waits for the rebalance to gather every member (up to the rebalance
 /// timeout, plus slack for the network).
-pub fn join_group(
+pub(crate) fn join_group(
     conn: &mut Connection,
     me: &MemberIdentity,
     params: &JoinParams<'_>,
@@ -199,7 +199,7 @@ pub fn join_group(
 /// Sends SyncGroup (the leader with every member's assignment, followers with none) and returns
 /// the error code and our assignment bytes.
 #[allow(clippy::too_many_arguments)]
-pub fn sync_group(
+pub(crate) fn sync_group(
     conn: &mut Connection,
     group_id: &str,
     instance_id: Option<&str>,
@@ -247,7 +247,7 @@ pub fn sync_group(
 }
 
 /// Sends one Heartbeat and returns its error code.
-pub fn heartbeat(
+pub(crate) fn heartbeat(
     conn: &mut Connection,
     group_id: &str,
     instance_id: Option<&str>,

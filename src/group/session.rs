@@ -37,7 +37,7 @@ pub type LostHook = Arc<dyn Fn(&[TopicPartition]) + Send + Sync>;
 
 /// Where the member is in the classic protocol's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Not in a generation: before the first join, or after a reset.
     Unjoined,
     /// The poll thread is inside JoinGroup/SyncGroup; heartbeats pause.

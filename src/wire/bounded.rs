@@ -143,7 +143,7 @@ pub fn checked_versions(api: ApiKey) -> Option<(i16, i16)> {
 ///
 /// Public so that fuzzing and the hostile-broker tests can drive it directly; the client calls
 /// it through [`decode`] on every response.
-pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<()> {
+pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<()> {
     let Some(schema) = schema(api) else {
         return Err(malformed(
             api,
@@ -182,7 +182,7 @@ pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<()> {
     })
 }
 
-/// Decodes an `api` v`version` response body with `kafka-protocol` after [`check`] has bounded
+/// Decodes an `api` v`version` response body with `kafka-protocol` after `check` has bounded
 /// it: the one way responses are decoded in this crate.
 pub fn decode<T: Decodable>(api: ApiKey, version: i16, body: &mut Bytes) -> Result<T> {
     check(api, version, body)?;
@@ -472,7 +472,7 @@ impl<'a> Walker<'a> {
 /// A populated body of `api` at `version` (see `sample`), for fuzzing seeds; `None` for a
 /// version without a shape.
 #[doc(hidden)]
-pub fn sample_body(api: ApiKey, version: i16) -> Option<Vec<u8>> {
+pub(crate) fn sample_body(api: ApiKey, version: i16) -> Option<Vec<u8>> {
     let schema = schema(api)?;
     (schema.versions.0 <= version && version <= schema.versions.1)
         .then(|| sample::Gen::body(schema, version, None).0.to_vec())

@@ -105,7 +105,7 @@ wire_requests! {
 /// brokers first and then collect the answers, waiting once instead of once per broker.
 #[must_use = "the response must be received, or the connection is out of step"]
 #[derive(Debug)]
-pub struct Pending<R: WireRequest> {
+pub(crate) struct Pending<R: WireRequest> {
     correlation_id: i32,
     version: i16,
     _req: PhantomData<fn() -> R>,
@@ -208,7 +208,7 @@ impl Connection {
     }
 
     /// The address this connection was opened with.
-    pub fn addr(&self) -> &str {
+    pub(crate) fn addr(&self) -> &str {
         &self.addr
     }
 
@@ -223,7 +223,7 @@ impl Connection {
     }
 
     /// Highest version of `api` within `ours` that the broker supports.
-    pub fn version_within(&self, api: ApiKey, ours: VersionRange) -> Result<i16> {
+    pub(crate) fn version_within(&self, api: ApiKey, ours: VersionRange) -> Result<i16> {
         self.versions.negotiate_within(api, ours)
     }
 
@@ -241,7 +241,7 @@ impl Connection {
 
     /// Like [`Connection::send`] with an explicit response timeout (Fetch waits for data on the
     /// broker side, so its timeout must exceed `max_wait`).
-    pub fn send_with_timeout<R: WireRequest>(
+    pub(crate) fn send_with_timeout<R: WireRequest>(
         &mut self,
         req: &R,
         version: i16,
@@ -272,7 +272,7 @@ impl Connection {
     /// encode loosely (librdkafka's mock writes a null `protocol_name` in JoinGroup v5 error
     /// responses, which the schema forbids): it decodes the body itself and can fall back to the
     /// fixed-position error code.
-    pub fn send_for_body<R: WireRequest>(
+    pub(crate) fn send_for_body<R: WireRequest>(
         &mut self,
         req: &R,
         version: i16,
@@ -295,7 +295,11 @@ impl Connection {
     ///
     /// Refuses a version the broker did not advertise, so a bug upstream cannot put an
     /// unsupported request on the wire.
-    pub fn send_request<R: WireRequest>(&mut self, req: &R, version: i16) -> Result<Pending<R>> {
+    pub(crate) fn send_request<R: WireRequest>(
+        &mut self,
+        req: &R,
+        version: i16,
+    ) -> Result<Pending<R>> {
         if self.broken {
             return Err(WireError::io(io::Error::new(
                 io::ErrorKind::NotConnected,
@@ -367,7 +371,7 @@ impl Connection {
     }
 
     /// Reads the response to `pending`, which must be the oldest request still in flight.
-    pub fn receive<R: WireRequest>(
+    pub(crate) fn receive<R: WireRequest>(
         &mut self,
         pending: Pending<R>,
         timeout: Duration,

@@ -151,7 +151,7 @@ impl fmt::Display for KafkaCode {
 }
 
 /// Human-readable API name used in errors ("Fetch", "OffsetCommit", or the raw key).
-pub fn api_name(key: i16) -> String {
+pub(crate) fn api_name(key: i16) -> String {
     match ApiKey::try_from(key) {
         Ok(k) => format!("{k:?}"),
         Err(()) => format!("ApiKey({key})"),

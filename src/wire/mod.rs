@@ -5,13 +5,13 @@
 //! which Kafka 4.0 removed (KIP-896).
 //!
 //! Layering, one module per concern:
-//! - [`connection`] owns one socket and its negotiated [`versions`];
+//! - `connection` owns one socket and its negotiated `versions`;
 //! - `client` declares [`Client`], the one type callers hold, and its bounded retry loop;
 //! - `cluster` (metadata, leaders, coordinators, topic creation), `pool` (connections per broker
 //!   and their backoff), `fetch`, `offsets` (ListOffsets, OffsetFetch, OffsetCommit) and
 //!   `produce` each implement the `Client` methods of their concern;
 //! - [`records`] turns fetched bytes into [`Record`]s and encodes produced batches;
-//! - [`error`] holds [`WireError`] and the [`KafkaCode`] table every layer uses.
+//! - `error` holds [`WireError`] and the [`KafkaCode`] table every layer uses.
 //!
 //! Threads: everything here is blocking and owned by one thread at a time. A [`Client`] keeps
 //! one request connection and one fetch connection per broker; another thread that must talk to
@@ -29,32 +29,39 @@
 //! decoded; fetched record batches are read by our own bounded decoder, not by
 //! `kafka-protocol`.)
 
+// The items marked `#[doc(hidden)] pub` below are wire internals that the integration tests
+// (tests/wire_*.rs: framing, version negotiation, record decoding bounds, hostile brokers) and the
+// fuzz targets drive directly; they are not part of the product's API and may change without
+// notice. Applications use `Client`.
 mod batch;
+#[doc(hidden)]
 pub mod bounded;
 mod client;
 mod cluster;
 pub(crate) mod compression;
-pub mod connection;
-pub mod error;
+pub(crate) mod connection;
+mod error;
 mod fetch;
 mod oauth;
 mod offsets;
 mod pool;
 mod produce;
 mod quirks;
+#[doc(hidden)]
 pub mod records;
 mod sasl;
 mod scram;
 mod secret;
 mod stream;
 mod tls;
-pub mod versions;
+pub(crate) mod versions;
 
 pub use client::{Client, ClientConfig};
-pub use cluster::{
-    BrokerInfo, PartitionMetadata, TopicMetadata, MAX_METADATA_BROKERS, MAX_METADATA_TOPICS,
-};
-pub use connection::{Connection, ConnectionConfig, Pending, WireRequest};
+pub use cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
+#[doc(hidden)]
+pub use cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
+#[doc(hidden)]
+pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
 pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
@@ -64,4 +71,5 @@ pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
 pub use tls::{TlsConfig, TlsFileError};
-pub use versions::{client_range, VersionRange, VersionTable};
+#[doc(hidden)]
+pub use versions::{client_range, VersionRange};

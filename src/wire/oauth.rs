@@ -23,7 +23,7 @@ use super::secret::Secret;
 /// when the token bounds the broker's session (KIP-368 sessions end with the token), the
 /// connection re-authenticates at 80% of the session, and must then get a token with most of its
 /// life ahead, not the same one with a fifth left (which would give a session too short to use).
-pub const REFRESH_AT: f64 = 0.5;
+pub(crate) const REFRESH_AT: f64 = 0.5;
 
 /// A bearer token and how long it stays valid.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ struct Cached {
 
 impl OAuthBearerCallback {
     /// Wraps `callback`, which is called on the first connection and again whenever the cached
-    /// token has passed [`REFRESH_AT`] of its lifetime.
+    /// token has passed `REFRESH_AT` of its lifetime.
     pub fn new(callback: impl Fn() -> TokenResult + Send + Sync + 'static) -> OAuthBearerCallback {
         OAuthBearerCallback {
             callback: Arc::new(callback),

@@ -1,6 +1,6 @@
 //! Record batches (format v2) to owned records, and records to a batch for Produce.
 //!
-//! One batch is read by [`batch`](super::batch), our own bounded decoder (CRC, varints,
+//! One batch is read by `batch`, our own bounded decoder (CRC, varints,
 //! headers, checked offsets); this module adds what a consumer needs around it: splitting a
 //! partition's bytes into batches, tolerating the partial batch a broker may leave at the end of
 //! a response, skipping control batches and aborted transactions (read_committed), dropping
@@ -345,7 +345,7 @@ pub(crate) fn next_offset_after(data: &[u8], fetch_offset: i64) -> i64 {
 /// Encodes `records` as one uncompressed v2 batch starting at relative offset 0.
 ///
 /// The broker assigns the real offsets, so producing needs no compression codec at all.
-pub fn encode_batch(records: &[ProduceRecord], now_ms: i64) -> Result<Bytes> {
+pub(crate) fn encode_batch(records: &[ProduceRecord], now_ms: i64) -> Result<Bytes> {
     let kp: Vec<KpRecord> = records
         .iter()
         .enumerate()

@@ -32,7 +32,7 @@ pub const MAX_ITERATIONS: u32 = 65_536;
 
 /// Which hash the SCRAM mechanism uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScramHash {
+pub(crate) enum ScramHash {
     /// SCRAM-SHA-256 (RFC 7677).
     Sha256,
     /// SCRAM-SHA-512.
@@ -110,7 +110,7 @@ where
 
 /// Why a SCRAM exchange was abandoned. None of these carries the password or a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ScramError {
+pub(crate) enum ScramError {
     /// A server message did not follow RFC 5802's syntax.
     Malformed(String),
     /// The server's nonce does not start with ours (or adds nothing): a replay or an impostor.
@@ -150,7 +150,7 @@ impl fmt::Display for ScramError {
 
 /// The first step: holds what the client sent until the server's first message arrives.
 #[derive(Debug)]
-pub struct ScramClient {
+pub(crate) struct ScramClient {
     hash: ScramHash,
     password: Secret,
     nonce: String,
@@ -158,7 +158,7 @@ pub struct ScramClient {
 }
 
 /// The last step: what is needed to check the server's final message.
-pub struct ServerCheck {
+pub(crate) struct ServerCheck {
     hash: ScramHash,
     server_key: Vec<u8>,
     auth_message: String,
@@ -187,7 +187,12 @@ fn escape_name(name: &str) -> String {
 impl ScramClient {
     /// Starts an exchange for `username` with the client nonce `nonce` (printable, no comma;
     /// [`super::sasl`] makes a fresh random one per exchange).
-    pub fn new(hash: ScramHash, username: &str, password: &Secret, nonce: &str) -> ScramClient {
+    pub(crate) fn new(
+        hash: ScramHash,
+        username: &str,
+        password: &Secret,
+        nonce: &str,
+    ) -> ScramClient {
         ScramClient {
             hash,
             password: password.clone(),
@@ -198,13 +203,16 @@ impl ScramClient {
 
     /// client-first-message: the gs2 header `n,,` (no channel binding, no authzid) and the bare
     /// part. Holds no secret.
-    pub fn client_first(&self) -> Vec<u8> {
+    pub(crate) fn client_first(&self) -> Vec<u8> {
         format!("n,,{}", self.client_first_bare).into_bytes()
     }
 
     /// Checks server-first-message and answers with client-final-message (which holds the proof:
     /// the caller must wipe it after sending), and what checks the server's final message.
-    pub fn client_final(self, server_first: &[u8]) -> Result<(Vec<u8>, ServerCheck), ScramError> {
+    pub(crate) fn client_final(
+        self,
+        server_first: &[u8],
+    ) -> Result<(Vec<u8>, ServerCheck), ScramError> {
         let server_first = std::str::from_utf8(server_first)
             .map_err(|_| ScramError::Malformed("server-first-message is not UTF-8".into()))?;
         let mut attrs = server_first.split(',');
@@ -277,7 +285,7 @@ impl ServerCheck {
     /// Checks server-final-message: `v=` must carry the signature only the holder of the
     /// password's server key can compute (compared in constant time); `e=` is the server's
     /// refusal.
-    pub fn verify(&self, server_final: &[u8]) -> Result<(), ScramError> {
+    pub(crate) fn verify(&self, server_final: &[u8]) -> Result<(), ScramError> {
         let text = std::str::from_utf8(server_final)
             .map_err(|_| ScramError::Malformed("server-final-message is not UTF-8".into()))?;
         let first = text.split(',').next().unwrap_or_default();

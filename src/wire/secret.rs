@@ -16,7 +16,7 @@ use std::sync::atomic::{compiler_fence, Ordering};
 ///
 /// Why volatile: a plain `fill(0)` right before a deallocation is a store nobody reads, which the
 /// compiler is allowed to delete.
-pub fn wipe(bytes: &mut [u8]) {
+pub(crate) fn wipe(bytes: &mut [u8]) {
     for b in bytes.iter_mut() {
         // SAFETY: `b` is a valid, aligned, exclusive reference to one byte.
         unsafe { std::ptr::write_volatile(b, 0) };

@@ -34,7 +34,7 @@ use super::stream::{Socket, Stream};
 
 /// How connections run TLS: whom to trust, the client certificate (mTLS), and whether the
 /// broker's host name is checked. Loading the files is deferred to the first connection and
-/// shared by every clone, so each connection does not re-read them; [`TlsConfig::load`] checks
+/// shared by every clone, so each connection does not re-read them; `TlsConfig::load` (feature `tls`) checks
 /// them up front.
 #[derive(Clone, Debug)]
 pub struct TlsConfig {

@@ -36,7 +36,7 @@ impl VersionRange {
     }
 
     /// Whether `v` lies in the range.
-    pub fn contains(self, v: i16) -> bool {
+    pub(crate) fn contains(self, v: i16) -> bool {
         self.min <= v && v <= self.max
     }
 }
@@ -47,7 +47,7 @@ impl VersionRange {
 /// that a broker anywhere from the 2.1 baseline to 4.x overlaps. Maximums are the newest versions
 /// whose semantics the wire code handles (topic names rather than ids; per-group OffsetFetch from
 /// v8). For other APIs (group membership, used by `group`), `kafka-protocol`'s own generated range
-/// is used unless the caller passes one to [`VersionTable::negotiate_within`].
+/// is used unless the caller passes one to `VersionTable::negotiate_within`.
 pub fn client_range(api: ApiKey) -> VersionRange {
     match api {
         ApiKey::ApiVersions => VersionRange::new(0, 3),
@@ -76,7 +76,7 @@ pub struct VersionTable {
 
 impl VersionTable {
     /// Builds the table from `(api_key, min, max)` triples as found in an ApiVersions response.
-    pub fn from_broker(apis: impl IntoIterator<Item = (i16, i16, i16)>) -> Self {
+    pub(crate) fn from_broker(apis: impl IntoIterator<Item = (i16, i16, i16)>) -> Self {
         let broker = apis
             .into_iter()
             .map(|(k, lo, hi)| (k, VersionRange::new(lo, hi)))
@@ -90,13 +90,13 @@ impl VersionTable {
     }
 
     /// Highest version of `api` that both this client ([`client_range`]) and the broker support.
-    pub fn negotiate(&self, api: ApiKey) -> Result<i16> {
+    pub(crate) fn negotiate(&self, api: ApiKey) -> Result<i16> {
         self.negotiate_within(api, client_range(api))
     }
 
     /// Highest version of `api` within `ours` that the broker supports; an
     /// [`WireError::UnsupportedVersion`] naming the API and both ranges otherwise.
-    pub fn negotiate_within(&self, api: ApiKey, ours: VersionRange) -> Result<i16> {
+    pub(crate) fn negotiate_within(&self, api: ApiKey, ours: VersionRange) -> Result<i16> {
         let broker = self.broker_range(api);
         broker
             .and_then(|b| b.highest_common(ours))
@@ -109,7 +109,7 @@ impl VersionTable {
 
     /// Whether the broker advertised `version` of `api` (the "never send what was not
     /// advertised" check applied before every request).
-    pub fn broker_supports(&self, api: ApiKey, version: i16) -> bool {
+    pub(crate) fn broker_supports(&self, api: ApiKey, version: i16) -> bool {
         self.broker_range(api).is_some_and(|r| r.contains(version))
     }
 }

@@ -423,9 +423,9 @@ fn strategy_lists_are_checked() {
     );
     for s in Strategy::ALL {
         assert_eq!(Strategy::from_name(s.name()), Some(s));
-        assert!(crate::group::assignor_for(s.name()).is_some());
+        assert!(crate::group::assignor::assignor_for(s.name()).is_some());
         assert_eq!(
-            crate::group::assignor_for(s.name()).map(|a| a.protocol()),
+            crate::group::assignor::assignor_for(s.name()).map(|a| a.protocol()),
             Some(s.protocol())
         );
     }

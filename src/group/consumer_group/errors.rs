@@ -9,11 +9,11 @@ use crate::wire::KafkaCode;
 
 /// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas); this member
 /// subscribes by name, so it is only ever fatal.
-pub const INVALID_REGULAR_EXPRESSION: KafkaCode = KafkaCode(128);
+pub(crate) const INVALID_REGULAR_EXPRESSION: KafkaCode = KafkaCode(128);
 /// UNRELEASED_INSTANCE_ID: another member still holds our `group.instance.id`.
-pub const UNRELEASED_INSTANCE_ID: KafkaCode = KafkaCode(111);
+pub(crate) const UNRELEASED_INSTANCE_ID: KafkaCode = KafkaCode(111);
 /// UNSUPPORTED_ASSIGNOR: the broker does not know `group.remote.assignor`.
-pub const UNSUPPORTED_ASSIGNOR: KafkaCode = KafkaCode(112);
+pub(crate) const UNSUPPORTED_ASSIGNOR: KafkaCode = KafkaCode(112);
 
 /// The member's reaction to a heartbeat error.
 #[derive(Clone, Debug, PartialEq, Eq)]

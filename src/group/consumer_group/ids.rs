@@ -44,15 +44,15 @@ pub struct TopicId(pub [u8; 16]);
 
 impl TopicId {
     /// The all-zero id, which Kafka uses for "no id" (a topic created before KIP-516).
-    pub const ZERO: TopicId = TopicId([0; 16]);
+    pub(crate) const ZERO: TopicId = TopicId([0; 16]);
 
     /// Converts from the `kafka-protocol` crate's type.
-    pub fn from_uuid(id: uuid::Uuid) -> Self {
+    pub(crate) fn from_uuid(id: uuid::Uuid) -> Self {
         TopicId(*id.as_bytes())
     }
 
     /// Converts to the `kafka-protocol` crate's type.
-    pub fn to_uuid(self) -> uuid::Uuid {
+    pub(crate) fn to_uuid(self) -> uuid::Uuid {
         uuid::Uuid::from_bytes(self.0)
     }
 }

@@ -17,7 +17,7 @@ use super::types::{BROKER_DEFAULT_SESSION_TIMEOUT, SESSION_BOUND_INTERVALS};
 
 /// The session bound for a heartbeat interval the broker returned: the user's value if set,
 /// else [`SESSION_BOUND_INTERVALS`] intervals; capped at [`BROKER_DEFAULT_SESSION_TIMEOUT`].
-pub fn session_bound(user: Option<Duration>, heartbeat_interval: Duration) -> Duration {
+pub(crate) fn session_bound(user: Option<Duration>, heartbeat_interval: Duration) -> Duration {
     user.unwrap_or_else(|| heartbeat_interval.saturating_mul(SESSION_BOUND_INTERVALS))
         .min(BROKER_DEFAULT_SESSION_TIMEOUT)
 }

@@ -123,7 +123,7 @@ impl ConsumerGroupMembership {
     }
 
     /// A member about to join with the given id (tests, and a shell that persists the id).
-    pub fn with_member_id(mut config: ConsumerGroupConfig, member_id: String) -> Self {
+    pub(crate) fn with_member_id(mut config: ConsumerGroupConfig, member_id: String) -> Self {
         config.topics.sort();
         config.topics.dedup();
         let backoff = config.retry_backoff;

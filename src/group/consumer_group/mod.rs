@@ -27,7 +27,7 @@
 //! again ([`poll_timeout`](ConsumerGroupMembership::poll_timeout): the broker's interval, at once
 //! for an acknowledgement), which topic ids to look up
 //! ([`poll_metadata`](ConsumerGroupMembership::poll_metadata)), the session bound for leases
-//! ([`session_renewal`](ConsumerGroupMembership::session_renewal), see [`liveness`]), and events:
+//! ([`session_renewal`](ConsumerGroupMembership::session_renewal), see `liveness`), and events:
 //! [`Event::Revoke`] (fence, drain, commit with the member epoch, then acknowledge; the partitions
 //! are reported as owned until then), [`Event::Assign`], [`Event::Lost`] (fence and discard, no
 //! commit), [`Event::Fatal`], [`Event::Left`].
@@ -72,9 +72,9 @@
 
 mod errors;
 mod ids;
-pub mod liveness;
+pub(crate) mod liveness;
 mod machine;
-pub mod reconcile;
+pub(crate) mod reconcile;
 mod types;
 pub mod wire;
 

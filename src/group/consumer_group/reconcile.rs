@@ -15,11 +15,11 @@ use super::types::IdAssignment;
 use crate::TopicPartition;
 
 /// One partition known both by topic id (for the broker) and by name (for everyone else).
-pub type Owned = BTreeMap<(TopicId, i32), Arc<str>>;
+pub(crate) type Owned = BTreeMap<(TopicId, i32), Arc<str>>;
 
 /// The part of a target assignment that can be named, and the topic ids that cannot be yet.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// The resolvable partitions of the target.
     pub partitions: Owned,
     /// Topic ids with no known name; asked of Metadata again, and kept in the target meanwhile.
@@ -27,7 +27,7 @@ pub struct Resolved {
 }
 
 /// Names what it can of `target` with `names`.
-pub fn resolve(target: &IdAssignment, names: &HashMap<TopicId, Arc<str>>) -> Resolved {
+pub(crate) fn resolve(target: &IdAssignment, names: &HashMap<TopicId, Arc<str>>) -> Resolved {
     let mut out = Resolved::default();
     for (id, partitions) in target {
         match names.get(id) {
@@ -46,7 +46,7 @@ pub fn resolve(target: &IdAssignment, names: &HashMap<TopicId, Arc<str>>) -> Res
 
 /// What moving from `owned` to the resolvable `target` takes.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Owned partitions the target no longer has.
     pub revoke: Owned,
     /// Target partitions not owned yet.
@@ -56,7 +56,7 @@ pub struct Changes {
 /// The difference between what is owned and the resolvable target. A partition of an
 /// unresolvable topic is not in `target`, so is never assigned here; an owned one was resolved
 /// when it was assigned, so it stays unless the broker's target dropped it.
-pub fn changes(owned: &Owned, target: &Owned) -> Changes {
+pub(crate) fn changes(owned: &Owned, target: &Owned) -> Changes {
     Changes {
         revoke: owned
             .iter()
@@ -72,7 +72,7 @@ pub fn changes(owned: &Owned, target: &Owned) -> Changes {
 }
 
 /// The partitions as the consumer names them, in topic-id then partition order.
-pub fn named(partitions: &Owned) -> Vec<TopicPartition> {
+pub(crate) fn named(partitions: &Owned) -> Vec<TopicPartition> {
     partitions
         .iter()
         .map(|((_, p), name)| TopicPartition::new(Arc::clone(name), *p))
@@ -80,7 +80,7 @@ pub fn named(partitions: &Owned) -> Vec<TopicPartition> {
 }
 
 /// The owned partitions as the heartbeat reports them.
-pub fn by_id(partitions: &Owned) -> IdAssignment {
+pub(crate) fn by_id(partitions: &Owned) -> IdAssignment {
     let mut out = IdAssignment::new();
     for (id, p) in partitions.keys() {
         out.entry(*id).or_default().push(*p);
@@ -118,7 +118,7 @@ pub enum StaleEpochRetry {
 /// The STALE_MEMBER_EPOCH decision: a commit made with `attempted` is retried only for the
 /// partitions still `owned` (which includes those being revoked, whose commit this usually is),
 /// with the member's `current` epoch if it is newer, else after the next heartbeat.
-pub fn stale_epoch_retry(
+pub(crate) fn stale_epoch_retry(
     attempted: i32,
     current: Option<i32>,
     owned: &Owned,

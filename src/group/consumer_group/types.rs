@@ -22,7 +22,7 @@ pub const STATIC_LEAVE_EPOCH: i32 = -2;
 pub const BROKER_DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// How many heartbeat intervals the derived session bound spans (see
-/// [`super::liveness::session_bound`]).
+/// `super::liveness::session_bound`).
 pub const SESSION_BOUND_INTERVALS: u32 = 3;
 
 /// The server-side assignor a member asks for (`group.remote.assignor`). Kafka ships these two;
@@ -37,7 +37,7 @@ pub enum RemoteAssignor {
 
 impl RemoteAssignor {
     /// The name the broker knows it by.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RemoteAssignor::Uniform => "uniform",
             RemoteAssignor::Range => "range",
@@ -45,7 +45,7 @@ impl RemoteAssignor {
     }
 
     /// Parses the broker's name, ignoring case.
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
             "uniform" => Some(RemoteAssignor::Uniform),
             "range" => Some(RemoteAssignor::Range),
@@ -122,7 +122,7 @@ impl HeartbeatRequest {
     }
 
     /// Whether this heartbeat leaves the group.
-    pub fn is_leave(&self) -> bool {
+    pub(crate) fn is_leave(&self) -> bool {
         self.member_epoch == LEAVE_EPOCH || self.member_epoch == STATIC_LEAVE_EPOCH
     }
 }

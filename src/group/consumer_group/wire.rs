@@ -17,7 +17,7 @@ use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, Wir
 
 /// The ConsumerGroupHeartbeat versions this crate speaks: v0 (the broker assigns the member id)
 /// and v1 (the client does, KIP-1082).
-pub const HEARTBEAT_VERSIONS: VersionRange = VersionRange::new(0, 1);
+pub(crate) const HEARTBEAT_VERSIONS: VersionRange = VersionRange::new(0, 1);
 
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
@@ -57,7 +57,7 @@ fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
 
 /// Turns the broker's answer into the machine's form. Bounded by what was decoded: nothing here
 /// allocates more than the response already holds.
-pub fn decode(resp: msg::ConsumerGroupHeartbeatResponse) -> HeartbeatResponse {
+pub(crate) fn decode(resp: msg::ConsumerGroupHeartbeatResponse) -> HeartbeatResponse {
     HeartbeatResponse {
         error: KafkaCode(resp.error_code),
         error_message: resp.error_message.map(|m| m.to_string()),
