@@ -18,7 +18,7 @@ use crate::wire::versions::client_range;
 use crate::wire::WireError;
 
 /// The APIs whose responses the client decodes, in selector order.
-pub(crate) const APIS: [ApiKey; 17] = [
+pub const APIS: [ApiKey; 17] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Fetch,

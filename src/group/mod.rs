@@ -30,9 +30,9 @@ pub(crate) mod assignor;
 // without notice. Applications reach the group only through `Consumer`.
 mod changes;
 mod commit;
-mod consumer_member;
 #[doc(hidden)]
 pub mod consumer_group;
+mod consumer_member;
 pub(crate) mod consumer_protocol;
 mod error;
 mod heartbeat;

@@ -129,7 +129,7 @@ pub(crate) fn stale_epoch_retry(
 
 /// [`stale_epoch_retry`] with the owned partitions by name, as the consumer's session keeps
 /// them (the poll thread's commit path decides there, without the machine).
-pub fn stale_epoch_retry_named(
+pub(crate) fn stale_epoch_retry_named(
     attempted: i32,
     current: Option<i32>,
     owned: &[TopicPartition],
