@@ -742,3 +742,117 @@ fn one_slow_key_holds_up_only_its_own_records_kafka() {
 fn one_slow_key_holds_up_only_its_own_records_tansu() {
     one_slow_key_holds_up_only_its_own_records(BrokerKind::Tansu);
 }
+
+/// The held-open rebalance with the revocation's own commit refused (issue: a handoff whose
+/// commit fails must lose nothing and cost the next owner only what was not recorded). A holds
+/// 101 of both partitions with 0..100 committed by its paced commits; B joins; while A's
+/// revocation drains, the next OffsetCommit is made to fail; the held 101 is released and
+/// applied under a still-current lease, and the revocation's commit of 102 is refused. B then
+/// starts the moved partition at the last committed 101: the one record A finished whose commit
+/// was refused comes again (the repeat an idempotent sink absorbs), nothing is lost, and the
+/// failure is counted as a failed handoff.
+///
+/// On librdkafka's mock only: it is the one broker here that refuses a chosen request on demand
+/// (`push_errors`); REBALANCE_IN_PROGRESS is what Kafka answers a commit racing a rebalance.
+#[test]
+fn a_refused_revocation_commit_costs_the_next_owner_only_the_unrecorded_record_mock() {
+    let topic = unique_name("orders");
+    let mock = support::MockCluster::start(support::MockOptions {
+        topics: vec![(topic.clone(), 2)],
+        ..support::MockOptions::default()
+    });
+    let bootstrap = mock.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, 2, 200);
+    let group = unique_name("group");
+    let settings = [
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("revoke.drain.timeout.ms", "20000"),
+    ];
+    let attempts: Attempts = Arc::default();
+    let latch = Arc::new(Latch::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let held_once = Arc::new(AtomicUsize::new(0));
+    let (log_a, latch_a, held) = (attempts.clone(), latch.clone(), held_once.clone());
+    let (a, a_view) = spawn_workers_with_view(
+        "a",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        stop.clone(),
+        move |record, ctx| {
+            if record.offset == 101 && held.fetch_add(1, Ordering::SeqCst) < 2 {
+                latch_a.hold();
+            }
+            log_a.lock().unwrap().push(Attempt {
+                member: "a",
+                partition: record.partition,
+                offset: record.offset,
+                applied: ctx.is_current(),
+            });
+            Ok(())
+        },
+    );
+    wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
+    wait_until("A's paced commits recorded 0..100", WAIT, || {
+        committed(&bootstrap, &group, &topic, 2)
+            .values()
+            .all(|offset| *offset == Some(101))
+    });
+    let log_b = attempts.clone();
+    let b = spawn_workers(
+        "b",
+        config(&bootstrap, &group, &settings),
+        &topic,
+        stop.clone(),
+        move |record, ctx| {
+            log_b.lock().unwrap().push(Attempt {
+                member: "b",
+                partition: record.partition,
+                offset: record.offset,
+                applied: ctx.is_current(),
+            });
+            Ok(())
+        },
+    );
+    wait_until("A's revocation is draining", WAIT, || {
+        a_view
+            .snapshot()
+            .partitions
+            .iter()
+            .any(|p| p.status == OwnerStatus::Draining)
+    });
+    // A's poll thread is inside the drain, so the next OffsetCommit is the revocation's.
+    mock.must("push_errors OffsetCommit REBALANCE_IN_PROGRESS");
+    latch.release();
+    wait_until_all_applied(&attempts, 2, 200);
+    stop.store(true, Ordering::SeqCst);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let a_stats = a.stats();
+    a.close().unwrap();
+    b.close().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    let moved = attempts
+        .iter()
+        .find(|x| x.member == "b")
+        .map(|x| x.partition)
+        .expect("B got a partition");
+    assert!(
+        a_stats.counters.failed_handoffs >= 1,
+        "the refused revocation commit is a failed handoff: {a_stats}"
+    );
+    let a_last = attempts
+        .iter()
+        .filter(|x| x.member == "a" && x.partition == moved)
+        .max_by_key(|x| x.offset)
+        .unwrap();
+    assert_eq!((a_last.offset, a_last.applied), (101, true), "{attempts:?}");
+    assert_eq!(
+        first_offset(&attempts, "b", moved),
+        Some(101),
+        "B starts at the last recorded position: {attempts:?}"
+    );
+    assert_eq!(
+        repeated_effects(&attempts),
+        vec![(moved, 101)],
+        "the one repeat is the record whose commit was refused: {a_stats}"
+    );
+}
