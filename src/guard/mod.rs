@@ -31,6 +31,7 @@ mod error;
 mod hash_index;
 mod key_hash;
 mod lru;
+mod partition_state;
 mod progress;
 mod session_bound;
 mod storm;
@@ -57,67 +58,10 @@ pub use types::{
 
 use crate::TopicPartition;
 use lru::KeyLru;
+use partition_state::PartitionState;
 use progress::{Admitted, Progress, WorkState};
 use storm::StormDetector;
 use table::PartitionTable;
-
-#[derive(Debug)]
-struct PartitionState<M> {
-    status: OwnerStatus,
-    epoch: u64,
-    progress: Progress<M>,
-    last_committed: Option<i64>,
-    /// The metadata (completed-offsets map) of the last commit, so an unchanged map at an
-    /// unchanged position is not committed again.
-    last_metadata: Option<String>,
-    /// Records skipped because the committed map said they had finished.
-    skipped_completed: u64,
-    duplicates_rejected: u64,
-    regressions_rejected: u64,
-    fenced_rejected: u64,
-    completed_after_revocation: u64,
-    rebalances: u64,
-    /// Set by [`RebalanceGuard::fence`]: `Draining` ahead of the revocation that hands it off.
-    fenced_ahead: bool,
-}
-
-impl<M> PartitionState<M> {
-    fn accepts_completions(&self, epoch: u64) -> bool {
-        self.epoch == epoch && matches!(self.status, OwnerStatus::Owned | OwnerStatus::Draining)
-    }
-
-    /// What a commit of this partition would carry now, if it moved since the last commit: the
-    /// contiguous position and (with a map limit) the offsets finished beyond it. Called under
-    /// the guard's lock, so the position and its map describe one instant.
-    fn commit_due(&self, partition: &TopicPartition, map_limit: usize) -> Option<CommitOffset> {
-        let position = self.progress.commit_position()?;
-        let runs = if map_limit > 0 {
-            self.progress.completed_runs(position)
-        } else {
-            Vec::new()
-        };
-        let completed = self.progress.completed_next();
-        if completed.is_none() && runs.is_empty() {
-            return None;
-        }
-        let metadata = (map_limit > 0).then(|| completed_map::encode(position, &runs));
-        let moved = completed.is_some_and(|next| self.last_committed.map_or(true, |l| next > l));
-        let changed = metadata.is_some() && metadata != self.last_metadata;
-        (moved || changed).then(|| CommitOffset {
-            tp: partition.clone(),
-            next_offset: position,
-            metadata,
-        })
-    }
-
-    fn committed(&mut self, offset: &CommitOffset) {
-        let next = offset.next_offset;
-        self.last_committed = Some(self.last_committed.map_or(next, |l| l.max(next)));
-        if offset.metadata.is_some() {
-            self.last_metadata = offset.metadata.clone();
-        }
-    }
-}
 
 struct Inner<K, M> {
     /// Entries are never removed, so that a partition's epoch only ever increases: a lease from
