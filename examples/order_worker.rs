@@ -24,6 +24,9 @@
 //! [--workers N]               decoupled mode (`run_with_workers`) with N worker threads
 //!                             (default 0: the poll-process-commit loop on one thread)
 //! [--processing-order O]      processing.order in decoupled mode: partition | key | unordered
+//! [--protocol P]              group.protocol: classic (default) | consumer (KIP-848: the broker
+//!                             assigns and owns the session and heartbeat timings, so --strategy,
+//!                             --session-timeout-ms and --heartbeat-interval-ms are not sent)
 //! [--set NAME=VALUE]          any other consumer setting (repeatable), e.g.
 //!                             commit.interval.ms=3600000 commit.metadata.max.bytes=0
 //! ```
@@ -92,6 +95,8 @@ struct Args {
     group: String,
     topic: String,
     strategy: String,
+    /// `group.protocol`: "classic" or "consumer".
+    protocol: String,
     instance_id: Option<String>,
     process: Duration,
     effects: Option<String>,
@@ -110,7 +115,8 @@ fn usage() -> String {
      --strategy range|roundrobin|cooperative-sticky [--instance-id ID] [--process-ms N] \
      [--effects FILE] [--stop-after-idle-ms N] [--max-poll-interval-ms N] \
      [--session-timeout-ms N] [--heartbeat-interval-ms N] [--name NAME] [--workers N] \
-     [--processing-order partition|key|unordered] [--set NAME=VALUE ...]"
+     [--processing-order partition|key|unordered] [--protocol classic|consumer] \
+     [--set NAME=VALUE ...]"
         .to_string()
 }
 
@@ -119,6 +125,7 @@ fn parse_args() -> Result<Args, String> {
     let mut group = None;
     let mut topic = None;
     let mut strategy = None;
+    let mut protocol = "classic".to_string();
     let mut instance_id = None;
     let mut process_ms = 0u64;
     let mut effects = None;
@@ -144,6 +151,7 @@ fn parse_args() -> Result<Args, String> {
             "--group" => group = Some(value()?),
             "--topic" => topic = Some(value()?),
             "--strategy" => strategy = Some(value()?),
+            "--protocol" => protocol = value()?,
             "--instance-id" => instance_id = Some(value()?),
             "--process-ms" => process_ms = number(value()?)?,
             "--effects" => effects = Some(value()?),
@@ -172,6 +180,11 @@ fn parse_args() -> Result<Args, String> {
             "--strategy must be range, roundrobin or cooperative-sticky, not {strategy:?}"
         ));
     }
+    if protocol != "classic" && protocol != "consumer" {
+        return Err(format!(
+            "--protocol must be classic or consumer, not {protocol:?}"
+        ));
+    }
     let name = name
         .or_else(|| instance_id.clone())
         .unwrap_or_else(|| format!("worker-{}", std::process::id()));
@@ -180,6 +193,7 @@ fn parse_args() -> Result<Args, String> {
         group: group.ok_or_else(|| missing("--group"))?,
         topic: topic.ok_or_else(|| missing("--topic"))?,
         strategy,
+        protocol,
         instance_id,
         process: Duration::from_millis(process_ms),
         effects,
@@ -328,18 +342,24 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         ("bootstrap.servers", args.bootstrap.clone()),
         ("group.id", args.group.clone()),
         ("client.id", name.to_string()),
-        ("partition.assignment.strategy", args.strategy.clone()),
         ("auto.offset.reset", "earliest".to_string()),
-        ("session.timeout.ms", args.session_timeout_ms.to_string()),
-        (
-            "heartbeat.interval.ms",
-            args.heartbeat_interval_ms.to_string(),
-        ),
         (
             "max.poll.interval.ms",
             args.max_poll_interval_ms.to_string(),
         ),
     ];
+    if args.protocol == "consumer" {
+        // KIP-848: the broker assigns and owns the session and heartbeat timings
+        // (group.consumer.*); the client refuses these three settings with it.
+        properties.push(("group.protocol", "consumer".to_string()));
+    } else {
+        properties.push(("partition.assignment.strategy", args.strategy.clone()));
+        properties.push(("session.timeout.ms", args.session_timeout_ms.to_string()));
+        properties.push((
+            "heartbeat.interval.ms",
+            args.heartbeat_interval_ms.to_string(),
+        ));
+    }
     if let Some(id) = &args.instance_id {
         properties.push(("group.instance.id", id.clone()));
     }

@@ -106,11 +106,20 @@ fn parse_args() -> Result<Args, String> {
 /// The group settings of one protocol: the classic protocol with one assignor, or KIP-848.
 fn protocol_settings(protocol: &str) -> Result<Vec<(&'static str, &'static str)>, String> {
     match protocol {
-        "range" => Ok(vec![("partition.assignment.strategy", "range")]),
-        "cooperative-sticky" => Ok(vec![(
-            "partition.assignment.strategy",
-            "cooperative-sticky",
-        )]),
+        // Short enough that a rebalance is noticed within half a second, as a latency-minded
+        // deployment would set it; the same as the broker's group.consumer.* settings for the
+        // consumer protocol (scripts/kafka_broker.py: session 6000 ms, heartbeat 500 ms), which
+        // refuses these two client settings because the broker owns them.
+        "range" => Ok(vec![
+            ("partition.assignment.strategy", "range"),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "500"),
+        ]),
+        "cooperative-sticky" => Ok(vec![
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "500"),
+        ]),
         "consumer" => Ok(vec![("group.protocol", "consumer")]),
         other => Err(format!(
             "--protocol {other}: expected range, cooperative-sticky or consumer"
@@ -132,10 +141,6 @@ fn member(
         ("bootstrap.servers", args.bootstrap.as_str()),
         ("group.id", group),
         ("auto.offset.reset", "earliest"),
-        // Short enough that a rebalance is noticed within half a second, as a latency-minded
-        // deployment would set it; the same for every protocol.
-        ("session.timeout.ms", "6000"),
-        ("heartbeat.interval.ms", "500"),
         ("fetch.max.wait.ms", "100"),
     ];
     props.extend(protocol_settings(&args.protocol)?);

@@ -23,7 +23,7 @@ Subcommands:
       ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right after the
       worker was killed with SIGKILL and reaped). Prints the findings and, as the very last line,
       ``orders=N applied=A duplicates=D lost=L redone=R skipped_by_metadata=S rebalances=K
-      broker=B``; exits 0 only when lost=0,
+      broker=B protocol=P``; exits 0 only when lost=0,
       every duplicate is explained (below), nothing else is wrong and no --problem was reported.
       --static-restart names the static member's two processes, the generation the group was in
       when the old one stopped, and when the demo began to stop the fleet; on Kafka the restart
@@ -146,8 +146,12 @@ def cmd_group(opts):
             return
         gens.add(int(last["gen"]))
         owned += [int(p) for p in last["owned"].split(",") if p]
-    if len(gens) == 1 and sorted(owned) == list(range(opts.partitions)):
-        print("settled %d" % gens.pop())
+    # Classic: one generation for the whole group. Consumer protocol (KIP-848): each member has
+    # its own epoch; the group is settled when the partitions are owned exactly once, and the
+    # highest epoch stands for the group's (it grows with every reassignment).
+    one_generation = len(gens) == 1 or opts.protocol == "consumer"
+    if gens and one_generation and sorted(owned) == list(range(opts.partitions)):
+        print("settled %d" % max(gens))
     else:
         print("unsettled")
 
@@ -209,7 +213,18 @@ def judge_static_restart(opts, assignments, problems):
             if g > gen and at is not None and at < until
         }
     )
-    kept = new_first is not None and new_first[0] == gen and new_first[1] == old_owned
+    if opts.protocol == "consumer":
+        # KIP-848: the returning static member takes over the old one's member epoch and
+        # assignment; `gen` is the highest epoch in the group before the restart.
+        old_gen = [g for g, _, _ in assignments.get(old, []) if g >= 0]
+        kept = (
+            new_first is not None
+            and bool(old_gen)
+            and new_first[0] == old_gen[-1]
+            and new_first[1] == old_owned
+        )
+    else:
+        kept = new_first is not None and new_first[0] == gen and new_first[1] == old_owned
     if kept and not later:
         return (
             "static member restart (%s -> %s, same group.instance.id): %s got %s's partitions "
@@ -485,7 +500,7 @@ def cmd_check(opts):
     ok = not lost_orders and not unexplained and not problems
     print(
         "orders=%d applied=%d duplicates=%d lost=%d redone=%d skipped_by_metadata=%d rebalances=%d "
-        "broker=%s"
+        "broker=%s protocol=%s"
         % (
             len(orders),
             applied,
@@ -495,6 +510,7 @@ def cmd_check(opts):
             skipped_by_metadata,
             len(generations),
             opts.broker,
+            opts.protocol,
         )
     )
     sys.stdout.flush()
@@ -512,6 +528,7 @@ def main():
 
     p = sub.add_parser("group")
     p.add_argument("--partitions", type=int, required=True)
+    p.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     p.add_argument("out", nargs="+")
     p.set_defaults(func=cmd_group)
 
@@ -524,6 +541,7 @@ def main():
     p.add_argument("--duplicates-file")
     p.add_argument("--broker", required=True, help="kafka-<version>, mock or tansu")
     p.add_argument("--static-restart", type=parse_static_restart)
+    p.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     p.add_argument("--commit-interval-ms", type=int)
     p.set_defaults(func=cmd_check)
 

@@ -12,7 +12,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -45,17 +45,29 @@ type Processed = Arc<Mutex<Vec<(usize, i32, i64, Instant)>>>;
 /// One member on its own thread: poll, process (record it), commit, until stopped; then close.
 struct Member {
     stop: Arc<AtomicBool>,
+    /// How many partition assignments the member has received so far (it only grows).
+    assigned: Arc<AtomicUsize>,
     thread: Option<JoinHandle<Result<ConsumerStats, String>>>,
 }
 
 impl Member {
     fn start(id: usize, config: ConsumerConfig, topic: &str, processed: &Processed) -> Member {
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, p, topic) = (stop.clone(), processed.clone(), topic.to_string());
+        let assigned = Arc::new(AtomicUsize::new(0));
+        let (s, p, topic, o) = (
+            stop.clone(),
+            processed.clone(),
+            topic.to_string(),
+            assigned.clone(),
+        );
         let thread = thread::spawn(move || -> Result<ConsumerStats, String> {
             let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
             while !s.load(Ordering::SeqCst) {
                 {
+                    o.store(
+                        consumer.stats().counters.assigned as usize,
+                        Ordering::SeqCst,
+                    );
                     let mut batch = consumer
                         .poll(Duration::from_millis(100))
                         .map_err(|e| e.to_string())?;
@@ -79,6 +91,7 @@ impl Member {
         });
         Member {
             stop,
+            assigned,
             thread: Some(thread),
         }
     }
@@ -257,6 +270,7 @@ fn a_member_cut_off_from_the_broker_loses_its_partitions_and_rejoins_with_epoch_
     // A network partition between A and the broker for longer than the broker's session
     // (6 s): A's own session bound (3 heartbeat intervals) runs out first and fences its
     // partitions without a commit; the broker then expires A and gives everything to B.
+    let assigned_before = a.assigned.load(Ordering::SeqCst);
     proxy.hold();
     let b = Member::start(1, config(&bootstrap, &group, &[]), &topic, &processed);
     produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
@@ -269,7 +283,11 @@ fn a_member_cut_off_from_the_broker_loses_its_partitions_and_rejoins_with_epoch_
         "B took every partition of the expired member"
     );
     proxy.release();
-    // A rejoins as a new member (epoch 0) and gets a share back through B's revocation.
+    // A rejoins with epoch 0 and gets a share back through B's revocation; the third round is
+    // produced once A owns partitions again, so that A has records of its own to process.
+    wait_until("A is assigned partitions again", WAIT, || {
+        a.assigned.load(Ordering::SeqCst) > assigned_before
+    });
     produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
     wait_until("the third round, shared again", WAIT, || {
         all_done(&processed, 300) && !partitions_of(&processed, 0, 200).is_empty()

@@ -42,6 +42,11 @@ use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 /// applied, a poll past `max.poll.interval.ms`): the condvar wakes it earlier for the first two.
 const IDLE: Duration = Duration::from_millis(100);
 
+/// How long a closing member tries to send its leave heartbeat: past it (the coordinator cannot
+/// be found or does not answer) the thread exits, and the broker expires the member by its
+/// session instead. Two round trips of the heartbeat client's request timeout.
+const LEAVE_BOUND: Duration = Duration::from_secs(10);
+
 /// Starts the membership thread of a consumer-protocol member.
 pub(crate) fn spawn(
     shared: Arc<Shared>,
@@ -61,8 +66,9 @@ struct Driver {
     group_id: String,
     /// Decided changes not posted yet: the seam holds one at a time.
     queue: std::collections::VecDeque<(RebalanceEvent, Option<u64>)>,
-    /// The member was closed and the machine told to leave.
+    /// The member was closed and the machine told to leave, at this instant.
     leaving: bool,
+    leave_started: Option<Instant>,
     /// The coordinator cannot be reached: wait this long before the next look-up.
     connect_retry: Option<Instant>,
     connect_backoff: Duration,
@@ -87,6 +93,7 @@ impl Driver {
             machine: ConsumerGroupMembership::new(config),
             queue: Default::default(),
             leaving: false,
+            leave_started: None,
             connect_retry: None,
             connect_backoff,
         }
@@ -117,6 +124,17 @@ impl Driver {
                 log::debug!("membership thread for {} exits", self.group_id);
                 return;
             }
+            if self
+                .leave_started
+                .is_some_and(|at| now.saturating_duration_since(at) > LEAVE_BOUND)
+            {
+                log::warn!(
+                    "group {}: the leave heartbeat could not be sent within {LEAVE_BOUND:?}; the \
+                     broker expires the member by its session",
+                    self.group_id
+                );
+                return;
+            }
             self.io(now);
             self.take_events();
             self.sync_session();
@@ -131,6 +149,7 @@ impl Driver {
         let mut state = self.shared.lock();
         if state.phase() == Phase::Closed && !self.leaving {
             self.leaving = true;
+            self.leave_started = Some(now);
             self.queue.clear();
             drop(state);
             self.machine.leave(now);
