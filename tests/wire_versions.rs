@@ -200,8 +200,10 @@ fn produce_is_answered(addr: &str, version: i16) -> bool {
 // Our side, and the caps below Kafka's versions that the code documents
 // ---------------------------------------------------------------------------
 
-/// The APIs this crate sends (`ConsumerGroupHeartbeat` is refused before it could be: the
-/// consumer does not take `group.protocol=consumer` yet).
+/// The APIs this crate sends in this test's classic workload. `ConsumerGroupHeartbeat` (API 68,
+/// sent under `group.protocol=consumer` only, at v0-1 as `group/consumer_group/wire.rs` says)
+/// is not part of it: `tests/consumer_group_protocol.rs` and `tests/consumer_kip848.rs` run it
+/// on Kafka 4.x.
 const APIS: &[ApiKey] = &[
     ApiKey::ApiVersions,
     ApiKey::Metadata,
