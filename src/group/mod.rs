@@ -1,5 +1,8 @@
-//! Consumer-group membership (the classic protocol): how a member announces what it wants, how the
-//! leader divides partitions, and what a new assignment or an error code means for the consumer.
+//! Consumer-group membership, under both of Kafka's group protocols: the classic one (JoinGroup,
+//! SyncGroup, Heartbeat; eager and cooperative assignors, static membership) and the consumer
+//! group protocol of KIP-848 (`group.protocol=consumer`, the broker assigns). How a member
+//! announces what it wants, how partitions are divided, and what a new assignment or an error
+//! code means for the consumer.
 //!
 //! This part is I/O-free, like the guard, so that every interoperability rule (byte layouts,
 //! assignor results, event order, error handling) is pinned by unit tests:
@@ -18,9 +21,10 @@
 //!
 //! The I/O shell around it: `member` (the poll thread: applies decided changes, leaves, commits,
 //! and under the eager protocol runs the rounds), `round` (one JoinGroup/SyncGroup round, on
-//! whichever thread owns it) and `heartbeat` (the heartbeat thread, which under the cooperative
-//! protocol also runs the rounds, beside the poll loop) send the requests, feed the answers to
-//! the session, and apply what it decides. `changes` is the seam between the membership and the
+//! whichever thread owns it), `heartbeat` (the heartbeat thread, which under the cooperative
+//! protocol also runs the rounds, beside the poll loop) and `consumer_member` (the membership
+//! thread of the consumer group protocol: heartbeats, topic-id resolution, reconciliation) send
+//! the requests, feed the answers to the session or the machine, and apply what they decide. `changes` is the seam between the membership and the
 //! poll thread: decided changes wait there for the next batch boundary.
 
 pub(crate) mod assignor;
