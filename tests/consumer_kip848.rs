@@ -163,6 +163,9 @@ fn three_members_join_and_leave_with_every_record_processed_once() {
         all_done(&processed, 400)
     });
     // The work was shared: the broker's assignment reached the joiners.
+    wait_until("B and C are assigned partitions", WAIT, || {
+        b.assigned.load(Ordering::SeqCst) > 0 && c.assigned.load(Ordering::SeqCst) > 0
+    });
     produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 200);
     wait_until("every record of the third round", WAIT, || {
         all_done(&processed, 600)
@@ -211,6 +214,11 @@ fn a_revoked_partition_is_committed_before_its_new_owner_processes_it() {
         seen.len() == PARTITIONS as usize
     });
     let b = Member::start(1, config(&bootstrap, &group, &[]), &topic, &processed);
+    // A may finish the first 300 per partition before the broker hands B anything; the records
+    // that show the handover are produced once B owns partitions.
+    wait_until("B is assigned partitions", WAIT, || {
+        b.assigned.load(Ordering::SeqCst) > 0
+    });
     produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 300);
     wait_until("every record", WAIT, || all_done(&processed, 600));
     // Each partition B processed it started exactly where A's last processed record ended:
