@@ -13,7 +13,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, Message};
 
 use super::sample::Gen;
 use super::*;
-use crate::wire::versions::client_range;
+use crate::fuzzing::responses::{negotiable, APIS};
 
 /// Round-trips generated bodies of every version through `kafka-protocol` and checks every
 /// huge count and truncation is refused by the walker.
@@ -93,34 +93,12 @@ fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
     assert!(cases > 300, "only {cases} cases ran");
 }
 
-/// Every response type `Connection` can send a request for, at every version it can negotiate.
-pub(crate) const DECODED: [ApiKey; 17] = [
-    ApiKey::ApiVersions,
-    ApiKey::Metadata,
-    ApiKey::Fetch,
-    ApiKey::ListOffsets,
-    ApiKey::OffsetFetch,
-    ApiKey::OffsetCommit,
-    ApiKey::FindCoordinator,
-    ApiKey::JoinGroup,
-    ApiKey::SyncGroup,
-    ApiKey::Heartbeat,
-    ApiKey::LeaveGroup,
-    ApiKey::SaslHandshake,
-    ApiKey::SaslAuthenticate,
-    ApiKey::CreateTopics,
-    ApiKey::Produce,
-    ApiKey::DescribeGroups,
-    ApiKey::ConsumerGroupHeartbeat,
-];
-
 #[test]
 fn every_negotiable_version_has_a_shape() {
-    for api in DECODED {
-        let ours = client_range(api);
-        let codec = api.valid_versions();
+    for api in APIS {
         let (lo, hi) = checked_versions(api).unwrap_or((1, 0));
-        for v in ours.min.max(codec.min)..=ours.max.min(codec.max) {
+        let (first, last) = negotiable(api);
+        for v in first..=last {
             assert!(
                 lo <= v && v <= hi,
                 "{api:?} v{v} can be negotiated but has no shape"
