@@ -3,22 +3,32 @@
 //! timeout (issue: a socket timeout reset per chunk let it run forever).
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiVersionsRequest;
 use rebalance_guard::wire::{Connection, ConnectionConfig, WireError};
 
-/// Accepts one connection, reads the request, then sends a frame header claiming 1000 bytes
-/// and one body byte every `every`, `bytes` times.
-fn trickling_peer(every: Duration, bytes: usize) -> (String, thread::JoinHandle<()>) {
+/// Accepts one connection on a fresh local port and hands it to `serve` on a new thread.
+fn one_connection_peer(
+    serve: impl FnOnce(TcpStream) + Send + 'static,
+) -> (String, thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let handle = thread::spawn(move || {
-        let Ok((mut s, _)) = listener.accept() else {
+        let Ok((s, _)) = listener.accept() else {
             return;
         };
+        serve(s);
+    });
+    (addr, handle)
+}
+
+/// Accepts one connection, reads the request, then sends a frame header claiming 1000 bytes
+/// and one body byte every `every`, `bytes` times.
+fn trickling_peer(every: Duration, bytes: usize) -> (String, thread::JoinHandle<()>) {
+    one_connection_peer(move |mut s| {
         let mut len = [0u8; 4];
         if s.read_exact(&mut len).is_err() {
             return;
@@ -32,19 +42,23 @@ fn trickling_peer(every: Duration, bytes: usize) -> (String, thread::JoinHandle<
                 return;
             }
         }
-    });
-    (addr, handle)
+    })
+}
+
+/// An unnegotiated connection to `addr` with a 1 s request timeout.
+fn connect_with_1s_deadline(addr: &str) -> Connection {
+    let config = ConnectionConfig {
+        request_timeout: Duration::from_secs(1),
+        ..ConnectionConfig::default()
+    };
+    Connection::connect_unnegotiated(addr, &config).expect("connect")
 }
 
 #[test]
 fn a_trickled_frame_ends_at_the_request_deadline() {
     // A byte every 100 ms for 30 s; the request timeout is 1 s.
     let (addr, peer) = trickling_peer(Duration::from_millis(100), 300);
-    let config = ConnectionConfig {
-        request_timeout: Duration::from_secs(1),
-        ..ConnectionConfig::default()
-    };
-    let mut conn = Connection::connect_unnegotiated(&addr, &config).expect("connect");
+    let mut conn = connect_with_1s_deadline(&addr);
     let started = Instant::now();
     let r = conn.send(&ApiVersionsRequest::default(), 0);
     let took = started.elapsed();
@@ -58,12 +72,7 @@ fn a_trickled_frame_ends_at_the_request_deadline() {
 
 #[test]
 fn a_trickled_length_prefix_ends_at_the_request_deadline() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let peer = thread::spawn(move || {
-        let Ok((mut s, _)) = listener.accept() else {
-            return;
-        };
+    let (addr, peer) = one_connection_peer(|mut s| {
         let mut buf = [0u8; 64];
         let _ = s.read(&mut buf);
         // Three of the four length bytes, slowly, then nothing for 20 s.
@@ -73,11 +82,7 @@ fn a_trickled_length_prefix_ends_at_the_request_deadline() {
         }
         thread::sleep(Duration::from_secs(20));
     });
-    let config = ConnectionConfig {
-        request_timeout: Duration::from_secs(1),
-        ..ConnectionConfig::default()
-    };
-    let mut conn = Connection::connect_unnegotiated(&addr, &config).expect("connect");
+    let mut conn = connect_with_1s_deadline(&addr);
     let started = Instant::now();
     let r = conn.send(&ApiVersionsRequest::default(), 0);
     assert!(matches!(r, Err(WireError::Timeout { .. })), "{r:?}");
