@@ -11,7 +11,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rebalance_guard::consumer::{Consumer, ConsumerConfig, GuardView, WorkContext};
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerStats, GuardView, WorkContext};
 use rebalance_guard::guard::{HandoffStage, OwnerStatus};
 use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord, Record};
 use rebalance_guard::TopicPartition;
@@ -360,78 +360,117 @@ fn held_open_rebalance_mock() {
     held_open_rebalance(BrokerKind::Mock);
 }
 
+/// The scenario of the held-open handoff both drain tests share: 200 records on each of two
+/// partitions, member A (cooperative-sticky, a 20 s drain) holding 101 of both partitions,
+/// `before_b` (given the group) run before member B joins, and the test thread back once A's
+/// revocation is draining. The caller releases the held record with
+/// [`HeldHandoff::release_and_finish`].
+struct HeldHandoff {
+    attempts: Attempts,
+    latch: Arc<Latch>,
+    stop: Arc<AtomicBool>,
+    a: JoinHandle<Consumer>,
+    b: JoinHandle<Consumer>,
+}
+
+impl HeldHandoff {
+    fn until_draining(bootstrap: &str, topic: &str, before_b: impl FnOnce(&str)) -> Self {
+        produce_to_each_partition(bootstrap, topic, 2, 200);
+        let group = unique_name("group");
+        let settings = [
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("revoke.drain.timeout.ms", "20000"),
+        ];
+        let attempts: Attempts = Arc::default();
+        let latch = Arc::new(Latch::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let held_once = Arc::new(AtomicUsize::new(0));
+        let (log_a, latch_a, held) = (attempts.clone(), latch.clone(), held_once.clone());
+        let (a, a_view) = spawn_workers_with_view(
+            "a",
+            config(bootstrap, &group, &settings),
+            topic,
+            stop.clone(),
+            move |record, ctx| {
+                if record.offset == 101 && held.fetch_add(1, Ordering::SeqCst) < 2 {
+                    latch_a.hold();
+                }
+                log_a.lock().unwrap().push(Attempt {
+                    member: "a",
+                    partition: record.partition,
+                    offset: record.offset,
+                    applied: ctx.is_current(),
+                });
+                Ok(())
+            },
+        );
+        wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
+        before_b(&group);
+        let log_b = attempts.clone();
+        let b = spawn_workers(
+            "b",
+            config(bootstrap, &group, &settings),
+            topic,
+            stop.clone(),
+            move |record, ctx| {
+                log_b.lock().unwrap().push(Attempt {
+                    member: "b",
+                    partition: record.partition,
+                    offset: record.offset,
+                    applied: ctx.is_current(),
+                });
+                Ok(())
+            },
+        );
+        // B's join makes A revoke one partition, and A's revocation waits on the held record.
+        wait_until("A's revocation is draining", WAIT, || {
+            a_view
+                .snapshot()
+                .partitions
+                .iter()
+                .any(|p| p.status == OwnerStatus::Draining)
+        });
+        HeldHandoff {
+            attempts,
+            latch,
+            stop,
+            a,
+            b,
+        }
+    }
+
+    /// Releases the held record, waits for every record to be applied, stops and closes both
+    /// members: A's statistics and every attempt.
+    fn release_and_finish(self) -> (ConsumerStats, Vec<Attempt>) {
+        self.latch.release();
+        wait_until_all_applied(&self.attempts, 2, 200);
+        self.stop.store(true, Ordering::SeqCst);
+        let (a, b) = (self.a.join().unwrap(), self.b.join().unwrap());
+        let a_stats = a.stats();
+        a.close().unwrap();
+        b.close().unwrap();
+        let attempts = self.attempts.lock().unwrap().clone();
+        (a_stats, attempts)
+    }
+}
+
 /// The other outcome of the same race: the held record is released while the revocation is
 /// still draining. The drain succeeds, A applies 101 under a still-current lease, the revocation
 /// commits 102... whatever A finished, and B starts exactly after it: nothing is applied twice.
 fn a_drain_that_finishes_in_time_hands_off_without_duplicates(kind: BrokerKind) {
     let (broker, topic) = broker_with_topic(kind, "orders", 2);
     let bootstrap = broker.bootstrap();
-    produce_to_each_partition(&bootstrap, &topic, 2, 200);
-    let group = unique_name("group");
-    let settings = [
-        ("partition.assignment.strategy", "cooperative-sticky"),
-        ("revoke.drain.timeout.ms", "20000"),
-    ];
-    let attempts: Attempts = Arc::default();
-    let latch = Arc::new(Latch::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let held_once = Arc::new(AtomicUsize::new(0));
-    let (log_a, latch_a, held) = (attempts.clone(), latch.clone(), held_once.clone());
-    let (a, a_view) = spawn_workers_with_view(
-        "a",
-        config(&bootstrap, &group, &settings),
-        &topic,
-        stop.clone(),
-        move |record, ctx| {
-            if record.offset == 101 && held.fetch_add(1, Ordering::SeqCst) < 2 {
-                latch_a.hold();
-            }
-            log_a.lock().unwrap().push(Attempt {
-                member: "a",
-                partition: record.partition,
-                offset: record.offset,
-                applied: ctx.is_current(),
-            });
-            Ok(())
-        },
-    );
-    wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
-    let log_b = attempts.clone();
-    let b = spawn_workers(
-        "b",
-        config(&bootstrap, &group, &settings),
-        &topic,
-        stop.clone(),
-        move |record, ctx| {
-            log_b.lock().unwrap().push(Attempt {
-                member: "b",
-                partition: record.partition,
-                offset: record.offset,
-                applied: ctx.is_current(),
-            });
-            Ok(())
-        },
-    );
-    // B's join makes A revoke one partition, and A's revocation waits on the held record.
-    wait_until("A's revocation is draining", WAIT, || {
-        a_view
-            .snapshot()
-            .partitions
-            .iter()
-            .any(|p| p.status == OwnerStatus::Draining)
-    });
+    let handoff = HeldHandoff::until_draining(&bootstrap, &topic, |_| {});
     assert!(
-        attempts.lock().unwrap().iter().all(|x| x.member == "a"),
+        handoff
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|x| x.member == "a"),
         "B started before A's revocation finished draining"
     );
-    latch.release();
-    wait_until_all_applied(&attempts, 2, 200);
-    stop.store(true, Ordering::SeqCst);
-    let (a, b) = (a.join().unwrap(), b.join().unwrap());
-    let a_stats = a.stats();
-    a.close().unwrap();
-    b.close().unwrap();
-    let attempts = attempts.lock().unwrap().clone();
+    let (a_stats, attempts) = handoff.release_and_finish();
     // The handoff went through the drain: A's last record of the moved partition is the held
     // 101 (its queued successors were cancelled, not started), applied under a lease that was
     // still current while draining.
@@ -762,74 +801,16 @@ fn a_refused_revocation_commit_costs_the_next_owner_only_the_unrecorded_record_m
         ..support::MockOptions::default()
     });
     let bootstrap = mock.bootstrap().to_string();
-    produce_to_each_partition(&bootstrap, &topic, 2, 200);
-    let group = unique_name("group");
-    let settings = [
-        ("partition.assignment.strategy", "cooperative-sticky"),
-        ("revoke.drain.timeout.ms", "20000"),
-    ];
-    let attempts: Attempts = Arc::default();
-    let latch = Arc::new(Latch::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let held_once = Arc::new(AtomicUsize::new(0));
-    let (log_a, latch_a, held) = (attempts.clone(), latch.clone(), held_once.clone());
-    let (a, a_view) = spawn_workers_with_view(
-        "a",
-        config(&bootstrap, &group, &settings),
-        &topic,
-        stop.clone(),
-        move |record, ctx| {
-            if record.offset == 101 && held.fetch_add(1, Ordering::SeqCst) < 2 {
-                latch_a.hold();
-            }
-            log_a.lock().unwrap().push(Attempt {
-                member: "a",
-                partition: record.partition,
-                offset: record.offset,
-                applied: ctx.is_current(),
-            });
-            Ok(())
-        },
-    );
-    wait_until("A holds 101 of both partitions", WAIT, || latch.held() == 2);
-    wait_until("A's paced commits recorded 0..100", WAIT, || {
-        committed(&bootstrap, &group, &topic, 2)
-            .values()
-            .all(|offset| *offset == Some(101))
-    });
-    let log_b = attempts.clone();
-    let b = spawn_workers(
-        "b",
-        config(&bootstrap, &group, &settings),
-        &topic,
-        stop.clone(),
-        move |record, ctx| {
-            log_b.lock().unwrap().push(Attempt {
-                member: "b",
-                partition: record.partition,
-                offset: record.offset,
-                applied: ctx.is_current(),
-            });
-            Ok(())
-        },
-    );
-    wait_until("A's revocation is draining", WAIT, || {
-        a_view
-            .snapshot()
-            .partitions
-            .iter()
-            .any(|p| p.status == OwnerStatus::Draining)
+    let handoff = HeldHandoff::until_draining(&bootstrap, &topic, |group| {
+        wait_until("A's paced commits recorded 0..100", WAIT, || {
+            committed(&bootstrap, group, &topic, 2)
+                .values()
+                .all(|offset| *offset == Some(101))
+        });
     });
     // A's poll thread is inside the drain, so the next OffsetCommit is the revocation's.
     mock.must("push_errors OffsetCommit REBALANCE_IN_PROGRESS");
-    latch.release();
-    wait_until_all_applied(&attempts, 2, 200);
-    stop.store(true, Ordering::SeqCst);
-    let (a, b) = (a.join().unwrap(), b.join().unwrap());
-    let a_stats = a.stats();
-    a.close().unwrap();
-    b.close().unwrap();
-    let attempts = attempts.lock().unwrap().clone();
+    let (a_stats, attempts) = handoff.release_and_finish();
     let moved = attempts
         .iter()
         .find(|x| x.member == "b")
