@@ -103,14 +103,7 @@ impl GroupMember {
         )
         .map_err(GroupError::Strategy)?
         .rebalance_protocol;
-        let client = Client::connect(client_config.clone())?;
-        let shared = Arc::new(Shared::new(
-            hook,
-            Timeouts {
-                session_timeout: config.session_timeout,
-                max_poll_interval: config.max_poll_interval,
-            },
-        ));
+        let (client, shared) = connect_shared(&config, &client_config, hook)?;
         // Cooperative: the partitions a member keeps must flow on while the group rebalances, so
         // the rounds run on the membership thread, beside the poll loop. Eager: every partition
         // is revoked before the join anyway, so the poll thread runs the round itself.
@@ -154,14 +147,7 @@ impl GroupMember {
         client_config: ClientConfig,
         hook: LostHook,
     ) -> Result<GroupMember, GroupError> {
-        let client = Client::connect(client_config.clone())?;
-        let shared = Arc::new(Shared::new(
-            hook,
-            Timeouts {
-                session_timeout: config.session_timeout,
-                max_poll_interval: config.max_poll_interval,
-            },
-        ));
+        let (client, shared) = connect_shared(&config, &client_config, hook)?;
         shared.lock().run_rounds_beside();
         let heartbeat =
             super::consumer_member::spawn(shared.clone(), client_config, protocol_config)
@@ -587,4 +573,22 @@ impl Drop for PollScope {
     fn drop(&mut self) {
         self.0.lock().leave_poll(Instant::now());
     }
+}
+
+/// The client and the session state both constructors start from: a connected client and a
+/// session whose clocks use `config`'s timeouts.
+fn connect_shared(
+    config: &GroupConfig,
+    client_config: &ClientConfig,
+    hook: LostHook,
+) -> Result<(Client, Arc<Shared>), GroupError> {
+    let client = Client::connect(client_config.clone())?;
+    let shared = Arc::new(Shared::new(
+        hook,
+        Timeouts {
+            session_timeout: config.session_timeout,
+            max_poll_interval: config.max_poll_interval,
+        },
+    ));
+    Ok((client, shared))
 }
