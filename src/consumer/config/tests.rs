@@ -656,6 +656,17 @@ fn sasl_settings_reach_every_connection_of_the_client() {
     );
 }
 
+/// Builds each configuration and checks that it is refused naming `setting`,
+/// with a message that contains both the setting and `rule`.
+fn assert_each_is_refused_naming_setting_and_rule(cases: Vec<(ConsumerConfigBuilder, &str, &str)>) {
+    for (builder, setting, rule) in cases {
+        let err = builder.build().unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.setting(), Some(setting), "{text}");
+        assert!(text.contains(setting) && text.contains(rule), "{text}");
+    }
+}
+
 #[test]
 fn sasl_rules_name_the_setting_and_the_rule() {
     let jaas_scram = r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="a" password="b";"#;
@@ -789,12 +800,7 @@ fn sasl_rules_name_the_setting_and_the_rule() {
             "must not be empty",
         ),
     ];
-    for (builder, setting, rule) in cases {
-        let err = builder.build().unwrap_err();
-        let text = err.to_string();
-        assert_eq!(err.setting(), Some(setting), "{text}");
-        assert!(text.contains(setting) && text.contains(rule), "{text}");
-    }
+    assert_each_is_refused_naming_setting_and_rule(cases);
 }
 
 #[test]
@@ -995,12 +1001,7 @@ fn tls_rules_name_the_setting_and_the_rule() {
             "there is no default",
         ),
     ];
-    for (builder, setting, rule) in cases {
-        let err = builder.build().unwrap_err();
-        let text = err.to_string();
-        assert_eq!(err.setting(), Some(setting), "{text}");
-        assert!(text.contains(setting) && text.contains(rule), "{text}");
-    }
+    assert_each_is_refused_naming_setting_and_rule(cases);
 }
 
 #[test]
