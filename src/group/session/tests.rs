@@ -591,6 +591,14 @@ fn lost(partitions: &[i32], reason: LostReason) -> Callback {
     }
 }
 
+/// `a.report()`, checking that it told the listener all four partitions were lost for
+/// `reason` and nothing else; returns what `report` returned.
+fn report_every_partition_lost(a: &mut TestMember, reason: LostReason) -> Option<FatalError> {
+    let fatal = a.report();
+    assert_eq!(a.take_callbacks(), vec![lost(&[0, 1, 2, 3], reason)]);
+    fatal
+}
+
 /// One member, alone in the group, owning all four partitions in generation 1.
 fn alone(strategy: Strategy) -> (Coordinator, TestMember) {
     let (mut c, mut a) = start(strategy);
@@ -773,14 +781,7 @@ fn an_assignment_lost_while_its_revocation_ran_is_not_handed_out() {
     );
     assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
     assert!(a.session.owned().is_empty());
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(
-            &[0, 1, 2, 3],
-            LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION)
-        )]
-    );
+    report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION));
 }
 
 #[test]
@@ -798,13 +799,9 @@ fn a_heartbeat_answered_illegal_generation_fences_at_once_and_keeps_the_member_i
     assert_eq!(a.session.phase(), Phase::Unjoined);
     assert_eq!(a.generation(), -1);
     assert_eq!(a.member_id(), me.member_id);
-    assert!(a.report().is_none());
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(
-            &[0, 1, 2, 3],
-            LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION)
-        )]
+    assert!(
+        report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION))
+            .is_none()
     );
     assert_eq!(
         a.session.next_step(),
@@ -833,14 +830,7 @@ fn unknown_member_id_on_sync_loses_the_assignment_and_the_member_id() {
         a.session.next_step(),
         NextStep::Join("the group is rebalancing".to_string())
     );
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(
-            &[0, 1, 2, 3],
-            LostReason::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
-        )]
-    );
+    report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::UNKNOWN_MEMBER_ID));
     // It joins again as a new member.
     settle(&mut c, &mut [&mut a], &four_partitions());
     assert_eq!(a.member_id(), "member-2");
@@ -867,15 +857,9 @@ fn a_static_member_fenced_by_its_twin_loses_everything_and_stops() {
     assert_eq!(a.session.identity(), &MemberIdentity::unjoined());
     // The poll thread reports the loss, then returns the fatal error.
     assert_eq!(
-        a.report().map(|f| f.code),
+        report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::FENCED_INSTANCE_ID))
+            .map(|f| f.code),
         Some(KafkaCode::FENCED_INSTANCE_ID)
-    );
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(
-            &[0, 1, 2, 3],
-            LostReason::Fenced(KafkaCode::FENCED_INSTANCE_ID)
-        )]
     );
 }
 
@@ -953,11 +937,7 @@ fn a_session_not_renewed_for_the_session_timeout_is_lost_while_stable() {
     assert!(a
         .bound
         .is_expired(joined_at + SESSION + Duration::from_millis(1)));
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(&[0, 1, 2, 3], LostReason::SessionExpired)]
-    );
+    report_every_partition_lost(&mut a, LostReason::SessionExpired);
     // The coordinator evicted it too: the rejoin with the old id is refused, then it joins anew.
     settle(&mut c, &mut [&mut a], &four_partitions());
     assert_ne!(a.member_id(), "member-1");
@@ -985,11 +965,7 @@ fn a_cooperative_member_rejoining_loses_its_partitions_when_the_session_runs_out
     assert_eq!(a.session.heartbeat_due(c.now()), HeartbeatDue::Skip);
     assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
     assert_eq!(a.member_id(), "member-1");
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(&[0, 1, 2, 3], LostReason::SessionExpired)]
-    );
+    report_every_partition_lost(&mut a, LostReason::SessionExpired);
 }
 
 #[test]
@@ -1016,11 +992,7 @@ fn time_inside_poll_does_not_count_against_max_poll_interval_but_time_outside_do
     // It left: a dynamic member's id is gone, here and at the coordinator.
     assert_eq!(a.session.identity(), &MemberIdentity::unjoined());
     assert!(c.member_ids().is_empty());
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(&[0, 1, 2, 3], LostReason::PollTimeout)]
-    );
+    report_every_partition_lost(&mut a, LostReason::PollTimeout);
 }
 
 #[test]
@@ -1097,14 +1069,7 @@ fn an_application_commit_refused_for_a_dead_membership_loses_the_assignment_at_o
     assert_eq!(a.commit(&mut c, true), Ok(KafkaCode::UNKNOWN_MEMBER_ID));
     assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
     assert_eq!(a.session.identity(), &MemberIdentity::unjoined());
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(
-            &[0, 1, 2, 3],
-            LostReason::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
-        )]
-    );
+    report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::UNKNOWN_MEMBER_ID));
 }
 
 #[test]
@@ -1249,11 +1214,7 @@ fn a_heartbeat_that_hears_of_a_moved_coordinator_keeps_the_session_running_from_
     c.advance(TICK);
     a.tick(&mut c);
     assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(&[0, 1, 2, 3], LostReason::SessionExpired)]
-    );
+    report_every_partition_lost(&mut a, LostReason::SessionExpired);
 }
 
 #[test]
@@ -1278,11 +1239,7 @@ fn a_static_member_past_max_poll_interval_is_fenced_but_does_not_leave_the_group
     // A static member keeps its place at the coordinator (it may come back within the
     // session), so no LeaveGroup was sent.
     assert_eq!(c.member_ids(), vec!["member-1".to_string()]);
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(&[0, 1, 2, 3], LostReason::PollTimeout)]
-    );
+    report_every_partition_lost(&mut a, LostReason::PollTimeout);
 }
 
 #[test]
@@ -1389,14 +1346,7 @@ fn a_loss_before_the_poll_thread_applied_a_decided_change_voids_it() {
     ));
     a.apply_pending(|_, _| panic!("nothing of a void change is committed"));
     assert!(a.take_callbacks().is_empty());
-    a.report();
-    assert_eq!(
-        a.take_callbacks(),
-        vec![lost(
-            &[0, 1, 2, 3],
-            LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION)
-        )]
-    );
+    report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION));
 }
 
 #[test]
