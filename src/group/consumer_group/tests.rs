@@ -284,6 +284,14 @@ impl Harness {
     }
 }
 
+/// A group of one, "member-a", owning both partitions of "orders" after converging.
+fn one_member_on_orders() -> (Harness, usize) {
+    let mut h = Harness::new(&[("orders", 2)]);
+    let a = h.add(config(&["orders"], None), "member-a");
+    h.run_until(50, |h| h.converged(&[a]));
+    (h, a)
+}
+
 fn tps(topic: &str, ps: &[i32]) -> BTreeSet<TopicPartition> {
     ps.iter().map(|p| TopicPartition::new(topic, *p)).collect()
 }
@@ -586,9 +594,7 @@ fn coordinator_errors_find_the_coordinator_again_and_resend_the_full_heartbeat()
         KafkaCode::NOT_COORDINATOR,
         KafkaCode::COORDINATOR_NOT_AVAILABLE,
     ] {
-        let mut h = Harness::new(&[("orders", 2)]);
-        let a = h.add(config(&["orders"], None), "member-a");
-        h.run_until(50, |h| h.converged(&[a]));
+        let (mut h, a) = one_member_on_orders();
         h.now += Duration::from_secs(1);
         let periodic = h.members[a].m.poll_transmit(h.now).expect("due");
         assert!(!periodic.is_full(), "a periodic heartbeat is the short one");
@@ -613,9 +619,7 @@ fn coordinator_errors_find_the_coordinator_again_and_resend_the_full_heartbeat()
 
 #[test]
 fn a_loading_coordinator_is_retried_after_the_backoff_with_the_full_heartbeat() {
-    let mut h = Harness::new(&[("orders", 2)]);
-    let a = h.add(config(&["orders"], None), "member-a");
-    h.run_until(50, |h| h.converged(&[a]));
+    let (mut h, a) = one_member_on_orders();
     h.coord
         .inject("member-a", KafkaCode::COORDINATOR_LOAD_IN_PROGRESS);
     h.now += Duration::from_millis(500);
@@ -646,9 +650,7 @@ fn fatal_errors_end_the_membership_with_their_reason_and_commit_nothing() {
         KafkaCode::INVALID_REQUEST,
         KafkaCode::GROUP_AUTHORIZATION_FAILED,
     ] {
-        let mut h = Harness::new(&[("orders", 2)]);
-        let a = h.add(config(&["orders"], None), "member-a");
-        h.run_until(50, |h| h.converged(&[a]));
+        let (mut h, a) = one_member_on_orders();
         let commits = h.coord.commits.len();
         h.coord.inject("member-a", code);
         h.now += Duration::from_secs(1);
@@ -712,9 +714,7 @@ fn a_member_stuck_revoking_past_the_rebalance_timeout_treats_its_assignment_as_l
 
 #[test]
 fn a_poll_timeout_loses_the_assignment_leaves_and_rejoins_only_when_asked() {
-    let mut h = Harness::new(&[("orders", 2)]);
-    let a = h.add(config(&["orders"], None), "member-a");
-    h.run_until(50, |h| h.converged(&[a]));
+    let (mut h, a) = one_member_on_orders();
     let commits = h.coord.commits.len();
     h.members[a].m.poll_timed_out();
     h.drain(a);
@@ -871,9 +871,7 @@ fn a_negative_epoch_in_an_answer_is_never_adopted() {
 
 #[test]
 fn a_lost_connection_resends_the_full_heartbeat_and_does_not_retry_a_leave() {
-    let mut h = Harness::new(&[("orders", 2)]);
-    let a = h.add(config(&["orders"], None), "member-a");
-    h.run_until(50, |h| h.converged(&[a]));
+    let (mut h, a) = one_member_on_orders();
     h.now += Duration::from_secs(1);
     let now = h.now;
     h.members[a].m.poll_transmit(now).expect("due");
@@ -931,9 +929,7 @@ fn version_0_joins_without_a_member_id_and_adopts_the_brokers() {
 
 #[test]
 fn the_session_bound_is_renewed_from_each_answered_send_and_its_expiry_loses_the_assignment() {
-    let mut h = Harness::new(&[("orders", 2)]);
-    let a = h.add(config(&["orders"], None), "member-a");
-    h.run_until(50, |h| h.converged(&[a]));
+    let (mut h, a) = one_member_on_orders();
     let (sent, bound) = h.members[a].m.session_renewal().expect("renewed");
     assert_eq!(bound, Duration::from_millis(1500), "three 500 ms intervals");
     assert!(sent <= h.now);
