@@ -15,7 +15,9 @@ use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerStats, GuardVi
 use rebalance_guard::guard::{HandoffStage, OwnerStatus};
 use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord, Record};
 use rebalance_guard::TopicPartition;
-use support::consumer::{broker_with_topic, committed, produce_to_each_partition, wait_until};
+use support::consumer::{
+    broker_with_topic, committed, committed_with_metadata, produce_to_each_partition, wait_until,
+};
 use support::{unique_name, BrokerKind};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -513,26 +515,6 @@ fn a_drain_that_finishes_in_time_hands_off_without_duplicates_kafka() {
 #[test]
 fn a_drain_that_finishes_in_time_hands_off_without_duplicates_mock() {
     a_drain_that_finishes_in_time_hands_off_without_duplicates(BrokerKind::Mock);
-}
-
-/// The committed offset and metadata of each partition `0..partitions`, read back with
-/// OffsetFetch on a client of its own.
-fn committed_with_metadata(
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-) -> BTreeMap<i32, (Option<i64>, Option<String>)> {
-    let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
-    let tps: Vec<_> = (0..partitions)
-        .map(|p| TopicPartition::new(topic, p))
-        .collect();
-    client
-        .offset_fetch(group, &tps)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.tp.partition, (c.offset, c.metadata)))
-        .collect()
 }
 
 /// The held-open rebalance with the partition worked out of order (`processing.order =

@@ -85,6 +85,20 @@ pub fn committed(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<i32, Option<i64>> {
+    committed_with_metadata(bootstrap, group, topic, partitions)
+        .into_iter()
+        .map(|(partition, (offset, _))| (partition, offset))
+        .collect()
+}
+
+/// The committed offset and metadata of each partition `0..partitions`, read back with
+/// OffsetFetch on a client of its own.
+pub fn committed_with_metadata(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, (Option<i64>, Option<String>)> {
     let mut client = Client::connect(ClientConfig::from_bootstrap_str(bootstrap)).unwrap();
     let tps: Vec<_> = (0..partitions)
         .map(|p| TopicPartition::new(topic, p))
@@ -93,7 +107,7 @@ pub fn committed(
         .offset_fetch(group, &tps)
         .unwrap()
         .into_iter()
-        .map(|c| (c.tp.partition, c.offset))
+        .map(|c| (c.tp.partition, (c.offset, c.metadata)))
         .collect()
 }
 
