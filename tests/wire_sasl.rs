@@ -20,6 +20,7 @@ use rebalance_guard::wire::{
     OffsetCommitEntry, OffsetSpec, ProduceRecord, SaslConfig, SaslMechanism, Secret, WireError,
 };
 use rebalance_guard::TopicPartition;
+use support::consumer::{produce_until_accepted, value_records};
 use support::kafka::{SaslKafka, SASL_REAUTH};
 use support::unique_name;
 
@@ -61,17 +62,7 @@ fn produce_fetch_and_offsets(mechanism: SaslMechanism) {
             timestamp: None,
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let base = loop {
-        match client.produce(&tp, &records) {
-            Ok(base) => break base,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("produce not yet possible: {e}");
-                thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("{mechanism}: produce: {e}"),
-        }
-    };
+    let base = produce_until_accepted(&mut client, &tp, &records, &format!("{mechanism}: produce"));
     assert_eq!(base, 0, "{mechanism}");
     let latest = client
         .list_offsets(
@@ -211,19 +202,8 @@ fn sasl_scram_consumer_group_joins_heartbeats_commits_and_leaves() {
         .create_topics(&[(&topic, 1, 1)])
         .expect("create topic");
     let tp = TopicPartition::new(topic.as_str(), 0);
-    let records: Vec<ProduceRecord> = (0..10)
-        .map(|i| ProduceRecord {
-            key: None,
-            value: Some(Bytes::from(format!("order-{i}"))),
-            headers: Vec::new(),
-            timestamp: None,
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while let Err(e) = admin.produce(&tp, &records) {
-        assert!(Instant::now() < deadline, "produce: {e}");
-        thread::sleep(Duration::from_millis(200));
-    }
+    let records = value_records((0..10).map(|i| format!("order-{i}")));
+    produce_until_accepted(&mut admin, &tp, &records, "produce");
     let group = unique_name("sasl-group");
     let config = ConsumerConfig::from_properties([
         ("bootstrap.servers", kafka.sasl.as_str()),

@@ -23,10 +23,10 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 use rebalance_guard::wire::{
     Client, ClientConfig, Connection, ConnectionConfig, FetchConfig, FetchPosition,
-    OAuthBearerCallback, OAuthBearerToken, ProduceRecord, SaslConfig, SaslMechanism, Secret,
-    TlsConfig, WireError,
+    OAuthBearerCallback, OAuthBearerToken, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
 };
 use rebalance_guard::TopicPartition;
+use support::consumer::{produce_until_accepted, value_records};
 use support::kafka::{SaslKafka, SASL_REAUTH};
 use support::unique_name;
 
@@ -81,19 +81,8 @@ fn produce_and_fetch(client: &mut Client, what: &str) {
         .create_topics(&[(&topic, 1, 1)])
         .unwrap_or_else(|e| panic!("{what}: create topic: {e}"));
     let tp = TopicPartition::new(topic.as_str(), 0);
-    let records: Vec<ProduceRecord> = (0..5)
-        .map(|i| ProduceRecord {
-            key: None,
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: Vec::new(),
-            timestamp: None,
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while let Err(e) = client.produce(&tp, &records) {
-        assert!(Instant::now() < deadline, "{what}: produce: {e}");
-        thread::sleep(Duration::from_millis(200));
-    }
+    let records = value_records((0..5).map(|i| format!("v{i}")));
+    produce_until_accepted(client, &tp, &records, &format!("{what}: produce"));
     let fetched = client
         .fetch(
             &[FetchPosition {
@@ -412,19 +401,8 @@ fn sasl_ssl_consumer_group_joins_heartbeats_commits_and_revokes() {
         .expect("create topic");
     for p in 0..2 {
         let tp = TopicPartition::new(topic.as_str(), p);
-        let records: Vec<ProduceRecord> = (0..10)
-            .map(|i| ProduceRecord {
-                key: None,
-                value: Some(Bytes::from(format!("order-{p}-{i}"))),
-                headers: Vec::new(),
-                timestamp: None,
-            })
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while let Err(e) = admin.produce(&tp, &records) {
-            assert!(Instant::now() < deadline, "produce: {e}");
-            thread::sleep(Duration::from_millis(200));
-        }
+        let records = value_records((0..10).map(|i| format!("order-{p}-{i}")));
+        produce_until_accepted(&mut admin, &tp, &records, "produce");
     }
     let group = unique_name("tls-group");
     let ca = cert(kafka, "ca.pem");

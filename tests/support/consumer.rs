@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rebalance_guard::consumer::ConsumerConfig;
-use rebalance_guard::wire::{Client, ClientConfig};
+use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord};
 use rebalance_guard::TopicPartition;
 
 use super::{unique_name, Broker, BrokerKind, MockCluster, MockOptions, FAST_REBALANCE};
@@ -139,4 +140,39 @@ pub fn broker_with_topic(
         }
     };
     (broker, topic)
+}
+
+/// Records of the given values, without keys, headers or timestamps.
+pub fn value_records(values: impl IntoIterator<Item = String>) -> Vec<ProduceRecord> {
+    values
+        .into_iter()
+        .map(|value| ProduceRecord {
+            key: None,
+            value: Some(Bytes::from(value)),
+            headers: Vec::new(),
+            timestamp: None,
+        })
+        .collect()
+}
+
+/// Produces `records` to `tp` through `client`, retrying for up to 20 s while the broker cannot
+/// take them yet (a new topic's leader still electing); panics with `context: error` after.
+/// The base offset the broker assigned.
+pub fn produce_until_accepted(
+    client: &mut Client,
+    tp: &TopicPartition,
+    records: &[ProduceRecord],
+    context: &str,
+) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.produce(tp, records) {
+            Ok(base) => break base,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("produce not yet possible: {e}");
+                thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{context}: {e}"),
+        }
+    }
 }
