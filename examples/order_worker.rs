@@ -258,6 +258,20 @@ fn order_id(record: &Record) -> Option<&str> {
         .filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
 }
 
+/// `order_id`, logging the record a worker skips when it has none.
+fn order_id_or_warn(record: &Record) -> Option<&str> {
+    let order = order_id(record);
+    if order.is_none() {
+        log::warn!(
+            "{}-{} offset {}: no order id, skipped",
+            record.topic,
+            record.partition,
+            record.offset
+        );
+    }
+    order
+}
+
 /// A stable effect key: consumer group + topic + partition + offset + operation.
 fn effect_key(group: &str, record: &Record) -> String {
     format!(
@@ -431,13 +445,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             };
             while let Some(delivery) = batch.next() {
                 let record = &delivery.record;
-                let Some(order) = order_id(record) else {
-                    log::warn!(
-                        "{}-{} offset {}: no order id, skipped",
-                        record.topic,
-                        record.partition,
-                        record.offset
-                    );
+                let Some(order) = order_id_or_warn(record) else {
                     batch.complete(delivery);
                     continue;
                 };
@@ -581,13 +589,7 @@ fn run_decoupled(
         let effects = effects.map(Arc::new);
         let (applied, last) = (applied.clone(), last_effect_ms.clone());
         move |record: &Record, ctx: &WorkContext<'_>| -> Result<(), std::io::Error> {
-            let Some(order) = order_id(record) else {
-                log::warn!(
-                    "{}-{} offset {}: no order id, skipped",
-                    record.topic,
-                    record.partition,
-                    record.offset
-                );
+            let Some(order) = order_id_or_warn(record) else {
                 return Ok(());
             };
             let start = unix_millis();
