@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::client::Client;
+use super::connection::Connection;
 use super::error::{KafkaCode, Result, WireError};
 use super::fetch::IsolationLevel;
 use crate::TopicPartition;
@@ -108,13 +109,7 @@ impl Client {
         }
         let mut out = HashMap::with_capacity(partitions.len());
         for (leader, tps) in by_leader {
-            let conn = match self.connection(leader) {
-                Ok(c) => c,
-                Err(e) => {
-                    self.metadata_stale = true;
-                    return Err(e);
-                }
-            };
+            let conn = self.leader_connection(leader)?;
             let version = conn.version_for(ApiKey::ListOffsets)?;
             let mut topics: BTreeMap<&str, Vec<list_offsets_request::ListOffsetsPartition>> =
                 BTreeMap::new();
@@ -127,28 +122,16 @@ impl Client {
             }
             let mut req = msg::ListOffsetsRequest::default()
                 .with_replica_id(BrokerId(-1))
-                .with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(t, ps)| {
-                            list_offsets_request::ListOffsetsTopic::default()
-                                .with_name(TopicName(StrBytes::from_string(t.to_string())))
-                                .with_partitions(ps)
-                        })
-                        .collect(),
-                );
+                .with_topics(per_topic(topics, |name, ps| {
+                    list_offsets_request::ListOffsetsTopic::default()
+                        .with_name(name)
+                        .with_partitions(ps)
+                }));
             if version >= 2 {
                 req = req.with_isolation_level(isolation.code());
             }
-            let resp = match conn.send(&req, version) {
-                Ok(r) => r,
-                Err(e) => {
-                    if e.breaks_connection() {
-                        self.broker_failed(leader);
-                    }
-                    return Err(e);
-                }
-            };
+            let resp = conn.send(&req, version);
+            let resp = self.failed_if_broken(leader, resp)?;
             for t in resp.topics {
                 for p in t.partitions {
                     let tp = TopicPartition::new(self.intern(t.name.as_str()), p.partition_index);
@@ -187,13 +170,7 @@ impl Client {
         partitions: &[TopicPartition],
     ) -> Result<Vec<CommittedOffset>> {
         let coordinator = self.find_coordinator(group_id)?.node_id;
-        let conn = match self.connection(coordinator) {
-            Ok(c) => c,
-            Err(e) => {
-                self.coordinators.remove(group_id);
-                return Err(e);
-            }
-        };
+        let conn = self.coordinator_connection(group_id, coordinator)?;
         let version = conn.version_for(ApiKey::OffsetFetch)?;
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for tp in partitions {
@@ -204,40 +181,23 @@ impl Client {
             msg::OffsetFetchRequest::default().with_groups(vec![
                 offset_fetch_request::OffsetFetchRequestGroup::default()
                     .with_group_id(group)
-                    .with_topics(Some(
-                        by_topic
-                            .iter()
-                            .map(|(t, ps)| {
-                                offset_fetch_request::OffsetFetchRequestTopics::default()
-                                    .with_name(TopicName(StrBytes::from_string(t.to_string())))
-                                    .with_partition_indexes(ps.clone())
-                            })
-                            .collect(),
-                    )),
+                    .with_topics(Some(per_topic(by_topic, |name, ps| {
+                        offset_fetch_request::OffsetFetchRequestTopics::default()
+                            .with_name(name)
+                            .with_partition_indexes(ps)
+                    }))),
             ])
         } else {
             msg::OffsetFetchRequest::default()
                 .with_group_id(group)
-                .with_topics(Some(
-                    by_topic
-                        .iter()
-                        .map(|(t, ps)| {
-                            offset_fetch_request::OffsetFetchRequestTopic::default()
-                                .with_name(TopicName(StrBytes::from_string(t.to_string())))
-                                .with_partition_indexes(ps.clone())
-                        })
-                        .collect(),
-                ))
+                .with_topics(Some(per_topic(by_topic, |name, ps| {
+                    offset_fetch_request::OffsetFetchRequestTopic::default()
+                        .with_name(name)
+                        .with_partition_indexes(ps)
+                })))
         };
-        let resp = match conn.send(&req, version) {
-            Ok(r) => r,
-            Err(e) => {
-                if e.breaks_connection() {
-                    self.broker_failed(coordinator);
-                }
-                return Err(e);
-            }
-        };
+        let resp = conn.send(&req, version);
+        let resp = self.failed_if_broken(coordinator, resp)?;
         // (topic, partition, offset, epoch, metadata, error)
         type Row = (TopicName, i32, i64, i32, Option<StrBytes>, i16);
         let (top_error, rows): (i16, Vec<Row>) = if version >= 8 {
@@ -343,13 +303,7 @@ impl Client {
         offsets: &[OffsetCommitEntry],
     ) -> Result<Vec<(TopicPartition, std::result::Result<(), WireError>)>> {
         let coordinator = self.find_coordinator(who.group_id)?.node_id;
-        let conn = match self.connection(coordinator) {
-            Ok(c) => c,
-            Err(e) => {
-                self.coordinators.remove(who.group_id);
-                return Err(e);
-            }
-        };
+        let conn = self.coordinator_connection(who.group_id, coordinator)?;
         let version = conn.version_for(ApiKey::OffsetCommit)?;
         let mut by_topic: BTreeMap<&str, Vec<offset_commit_request::OffsetCommitRequestPartition>> =
             BTreeMap::new();
@@ -367,16 +321,11 @@ impl Client {
             .with_group_id(GroupId(StrBytes::from_string(who.group_id.to_string())))
             .with_generation_id_or_member_epoch(who.generation_id_or_member_epoch)
             .with_member_id(StrBytes::from_string(who.member_id.to_string()))
-            .with_topics(
-                by_topic
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        offset_commit_request::OffsetCommitRequestTopic::default()
-                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
-                            .with_partitions(ps)
-                    })
-                    .collect(),
-            );
+            .with_topics(per_topic(by_topic, |name, ps| {
+                offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(name)
+                    .with_partitions(ps)
+            }));
         if version >= 7 {
             req = req.with_group_instance_id(
                 who.group_instance_id
@@ -392,15 +341,8 @@ impl Client {
                     .map(|r| (r.min, r.max)),
             });
         }
-        let resp = match conn.send(&req, version) {
-            Ok(r) => r,
-            Err(e) => {
-                if e.breaks_connection() {
-                    self.broker_failed(coordinator);
-                }
-                return Err(e);
-            }
-        };
+        let resp = conn.send(&req, version);
+        let resp = self.failed_if_broken(coordinator, resp)?;
         let mut out = Vec::with_capacity(offsets.len());
         for t in resp.topics {
             for p in t.partitions {
@@ -418,4 +360,52 @@ impl Client {
         }
         Ok(out)
     }
+}
+
+impl Client {
+    /// The connection to partition leader `leader`; failing to reach it marks the metadata
+    /// stale, so the retry looks the leader up again.
+    pub(super) fn leader_connection(&mut self, leader: i32) -> Result<&mut Connection> {
+        if let Err(e) = self.connection(leader) {
+            self.metadata_stale = true;
+            return Err(e);
+        }
+        // Asked again because returning the first borrow would keep `self` borrowed in the
+        // error arm (a borrow-checker limit); the connection is open now, so this is a lookup.
+        self.connection(leader)
+    }
+
+    /// The connection to `group_id`'s coordinator `node`; failing to reach it forgets the
+    /// coordinator, so the retry finds it again.
+    fn coordinator_connection(&mut self, group_id: &str, node: i32) -> Result<&mut Connection> {
+        if let Err(e) = self.connection(node) {
+            self.coordinators.remove(group_id);
+            return Err(e);
+        }
+        // Asked again because returning the first borrow would keep `self` borrowed in the
+        // error arm (a borrow-checker limit); the connection is open now, so this is a lookup.
+        self.connection(node)
+    }
+
+    /// `sent` (a request's outcome from broker `node`), recording the broker as failed when the
+    /// error broke its connection.
+    pub(super) fn failed_if_broken<T>(&mut self, node: i32, sent: Result<T>) -> Result<T> {
+        if let Err(e) = &sent {
+            if e.breaks_connection() {
+                self.broker_failed(node);
+            }
+        }
+        sent
+    }
+}
+
+/// The request topics for partitions grouped by topic name, in name order.
+fn per_topic<P, T>(
+    by_topic: BTreeMap<&str, Vec<P>>,
+    topic: impl Fn(TopicName, Vec<P>) -> T,
+) -> Vec<T> {
+    by_topic
+        .into_iter()
+        .map(|(t, ps)| topic(TopicName(StrBytes::from_string(t.to_string())), ps))
+        .collect()
 }

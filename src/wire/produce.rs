@@ -28,13 +28,7 @@ impl Client {
         let leader = self.leader(tp)?;
         let timeout_ms =
             i32::try_from(self.config.connection.request_timeout.as_millis()).unwrap_or(i32::MAX);
-        let conn = match self.connection(leader) {
-            Ok(c) => c,
-            Err(e) => {
-                self.metadata_stale = true;
-                return Err(e);
-            }
-        };
+        let conn = self.leader_connection(leader)?;
         let version = conn.version_for(ApiKey::Produce)?;
         let req = msg::ProduceRequest::default()
             .with_acks(-1)
@@ -46,15 +40,8 @@ impl Client {
                         .with_index(tp.partition)
                         .with_records(Some(batch)),
                 ])]);
-        let resp = match conn.send(&req, version) {
-            Ok(r) => r,
-            Err(e) => {
-                if e.breaks_connection() {
-                    self.broker_failed(leader);
-                }
-                return Err(e);
-            }
-        };
+        let resp = conn.send(&req, version);
+        let resp = self.failed_if_broken(leader, resp)?;
         let p = resp
             .responses
             .into_iter()
