@@ -269,6 +269,18 @@ fn run_until(
     }
 }
 
+/// Every member of `members` leaves (all at one instant), and the members are driven until
+/// each is `Left`; `what` names the wait.
+fn leave_all(members: &mut [&mut Driven], group: &str, what: &str) {
+    let now = Instant::now();
+    for m in members.iter_mut() {
+        m.m.leave(now);
+    }
+    run_until(members, group, what, |ms| {
+        ms.iter().all(|m| m.m.state() == MemberState::Left)
+    });
+}
+
 fn converged(members: &[&mut Driven], all: &BTreeSet<TopicPartition>) -> bool {
     let mut union = BTreeSet::new();
     let mut count = 0;
@@ -360,12 +372,7 @@ fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged
     assert!(!ack.is_empty());
 
     // Both leave with -1; the broker forgets them.
-    let now = Instant::now();
-    a.m.leave(now);
-    b.m.leave(now);
-    run_until(&mut [&mut a, &mut b], &group, "both left", |ms| {
-        ms.iter().all(|m| m.m.state() == MemberState::Left)
-    });
+    leave_all(&mut [&mut a, &mut b], &group, "both left");
     for m in [&a, &b] {
         assert!(
             m.sent.iter().any(|r| r.member_epoch == LEAVE_EPOCH),
@@ -604,12 +611,7 @@ fn a_static_member_leaves_with_minus_2_and_its_return_gets_the_same_partitions_k
         ms[0].m.state() == MemberState::Fatal
     });
     assert_eq!(twin.errors, vec![KafkaCode(111)], "UNRELEASED_INSTANCE_ID");
-    let now = Instant::now();
-    back.m.leave(now);
-    d.m.leave(now);
-    run_until(&mut [&mut back, &mut d], &group, "both left", |ms| {
-        ms.iter().all(|m| m.m.state() == MemberState::Left)
-    });
+    leave_all(&mut [&mut back, &mut d], &group, "both left");
 }
 
 #[test]
@@ -665,12 +667,7 @@ fn a_member_that_does_not_revoke_within_its_rebalance_timeout_loses_its_partitio
     run_until(&mut [&mut a, &mut b], &group, "a and b converge", |ms| {
         converged(ms, &all)
     });
-    let now = Instant::now();
-    a.m.leave(now);
-    b.m.leave(now);
-    run_until(&mut [&mut a, &mut b], &group, "both left", |ms| {
-        ms.iter().all(|m| m.m.state() == MemberState::Left)
-    });
+    leave_all(&mut [&mut a, &mut b], &group, "both left");
 }
 
 /// What the machine's own revocation deadline stands for, pinned on the broker itself: a member
@@ -894,10 +891,5 @@ fn offset_commit_epochs_are_checked_per_partition_assignment_not_against_ownersh
         .offset_fetch(&group, std::slice::from_ref(&moved))
         .expect("OffsetFetch");
     assert_eq!(stored[0].offset, Some(15), "a overwrote b's partition");
-    let now = Instant::now();
-    a.m.leave(now);
-    b.m.leave(now);
-    run_until(&mut [&mut a, &mut b], &group, "both left", |ms| {
-        ms.iter().all(|m| m.m.state() == MemberState::Left)
-    });
+    leave_all(&mut [&mut a, &mut b], &group, "both left");
 }
