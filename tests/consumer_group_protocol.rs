@@ -523,11 +523,14 @@ fn a_heartbeat_with_an_epoch_the_broker_never_gave_is_fenced_and_the_member_rejo
         converged(ms, &all)
     });
     let commits = a.commits.len();
+    // Only the answers to the tampered heartbeat and after it: a broker started moments ago may
+    // answer the first join with COORDINATOR_LOAD_IN_PROGRESS, which is not what this test is about.
+    let errors_before = a.errors.len();
     a.tamper_epoch_once = true;
     run_until(&mut [&mut a], &group, "a is fenced", |ms| {
         !lost_causes(ms[0]).is_empty()
     });
-    assert_eq!(a.errors, vec![KafkaCode::FENCED_MEMBER_EPOCH]);
+    assert_eq!(a.errors[errors_before..], [KafkaCode::FENCED_MEMBER_EPOCH]);
     assert_eq!(
         lost_causes(&a),
         vec![rebalance_guard::group::consumer_group::LostCause::Fenced(
@@ -571,6 +574,9 @@ fn a_static_member_leaves_with_minus_2_and_its_return_gets_the_same_partitions_k
     });
     let kept = s.working.clone();
     let d_owned = d.working.clone();
+    // From here on, the static leave and return must not move anything of d's (before it, d may
+    // have revoked in the first convergence, when it joined a moment before s).
+    let d_events_before = d.events.len();
     s.m.leave(Instant::now());
     run_until(&mut [&mut s, &mut d], &group, "s left", |ms| {
         ms[0].m.state() == MemberState::Left
@@ -599,7 +605,9 @@ fn a_static_member_leaves_with_minus_2_and_its_return_gets_the_same_partitions_k
     );
     assert_eq!(back.working, kept, "the same partitions came back");
     assert!(
-        d.events.iter().all(|e| !matches!(e, Event::Revoke { .. })),
+        d.events[d_events_before..]
+            .iter()
+            .all(|e| !matches!(e, Event::Revoke { .. })),
         "d revoked nothing: no rebalance"
     );
     // A second process with the same instance id while `back` is active is refused.
