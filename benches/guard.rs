@@ -126,11 +126,13 @@ fn admit_and_complete(key_kind: &str) {
     );
 }
 
-/// Four threads admitting on their own partitions of one guard: the cost of sharing its mutex.
-fn admit_contended() {
-    const OPS: usize = 20_000;
-    const THREADS: usize = 4;
-    let partitions: Vec<_> = (0..THREADS as i32)
+/// `threads` threads admitting and completing on their own partitions of one guard, keyed or
+/// not: what sharing the guard costs. The guard has a lock per partition and a sharded key set,
+/// so the wall time per record should fall with each thread the machine has a core for, and the
+/// per-thread cost should stay near the one-thread cost. Prints wall and per-thread ns per record.
+fn admit_threads(threads: usize, keyed: bool) {
+    const OPS: usize = 50_000;
+    let partitions: Vec<_> = (0..threads as i32)
         .map(|p| TopicPartition::new("orders", p))
         .collect();
     let mut samples = Vec::with_capacity(SAMPLES);
@@ -142,21 +144,33 @@ fn admit_contended() {
             for tp in &partitions {
                 let guard = &guard;
                 scope.spawn(move || {
+                    let mut now = guard.now();
                     for offset in 0..OPS as i64 {
-                        let key = ((tp.partition as u64) << 32) | offset as u64;
-                        if let Ok(lease) = guard.process_message(tp, offset, Some(key), ()) {
+                        // One clock read per 500-record batch, as the poll loop does.
+                        if offset % 500 == 0 {
+                            now = guard.now();
+                        }
+                        let key = keyed.then_some(((tp.partition as u64) << 32) | offset as u64);
+                        if let Ok(lease) = guard.process_message_at(now, tp, offset, key, ()) {
                             black_box(guard.complete(&lease).is_ok());
                         }
                     }
                 });
             }
         });
-        samples.push(per_op(start.elapsed(), OPS * THREADS));
+        samples.push(per_op(start.elapsed(), OPS * threads));
     }
+    let per_thread: Vec<f64> = samples.iter().map(|wall| wall * threads as f64).collect();
+    let key = if keyed { "u64 key" } else { "no key" };
     report(
-        "process_message + complete, 4 threads",
+        &format!("admit + complete, {threads} thread(s), {key}"),
         "ns/msg (wall)",
         samples,
+    );
+    report(
+        &format!("admit + complete, {threads} thread(s), {key}"),
+        "ns/msg (per thread)",
+        per_thread,
     );
 }
 
@@ -207,13 +221,18 @@ fn main() {
         .skip(1)
         .find(|a| !a.starts_with("--"))
         .unwrap_or_default();
-    let cases: [(&str, fn()); 7] = [
+    let cases: [(&str, fn()); 12] = [
         ("admit_only", || admit_only(false)),
         ("admit_only_batch_clock", || admit_only(true)),
         ("admit_complete_no_key", || admit_and_complete("no")),
         ("admit_complete_u64_key", || admit_and_complete("u64")),
         ("admit_complete_string_key", || admit_and_complete("string")),
-        ("admit_contended", admit_contended),
+        ("threads_1_no_key", || admit_threads(1, false)),
+        ("threads_2_no_key", || admit_threads(2, false)),
+        ("threads_4_no_key", || admit_threads(4, false)),
+        ("threads_1_u64_key", || admit_threads(1, true)),
+        ("threads_2_u64_key", || admit_threads(2, true)),
+        ("threads_4_u64_key", || admit_threads(4, true)),
         ("revoke_thousand_partitions", revoke_thousand_partitions),
     ];
     for (name, case) in cases {

@@ -61,6 +61,18 @@ pub(crate) fn worst_case_len(position: i64, last: i64) -> usize {
     header_len(position) + 1 + base64_len(bytes)
 }
 
+/// True when a map from `position` to `last` can never be longer than `limit` bytes. Admission
+/// asks with every record; while the span is far from the limit (nearly always) this answers
+/// from the longest header any position can have, without counting the position's digits.
+#[inline]
+pub(crate) fn always_fits(position: i64, last: i64, limit: usize) -> bool {
+    /// `i64::MIN` in decimal, the longest position.
+    const LONGEST_POSITION: usize = 20;
+    let span = last.saturating_sub(position).max(0) as u64;
+    let body = 1 + base64_len(span.div_ceil(8));
+    MAGIC.len() + LONGEST_POSITION + 1 + body <= limit || worst_case_len(position, last) <= limit
+}
+
 /// The header's length, `rgc1;<position>;`, counted without formatting (admission asks for it
 /// with every record).
 fn header_len(position: i64) -> usize {
@@ -235,6 +247,24 @@ fn unbase64(text: &str) -> Result<Vec<u8>, MapError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quick_room_check_agrees_with_the_exact_length_everywhere() {
+        let positions = [0, 7, 9, 10, 99_999, 1 << 40, i64::MAX - 1_000, -1, i64::MIN];
+        for position in positions {
+            for span in [0, 1, 8, 9, 100, 5_000] {
+                let last = position.saturating_add(span);
+                let exact = worst_case_len(position, last);
+                for limit in exact.saturating_sub(30)..exact + 30 {
+                    assert_eq!(
+                        always_fits(position, last, limit),
+                        exact <= limit,
+                        "position {position}, last {last}, limit {limit}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_map_reads_back_as_written_in_both_forms() {

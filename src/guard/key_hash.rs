@@ -17,7 +17,7 @@ use std::hash::{BuildHasher, Hasher};
 const MULTIPLE: u64 = 0x5851_f42d_4c95_7f2d;
 
 #[inline]
-fn folded_multiply(a: u64, b: u64) -> u64 {
+pub(super) fn folded_multiply(a: u64, b: u64) -> u64 {
     let full = u128::from(a) * u128::from(b);
     (full as u64) ^ ((full >> 64) as u64)
 }
@@ -26,7 +26,7 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 /// call per hash): two overlapping loads for 4 to 7 bytes, three single bytes below that. Equal
 /// inputs give equal words; the caller mixes the length in separately.
 #[inline]
-fn short_word(bytes: &[u8]) -> u64 {
+pub(super) fn short_word(bytes: &[u8]) -> u64 {
     let n = bytes.len();
     if n >= 4 {
         let low = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);

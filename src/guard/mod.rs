@@ -3,8 +3,17 @@
 //!
 //! Everything that decides *when* and *what* to commit lives in this module, so that a reviewer
 //! can read the commit ordering top to bottom. It performs no I/O and owns no threads: the consumer
-//! layer hands it `flush` and `commit` functions. It is `Send + Sync`; one mutex guards the state,
-//! and no caller-supplied function ever runs while that mutex is held.
+//! layer hands it `flush` and `commit` functions. It is `Send + Sync`, and threads working on
+//! different partitions do not wait for each other. The lock discipline:
+//! - each partition's state has its own mutex, found through a table that readers use without a
+//!   lock (`table.rs`); a thread holds at most one partition's lock at a time;
+//! - the idempotency keys are a sharded set (`key_set.rs`); a shard's lock is taken only inside a
+//!   partition's lock or alone, never the other way round;
+//! - the storm detector has its own mutex, always taken alone;
+//! - no caller-supplied function ever runs while any of these is held.
+//!
+//! A rule that spans partitions (fence every revoked partition before any I/O) is kept by order:
+//! each partition is fenced under its own lock, and the I/O starts after the last one.
 //!
 //! The rules (docs/DESIGN.md lists the test that pins each one):
 //! 1. **Assign** activates partitions; under cooperative rebalancing the argument is only the newly
@@ -30,9 +39,10 @@ mod completed_map;
 mod error;
 mod hash_index;
 mod key_hash;
-mod lru;
+mod key_set;
 mod partition_state;
 mod progress;
+mod recent;
 mod session_bound;
 mod storm;
 mod table;
@@ -57,55 +67,28 @@ pub use types::{
 };
 
 use crate::TopicPartition;
-use lru::KeyLru;
+use key_set::KeySet;
 use partition_state::PartitionState;
 use progress::{Admitted, Progress, WorkState};
 use storm::StormDetector;
 use table::PartitionTable;
 
-struct Inner<K, M> {
-    /// Entries are never removed, so that a partition's epoch only ever increases: a lease from
-    /// an old assignment can never match a later one.
-    partitions: PartitionTable<PartitionState<M>>,
-    keys: KeyLru<K>,
-    storm: StormDetector,
-}
-
-impl<K: Eq + Hash, M> Inner<K, M> {
-    /// Forgets the keys of work that is being discarded unfinished, so that its redelivery to
-    /// this worker is processed instead of being mistaken for a duplicate and dropped.
-    fn forget_unfinished(&mut self, discarded: impl IntoIterator<Item = Admitted<M>>) -> usize {
-        let mut count = 0;
-        for admitted in discarded {
-            if !matches!(admitted.state, WorkState::Done) {
-                count += 1;
-                if let Some(key) = admitted.key {
-                    self.keys.forget(key);
-                }
-            }
-        }
-        count
-    }
-
-    fn storm_status(&mut self, now: Instant) -> Option<StormStatus> {
-        let status = self.storm.status(now);
-        if status.is_storm() {
-            log::warn!(
-                "rebalance storm: {} rebalances within {:?} (threshold {})",
-                status.rebalances_in_window,
-                status.window,
-                status.threshold
-            );
-        }
-        Some(status)
-    }
+/// The state is consistent between any two statements that can panic (no caller code runs
+/// under a lock), so a poisoned lock is still safe to use.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The rebalance guard. `K` is the idempotency key type (an order id, an event id); `M` is the
 /// payload a caller may leave buffered in the guard until it is flushed (use `()` when every
 /// message is processed as soon as it is admitted).
 pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
-    inner: Mutex<Inner<K, M>>,
+    /// One entry per partition ever assigned, each behind its own lock. Entries are never
+    /// removed, so that a partition's epoch only ever increases: a lease from an old assignment
+    /// can never match a later one.
+    partitions: PartitionTable<Mutex<PartitionState<M>>>,
+    keys: KeySet<K>,
+    storm: Mutex<StormDetector>,
     clock: Arc<dyn Clock>,
     /// Ownership ends by time too: past this bound the coordinator may have evicted us.
     session: Arc<SessionBound>,
@@ -132,11 +115,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     ) -> Result<Self, GuardConfigError> {
         config.validate()?;
         Ok(Self {
-            inner: Mutex::new(Inner {
-                partitions: PartitionTable::default(),
-                keys: KeyLru::new(config.idempotency_capacity),
-                storm: StormDetector::new(config.storm_window, config.storm_threshold),
-            }),
+            partitions: PartitionTable::default(),
+            keys: KeySet::new(config.idempotency_capacity),
+            storm: Mutex::new(StormDetector::new(
+                config.storm_window,
+                config.storm_threshold,
+            )),
             clock,
             session: Arc::new(SessionBound::unbounded()),
             map_limit: config.completed_map_max_bytes,
@@ -154,10 +138,31 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         self.session.expired_on(&|| self.clock.now())
     }
 
-    /// The state is consistent between any two statements that can panic (no caller code runs
-    /// under the lock), so a poisoned lock is still safe to use.
-    fn lock(&self) -> MutexGuard<'_, Inner<K, M>> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The locked state of `tp`, if it was ever assigned.
+    #[inline]
+    fn partition(&self, tp: &TopicPartition) -> Option<MutexGuard<'_, PartitionState<M>>> {
+        self.partitions.get(tp).map(lock)
+    }
+
+    /// Records a rebalance event with the storm detector (rule 5) and reports its view, warning
+    /// when it sees a storm.
+    fn storm_after(
+        &self,
+        now: Instant,
+        record: impl FnOnce(&mut StormDetector),
+    ) -> Option<StormStatus> {
+        let mut storm = lock(&self.storm);
+        record(&mut storm);
+        let status = storm.status(now);
+        if status.is_storm() {
+            log::warn!(
+                "rebalance storm: {} rebalances within {:?} (threshold {})",
+                status.rebalances_in_window,
+                status.window,
+                status.threshold
+            );
+        }
+        Some(status)
     }
 
     /// Activates newly assigned partitions with empty state and a new epoch.
@@ -167,22 +172,27 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// progress (activate, never replace).
     pub fn assign(&self, partitions: &[TopicPartition]) -> Option<StormStatus> {
         let now = self.clock.now();
-        let mut inner = self.lock();
         for tp in partitions {
-            let state = inner.partitions.get_or_insert_with(tp, || PartitionState {
-                status: OwnerStatus::Revoked,
-                epoch: 0,
-                progress: Progress::default(),
-                last_committed: None,
-                last_metadata: None,
-                skipped_completed: 0,
-                duplicates_rejected: 0,
-                regressions_rejected: 0,
-                fenced_rejected: 0,
-                completed_after_revocation: 0,
-                rebalances: 0,
-                fenced_ahead: false,
-            });
+            let Some(entry) = self.partitions.get_or_insert_with(tp, || {
+                Mutex::new(PartitionState {
+                    status: OwnerStatus::Revoked,
+                    epoch: 0,
+                    progress: Progress::default(),
+                    last_committed: None,
+                    last_metadata: None,
+                    skipped_completed: 0,
+                    duplicates_rejected: 0,
+                    regressions_rejected: 0,
+                    fenced_rejected: 0,
+                    completed_after_revocation: 0,
+                    rebalances: 0,
+                    fenced_ahead: false,
+                })
+            }) else {
+                log::error!("{tp} assigned but the guard's table is full: it stays fenced");
+                continue;
+            };
+            let mut state = lock(entry);
             match state.status {
                 OwnerStatus::Owned => {
                     log::debug!("{tp} assigned while already owned: keeping its progress");
@@ -199,12 +209,11 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     state.last_committed = None;
                     state.last_metadata = None;
                     log::info!("{tp} assigned (epoch {})", state.epoch);
-                    inner.forget_unfinished(discarded);
+                    self.keys.forget_unfinished(discarded);
                 }
             }
         }
-        inner.storm.record_assign(now);
-        inner.storm_status(now)
+        self.storm_after(now, |storm| storm.record_assign(now))
     }
 
     /// Tells an owned partition where its reading starts (its committed offset, or the reset
@@ -213,10 +222,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// they arrive (each counted in the partition's `skipped_completed`); any other metadata is
     /// another client's and is ignored. Returns how many offsets the map names.
     pub fn resume_at(&self, partition: &TopicPartition, start: i64, metadata: Option<&str>) -> u64 {
-        let mut inner = self.lock();
-        let Some(state) = inner
-            .partitions
-            .get_mut(partition)
+        let Some(mut state) = self
+            .partition(partition)
             .filter(|state| state.status == OwnerStatus::Owned)
         else {
             return 0;
@@ -274,9 +281,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         key: Option<K>,
         payload: M,
     ) -> Result<Lease, AdmitError> {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let Some(state) = inner.partitions.get_mut(partition) else {
+        let Some(mut state) = self.partition(partition) else {
             return Err(AdmitError::Fenced {
                 tp: partition.clone(),
                 offset,
@@ -307,8 +312,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
         };
         if state.progress.is_regression(offset) {
-            if key.as_ref().is_some_and(|key| inner.keys.contains(key)) {
-                return Err(duplicate(state));
+            if key.as_ref().is_some_and(|key| self.keys.contains(key)) {
+                return Err(duplicate(&mut state));
             }
             let high_water = state.progress.high_water().unwrap_or(offset);
             state.regressions_rejected += 1;
@@ -328,8 +333,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         }
         let key = match key {
             None => None,
-            Some(key) => match inner.keys.insert(key) {
-                None => return Err(duplicate(state)),
+            Some(key) => match self.keys.insert(key) {
+                None => return Err(duplicate(&mut state)),
                 Some(handle) => handle,
             },
         };
@@ -359,8 +364,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// A lease from an earlier assignment is refused and counted as "completed after revocation":
     /// it is not this member's progress any more.
     pub fn complete(&self, lease: &Lease) -> Result<(), CompleteError> {
-        let mut inner = self.lock();
-        let Some(state) = inner.partitions.get_mut(&lease.tp) else {
+        let Some(mut state) = self.partition(&lease.tp) else {
             return Err(CompleteError::NotPending {
                 tp: lease.tp.clone(),
                 offset: lease.offset,
@@ -390,9 +394,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     pub fn is_current(&self, lease: &Lease) -> bool {
         !self.session_expired()
             && self
-                .lock()
-                .partitions
-                .get(&lease.tp)
+                .partition(&lease.tp)
                 .is_some_and(|state| state.accepts_completions(lease.epoch))
     }
 
@@ -403,9 +405,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         if self.session_expired() {
             return false;
         }
-        let mut inner = self.lock();
-        match inner.partitions.get_mut(&lease.tp) {
-            Some(state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {
+        match self.partition(&lease.tp) {
+            Some(mut state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {
                 state.progress.start(lease.offset)
             }
             _ => false,
@@ -416,31 +417,26 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// the revocation commits exactly the processed prefix. Returns how many messages were
     /// cancelled (their keys are forgotten: they will be processed by the next owner).
     pub fn cancel_unstarted(&self, partition: &TopicPartition) -> usize {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let Some(state) = inner.partitions.get_mut(partition) else {
+        let Some(mut state) = self.partition(partition) else {
             return 0;
         };
         if state.status != OwnerStatus::Draining {
             return 0;
         }
         let cancelled = state.progress.discard_unstarted_tail();
-        inner.forget_unfinished(cancelled)
+        self.keys.forget_unfinished(cancelled)
     }
 
     /// Admitted messages of a partition that have not finished (queued or running).
     pub fn unfinished(&self, partition: &TopicPartition) -> usize {
-        self.lock()
-            .partitions
-            .get(partition)
+        self.partition(partition)
             .map_or(0, |state| state.progress.unfinished())
     }
 
     /// Takes the buffered payloads of a partition out of the guard to hand them to an executor.
     /// They stay pending (running) until completed.
     pub fn take_buffered(&self, partition: &TopicPartition) -> Vec<(Lease, M)> {
-        let mut inner = self.lock();
-        let Some(state) = inner.partitions.get_mut(partition) else {
+        let Some(mut state) = self.partition(partition) else {
             return Vec::new();
         };
         if state.status != OwnerStatus::Owned {
@@ -470,11 +466,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// remembered, so a keyed redelivery of them is refused as a duplicate). Refuses to go back
     /// into the contiguous completed prefix, which may already be committed.
     pub fn rewind(&self, partition: &TopicPartition, offset: i64) -> Result<(), RewindError> {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let state = inner
-            .partitions
-            .get_mut(partition)
+        let mut state = self
+            .partition(partition)
             .filter(|state| state.status == OwnerStatus::Owned)
             .ok_or_else(|| RewindError::NotOwned {
                 tp: partition.clone(),
@@ -485,7 +478,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 finished_offset,
             }
         })?;
-        inner.forget_unfinished(discarded);
+        self.keys.forget_unfinished(discarded);
         Ok(())
     }
 
@@ -496,16 +489,13 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// at or after `offset` is discarded (its keys forgotten). Returns the previous mark when it
     /// moved; `None` when the partition is not owned or was already below `offset`.
     pub fn reposition(&self, partition: &TopicPartition, offset: i64) -> Option<i64> {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let state = inner
-            .partitions
-            .get_mut(partition)
+        let mut state = self
+            .partition(partition)
             .filter(|state| state.status == OwnerStatus::Owned)?;
         let (discarded, previous) = state.progress.reposition(offset)?;
         // Progress on the log as it is now must be committable again.
         state.last_committed = state.last_committed.map(|last| last.min(offset));
-        inner.forget_unfinished(discarded);
+        self.keys.forget_unfinished(discarded);
         Some(previous)
     }
 
@@ -519,10 +509,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// at that moment, not at the processing thread's next batch boundary. Returns the partitions
     /// it fenced (those owned here).
     pub fn fence(&self, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
-        let mut inner = self.lock();
         let mut fenced = Vec::new();
         for tp in partitions {
-            if let Some(state) = inner.partitions.get_mut(tp) {
+            if let Some(mut state) = self.partition(tp) {
                 if state.status == OwnerStatus::Owned {
                     state.status = OwnerStatus::Draining;
                     state.fenced_ahead = true;
@@ -557,14 +546,13 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     ) -> Result<RevokeReport, OffsetCommitError> {
         let now = self.clock.now();
 
-        // Phase 1, under the lock: fence every revoked partition before any I/O, so that no
-        // flush or commit failure can leave a partition still accepting work.
+        // Phase 1, under each partition's lock in turn: fence every revoked partition before any
+        // I/O, so that no flush or commit failure can leave a partition still accepting work.
         let mut fenced = Vec::with_capacity(partitions.len());
         {
-            let mut inner = self.lock();
             for tp in partitions {
-                match inner.partitions.get_mut(tp) {
-                    Some(state)
+                match self.partition(tp) {
+                    Some(mut state)
                         if state.status == OwnerStatus::Owned
                             || (state.status == OwnerStatus::Draining && state.fenced_ahead) =>
                     {
@@ -582,10 +570,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     _ => log::debug!("{tp} revoked but not owned here: nothing to hand off"),
                 }
             }
-            inner.storm.record_revoke(now);
+            lock(&self.storm).record_revoke(now);
         }
 
-        // Phase 2, without the lock (workers must be able to complete while we drain): flush.
+        // Phase 2, without a lock (workers must be able to complete while we drain): flush.
         let mut failures = Vec::new();
         let mut flushed = Vec::with_capacity(fenced.len());
         for (epoch, batch) in fenced {
@@ -604,13 +592,13 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
         }
 
-        // Phase 3, under the lock: the flushed work is finished; compute what to commit.
+        // Phase 3, under each partition's lock: the flushed work is finished; compute what to
+        // commit.
         let mut to_commit = Vec::new();
         let mut unchanged = Vec::new();
         {
-            let mut inner = self.lock();
             for (tp, epoch, ok) in &flushed {
-                let Some(state) = inner.partitions.get_mut(tp) else {
+                let Some(mut state) = self.partition(tp) else {
                     continue;
                 };
                 if !(*ok && state.epoch == *epoch && state.status == OwnerStatus::Draining) {
@@ -624,7 +612,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
         }
 
-        // Phase 4, without the lock: one synchronous commit of every flushed partition.
+        // Phase 4, without a lock: one synchronous commit of every flushed partition.
         let mut committed = Vec::new();
         if !to_commit.is_empty() {
             match commit {
@@ -664,13 +652,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
         }
 
-        // Phase 5, under the lock: record commits and prune every fenced partition.
+        // Phase 5, under each partition's lock: record commits and prune every fenced partition.
         let storm = {
-            let mut guard = self.lock();
-            let inner = &mut *guard;
-            let mut discarded = Vec::new();
             for (tp, epoch, _) in &flushed {
-                let Some(state) = inner.partitions.get_mut(tp) else {
+                let Some(mut state) = self.partition(tp) else {
                     continue;
                 };
                 if state.epoch != *epoch || state.status != OwnerStatus::Draining {
@@ -680,7 +665,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 if let Some(offset) = committed.iter().find(|c| &c.tp == tp) {
                     state.committed(offset);
                 }
-                discarded.extend(state.progress.clear());
+                let discarded = state.progress.clear();
                 state.status = OwnerStatus::Revoked;
                 state.epoch += 1;
                 state.rebalances += 1;
@@ -689,9 +674,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     state.epoch,
                     state.last_committed
                 );
+                self.keys.forget_unfinished(discarded);
             }
-            inner.forget_unfinished(discarded);
-            inner.storm_status(now)
+            self.storm_after(now, |_| {})
         };
 
         failures.sort_by_key(|f| {
@@ -716,12 +701,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// best be rejected and at worst overwrite the new owner's progress.
     pub fn lost(&self, partitions: &[TopicPartition]) -> LostReport {
         let now = self.clock.now();
-        let mut guard = self.lock();
-        let inner = &mut *guard;
         let mut report = LostReport::default();
-        let mut discarded = Vec::new();
         for tp in partitions {
-            let Some(state) = inner.partitions.get_mut(tp) else {
+            let Some(mut state) = self.partition(tp) else {
                 continue;
             };
             if !matches!(state.status, OwnerStatus::Owned | OwnerStatus::Draining) {
@@ -731,16 +713,15 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             state.fenced_ahead = false;
             state.epoch += 1;
             state.rebalances += 1;
-            discarded.extend(state.progress.clear());
+            let discarded = state.progress.clear();
+            report.discarded += self.keys.forget_unfinished(discarded);
             report.fenced.push(tp.clone());
             log::warn!(
                 "{tp} lost (epoch {}): pending work discarded, nothing committed",
                 state.epoch
             );
         }
-        report.discarded = inner.forget_unfinished(discarded);
-        inner.storm.record_revoke(now);
-        report.storm = inner.storm_status(now);
+        report.storm = self.storm_after(now, |storm| storm.record_revoke(now));
         report
     }
 
@@ -753,19 +734,20 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         &self,
         commit: &mut CommitFn<'_>,
     ) -> Result<Vec<CommitOffset>, CommitFailure> {
-        let pending: Vec<(CommitOffset, u64)> = {
-            let inner = self.lock();
-            inner
-                .partitions
-                .iter()
-                .filter(|(_, state)| state.status == OwnerStatus::Owned)
-                .filter_map(|(tp, state)| {
-                    state
-                        .commit_due(tp, self.map_limit)
-                        .map(|offset| (offset, state.epoch))
-                })
-                .collect()
-        };
+        // Each partition's position and map are read under its own lock (rule 6).
+        let pending: Vec<(CommitOffset, u64)> = self
+            .partitions
+            .iter()
+            .filter_map(|(tp, entry)| {
+                let state = lock(entry);
+                if state.status != OwnerStatus::Owned {
+                    return None;
+                }
+                state
+                    .commit_due(tp, self.map_limit)
+                    .map(|offset| (offset, state.epoch))
+            })
+            .collect();
         if pending.is_empty() {
             return Ok(Vec::new());
         }
@@ -778,13 +760,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 failed.iter().map(|(tp, _)| tp.clone()).collect()
             }
         };
-        let mut inner = self.lock();
         let mut committed = Vec::new();
         for (offset, epoch) in pending {
             if refused.contains(&offset.tp) {
                 continue;
             }
-            if let Some(state) = inner.partitions.get_mut(&offset.tp) {
+            if let Some(mut state) = self.partition(&offset.tp) {
                 if state.epoch == epoch && state.status == OwnerStatus::Owned {
                     state.committed(&offset);
                 }
@@ -802,56 +783,64 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// The storm detector's view now.
     pub fn storm_status(&self) -> StormStatus {
         let now = self.clock.now();
-        self.lock().storm.status(now)
+        lock(&self.storm).status(now)
     }
 
     /// Partitions currently owned (admitting messages).
     pub fn owned(&self) -> Vec<TopicPartition> {
         let mut owned: Vec<_> = self
-            .lock()
             .partitions
             .iter()
-            .filter(|(_, s)| s.status == OwnerStatus::Owned)
+            .filter(|(_, entry)| lock(entry).status == OwnerStatus::Owned)
             .map(|(tp, _)| tp.clone())
             .collect();
         owned.sort();
         owned
     }
 
-    /// A consistent view of every partition's state and the guard's counters.
+    /// A view of every partition's state and the guard's counters. Each partition's row is
+    /// consistent in itself (read under its lock); rows of different partitions are read one
+    /// after another, so the view never stops admissions on every partition at once.
     pub fn snapshot(&self) -> GuardSnapshot {
         let now = self.clock.now();
-        let mut inner = self.lock();
-        let mut partitions: Vec<PartitionSnapshot> = inner
+        let mut partitions: Vec<PartitionSnapshot> = self
             .partitions
             .iter()
-            .map(|(tp, state)| PartitionSnapshot {
-                tp: tp.clone(),
-                epoch: state.epoch,
-                status: state.status,
-                highest_admitted: state.progress.high_water(),
-                contiguous_completed: state.progress.completed_next().map(|next| next - 1),
-                last_committed: state.last_committed,
-                in_flight: state.progress.unfinished(),
-                oldest_in_flight_age: state
+            .map(|(tp, entry)| {
+                let state = lock(entry);
+                let oldest_in_flight_age = state
                     .progress
                     .pending()
                     .find(|a| a.state.is_unfinished())
-                    .map(|a| now.saturating_duration_since(a.admitted_at)),
-                duplicates_rejected: state.duplicates_rejected,
-                regressions_rejected: state.regressions_rejected,
-                fenced_rejected: state.fenced_rejected,
-                completed_after_revocation: state.completed_after_revocation,
-                skipped_completed: state.skipped_completed,
-                rebalances: state.rebalances,
+                    .map(|a| now.saturating_duration_since(a.admitted_at));
+                PartitionSnapshot {
+                    tp: tp.clone(),
+                    epoch: state.epoch,
+                    status: state.status,
+                    highest_admitted: state.progress.high_water(),
+                    contiguous_completed: state.progress.completed_next().map(|next| next - 1),
+                    last_committed: state.last_committed,
+                    in_flight: state.progress.unfinished(),
+                    oldest_in_flight_age,
+                    duplicates_rejected: state.duplicates_rejected,
+                    regressions_rejected: state.regressions_rejected,
+                    fenced_rejected: state.fenced_rejected,
+                    completed_after_revocation: state.completed_after_revocation,
+                    skipped_completed: state.skipped_completed,
+                    rebalances: state.rebalances,
+                }
             })
             .collect();
         partitions.sort_by(|a, b| a.tp.cmp(&b.tp));
+        let (rebalances, storm) = {
+            let mut storm = lock(&self.storm);
+            (storm.total(), storm.status(now))
+        };
         GuardSnapshot {
             partitions,
-            rebalances: inner.storm.total(),
-            storm: inner.storm.status(now),
-            remembered_keys: inner.keys.len(),
+            rebalances,
+            storm,
+            remembered_keys: self.keys.len(),
         }
     }
 }
@@ -878,5 +867,59 @@ mod tests {
     fn guard_is_send_and_sync() {
         assert_send_sync::<RebalanceGuard<String, Vec<u8>>>();
         assert_send_sync::<RebalanceGuard>();
+    }
+
+    #[test]
+    fn a_partition_admits_and_completes_while_another_partitions_lock_is_held() {
+        let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(GuardConfig::default()).unwrap();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        guard.assign(&[a.clone(), b.clone()]);
+        let held = guard.partition(&a).expect("assigned");
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let lease = guard.process_message(&b, 0, Some(7), ()).expect("admitted");
+                guard.complete(&lease).expect("completed");
+                done.send(guard.is_current(&lease)).expect("receiver waits");
+            });
+            // With one lock for every partition this would wait forever; the bound is only a
+            // way to fail instead of hanging.
+            let outcome = finished.recv_timeout(std::time::Duration::from_secs(30));
+            drop(held);
+            assert_eq!(outcome, Ok(true));
+        });
+    }
+
+    #[test]
+    fn a_key_is_admitted_once_when_threads_race_with_it_on_different_partitions() {
+        let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(GuardConfig::default()).unwrap();
+        let partitions: Vec<_> = (0..4).map(|p| TopicPartition::new("t", p)).collect();
+        guard.assign(&partitions);
+        let admitted = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for tp in &partitions {
+                let (guard, admitted) = (&guard, &admitted);
+                scope.spawn(move || {
+                    for key in 0..2_000u64 {
+                        match guard.process_message(tp, key as i64, Some(key), ()) {
+                            Ok(_) => {
+                                admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Err(AdmitError::Duplicate { .. }) => {}
+                            Err(other) => panic!("unexpected refusal: {other}"),
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(admitted.into_inner(), 2_000, "each key exactly once");
+        let snapshot = guard.snapshot();
+        let duplicates: u64 = snapshot
+            .partitions
+            .iter()
+            .map(|p| p.duplicates_rejected)
+            .sum();
+        assert_eq!(duplicates, 3 * 2_000);
+        assert_eq!(snapshot.remembered_keys, 2_000);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::completed_map::{self, Runs};
-use super::lru::KeyRef;
+use super::key_set::KeyHandle;
 
 /// Where one admitted message is in its life.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub(crate) struct Admitted<M> {
     pub(crate) offset: i64,
     pub(crate) admitted_at: Instant,
     /// The idempotency key's entry, so discarding unfinished work can forget it.
-    pub(crate) key: Option<KeyRef>,
+    pub(crate) key: Option<KeyHandle>,
     pub(crate) state: WorkState<M>,
 }
 
@@ -149,7 +149,7 @@ impl<M> Progress<M> {
             .inherited
             .back()
             .map_or(offset, |&(_, end)| offset.max(end - 1));
-        completed_map::worst_case_len(position, last).saturating_add(2) <= limit
+        completed_map::always_fits(position, last, limit.saturating_sub(2))
     }
 
     /// True when `offset` finished before it was admitted here (see `inherited`); consumes it.
@@ -174,7 +174,7 @@ impl<M> Progress<M> {
     }
 
     /// Records an admitted message whose work already happened (`take_inherited` said so).
-    pub(crate) fn admit_completed(&mut self, offset: i64, at: Instant, key: Option<KeyRef>) {
+    pub(crate) fn admit_completed(&mut self, offset: i64, at: Instant, key: Option<KeyHandle>) {
         self.admit(Admitted {
             offset,
             admitted_at: at,
