@@ -86,6 +86,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError, WorkContext};
 use rebalance_guard::guard::PartitionSnapshot;
 use rebalance_guard::wire::Record;
+use rebalance_guard::IdempotencyKey;
 
 /// The operation part of the effect key: what this worker does to an order.
 const OPERATION: &str = "apply-order";
@@ -387,7 +388,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = ConsumerConfig::from_properties(properties)?;
     let group = args.group.clone();
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?
-        .with_idempotency_key(|record| order_id(record).map(|id| id.as_bytes().to_vec()))
+        .with_idempotency_key(|record| order_id(record).map(IdempotencyKey::from))
         .with_stats_interval(Duration::from_secs(15))
         .on_storm(|status| log::warn!("rebalance storm: {status:?}; intake goes on (demo)"));
     let mut effects = match &args.effects {

@@ -45,8 +45,8 @@ pub use consumer::{
 };
 pub use group::{GroupError, LostReason, Strategy};
 pub use guard::{
-    AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, Lease, PartitionSnapshot,
-    RebalanceGuard, RewindError, StormStatus,
+    AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, IdempotencyKey, Lease,
+    PartitionSnapshot, RebalanceGuard, RewindError, StormStatus,
 };
 pub use partition::TopicPartition;
 pub use wire::{

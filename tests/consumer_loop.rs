@@ -13,9 +13,10 @@ use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use rebalance_guard::group::{requests, GroupError};
 use rebalance_guard::guard::{CommitOffset, OwnerStatus};
 use rebalance_guard::wire::{Client, ClientConfig, KafkaCode};
-use rebalance_guard::TopicPartition;
+use rebalance_guard::{IdempotencyKey, TopicPartition};
 use support::consumer::{
-    broker_with_topic, committed, config, produce_to_each_partition, wait_until,
+    broker_with_topic, committed, config, produce_to_each_partition, produce_until_accepted,
+    value_records, wait_until,
 };
 use support::ours::{OurMember, OurMemberSpec};
 use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
@@ -943,4 +944,86 @@ fn one_very_slow_record_does_not_stall_later_batches_kafka() {
 #[test]
 fn one_very_slow_record_does_not_stall_later_batches_mock() {
     one_very_slow_record_does_not_stall_later_batches(BrokerKind::Mock);
+}
+
+/// An order republished by its producer (on the same partition, or on another one) is applied
+/// once: the idempotency key, derived from the record's value, refuses the repeat, and the
+/// repeat's offset is still committed (nothing is left for the next owner to redo). Ids longer
+/// than a key holds inline are covered too.
+fn a_republished_order_is_applied_once(kind: BrokerKind) {
+    let (broker, topic) = broker_with_topic(kind, "orders", 2);
+    let bootstrap = broker.bootstrap();
+    let long = |i: usize| format!("order-{i}-{}", "x".repeat(40));
+    // Partition 0: orders 0..10; partition 1: orders 5..15 (5 repeats of partition 0's), then
+    // a long id twice.
+    let p0: Vec<String> = (0..10).map(|i| format!("order-{i}")).collect();
+    let mut p1: Vec<String> = (5..15).map(|i| format!("order-{i}")).collect();
+    p1.extend([long(1), long(2), long(1)]);
+    let mut client = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap)).unwrap();
+    for (partition, values) in [(0, &p0), (1, &p1)] {
+        let tp = TopicPartition::new(topic.as_str(), partition);
+        produce_until_accepted(&mut client, &tp, &value_records(values.clone()), "produce");
+    }
+    let group = unique_name("group");
+    let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = env_logger::builder().is_test(true).try_init();
+    let member = {
+        let (config, topic) = (config(&bootstrap, &group, &[]), topic.clone());
+        let (applied, stop) = (applied.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut consumer = Consumer::subscribe(config, &[&topic])
+                .expect("subscribe")
+                .with_idempotency_key(|record| record.value.as_deref().map(IdempotencyKey::from));
+            let view = consumer.guard_view();
+            consumer
+                .run(&stop, |record, _| -> Result<(), std::io::Error> {
+                    let value = record.value.as_deref().unwrap_or_default();
+                    applied
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(value).into_owned());
+                    Ok(())
+                })
+                .expect("run");
+            let snapshot = view.snapshot();
+            consumer.close().expect("close");
+            snapshot
+        })
+    };
+    wait_until("both partitions committed to their end", WAIT, || {
+        let committed = committed(&bootstrap, &group, &topic, 2);
+        committed[&0] == Some(p0.len() as i64) && committed[&1] == Some(p1.len() as i64)
+    });
+    stop.store(true, Ordering::SeqCst);
+    let snapshot = member.join().unwrap();
+    let applied = applied.lock().unwrap().clone();
+    let mut expected: Vec<String> = (0..15).map(|i| format!("order-{i}")).collect();
+    expected.extend([long(1), long(2)]);
+    let mut sorted = applied.clone();
+    sorted.sort();
+    expected.sort();
+    assert_eq!(
+        sorted, expected,
+        "{kind:?}: each order applied exactly once"
+    );
+    let duplicates: u64 = snapshot
+        .partitions
+        .iter()
+        .map(|p| p.duplicates_rejected)
+        .sum();
+    assert_eq!(
+        duplicates, 6,
+        "{kind:?}: 5 repeated short ids and 1 long one refused"
+    );
+}
+
+#[test]
+fn a_republished_order_is_applied_once_kafka() {
+    a_republished_order_is_applied_once(BrokerKind::Kafka);
+}
+
+#[test]
+fn a_republished_order_is_applied_once_tansu() {
+    a_republished_order_is_applied_once(BrokerKind::Tansu);
 }

@@ -673,7 +673,7 @@ fn a_failed_record_comes_again_with_everything_after_it_even_if_a_later_one_comp
         "11 was rewound: its completion is not progress any more"
     );
     // Redelivered: 10 and 11 are admitted again; 12, whose effect already happened, is
-    // recognised by its idempotency key.
+    // recognised by its idempotency key, and counts as finished.
     let again: Vec<_> = (10..=11).map(|o| admit(&guard, 0, o)).collect();
     assert!(matches!(
         guard.process_message(&tp(0), 12, Some("order-0-12".to_string()), ()),
@@ -682,7 +682,11 @@ fn a_failed_record_comes_again_with_everything_after_it_even_if_a_later_one_comp
     guard.complete(&again[0]).unwrap();
     assert_eq!(committable(&guard), BTreeMap::from([(0, 11)]));
     guard.complete(&again[1]).unwrap();
-    assert_eq!(committable(&guard), BTreeMap::from([(0, 12)]));
+    assert_eq!(
+        committable(&guard),
+        BTreeMap::from([(0, 13)]),
+        "past 12: its effect happened, so the next owner must not redo it"
+    );
 }
 
 // The other order: 10 fails first, then the later record 12 completes. The rewind already took
@@ -843,4 +847,29 @@ fn a_partition_fenced_ahead_admits_nothing_but_finishes_its_running_work_and_is_
     assert_eq!(offsets(&report.committed), BTreeMap::from([(0, 12)]));
     assert!(!guard.is_current(&running));
     assert_eq!(guard.owned(), vec![tp(1)]);
+}
+
+// A partition whose last record repeats an earlier event: the repeat is refused, and the
+// position still passes it, or the next owner would start at the repeat and apply the event a
+// second time. The same holds when the first copy sits on another partition.
+#[test]
+fn a_refused_duplicate_at_the_end_of_a_partition_is_committed_past() {
+    let guard = guard();
+    guard.assign(&[tp(0), tp(1)]);
+    let first = guard
+        .process_message(&tp(0), 0, Some("order-7".to_string()), ())
+        .unwrap();
+    guard.complete(&first).unwrap();
+    for (partition, offset) in [(0, 1), (1, 0)] {
+        assert!(matches!(
+            guard.process_message(&tp(partition), offset, Some("order-7".to_string()), ()),
+            Err(AdmitError::Duplicate { .. })
+        ));
+    }
+    assert_eq!(committable(&guard), BTreeMap::from([(0, 2), (1, 1)]));
+    let snapshot = guard.snapshot();
+    assert!(snapshot
+        .partitions
+        .iter()
+        .all(|p| p.duplicates_rejected == 1));
 }

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::group::GroupMember;
-use crate::guard::{AdmitError, Lease};
+use crate::guard::{AdmitError, IdempotencyKey, Lease};
 use crate::wire::Record;
 use crate::TopicPartition;
 
@@ -23,7 +23,7 @@ use super::stats::RebalanceCounters;
 /// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
 /// has none. Never derive it from the Kafka record key alone unless that key identifies the
 /// event: many distinct events share an entity key, and they would be refused as duplicates.
-pub type KeyFn = Box<dyn Fn(&Record) -> Option<Vec<u8>> + Send>;
+pub type KeyFn = Box<dyn Fn(&Record) -> Option<IdempotencyKey> + Send>;
 
 /// A record handed out by a [`Batch`], with the lease that proves it was admitted under the
 /// current assignment of its partition.

@@ -6,10 +6,11 @@
 
 use std::sync::Arc;
 
-use crate::guard::{GuardSnapshot, Lease, RebalanceGuard};
+use crate::guard::{GuardSnapshot, IdempotencyKey, Lease, RebalanceGuard};
 
-/// The guard as the consumer uses it: idempotency keys are bytes, nothing stays buffered in it.
-pub(crate) type Guard = RebalanceGuard<Vec<u8>, ()>;
+/// The guard as the consumer uses it: idempotency keys are bytes (short ones held inline),
+/// nothing stays buffered in it.
+pub(crate) type Guard = RebalanceGuard<IdempotencyKey, ()>;
 
 /// What a handler may ask about the record it is processing, on the poll thread (`run`) or on a
 /// worker thread (`run_with_workers`).

@@ -4,6 +4,7 @@
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
 //! use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+//! use rebalance_guard::IdempotencyKey;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = ConsumerConfig::builder()
@@ -12,7 +13,7 @@
 //!     .build()?;
 //! let stop = AtomicBool::new(false);
 //! let mut consumer = Consumer::subscribe(config, &["orders"])?
-//!     .with_idempotency_key(|record| record.key.as_ref().map(|k| k.to_vec()));
+//!     .with_idempotency_key(|record| record.key.as_deref().map(IdempotencyKey::from));
 //! consumer.run(&stop, |record, ctx| -> Result<(), std::io::Error> {
 //!     if !ctx.is_current() {
 //!         return Ok(()); // the partition moved: its new owner processes this record

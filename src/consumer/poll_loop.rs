@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::group::{FenceHook, GroupConfig, GroupMember, LostHook, RebalanceProtocol};
-use crate::guard::{CommitOffset, Lease, RebalanceGuard, StormStatus};
+use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
 use crate::wire::{FetchConfig, Record};
 use crate::TopicPartition;
 
@@ -116,12 +116,15 @@ impl Consumer {
     }
 
     /// Sets how each record's idempotency key is derived (see [`KeyFn`]). Without it, only the
-    /// fence and offset monotonicity are checked.
-    pub fn with_idempotency_key(
+    /// fence and offset monotonicity are checked. The function returns anything that converts
+    /// into an [`IdempotencyKey`] (`&str`, `&[u8]`, `String`, `Vec<u8>`, `u64`, or the key
+    /// itself); returning an `IdempotencyKey` built from borrowed bytes allocates nothing for
+    /// keys up to [`IdempotencyKey::INLINE`] bytes.
+    pub fn with_idempotency_key<Key: Into<IdempotencyKey>>(
         mut self,
-        key: impl Fn(&Record) -> Option<Vec<u8>> + Send + 'static,
+        key: impl Fn(&Record) -> Option<Key> + Send + 'static,
     ) -> Self {
-        self.key_fn = Some(Box::new(key));
+        self.key_fn = Some(Box::new(move |record| key(record).map(Into::into)));
         self
     }
 

@@ -19,7 +19,9 @@
 //! 1. **Assign** activates partitions; under cooperative rebalancing the argument is only the newly
 //!    added partitions, so it activates and never replaces.
 //! 2. **Admit** (`process_message`) checks the fence first, then the idempotency key, then offset
-//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch.
+//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch. A record
+//!    refused as a duplicate counts as finished at its offset: its event belongs to the first
+//!    copy, which the partition's position never passes unfinished.
 //! 3. **Revoke** fences *every* revoked partition before any I/O; then per partition flushes the
 //!    buffered and in-flight work through the caller's flush function and commits the contiguous
 //!    completed position (`last + 1`) only when that flush succeeded; failures are aggregated into
@@ -38,6 +40,7 @@ mod clock;
 mod completed_map;
 mod error;
 mod hash_index;
+mod idempotency_key;
 mod key_hash;
 mod key_set;
 mod partition_state;
@@ -59,6 +62,7 @@ pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffStage,
     OffsetCommitError, PartitionFailure, RewindError,
 };
+pub use idempotency_key::IdempotencyKey;
 pub use session_bound::SessionBound;
 pub use storm::StormStatus;
 pub use types::{
@@ -334,7 +338,14 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let key = match key {
             None => None,
             Some(key) => match self.keys.insert(key) {
-                None => return Err(duplicate(&mut state)),
+                None => {
+                    // The event's work is done (or in flight) under its first copy, so this
+                    // offset counts as finished: were it the partition's last record, the
+                    // position must still pass it, or the next owner would apply the event
+                    // again from there.
+                    state.progress.admit_completed(offset, now, None);
+                    return Err(duplicate(&mut state));
+                }
                 Some(handle) => handle,
             },
         };
