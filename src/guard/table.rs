@@ -166,6 +166,14 @@ impl<S> PartitionTable<S> {
                 return Some(&entry.state);
             }
         }
+        self.get_unhinted(tp, hint)
+    }
+
+    /// `get` when the hint did not name `tp`: a lookup in the index, which then becomes the
+    /// hint. Kept out of line so the hinted path stays a few instructions long.
+    #[cold]
+    #[inline(never)]
+    fn get_unhinted(&self, tp: &TopicPartition, hint: &AtomicU32) -> Option<&S> {
         let (n, entry) = self.find(tp, hash_of(tp))?;
         // Entry numbers fit in u32: `get_or_insert_with` numbers no more.
         hint.store(n as u32 + 1, Ordering::Relaxed);
