@@ -7,7 +7,7 @@
 //! the caller then asks for exactly those positions.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use log::{debug, warn};
 use super::client::Client;
 use super::connection::Pending;
 use super::error::{KafkaCode, Result, WireError};
-use super::records::{self, AbortedTxn, Allowance, PartitionInput, Record};
+use super::records::{self, AbortedTxn, Allowance, PartitionDecoder, PartitionInput, Record};
 use crate::TopicPartition;
 
 /// Kafka's `isolation.level`.
@@ -109,6 +109,99 @@ pub struct FetchedPartition {
     pub error: Option<WireError>,
 }
 
+/// The outcome of fetching one partition, its records not decoded yet (see
+/// [`Client::fetch_lazy`]).
+#[derive(Debug)]
+pub struct LazyPartition {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The offset that was asked for.
+    pub fetch_offset: i64,
+    /// The records at or after `fetch_offset`, decoded as they are wanted (nothing on error).
+    pub records: LazyRecords,
+    /// High watermark reported by the leader (-1 if unknown).
+    pub high_watermark: i64,
+    /// Last stable offset (-1 if unknown).
+    pub last_stable_offset: i64,
+    /// Log start offset (-1 if unknown).
+    pub log_start_offset: i64,
+    /// Error for this partition, as in [`FetchedPartition::error`]; `records` is empty when set.
+    pub error: Option<WireError>,
+}
+
+/// One partition's record set of a Fetch response, decoded a batch at a time, under the decode
+/// budget of the whole response it came in.
+///
+/// Why: records decoded only when wanted keep one decoded batch per partition alive, not a
+/// whole response's worth. The budget stays one per response (shared by its partitions, as
+/// when it is decoded at once), so a hostile response expands no further this way.
+#[derive(Debug)]
+pub struct LazyRecords {
+    decoder: PartitionDecoder,
+    allowance: Arc<Mutex<Allowance>>,
+}
+
+impl LazyRecords {
+    fn new(decoder: PartitionDecoder, allowance: &Arc<Mutex<Allowance>>) -> Self {
+        LazyRecords {
+            decoder,
+            allowance: Arc::clone(allowance),
+        }
+    }
+
+    /// No records (a failed or empty partition).
+    fn none(pos: &FetchPosition) -> Self {
+        let input = PartitionInput {
+            topic: &pos.tp.topic,
+            partition: pos.tp.partition,
+            fetch_offset: pos.offset,
+            aborted: None,
+        };
+        LazyRecords {
+            decoder: PartitionDecoder::new(&input, bytes::Bytes::new()),
+            allowance: Arc::new(Mutex::new(Allowance::new(Default::default()))),
+        }
+    }
+
+    /// Decodes batches until one appends a record to `out` or nothing more comes. A batch that
+    /// fails its checks is a [`WireError::CorruptBatch`]; records of earlier batches stay
+    /// valid, and [`LazyRecords::next_offset`] points at the failed batch.
+    pub fn fill(&mut self, out: &mut Vec<Record>) -> Result<()> {
+        // The lock is only ever contended by nothing: one response's partitions are decoded by
+        // whoever holds them, one at a time. A poisoned lock still holds a valid allowance.
+        let mut allowance = self
+            .allowance
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.decoder.fill(out, &mut allowance)
+    }
+
+    /// True when nothing more comes out (all decoded, the budget stopped it, or an error).
+    pub fn is_finished(&self) -> bool {
+        self.decoder.is_finished()
+    }
+
+    /// Where the next fetch starts after what was decoded so far (final once finished).
+    pub fn next_offset(&self) -> i64 {
+        self.decoder.next_offset()
+    }
+
+    /// Where the next fetch starts if every complete batch decodes (from batch headers only).
+    pub fn end_offset(&self) -> i64 {
+        self.decoder.end_offset()
+    }
+
+    /// At most this many records are still to come (their batch headers' counts).
+    pub fn remaining_records(&self) -> usize {
+        self.decoder.remaining_records()
+    }
+
+    /// Whether the response's decode budget stopped decoding before the data ended.
+    pub fn stopped_by_budget(&self) -> bool {
+        self.decoder.summary().stopped_by_budget
+    }
+}
+
 /// A Fetch sent ahead of the caller's next `fetch` (see [`FetchConfig::prefetch`]).
 #[derive(Debug)]
 pub(super) struct InFlightFetch {
@@ -188,6 +281,53 @@ impl Client {
         positions: &[FetchPosition],
         cfg: &FetchConfig,
     ) -> Result<Vec<FetchedPartition>> {
+        let lazy = self.fetch_lazy(positions, cfg)?;
+        let mut results = Vec::with_capacity(lazy.len());
+        let mut cut_short = false;
+        for part in lazy {
+            let mut lazy_records = part.records;
+            let mut records = Vec::new();
+            let mut error = part.error;
+            while error.is_none() && !lazy_records.is_finished() {
+                if let Err(e) = lazy_records.fill(&mut records) {
+                    error = Some(e);
+                }
+            }
+            cut_short |= lazy_records.stopped_by_budget();
+            let next_offset = if error.is_some() {
+                records.clear();
+                part.fetch_offset
+            } else {
+                lazy_records.next_offset()
+            };
+            results.push(FetchedPartition {
+                tp: part.tp,
+                fetch_offset: part.fetch_offset,
+                records,
+                next_offset,
+                high_watermark: part.high_watermark,
+                last_stable_offset: part.last_stable_offset,
+                log_start_offset: part.log_start_offset,
+                error,
+            });
+        }
+        if cut_short {
+            // The prefetch sent for this response assumed every complete batch was decoded;
+            // the caller will ask for earlier positions, so it would only be discarded later.
+            debug!("fetch: decode budget spent; partitions resume at the first batch not decoded");
+        }
+        Ok(results)
+    }
+
+    /// [`Client::fetch`] with each partition's records left undecoded until they are wanted
+    /// (see [`LazyRecords`]): a caller handing records out one at a time then holds one decoded
+    /// batch per partition, not the whole response decoded. `next_offset` is only known as
+    /// decoding goes ([`LazyRecords::next_offset`]).
+    pub fn fetch_lazy(
+        &mut self,
+        positions: &[FetchPosition],
+        cfg: &FetchConfig,
+    ) -> Result<Vec<LazyPartition>> {
         let mut results = Vec::with_capacity(positions.len());
         if positions.is_empty() {
             return Ok(results);
@@ -383,14 +523,13 @@ impl Client {
         resp: msg::FetchResponse,
         group: &[FetchPosition],
         cfg: &FetchConfig,
-        results: &mut Vec<FetchedPartition>,
+        results: &mut Vec<LazyPartition>,
     ) {
         let mut wanted: HashMap<&TopicPartition, &FetchPosition> =
             group.iter().map(|p| (&p.tp, p)).collect();
         // One decode budget for the whole response, however many partitions and batches it
         // holds (see `DecodeBudget`).
-        let mut allowance = Allowance::new(self.config.fetch_decode_budget);
-        let mut cut_short = false;
+        let allowance = Arc::new(Mutex::new(Allowance::new(self.config.fetch_decode_budget)));
         if let Some(code) = KafkaCode::from_code(resp.error_code) {
             for pos in group {
                 results.push(failed(
@@ -443,30 +582,14 @@ impl Client {
                     aborted: aborted.as_deref(),
                 };
                 let data = p.records.unwrap_or_default();
-                let mut records = Vec::new();
-                let (next_offset, error) =
-                    match records::decode_partition(&input, &data, &mut records, &mut allowance) {
-                        Ok(summary) => {
-                            cut_short |= summary.stopped_by_budget;
-                            (
-                                summary.next_offset.unwrap_or(pos.offset).max(pos.offset),
-                                None,
-                            )
-                        }
-                        Err(e) => {
-                            records.clear();
-                            (pos.offset, Some(e))
-                        }
-                    };
-                results.push(FetchedPartition {
+                results.push(LazyPartition {
                     tp: pos.tp.clone(),
                     fetch_offset: pos.offset,
-                    records,
-                    next_offset,
+                    records: LazyRecords::new(PartitionDecoder::new(&input, data), &allowance),
                     high_watermark: p.high_watermark,
                     last_stable_offset: p.last_stable_offset,
                     log_start_offset: p.log_start_offset,
-                    error,
+                    error: None,
                 });
             }
         }
@@ -474,26 +597,16 @@ impl Client {
         for pos in wanted.into_values() {
             results.push(untouched(pos));
         }
-        if cut_short {
-            // The prefetch sent for this response assumed every complete batch was decoded;
-            // the caller will ask for earlier positions, so it would only be discarded later.
-            debug!(
-                "fetch: decode budget spent ({} bytes, {} records decompressed); partitions resume at the first batch not decoded",
-                allowance.decompressed_bytes(),
-                allowance.decompressed_records()
-            );
-        }
     }
 }
 
 /// A partition result with no records that keeps the position, so the caller simply fetches
 /// again.
-fn untouched(pos: &FetchPosition) -> FetchedPartition {
-    FetchedPartition {
+fn untouched(pos: &FetchPosition) -> LazyPartition {
+    LazyPartition {
         tp: pos.tp.clone(),
         fetch_offset: pos.offset,
-        records: Vec::new(),
-        next_offset: pos.offset,
+        records: LazyRecords::none(pos),
         high_watermark: -1,
         last_stable_offset: -1,
         log_start_offset: -1,
@@ -502,8 +615,8 @@ fn untouched(pos: &FetchPosition) -> FetchedPartition {
 }
 
 /// A failed partition result that keeps the position.
-fn failed(pos: &FetchPosition, error: WireError) -> FetchedPartition {
-    FetchedPartition {
+fn failed(pos: &FetchPosition, error: WireError) -> LazyPartition {
+    LazyPartition {
         error: Some(error),
         ..untouched(pos)
     }

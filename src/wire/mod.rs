@@ -63,7 +63,9 @@ pub use cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
-pub use fetch::{FetchConfig, FetchPosition, FetchedPartition, IsolationLevel};
+pub use fetch::{
+    FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
+};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};

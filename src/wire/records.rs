@@ -141,25 +141,151 @@ pub fn decode_partition(
     out: &mut Vec<Record>,
     allowance: &mut Allowance,
 ) -> Result<DecodeSummary> {
-    let mut summary = DecodeSummary::default();
-    let mut pos = 0usize;
-    let mut aborted_pending: Vec<AbortedTxn> = input.aborted.map(<[_]>::to_vec).unwrap_or_default();
-    // Consumed in first_offset order; keep it sorted descending so we pop from the end.
-    aborted_pending.sort_by_key(|t| std::cmp::Reverse(t.first_offset));
-    let mut aborted_producers: HashSet<i64> = HashSet::new();
-    let mut previous_last: Option<i64> = None;
+    let mut decoder = PartitionDecoder::new(input, data.clone());
+    while decoder.step(out, allowance)? {}
+    Ok(decoder.summary())
+}
 
-    while pos < data.len() {
-        let rest = data.get(pos..).unwrap_or_default();
-        let corrupt = |offset: i64, reason: String| WireError::CorruptBatch {
-            topic: input.topic.to_string(),
+/// One partition's record set, decoded one batch at a time as its records are wanted.
+///
+/// Why: a consumer holding a whole fetch decoded holds a 128-byte [`Record`] per record, tens
+/// of thousands per partition, beside the response bytes they point into. Decoding the next
+/// batch only when the previous one is handed out keeps one decoded batch per partition alive.
+/// [`decode_partition`] is this decoder run to the end, so both apply the same checks.
+#[derive(Debug)]
+pub struct PartitionDecoder {
+    topic: Arc<str>,
+    partition: i32,
+    fetch_offset: i64,
+    read_committed: bool,
+    data: Bytes,
+    pos: usize,
+    /// Aborted transactions not reached yet, sorted by descending first offset (popped from
+    /// the end as batches reach them).
+    aborted_pending: Vec<AbortedTxn>,
+    aborted_producers: HashSet<i64>,
+    previous_last: Option<i64>,
+    summary: DecodeSummary,
+    finished: bool,
+}
+
+impl PartitionDecoder {
+    /// A decoder of `data`, one partition's record set of a Fetch response.
+    pub fn new(input: &PartitionInput<'_>, data: Bytes) -> Self {
+        let mut aborted_pending: Vec<AbortedTxn> =
+            input.aborted.map(<[_]>::to_vec).unwrap_or_default();
+        // Consumed in first_offset order; keep it sorted descending so we pop from the end.
+        aborted_pending.sort_by_key(|t| std::cmp::Reverse(t.first_offset));
+        PartitionDecoder {
+            topic: Arc::clone(input.topic),
             partition: input.partition,
+            fetch_offset: input.fetch_offset,
+            read_committed: input.aborted.is_some(),
+            data,
+            pos: 0,
+            aborted_pending,
+            aborted_producers: HashSet::new(),
+            previous_last: None,
+            summary: DecodeSummary::default(),
+            finished: false,
+        }
+    }
+
+    /// What was decoded so far (all of it once [`PartitionDecoder::is_finished`]).
+    pub fn summary(&self) -> DecodeSummary {
+        self.summary
+    }
+
+    /// True when nothing more comes out: the data is used up, the budget stopped it, or a
+    /// batch failed its checks.
+    pub fn is_finished(&self) -> bool {
+        self.finished || self.pos >= self.data.len()
+    }
+
+    /// Where the next fetch of this partition starts, given what was decoded so far: after
+    /// the last batch decoded or skipped, never before the fetch offset.
+    pub fn next_offset(&self) -> i64 {
+        self.summary
+            .next_offset
+            .unwrap_or(self.fetch_offset)
+            .max(self.fetch_offset)
+    }
+
+    /// Where the next fetch starts once every complete batch of the data is decoded (what
+    /// [`PartitionDecoder::next_offset`] becomes unless decoding stops early), read from the
+    /// batch headers alone.
+    pub fn end_offset(&self) -> i64 {
+        next_offset_after(&self.data, self.fetch_offset)
+    }
+
+    /// Records not decoded yet, as their batch headers count them (control batches, aborted
+    /// transactions and records before the fetch offset included, so at most this many come).
+    pub fn remaining_records(&self) -> usize {
+        if self.finished {
+            return 0;
+        }
+        let mut count = 0usize;
+        let mut pos = self.pos;
+        while let Some(rest) = self.data.get(pos..) {
+            let field = |at: usize| {
+                rest.get(at..at + 4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(i32::from_be_bytes)
+            };
+            let (Some(len), Some(records)) = (field(8), field(57)) else {
+                break;
+            };
+            let Ok(len) = usize::try_from(len) else {
+                break;
+            };
+            let total = LOG_OVERHEAD + len;
+            if total > rest.len() || total < HEADER_LEN {
+                break;
+            }
+            count = count.saturating_add(usize::try_from(records).unwrap_or(0));
+            pos += total;
+        }
+        count
+    }
+
+    /// Decodes batches until one appends a record to `out` or the decoder finishes, charging
+    /// decompression to `allowance` (the budget of the response the data came in).
+    pub fn fill(&mut self, out: &mut Vec<Record>, allowance: &mut Allowance) -> Result<()> {
+        let start = out.len();
+        while out.len() == start && self.step(out, allowance)? {}
+        Ok(())
+    }
+
+    /// Decodes (or skips) the next complete batch, appending its visible records at or after
+    /// the fetch offset to `out`. Returns false once finished; an error finishes it too.
+    pub fn step(&mut self, out: &mut Vec<Record>, allowance: &mut Allowance) -> Result<bool> {
+        if self.finished {
+            return Ok(false);
+        }
+        let more = self.step_inner(out, allowance);
+        if !matches!(more, Ok(true)) {
+            self.finished = true;
+        }
+        more
+    }
+
+    fn step_inner(&mut self, out: &mut Vec<Record>, allowance: &mut Allowance) -> Result<bool> {
+        let data = &self.data;
+        let pos = self.pos;
+        if pos >= data.len() {
+            return Ok(false);
+        }
+        let rest = data.get(pos..).unwrap_or_default();
+        let (topic, partition) = (&self.topic, self.partition);
+        let corrupt = |offset: i64, reason: String| WireError::CorruptBatch {
+            topic: topic.to_string(),
+            partition,
             offset,
             reason,
         };
         if rest.len() < LOG_OVERHEAD {
-            summary.partial_tail_bytes = rest.len();
-            break;
+            self.summary.partial_tail_bytes = rest.len();
+            return Ok(false);
         }
         let base_offset = i64::from_be_bytes(rest[..8].try_into().unwrap_or_default());
         let batch_len = i32::from_be_bytes(rest[8..12].try_into().unwrap_or_default());
@@ -167,14 +293,14 @@ pub fn decode_partition(
             .map_err(|_| corrupt(base_offset, format!("negative batch length {batch_len}")))?;
         let total = LOG_OVERHEAD + batch_len;
         if total > rest.len() {
-            summary.partial_tail_bytes = rest.len();
+            self.summary.partial_tail_bytes = rest.len();
             trace!(
                 "{}-{}: partial batch at offset {base_offset} ({} of {total} bytes), left for the next fetch",
-                input.topic,
-                input.partition,
+                self.topic,
+                self.partition,
                 rest.len()
             );
-            break;
+            return Ok(false);
         }
         if rest.len() > 16 && rest[16] != 2 {
             return Err(corrupt(
@@ -193,7 +319,10 @@ pub fn decode_partition(
         header
             .check_offsets()
             .map_err(|reason| corrupt(base_offset, reason))?;
-        if let Some(last) = previous_last.filter(|&last| header.base_offset <= last) {
+        if let Some(last) = self
+            .previous_last
+            .filter(|&last| header.base_offset <= last)
+        {
             return Err(corrupt(
                 base_offset,
                 format!("batch starts at or before the previous batch's last offset {last}"),
@@ -201,76 +330,71 @@ pub fn decode_partition(
         }
         let batch = data.slice(pos..pos + total);
 
-        if header.last_offset() < input.fetch_offset {
+        if header.last_offset() < self.fetch_offset {
             // Entirely before the requested offset.
-            consumed(&mut summary, &mut pos, &mut previous_last, &header, total);
-            continue;
+            self.consumed(&header, total);
+            return Ok(true);
         }
 
         let mut skip = false;
-        if input.aborted.is_some() && header.producer_id >= 0 {
-            while let Some(t) = aborted_pending.last() {
+        if self.read_committed && header.producer_id >= 0 {
+            while let Some(t) = self.aborted_pending.last() {
                 if t.first_offset > header.last_offset() {
                     break;
                 }
-                aborted_producers.insert(t.producer_id);
-                aborted_pending.pop();
+                self.aborted_producers.insert(t.producer_id);
+                self.aborted_pending.pop();
             }
             if header.is_control() {
                 let marker = control_marker(&batch).ok_or_else(|| {
                     corrupt(base_offset, "unreadable transaction marker".to_string())
                 })?;
                 if marker == CONTROL_ABORT {
-                    aborted_producers.remove(&header.producer_id);
+                    self.aborted_producers.remove(&header.producer_id);
                 }
-                consumed(&mut summary, &mut pos, &mut previous_last, &header, total);
-                continue;
+                self.consumed(&header, total);
+                return Ok(true);
             }
-            skip = header.is_transactional() && aborted_producers.contains(&header.producer_id);
+            skip =
+                header.is_transactional() && self.aborted_producers.contains(&header.producer_id);
         }
         if skip || header.is_control() {
-            consumed(&mut summary, &mut pos, &mut previous_last, &header, total);
-            continue;
+            self.consumed(&header, total);
+            return Ok(true);
         }
 
         let mut sink = Sink {
-            topic: input.topic,
-            partition: input.partition,
-            fetch_offset: input.fetch_offset,
+            topic: &self.topic,
+            partition: self.partition,
+            fetch_offset: self.fetch_offset,
             out,
         };
         match batch::decode_batch(&header, &batch, allowance, &mut sink)
             .map_err(|reason| corrupt(base_offset, reason))?
         {
             BatchOutcome::Decoded => {
-                consumed(&mut summary, &mut pos, &mut previous_last, &header, total)
+                self.consumed(&header, total);
+                Ok(true)
             }
             BatchOutcome::OverBudget => {
                 debug!(
                     "{}-{}: fetch decode budget spent; stopping before offset {base_offset}",
-                    input.topic, input.partition
+                    self.topic, self.partition
                 );
-                summary.stopped_by_budget = true;
-                break;
+                self.summary.stopped_by_budget = true;
+                Ok(false)
             }
         }
     }
-    Ok(summary)
-}
 
-/// Moves past a batch that was decoded or deliberately skipped.
-fn consumed(
-    summary: &mut DecodeSummary,
-    pos: &mut usize,
-    previous_last: &mut Option<i64>,
-    header: &BatchHeader,
-    total: usize,
-) {
-    *pos += total;
-    summary.batches += 1;
-    // check_offsets() made sure that last + 1 exists.
-    summary.next_offset = Some(header.last_offset().saturating_add(1));
-    *previous_last = Some(header.last_offset());
+    /// Moves past a batch that was decoded or deliberately skipped.
+    fn consumed(&mut self, header: &BatchHeader, total: usize) {
+        self.pos += total;
+        self.summary.batches += 1;
+        // check_offsets() made sure that last + 1 exists.
+        self.summary.next_offset = Some(header.last_offset().saturating_add(1));
+        self.previous_last = Some(header.last_offset());
+    }
 }
 
 const CONTROL_ABORT: i16 = 0;

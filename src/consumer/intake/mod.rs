@@ -7,6 +7,7 @@
 //! partition is fenced under it ([`Intake::drop_fenced`]) or must be read again from an offset
 //! ([`Intake::rewind`]).
 
+mod buffer;
 mod positions;
 
 use std::collections::{HashSet, VecDeque};
@@ -22,6 +23,7 @@ use super::context::Guard;
 use super::error::ConsumerError;
 use super::stats::PartitionStats;
 
+use buffer::{PartitionBuffer, Refill};
 use positions::{PendingPositions, Start};
 
 /// Whether a fetch may wait at the broker for data (`fetch.max.wait.ms`).
@@ -40,7 +42,8 @@ pub(crate) struct Intake {
     positions: PartitionMap<i64>,
     /// Owned partitions still waiting for a starting position (not fetched until found).
     pending: PendingPositions,
-    buffers: PartitionMap<VecDeque<Record>>,
+    /// Per partition, the records fetched and not handed out yet, decoded a batch at a time.
+    buffers: PartitionMap<PartitionBuffer>,
     paused: PartitionMap<Instant>,
     /// Fetch errors per owned partition (the fetch is retried at the same offset).
     fetch_errors: PartitionMap<FetchErrors>,
@@ -151,7 +154,7 @@ impl Intake {
     fn prune_dry(&mut self) {
         let (positions, buffers) = (&self.positions, &self.buffers);
         self.dry.retain(|tp| {
-            positions.contains_key(tp) && buffers.get(tp).map_or(true, VecDeque::is_empty)
+            positions.contains_key(tp) && buffers.get(tp).map_or(true, PartitionBuffer::is_empty)
         });
     }
 
@@ -193,7 +196,7 @@ impl Intake {
             return Ok(());
         }
         let fetched = match wait {
-            FetchWait::Block => client.fetch(&positions, fetch)?,
+            FetchWait::Block => client.fetch_lazy(&positions, fetch)?,
             FetchWait::DontWait => {
                 // No prefetch after this one: the set of dry partitions changes from call to
                 // call, and a prefetch for a set the next call does not ask for costs a
@@ -203,7 +206,7 @@ impl Intake {
                     prefetch: false,
                     ..fetch.clone()
                 };
-                client.fetch(&positions, &config)?
+                client.fetch_lazy(&positions, &config)?
             }
         };
         let mut reset: Vec<TopicPartition> = Vec::new();
@@ -221,20 +224,26 @@ impl Intake {
                 }
                 continue;
             }
-            self.positions.insert(part.tp.clone(), part.next_offset);
-            if part.records.is_empty() {
-                // Nothing yet: still dry (a prefetch may also answer for a partition that
-                // was not asked and has records buffered; then the set drops it when pruned).
+            if self.buffers.get(&part.tp).is_some_and(|b| !b.is_empty()) {
+                // Only partitions with nothing buffered are fetched; data for one that has
+                // records would have to go behind them, so it is left to be fetched again.
+                log::debug!("{}: fetched while records are buffered; dropped", part.tp);
+                continue;
+            }
+            // Where the next fetch starts if every batch decodes; corrected when decoding
+            // stops early (decode budget, a corrupt batch).
+            self.positions
+                .insert(part.tp.clone(), part.records.end_offset());
+            let mut buffer = PartitionBuffer::lazy(part.records);
+            let refill = buffer.refill();
+            let empty = buffer.is_empty();
+            self.buffers.insert(part.tp.clone(), buffer);
+            self.settle(&part.tp, refill);
+            if empty {
+                // Nothing (visible) yet: still dry (a prefetch may also answer for a partition
+                // that was not asked; then the set drops it when pruned).
                 self.dry.insert(part.tp.clone());
             } else {
-                let buffer = self.buffers.entry(part.tp.clone()).or_default();
-                if buffer.is_empty() {
-                    // The usual case (only dry partitions are fetched): the fetched vector
-                    // becomes the buffer as it is, without moving a record.
-                    *buffer = VecDeque::from(part.records);
-                } else {
-                    buffer.extend(part.records);
-                }
                 self.mark_ready(&part.tp);
             }
         }
@@ -247,6 +256,22 @@ impl Intake {
             self.resolve_positions(client, config, guard)?;
         }
         Ok(())
+    }
+
+    /// Applies what decoding `tp`'s buffer found: when its fetched data is used up, the next
+    /// fetch starts where decoding ended; a corrupt batch counts as a fetch error (the next
+    /// fetch starts at that batch, as a failed fetch would be retried).
+    fn settle(&mut self, tp: &TopicPartition, refill: Refill) {
+        let at = match &refill {
+            Refill::Ok => return,
+            Refill::Finished(at) | Refill::Failed(at, _) => *at,
+        };
+        if let Some(position) = self.positions.get_mut(tp) {
+            *position = at;
+        }
+        if let Refill::Failed(_, error) = refill {
+            self.fetch_failed(tp, &error);
+        }
     }
 
     /// Counts a fetch error of `tp` and warns about it, at most once per
@@ -377,11 +402,17 @@ impl Intake {
                 if let Some(buffer) = self.buffers.get_mut(tp) {
                     if let Some(record) = buffer.pop_front() {
                         self.turn += 1;
-                        if buffer.is_empty() {
+                        // The next batch is decoded when the line runs out, so that an
+                        // empty line always means nothing is left.
+                        let refill = buffer.refill();
+                        let empty = buffer.is_empty();
+                        let tp = tp.clone();
+                        self.settle(&tp, refill);
+                        if empty {
                             // Ran dry: the next poll fetches it.
                             self.dry.insert(tp.clone());
                         }
-                        return Some((tp.clone(), record));
+                        return Some((tp, record));
                     }
                 }
             }
@@ -430,7 +461,7 @@ impl Intake {
         PartitionStats {
             guard: guard.clone(),
             next_fetch_offset: self.positions.get(tp).copied(),
-            buffered: self.buffers.get(tp).map_or(0, VecDeque::len),
+            buffered: self.buffers.get(tp).map_or(0, PartitionBuffer::len),
             paused_for: self
                 .paused
                 .get(tp)
