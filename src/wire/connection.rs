@@ -449,12 +449,20 @@ impl Connection {
                 max: self.config.max_response_size,
             });
         }
-        // Grow with what actually arrives, never by what the peer claims.
+        // Grow with what actually arrives, never by what the peer claims: at most doubling
+        // what is already here, and never past the claimed length, so the frame ends up in an
+        // allocation of exactly its size (doubling to the next power of two would leave a
+        // 6 MiB response in 8 MiB, held as long as any record points into it).
         const CHUNK: usize = 64 * 1024;
         let mut buf: Vec<u8> = Vec::with_capacity(len.min(CHUNK));
         let mut chunk = vec![0u8; len.min(CHUNK)];
         while buf.len() < len {
-            let want = (len - buf.len()).min(chunk.len());
+            if buf.len() == buf.capacity() {
+                buf.reserve_exact((len - buf.len()).min(buf.capacity().max(CHUNK)));
+            }
+            let want = (len - buf.len())
+                .min(chunk.len())
+                .min(buf.capacity() - buf.len());
             match self.stream.read(&mut chunk[..want]) {
                 Ok(0) => {
                     return Err(WireError::Truncated {
@@ -773,6 +781,25 @@ mod tests {
             }
             other => panic!("expected Truncated, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_frame_of_many_read_chunks_arrives_whole_and_in_order() {
+        // An odd length over several growth steps of the read buffer: the last step must stop
+        // exactly at the claimed length, and every byte must land where it was sent.
+        let len = 1_000_003usize;
+        let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut reply = (len as i32).to_be_bytes().to_vec();
+        reply.extend_from_slice(&body);
+        let (addr, handle) = fake_server(reply, Duration::from_millis(200));
+        let frame = Connection::connect_unnegotiated(&addr, &config()).and_then(|mut conn| {
+            conn.send_request(&msg::ApiVersionsRequest::default(), 0)?;
+            conn.read_frame(Duration::from_secs(5))
+        });
+        let _ = handle.join();
+        let frame = frame.map_err(|e| e.to_string());
+        assert_eq!(frame.as_ref().map(|f| f.len()), Ok(len));
+        assert!(frame.is_ok_and(|f| f[..] == body[..]), "frame bytes differ");
     }
 
     #[test]
