@@ -793,7 +793,7 @@ mod tests {
         reply.extend_from_slice(&body);
         let (addr, handle) = fake_server(reply, Duration::from_millis(200));
         let frame = Connection::connect_unnegotiated(&addr, &config()).and_then(|mut conn| {
-            conn.send_request(&msg::ApiVersionsRequest::default(), 0)?;
+            let _pending = conn.send_request(&msg::ApiVersionsRequest::default(), 0)?;
             conn.read_frame(Duration::from_secs(5))
         });
         let _ = handle.join();

@@ -149,6 +149,19 @@ impl LazyRecords {
         }
     }
 
+    /// Records of `data` under a budget of their own (tests of the callers).
+    #[cfg(test)]
+    pub(crate) fn standalone(
+        input: &PartitionInput<'_>,
+        data: bytes::Bytes,
+        budget: super::DecodeBudget,
+    ) -> Self {
+        LazyRecords {
+            decoder: PartitionDecoder::new(input, data),
+            allowance: Arc::new(Mutex::new(Allowance::new(budget))),
+        }
+    }
+
     /// No records (a failed or empty partition).
     fn none(pos: &FetchPosition) -> Self {
         let input = PartitionInput {

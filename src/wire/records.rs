@@ -551,6 +551,19 @@ pub(crate) mod tests {
         buf.freeze()
     }
 
+    /// Uncompressed batches, one per `(first, last)` offset range (inclusive), back to back,
+    /// each record's value its offset in decimal.
+    pub(crate) fn batches(ranges: &[(i64, i64)]) -> Bytes {
+        let mut data = BytesMut::new();
+        for &(first, last) in ranges {
+            let records: Vec<KpRecord> = (first..=last)
+                .map(|o| kp_record(o, &o.to_string()))
+                .collect();
+            data.extend_from_slice(&encode(&records, Compression::None));
+        }
+        data.freeze()
+    }
+
     fn compress_for_test(raw: &[u8], c: Compression) -> Vec<u8> {
         super::super::compression::compress(raw, c).unwrap_or_else(|_| raw.to_vec())
     }
@@ -607,6 +620,65 @@ pub(crate) mod tests {
                 vec![("h".to_string(), Some(Bytes::from_static(b"v")))]
             );
         }
+    }
+
+    #[test]
+    fn the_decoder_hands_out_one_batch_at_a_time_and_ends_where_decode_partition_does() {
+        let topic: Arc<str> = Arc::from("t");
+        let whole = batches(&[(0, 9), (10, 19), (20, 29), (30, 39)]);
+        // The last batch cut short, as a size limit leaves it.
+        let data = whole.slice(..whole.len() - 10);
+        let mut decoder = PartitionDecoder::new(&input(&topic, 5), data.clone());
+        assert_eq!(decoder.end_offset(), 30);
+        assert_eq!(
+            decoder.remaining_records(),
+            30,
+            "the partial batch is not counted"
+        );
+        let mut seen = Vec::new();
+        let mut fills = 0;
+        while !decoder.is_finished() {
+            let mut out = Vec::new();
+            assert!(decoder.fill(&mut out, &mut full()).is_ok());
+            fills += 1;
+            assert!(out.len() <= 10, "one batch per fill, got {}", out.len());
+            seen.extend(out.iter().map(|r| r.offset));
+        }
+        assert_eq!(fills, 4, "three batches, then the partial tail ends it");
+        assert_eq!(seen, (5..30).collect::<Vec<_>>());
+        assert_eq!(decoder.remaining_records(), 0);
+        let mut all = Vec::new();
+        let summary = decode_partition(&input(&topic, 5), &data, &mut all, &mut full()).ok();
+        assert_eq!(decoder.summary(), summary.unwrap_or_default());
+        assert_eq!(decoder.next_offset(), 30);
+        assert_eq!(all.len(), seen.len());
+    }
+
+    #[test]
+    fn the_decoder_stops_at_a_corrupt_batch_after_the_good_ones() {
+        let topic: Arc<str> = Arc::from("t");
+        let first = batches(&[(0, 9)]);
+        let mut data = BytesMut::from(&batches(&[(0, 9), (10, 19), (20, 29)])[..]);
+        // A byte of the second batch's records: its CRC no longer matches.
+        let at = first.len() + HEADER_LEN + 3;
+        data[at] ^= 0xff;
+        let mut decoder = PartitionDecoder::new(&input(&topic, 0), data.freeze());
+        let mut out = Vec::new();
+        assert!(decoder.fill(&mut out, &mut full()).is_ok());
+        assert_eq!(out.len(), 10);
+        let mut more = Vec::new();
+        match decoder.fill(&mut more, &mut full()) {
+            Err(WireError::CorruptBatch { offset, .. }) => assert_eq!(offset, 10),
+            other => panic!("expected a corrupt batch at 10, got {other:?}"),
+        }
+        assert!(more.is_empty());
+        assert!(decoder.is_finished(), "nothing comes after a corrupt batch");
+        assert_eq!(
+            decoder.next_offset(),
+            10,
+            "the next fetch starts at the corrupt batch"
+        );
+        assert_eq!(decoder.remaining_records(), 0);
     }
 
     #[test]

@@ -230,22 +230,7 @@ impl Intake {
                 log::debug!("{}: fetched while records are buffered; dropped", part.tp);
                 continue;
             }
-            // Where the next fetch starts if every batch decodes; corrected when decoding
-            // stops early (decode budget, a corrupt batch).
-            self.positions
-                .insert(part.tp.clone(), part.records.end_offset());
-            let mut buffer = PartitionBuffer::lazy(part.records);
-            let refill = buffer.refill();
-            let empty = buffer.is_empty();
-            self.buffers.insert(part.tp.clone(), buffer);
-            self.settle(&part.tp, refill);
-            if empty {
-                // Nothing (visible) yet: still dry (a prefetch may also answer for a partition
-                // that was not asked; then the set drops it when pruned).
-                self.dry.insert(part.tp.clone());
-            } else {
-                self.mark_ready(&part.tp);
-            }
+            self.buffer_fetched(&part.tp, part.records);
         }
         if !reset.is_empty() {
             // Not fetched until the reset position is known (looked up now, retried if it fails).
@@ -256,6 +241,26 @@ impl Intake {
             self.resolve_positions(client, config, guard)?;
         }
         Ok(())
+    }
+
+    /// Buffers the records fetched for `tp` (which has nothing buffered), decoding the first
+    /// batch now: a fetch with nothing visible leaves it dry at once.
+    fn buffer_fetched(&mut self, tp: &TopicPartition, records: wire::LazyRecords) {
+        // Where the next fetch starts if every batch decodes; corrected when decoding stops
+        // early (decode budget, a corrupt batch).
+        self.positions.insert(tp.clone(), records.end_offset());
+        let mut buffer = PartitionBuffer::lazy(records);
+        let refill = buffer.refill();
+        let empty = buffer.is_empty();
+        self.buffers.insert(tp.clone(), buffer);
+        self.settle(tp, refill);
+        if empty {
+            // Nothing (visible) yet: still dry (a prefetch may also answer for a partition that
+            // was not asked; then the set drops it when pruned).
+            self.dry.insert(tp.clone());
+        } else {
+            self.mark_ready(tp);
+        }
     }
 
     /// Applies what decoding `tp`'s buffer found: when its fetched data is used up, the next

@@ -159,3 +159,68 @@ fn a_partition_put_back_is_not_dry() {
     intake.push_front(tp, r);
     assert!(!intake.has_dry_partition(), "the record is back");
 }
+
+/// An intake owning partition 0 of "t", with a fetch of `data` (from `fetch_offset`) buffered.
+fn fetched(data: bytes::Bytes, fetch_offset: i64) -> (Intake, TopicPartition) {
+    let topic: Arc<str> = Arc::from("t");
+    let tp = TopicPartition::new(topic.clone(), 0);
+    let mut intake = Intake::default();
+    intake.positions.insert(tp.clone(), fetch_offset);
+    let input = wire::records::PartitionInput {
+        topic: &topic,
+        partition: 0,
+        fetch_offset,
+        aborted: None,
+    };
+    let records = wire::LazyRecords::standalone(&input, data, wire::DecodeBudget::default());
+    intake.buffer_fetched(&tp, records);
+    (intake, tp)
+}
+
+#[test]
+fn a_fetch_decoded_batch_by_batch_is_handed_out_whole_and_in_order() {
+    let data = wire::records::tests::batches(&[(0, 99), (100, 199), (200, 249)]);
+    let (mut intake, tp) = fetched(data, 40);
+    assert_eq!(
+        intake.positions.get(&tp),
+        Some(&250),
+        "the next fetch starts past the data"
+    );
+    assert!(!intake.dry.contains(&tp));
+    let order = drain(&mut intake);
+    assert_eq!(order, (40..250).map(|o| (0, o)).collect::<Vec<_>>());
+    assert_eq!(intake.positions.get(&tp), Some(&250));
+    assert!(
+        intake.dry.contains(&tp),
+        "ran dry: the next poll fetches it"
+    );
+    assert!(!intake.fetch_errors.contains_key(&tp));
+}
+
+#[test]
+fn a_corrupt_batch_inside_a_fetch_ends_it_there_and_counts_as_a_fetch_error() {
+    let first = wire::records::tests::batches(&[(0, 9)]);
+    let mut data = bytes::BytesMut::from(&wire::records::tests::batches(&[(0, 9), (10, 19)])[..]);
+    // A byte inside the second batch's records: its CRC fails.
+    let at = first.len() + 61 + 3;
+    data[at] ^= 0xff;
+    let (mut intake, tp) = fetched(data.freeze(), 0);
+    let order = drain(&mut intake);
+    assert_eq!(order, (0..10).map(|o| (0, o)).collect::<Vec<_>>());
+    assert_eq!(
+        intake.positions.get(&tp),
+        Some(&10),
+        "the next fetch starts at the corrupt batch, so nothing after it is skipped"
+    );
+    assert_eq!(intake.fetch_errors.get(&tp).map(|e| e.count), Some(1));
+    assert!(intake.dry.contains(&tp));
+}
+
+#[test]
+fn dropping_a_partition_counts_the_records_not_decoded_yet() {
+    let data = wire::records::tests::batches(&[(0, 99), (100, 199), (200, 249)]);
+    let (mut intake, tp) = fetched(data, 0);
+    assert_eq!(intake.next_record().map(|(_, r)| r.offset), Some(0));
+    assert_eq!(intake.drop_partition(&tp), 249);
+    assert!(intake.next_record().is_none());
+}
