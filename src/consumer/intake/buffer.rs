@@ -57,6 +57,13 @@ impl PartitionBuffer {
         self.line.pop_front()
     }
 
+    /// True when the line ran out and fetched data is left to decode: time to
+    /// [`PartitionBuffer::refill`].
+    #[inline]
+    pub(crate) fn needs_refill(&self) -> bool {
+        self.line.is_empty() && self.rest.is_some()
+    }
+
     /// Puts a record back first in line.
     pub(crate) fn push_front(&mut self, record: Record) {
         self.line.push_front(record);

@@ -409,10 +409,12 @@ impl Intake {
                         self.turn += 1;
                         // The next batch is decoded when the line runs out, so that an
                         // empty line always means nothing is left.
-                        let refill = buffer.refill();
+                        let refill = buffer.needs_refill().then(|| buffer.refill());
                         let empty = buffer.is_empty();
                         let tp = tp.clone();
-                        self.settle(&tp, refill);
+                        if let Some(refill) = refill {
+                            self.settle(&tp, refill);
+                        }
                         if empty {
                             // Ran dry: the next poll fetches it.
                             self.dry.insert(tp.clone());
