@@ -9,6 +9,9 @@
 //! increasing; the next offset at or after the fetch offset and beyond every record; the budget
 //! never overspent; and a decode cut short by a small budget loses nothing: resuming from the
 //! next offset it gave, again and again, yields exactly the records one unlimited decode gives.
+//! Decoded a batch at a time, as the consumer's intake does ([`PartitionDecoder::fill`]), the
+//! records and next offset are those of one whole decode, no more records come than the batch
+//! headers counted beforehand, and a whole decode ends where the headers alone said it would.
 
 use std::sync::Arc;
 
@@ -17,7 +20,7 @@ use kafka_protocol::records::Compression;
 
 use super::batch_writer::{batch_of, fix_crcs, RawBatch, RawRecord};
 use crate::wire::records::{
-    decode_partition, AbortedTxn, Allowance, DecodeBudget, PartitionInput, Record,
+    decode_partition, AbortedTxn, Allowance, DecodeBudget, PartitionDecoder, PartitionInput, Record,
 };
 
 struct Case {
@@ -111,11 +114,65 @@ fn decode_once(
     Some((out, next, summary.stopped_by_budget))
 }
 
+/// The same decode a batch at a time: the same records and next offset as `full` (one whole
+/// decode, `None` when it failed), a record count the headers bounded, an end the headers told.
+fn check_lazy(case: &Case, topic: &Arc<str>, full: Option<&(Vec<Record>, i64, bool)>) {
+    let input = PartitionInput {
+        topic,
+        partition: 0,
+        fetch_offset: case.fetch_offset,
+        aborted: case.aborted.as_deref(),
+    };
+    let mut decoder = PartitionDecoder::new(&input, case.data.clone());
+    let counted = decoder.remaining_records();
+    let end = decoder.end_offset();
+    let mut allowance = Allowance::new(DecodeBudget::default());
+    let mut got: Vec<Record> = Vec::new();
+    let mut failed = false;
+    while !decoder.is_finished() {
+        let before = got.len();
+        if decoder.fill(&mut got, &mut allowance).is_err() {
+            failed = true;
+            break;
+        }
+        assert!(
+            got.len() > before || decoder.is_finished(),
+            "a fill that appended nothing did not finish the decoder"
+        );
+    }
+    match full {
+        Some((all, next, stopped)) => {
+            assert!(
+                !failed,
+                "batch-at-a-time decoding failed where a whole decode did not"
+            );
+            assert_eq!(&got, all, "batch-at-a-time decoding gave other records");
+            assert_eq!(
+                decoder.next_offset(),
+                *next,
+                "batch-at-a-time decoding ends elsewhere"
+            );
+            assert!(
+                got.len() <= counted,
+                "more records than the headers counted"
+            );
+            if !stopped {
+                assert_eq!(end, *next, "the headers' end differs from the decoded end");
+            }
+        }
+        None => assert!(
+            failed,
+            "batch-at-a-time decoding succeeded where a whole decode failed"
+        ),
+    }
+}
+
 /// Runs target (a) on one input.
 pub fn check(input: &[u8]) {
     let Some(case) = parse(input) else { return };
     let topic: Arc<str> = Arc::from("fuzz");
     let full = decode_once(&case, &topic, case.fetch_offset, DecodeBudget::default());
+    check_lazy(&case, &topic, full.as_ref());
     if case.budget == DecodeBudget::default() {
         return;
     }
