@@ -56,10 +56,12 @@ impl<K: Eq + Hash> RecentKeys<K> {
     pub(crate) fn new(capacity: usize) -> Self {
         // Slot numbers are stored as u32 in the index and in handles.
         let capacity = capacity.min(u32::MAX as usize - 1);
+        // Nothing is reserved up front: a guard whose consumer derives no keys (or a shard no key
+        // has reached yet) costs no memory, and both grow by doubling as keys arrive.
         Self {
             capacity,
-            index: HashIndex::with_capacity(capacity.min(1 << 12)),
-            slots: Vec::with_capacity(capacity.min(1 << 16)),
+            index: HashIndex::with_capacity(0),
+            slots: Vec::new(),
             free: Vec::new(),
             next_stamp: 0,
             hand: 0,
@@ -280,6 +282,17 @@ mod tests {
         assert!(set.contains(&2));
         assert!(!set.contains(&1), "the older key is forgotten instead");
         assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn a_new_set_reserves_no_room_for_keys_it_has_not_seen() {
+        let mut set = Hashed::new(100_000);
+        assert_eq!(set.keys.slots.capacity(), 0);
+        for k in 0..1_000u64 {
+            set.insert(k);
+        }
+        assert!(set.keys.slots.capacity() < 4_096, "grows with its keys");
+        assert_eq!(set.len(), 1_000);
     }
 
     #[test]
