@@ -19,7 +19,10 @@ use super::context::Guard;
 #[derive(Debug)]
 pub(crate) struct CommitPacer {
     interval: Duration,
-    last: Instant,
+    /// The instant the next paced commit is due, `None` when that lies beyond what an
+    /// `Instant` can hold. Kept as an instant, not as the last commit's: the check runs before
+    /// every record, and comparing two instants costs far less than subtracting them.
+    next: Option<Instant>,
     /// Paced commits refused (reported in the stats with the consumer's own refusals).
     pub(crate) refused: u64,
 }
@@ -29,7 +32,7 @@ impl CommitPacer {
     pub(crate) fn new(interval: Duration) -> Self {
         CommitPacer {
             interval,
-            last: Instant::now(),
+            next: Instant::now().checked_add(interval),
             refused: 0,
         }
     }
@@ -37,13 +40,13 @@ impl CommitPacer {
     /// True when a commit is due at `now`.
     #[inline]
     pub(crate) fn due(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last) >= self.interval
+        self.next.is_some_and(|next| now >= next)
     }
 
     /// Some commit was made at `now` (the consumer's own, after a batch): the next paced one is
     /// an interval later.
     pub(crate) fn committed_at(&mut self, now: Instant) {
-        self.last = now;
+        self.next = now.checked_add(self.interval);
     }
 
     /// Commits the contiguous completed prefix (with its completed-offsets map) of every owned
@@ -51,7 +54,7 @@ impl CommitPacer {
     /// interval commits again, and a refusal that ends the membership fences the partitions
     /// through the group, as for every commit.
     pub(crate) fn commit(&mut self, guard: &Guard, member: &mut GroupMember, now: Instant) {
-        self.last = now;
+        self.committed_at(now);
         let generation = member.identity().generation_id;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
         match guard.commit_progress(&mut commit) {
@@ -65,5 +68,26 @@ impl CommitPacer {
                 log::error!("offset commit in generation {generation} failed: {failure}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommitPacer;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_commit_is_due_one_interval_after_the_last_and_never_for_an_unreachable_one() {
+        let interval = Duration::from_millis(100);
+        let mut pacer = CommitPacer::new(interval);
+        let start = Instant::now();
+        assert!(!pacer.due(start), "not due right after it was made");
+        assert!(pacer.due(start + interval + Duration::from_millis(1)));
+        let later = start + Duration::from_secs(5);
+        pacer.committed_at(later);
+        assert!(!pacer.due(later + interval - Duration::from_millis(1)));
+        assert!(pacer.due(later + interval));
+        let never = CommitPacer::new(Duration::MAX);
+        assert!(!never.due(start + Duration::from_secs(1 << 40)));
     }
 }
