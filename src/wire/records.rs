@@ -224,28 +224,9 @@ impl PartitionDecoder {
         if self.finished {
             return 0;
         }
-        let mut count = 0usize;
-        let mut pos = self.pos;
-        while let Some(rest) = self.data.get(pos..) {
-            let field = |at: usize| {
-                rest.get(at..at + 4)
-                    .and_then(|b| b.try_into().ok())
-                    .map(i32::from_be_bytes)
-            };
-            let (Some(len), Some(records)) = (field(8), field(57)) else {
-                break;
-            };
-            let Ok(len) = usize::try_from(len) else {
-                break;
-            };
-            let total = LOG_OVERHEAD + len;
-            if total > rest.len() || total < HEADER_LEN {
-                break;
-            }
-            count = count.saturating_add(usize::try_from(records).unwrap_or(0));
-            pos += total;
-        }
-        count
+        complete_batches(&self.data, self.pos)
+            .map(|batch| be_i32(batch, 57).map_or(0, |n| usize::try_from(n).unwrap_or(0)))
+            .fold(0, usize::saturating_add)
     }
 
     /// Decodes batches until one appends a record to `out` or the decoder finishes, charging
@@ -437,33 +418,36 @@ fn read_varint(buf: &mut &[u8]) -> Option<i64> {
 /// if there is none. Reads only batch headers (no CRC, no decoding), so a prefetch can be sent
 /// before the data is decoded; `decode_partition` computes the same value the thorough way.
 pub(crate) fn next_offset_after(data: &[u8], fetch_offset: i64) -> i64 {
-    let mut next = fetch_offset;
-    let mut pos = 0usize;
-    while let Some(rest) = data.get(pos..) {
-        let (Some(base), Some(len), Some(delta)) = (
-            rest.get(0..8)
-                .and_then(|b| b.try_into().ok())
-                .map(i64::from_be_bytes),
-            rest.get(8..12)
-                .and_then(|b| b.try_into().ok())
-                .map(i32::from_be_bytes),
-            rest.get(23..27)
-                .and_then(|b| b.try_into().ok())
-                .map(i32::from_be_bytes),
-        ) else {
-            break;
-        };
-        let Ok(len) = usize::try_from(len) else {
-            break;
-        };
-        let total = LOG_OVERHEAD + len;
+    complete_batches(data, 0)
+        .filter_map(|batch| Some(be_i64(batch, 0)?.saturating_add(i64::from(be_i32(batch, 23)?))))
+        .fold(fetch_offset, |next, last| next.max(last.saturating_add(1)))
+}
+
+/// The complete batches of `data` from byte `pos` on, each as its bytes, found by their length
+/// fields alone (no CRC, no decoding): the walk both header readers above share. It ends at the
+/// first batch that is cut off or whose length is impossible.
+fn complete_batches(data: &[u8], mut pos: usize) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let rest = data.get(pos..)?;
+        let total = LOG_OVERHEAD.checked_add(usize::try_from(be_i32(rest, 8)?).ok()?)?;
         if total > rest.len() || total < HEADER_LEN {
-            break;
+            return None;
         }
-        next = next.max(base.saturating_add(i64::from(delta)).saturating_add(1));
         pos += total;
-    }
-    next
+        rest.get(..total)
+    })
+}
+
+/// The big-endian `i32` at `at`, if the bytes reach that far.
+fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
+    let field = bytes.get(at..at.checked_add(4)?)?;
+    field.try_into().ok().map(i32::from_be_bytes)
+}
+
+/// The big-endian `i64` at `at`, if the bytes reach that far.
+fn be_i64(bytes: &[u8], at: usize) -> Option<i64> {
+    let field = bytes.get(at..at.checked_add(8)?)?;
+    field.try_into().ok().map(i64::from_be_bytes)
 }
 
 /// Encodes `records` as one uncompressed v2 batch starting at relative offset 0.
