@@ -127,25 +127,34 @@ fn admit_and_complete(key_kind: &str) {
 }
 
 /// `threads` threads admitting and completing on their own partitions of one guard, keyed or
-/// not: what sharing the guard costs. The guard has a lock per partition and a sharded key set,
-/// so the wall time per record should fall with each thread the machine has a core for, and the
-/// per-thread cost should stay near the one-thread cost. Prints wall and per-thread ns per record.
-fn admit_threads(threads: usize, keyed: bool) {
+/// not, with the key set in `shards` parts: what sharing the guard costs. The guard has a lock
+/// per partition, so without keys the wall time per record should fall with each thread the
+/// machine has a core for; with keys the threads meet on the key set unless it has several
+/// shards. Prints wall and per-thread ns per record.
+fn admit_threads(threads: usize, keyed: bool, shards: usize) {
     const OPS: usize = 50_000;
     let partitions: Vec<_> = (0..threads as i32)
         .map(|p| TopicPartition::new("orders", p))
         .collect();
+    // One guard for every sample, in steady state: sample 0 is a warm-up, not counted, and the
+    // offsets (and keys) go on across samples, so the key set fills and then replaces a key
+    // with every insertion, as in a consumer that runs for hours.
+    let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(GuardConfig {
+        idempotency_shards: shards,
+        ..GuardConfig::default()
+    })
+    .unwrap();
+    guard.assign(&partitions);
     let mut samples = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(GuardConfig::default()).unwrap();
-        guard.assign(&partitions);
+    for sample in 0..=SAMPLES {
+        let first = (sample * OPS) as i64;
         let start = Instant::now();
         std::thread::scope(|scope| {
             for tp in &partitions {
                 let guard = &guard;
                 scope.spawn(move || {
                     let mut now = guard.now();
-                    for offset in 0..OPS as i64 {
+                    for offset in first..first + OPS as i64 {
                         // One clock read per 500-record batch, as the poll loop does.
                         if offset % 500 == 0 {
                             now = guard.now();
@@ -158,10 +167,16 @@ fn admit_threads(threads: usize, keyed: bool) {
                 });
             }
         });
-        samples.push(per_op(start.elapsed(), OPS * threads));
+        if sample > 0 {
+            samples.push(per_op(start.elapsed(), OPS * threads));
+        }
     }
     let per_thread: Vec<f64> = samples.iter().map(|wall| wall * threads as f64).collect();
-    let key = if keyed { "u64 key" } else { "no key" };
+    let key = match (keyed, shards) {
+        (false, _) => "no key".to_string(),
+        (true, 1) => "u64 key".to_string(),
+        (true, n) => format!("u64 key, {n} key shards"),
+    };
     report(
         &format!("admit + complete, {threads} thread(s), {key}"),
         "ns/msg (wall)",
@@ -221,18 +236,21 @@ fn main() {
         .skip(1)
         .find(|a| !a.starts_with("--"))
         .unwrap_or_default();
-    let cases: [(&str, fn()); 12] = [
+    let cases: [(&str, fn()); 15] = [
         ("admit_only", || admit_only(false)),
         ("admit_only_batch_clock", || admit_only(true)),
         ("admit_complete_no_key", || admit_and_complete("no")),
         ("admit_complete_u64_key", || admit_and_complete("u64")),
         ("admit_complete_string_key", || admit_and_complete("string")),
-        ("threads_1_no_key", || admit_threads(1, false)),
-        ("threads_2_no_key", || admit_threads(2, false)),
-        ("threads_4_no_key", || admit_threads(4, false)),
-        ("threads_1_u64_key", || admit_threads(1, true)),
-        ("threads_2_u64_key", || admit_threads(2, true)),
-        ("threads_4_u64_key", || admit_threads(4, true)),
+        ("threads_1_no_key", || admit_threads(1, false, 1)),
+        ("threads_2_no_key", || admit_threads(2, false, 1)),
+        ("threads_4_no_key", || admit_threads(4, false, 1)),
+        ("threads_1_u64_key", || admit_threads(1, true, 1)),
+        ("threads_2_u64_key", || admit_threads(2, true, 1)),
+        ("threads_4_u64_key", || admit_threads(4, true, 1)),
+        ("threads_1_u64_key_16_shards", || admit_threads(1, true, 16)),
+        ("threads_2_u64_key_16_shards", || admit_threads(2, true, 16)),
+        ("threads_4_u64_key_16_shards", || admit_threads(4, true, 16)),
         ("revoke_thousand_partitions", revoke_thousand_partitions),
     ];
     for (name, case) in cases {

@@ -1,12 +1,15 @@
 //! The guard's idempotency keys: a bounded set of recently seen keys shared by every partition,
-//! split into shards so that threads admitting keyed records do not take turns on one lock.
+//! split, when configured, into shards so that threads admitting keyed records do not take turns
+//! on one lock.
 //!
 //! A key is a duplicate whichever partition it arrives on (an order id republished to another
 //! partition is still the same order), so the set cannot live in the partition's entry. Each key
 //! is hashed once; the top bits of that hash pick the shard and the rest find the key inside it.
-//! A set of fewer than twice [`SHARD_KEYS`] keys has a single shard; a larger one has up to
-//! [`MAX_SHARDS`] shards of equal capacity, each replacing only its own keys (`recent.rs` says
-//! which), so what is replaced first is a key not seen recently *in its shard*. The keyed hash is seeded per process, so a
+//! The number of shards is `GuardConfig::idempotency_shards`, one by default: a single admitting
+//! thread (the consumer's poll thread) gains nothing from more and pays for them in cache misses.
+//! It is lowered so that every shard holds at least [`SHARD_KEYS`] keys. Shards have equal
+//! capacities and each replaces only its own keys (`recent.rs` says which), so what is replaced
+//! first is a key not seen recently *in its shard*. The keyed hash is seeded per process, so a
 //! producer cannot aim its keys at one shard.
 //!
 //! Lock discipline: a shard's lock is the innermost lock of the guard. It is taken with a
@@ -22,8 +25,6 @@ use super::recent::{KeyRef, RecentKeys};
 
 /// A shard is split off only when each shard still holds at least this many keys.
 pub(crate) const SHARD_KEYS: usize = 4096;
-/// Enough shards that a few admitting threads rarely meet on one.
-pub(crate) const MAX_SHARDS: usize = 16;
 
 /// A handle on one remembered key, so that discarded work can forget its key later without
 /// keeping a second copy of it. It goes stale, harmlessly, once the key is evicted.
@@ -44,9 +45,10 @@ pub(crate) struct KeySet<K> {
 
 impl<K: Eq + Hash> KeySet<K> {
     /// A set that remembers at most `capacity` keys (rounded up to a multiple of the shard
-    /// count); zero remembers nothing.
-    pub(crate) fn new(capacity: usize) -> Self {
-        let shards = (capacity / SHARD_KEYS).clamp(1, MAX_SHARDS);
+    /// count) in up to `shards` shards (a power of two, checked by `GuardConfig::validate`);
+    /// zero remembers nothing.
+    pub(crate) fn new(capacity: usize, shards: usize) -> Self {
+        let shards = shards.min(capacity / SHARD_KEYS).max(1);
         // A power of two at most `shards`, so the top bits of the hash pick one evenly.
         let shards = 1usize << shards.ilog2();
         let per_shard = capacity.div_ceil(shards);
@@ -142,22 +144,29 @@ impl<K: Eq + Hash> KeySet<K> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KeySet, MAX_SHARDS, SHARD_KEYS};
+    use super::{KeySet, SHARD_KEYS};
+
+    const SHARDS: usize = 16;
 
     #[test]
-    fn small_sets_have_one_shard_and_large_ones_are_sharded() {
-        assert_eq!(KeySet::<u64>::new(0).shard_count(), 1);
-        assert_eq!(KeySet::<u64>::new(SHARD_KEYS * 2 - 1).shard_count(), 1);
-        assert_eq!(KeySet::<u64>::new(SHARD_KEYS * 2).shard_count(), 2);
-        assert_eq!(KeySet::<u64>::new(SHARD_KEYS * 7).shard_count(), 4);
-        assert_eq!(KeySet::<u64>::new(100_000).shard_count(), MAX_SHARDS);
-        assert_eq!(KeySet::<u64>::new(usize::MAX / 2).shard_count(), MAX_SHARDS);
+    fn shards_as_configured_but_never_below_their_minimum_size() {
+        assert_eq!(KeySet::<u64>::new(100_000, 1).shard_count(), 1);
+        assert_eq!(KeySet::<u64>::new(0, SHARDS).shard_count(), 1);
+        assert_eq!(
+            KeySet::<u64>::new(SHARD_KEYS * 2 - 1, SHARDS).shard_count(),
+            1
+        );
+        assert_eq!(KeySet::<u64>::new(SHARD_KEYS * 2, SHARDS).shard_count(), 2);
+        assert_eq!(KeySet::<u64>::new(SHARD_KEYS * 7, SHARDS).shard_count(), 4);
+        assert_eq!(KeySet::<u64>::new(100_000, SHARDS).shard_count(), SHARDS);
+        assert_eq!(KeySet::<u64>::new(100_000, 4).shard_count(), 4);
+        assert_eq!(KeySet::<u64>::new(usize::MAX / 2, 64).shard_count(), 64);
     }
 
     #[test]
     fn a_sharded_set_finds_duplicates_forgets_by_handle_and_stays_bounded() {
-        let capacity = SHARD_KEYS * MAX_SHARDS;
-        let keys: KeySet<u64> = KeySet::new(capacity);
+        let capacity = SHARD_KEYS * SHARDS;
+        let keys: KeySet<u64> = KeySet::new(capacity, SHARDS);
         let handles: Vec<_> = (0..1_000u64)
             .map(|k| keys.insert(k).flatten().expect("a new key"))
             .collect();
@@ -173,13 +182,13 @@ mod tests {
         }
         assert!(keys.len() <= capacity);
         // Every shard filled up: the set holds about its capacity, not a fraction of it.
-        assert!(keys.len() > capacity - MAX_SHARDS * 64, "{}", keys.len());
+        assert!(keys.len() > capacity - SHARDS * 64, "{}", keys.len());
         assert!(!keys.contains(&0), "the oldest keys were evicted");
     }
 
     #[test]
     fn zero_capacity_remembers_nothing() {
-        let keys: KeySet<&str> = KeySet::new(0);
+        let keys: KeySet<&str> = KeySet::new(0, 1);
         assert_eq!(keys.insert("a"), Some(None));
         assert_eq!(keys.insert("a"), Some(None));
         assert!(!keys.contains(&"a"));

@@ -7,8 +7,9 @@
 //! different partitions do not wait for each other. The lock discipline:
 //! - each partition's state has its own mutex, found through a table that readers use without a
 //!   lock (`table.rs`); a thread holds at most one partition's lock at a time;
-//! - the idempotency keys are a sharded set (`key_set.rs`); a shard's lock is taken only inside a
-//!   partition's lock or alone, never the other way round;
+//! - the idempotency keys are a set of one or more shards (`key_set.rs`,
+//!   `GuardConfig::idempotency_shards`); a shard's lock is taken only inside a partition's lock or
+//!   alone, never the other way round;
 //! - the storm detector has its own mutex, always taken alone;
 //! - no caller-supplied function ever runs while any of these is held.
 //!
@@ -120,7 +121,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         config.validate()?;
         Ok(Self {
             partitions: PartitionTable::default(),
-            keys: KeySet::new(config.idempotency_capacity),
+            keys: KeySet::new(config.idempotency_capacity, config.idempotency_shards),
             storm: Mutex::new(StormDetector::new(
                 config.storm_window,
                 config.storm_threshold,
@@ -881,6 +882,25 @@ mod tests {
     }
 
     #[test]
+    fn idempotency_shards_must_be_a_power_of_two_from_one_to_sixty_four() {
+        for shards in [0, 3, 128] {
+            let config = GuardConfig {
+                idempotency_shards: shards,
+                ..GuardConfig::default()
+            };
+            let error = RebalanceGuard::<u64, ()>::new(config).expect_err("refused");
+            assert_eq!(error.setting, "idempotency_shards", "{shards}");
+        }
+        for shards in [1, 2, 64] {
+            let config = GuardConfig {
+                idempotency_shards: shards,
+                ..GuardConfig::default()
+            };
+            assert!(RebalanceGuard::<u64, ()>::new(config).is_ok(), "{shards}");
+        }
+    }
+
+    #[test]
     fn a_partition_admits_and_completes_while_another_partitions_lock_is_held() {
         let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(GuardConfig::default()).unwrap();
         let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
@@ -903,7 +923,17 @@ mod tests {
 
     #[test]
     fn a_key_is_admitted_once_when_threads_race_with_it_on_different_partitions() {
-        let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(GuardConfig::default()).unwrap();
+        for shards in [1, 16] {
+            keys_race_on_different_partitions(shards);
+        }
+    }
+
+    fn keys_race_on_different_partitions(shards: usize) {
+        let config = GuardConfig {
+            idempotency_shards: shards,
+            ..GuardConfig::default()
+        };
+        let guard: RebalanceGuard<u64, ()> = RebalanceGuard::new(config).unwrap();
         let partitions: Vec<_> = (0..4).map(|p| TopicPartition::new("t", p)).collect();
         guard.assign(&partitions);
         let admitted = std::sync::atomic::AtomicUsize::new(0);
@@ -923,7 +953,11 @@ mod tests {
                 });
             }
         });
-        assert_eq!(admitted.into_inner(), 2_000, "each key exactly once");
+        assert_eq!(
+            admitted.into_inner(),
+            2_000,
+            "{shards} shard(s): each key exactly once"
+        );
         let snapshot = guard.snapshot();
         let duplicates: u64 = snapshot
             .partitions

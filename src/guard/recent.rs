@@ -43,6 +43,10 @@ pub(crate) struct RecentKeys<K> {
     capacity: usize,
     /// Key hash to slot.
     index: HashIndex,
+    /// The index's size once the first key arrives, until then: a set no key reaches (a
+    /// consumer that derives none, a shard not hit yet) writes no index, and a set that gets
+    /// keys does not pay a dozen doublings while it fills.
+    index_for_first_key: Option<usize>,
     slots: Vec<Slot<K>>,
     /// Slots emptied by `forget`, reused before anything is replaced.
     free: Vec<u32>,
@@ -56,12 +60,13 @@ impl<K: Eq + Hash> RecentKeys<K> {
     pub(crate) fn new(capacity: usize) -> Self {
         // Slot numbers are stored as u32 in the index and in handles.
         let capacity = capacity.min(u32::MAX as usize - 1);
-        // Nothing is reserved up front: a guard whose consumer derives no keys (or a shard no key
-        // has reached yet) costs no memory, and both grow by doubling as keys arrive.
+        // The slots are reserved, not written (no resident memory until keys arrive); the index
+        // is written when the first key comes.
         Self {
             capacity,
             index: HashIndex::with_capacity(0),
-            slots: Vec::new(),
+            index_for_first_key: Some(capacity.min(1 << 12)),
+            slots: Vec::with_capacity(capacity.min(1 << 16)),
             free: Vec::new(),
             next_stamp: 0,
             hand: 0,
@@ -89,6 +94,9 @@ impl<K: Eq + Hash> RecentKeys<K> {
     pub(crate) fn insert(&mut self, key: K, hash: u64) -> Option<Option<KeyRef>> {
         if self.capacity == 0 {
             return Some(None);
+        }
+        if let Some(size) = self.index_for_first_key.take() {
+            self.index = HashIndex::with_capacity(size);
         }
         if let Some(slot) = self.index.get(hash) {
             if self.slots[slot].key.as_ref() == Some(&key) {
@@ -285,14 +293,19 @@ mod tests {
     }
 
     #[test]
-    fn a_new_set_reserves_no_room_for_keys_it_has_not_seen() {
+    fn a_new_set_writes_no_index_before_its_first_key() {
         let mut set = Hashed::new(100_000);
-        assert_eq!(set.keys.slots.capacity(), 0);
+        assert!(
+            set.keys.index_for_first_key.is_some(),
+            "no index written yet"
+        );
+        assert!(set.keys.slots.is_empty());
         for k in 0..1_000u64 {
             set.insert(k);
         }
-        assert!(set.keys.slots.capacity() < 4_096, "grows with its keys");
+        assert!(set.keys.index_for_first_key.is_none());
         assert_eq!(set.len(), 1_000);
+        assert!((0..1_000u64).all(|k| set.contains(&k)));
     }
 
     #[test]

@@ -16,6 +16,15 @@ pub struct GuardConfig {
     /// How many recently processed idempotency keys to remember. Bounded because a consumer runs
     /// for weeks; an unbounded set is a slow memory leak. Zero disables duplicate detection.
     pub idempotency_capacity: usize,
+    /// How many independently locked parts the idempotency key set is split into (a power of
+    /// two, 1 to 64). Keys are one set across every partition, so threads admitting keyed
+    /// records on different partitions meet on it; with several parts they rarely wait for
+    /// each other. One part suits a guard that one thread admits into, as the consumer's poll
+    /// thread does (in both of its modes): in steady state a keyed admission then costs about
+    /// 170 ns on one thread against about 210 ns with 16 parts, while 16 parts let two or four
+    /// threads admit at about 130 ns of wall time per record against about 250 ns with one
+    /// (`cargo bench --bench guard`). Each part holds `idempotency_capacity / parts` keys.
+    pub idempotency_shards: usize,
     /// The sliding window over which rebalances are counted.
     pub storm_window: Duration,
     /// Rebalances within `storm_window` that make a storm. Zero disables storm detection.
@@ -31,6 +40,7 @@ impl Default for GuardConfig {
     fn default() -> Self {
         Self {
             idempotency_capacity: 100_000,
+            idempotency_shards: 1,
             storm_window: Duration::from_secs(300),
             storm_threshold: 5,
             completed_map_max_bytes: 4096,
@@ -41,6 +51,14 @@ impl Default for GuardConfig {
 impl GuardConfig {
     /// Checks the settings, naming the one at fault.
     pub fn validate(&self) -> Result<(), GuardConfigError> {
+        if !(1..=64).contains(&self.idempotency_shards)
+            || !self.idempotency_shards.is_power_of_two()
+        {
+            return Err(GuardConfigError {
+                setting: "idempotency_shards",
+                rule: "must be a power of two from 1 to 64",
+            });
+        }
         if self.storm_threshold > 0 && self.storm_window.is_zero() {
             return Err(GuardConfigError {
                 setting: "storm_window",

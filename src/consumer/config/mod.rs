@@ -320,6 +320,8 @@ impl ConsumerConfig {
     pub fn guard_config(&self) -> GuardConfig {
         GuardConfig {
             idempotency_capacity: self.idempotency_cache_size,
+            // The consumer admits on its poll thread only (in both modes): one shard.
+            idempotency_shards: 1,
             storm_window: self.storm_window,
             storm_threshold: self.storm_threshold,
             completed_map_max_bytes: self.commit_metadata_max_bytes,
