@@ -73,6 +73,24 @@ fn repeated_effects(attempts: &[Attempt]) -> Vec<(i32, i64)> {
         .collect()
 }
 
+/// The partition B took over from A: the one of B's first attempt.
+fn moved_partition(attempts: &[Attempt]) -> i32 {
+    attempts
+        .iter()
+        .find(|x| x.member == "b")
+        .map(|x| x.partition)
+        .expect("B got a partition")
+}
+
+/// `member`'s attempt at the highest offset of `partition`.
+fn last_attempt<'a>(attempts: &'a [Attempt], member: &str, partition: i32) -> &'a Attempt {
+    attempts
+        .iter()
+        .filter(|x| x.member == member && x.partition == partition)
+        .max_by_key(|x| x.offset)
+        .unwrap_or_else(|| panic!("{member} attempted nothing of {partition}: {attempts:?}"))
+}
+
 /// The lowest offset of `partition` that `member` attempted.
 fn first_offset(attempts: &[Attempt], member: &str, partition: i32) -> Option<i64> {
     attempts
@@ -299,11 +317,7 @@ fn held_open_rebalance_with(kind: BrokerKind, config: impl Fn(&str, &str) -> Con
     b.close().unwrap();
 
     let attempts = attempts.lock().unwrap().clone();
-    let moved: i32 = attempts
-        .iter()
-        .find(|x| x.member == "b")
-        .map(|x| x.partition)
-        .unwrap();
+    let moved = moved_partition(&attempts);
     let b_first = first_offset(&attempts, "b", moved);
     assert_eq!(
         b_first,
@@ -476,16 +490,8 @@ fn a_drain_that_finishes_in_time_hands_off_without_duplicates(kind: BrokerKind) 
     // The handoff went through the drain: A's last record of the moved partition is the held
     // 101 (its queued successors were cancelled, not started), applied under a lease that was
     // still current while draining.
-    let moved = attempts
-        .iter()
-        .find(|x| x.member == "b")
-        .map(|x| x.partition)
-        .expect("B got a partition");
-    let a_last = attempts
-        .iter()
-        .filter(|x| x.member == "a" && x.partition == moved)
-        .max_by_key(|x| x.offset)
-        .unwrap();
+    let moved = moved_partition(&attempts);
+    let a_last = last_attempt(&attempts, "a", moved);
     assert_eq!((a_last.offset, a_last.applied), (101, true), "{attempts:?}");
     // Then the revocation committed 102 and B starts there, with no effect applied twice.
     // Kafka accepts the revocation's commit of the current generation: always so there. The
@@ -597,13 +603,7 @@ fn held_open_out_of_order(kind: BrokerKind, map_bytes: &str) -> (Vec<i64>, Vec<A
     latch.release();
     wait_until_all_applied(&attempts, 2, 111);
     // B has nothing more to do when the map is on; without it, it redoes up to 110.
-    let moved = attempts
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|x| x.member == "b")
-        .map(|x| x.partition)
-        .unwrap();
+    let moved = moved_partition(&attempts.lock().unwrap());
     wait_until("B reached the end of the moved partition", WAIT, || {
         b_view
             .snapshot()
@@ -796,20 +796,12 @@ fn a_refused_revocation_commit_costs_the_next_owner_only_the_unrecorded_record_m
     // A's poll thread is inside the drain, so the next OffsetCommit is the revocation's.
     mock.must("push_errors OffsetCommit REBALANCE_IN_PROGRESS");
     let (a_stats, attempts) = handoff.release_and_finish();
-    let moved = attempts
-        .iter()
-        .find(|x| x.member == "b")
-        .map(|x| x.partition)
-        .expect("B got a partition");
+    let moved = moved_partition(&attempts);
     assert!(
         a_stats.counters.failed_handoffs >= 1,
         "the refused revocation commit is a failed handoff: {a_stats}"
     );
-    let a_last = attempts
-        .iter()
-        .filter(|x| x.member == "a" && x.partition == moved)
-        .max_by_key(|x| x.offset)
-        .unwrap();
+    let a_last = last_attempt(&attempts, "a", moved);
     assert_eq!((a_last.offset, a_last.applied), (101, true), "{attempts:?}");
     assert_eq!(
         first_offset(&attempts, "b", moved),

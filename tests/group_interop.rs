@@ -183,6 +183,25 @@ impl Group {
             strategy,
             name,
         );
+        self.start_peer(name, spec);
+    }
+
+    /// A Java member on the consumer protocol (KIP-848) on this group's topic: the broker
+    /// assigns, so its strategy is not passed.
+    fn add_java_consumer_protocol(&mut self, name: &str) {
+        let spec = PeerMemberSpec::new(
+            PeerClient::Java,
+            &self.broker.bootstrap(),
+            &self.group,
+            &[&self.topic],
+            PeerStrategy::CooperativeSticky,
+            name,
+        )
+        .consumer_protocol(None);
+        self.start_peer(name, spec);
+    }
+
+    fn start_peer(&mut self, name: &str, spec: PeerMemberSpec) {
         let member = PeerMember::start(spec);
         member
             .wait_ready(Duration::from_secs(30))
@@ -909,19 +928,7 @@ fn kafka_ours_in_java_consumer_protocol_group() {
     let started = Instant::now();
     let kind = BrokerKind::Kafka;
     let mut g = Group::new(kind, "cooperative-sticky");
-    let spec = PeerMemberSpec::new(
-        PeerClient::Java,
-        &g.broker.bootstrap(),
-        &g.group,
-        &[&g.topic],
-        PeerStrategy::CooperativeSticky, // not passed: the broker assigns
-        "java",
-    )
-    .consumer_protocol(None);
-    let java = PeerMember::start(spec);
-    java.wait_ready(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("java: {e}"));
-    g.members.push(("java".into(), Member::Peer(java)));
+    g.add_java_consumer_protocol("java");
     let before = g.stable("java alone");
     let revoked_before = g.revocation_counts();
     g.add_ours("ours");
@@ -966,19 +973,7 @@ fn kafka_mixed_consumer_protocol_group() {
         .push(("ours-kip848".into(), Member::Ours(OurMember::start(ours))));
     let alone = g.stable("ours (consumer protocol) alone");
     assert_eq!(alone[0].1.len(), PARTITIONS as usize, "{alone:?}");
-    let spec = PeerMemberSpec::new(
-        PeerClient::Java,
-        &g.broker.bootstrap(),
-        &g.group,
-        &[&g.topic],
-        PeerStrategy::CooperativeSticky, // not passed: the broker assigns
-        "java",
-    )
-    .consumer_protocol(None);
-    let java = PeerMember::start(spec);
-    java.wait_ready(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("java: {e}"));
-    g.members.push(("java".into(), Member::Peer(java)));
+    g.add_java_consumer_protocol("java");
     let two = g.stable("ours (consumer) and java (consumer)");
     assert!(two.iter().all(|(_, o)| o.len() == 3), "{two:?}");
     g.add_ours("ours-classic");

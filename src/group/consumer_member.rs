@@ -66,7 +66,8 @@ struct Driver {
     group_id: String,
     /// Decided changes not posted yet: the seam holds one at a time.
     queue: std::collections::VecDeque<(RebalanceEvent, Option<u64>)>,
-    /// The member was closed and the machine told to leave, at this instant.
+    /// The machine was told to leave: the member was closed, or its poll overran
+    /// `max.poll.interval.ms`.
     leaving: bool,
     leave_started: Option<Instant>,
     /// The coordinator cannot be reached: wait this long before the next look-up.

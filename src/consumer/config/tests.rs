@@ -279,6 +279,9 @@ fn zero_and_negative_sizes_and_timeouts_are_refused() {
     .unwrap();
     assert_eq!(c.fetch_min_bytes(), 0);
     assert_eq!(c.guard_config().idempotency_capacity, 0);
+    // Only the poll thread admits: one key shard (more would only cost it cache misses).
+    assert_eq!(c.guard_config().idempotency_shards, 1);
+    assert!(c.guard_config().validate().is_ok());
     for name in [
         "fetch.min.bytes",
         "fetch.max.wait.ms",
