@@ -561,29 +561,27 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         // Phase 1, under each partition's lock in turn: fence every revoked partition before any
         // I/O, so that no flush or commit failure can leave a partition still accepting work.
         let mut fenced = Vec::with_capacity(partitions.len());
-        {
-            for tp in partitions {
-                match self.partition(tp) {
-                    Some(mut state)
-                        if state.status == OwnerStatus::Owned
-                            || (state.status == OwnerStatus::Draining && state.fenced_ahead) =>
-                    {
-                        state.status = OwnerStatus::Draining;
-                        state.fenced_ahead = false;
-                        // Running first: taking the buffered ones marks them running.
-                        let running = state.progress.running_offsets();
-                        let batch = FlushBatch {
-                            tp: tp.clone(),
-                            buffered: state.progress.take_buffered(),
-                            running,
-                        };
-                        fenced.push((state.epoch, batch));
-                    }
-                    _ => log::debug!("{tp} revoked but not owned here: nothing to hand off"),
+        for tp in partitions {
+            match self.partition(tp) {
+                Some(mut state)
+                    if state.status == OwnerStatus::Owned
+                        || (state.status == OwnerStatus::Draining && state.fenced_ahead) =>
+                {
+                    state.status = OwnerStatus::Draining;
+                    state.fenced_ahead = false;
+                    // Running first: taking the buffered ones marks them running.
+                    let running = state.progress.running_offsets();
+                    let batch = FlushBatch {
+                        tp: tp.clone(),
+                        buffered: state.progress.take_buffered(),
+                        running,
+                    };
+                    fenced.push((state.epoch, batch));
                 }
+                _ => log::debug!("{tp} revoked but not owned here: nothing to hand off"),
             }
-            lock(&self.storm).record_revoke(now);
         }
+        lock(&self.storm).record_revoke(now);
 
         // Phase 2, without a lock (workers must be able to complete while we drain): flush.
         let mut failures = Vec::new();
@@ -608,19 +606,17 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         // commit.
         let mut to_commit = Vec::new();
         let mut unchanged = Vec::new();
-        {
-            for (tp, epoch, ok) in &flushed {
-                let Some(mut state) = self.partition(tp) else {
-                    continue;
-                };
-                if !(*ok && state.epoch == *epoch && state.status == OwnerStatus::Draining) {
-                    continue;
-                }
-                state.progress.complete_all();
-                match state.commit_due(tp, self.map_limit) {
-                    Some(offset) => to_commit.push(offset),
-                    None => unchanged.push(tp.clone()),
-                }
+        for (tp, epoch, ok) in &flushed {
+            let Some(mut state) = self.partition(tp) else {
+                continue;
+            };
+            if !(*ok && state.epoch == *epoch && state.status == OwnerStatus::Draining) {
+                continue;
+            }
+            state.progress.complete_all();
+            match state.commit_due(tp, self.map_limit) {
+                Some(offset) => to_commit.push(offset),
+                None => unchanged.push(tp.clone()),
             }
         }
 
@@ -665,31 +661,30 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         }
 
         // Phase 5, under each partition's lock: record commits and prune every fenced partition.
-        let storm = {
-            for (tp, epoch, _) in &flushed {
-                let Some(mut state) = self.partition(tp) else {
-                    continue;
-                };
-                if state.epoch != *epoch || state.status != OwnerStatus::Draining {
-                    // Lost while we were handing off; the loss already pruned it.
-                    continue;
-                }
-                if let Some(offset) = committed.iter().find(|c| &c.tp == tp) {
-                    state.committed(offset);
-                }
-                let discarded = state.progress.clear();
-                state.status = OwnerStatus::Revoked;
-                state.epoch += 1;
-                state.rebalances += 1;
-                log::info!(
-                    "{tp} revoked (epoch {}), committed {:?}",
-                    state.epoch,
-                    state.last_committed
-                );
-                self.keys.forget_unfinished(discarded);
+        for (tp, epoch, _) in &flushed {
+            let Some(mut state) = self.partition(tp) else {
+                continue;
+            };
+            if state.epoch != *epoch || state.status != OwnerStatus::Draining {
+                // Lost while we were handing off; the loss already pruned it.
+                continue;
             }
-            self.storm_after(now, |_| {})
-        };
+            if let Some(offset) = committed.iter().find(|c| &c.tp == tp) {
+                state.committed(offset);
+            }
+            let discarded = state.progress.clear();
+            state.status = OwnerStatus::Revoked;
+            state.epoch += 1;
+            state.rebalances += 1;
+            log::info!(
+                "{tp} revoked (epoch {}), committed {:?}",
+                state.epoch,
+                state.last_committed
+            );
+            self.keys.forget_unfinished(discarded);
+        }
+        // The revocation was counted with the fence (phase 1); reported now it is done.
+        let storm = self.storm_after(now, |_| {});
 
         failures.sort_by_key(|f| {
             partitions
