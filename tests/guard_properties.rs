@@ -1,6 +1,7 @@
-//! Random sequences of assign / process / complete / revoke / lost / commit, checked against a
-//! deliberately naive model: a committed position never exceeds the end of the contiguous
-//! completed prefix, and never goes backwards.
+//! Random sequences of assign / process / complete / release / read again / revoke / lost /
+//! commit, checked against a deliberately naive model: a committed position never exceeds the end
+//! of the contiguous completed prefix, and never goes backwards; a released record is admitted
+//! again when it is read again, and nothing else that was admitted is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -26,6 +27,10 @@ enum Op {
     Take(i32),
     /// Complete the n-th (mod len) unfinished lease.
     Complete(usize),
+    /// Release the n-th (mod len) unfinished lease (a failed handler, a record not started).
+    Release(usize),
+    /// The consumer reads again from where the guard asks (after releases).
+    ReadAgain,
     Revoke {
         partition: i32,
         flush_ok: bool,
@@ -44,6 +49,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(partition, gap, key)| Op::Process { partition, gap, key }),
         1 => (0..PARTITIONS).prop_map(Op::Take),
         4 => any::<usize>().prop_map(Op::Complete),
+        1 => any::<usize>().prop_map(Op::Release),
+        1 => Just(Op::ReadAgain),
         1 => (0..PARTITIONS, any::<bool>(), any::<bool>())
             .prop_map(|(partition, flush_ok, commit_ok)| Op::Revoke { partition, flush_ok, commit_ok }),
         1 => (0..PARTITIONS).prop_map(Op::Lost),
@@ -59,6 +66,11 @@ struct ModelPartition {
     next_fetch: i64,
     admitted: BTreeSet<i64>,
     completed: BTreeSet<i64>,
+    /// Admitted, then released without their effect: to be admitted again.
+    released: BTreeSet<i64>,
+    /// What the log holds at the offsets read in this assignment (offset to key), so that
+    /// reading again delivers the same records.
+    log: BTreeMap<i64, u8>,
     last_committed: Option<i64>,
 }
 
@@ -137,10 +149,21 @@ proptest! {
                 }
                 Op::Process { partition, gap, key } => {
                     let m = model.get_mut(&partition).unwrap();
-                    let offset = m.next_fetch + gap;
+                    // Read again, the log holds what it held: the same offsets, the same keys.
+                    let (offset, key, read_again) = match m.log.range(m.next_fetch..).next() {
+                        Some((&offset, &key)) => (offset, key, true),
+                        None => (m.next_fetch + gap, key, false),
+                    };
+                    if m.owned {
+                        m.log.insert(offset, key);
+                    }
                     match guard.process_message(&tp(partition), offset, Some(key), ()) {
                         Ok(lease) => {
                             prop_assert!(m.owned, "admitted on a partition not owned");
+                            prop_assert!(
+                                !read_again || m.released.remove(&offset),
+                                "offset {} admitted twice without a release", offset
+                            );
                             m.admitted.insert(offset);
                             m.next_fetch = offset + 1;
                             leases.push(lease);
@@ -150,12 +173,28 @@ proptest! {
                             // The event's work belongs to its first copy: this offset counts
                             // as finished, so a position may pass it.
                             prop_assert!(m.owned, "a duplicate on a partition not owned");
+                            let released = m.released.remove(&offset);
+                            prop_assert!(
+                                released || !read_again || m.completed.contains(&offset),
+                                "offset {} read again and refused as a duplicate", offset
+                            );
                             m.admitted.insert(offset);
                             m.completed.insert(offset);
                             m.next_fetch = offset + 1;
                         }
+                        Err(AdmitError::AlreadyAdmitted { .. }) => {
+                            prop_assert!(
+                                m.admitted.contains(&offset) && !m.released.contains(&offset),
+                                "offset {} refused as already admitted", offset
+                            );
+                            m.next_fetch = offset + 1;
+                        }
                         Err(AdmitError::OffsetRegression { .. }) => {
-                            prop_assert!(false, "the model never re-feeds an old offset")
+                            // Read again past an offset that was never delivered (a gap) or
+                            // that already left the guard's tracking (finished and retired).
+                            prop_assert!(read_again, "the model re-feeds only after a release");
+                            prop_assert!(!m.released.contains(&offset));
+                            m.next_fetch = offset + 1;
                         }
                         Err(AdmitError::SessionExpired { .. }) => {
                             prop_assert!(false, "no session bound is set in this model")
@@ -180,11 +219,33 @@ proptest! {
                         }
                     }
                 }
+                Op::Release(n) => {
+                    if !leases.is_empty() {
+                        let lease = leases.remove(n % leases.len());
+                        let m = model.get_mut(&lease.tp.partition).unwrap();
+                        prop_assert!(m.owned, "a lease kept for a partition not owned");
+                        prop_assert!(guard.release(&lease).is_ok(), "an unfinished lease releases");
+                        m.released.insert(lease.offset);
+                    }
+                }
+                Op::ReadAgain => {
+                    for (partition, from) in guard.take_redeliveries() {
+                        let m = model.get_mut(&partition.partition).unwrap();
+                        prop_assert!(m.owned, "read again on a partition not owned");
+                        prop_assert!(
+                            m.released.first().is_some_and(|&lowest| from <= lowest),
+                            "read again from {} above a released record {:?}", from, m.released
+                        );
+                        m.next_fetch = from;
+                    }
+                }
                 Op::Revoke { partition, flush_ok, commit_ok } => {
                     let m = model.get_mut(&partition).unwrap();
                     if flush_ok && m.owned {
-                        // A successful flush finishes every pending message.
-                        let admitted = m.admitted.clone();
+                        // A successful flush finishes every pending message but the released
+                        // ones, whose work nothing did.
+                        let admitted: Vec<i64> =
+                            m.admitted.difference(&m.released).copied().collect();
                         m.completed.extend(admitted);
                     }
                     let seen: Mutex<Vec<CommitOffset>> = Mutex::default();

@@ -529,12 +529,17 @@ fn checks_run_fence_then_duplicate_then_monotonicity() {
         Err(AdmitError::Duplicate { offset: 50, .. })
     ));
     assert!(matches!(
-        guard.process_message(&tp(0), 100, Some("B".into()), ()),
+        guard.process_message(&tp(0), 99, Some("B".into()), ()),
         Err(AdmitError::OffsetRegression {
-            offset: 100,
+            offset: 99,
             high_water: 100,
             ..
         })
+    ));
+    // The admitted offset itself, read again, is not a regression but already in hand.
+    assert!(matches!(
+        guard.process_message(&tp(0), 100, Some("B".into()), ()),
+        Err(AdmitError::AlreadyAdmitted { offset: 100, .. })
     ));
     guard.revoke(&[tp(0)], &mut |_| Ok(()), None).unwrap();
     // Fenced, duplicate and regression at once: the fence is reported.
@@ -609,7 +614,7 @@ fn cooperative_assign_activates_without_replacing() {
     assert_eq!(guard.owned(), vec![tp(0), tp(1), tp(2)]);
     assert!(matches!(
         guard.process_message(&tp(0), 100, None, ()),
-        Err(AdmitError::OffsetRegression { .. })
+        Err(AdmitError::AlreadyAdmitted { offset: 100, .. })
     ));
 }
 

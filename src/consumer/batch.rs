@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::group::GroupMember;
-use crate::guard::{AdmitError, IdempotencyKey, Lease};
+use crate::guard::{AdmitError, CompleteError, IdempotencyKey, Lease};
 use crate::wire::Record;
 use crate::TopicPartition;
 
@@ -172,7 +172,10 @@ impl Batch<'_> {
                     self.intake.push_front(tp.clone(), record);
                     self.intake.hold(&tp);
                 }
-                Err(error @ AdmitError::AlreadyCompleted { .. }) => log::debug!("{error}"),
+                Err(
+                    error @ (AdmitError::AlreadyCompleted { .. }
+                    | AdmitError::AlreadyAdmitted { .. }),
+                ) => log::debug!("{error}"),
                 Err(error @ AdmitError::Duplicate { .. }) => log::info!("skipped: {error}"),
                 Err(error @ AdmitError::OffsetRegression { .. }) => log::error!("skipped: {error}"),
             }
@@ -194,9 +197,15 @@ impl Batch<'_> {
             self.unmeasured = Some(delivery.handed_at);
         }
         self.settle(&delivery);
-        if let Err(error) = self.guard.complete(&delivery.lease) {
+        match self.guard.complete(&delivery.lease) {
+            Ok(()) => {}
+            Err(error @ CompleteError::NotCurrent { .. }) => {
+                // Released, not done: it comes again before anything later of its partition.
+                log::warn!("{error}");
+                self.intake.redeliver_released(self.guard);
+            }
             // Its partition moved while the handler ran: the work is not our progress.
-            log::warn!("{error}");
+            Err(error) => log::warn!("{error}"),
         }
     }
 

@@ -28,6 +28,10 @@ impl<'a> WorkContext<'a> {
     /// True while the record's partition is still this member's under the assignment the record
     /// was admitted in. Check it right before an external side effect of a long handler: once it
     /// is false, another member may be processing the same record.
+    ///
+    /// A handler told `false` skips its effect and returns `Ok`: the record then does not count
+    /// as processed (its idempotency key is not remembered, its offset not committed), and it is
+    /// delivered again, here if the partition is still this member's, or to its next owner.
     pub fn is_current(&self) -> bool {
         self.guard.is_current(self.lease)
     }

@@ -233,6 +233,9 @@ impl Consumer {
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
         self.drive_group(timeout)?;
+        // Records released without their effect are read again before anything new of their
+        // partitions is fetched.
+        self.intake.redeliver_released(&self.guard);
         if self.member.may_fetch() {
             self.intake
                 .resolve_positions(self.member.client(), &self.config, &self.guard)?;

@@ -52,6 +52,15 @@ pub enum AdmitError {
         /// The commit position, the unfinished offset the gap starts at.
         position: i64,
     },
+    /// This member already admitted the record in the current assignment, and it is queued,
+    /// running or finished: the partition is being read again from an earlier record that was
+    /// released (see `RebalanceGuard::release`), and this one needs nothing more.
+    AlreadyAdmitted {
+        /// The partition.
+        tp: TopicPartition,
+        /// The offset read again.
+        offset: i64,
+    },
     /// The idempotency key was processed recently by this worker: a redelivery.
     Duplicate {
         /// The partition.
@@ -99,6 +108,10 @@ impl fmt::Display for AdmitError {
                 "{partition} offset {offset} held back: the completed-offsets map above the \
                  unfinished offset {position} would outgrow the commit metadata"
             ),
+            Self::AlreadyAdmitted { tp: partition, offset } => write!(
+                f,
+                "{partition} offset {offset} skipped: already admitted in this assignment"
+            ),
             Self::Duplicate { tp: partition, offset } => write!(
                 f,
                 "{partition} offset {offset} refused: its idempotency key was already processed"
@@ -132,6 +145,15 @@ pub enum CompleteError {
         /// The partition's epoch now.
         current_epoch: u64,
     },
+    /// The lease was not current when the work finished: the session may have expired, or the
+    /// handler was told so by `is_current` and skipped its effect. The work does not count; the
+    /// record is released and delivered again (to this member while it keeps the partition).
+    NotCurrent {
+        /// The partition.
+        tp: TopicPartition,
+        /// The offset of the work that does not count.
+        offset: i64,
+    },
     /// The offset is not pending: already completed, rewound, or never admitted.
     NotPending {
         /// The partition.
@@ -153,6 +175,14 @@ impl fmt::Display for CompleteError {
                 f,
                 "{partition} offset {offset} finished under assignment epoch {lease_epoch}, \
                  but the partition is at epoch {current_epoch}: completion ignored"
+            ),
+            Self::NotCurrent {
+                tp: partition,
+                offset,
+            } => write!(
+                f,
+                "{partition} offset {offset} finished under a lease that was not current (the \
+                 session may have expired): it does not count and is delivered again"
             ),
             Self::NotPending {
                 tp: partition,

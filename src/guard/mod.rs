@@ -36,6 +36,13 @@
 //!    position that finished (computed under the same lock as the position); a partition whose
 //!    map could outgrow `completed_map_max_bytes` admits nothing more until its gap closes, and a
 //!    record the committed map names as finished is skipped, never processed again.
+//! 7. **Released work comes again.** A completion counts only under a current lease: work that
+//!    finishes after the session could have expired, or whose handler was told its lease was
+//!    not current (and so skipped its effect), is *released*, as is work that could not start
+//!    or whose handler failed. A released record never counts as finished, its idempotency key
+//!    is forgotten (a key stands for work that happened or is under way, nothing else), the
+//!    position stays below it, and while the partition stays owned its record is admitted
+//!    again when the consumer reads it again from there.
 
 mod clock;
 mod completed_map;
@@ -55,6 +62,7 @@ mod types;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -99,6 +107,10 @@ pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
     session: Arc<SessionBound>,
     /// `GuardConfig::completed_map_max_bytes`: 0 writes no map.
     map_limit: usize,
+    /// Set when some owned partition released a record (rule 7): the consumer must read it
+    /// again ([`take_redeliveries`](Self::take_redeliveries)). One atomic, so the consumer's
+    /// check before each batch costs nothing when nothing was released.
+    redeliveries_wanted: AtomicBool,
 }
 
 impl<K, M> fmt::Debug for RebalanceGuard<K, M> {
@@ -129,6 +141,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             clock,
             session: Arc::new(SessionBound::unbounded()),
             map_limit: config.completed_map_max_bytes,
+            redeliveries_wanted: AtomicBool::new(false),
         })
     }
 
@@ -190,6 +203,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     regressions_rejected: 0,
                     fenced_rejected: 0,
                     completed_after_revocation: 0,
+                    released: 0,
                     rebalances: 0,
                     fenced_ahead: false,
                 })
@@ -317,6 +331,29 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
         };
         if state.progress.is_regression(offset) {
+            match state.progress.state_of(offset) {
+                // Rule 7: read again after it was released.
+                Some(WorkState::Released) => {
+                    let Some(handle) = key.map_or(Some(None), |key| self.keys.insert(key)) else {
+                        state.progress.finish_released(offset);
+                        return Err(duplicate(&mut state));
+                    };
+                    state.progress.readmit(offset, now, handle, payload);
+                    return Ok(Lease {
+                        tp: partition.clone(),
+                        offset,
+                        epoch: state.epoch,
+                    });
+                }
+                // Read again with a released record before it: this one is already handled.
+                Some(_) => {
+                    return Err(AdmitError::AlreadyAdmitted {
+                        tp: partition.clone(),
+                        offset,
+                    })
+                }
+                None => {}
+            }
             if key.as_ref().is_some_and(|key| self.keys.contains(key)) {
                 return Err(duplicate(&mut state));
             }
@@ -363,6 +400,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             admitted_at: now,
             key,
             state: WorkState::Buffered(payload),
+            told_stale: false,
         });
         Ok(Lease {
             tp: partition.clone(),
@@ -374,7 +412,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// Records that the leased message finished (its side effect happened).
     ///
     /// A lease from an earlier assignment is refused and counted as "completed after revocation":
-    /// it is not this member's progress any more.
+    /// it is not this member's progress any more. A completion under a lease that is not
+    /// current now (the session may have expired), or after someone holding the lease was told
+    /// so by [`is_current`](Self::is_current), does not count either (rule 7): a handler told
+    /// that skips its effect and returns, so the record is released, to be delivered again.
     pub fn complete(&self, lease: &Lease) -> Result<(), CompleteError> {
         let Some(mut state) = self.partition(&lease.tp) else {
             return Err(CompleteError::NotPending {
@@ -391,6 +432,18 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 current_epoch: state.epoch,
             });
         }
+        if state.progress.told_stale(lease.offset) || self.session_expired() {
+            return match self.release_locked(&mut state, lease.offset) {
+                true => Err(CompleteError::NotCurrent {
+                    tp: lease.tp.clone(),
+                    offset: lease.offset,
+                }),
+                false => Err(CompleteError::NotPending {
+                    tp: lease.tp.clone(),
+                    offset: lease.offset,
+                }),
+            };
+        }
         if state.progress.complete(lease.offset) {
             Ok(())
         } else {
@@ -403,18 +456,36 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
 
     /// True while the lease's assignment is still this member's (owned, or draining during a
     /// revocation). Check it right before an external side effect.
+    ///
+    /// A `false` caused by the session bound is remembered on the record: the handler that asked
+    /// will skip its effect, so its completion will not count even if the session is renewed
+    /// before it returns (rule 7).
     pub fn is_current(&self, lease: &Lease) -> bool {
-        !self.session_expired()
-            && self
-                .partition(&lease.tp)
-                .is_some_and(|state| state.accepts_completions(lease.epoch))
+        if self.session_expired() {
+            if let Some(mut state) = self.partition(&lease.tp) {
+                if state.epoch == lease.epoch {
+                    state.progress.mark_told_stale(lease.offset);
+                }
+            }
+            return false;
+        }
+        self.partition(&lease.tp)
+            .is_some_and(|state| state.accepts_completions(lease.epoch))
     }
 
     /// A worker is about to start the leased message: allowed only while the partition is owned
     /// under the lease's epoch. Once a revocation has fenced the partition, queued work that has
     /// not started must not start (it is cancelled instead), so this refuses.
+    ///
+    /// Refused because the session may have expired, while the partition is still owned under
+    /// the lease, the record is released (rule 7): it is delivered again, not left queued.
     pub fn start(&self, lease: &Lease) -> bool {
         if self.session_expired() {
+            if let Some(mut state) = self.partition(&lease.tp) {
+                if state.epoch == lease.epoch && state.status == OwnerStatus::Owned {
+                    self.release_locked(&mut state, lease.offset);
+                }
+            }
             return false;
         }
         match self.partition(&lease.tp) {
@@ -423,6 +494,75 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
             _ => false,
         }
+    }
+
+    /// Gives the leased record back without its effect (rule 7): a handler failed on it, or a
+    /// worker will not start it (the run is stopping, its partition stopped on a failure). It
+    /// does not count as finished, its key is forgotten, nothing waits for it, and while the
+    /// partition stays owned it is delivered again (see
+    /// [`take_redeliveries`](Self::take_redeliveries)). Refused for a lease of an earlier
+    /// assignment, which can no longer touch the partition's progress.
+    pub fn release(&self, lease: &Lease) -> Result<(), CompleteError> {
+        let Some(mut state) = self.partition(&lease.tp) else {
+            return Err(CompleteError::NotPending {
+                tp: lease.tp.clone(),
+                offset: lease.offset,
+            });
+        };
+        if !state.accepts_completions(lease.epoch) {
+            return Err(CompleteError::StaleLease {
+                tp: lease.tp.clone(),
+                offset: lease.offset,
+                lease_epoch: lease.epoch,
+                current_epoch: state.epoch,
+            });
+        }
+        match self.release_locked(&mut state, lease.offset) {
+            true => Ok(()),
+            false => Err(CompleteError::NotPending {
+                tp: lease.tp.clone(),
+                offset: lease.offset,
+            }),
+        }
+    }
+
+    /// Releases pending `offset` of a partition whose lock the caller holds; false when it was
+    /// not pending unfinished.
+    fn release_locked(&self, state: &mut PartitionState<M>, offset: i64) -> bool {
+        let Some(key) = state.progress.release(offset) else {
+            return false;
+        };
+        if let Some(key) = key {
+            self.keys.forget(key);
+        }
+        state.released += 1;
+        if state.status == OwnerStatus::Owned {
+            self.redeliveries_wanted.store(true, Ordering::Release);
+        }
+        true
+    }
+
+    /// Where the consumer must read again so that every released record of an owned partition
+    /// is delivered again: per partition, the lowest released offset since the last call. The
+    /// consumer seeks there before it hands out more records; records it reads again that are
+    /// not released are refused as [`AdmitError::AlreadyAdmitted`].
+    pub fn take_redeliveries(&self) -> Vec<(TopicPartition, i64)> {
+        if !self.redeliveries_wanted.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        self.partitions
+            .iter()
+            .filter_map(|(tp, entry)| {
+                let mut state = lock(entry);
+                if state.status != OwnerStatus::Owned {
+                    return None;
+                }
+                state
+                    .progress
+                    .take_redelivery()
+                    .map(|from| (tp.clone(), from))
+            })
+            .collect()
     }
 
     /// During a revocation's flush: cancels the partition's queued work that never started, so
@@ -833,6 +973,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     regressions_rejected: state.regressions_rejected,
                     fenced_rejected: state.fenced_rejected,
                     completed_after_revocation: state.completed_after_revocation,
+                    released: state.released,
                     skipped_completed: state.skipped_completed,
                     rebalances: state.rebalances,
                 }

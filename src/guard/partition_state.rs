@@ -22,6 +22,8 @@ pub(super) struct PartitionState<M> {
     pub(super) regressions_rejected: u64,
     pub(super) fenced_rejected: u64,
     pub(super) completed_after_revocation: u64,
+    /// Records given back without their effect (rule 7), to be delivered again.
+    pub(super) released: u64,
     pub(super) rebalances: u64,
     /// Set by [`RebalanceGuard::fence`]: `Draining` ahead of the revocation that hands it off.
     pub(super) fenced_ahead: bool,

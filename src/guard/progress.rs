@@ -22,14 +22,17 @@ pub(crate) enum WorkState<M> {
     Running,
     /// Finished; its side effect happened.
     Done,
-    /// Queued, then cancelled by a revocation before it started, while later work of the
-    /// partition had started (possible when a partition is worked out of order): it blocks the
-    /// contiguous prefix like unfinished work, but nothing waits for it.
-    Cancelled,
+    /// Handed out and given back without its effect: cancelled by a revocation before it
+    /// started while later work of the partition had started (a partition worked out of order),
+    /// refused at its start or its completion because the lease was no longer current, or failed
+    /// in its handler. It blocks the contiguous prefix like unfinished work, but nothing waits
+    /// for it, its idempotency key is forgotten, and while the partition stays owned its record
+    /// is admitted again when it is delivered again.
+    Released,
 }
 
 impl<M> WorkState<M> {
-    /// Handed out or buffered, and neither finished nor cancelled: something may still do it.
+    /// Handed out or buffered, and neither finished nor released: something may still do it.
     pub(crate) fn is_unfinished(&self) -> bool {
         matches!(self, Self::Buffered(_) | Self::Queued | Self::Running)
     }
@@ -42,6 +45,10 @@ pub(crate) struct Admitted<M> {
     /// The idempotency key's entry, so discarding unfinished work can forget it.
     pub(crate) key: Option<KeyHandle>,
     pub(crate) state: WorkState<M>,
+    /// Someone holding its lease was told the lease is not current (the session may have
+    /// expired): a handler that then returns has skipped its effect, so its completion must not
+    /// count, even if the session was renewed in between.
+    pub(crate) told_stale: bool,
 }
 
 /// The admitted-but-not-yet-committable messages of one partition, in offset order.
@@ -63,6 +70,12 @@ pub(crate) struct Progress<M> {
     /// sorted, disjoint half-open ranges; a record at one of them is skipped, not processed
     /// again.
     inherited: VecDeque<(i64, i64)>,
+    /// Set when a record was released (see [`WorkState::Released`]) since the consumer last
+    /// asked where to read again.
+    redelivery_due: bool,
+    /// How many pending entries are released, so that the check before each start costs
+    /// nothing while none is.
+    released: usize,
 }
 
 impl<M> Default for Progress<M> {
@@ -73,6 +86,8 @@ impl<M> Default for Progress<M> {
             completed_next: None,
             start: None,
             inherited: VecDeque::new(),
+            redelivery_due: false,
+            released: 0,
         }
     }
 }
@@ -180,6 +195,7 @@ impl<M> Progress<M> {
             admitted_at: at,
             key,
             state: WorkState::Done,
+            told_stale: false,
         });
         self.retire_prefix();
     }
@@ -220,8 +236,94 @@ impl<M> Progress<M> {
         true
     }
 
+    /// The state of `offset` when it is pending (admitted in this assignment and not retired).
+    pub(crate) fn state_of(&self, offset: i64) -> Option<&WorkState<M>> {
+        self.find(offset).map(|index| &self.pending[index].state)
+    }
+
+    /// Someone was told the lease of `offset` is not current: its completion will not count.
+    pub(crate) fn mark_told_stale(&mut self, offset: i64) {
+        if let Some(index) = self.find(offset) {
+            self.pending[index].told_stale = true;
+        }
+    }
+
+    /// True when someone was told the lease of pending `offset` is not current.
+    pub(crate) fn told_stale(&self, offset: i64) -> bool {
+        self.find(offset)
+            .is_some_and(|index| self.pending[index].told_stale)
+    }
+
+    /// Gives unfinished `offset` back without its effect (see [`WorkState::Released`]) and marks
+    /// the partition for reading again from it. Returns its key's handle for the caller to
+    /// forget, or `None` when `offset` is not pending unfinished (finished, already released,
+    /// gone).
+    pub(crate) fn release(&mut self, offset: i64) -> Option<Option<KeyHandle>> {
+        let index = self.find(offset)?;
+        let entry = &mut self.pending[index];
+        if !entry.state.is_unfinished() {
+            return None;
+        }
+        entry.state = WorkState::Released;
+        entry.told_stale = false;
+        let key = entry.key.take();
+        self.released += 1;
+        self.redelivery_due = true;
+        Some(key)
+    }
+
+    /// Admits released `offset` again, delivered again: it becomes buffered under `key`, its
+    /// admission time `at`. Returns `false` (and changes nothing) when it is not released.
+    pub(crate) fn readmit(
+        &mut self,
+        offset: i64,
+        at: Instant,
+        key: Option<KeyHandle>,
+        payload: M,
+    ) -> bool {
+        let Some(index) = self.find(offset) else {
+            return false;
+        };
+        let entry = &mut self.pending[index];
+        if !matches!(entry.state, WorkState::Released) {
+            return false;
+        }
+        entry.state = WorkState::Buffered(payload);
+        entry.admitted_at = at;
+        entry.key = key;
+        entry.told_stale = false;
+        self.released -= 1;
+        true
+    }
+
+    /// Released `offset`, delivered again, turned out to repeat an event already processed (its
+    /// key is known): it counts as finished, like any refused duplicate.
+    pub(crate) fn finish_released(&mut self, offset: i64) {
+        if let Some(index) = self.find(offset) {
+            if matches!(self.pending[index].state, WorkState::Released) {
+                self.pending[index].state = WorkState::Done;
+                self.released -= 1;
+                self.retire_prefix();
+            }
+        }
+    }
+
+    /// Where reading must go back to, when a record was released since the last call: the
+    /// lowest record still released (not the lowest released since the last call: an earlier
+    /// one may not have been read again yet, and reading from above it would skip it for good).
+    /// The caller seeks there.
+    pub(crate) fn take_redelivery(&mut self) -> Option<i64> {
+        if !std::mem::take(&mut self.redelivery_due) || self.released == 0 {
+            return None;
+        }
+        self.pending
+            .iter()
+            .find(|a| matches!(a.state, WorkState::Released))
+            .map(|a| a.offset)
+    }
+
     /// Marks every pending message finished: a successful revocation flush vouches for them.
-    /// Cancelled ones stay cancelled: the flush cancelled them, it does not vouch for them.
+    /// Released ones stay released: nothing did their work, the flush cannot vouch for them.
     pub(crate) fn complete_all(&mut self) {
         for entry in &mut self.pending {
             if entry.state.is_unfinished() {
@@ -247,11 +349,22 @@ impl<M> Progress<M> {
     }
 
     /// Marks one buffered message as started by a worker. Returns `false` when it is not
-    /// buffered (already started, finished, or gone).
+    /// buffered (already started, finished, or gone), or when an earlier record of the
+    /// partition is released and waits to be delivered again: nothing may overtake it, so this
+    /// one is released too (and comes again after it).
     pub(crate) fn start(&mut self, offset: i64) -> bool {
         let Some(index) = self.find(offset) else {
             return false;
         };
+        if self.released > 0
+            && self
+                .pending
+                .range(..index)
+                .any(|a| matches!(a.state, WorkState::Released))
+        {
+            self.release(offset);
+            return false;
+        }
         let entry = &mut self.pending[index];
         if matches!(entry.state, WorkState::Buffered(_) | WorkState::Queued) {
             entry.state = WorkState::Running;
@@ -263,7 +376,7 @@ impl<M> Progress<M> {
 
     /// Cancels the buffered (never started) messages, for a revocation that cancels queued work
     /// instead of waiting for it. The unstarted tail is removed; an unstarted message before a
-    /// started one (a partition worked out of order) stays as [`WorkState::Cancelled`], keeping
+    /// started one (a partition worked out of order) stays as [`WorkState::Released`], keeping
     /// the commit position below it while nothing waits for it. Returns what was cancelled so
     /// the caller can forget its keys.
     pub(crate) fn discard_unstarted_tail(&mut self) -> Vec<Admitted<M>> {
@@ -277,16 +390,18 @@ impl<M> Progress<M> {
         let mut cancelled: Vec<Admitted<M>> = Vec::new();
         for entry in self.pending.iter_mut().take(keep) {
             if unstarted(entry) {
-                entry.state = WorkState::Cancelled;
+                entry.state = WorkState::Released;
                 cancelled.push(Admitted {
                     offset: entry.offset,
                     admitted_at: entry.admitted_at,
                     key: entry.key.take(),
-                    state: WorkState::Cancelled,
+                    state: WorkState::Released,
+                    told_stale: false,
                 });
             }
         }
         let mut discarded: Vec<_> = self.pending.drain(keep..).collect();
+        self.count_released();
         if !discarded.is_empty() {
             self.high_water = self
                 .pending
@@ -326,6 +441,7 @@ impl<M> Progress<M> {
             .back()
             .map(|a| a.offset)
             .or(self.completed_next.map(|next| next - 1));
+        self.count_released();
         Ok(discarded)
     }
 
@@ -348,6 +464,7 @@ impl<M> Progress<M> {
             .or(Some(offset.saturating_sub(1)))
             .filter(|&o| o >= 0);
         self.completed_next = self.completed_next.map(|next| next.min(offset));
+        self.count_released();
         // The log went back: what finished at those offsets was other records.
         self.start = self.start.map(|start| start.min(offset));
         self.inherited.retain(|&(start, _)| start < offset);
@@ -363,7 +480,18 @@ impl<M> Progress<M> {
         self.completed_next = None;
         self.start = None;
         self.inherited.clear();
+        self.redelivery_due = false;
+        self.released = 0;
         std::mem::take(&mut self.pending)
+    }
+
+    /// Recounts the released entries after some entries left `pending` at once.
+    fn count_released(&mut self) {
+        self.released = self
+            .pending
+            .iter()
+            .filter(|a| matches!(a.state, WorkState::Released))
+            .count();
     }
 
     fn retire_prefix(&mut self) {
@@ -390,6 +518,7 @@ mod tests {
             admitted_at: Instant::now(),
             key: None,
             state: WorkState::Running,
+            told_stale: false,
         });
     }
 

@@ -199,6 +199,10 @@ pub struct PartitionSnapshot {
     pub fenced_rejected: u64,
     /// Work that finished after its partition was revoked or lost (stale leases).
     pub completed_after_revocation: u64,
+    /// Records given back without their effect while the partition was this member's (a
+    /// completion under a lease that was not current, a record a worker could not start, a
+    /// failed handler): each is delivered again.
+    pub released: u64,
     /// Records skipped because the committed completed-offsets map said an earlier owner had
     /// already finished them.
     pub skipped_completed: u64,

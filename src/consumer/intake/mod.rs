@@ -383,12 +383,28 @@ impl Intake {
             log::warn!("{error}");
             return false;
         }
+        self.seek(tp, offset);
+        true
+    }
+
+    /// Reads `tp` again from `offset`: its buffered records go, and the next fetch starts
+    /// there. For records the guard released (see `RebalanceGuard::take_redeliveries`); the
+    /// guard itself is not touched.
+    pub(crate) fn seek(&mut self, tp: &TopicPartition, offset: i64) {
         self.buffers.remove(tp);
         if self.positions.contains_key(tp) {
             self.dry.insert(tp.clone());
             self.positions.insert(tp.clone(), offset);
         }
-        true
+    }
+
+    /// Seeks every partition the guard released records of back to the lowest of them, so
+    /// that each is delivered again before its partition's later records are handed out anew.
+    pub(crate) fn redeliver_released(&mut self, guard: &Guard) {
+        for (tp, offset) in guard.take_redeliveries() {
+            log::info!("{tp}: reading again from {offset}, a record released without its effect");
+            self.seek(&tp, offset);
+        }
     }
 
     /// Takes the next record to hand out, with its partition: round-robin over partitions with
