@@ -357,3 +357,48 @@ fn a_static_member_that_leaves_and_returns_gets_its_partitions_back() {
     b.close();
     assert_once(&processed, 150);
 }
+
+#[test]
+fn closing_while_a_revocation_is_pending_leaves_at_once_and_the_other_member_takes_everything() {
+    let (kafka, topic, group) = setup("kip848-close-revoking");
+    let bootstrap = kafka.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 20);
+    let processed: Processed = Arc::default();
+    let mut a = Consumer::subscribe(config(&bootstrap, &group, &[]), &[&topic]).expect("A");
+    let deadline = Instant::now() + WAIT;
+    while !all_done(&processed, 20) {
+        assert!(Instant::now() < deadline, "A processes everything alone");
+        let mut batch = a.poll(Duration::from_millis(100)).expect("poll");
+        while let Some(delivery) = batch.next() {
+            let (p, o) = (delivery.record.partition, delivery.record.offset);
+            processed.lock().unwrap().push((0, p, o, Instant::now()));
+            batch.complete(delivery);
+        }
+        drop(batch);
+        a.commit().expect("commit");
+    }
+    assert_eq!(a.assignment().len(), PARTITIONS as usize);
+    // B joins; the broker asks A to revoke B's share. A's membership thread fences those
+    // partitions at once, and the handoff waits for A's next poll, which never comes: A closes
+    // with the revocation still unacknowledged.
+    let b = Member::start(1, config(&bootstrap, &group, &[]), &topic, &processed);
+    wait_until("a revocation is pending on A", WAIT, || {
+        a.assignment().len() < PARTITIONS as usize
+    });
+    let started = Instant::now();
+    a.close().expect("A closes cleanly");
+    let took = started.elapsed();
+    // The leave heartbeat (epoch -1) goes out at once: the broker hands everything to B within a
+    // few heartbeat intervals (500 ms), long before A's session (6 s) would have expired.
+    assert!(took < Duration::from_secs(3), "close took {took:?}");
+    let closed = Instant::now();
+    wait_until("B owns every partition", Duration::from_secs(20), || {
+        b.assigned.load(Ordering::SeqCst) >= PARTITIONS as usize
+    });
+    let handed = closed.elapsed();
+    assert!(
+        handed < Duration::from_secs(4),
+        "B got everything {handed:?} after A closed"
+    );
+    b.close();
+}

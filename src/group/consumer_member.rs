@@ -154,6 +154,13 @@ impl Driver {
             self.queue.clear();
             drop(state);
             self.machine.leave(now);
+            // The poll thread revoked and committed everything the session owned before it
+            // closed it, a revocation still waiting for its acknowledgement included (closing
+            // dropped the pending change without applying it): acknowledged here, or the machine
+            // would wait for it and never send the leave heartbeat.
+            if let Some(id) = self.machine.pending_revocation() {
+                self.machine.revocation_done(now, id);
+            }
             return true;
         }
         if !state.polling(true) {

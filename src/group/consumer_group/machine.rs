@@ -175,6 +175,11 @@ impl ConsumerGroupMembership {
         named(&self.owned)
     }
 
+    /// The revocation waiting for [`revocation_done`](Self::revocation_done), if any.
+    pub fn pending_revocation(&self) -> Option<RevocationId> {
+        self.revoking.as_ref().map(|r| r.id)
+    }
+
     /// The epoch to commit with: the member epoch while in the group, `None` outside it (no
     /// commit may leave then).
     pub fn commit_epoch(&self) -> Option<i32> {
