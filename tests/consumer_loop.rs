@@ -15,8 +15,8 @@ use rebalance_guard::guard::{CommitOffset, OwnerStatus};
 use rebalance_guard::wire::{Client, ClientConfig, KafkaCode};
 use rebalance_guard::{IdempotencyKey, TopicPartition};
 use support::consumer::{
-    broker_with_topic, committed, config, produce_to_each_partition, produce_until_accepted,
-    value_records, wait_until,
+    broker_with_topic, committed, config, consumer_protocol_config, produce_to_each_partition,
+    produce_until_accepted, value_records, wait_until,
 };
 use support::ours::{OurMember, OurMemberSpec};
 use support::{peer_produce, unique_name, BrokerKind, MockCluster, MockOptions};
@@ -1026,4 +1026,62 @@ fn a_republished_order_is_applied_once_kafka() {
 #[test]
 fn a_republished_order_is_applied_once_tansu() {
     a_republished_order_is_applied_once(BrokerKind::Tansu);
+}
+
+/// The membership thread dies (here it panics when the test asks; in production a panic in its
+/// wire code would do the same): the partitions are fenced at once, before any poll, and every
+/// poll from then on returns the error instead of a batch, so nothing more is handed out.
+fn a_dead_membership_thread_fails_every_poll_and_fences_the_partitions_at_once(
+    make_config: impl Fn(&str, &str) -> ConsumerConfig,
+) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "dead-membership", 6);
+    let bootstrap = broker.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, 6, 50);
+    let group = unique_name("dead-membership-group");
+    let mut consumer = Consumer::subscribe(make_config(&bootstrap, &group), &[&topic]).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut processed = 0;
+    while processed < 10 || consumer.assignment().len() < 6 {
+        assert!(Instant::now() < deadline, "the member owns and processes");
+        let mut batch = consumer.poll(Duration::from_millis(100)).expect("poll");
+        // One record per batch: most of them stay buffered for after the death.
+        if let Some(delivery) = batch.next() {
+            batch.complete(delivery);
+            processed += 1;
+        }
+    }
+    consumer.panic_membership_thread();
+    wait_until(
+        "the partitions are fenced without a poll",
+        Duration::from_secs(20),
+        || consumer.assignment().is_empty(),
+    );
+    for attempt in 0..3 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Err(ConsumerError::Group(GroupError::MembershipThreadDied(message))) => {
+                assert!(message.contains("requested by a test"), "{message}")
+            }
+            Err(other) => panic!("poll {attempt} after the death: {other}"),
+            Ok(mut batch) => panic!(
+                "poll {attempt} after the death returned a batch (first record: {:?})",
+                batch.next().map(|d| (d.record.partition, d.record.offset))
+            ),
+        }
+    }
+    let _ = consumer.close();
+}
+
+#[test]
+fn a_dead_membership_thread_fails_every_poll_and_fences_the_partitions_at_once_classic() {
+    a_dead_membership_thread_fails_every_poll_and_fences_the_partitions_at_once(|b, g| {
+        config(b, g, &[])
+    });
+}
+
+#[test]
+fn a_dead_membership_thread_fails_every_poll_and_fences_the_partitions_at_once_kip848() {
+    a_dead_membership_thread_fails_every_poll_and_fences_the_partitions_at_once(|b, g| {
+        consumer_protocol_config(b, g, &[])
+    });
 }

@@ -385,6 +385,13 @@ impl Consumer {
         committed.map(|_| ())
     }
 
+    /// Makes the membership thread panic. Hidden: it exists only so that tests can check what a
+    /// dead membership thread does to the consumer; never call it otherwise.
+    #[doc(hidden)]
+    pub fn panic_membership_thread(&self) {
+        self.member.panic_membership_thread();
+    }
+
     /// A snapshot of per-partition signals (what an operator needs to see a stuck partition) and
     /// counters.
     pub fn stats(&self) -> ConsumerStats {

@@ -55,7 +55,10 @@ pub(crate) fn spawn(
 ) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new()
         .name(format!("membership-{}", config.group_id))
-        .spawn(move || Driver::new(shared, client_config, config).run())
+        .spawn(move || {
+            let guard = shared.clone();
+            guard.run_membership_thread(|| Driver::new(shared, client_config, config).run())
+        })
 }
 
 struct Driver {
@@ -109,6 +112,7 @@ impl Driver {
 
     fn run(mut self) {
         loop {
+            self.shared.panic_if_requested();
             let now = Instant::now();
             if !self.look_at_the_session(now) {
                 return;

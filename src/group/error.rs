@@ -28,6 +28,11 @@ pub enum GroupError {
     Membership(super::consumer_group::FatalError),
     /// The heartbeat thread could not be started.
     Thread(std::io::Error),
+    /// The membership thread (the heartbeat thread, or the consumer group protocol's) died,
+    /// with this panic message: nothing keeps the session alive or follows the group any more,
+    /// so the assignment was fenced as lost at once, and every later poll returns this. Close
+    /// the consumer and start a new one.
+    MembershipThreadDied(String),
     /// The member was closed.
     Closed,
 }
@@ -50,6 +55,10 @@ impl fmt::Display for GroupError {
             }
             GroupError::Membership(e) => write!(f, "consumer group protocol: {e}"),
             GroupError::Thread(e) => write!(f, "cannot start the heartbeat thread: {e}"),
+            GroupError::MembershipThreadDied(message) => write!(
+                f,
+                "the membership thread died ({message}); its partitions are fenced"
+            ),
             GroupError::Closed => write!(f, "the group member is closed"),
         }
     }

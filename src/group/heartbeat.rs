@@ -50,7 +50,10 @@ pub(crate) fn spawn(
 ) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new()
         .name(format!("heartbeat-{}", settings.group_id))
-        .spawn(move || Heartbeater::new(shared, client_config, settings).run())
+        .spawn(move || {
+            let guard = shared.clone();
+            guard.run_membership_thread(|| Heartbeater::new(shared, client_config, settings).run())
+        })
 }
 
 /// The first retry of a failed round waits this long, doubling up to [`ROUND_BACKOFF_MAX`].
@@ -100,6 +103,7 @@ impl Heartbeater {
                     log::debug!("heartbeat thread for {} exits", self.settings.group_id);
                     return;
                 }
+                self.shared.panic_if_requested();
                 let now = Instant::now();
                 let due = match state.round_due() {
                     Some(_) if self.shared.has_failure() => None,

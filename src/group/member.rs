@@ -28,7 +28,7 @@ use super::heartbeat::{self, HeartbeatSettings};
 use super::membership::{on_lost, RebalanceEvent};
 use super::requests::{self, MemberIdentity};
 use super::round::{Round, Step};
-use super::session::{LostHook, LostReason, NextStep, Shared, Timeouts};
+use super::session::{LostHook, LostReason, NextStep, Phase, Shared, Timeouts};
 use crate::wire::{self, Client, ClientConfig, KafkaCode};
 use crate::TopicPartition;
 
@@ -286,6 +286,7 @@ impl GroupMember {
         let mut backoff = Duration::from_millis(50);
         loop {
             self.report_losses(listener)?;
+            self.membership_thread_alive()?;
             self.apply_pending(listener);
             let reason = match self.shared.lock().next_step() {
                 NextStep::Closed => return Err(GroupError::Closed),
@@ -342,6 +343,22 @@ impl GroupMember {
                 },
             };
             state = self.shared.wait(state, wait);
+        }
+    }
+
+    /// Fails once the membership thread is gone while the member is open: its panic was turned
+    /// into a loss of everything owned when it happened (`Shared::run_membership_thread`); a
+    /// thread that ended without one is treated the same way here. The poll loop must not go
+    /// on with a membership nobody maintains.
+    fn membership_thread_alive(&mut self) -> Result<(), GroupError> {
+        let mut state = self.shared.lock();
+        let ended = self.heartbeat.as_ref().is_some_and(JoinHandle::is_finished);
+        if ended && state.died().is_none() && state.phase() != Phase::Closed {
+            state.membership_died("the thread ended while the member was open".to_string());
+        }
+        match state.died() {
+            Some(message) => Err(GroupError::MembershipThreadDied(message.to_string())),
+            None => Ok(()),
         }
     }
 
@@ -441,6 +458,14 @@ impl GroupMember {
         }
         self.shared.lock().changes_applied(&me);
         self.shared.wake.notify_all();
+    }
+
+    /// Makes the membership thread panic at its next look at the session. Hidden: it exists so
+    /// that the consumer's handling of a dead membership thread (an error from every later
+    /// poll, the partitions fenced at once) can be tested end to end; never call it otherwise.
+    #[doc(hidden)]
+    pub fn panic_membership_thread(&self) {
+        self.shared.request_panic();
     }
 
     /// Leaves the group: revokes (and so commits) everything through the listener while the
