@@ -102,6 +102,9 @@ pub struct ConsumerGroupMembership {
     sent: Sent,
     /// The broker's latest target assignment, by topic id.
     target: IdAssignment,
+    /// The send time of the heartbeat whose answer carried `target`: the broker started the
+    /// rebalance timeout of a revocation it implies no earlier than that.
+    target_sent: Option<Instant>,
     names: HashMap<TopicId, Arc<str>>,
     owned: Owned,
     revoking: Option<Revocation>,
@@ -145,6 +148,7 @@ impl ConsumerGroupMembership {
             retry_at: None,
             sent: Sent::default(),
             target: IdAssignment::new(),
+            target_sent: None,
             names: HashMap::new(),
             owned: Owned::new(),
             revoking: None,
@@ -520,6 +524,7 @@ impl ConsumerGroupMembership {
                     })
                     .filter(|(_, ps)| !ps.is_empty())
                     .collect();
+                self.target_sent = Some(flight.sent_at);
                 self.reconcile(now);
             }
         }
@@ -587,6 +592,7 @@ impl ConsumerGroupMembership {
         let partitions = named(&self.owned);
         self.owned.clear();
         self.target.clear();
+        self.target_sent = None;
         self.revoking = None;
         self.metadata_at = None;
         self.member_epoch = JOIN_EPOCH;
@@ -613,6 +619,7 @@ impl ConsumerGroupMembership {
     fn finish_leave(&mut self) {
         self.owned.clear();
         self.target.clear();
+        self.target_sent = None;
         self.revoking = None;
         self.member_epoch = JOIN_EPOCH;
         self.sent = Sent::default();
@@ -647,7 +654,10 @@ impl ConsumerGroupMembership {
         }
         let c = changes(&self.owned, &resolved.partitions);
         if !c.revoke.is_empty() {
-            self.start_revocation(now, c.revoke);
+            // The broker's timer for this revocation started when it handled the heartbeat that
+            // brought the target, which is after that heartbeat left, not when its answer came.
+            let since = self.target_sent.map_or(now, |sent| sent.min(now));
+            self.start_revocation(since, c.revoke);
             return;
         }
         if !c.assign.is_empty() {
@@ -675,7 +685,9 @@ impl ConsumerGroupMembership {
         };
     }
 
-    fn start_revocation(&mut self, now: Instant, partitions: Owned) {
+    /// Starts revoking `partitions`, to be acknowledged within the rebalance timeout from
+    /// `since`.
+    fn start_revocation(&mut self, since: Instant, partitions: Owned) {
         self.next_revocation += 1;
         let id = RevocationId(self.next_revocation);
         let names = named(&partitions);
@@ -688,7 +700,7 @@ impl ConsumerGroupMembership {
         self.revoking = Some(Revocation {
             id,
             partitions,
-            deadline: now + self.config.rebalance_timeout,
+            deadline: since + self.config.rebalance_timeout,
         });
         if self.state != MemberState::PrepareLeaving {
             self.state = MemberState::Reconciling;

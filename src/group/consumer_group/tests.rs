@@ -996,3 +996,39 @@ fn a_coordinator_that_cannot_be_reached_is_looked_up_again_after_the_backoff() {
     assert_eq!(join.member_epoch, JOIN_EPOCH);
     assert!(join.is_full());
 }
+
+#[test]
+fn the_revocation_deadline_runs_from_the_send_time_of_the_heartbeat_that_carried_it() {
+    let mut h = Harness::new(&[("orders", 4)]);
+    let a = h.add(config(&["orders"], None), "member-a");
+    h.run_until(50, |h| h.converged(&[a]));
+    h.members[a].auto_ack = false;
+    let b = h.add(config(&["orders"], None), "member-b");
+    h.step(b);
+    // A's next heartbeat is sent now; the broker decides the revocation (and starts its
+    // rebalance timer) while handling it, but the answer is slow to come back.
+    let sent = loop {
+        h.now += TICK;
+        if let Some(req) = h.members[a].m.poll_transmit(h.now) {
+            break (h.now, h.coord.heartbeat(h.now, &req));
+        }
+    };
+    let (sent_at, answer) = sent;
+    // Slow, but within the session bound (1.5 s), which the later heartbeats keep renewing.
+    h.now += Duration::from_millis(800);
+    h.members[a].m.on_response(h.now, answer);
+    h.drain(a);
+    assert_eq!(h.members[a].unacked.len(), 1, "the revocation is pending");
+    // The poll thread never finishes it. The broker fences A at sent + rebalance timeout at the
+    // latest; A must give everything up by then, not when the answer came plus that timeout.
+    h.run_until(100, |h| !h.members[a].lost().is_empty());
+    match h.members[a].lost()[0] {
+        Event::Lost { cause, .. } => assert_eq!(*cause, LostCause::RevocationTimedOut),
+        _ => unreachable!(),
+    }
+    assert!(
+        h.now <= sent_at + REBALANCE_TIMEOUT + TICK,
+        "lost {:?} after the send",
+        h.now - sent_at
+    );
+}
