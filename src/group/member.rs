@@ -367,13 +367,7 @@ impl GroupMember {
             return Err(failure);
         }
         let (lost, fatal) = self.shared.lock().take_reports();
-        for (partitions, reason) in lost {
-            for event in on_lost(&partitions) {
-                if let RebalanceEvent::Lost(partitions) = event {
-                    listener.on_partitions_lost(&partitions, &reason);
-                }
-            }
-        }
+        report_lost(listener, lost);
         match fatal {
             Some(fatal) => Err(GroupError::Fatal(fatal)),
             None => Ok(()),
@@ -428,7 +422,11 @@ impl GroupMember {
     /// last, which lets the membership go on (the cooperative follow-up round). A loss detected
     /// meanwhile stops the rest; the next poll reports it.
     fn apply_pending(&mut self, listener: &mut dyn RebalanceListener) {
-        let Some(pending) = self.shared.lock().pending().cloned() else {
+        // Losses detected since `report_losses` ran go first: the change may reassign the same
+        // partitions, and a loss reported after it would mark them lost in the guard again.
+        let (lost, pending) = self.shared.lock().take_change();
+        report_lost(listener, lost);
+        let Some(pending) = pending else {
             return;
         };
         let me = pending.identity.clone();
@@ -557,6 +555,17 @@ impl Drop for GroupMember {
             // exits then, sending nothing more. Dropping does not wait for that.
             if !beside {
                 let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// Tells the listener about losses the session recorded (already fenced through the lost hook).
+fn report_lost(listener: &mut dyn RebalanceListener, lost: Vec<(Vec<TopicPartition>, LostReason)>) {
+    for (partitions, reason) in lost {
+        for event in on_lost(&partitions) {
+            if let RebalanceEvent::Lost(partitions) = event {
+                listener.on_partitions_lost(&partitions, &reason);
             }
         }
     }

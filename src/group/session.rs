@@ -445,6 +445,17 @@ impl SessionState {
         !self.lost.is_empty() || self.fatal.is_some()
     }
 
+    /// What the poll thread applies at a batch boundary, read together: the losses not reported
+    /// yet (taken) and the decided change (left pending until applied). A loss queued before the
+    /// change was decided comes first, so its report can never follow, and undo in the guard,
+    /// a later reassignment of the same partitions; a loss after it voids the change (see
+    /// [`lose`](Self::lose)).
+    pub(crate) fn take_change(
+        &mut self,
+    ) -> (Vec<(Vec<TopicPartition>, LostReason)>, Option<Pending>) {
+        (std::mem::take(&mut self.lost), self.pending.clone())
+    }
+
     /// The losses (already fenced) and the fatal error the poll thread must still report.
     pub(crate) fn take_reports(
         &mut self,

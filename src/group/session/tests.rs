@@ -154,7 +154,13 @@ impl TestMember {
     /// revocations (committing as its generation through `commit`), then its assignment, each
     /// acknowledged; the change cleared last.
     fn apply_pending(&mut self, mut commit: impl FnMut(&mut SessionState, &MemberIdentity)) {
-        let Some(pending) = self.session.pending().cloned() else {
+        let (lost, pending) = self.session.take_change();
+        for (partitions, reason) in lost {
+            if !partitions.is_empty() {
+                self.callbacks.push(Callback::Lost { partitions, reason });
+            }
+        }
+        let Some(pending) = pending else {
             return;
         };
         let me = pending.identity.clone();
@@ -1345,8 +1351,16 @@ fn a_loss_before_the_poll_thread_applied_a_decided_change_voids_it() {
         Err(CommitRefusal::GenerationOver { .. })
     ));
     a.apply_pending(|_, _| panic!("nothing of a void change is committed"));
+    // Nothing of the change ran; the loss reached the listener, once.
+    assert_eq!(
+        a.take_callbacks(),
+        vec![lost(
+            &[0, 1, 2, 3],
+            LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION)
+        )]
+    );
+    assert!(a.report().is_none());
     assert!(a.take_callbacks().is_empty());
-    report_every_partition_lost(&mut a, LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION));
 }
 
 #[test]
@@ -1422,4 +1436,36 @@ fn the_membership_thread_waits_for_the_first_poll_before_joining() {
     assert_eq!(member.session.round_due(), None);
     member.session.enter_poll();
     assert_eq!(member.session.round_due().as_deref(), Some("initial join"));
+}
+
+#[test]
+fn a_loss_detected_before_a_reassignment_of_the_same_partitions_is_reported_before_it() {
+    let (_c, mut a) = alone(Strategy::CooperativeSticky);
+    // The poll thread has just reported losses (none) and is about to apply the pending change.
+    assert!(a.report().is_none());
+    assert!(a.take_callbacks().is_empty());
+    // Meanwhile, on the membership thread: the session expires (fenced at once), the member
+    // rejoins (KIP-848: a new epoch) and gets the same partitions back as a pending change.
+    a.session.lose(LostReason::SessionExpired, false);
+    let again = MemberIdentity {
+        generation_id: 7,
+        member_id: "member-1".to_string(),
+    };
+    assert!(a.session.member_epoch_is(&again));
+    assert!(a
+        .session
+        .post_change(&again, RebalanceEvent::Assign(tps(&[0, 1, 2, 3])), None));
+    // The poll thread applies the change: the loss, detected before the reassignment, must reach
+    // the listener (and the guard) before it, never after, or the guard would mark the
+    // partitions lost again while the membership owns them.
+    a.apply_pending(|_, _| {});
+    a.report();
+    assert_eq!(
+        a.take_callbacks(),
+        vec![
+            lost(&[0, 1, 2, 3], LostReason::SessionExpired),
+            assigned(7, &[0, 1, 2, 3])
+        ]
+    );
+    assert_eq!(a.session.owned(), tps(&[0, 1, 2, 3]).as_slice());
 }
