@@ -233,6 +233,14 @@ impl Consumer {
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
         self.drive_group(timeout)?;
+        let bound = self.guard.session_bound();
+        if bound.is_expired(Instant::now()) {
+            // Every admission would be refused (SessionExpired) until a heartbeat is answered:
+            // wait for that, or for the membership's news, as long as the caller allows, instead
+            // of handing out a batch that stops at once and polling again in a spin.
+            self.member.wait_while_session_lapsed(&bound, timeout);
+            self.drive_group(Duration::ZERO)?;
+        }
         // Records released without their effect are read again before anything new of their
         // partitions is fetched.
         self.intake.redeliver_released(&self.guard);

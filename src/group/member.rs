@@ -322,6 +322,36 @@ impl GroupMember {
         }
     }
 
+    /// Waits, for at most `timeout`, while `bound` says the session may have expired: until an
+    /// answer renews it, or the membership has something for the poll thread (a loss, a change,
+    /// a failure, a death, a close). While the bound has lapsed every admission is refused, so
+    /// the poll loop calls this instead of returning at once into another refused batch, which
+    /// would spin. Checks the bound at least every 50 ms (a renewal does not wake the condvar).
+    pub fn wait_while_session_lapsed(&self, bound: &crate::guard::SessionBound, timeout: Duration) {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.shared.lock();
+        loop {
+            let now = Instant::now();
+            if !bound.is_expired(now)
+                || state.has_reports()
+                || state.pending().is_some()
+                || state.died().is_some()
+                || state.phase() == Phase::Closed
+                || self.shared.has_failure()
+            {
+                return;
+            }
+            let left = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(now),
+                None => Duration::from_secs(1),
+            };
+            if left.is_zero() {
+                return;
+            }
+            state = self.shared.wait(state, left.min(Duration::from_millis(50)));
+        }
+    }
+
     /// Cooperative: waits until the membership thread has something for this thread (a decided
     /// change, a loss, a failure) or the member is stable, closed, or `deadline` passed. False
     /// when the deadline passed first.

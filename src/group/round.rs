@@ -51,6 +51,15 @@ impl Round<'_> {
     /// posts the change for the poll thread (revocations fenced at once). On failure the session
     /// is back to unjoined with the rejoin still pending.
     pub(crate) fn run(&mut self, reason: &str) -> Result<(), Step> {
+        let result = self.run_held(reason);
+        // After the answers renewed the session (or the round failed): not before, or the bound
+        // could lapse for an instant between the two.
+        self.shared.lock().release_session();
+        result
+    }
+
+    /// [`run`](Self::run), with the session held from the JoinGroup's send on.
+    fn run_held(&mut self, reason: &str) -> Result<(), Step> {
         let start = self.shared.lock().join();
         self.still_open()?;
         let joined = self.send_join(&start, reason)?;
@@ -136,18 +145,11 @@ impl Round<'_> {
         what: &str,
         send: impl FnOnce(&mut wire::Connection) -> Result<T, WireError>,
     ) -> Result<T, Step> {
-        let shared = self.shared;
         let result = self.coordinator().and_then(|node| {
             self.client
                 .connection(node)
                 .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
-                .and_then(|conn| {
-                    // While the request is at the coordinator, our session cannot expire.
-                    shared.lock().request_sent();
-                    let sent = send(conn);
-                    shared.lock().request_done();
-                    sent.map_err(|e| Step::Retry(format!("{what} failed: {e}")))
-                })
+                .and_then(|conn| send(conn).map_err(|e| Step::Retry(format!("{what} failed: {e}"))))
         });
         if result.is_err() {
             self.client.invalidate_coordinator(&self.config.group_id);
@@ -176,6 +178,8 @@ impl Round<'_> {
         };
         let identity = &start.identity;
         let sent = Instant::now();
+        // The coordinator keeps a member it holds in the join (and then in the sync) alive.
+        self.shared.lock().hold_session(sent);
         let outcome = self.with_coordinator(reason, "JoinGroup", |conn| {
             requests::join_group(conn, identity, &params)
         })?;

@@ -195,9 +195,11 @@ pub(crate) struct SessionState {
     /// running the rebalance callbacks): that time is the library's, not the handler's, so it
     /// does not count against `max.poll.interval.ms`.
     in_poll: bool,
-    /// True while a JoinGroup or SyncGroup of ours is at the coordinator: it does not expire a
-    /// member it holds in a join, so the session clock cannot run out meanwhile.
-    request_in_flight: bool,
+    /// While a round of ours (JoinGroup, then SyncGroup) is at the coordinator: the JoinGroup's
+    /// send time. The coordinator does not expire a member waiting in a join or a sync, and ends
+    /// either wait within the rebalance timeout (`max.poll.interval.ms`) from there at the
+    /// latest, so the session clock cannot run out before that.
+    held_since: Option<Instant>,
     last_heartbeat_ok: Instant,
     /// Shared with the guard: renewed here, read by whoever is about to act on a lease.
     session_bound: Option<Arc<SessionBound>>,
@@ -233,7 +235,7 @@ impl SessionState {
             fatal: None,
             last_poll: now,
             in_poll: false,
-            request_in_flight: false,
+            held_since: None,
             last_heartbeat_ok: now,
             session_bound: None,
             hook,
@@ -360,15 +362,33 @@ impl SessionState {
         }
     }
 
-    /// A JoinGroup or SyncGroup is at the coordinator now: it holds us in the join, so the
-    /// session cannot expire meanwhile.
-    pub(crate) fn request_sent(&mut self) {
-        self.request_in_flight = true;
+    /// A round's JoinGroup sent at `join_sent` is at the coordinator (and its SyncGroup after
+    /// it): the session, and the bound leases are checked against, hold until the round ends,
+    /// for at most the rebalance timeout from `join_sent`.
+    pub(crate) fn hold_session(&mut self, join_sent: Instant) {
+        self.held_since = Some(join_sent);
+        if let Some(bound) = &self.session_bound {
+            let until = join_sent
+                .checked_add(self.timeouts.max_poll_interval)
+                .unwrap_or(join_sent);
+            bound.hold(until);
+        }
     }
 
-    /// The JoinGroup or SyncGroup came back (answered or failed).
-    pub(crate) fn request_done(&mut self) {
-        self.request_in_flight = false;
+    /// The round ended (its answers renewed the session first, or it failed): the session runs
+    /// on its renewals again.
+    pub(crate) fn release_session(&mut self) {
+        self.held_since = None;
+        if let Some(bound) = &self.session_bound {
+            bound.release();
+        }
+    }
+
+    /// True while a round of ours holds the session at `now` (see [`Self::hold_session`]).
+    fn session_held(&self, now: Instant) -> bool {
+        self.held_since.is_some_and(|since| {
+            now.saturating_duration_since(since) < self.timeouts.max_poll_interval
+        })
     }
 
     /// The application's thread entered `poll`: from now on its time is the library's.
@@ -775,10 +795,10 @@ impl SessionState {
     pub(crate) fn heartbeat_due(&mut self, now: Instant) -> HeartbeatDue {
         if self.phase != Phase::Stable {
             // Rejoining, a cooperative member still holds the partitions it keeps. If the
-            // coordinator has not heard from it for a session (no request of ours is there now,
-            // and none succeeded for session.timeout.ms), it has very likely evicted us and
-            // handed them on: fence them, as when stable.
-            if !self.owned.is_empty() && !self.request_in_flight && self.session_expired(now) {
+            // coordinator has not heard from it for a session (no round of ours holds it there
+            // now, and no request succeeded for session.timeout.ms), it has very likely evicted
+            // us and handed them on: fence them, as when stable.
+            if !self.owned.is_empty() && !self.session_held(now) && self.session_expired(now) {
                 self.lose(LostReason::SessionExpired, false);
             }
             return HeartbeatDue::Skip;

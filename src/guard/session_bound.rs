@@ -19,7 +19,7 @@
 //! process is stopped or starved of CPU. It does not count while the whole machine is suspended
 //! (a VM paused by its host, a laptop asleep): such a stall is not detected by this bound.
 //!
-//! Lock-free (one atomic), so it can be read under the guard's lock and written by the
+//! Lock-free (two atomics), so it can be read under the guard's lock and written by the
 //! heartbeat thread under the membership's lock without ordering the two locks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +33,10 @@ pub struct SessionBound {
     /// Nanoseconds after `base` at which the session may have expired, plus one; 0 means
     /// unbounded.
     until: AtomicU64,
+    /// Encoded like `until`: while a request of ours is held at the coordinator (a JoinGroup
+    /// waiting for the group), which does not expire a member it holds, the session lasts at
+    /// least until here whatever the renewals say; 0 when nothing is held.
+    held: AtomicU64,
 }
 
 impl Default for SessionBound {
@@ -47,6 +51,7 @@ impl SessionBound {
         SessionBound {
             base: Instant::now(),
             until: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         }
     }
 
@@ -65,6 +70,20 @@ impl SessionBound {
         self.until.fetch_max(encoded, Ordering::AcqRel);
     }
 
+    /// The coordinator holds a request of ours and keeps the member meanwhile, at most until
+    /// `until` (the request's send time plus the rebalance timeout): the bound does not lapse
+    /// before then, until [`release`](Self::release).
+    pub fn hold(&self, until: Instant) {
+        self.held
+            .store(self.encode(until).max(1), Ordering::Release);
+    }
+
+    /// The held request came back (answered, which renewed the bound first, or failed): the
+    /// bound is the renewals' again.
+    pub fn release(&self) {
+        self.held.store(0, Ordering::Release);
+    }
+
     /// True once `now` is past the bound: the coordinator may have evicted the member.
     pub fn is_expired(&self, now: Instant) -> bool {
         self.expired_on(&|| now)
@@ -75,7 +94,10 @@ impl SessionBound {
     pub(crate) fn expired_on(&self, now: &dyn Fn() -> Instant) -> bool {
         match self.until.load(Ordering::Acquire) {
             0 => false,
-            until => self.encode(now()) >= until,
+            until => {
+                let now = self.encode(now());
+                now >= until && now >= self.held.load(Ordering::Acquire)
+            }
         }
     }
 
@@ -83,7 +105,10 @@ impl SessionBound {
     pub fn valid_until(&self) -> Option<Instant> {
         match self.until.load(Ordering::Acquire) {
             0 => None,
-            until => self.base.checked_add(Duration::from_nanos(until - 1)),
+            until => {
+                let until = until.max(self.held.load(Ordering::Acquire));
+                self.base.checked_add(Duration::from_nanos(until - 1))
+            }
         }
     }
 }
@@ -109,5 +134,19 @@ mod tests {
         bound.renew(t0 + Duration::from_secs(2), Duration::from_secs(6));
         assert!(!bound.is_expired(t0 + Duration::from_millis(7999)));
         assert_eq!(bound.valid_until(), Some(t0 + Duration::from_secs(8)));
+    }
+
+    #[test]
+    fn a_hold_keeps_the_bound_until_its_limit_and_a_release_gives_it_back_to_the_renewals() {
+        let bound = SessionBound::unbounded();
+        let t0 = Instant::now();
+        bound.renew(t0, Duration::from_secs(6));
+        bound.hold(t0 + Duration::from_secs(30));
+        assert!(!bound.is_expired(t0 + Duration::from_secs(29)));
+        assert!(bound.is_expired(t0 + Duration::from_secs(30)));
+        assert_eq!(bound.valid_until(), Some(t0 + Duration::from_secs(30)));
+        bound.release();
+        assert!(bound.is_expired(t0 + Duration::from_secs(6)));
+        assert_eq!(bound.valid_until(), Some(t0 + Duration::from_secs(6)));
     }
 }

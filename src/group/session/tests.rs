@@ -255,7 +255,7 @@ impl TestMember {
             protocols,
         };
         let sent = c.now();
-        self.session.request_sent();
+        self.session.hold_session(sent);
         self.round = Some(Round {
             reason,
             start,
@@ -281,7 +281,6 @@ impl TestMember {
     }
 
     fn join_answered(&mut self, reply: JoinReply) -> Result<Option<Joined>, Refusal> {
-        self.session.request_done();
         let round = self.round.as_mut().expect("a join in flight");
         let answer = JoinAnswer {
             error_code: reply.error_code,
@@ -301,6 +300,7 @@ impl TestMember {
             }
             Err(refusal) => {
                 self.round = None;
+                self.session.release_session();
                 Err(refusal)
             }
         }
@@ -356,7 +356,6 @@ impl TestMember {
         if let Some(round) = self.round.as_mut() {
             round.sync_sent = Some(sent);
         }
-        self.session.request_sent();
         match c.sync(
             &joined.identity.member_id,
             joined.identity.generation_id,
@@ -384,12 +383,15 @@ impl TestMember {
         bytes: &[u8],
         mut during_revoke: impl FnMut(&mut SessionState),
     ) -> Result<bool, Refusal> {
-        self.session.request_done();
         let round = self.round.take().expect("a sync in flight");
         let me = round.joined.clone().expect("joined").identity;
         let sent = round.sync_sent.expect("sync sent");
-        self.session
-            .synced(sent, &me, code, &round.reason, &ctx(&self.instance))?;
+        let synced = self
+            .session
+            .synced(sent, &me, code, &round.reason, &ctx(&self.instance));
+        // The round is over: released after the answer renewed the session, as `Round::run`.
+        self.session.release_session();
+        synced?;
         let assigned = decode_assignment(bytes).expect("our own assignment bytes");
         if self.beside {
             // The membership thread: the decision waits for the poll thread.
@@ -961,13 +963,13 @@ fn a_cooperative_member_rejoining_loses_its_partitions_when_the_session_runs_out
     // A's JoinGroup is held at the coordinator (it waits for nobody here, but say it is slow):
     // the session cannot expire meanwhile.
     a.session.join();
-    a.session.request_sent();
+    a.session.hold_session(c.now());
     c.advance(SESSION * 2);
     assert_eq!(a.session.heartbeat_due(c.now()), HeartbeatDue::Skip);
     assert!(a.fenced().is_empty());
     // The request came back without an answer and nothing renewed the session: lost.
-    a.session.request_done();
     a.session.round_failed("the group is rebalancing");
+    a.session.release_session();
     assert_eq!(a.session.heartbeat_due(c.now()), HeartbeatDue::Skip);
     assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
     assert_eq!(a.member_id(), "member-1");
@@ -1030,7 +1032,9 @@ fn every_answered_request_renews_the_session_bound_from_its_send_time() {
     assert_eq!(a.bound.valid_until(), None);
     let join_sent = c.now();
     a.start_join(&mut c).expect("join");
-    assert_eq!(a.bound.valid_until(), Some(join_sent + SESSION));
+    // Renewed from the join's send; held, while the round is at the coordinator, for the
+    // rebalance timeout from there.
+    assert_eq!(a.bound.valid_until(), Some(join_sent + MAX_POLL));
     c.advance(Duration::from_secs(1));
     a.sync(&mut c, &four_partitions()).expect("sync");
     assert_eq!(
@@ -1468,4 +1472,35 @@ fn a_loss_detected_before_a_reassignment_of_the_same_partitions_is_reported_befo
         ]
     );
     assert_eq!(a.session.owned(), tps(&[0, 1, 2, 3]).as_slice());
+}
+
+#[test]
+fn a_join_held_at_the_coordinator_keeps_the_session_bound_for_at_most_the_rebalance_timeout() {
+    let (mut c, mut a) = alone(Strategy::CooperativeSticky);
+    let mut b = TestMember::new(Strategy::CooperativeSticky, None, c.now());
+    settle(&mut c, &mut [&mut a, &mut b], &four_partitions());
+    a.take_callbacks();
+    b.take_callbacks();
+    assert!(!a.session.owned().is_empty());
+    // A rebalance begins. A rejoins at once; B is slow to (its poll thread has not applied its
+    // last change yet) but keeps heartbeating: the coordinator holds A's JoinGroup meanwhile.
+    c.begin_rebalance();
+    a.tick(&mut c);
+    let join_sent = c.now();
+    assert!(matches!(a.start_join(&mut c), Ok(None)), "the join is held");
+    for _ in 0..5 {
+        c.advance(TICK);
+        b.tick(&mut c);
+        assert_eq!(a.session.heartbeat_due(c.now()), HeartbeatDue::Skip);
+    }
+    // Longer than a session: the coordinator does not expire a member it holds in a join, so
+    // the partitions A keeps stay trusted (their records are admitted, not refused).
+    assert!(c.now() > join_sent + SESSION);
+    assert!(a.fenced().is_empty());
+    assert!(
+        !a.bound.is_expired(c.now()),
+        "the bound lapsed while the join was held"
+    );
+    // Never past the rebalance timeout from the send: by then the coordinator ended the join.
+    assert!(a.bound.is_expired(join_sent + MAX_POLL));
 }
