@@ -13,7 +13,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
-use support::consumer::{committed, config, produce_to_each_partition, wait_until};
+use rebalance_guard::wire::{Client, ClientConfig, Record};
+use rebalance_guard::TopicPartition;
+use support::consumer::{
+    committed, config, produce_to_each_partition, produce_until_accepted, value_records, wait_until,
+};
 use support::{unique_name, Broker, BrokerKind};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -293,4 +297,116 @@ fn hung_handlers_on_several_partitions_cost_one_drain_timeout_kafka() {
     result.expect("run");
     drop(a.close());
     drop(b.close());
+}
+
+/// A failed record comes again even when a later record of its partition enters the guard as
+/// already finished after the failure (here a refused duplicate: its order id was applied at an
+/// earlier offset). The failure used to take the record out of the guard (a rewind), the poll
+/// thread went on admitting the partition's later records, the duplicate moved the position
+/// past the failed offset as if it had been compacted away, the intake's rewind at the end of
+/// the run was then refused, and the failed order was never applied while the group committed
+/// past it.
+#[test]
+fn a_failed_record_comes_again_when_a_later_record_enters_as_finished_after_the_failure_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("fail-dup");
+    let group = unique_name("fail-dup-group");
+    broker.create_topic(&topic, 1);
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let mut client =
+        Client::connect(ClientConfig::from_bootstrap_str(&broker.bootstrap())).expect("client");
+    let orders = |ids: &[&str]| value_records(ids.iter().map(|id| id.to_string()));
+    produce_until_accepted(
+        &mut client,
+        &tp,
+        &orders(&["ord-0", "ord-1", "ord-2", "ord-3", "ord-4", "ord-5"]),
+        "orders 0..5",
+    );
+    // The fetch waits long at the broker, so the records produced after the failure arrive in
+    // a fetch that was already waiting when the record failed.
+    let settings = [("fetch.max.wait.ms", "3000")];
+    let order_id = |record: &Record| -> Option<String> {
+        record
+            .value
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let mut consumer =
+        Consumer::subscribe(config(&broker.bootstrap(), &group, &settings), &[&topic])
+            .expect("subscribe")
+            .with_idempotency_key(order_id);
+    let view = consumer.guard_view();
+    let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let failed = Arc::new(AtomicBool::new(false));
+    let (log, fail) = (applied.clone(), failed.clone());
+    let run = thread::spawn(move || {
+        let stop = AtomicBool::new(false);
+        let result = consumer.run_with_workers(&stop, 1, 16, move |record, _ctx| {
+            if record.offset == 5 && !fail.load(Ordering::SeqCst) {
+                // Long enough for the poll thread to be waiting in its next fetch.
+                thread::sleep(Duration::from_millis(300));
+                fail.store(true, Ordering::SeqCst);
+                return Err(std::io::Error::other("the exchange said no"));
+            }
+            log.lock()
+                .unwrap()
+                .push(order_id(record).expect("an order id"));
+            Ok(())
+        });
+        (consumer, result)
+    });
+    wait_until("offset 5 failed and was taken back", WAIT, || {
+        failed.load(Ordering::SeqCst)
+            && view
+                .snapshot()
+                .partitions
+                .iter()
+                .any(|p| p.released > 0 || p.highest_admitted == Some(4))
+    });
+    // After the failure: a repeat of ord-1 (refused as a duplicate, so finished at once) and a
+    // new order.
+    produce_until_accepted(
+        &mut client,
+        &tp,
+        &orders(&["ord-1", "ord-7"]),
+        "orders 6, 7",
+    );
+    let (mut consumer, result) = run.join().expect("first run");
+    assert!(
+        matches!(result, Err(ConsumerError::Handler { offset: 5, .. })),
+        "the run ends with the handler's error: {result:?}"
+    );
+    // The next run applies ord-5 and ord-7 and commits the end of the partition.
+    let log = applied.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = stop.clone();
+    let (bootstrap, watch_group, watch_topic) = (broker.bootstrap(), group.clone(), topic.clone());
+    thread::spawn(move || {
+        wait_until("the partition committed to its end", WAIT, || {
+            committed(&bootstrap, &watch_group, &watch_topic, 1)[&0] == Some(8)
+        });
+        stopper.store(true, Ordering::SeqCst);
+    });
+    let result = within(WAIT + Duration::from_secs(5), move || {
+        let result = consumer.run_with_workers(&stop, 1, 16, move |record, _ctx| {
+            log.lock()
+                .unwrap()
+                .push(order_id(record).expect("an order id"));
+            Ok::<(), std::io::Error>(())
+        });
+        consumer.close().expect("close");
+        result
+    });
+    result.expect("second run");
+    let applied = applied.lock().unwrap().clone();
+    for id in [
+        "ord-0", "ord-1", "ord-2", "ord-3", "ord-4", "ord-5", "ord-7",
+    ] {
+        assert_eq!(
+            applied.iter().filter(|a| *a == id).count(),
+            1,
+            "{id} applied exactly once: {applied:?}"
+        );
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rebalance_guard::guard::{
     AdmitError, BoxError, CommitFailure, CommitOffset, CompleteError, FlushBatch, GuardConfig,
-    HandoffStage, ManualClock, OwnerStatus, RebalanceGuard, RewindError,
+    HandoffStage, Lease, ManualClock, OwnerStatus, RebalanceGuard, RewindError,
 };
 use rebalance_guard::TopicPartition;
 
@@ -623,22 +623,35 @@ fn rewind_lets_unfinished_work_be_admitted_again_but_never_finished_work() {
     let guard = guard();
     guard.assign(&[tp(0)]);
     let first = admit(&guard, 0, 0);
-    admit(&guard, 0, 1);
+    let second = admit(&guard, 0, 1);
     admit(&guard, 0, 2);
     guard.complete(&first).unwrap();
-    guard.rewind(&tp(0), 1).unwrap();
+    guard.rewind(&second).unwrap();
     admit(&guard, 0, 1); // same key and offset: neither a duplicate nor a regression
     assert!(matches!(
-        guard.rewind(&tp(0), 0),
+        guard.rewind(&first),
         Err(RewindError::PastFinishedWork {
             finished_offset: 0,
             ..
         })
     ));
+    let elsewhere = Lease {
+        tp: tp(9),
+        ..first.clone()
+    };
     assert!(matches!(
-        guard.rewind(&tp(9), 0),
+        guard.rewind(&elsewhere),
         Err(RewindError::NotOwned { .. })
     ));
+    // A lease of an earlier assignment cannot take back the current one's work.
+    guard.lost(&[tp(0)]);
+    guard.assign(&[tp(0)]);
+    let current = admit(&guard, 0, 1);
+    assert!(matches!(
+        guard.rewind(&second),
+        Err(RewindError::NotOwned { .. })
+    ));
+    guard.complete(&current).unwrap();
 }
 
 /// Committed positions a commit of the guard's progress would send now, by partition.
@@ -653,40 +666,36 @@ fn committable(guard: &Guard) -> BTreeMap<i32, i64> {
     sent
 }
 
-// Hand out 10, 11, 12; 12 completes first, then 10 fails. The failed record and everything after
-// it must come again (12 included: a rewind that kept it would leave a gap the commit can never
-// close), and nothing at or after 10 may be committed.
+// Hand out 10, 11, 12; 12 completes first, then 10 fails. The failed record is released: it
+// must come again, nothing at or after 10 may be committed, and the work that did happen (12) or
+// is still under way (11) is not taken back.
 #[test]
-fn a_failed_record_comes_again_with_everything_after_it_even_if_a_later_one_completed() {
+fn a_failed_record_comes_again_and_blocks_the_position_while_later_work_still_counts() {
     let guard = guard();
     guard.assign(&[tp(0)]);
     let leases: Vec<_> = (10..=12).map(|o| admit(&guard, 0, o)).collect();
     guard.complete(&leases[2]).unwrap();
     guard
-        .rewind(&tp(0), 10)
-        .expect("a failed record rewinds even past later completed work");
+        .release(&leases[0])
+        .expect("a failed record is released even before later completed work");
     assert_eq!(
         committable(&guard),
         BTreeMap::new(),
         "nothing at or after 10 finished in order"
     );
-    assert!(
-        matches!(
-            guard.complete(&leases[1]),
-            Err(CompleteError::NotPending { .. })
-        ),
-        "11 was rewound: its completion is not progress any more"
-    );
-    // Redelivered: 10 and 11 are admitted again; 12, whose effect already happened, is
-    // recognised by its idempotency key, and counts as finished.
-    let again: Vec<_> = (10..=11).map(|o| admit(&guard, 0, o)).collect();
-    assert!(matches!(
-        guard.process_message(&tp(0), 12, Some("order-0-12".to_string()), ()),
-        Err(AdmitError::Duplicate { offset: 12, .. })
-    ));
-    guard.complete(&again[0]).unwrap();
-    assert_eq!(committable(&guard), BTreeMap::from([(0, 11)]));
-    guard.complete(&again[1]).unwrap();
+    guard
+        .complete(&leases[1])
+        .expect("11 was running on another thread: its effect happened and counts");
+    assert_eq!(guard.take_redeliveries(), vec![(tp(0), 10)]);
+    // Read again from 10: 10 is admitted again; 11 and 12, whose effects happened, are known.
+    let again = admit(&guard, 0, 10);
+    for offset in [11, 12] {
+        assert!(matches!(
+            guard.process_message(&tp(0), offset, Some(format!("order-0-{offset}")), ()),
+            Err(AdmitError::AlreadyAdmitted { .. })
+        ));
+    }
+    guard.complete(&again).unwrap();
     assert_eq!(
         committable(&guard),
         BTreeMap::from([(0, 13)]),
@@ -694,14 +703,14 @@ fn a_failed_record_comes_again_with_everything_after_it_even_if_a_later_one_comp
     );
 }
 
-// The other order: 10 fails first, then the later record 12 completes. The rewind already took
-// 12 back, so its completion counts for nothing and the commit stays below 10.
+// A record taken back with `rewind` (the consumer could not hand it on) takes everything after
+// it back too: a later completion counts for nothing and the commit stays below it.
 #[test]
 fn a_completion_after_the_rewind_of_an_earlier_record_is_not_progress() {
     let guard = guard();
     guard.assign(&[tp(0)]);
     let leases: Vec<_> = (10..=12).map(|o| admit(&guard, 0, o)).collect();
-    guard.rewind(&tp(0), 10).unwrap();
+    guard.rewind(&leases[0]).unwrap();
     assert!(matches!(
         guard.complete(&leases[2]),
         Err(CompleteError::NotPending { offset: 12, .. })

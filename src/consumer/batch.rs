@@ -12,7 +12,6 @@ use std::time::Instant;
 use crate::group::GroupMember;
 use crate::guard::{AdmitError, CompleteError, IdempotencyKey, Lease};
 use crate::wire::Record;
-use crate::TopicPartition;
 
 use super::context::Guard;
 use super::intake::Intake;
@@ -61,7 +60,7 @@ pub struct Batch<'a> {
     /// Handed-out records not completed yet, in the order handed out. Few at a time (one in
     /// `run`), and usually settled first in, first out, so a queue searched from the front
     /// costs O(1) per record where a map rebuilt per batch grew with the partition count.
-    outstanding: VecDeque<(TopicPartition, i64)>,
+    outstanding: VecDeque<Lease>,
     /// When the last completed record was handed out, its processing time not measured yet:
     /// the next [`Batch::next`] measures it with the clock reading it takes anyway, so a record
     /// costs one clock read, not two.
@@ -145,7 +144,7 @@ impl Batch<'_> {
             {
                 Ok(lease) => {
                     self.handed += 1;
-                    self.outstanding.push_back((tp, record.offset));
+                    self.outstanding.push_back(lease.clone());
                     return Some(Delivery {
                         record,
                         lease,
@@ -209,11 +208,13 @@ impl Batch<'_> {
         }
     }
 
-    /// The handler failed: the record (and the rest of its partition) will be delivered again.
+    /// The handler failed: the record will be delivered again, before anything later of its
+    /// partition that this batch has not handed out yet. It is released in the guard, so nothing
+    /// is committed past it, even while its partition is being revoked.
     pub fn fail(&mut self, delivery: Delivery) {
         self.settle(&delivery);
-        let tp = delivery.lease.tp.clone();
-        self.rewind(&tp, delivery.record.offset);
+        self.release(&delivery.lease);
+        self.intake.redeliver_released(self.guard);
     }
 
     /// Hands the record to another thread (the worker pool): it stays pending in the guard (the
@@ -221,7 +222,7 @@ impl Batch<'_> {
     /// completes it through the guard.
     ///
     /// Crate-internal: a user who could take a record out of the batch's tracking could commit
-    /// past it; the pool completes or rewinds every record it takes.
+    /// past it; the pool completes or releases every record it takes.
     pub(crate) fn hand_off(&mut self, delivery: Delivery) -> (Record, Lease) {
         self.settle(&delivery);
         (delivery.record, delivery.lease)
@@ -230,50 +231,45 @@ impl Batch<'_> {
     /// Takes back a record that could not be handed off (its worker's queue was full): it is
     /// un-admitted and becomes the next record of its partition again.
     pub(crate) fn put_back(&mut self, record: Record, lease: Lease) {
-        match self.guard.rewind(&lease.tp, lease.offset) {
+        match self.guard.rewind(&lease) {
             Ok(()) => self.intake.push_front(lease.tp, record),
             Err(error) => log::warn!("{error}"),
         }
     }
 
     fn settle(&mut self, delivery: &Delivery) {
-        let (tp, offset) = (&delivery.lease.tp, delivery.record.offset);
-        if let Some((t, o)) = self.outstanding.front() {
-            if *o == offset && t == tp {
-                self.outstanding.pop_front();
-                return;
-            }
+        let lease = &delivery.lease;
+        if self.outstanding.front() == Some(lease) {
+            self.outstanding.pop_front();
+            return;
         }
-        if let Some(at) = self
-            .outstanding
-            .iter()
-            .position(|(t, o)| *o == offset && t == tp)
-        {
+        if let Some(at) = self.outstanding.iter().position(|l| l == lease) {
             self.outstanding.remove(at);
         }
     }
 
-    /// Forgets everything of `tp` from `offset` on and fetches it again from there.
-    fn rewind(&mut self, tp: &TopicPartition, offset: i64) {
-        if self.intake.rewind(self.guard, tp, offset) {
-            self.outstanding.retain(|(t, o)| t != tp || *o < offset);
+    /// Gives a handed-out record back without its effect (see `RebalanceGuard::release`).
+    fn release(&self, lease: &Lease) {
+        if let Err(error) = self.guard.release(lease) {
+            log::warn!("{error}");
         }
     }
 }
 
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        // The lowest abandoned offset of each partition, in the order first handed out.
-        let mut abandoned: Vec<(TopicPartition, i64)> = Vec::new();
-        for (tp, offset) in &self.outstanding {
-            match abandoned.iter_mut().find(|(t, _)| t == tp) {
-                Some((_, lowest)) => *lowest = (*lowest).min(*offset),
-                None => abandoned.push((tp.clone(), *offset)),
-            }
+        // Abandoned records are released: each comes again, and nothing is committed past it.
+        let abandoned = std::mem::take(&mut self.outstanding);
+        for lease in &abandoned {
+            log::warn!(
+                "{}: record {} was handed out but never completed; it comes again",
+                lease.tp,
+                lease.offset
+            );
+            self.release(lease);
         }
-        for (tp, offset) in abandoned {
-            log::warn!("{tp}: record {offset} was handed out but never completed; rewinding");
-            self.rewind(&tp, offset);
+        if !abandoned.is_empty() {
+            self.intake.redeliver_released(self.guard);
         }
         if let Some(handed_at) = self.unmeasured.take() {
             self.sizer.record_processed(handed_at.elapsed());

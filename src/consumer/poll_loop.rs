@@ -460,10 +460,6 @@ impl WorkSource for Consumer {
         self.handoffs.drain = drain;
     }
 
-    fn rewind(&mut self, tp: &TopicPartition, offset: i64) -> bool {
-        self.intake.rewind(&self.guard, tp, offset)
-    }
-
     fn settings(&self) -> &ConsumerConfig {
         &self.config
     }

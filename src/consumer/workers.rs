@@ -29,13 +29,14 @@
 //! lost partition starts afterwards.
 //!
 //! A handler that fails (an error or a panic, caught on the worker) stops its partition: the
-//! record is taken back out of the guard at once (so neither a commit nor a drain waits for it),
-//! nothing later of that partition starts, and the run ends with the error naming the partition
-//! and offset. Stopping (the stop flag, or a failure) cancels what has not started and waits for
-//! what has, once, for at most `revoke.drain.timeout.ms`; cancelled and failed records come again
-//! on the next run.
+//! record is released in the guard at once (so neither a commit nor a drain waits for it, and
+//! the position can never pass it, whatever enters the guard after it), nothing later of that
+//! partition starts (each is released too), and the run ends with the error naming the
+//! partition and offset. Stopping (the stop flag, or a failure) releases what has not started
+//! and waits for what has, once, for at most `revoke.drain.timeout.ms`. Released records come
+//! again: the next poll reads their partitions again from the lowest of them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -53,17 +54,15 @@ use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::error::ConsumerError;
 
 /// What the pool needs from the consumer that feeds it: its public `poll` and `commit`, and
-/// four things the public API deliberately cannot express. The consumer implements it; the pool
+/// three things the public API deliberately cannot express. The consumer implements it; the pool
 /// depends on this trait, never on the consumer's fields, so the dependency points one way
 /// (the consumer calls [`run`], this file never names the consumer).
 ///
 /// The crate-internal part, and why each is not public:
-/// - [`guard`](WorkSource::guard): workers start, complete and rewind records through the
+/// - [`guard`](WorkSource::guard): workers start, complete and release records through the
 ///   guard itself; the public [`GuardView`](super::GuardView) only reads it.
 /// - [`set_drain`](WorkSource::set_drain): a revocation on the poll thread must wait for the
 ///   records running on the workers; only the pool knows how to wait for them.
-/// - [`rewind`](WorkSource::rewind): records a worker never started must come again, in the
-///   guard and in the intake at once.
 /// - [`Batch::hand_off`] and [`Batch::put_back`]: a record leaves the batch's tracking for a
 ///   worker and, when the worker's queue is full, comes back.
 pub(crate) trait WorkSource {
@@ -76,12 +75,10 @@ pub(crate) trait WorkSource {
     fn commit_if_due(&mut self);
     /// `revoke.drain.timeout.ms`: the bound on every wait for the workers.
     fn drain_timeout(&self) -> Duration;
-    /// The guard the workers admit, complete and rewind their records through.
+    /// The guard the workers start, complete and release their records through.
     fn guard(&self) -> Arc<Guard>;
     /// How a revocation waits for the workers (set for the run, cleared after it).
     fn set_drain(&mut self, drain: Option<Drain>);
-    /// Forgets everything of `tp` from `offset` on (guard and intake) so it is fetched again.
-    fn rewind(&mut self, tp: &TopicPartition, offset: i64) -> bool;
     /// The consumer's configuration: `processing.order` and its per-partition bound.
     fn settings(&self) -> &ConsumerConfig;
 }
@@ -92,9 +89,6 @@ struct Pool {
     stopping: AtomicBool,
     /// The first failure (a handler error or panic); the run stops on it.
     failure: Mutex<Option<ConsumerError>>,
-    /// Per partition, the lowest offset a worker did not start (cancelled at a stop, or after a
-    /// failure of its partition): fetching resumes there.
-    not_started: Mutex<HashMap<TopicPartition, i64>>,
     /// Workers still running.
     alive: Mutex<usize>,
     /// Signalled whenever a record finished or a worker exited.
@@ -124,10 +118,13 @@ impl Pool {
         signal.notify_all();
     }
 
-    fn not_started(&self, lease: &Lease) {
-        let mut map = self.not_started.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(lease.tp.clone()).or_insert(lease.offset);
-        *entry = (*entry).min(lease.offset);
+    /// A record no worker will start (the run is stopping, or its partition failed): released,
+    /// so it comes again and the position never passes it. A lease of an earlier assignment
+    /// changes nothing (the partition moved; its next owner reads it).
+    fn not_started(guard: &Guard, lease: &Lease) {
+        if let Err(e) = guard.release(lease) {
+            log::debug!("not started, and not released: {e}");
+        }
     }
 
     fn fail(&self, guard: &Guard, lease: &Lease, error: ConsumerError) {
@@ -136,13 +133,13 @@ impl Pool {
             .unwrap_or_else(|p| p.into_inner())
             .insert(lease.tp.clone());
         self.any_failed.store(true, Ordering::Release);
-        // The failed record and everything after it in its partition must come again, and
-        // nothing from it on may be committed: take it out of the guard at once, so neither
-        // the commit nor a drain waits for it.
-        if let Err(e) = guard.rewind(&lease.tp, lease.offset) {
+        // The failed record must come again, and nothing from it on may be committed: release
+        // it at once (neither the commit nor a drain waits for it, and the position stays below
+        // it whatever enters the guard after it). Tied to the lease's assignment: a stale
+        // worker's failure cannot touch a later one.
+        if let Err(e) = guard.release(lease) {
             log::warn!("{e}");
         }
-        self.not_started(lease);
         log::error!("{error}");
         let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         failure.get_or_insert(error);
@@ -203,7 +200,7 @@ where
 {
     {
         if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.tp) {
-            pool.not_started(lease);
+            Pool::not_started(guard, lease);
         } else if guard.start(lease) {
             let ctx = WorkContext::new(guard, lease);
             let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(record, &ctx)));
@@ -240,8 +237,8 @@ where
 
 /// Runs the decoupled mode for [`Consumer::run_with_workers`](super::Consumer::run_with_workers)
 /// (whose documentation says what the caller sees): starts `workers` threads, feeds them from
-/// `source`'s batches until `stop` is set or a handler fails, then stops (bounded), rewinds what
-/// was not started, and commits what finished.
+/// `source`'s batches until `stop` is set or a handler fails, then stops (bounded), releases
+/// what was not started, and commits what finished.
 pub(crate) fn run<S, E, H>(
     source: &mut S,
     stop: &AtomicBool,
@@ -267,7 +264,6 @@ where
     let pool = Arc::new(Pool {
         stopping: AtomicBool::new(false),
         failure: Mutex::new(None),
-        not_started: Mutex::new(HashMap::new()),
         alive: Mutex::new(0),
         finished: Arc::new((Mutex::new(0u64), Condvar::new())),
         parking,
@@ -302,16 +298,13 @@ where
     pool.stopping.store(true, Ordering::SeqCst);
     dispatch.close();
     wait_for_workers(&pool, Instant::now() + drain_timeout);
+    let guard = source.guard();
     for (_, lease) in pool.parking.take_parked() {
-        pool.not_started(&lease);
+        Pool::not_started(&guard, &lease);
     }
     source.set_drain(None);
-    let not_started =
-        std::mem::take(&mut *pool.not_started.lock().unwrap_or_else(|p| p.into_inner()));
-    for (tp, offset) in not_started {
-        source.rewind(&tp, offset);
-    }
-    // Everything the workers finished is committed, whatever stopped the run.
+    // Everything the workers finished is committed, whatever stopped the run; what they did not
+    // start was released and is read again by the next poll.
     let committed = source.commit();
     let failure = pool
         .failure

@@ -199,7 +199,7 @@ impl Error for CompleteError {}
 /// Why `rewind` refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RewindError {
-    /// The partition is not owned.
+    /// The partition is not owned, or not under the lease's assignment.
     NotOwned {
         /// The partition.
         tp: TopicPartition,

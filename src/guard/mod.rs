@@ -612,15 +612,19 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .collect()
     }
 
-    /// Forgets the work at or after `offset` so that it can be admitted again, for a consumer
-    /// that seeks back (a failed handler, a batch deadline): the failed record and everything
-    /// after it come again, including later records that already finished (their keys stay
-    /// remembered, so a keyed redelivery of them is refused as a duplicate). Refuses to go back
-    /// into the contiguous completed prefix, which may already be committed.
-    pub fn rewind(&self, partition: &TopicPartition, offset: i64) -> Result<(), RewindError> {
+    /// Forgets the work at or after the leased record so that it can be admitted again, for a
+    /// consumer that seeks back on one thread (a record it could not hand on, taken back): the
+    /// record and everything after it come again, including later records that already finished
+    /// (their keys stay remembered, so a keyed redelivery of them is refused as a duplicate).
+    /// Refuses a lease of an earlier assignment, a partition not owned, and going back into the
+    /// contiguous completed prefix, which may already be committed. Work that other threads may
+    /// still be doing is given back one record at a time with [`release`](Self::release)
+    /// instead, which never discards anything else.
+    pub fn rewind(&self, lease: &Lease) -> Result<(), RewindError> {
+        let (partition, offset) = (&lease.tp, lease.offset);
         let mut state = self
             .partition(partition)
-            .filter(|state| state.status == OwnerStatus::Owned)
+            .filter(|state| state.status == OwnerStatus::Owned && state.epoch == lease.epoch)
             .ok_or_else(|| RewindError::NotOwned {
                 tp: partition.clone(),
             })?;

@@ -374,19 +374,6 @@ impl Intake {
         error.map_or(Ok(()), Err)
     }
 
-    /// Forgets everything of `tp` from `offset` on, in the guard and in the intake, and fetches
-    /// it again from there: the record at `offset` and everything after it come again. Returns
-    /// false (and logs why) when the guard refuses: the partition is not owned, or `offset` is
-    /// inside its completed prefix.
-    pub(crate) fn rewind(&mut self, guard: &Guard, tp: &TopicPartition, offset: i64) -> bool {
-        if let Err(error) = guard.rewind(tp, offset) {
-            log::warn!("{error}");
-            return false;
-        }
-        self.seek(tp, offset);
-        true
-    }
-
     /// Reads `tp` again from `offset`: its buffered records go, and the next fetch starts
     /// there. For records the guard released (see `RebalanceGuard::take_redeliveries`); the
     /// guard itself is not touched.
