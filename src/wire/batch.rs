@@ -6,10 +6,10 @@
 //! many entries: five bytes could ask for tens of GiB, and an allocation failure aborts the
 //! process) and adds offset and timestamp deltas without overflow checks. Here:
 //! - a count reserves at most what the remaining bytes could encode (every record takes at least
-//!   [`MIN_RECORD_LEN`] bytes, every header at least [`MIN_HEADER_LEN`]), so `n` input bytes
-//!   never cost more than a small constant times `n`;
-//! - decompressed output is charged to the Fetch response's [`Allowance`], so a response of many
-//!   small compressed batches cannot expand into gigabytes either;
+//!   [`MIN_RECORD_LEN`] bytes, every header at least [`MIN_HEADER_LEN`]);
+//! - every record and header count is charged to the Fetch response's [`Allowance`] before
+//!   anything is reserved for it, and so is decompressed output, so that no response, however
+//!   its batches are compressed or cut, costs more than a small constant times its budget;
 //! - every offset and timestamp is computed with checked arithmetic, must lie inside the batch's
 //!   declared range and must increase, so that `offset + 1` (the commit position) always exists.
 //!
@@ -39,22 +39,26 @@ const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
 const ATTR_TRANSACTIONAL: i16 = 1 << 4;
 const ATTR_CONTROL: i16 = 1 << 5;
 
-/// How much one Fetch response may expand into when its batches are decompressed, summed over
-/// all its partitions.
+/// How much one Fetch response may decode into, summed over all its partitions.
 ///
-/// Uncompressed batches are not charged: what they decode to is bounded by the response size
-/// itself (`ConnectionConfig::max_response_size`). Compressed ones can expand a thousandfold,
-/// so without one budget per response, many small gzip batches of tiny records would turn a
-/// 64 MiB response into gigabytes of records. When the budget runs out, decoding stops at a
-/// batch boundary and the partition's next offset points at the first batch not decoded, so
-/// nothing is lost: the next fetch starts there. Only a single batch larger than the whole
-/// budget is an error.
+/// Why both counts: a record or header costs a struct of about a hundred bytes however small it
+/// was on the wire (2 bytes for a header), so even an uncompressed 64 MiB response could decode
+/// to some 28 times its size; and compressed batches can expand a thousandfold, so many small
+/// gzip batches of tiny records would turn a response into gigabytes. Every count is charged
+/// before anything is allocated for it, in compressed and uncompressed batches alike; the
+/// section of an uncompressed batch costs no bytes (its records share the response buffer).
+/// Decoding one response therefore allocates at most a small constant times
+/// `max_decompressed_bytes` plus 128 bytes (one [`Record`]) per
+/// `max_decompressed_records`. When the budget runs out, decoding stops at a batch boundary and
+/// the partition's next offset points at the first batch not decoded, so nothing is lost: the
+/// next fetch starts there. Only a single batch larger than the whole budget is an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeBudget {
     /// Bytes that decompression may produce.
     pub max_decompressed_bytes: usize,
-    /// Records plus record headers that compressed batches may produce (each costs a struct of
-    /// about a hundred bytes, however small it was on the wire).
+    /// Records plus record headers the response may decode, from compressed and uncompressed
+    /// batches alike (each costs a struct of about a hundred bytes, however small it was on the
+    /// wire).
     pub max_decompressed_records: usize,
 }
 
@@ -91,12 +95,23 @@ impl Allowance {
             && self.records_left == self.budget.max_decompressed_records
     }
 
+    /// Charges `n` records or headers; false (and nothing charged) when fewer are left.
+    fn take_items(&mut self, n: usize) -> bool {
+        match self.records_left.checked_sub(n) {
+            Some(rest) => {
+                self.records_left = rest;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Bytes that decompression has produced so far under this allowance.
     pub fn decompressed_bytes(&self) -> usize {
         self.budget.max_decompressed_bytes - self.bytes_left
     }
 
-    /// Records and headers that compressed batches have produced so far.
+    /// Records and headers decoded so far under this allowance.
     pub fn decompressed_records(&self) -> usize {
         self.budget.max_decompressed_records - self.records_left
     }
@@ -227,13 +242,20 @@ pub(crate) fn decode_batch(
         other => return Err(format!("unknown compression codec {other}")),
     };
     let compressed = compression != Compression::None;
-    if compressed && count > allowance.records_left {
+    // Charged on a copy, committed only when the whole batch was decoded: a batch that stops
+    // or fails costs its response nothing.
+    let mut left = allowance.clone();
+    if compressed && count > left.records_left {
+        // Refused before any decompression work; checked again below for every codec.
         return over_budget(allowance, "records", count);
     }
     let section = if compressed {
         let raw = batch.get(HEADER_LEN..).unwrap_or_default();
-        match compression::decompress(raw, compression, allowance.bytes_left) {
-            Ok(out) => Bytes::from(out),
+        match compression::decompress(raw, compression, left.bytes_left) {
+            Ok(out) => {
+                left.bytes_left -= out.len().min(left.bytes_left);
+                Bytes::from(out)
+            }
             Err(DecompressError::OverLimit { .. }) => {
                 return over_budget(allowance, "decompressed bytes", 0);
             }
@@ -248,23 +270,37 @@ pub(crate) fn decode_batch(
             section.len()
         ));
     }
-    let start = sink.out.len();
-    let items = match read_records(header, count, &section, sink) {
-        Ok(items) => items,
-        Err(e) => {
-            sink.out.truncate(start);
-            return Err(e);
-        }
-    };
-    if compressed {
-        if items > allowance.records_left {
-            sink.out.truncate(start);
-            return over_budget(allowance, "records and headers", items);
-        }
-        allowance.records_left -= items;
-        allowance.bytes_left -= section.len().min(allowance.bytes_left);
+    if !left.take_items(count) {
+        return over_budget(allowance, "records", count);
     }
-    Ok(BatchOutcome::Decoded)
+    let start = sink.out.len();
+    match read_records(header, count, &section, sink, &mut left) {
+        Ok(()) => {
+            *allowance = left;
+            Ok(BatchOutcome::Decoded)
+        }
+        Err(stop) => {
+            sink.out.truncate(start);
+            match stop {
+                ReadStop::OverBudget { what, n } => over_budget(allowance, what, n),
+                ReadStop::Corrupt(reason) => Err(reason),
+            }
+        }
+    }
+}
+
+/// Why reading a batch's records ended early.
+enum ReadStop {
+    /// The bytes break the format: the batch is corrupt.
+    Corrupt(String),
+    /// What the batch declares (`n` of `what`) exceeds what is left of the response's budget.
+    OverBudget { what: &'static str, n: usize },
+}
+
+impl From<String> for ReadStop {
+    fn from(reason: String) -> Self {
+        ReadStop::Corrupt(reason)
+    }
 }
 
 /// A batch that does not fit: an error when nothing else was decoded (it never will fit), a
@@ -282,14 +318,15 @@ fn over_budget(allowance: &Allowance, what: &str, n: usize) -> Result<BatchOutco
     Ok(BatchOutcome::OverBudget)
 }
 
-/// Reads `count` records from the record section, appending those at or after the fetch offset.
-/// Returns how many records and headers were read (the budget's unit).
+/// Reads `count` records (already charged) from the record section, appending those at or after
+/// the fetch offset, and charges every record's headers to `left` before allocating them.
 fn read_records(
     header: &BatchHeader,
     count: usize,
     section: &Bytes,
     sink: &mut Sink<'_>,
-) -> Result<usize, String> {
+    left: &mut Allowance,
+) -> Result<(), ReadStop> {
     let log_append = header.attributes & ATTR_LOG_APPEND_TIME != 0;
     let timestamp_type = if log_append {
         TimestampType::LogAppendTime
@@ -302,7 +339,6 @@ fn read_records(
         pos: 0,
     };
     let mut previous: Option<i64> = None;
-    let mut items = 0usize;
     // Bounded by the bytes: `count` was checked against the section length.
     sink.out.reserve(count);
     for _ in 0..count {
@@ -331,7 +367,7 @@ fn read_records(
                 )
             })?;
         if previous.is_some_and(|p| offset <= p) {
-            return Err(format!("record offset {offset} does not increase"));
+            return Err(format!("record offset {offset} does not increase").into());
         }
         previous = Some(offset);
         let timestamp = if log_append {
@@ -356,7 +392,14 @@ fn read_records(
             return Err(format!(
                 "{header_count} headers cannot fit in the {} bytes left of the record",
                 end - rec.pos
-            ));
+            )
+            .into());
+        }
+        if !left.take_items(header_count) {
+            return Err(ReadStop::OverBudget {
+                what: "record headers",
+                n: header_count,
+            });
         }
         let mut headers = Vec::with_capacity(header_count);
         for _ in 0..header_count {
@@ -374,10 +417,10 @@ fn read_records(
             return Err(format!(
                 "record at offset {offset} declares {len} bytes but its fields take {}",
                 len - (end - rec.pos)
-            ));
+            )
+            .into());
         }
         cur.pos = end;
-        items = items.saturating_add(1 + header_count);
         if offset >= sink.fetch_offset {
             sink.out.push(Record {
                 topic: Arc::clone(sink.topic),
@@ -395,9 +438,10 @@ fn read_records(
         return Err(format!(
             "{} bytes after the batch's {count} records",
             section.len() - cur.pos
-        ));
+        )
+        .into());
     }
-    Ok(items)
+    Ok(())
 }
 
 /// A position in a record section.
