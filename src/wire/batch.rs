@@ -8,8 +8,9 @@
 //! - a count reserves at most what the remaining bytes could encode (every record takes at least
 //!   [`MIN_RECORD_LEN`] bytes, every header at least [`MIN_HEADER_LEN`]);
 //! - every record and header count is charged to the Fetch response's [`Allowance`] before
-//!   anything is reserved for it, and so is decompressed output, so that no response, however
-//!   its batches are compressed or cut, costs more than a small constant times its budget;
+//!   anything is reserved for it, and so are decompressed output and copied header keys, so
+//!   that no response, however its batches are compressed or cut, costs more than a small
+//!   constant times its budget;
 //! - every offset and timestamp is computed with checked arithmetic, must lie inside the batch's
 //!   declared range and must increase, so that `offset + 1` (the commit position) always exists.
 //!
@@ -46,7 +47,8 @@ const ATTR_CONTROL: i16 = 1 << 5;
 /// to some 28 times its size; and compressed batches can expand a thousandfold, so many small
 /// gzip batches of tiny records would turn a response into gigabytes. Every count is charged
 /// before anything is allocated for it, in compressed and uncompressed batches alike; the
-/// section of an uncompressed batch costs no bytes (its records share the response buffer).
+/// section of an uncompressed batch costs no bytes (its records share the response buffer),
+/// only the header keys copied out of it.
 /// Decoding one response therefore allocates at most a small constant times
 /// `max_decompressed_bytes` plus 128 bytes (one [`Record`]) per
 /// `max_decompressed_records`. When the budget runs out, decoding stops at a batch boundary and
@@ -54,7 +56,8 @@ const ATTR_CONTROL: i16 = 1 << 5;
 /// next fetch starts there. Only a single batch larger than the whole budget is an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeBudget {
-    /// Bytes that decompression may produce.
+    /// Bytes that decoding may produce: decompressed record sections, and the header keys it
+    /// copies into `String`s (from compressed and uncompressed batches alike).
     pub max_decompressed_bytes: usize,
     /// Records plus record headers the response may decode, from compressed and uncompressed
     /// batches alike (each costs a struct of about a hundred bytes, however small it was on the
@@ -106,7 +109,18 @@ impl Allowance {
         }
     }
 
-    /// Bytes that decompression has produced so far under this allowance.
+    /// Charges `n` bytes; false (and nothing charged) when fewer are left.
+    fn take_bytes(&mut self, n: usize) -> bool {
+        match self.bytes_left.checked_sub(n) {
+            Some(rest) => {
+                self.bytes_left = rest;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes decompressed, or copied out as header keys, so far under this allowance.
     pub fn decompressed_bytes(&self) -> usize {
         self.budget.max_decompressed_bytes - self.bytes_left
     }
@@ -409,6 +423,14 @@ fn read_records(
             let range = rec.take(key_len, "header key")?;
             let name = std::str::from_utf8(section.get(range).unwrap_or_default())
                 .map_err(|_| "header key is not UTF-8".to_string())?;
+            // The key is copied out of the section (the record's API owns a String): charged
+            // first, as the section itself is not when the batch is uncompressed.
+            if !left.take_bytes(key_len) {
+                return Err(ReadStop::OverBudget {
+                    what: "header key bytes",
+                    n: key_len,
+                });
+            }
             let name = name.to_string();
             let value = rec.nullable_bytes(section, "header value")?;
             headers.push((name, value));

@@ -4,9 +4,9 @@
 //! headers, checked offsets); this module adds what a consumer needs around it: splitting a
 //! partition's bytes into batches, tolerating the partial batch a broker may leave at the end of
 //! a response, skipping control batches and aborted transactions (read_committed), dropping
-//! records before the fetch offset when a fetch starts inside a batch, charging decompression to
-//! the response's [`DecodeBudget`], and turning every failure into an error that names the
-//! partition and offset. Nothing here panics or allocates without bound on network data.
+//! records before the fetch offset when a fetch starts inside a batch, charging what decoding
+//! allocates to the response's [`DecodeBudget`], and turning every failure into an error that
+//! names the partition and offset. Nothing here panics or allocates without bound on network data.
 //! Encoding (for Produce) stays `kafka-protocol`'s: it only sees our own records.
 
 use std::collections::HashSet;
@@ -122,8 +122,8 @@ pub struct PartitionInput<'a> {
 }
 
 /// Decodes the complete batches in `data`, appending the visible records at or after
-/// `input.fetch_offset` to `out`, and charging decompression to `allowance`, the budget of the
-/// whole Fetch response this partition came in.
+/// `input.fetch_offset` to `out`, and charging what decoding allocates to `allowance`, the
+/// budget of the whole Fetch response this partition came in.
 ///
 /// A partial batch at the end is not an error (brokers cut responses at size limits). When the
 /// allowance runs out, decoding stops before the batch that does not fit and
@@ -230,7 +230,7 @@ impl PartitionDecoder {
     }
 
     /// Decodes batches until one appends a record to `out` or the decoder finishes, charging
-    /// decompression to `allowance` (the budget of the response the data came in).
+    /// what decoding allocates to `allowance` (the budget of the response the data came in).
     pub fn fill(&mut self, out: &mut Vec<Record>, allowance: &mut Allowance) -> Result<()> {
         let start = out.len();
         while out.len() == start && self.step(out, allowance)? {}
