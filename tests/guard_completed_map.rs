@@ -238,3 +238,28 @@ fn without_a_map_limit_no_metadata_is_written() {
     let sent = commit(&guard);
     assert_eq!((sent[0].next_offset, sent[0].metadata.clone()), (1, None));
 }
+
+/// A fetch position reset before anything was admitted (the log was truncated under the
+/// committed offset, or the topic recreated): the committed map describes the old log, so the
+/// records now at the offsets it names are new records and are processed. The reset used to
+/// return early when nothing had been admitted, keeping the map, and those records were skipped
+/// as finished.
+#[test]
+fn a_reset_before_anything_was_admitted_discards_the_map_of_the_old_log() {
+    let a = owner(100, None);
+    let leases: Vec<Lease> = (100..=104).map(|o| admit(&a, o).unwrap()).collect();
+    for lease in &leases[1..] {
+        a.complete(lease).unwrap();
+    }
+    let metadata = commit(&a)[0].metadata.clone().expect("a map of 101..=104");
+
+    let b = owner(100, Some(&metadata));
+    // OFFSET_OUT_OF_RANGE: the log now ends below 100; reading restarts at its beginning.
+    assert_eq!(b.reposition(&tp(), 0), None, "nothing admitted yet");
+    for offset in 0..=104 {
+        assert!(
+            admit(&b, offset).is_ok(),
+            "offset {offset} of the new log must be processed"
+        );
+    }
+}

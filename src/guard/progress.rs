@@ -450,8 +450,15 @@ impl<M> Progress<M> {
     /// is discarded, and the monotonicity mark and the completed prefix are lowered to it, so
     /// that the records now at those offsets are admitted. Returns the discarded entries and
     /// the previous mark, or `None` when the partition was already below `offset`.
+    ///
+    /// With nothing admitted yet, the inherited map is still cut at `offset`: a reset means the
+    /// log is not what the map described (a truncation, a topic recreated), and a record now at
+    /// an offset it names must be processed, not skipped.
     pub(crate) fn reposition(&mut self, offset: i64) -> Option<(Vec<Admitted<M>>, i64)> {
-        let mark = self.high_water?;
+        let Some(mark) = self.high_water else {
+            self.forget_inherited_from(offset);
+            return None;
+        };
         if offset > mark {
             return None;
         }
@@ -465,13 +472,18 @@ impl<M> Progress<M> {
             .filter(|&o| o >= 0);
         self.completed_next = self.completed_next.map(|next| next.min(offset));
         self.count_released();
-        // The log went back: what finished at those offsets was other records.
+        self.forget_inherited_from(offset);
+        Some((discarded, mark))
+    }
+
+    /// The log went back to `offset`: what the inherited map says finished at or after it was
+    /// other records, and reading starts no later than there.
+    fn forget_inherited_from(&mut self, offset: i64) {
         self.start = self.start.map(|start| start.min(offset));
         self.inherited.retain(|&(start, _)| start < offset);
         if let Some(last) = self.inherited.back_mut() {
             last.1 = last.1.min(offset);
         }
-        Some((discarded, mark))
     }
 
     /// Empties the partition, returning what was pending so the caller can forget its keys.
