@@ -263,3 +263,38 @@ fn a_reset_before_anything_was_admitted_discards_the_map_of_the_old_log() {
         );
     }
 }
+
+/// A new owner whose `commit.metadata.max.bytes` is smaller than the earlier owner's (lowered in
+/// a rolling deploy) inherits a map longer than its own limit allows: it still admits the gap
+/// record and the offsets inside the inherited span (none of them lengthens the map), so the
+/// partition moves on. It used to refuse every admission, the gap record included, forever.
+#[test]
+fn a_new_owner_with_a_smaller_map_limit_still_admits_the_gap_record() {
+    let a = owner(0, None);
+    let leases: Vec<Lease> = (0..=2000).map(|o| admit(&a, o).unwrap()).collect();
+    // Every other offset finished beyond the gap at 0: a long bitset.
+    for lease in leases.iter().skip(2).step_by(2) {
+        a.complete(lease).unwrap();
+    }
+    let metadata = commit(&a)[0].metadata.clone().expect("a map");
+    assert!(metadata.len() > 200, "{} bytes", metadata.len());
+
+    let b = guard_with_limit(100);
+    b.assign(&[tp()]);
+    assert_eq!(b.resume_at(&tp(), 0, Some(&metadata)), 1000);
+    let gap = admit(&b, 0).expect("the gap record is admitted");
+    let mut redo = vec![gap];
+    for offset in 1..=2000 {
+        match admit(&b, offset) {
+            Ok(lease) => redo.push(lease),
+            Err(AdmitError::AlreadyCompleted { .. }) => {}
+            Err(other) => panic!("offset {offset}: {other}"),
+        }
+    }
+    assert_eq!(redo.len(), 1001, "0 and the 1000 unfinished odd offsets");
+    for lease in &redo {
+        b.complete(lease).unwrap();
+    }
+    assert_eq!(commit(&b)[0].next_offset, 2001);
+    admit(&b, 2001).expect("and on past the inherited span");
+}

@@ -156,10 +156,18 @@ impl<M> Progress<M> {
     /// True when admitting `offset` keeps the worst-case map within `limit` characters (with
     /// two to spare: the position's digits may grow as it moves). Always true while the
     /// position is unknown (no map can be written then).
+    ///
+    /// An offset inside the span of the inherited map is always admitted: it does not make the
+    /// map any longer than the one the earlier owner already committed. Without that, a new
+    /// owner with a smaller limit than the earlier one could never admit the gap record itself,
+    /// and the partition would stall for good.
     pub(crate) fn map_has_room(&self, offset: i64, limit: usize) -> bool {
         let Some(position) = self.commit_position() else {
             return true;
         };
+        if self.inherited.back().is_some_and(|&(_, end)| offset < end) {
+            return true;
+        }
         let last = self
             .inherited
             .back()
