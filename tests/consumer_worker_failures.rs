@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use rebalance_guard::guard::OwnerStatus;
 use rebalance_guard::wire::{Client, ClientConfig, Record};
 use rebalance_guard::TopicPartition;
 use support::consumer::{
@@ -409,4 +410,118 @@ fn a_failed_record_comes_again_when_a_later_record_enters_as_finished_after_the_
             "{id} applied exactly once: {applied:?}"
         );
     }
+}
+
+/// A handler that fails on a partition whose revocation has already fenced it (cooperative,
+/// fenced on the membership thread while the record runs) does not hold the revocation: the
+/// record is given back at once, the handoff commits the position below it and the next owner
+/// starts there. The failure used to be refused (a rewind needs an owned partition), the record
+/// stayed running, and the revocation waited the whole `revoke.drain.timeout.ms` and then
+/// committed nothing.
+#[test]
+fn a_handler_failing_on_a_fenced_partition_does_not_hold_its_revocation_kafka() {
+    const FAIL_AT: i64 = 5;
+    let s = setup(2, 20);
+    let settings = [
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("revoke.drain.timeout.ms", "20000"),
+    ];
+    let consumer = Consumer::subscribe(s.config(&settings), &[&s.topic]).expect("subscribe");
+    let view = consumer.guard_view();
+    let waiting = Arc::new(Mutex::new(0usize));
+    let failed_at: Arc<Mutex<Option<(i32, Instant)>>> = Arc::default();
+    let a = {
+        let (waiting, failed_at) = (waiting.clone(), failed_at.clone());
+        let mut consumer = consumer;
+        thread::spawn(move || {
+            let stop = AtomicBool::new(false);
+            let result = consumer.run_with_workers(&stop, 2, 16, move |record, _ctx| {
+                if record.offset != FAIL_AT {
+                    return Ok(());
+                }
+                *waiting.lock().unwrap() += 1;
+                let deadline = Instant::now() + WAIT;
+                loop {
+                    let draining: Vec<i32> = view
+                        .snapshot()
+                        .partitions
+                        .iter()
+                        .filter(|p| p.status == OwnerStatus::Draining)
+                        .map(|p| p.tp.partition)
+                        .collect();
+                    if draining.contains(&record.partition) {
+                        // Fenced; by now the poll thread is in the revocation's drain, waiting
+                        // for this record. It fails.
+                        thread::sleep(Duration::from_secs(1));
+                        *failed_at.lock().unwrap() = Some((record.partition, Instant::now()));
+                        return Err(std::io::Error::other("the exchange is closed"));
+                    }
+                    // The kept partition's record goes on once the other one is fenced.
+                    if !draining.is_empty() || Instant::now() > deadline {
+                        return Ok(());
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
+            });
+            drop(consumer.close());
+            result
+        })
+    };
+    wait_until("both partitions' record 5 running on A", WAIT, || {
+        *waiting.lock().unwrap() == 2
+    });
+    // B joins: one partition moves, and A's record 5 on it fails while it is fenced.
+    let processed: Processed = Arc::default();
+    let stop_b = Arc::new(AtomicBool::new(false));
+    let b = {
+        let (config, topic) = (s.config(&settings), s.topic.clone());
+        let (log, stop) = (processed.clone(), stop_b.clone());
+        thread::spawn(move || {
+            let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
+            let result = consumer.run_with_workers(&stop, 1, 16, move |record, _ctx| {
+                log.lock().unwrap().push((record.partition, record.offset));
+                Ok::<(), std::io::Error>(())
+            });
+            drop(consumer.close());
+            result
+        })
+    };
+    wait_until("B processed a record", WAIT, || {
+        !processed.lock().unwrap().is_empty()
+    });
+    let b_started = Instant::now();
+    let (moved, failed) = failed_at
+        .lock()
+        .unwrap()
+        .expect("A's record on the moved partition failed while fenced");
+    let handoff = b_started.saturating_duration_since(failed);
+    assert!(
+        handoff < Duration::from_secs(6),
+        "the handoff took {handoff:?} after the failure: the revocation waited for a record that \
+         had already failed"
+    );
+    wait_until("B processed the moved partition to its end", WAIT, || {
+        processed.lock().unwrap().contains(&(moved, 19))
+    });
+    let first_on_moved = processed
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(p, _)| *p == moved)
+        .map(|(_, o)| *o);
+    assert_eq!(
+        first_on_moved,
+        Some(FAIL_AT),
+        "B starts the moved partition at the failed record"
+    );
+    stop_b.store(true, Ordering::SeqCst);
+    b.join().expect("B").expect("B's run");
+    // A's run ends with its handler's error.
+    assert!(matches!(
+        a.join().expect("A"),
+        Err(ConsumerError::Handler {
+            offset: FAIL_AT,
+            ..
+        })
+    ));
 }
