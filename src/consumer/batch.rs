@@ -35,8 +35,9 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// The lease: check [`Consumer::is_current`](crate::consumer::Consumer::is_current) with it
-    /// right before an external side effect of a long handler.
+    /// The lease it was admitted under. A long handler checks
+    /// [`Batch::is_current`] with the delivery right before an external side effect (the batch
+    /// borrows the consumer, so the consumer itself cannot be asked mid-batch).
     pub fn lease(&self) -> &Lease {
         &self.lease
     }

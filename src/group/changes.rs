@@ -1,8 +1,9 @@
 //! The seam between the membership and the poll thread: ownership changes the membership
 //! decided, waiting for the poll thread to apply them at its next batch boundary.
 //!
-//! The membership side (a classic round's SyncGroup answer today; KIP-848's reconciliation of a
-//! target assignment next) decides *what* changes; only the poll thread may *apply* it, because
+//! The membership side (a classic round's SyncGroup answer, or KIP-848's reconciliation of the
+//! target assignment the broker sent) decides *what* changes; only the poll thread may *apply* it,
+//! because
 //! a revocation drops the records it fetched, drains what it handed out and commits synchronously
 //! through the rebalance listener (`consumer/bridge.rs`). The contract, in order:
 //!

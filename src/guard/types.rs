@@ -20,10 +20,9 @@ pub struct GuardConfig {
     /// two, 1 to 64). Keys are one set across every partition, so threads admitting keyed
     /// records on different partitions meet on it; with several parts they rarely wait for
     /// each other. One part suits a guard that one thread admits into, as the consumer's poll
-    /// thread does (in both of its modes): in steady state a keyed admission and completion then
-    /// cost about 110 ns on one thread against about 150 ns with 16 parts, while 16 parts let
-    /// two or four threads admit at 95 to 115 ns of wall time per record against 150 to 160 ns
-    /// with one (`cargo bench --bench guard`, two cores). Each part holds
+    /// thread does (in both of its modes): more parts cost a single admitting thread cache
+    /// misses, while several threads admitting at once gain from them (`cargo bench --bench
+    /// guard` measures both; the figures are in the design notes). Each part holds
     /// `idempotency_capacity / parts` keys.
     pub idempotency_shards: usize,
     /// The sliding window over which rebalances are counted.
