@@ -145,9 +145,9 @@ pub enum CompleteError {
         /// The partition's epoch now.
         current_epoch: u64,
     },
-    /// The lease was not current when the work finished: the session may have expired, or the
-    /// handler was told so by `is_current` and skipped its effect. The work does not count; the
-    /// record is released and delivered again (to this member while it keeps the partition).
+    /// The handler was told by `is_current` that the lease was not current (the session may
+    /// have expired), so it skipped its effect: the work does not count, and the record is
+    /// released and delivered again (to this member while it keeps the partition).
     NotCurrent {
         /// The partition.
         tp: TopicPartition,
@@ -181,8 +181,8 @@ impl fmt::Display for CompleteError {
                 offset,
             } => write!(
                 f,
-                "{partition} offset {offset} finished under a lease that was not current (the \
-                 session may have expired): it does not count and is delivered again"
+                "{partition} offset {offset} finished after its handler was told the lease was \
+                 not current: it does not count and is delivered again"
             ),
             Self::NotPending {
                 tp: partition,

@@ -36,10 +36,9 @@
 //!    position that finished (computed under the same lock as the position); a partition whose
 //!    map could outgrow `completed_map_max_bytes` admits nothing more until its gap closes, and a
 //!    record the committed map names as finished is skipped, never processed again.
-//! 7. **Released work comes again.** A completion counts only under a current lease: work that
-//!    finishes after the session could have expired, or whose handler was told its lease was
-//!    not current (and so skipped its effect), is *released*, as is work that could not start
-//!    or whose handler failed. A released record never counts as finished, its idempotency key
+//! 7. **Released work comes again.** Work whose handler was told its lease was not current (and
+//!    so skipped its effect) does not count when it completes: it is *released*, as is work
+//!    that could not start (its session may have expired) or whose handler failed. A released record never counts as finished, its idempotency key
 //!    is forgotten (a key stands for work that happened or is under way, nothing else), the
 //!    position stays below it, and while the partition stays owned its record is admitted
 //!    again when the consumer reads it again from there.
@@ -412,10 +411,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// Records that the leased message finished (its side effect happened).
     ///
     /// A lease from an earlier assignment is refused and counted as "completed after revocation":
-    /// it is not this member's progress any more. A completion under a lease that is not
-    /// current now (the session may have expired), or after someone holding the lease was told
-    /// so by [`is_current`](Self::is_current), does not count either (rule 7): a handler told
-    /// that skips its effect and returns, so the record is released, to be delivered again.
+    /// it is not this member's progress any more. A completion after someone holding the lease
+    /// was told by [`is_current`](Self::is_current) that it is not current does not count either
+    /// (rule 7): a handler told that skips its effect and returns, so the record is released, to
+    /// be delivered again, even if the session was renewed in between. A handler that never
+    /// asked did its effect, and its completion counts (refusing it would only make this member
+    /// apply the effect a second time).
     pub fn complete(&self, lease: &Lease) -> Result<(), CompleteError> {
         let Some(mut state) = self.partition(&lease.tp) else {
             return Err(CompleteError::NotPending {
@@ -432,7 +433,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 current_epoch: state.epoch,
             });
         }
-        if state.progress.told_stale(lease.offset) || self.session_expired() {
+        if state.progress.told_stale(lease.offset) {
             return match self.release_locked(&mut state, lease.offset) {
                 true => Err(CompleteError::NotCurrent {
                     tp: lease.tp.clone(),
