@@ -134,8 +134,13 @@ impl Batch<'_> {
             }
             if self.pacer.due(now) {
                 // Between two records: what finished so far is committed, so a crash from here
-                // on repeats about one interval of work, not the whole batch.
-                self.pacer.commit(self.guard, self.member, now);
+                // on repeats about one interval of work, not the whole batch. The commit may
+                // block (up to request.timeout.ms): `now` is stale after it, and admitting
+                // against it could hand out a record after the session bound lapsed. So every
+                // check above runs again on a fresh reading (a change decided meanwhile ends the
+                // batch, a passed deadline stops it); the pacer is not due again for an interval.
+                self.pacer.commit(self.guard, self.member);
+                continue;
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));

@@ -5,6 +5,10 @@
 //! Commits stay synchronous and on the poll thread (between two records of a batch, or between
 //! two hand-offs to the workers), so there is never more than one in flight and a handler never
 //! waits for one; the pacer only decides when, with the clock reading the batch takes anyway.
+//! A commit may block (up to `request.timeout.ms`), so an instant read before it is stale after
+//! it: [`CommitPacer::commit`] takes none (the next interval runs from its return), and a caller
+//! reads the clock again before anything that depends on the session (an admission is checked
+//! against the session bound at the instant it is given).
 //! Revocation and close commits do not go through it: they are always made, synchronously.
 
 use std::time::{Duration, Instant};
@@ -53,8 +57,10 @@ impl CommitPacer {
     /// partition that moved, now. A refusal is logged and counted, never retried here: the next
     /// interval commits again, and a refusal that ends the membership fences the partitions
     /// through the group, as for every commit.
-    pub(crate) fn commit(&mut self, guard: &Guard, member: &mut GroupMember, now: Instant) {
-        self.committed_at(now);
+    ///
+    /// The next interval runs from the commit's return: one that blocked longer than the
+    /// interval must not make the next one due at once.
+    pub(crate) fn commit(&mut self, guard: &Guard, member: &mut GroupMember) {
         let generation = member.identity().generation_id;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
         match guard.commit_progress(&mut commit) {
@@ -68,6 +74,7 @@ impl CommitPacer {
                 log::error!("offset commit in generation {generation} failed: {failure}");
             }
         }
+        self.committed_at(Instant::now());
     }
 }
 

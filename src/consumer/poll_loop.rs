@@ -282,10 +282,12 @@ impl Consumer {
     /// when the broker says the membership is over (the member was removed, the group moved on
     /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
-        self.pacer.committed_at(Instant::now());
         let member = &mut self.member;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
-        match self.guard.commit_progress(&mut commit) {
+        let result = self.guard.commit_progress(&mut commit);
+        // The next paced commit is an interval after this one returned (it may have blocked).
+        self.pacer.committed_at(Instant::now());
+        match result {
             Ok(committed) => {
                 for c in &committed {
                     log::debug!("{}: committed next offset {}", c.tp, c.next_offset);
@@ -442,9 +444,8 @@ impl WorkSource for Consumer {
     }
 
     fn commit_if_due(&mut self) {
-        let now = Instant::now();
-        if self.pacer.due(now) {
-            self.pacer.commit(&self.guard, &mut self.member, now);
+        if self.pacer.due(Instant::now()) {
+            self.pacer.commit(&self.guard, &mut self.member);
         }
     }
 
