@@ -525,3 +525,77 @@ fn a_handler_failing_on_a_fenced_partition_does_not_hold_its_revocation_kafka() 
         })
     ));
 }
+
+/// A partition that comes back while a handler of its earlier assignment hangs flows again: a
+/// handler hangs on partition 0 offset 3 (the first time only), a second member joins (eager
+/// `range`, so both partitions are revoked and assigned again, each under a new epoch) and
+/// leaves again, and the first member, with the handler still hung, processes and commits both
+/// partitions to their end. In partition order the partition used to stay bound to the worker
+/// chosen when it was first seen: the hung one, whose queue (full of the earlier assignment's
+/// records, which it never takes) refused every record of the new assignment as Busy, forever.
+#[test]
+fn a_partition_assigned_back_flows_while_a_handler_of_its_earlier_assignment_hangs_kafka() {
+    const RECORDS: i64 = 20;
+    let s = setup(2, RECORDS as usize);
+    let hang = Arc::new(Hang::default());
+    let processed: Processed = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let settings = [("revoke.drain.timeout.ms", "500")];
+    let mut a = Consumer::subscribe(s.config(&settings), &[&s.topic]).expect("subscribe");
+    let (h, log, run_stop) = (hang.clone(), processed.clone(), stop.clone());
+    let hung_once = AtomicBool::new(false);
+    let runner = thread::spawn(move || {
+        // 2 workers, queues of 4: the hung worker's queue fills with the records after 3.
+        let result = a.run_with_workers(&run_stop, 2, 4, move |record, _ctx| {
+            if (record.partition, record.offset) == (0, 3)
+                && !hung_once.swap(true, Ordering::SeqCst)
+            {
+                h.hang();
+            }
+            log.lock().unwrap().push((record.partition, record.offset));
+            Ok::<(), std::io::Error>(())
+        });
+        (a, result)
+    });
+    wait_until("the handler hangs", WAIT, || hang.hung() == 1);
+
+    // Revoked and assigned again, twice: when the second member joins and when it leaves. It
+    // completes nothing (a dropped batch releases its records), so every commit is the first
+    // member's.
+    let mut b = Consumer::subscribe(s.config(&settings), &[&s.topic]).expect("subscribe");
+    let joined = Instant::now();
+    while b.assignment().is_empty() {
+        assert!(joined.elapsed() < WAIT, "b never got a partition");
+        drop(b.poll(Duration::from_millis(100)).expect("poll"));
+    }
+    drop(b.close());
+
+    let log_end: BTreeMap<i32, Option<i64>> = [(0, Some(RECORDS)), (1, Some(RECORDS))].into();
+    let reached = {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let committed = s.committed(2);
+            if committed == log_end || Instant::now() >= deadline {
+                break committed;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    hang.release();
+    let (a, result) = runner.join().expect("runner");
+    drop(a.close());
+    assert_eq!(
+        reached, log_end,
+        "with a handler of the earlier assignment of partition 0 hung, the partition assigned \
+         back did not flow to its end"
+    );
+    result.expect("run");
+    let processed = processed.lock().unwrap().clone();
+    for offset in 0..RECORDS {
+        assert!(
+            processed.contains(&(0, offset)),
+            "partition 0 offset {offset} was never processed: {processed:?}"
+        );
+    }
+}

@@ -4,7 +4,9 @@
 //!
 //! Which worker runs a record depends on `processing.order`:
 //! - `partition` (the default): each partition is worked by one worker, in offset order (orders
-//!   for one account must not overtake each other); partitions are spread over the workers.
+//!   for one account must not overtake each other); partitions are spread over the workers. The
+//!   worker is chosen again when the partition is assigned again, so a handler that never
+//!   returns holds up only its own assignment, not the next one.
 //! - `key`: records of one partition with the same Kafka key go to the same worker while any of
 //!   them is in flight (so they run in offset order); a key with nothing in flight goes to the
 //!   least loaded worker, so one slow key holds up only its own later records, not the other
@@ -185,7 +187,7 @@ where
     } = worker;
     while let Some((record, lease)) = inbox.recv(&pool.parking) {
         run_one(&record, &lease, &guard, &pool, &*handler);
-        pool.parking.done(order, &lease, &record);
+        inbox.done(&pool.parking, order, &lease, &record);
         pool.signal();
     }
     *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
