@@ -13,7 +13,10 @@ pub mod batch_writer;
 pub mod decompress;
 pub mod fetch_partition;
 pub mod group_protocol;
+pub mod jaas;
+pub mod properties;
 pub mod responses;
+pub mod scram;
 
 /// Every fuzz target: its name (the folder under `fuzz/corpus/` and the file under
 /// `fuzz/fuzz_targets/`), its check, and the seed inputs it starts from.
@@ -37,6 +40,21 @@ pub const TARGETS: &[Target] = &[
         name: "responses",
         check: responses::check,
         seeds: responses::seeds,
+    },
+    Target {
+        name: "scram",
+        check: scram::check,
+        seeds: scram::seeds,
+    },
+    Target {
+        name: "jaas",
+        check: jaas::check,
+        seeds: jaas::seeds,
+    },
+    Target {
+        name: "properties",
+        check: properties::check,
+        seeds: properties::seeds,
     },
 ];
 

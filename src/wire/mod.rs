@@ -50,7 +50,7 @@ mod quirks;
 #[doc(hidden)]
 pub mod records;
 mod sasl;
-mod scram;
+pub(crate) mod scram;
 mod secret;
 mod stream;
 mod tls;

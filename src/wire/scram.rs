@@ -40,7 +40,7 @@ pub(crate) enum ScramHash {
 }
 
 impl ScramHash {
-    fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    pub(crate) fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
         match self {
             ScramHash::Sha256 => hmac_with::<Sha256>(key, parts),
             ScramHash::Sha512 => hmac_with::<Sha512>(key, parts),
@@ -213,40 +213,12 @@ impl ScramClient {
         self,
         server_first: &[u8],
     ) -> Result<(Vec<u8>, ServerCheck), ScramError> {
-        let server_first = std::str::from_utf8(server_first)
-            .map_err(|_| ScramError::Malformed("server-first-message is not UTF-8".into()))?;
-        let mut attrs = server_first.split(',');
-        let mut next = |key: char| -> Result<&str, ScramError> {
-            match attrs.next() {
-                Some(a) if a.starts_with('m') && a[1..].starts_with('=') => Err(
-                    ScramError::Malformed("a mandatory extension (m=) is not supported".into()),
-                ),
-                Some(a) if a.len() >= 2 && a.starts_with(key) && &a[1..2] == "=" => Ok(&a[2..]),
-                _ => Err(ScramError::Malformed(format!(
-                    "server-first-message lacks `{key}=` where RFC 5802 puts it"
-                ))),
-            }
-        };
-        let nonce = next('r')?;
-        let salt = next('s')?;
-        let iterations = next('i')?;
-        if nonce.len() <= self.nonce.len() || !nonce.starts_with(&self.nonce) {
-            return Err(ScramError::NonceNotExtended);
-        }
-        if nonce
-            .bytes()
-            .any(|b| !(0x21..=0x7e).contains(&b) || b == b',')
-        {
-            return Err(ScramError::Malformed("the nonce is not printable".into()));
-        }
-        let salt = base64_decode(salt)
-            .ok_or_else(|| ScramError::Malformed("the salt is not base64".into()))?;
-        let count: u32 = iterations
-            .parse()
-            .map_err(|_| ScramError::Malformed("the iteration count is not a number".into()))?;
-        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&count) {
-            return Err(ScramError::Iterations { count });
-        }
+        let ServerFirst {
+            text: server_first,
+            nonce,
+            salt,
+            iterations: count,
+        } = parse_server_first(&self.nonce, server_first)?;
 
         let hash = self.hash;
         let mut salted = hash.salted_password(self.password.expose().as_bytes(), &salt, count);
@@ -270,18 +242,92 @@ impl ScramClient {
         message.extend_from_slice(b",p=");
         message.extend_from_slice(base64_encode(&proof).as_bytes());
         wipe(&mut proof);
-        Ok((
-            message,
-            ServerCheck {
-                hash,
-                server_key,
-                auth_message,
-            },
-        ))
+        Ok((message, ServerCheck::new(hash, server_key, auth_message)))
     }
 }
 
+/// What server-first-message carries, checked: a nonce that extends ours and is printable, the
+/// decoded salt, and an iteration count within the bounds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ServerFirst<'a> {
+    /// The whole message as text (it is part of the auth message the proofs sign).
+    pub(crate) text: &'a str,
+    /// The combined nonce (ours followed by the server's part).
+    pub(crate) nonce: &'a str,
+    /// The decoded salt.
+    pub(crate) salt: Vec<u8>,
+    /// The PBKDF2 iteration count, within [`MIN_ITERATIONS`]..=[`MAX_ITERATIONS`].
+    pub(crate) iterations: u32,
+}
+
+/// Parses server-first-message (`r=...,s=...,i=...[,ext]`) for a client whose nonce is `ours`.
+///
+/// Why a function of its own: this is where the server's bytes are read, so it is what the fuzz
+/// target drives (without the PBKDF2 cost that follows). Every check works on bytes or uses
+/// `strip_prefix`, never an index into the text, so no input can slice inside a UTF-8 character.
+pub(crate) fn parse_server_first<'a>(
+    ours: &str,
+    server_first: &'a [u8],
+) -> Result<ServerFirst<'a>, ScramError> {
+    let text = std::str::from_utf8(server_first)
+        .map_err(|_| ScramError::Malformed("server-first-message is not UTF-8".into()))?;
+    let mut attrs = text.split(',');
+    let mut next = |key: &str| -> Result<&'a str, ScramError> {
+        let attr = attrs.next().unwrap_or_default();
+        if attr.starts_with("m=") {
+            return Err(ScramError::Malformed(
+                "a mandatory extension (m=) is not supported".into(),
+            ));
+        }
+        attr.strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix('='))
+            .ok_or_else(|| {
+                ScramError::Malformed(format!(
+                    "server-first-message lacks `{key}=` where RFC 5802 puts it"
+                ))
+            })
+    };
+    let nonce = next("r")?;
+    let salt = next("s")?;
+    let iterations = next("i")?;
+    if nonce.len() <= ours.len() || !nonce.starts_with(ours) {
+        return Err(ScramError::NonceNotExtended);
+    }
+    if nonce
+        .bytes()
+        .any(|b| !(0x21..=0x7e).contains(&b) || b == b',')
+    {
+        return Err(ScramError::Malformed("the nonce is not printable".into()));
+    }
+    let salt = base64_decode(salt)
+        .ok_or_else(|| ScramError::Malformed("the salt is not base64".into()))?;
+    let count: u32 = Some(iterations)
+        .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|i| i.parse().ok())
+        .ok_or_else(|| ScramError::Malformed("the iteration count is not a number".into()))?;
+    if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&count) {
+        return Err(ScramError::Iterations { count });
+    }
+    Ok(ServerFirst {
+        text,
+        nonce,
+        salt,
+        iterations: count,
+    })
+}
+
 impl ServerCheck {
+    /// What checks server-final-message: the server key and the auth message the signature
+    /// covers. Built by [`ScramClient::client_final`]; also by the fuzz target, which checks
+    /// the server-final parse without running PBKDF2 first.
+    pub(crate) fn new(hash: ScramHash, server_key: Vec<u8>, auth_message: String) -> ServerCheck {
+        ServerCheck {
+            hash,
+            server_key,
+            auth_message,
+        }
+    }
+
     /// Checks server-final-message: `v=` must carry the signature only the holder of the
     /// password's server key can compute (compared in constant time); `e=` is the server's
     /// refusal.
@@ -333,7 +379,7 @@ pub(crate) fn base64_encode(data: &[u8]) -> String {
     out
 }
 
-/// Decodes standard base64 with padding; `None` for anything else.
+/// Decodes canonical standard base64 with padding; `None` for anything else.
 pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
     if bytes.len() % 4 != 0 {
@@ -353,6 +399,11 @@ pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
             n = (n << 6) | value(c)?;
         }
         n <<= 6 * pad as u32;
+        // Canonical only: the bits a padded quad does not decode must be zero, so each byte
+        // string has one text (RFC 4648 section 3.5).
+        if n & ((1 << (8 * pad)) - 1) != 0 {
+            return None;
+        }
         let decoded = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
         out.extend_from_slice(&decoded[..3 - pad]);
     }
@@ -489,6 +540,32 @@ mod tests {
     }
 
     #[test]
+    fn a_non_ascii_server_first_message_is_an_error_not_a_panic() {
+        // `r` then `é` (two bytes): a key check that slices at byte 1..2 lands inside the char.
+        for server_first in [
+            "r\u{e9}=rOprNGfwEbeRWgbNEkqOx,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+            "\u{e9}",
+            "r=rOprNGfwEbeRWgbNEkqOx,s\u{e9},i=4096",
+            "r=rOprNGfwEbeRWgbNEkqOx,s=W22ZaJ0SNY7soEsUEjb6gQ==,i\u{e9}4096",
+            "m\u{e9}=x,r=rOprNGfwEbeRWgbNEkqOx",
+            "r=rOprNGfwEbeRWgbNEkqO\u{e9},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+        ] {
+            let outcome = std::panic::catch_unwind(|| {
+                rfc_client().client_final(server_first.as_bytes()).err()
+            });
+            assert!(
+                matches!(
+                    outcome,
+                    Ok(Some(
+                        ScramError::Malformed(_) | ScramError::NonceNotExtended
+                    ))
+                ),
+                "{server_first:?}: {outcome:?}"
+            );
+        }
+    }
+
+    #[test]
     fn user_names_are_escaped() {
         let c = ScramClient::new(ScramHash::Sha512, "a=b,c", &Secret::new("p"), "n0nce");
         assert_eq!(c.client_first(), b"n,,n=a=3Db=2Cc,r=n0nce");
@@ -505,5 +582,8 @@ mod tests {
         assert_eq!(base64_decode("Zm8"), None);
         assert_eq!(base64_decode("Z==="), None);
         assert_eq!(base64_decode("Zm8=Zm8="), None);
+        // Non-canonical: the unused bits of the last quad are not zero.
+        assert_eq!(base64_decode("Zm9="), None);
+        assert_eq!(base64_decode("Zh=="), None);
     }
 }

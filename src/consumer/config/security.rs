@@ -205,7 +205,7 @@ impl JaasConfig {
     pub fn parse(line: &str) -> Result<JaasConfig, ConfigError> {
         jaas_parse(line).map_err(|problem| ConfigError::InvalidSecret {
             name: "sasl.jaas.config",
-            problem,
+            problem: problem.to_string(),
         })
     }
 
@@ -309,11 +309,12 @@ impl SettingValue for OAuthBearerCallback {
 
 /// `Module flag key=value ... ;` with values quoted (`"..."`, backslash escapes) or bare. Only
 /// `username` and `password` are accepted as options: any other (such as SCRAM's `tokenauth`
-/// for delegation tokens) would be silently ignored otherwise.
-fn jaas_parse(line: &str) -> Result<JaasConfig, String> {
+/// for delegation tokens) would be silently ignored otherwise. Every problem is a fixed text, so
+/// no part of the line (which holds the password) can reach an error.
+fn jaas_parse(line: &str) -> Result<JaasConfig, &'static str> {
     let line = line.trim();
     let Some(body) = line.strip_suffix(';') else {
-        return Err("the line must end with `;`".into());
+        return Err("the line must end with `;`");
     };
     let mut rest = body.trim_start();
     let word_end = |s: &str| s.find(char::is_whitespace).unwrap_or(s.len());
@@ -324,24 +325,19 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, String> {
         other if other.ends_with("OAuthBearerLoginModule") => {
             return Err(
                 "OAUTHBEARER tokens come from a callback, not from a JAAS line: give \
-                        it with ConsumerConfigBuilder::sasl_oauthbearer_token_callback and \
-                        leave sasl.jaas.config unset"
-                    .into(),
+                 it with ConsumerConfigBuilder::sasl_oauthbearer_token_callback and \
+                 leave sasl.jaas.config unset",
             )
         }
         other if other.contains("Krb5LoginModule") => {
             return Err(
-                "Kerberos (GSSAPI) is not supported; use PlainLoginModule or \
-                        ScramLoginModule"
-                    .into(),
+                "Kerberos (GSSAPI) is not supported; use PlainLoginModule or ScramLoginModule",
             )
         }
         _ => {
-            return Err(format!(
-                "the login module must be {} or {}",
-                LoginModule::PLAIN_CLASS,
-                LoginModule::SCRAM_CLASS
-            ))
+            return Err("the login module must be \
+                 org.apache.kafka.common.security.plain.PlainLoginModule or \
+                 org.apache.kafka.common.security.scram.ScramLoginModule")
         }
     };
     rest = rest[class_end..].trim_start();
@@ -351,14 +347,14 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, String> {
         .iter()
         .any(|f| f.eq_ignore_ascii_case(flag))
     {
-        return Err("the login module must be followed by a flag such as `required`".into());
+        return Err("the login module must be followed by a flag such as `required`");
     }
     rest = rest[flag_end..].trim_start();
     let mut username = None;
     let mut password: Option<Secret> = None;
     while !rest.is_empty() {
         let Some(eq) = rest.find('=') else {
-            return Err("an option lacks `=value`".into());
+            return Err("an option lacks `=value`");
         };
         let key = rest[..eq].trim();
         rest = rest[eq + 1..].trim_start();
@@ -380,7 +376,7 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, String> {
                 }
             }
             let Some(end) = end else {
-                return Err("a quoted value is not closed".into());
+                return Err("a quoted value is not closed");
             };
             rest = quoted[end + 1..].trim_start();
         } else {
@@ -392,10 +388,10 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, String> {
             "username" => username = Some(value),
             "password" => password = Some(Secret::new(value)),
             "tokenauth" => {
-                return Err("delegation tokens (tokenauth) are not supported".into());
+                return Err("delegation tokens (tokenauth) are not supported");
             }
             // The name is not quoted: a mangled line may have the password in its place.
-            _ => return Err("an option other than username and password is given".into()),
+            _ => return Err("an option other than username and password is given"),
         }
     }
     let username = username

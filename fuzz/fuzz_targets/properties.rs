@@ -1,0 +1,6 @@
+//! Fuzz target: see `rebalance_guard::fuzzing::properties` for the input layout and the properties.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    rebalance_guard::fuzzing::properties::check(data);
+});
