@@ -3,11 +3,13 @@
 //! Input layout: the whole input is the file's text (inputs that are not UTF-8 are skipped: the
 //! file is read as UTF-8 and refused before parsing otherwise).
 //!
-//! Properties: no panic; a refusal names a line of the text; what is accepted reads back as the
-//! same pairs when written out again with every special character escaped (so the parser and
-//! its escapes agree with the syntax it documents).
+//! Properties: no panic; a refusal names a line of the text and states one of the parser's
+//! rules, quoting at most the key of the value at fault (never the value: it may be a
+//! password); what is accepted reads back as the same pairs when written out again with every
+//! special character escaped (so the parser and its escapes agree with the syntax it documents).
 
 use crate::consumer::config::parse_properties;
+use crate::consumer::config::properties::{BAD_HEX, LONE_HIGH, LONE_LOW};
 
 /// `text` escaped so that the parser reads it back unchanged, as a key or as a value.
 fn escaped(text: &str) -> String {
@@ -52,6 +54,17 @@ pub fn check(input: &[u8]) {
                 (1..=lines).contains(&e.line),
                 "line {} of a {lines}-line text",
                 e.line
+            );
+            let rule = [BAD_HEX, LONE_HIGH, LONE_LOW]
+                .into_iter()
+                .find(|r| e.message.ends_with(r))
+                .unwrap_or_else(|| panic!("not one of the rules: {:?}", e.message));
+            let lead = &e.message[..e.message.len() - rule.len()];
+            assert!(
+                lead == "in the key: "
+                    || (lead.starts_with("in the value of `") && lead.ends_with("` (not shown): ")),
+                "the error says more than the key and the rule: {:?}",
+                e.message
             );
         }
     }

@@ -63,7 +63,7 @@ mod table;
 mod checks;
 mod cross;
 mod error;
-mod properties;
+pub(crate) mod properties;
 mod security;
 mod settings;
 mod suggest;

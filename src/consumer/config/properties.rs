@@ -8,7 +8,8 @@ use std::fmt;
 pub struct PropertiesSyntaxError {
     /// The 1-based line where the logical line starts.
     pub line: usize,
-    /// What is wrong.
+    /// What is wrong: the rule broken and, for a value, its key; never the characters of the
+    /// value (it may be a password), nor of a malformed key.
     pub message: String,
 }
 
@@ -25,8 +26,10 @@ impl Error for PropertiesSyntaxError {}
 /// Java's syntax, so an existing file can be reused: `key=value`, `key: value` or `key value`;
 /// lines starting with `#` or `!` are comments; blank lines are skipped; a line ending in an odd
 /// number of backslashes continues on the next line (whose leading whitespace is dropped);
-/// escapes `\t`, `\n`, `\r`, `\f`, `\uXXXX`, and `\` before any other character (so `\=` and
-/// `\:` in keys). One deliberate difference: values are also trimmed at the end, since no
+/// escapes `\t`, `\n`, `\r`, `\f`, `\uXXXX` (UTF-16, so a surrogate pair such as
+/// `\uD83D\uDE00` is one character and a lone surrogate is refused), and `\` before any other
+/// character (so `\=` and `\:` in keys). An error names the line, the rule and, for a value, its
+/// key, never the value's characters. One deliberate difference: values are also trimmed at the end, since no
 /// setting has meaningful trailing whitespace and an invisible trailing space should not make a
 /// number unparsable.
 pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, PropertiesSyntaxError> {
@@ -60,13 +63,15 @@ pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, PropertiesS
             }
         }
         let (key, value) = split_key_value(&logical);
-        let key = unescape(key).map_err(|message| PropertiesSyntaxError {
+        // The key is not quoted when it is the malformed part: it may be a value that lost its
+        // separator.
+        let key = unescape(key).map_err(|rule| PropertiesSyntaxError {
             line: start,
-            message,
+            message: format!("in the key: {rule}"),
         })?;
-        let value = unescape(value).map_err(|message| PropertiesSyntaxError {
+        let value = unescape(value).map_err(|rule| PropertiesSyntaxError {
             line: start,
-            message,
+            message: format!("in the value of `{key}` (not shown): {rule}"),
         })?;
         out.push((key, value.trim_end().to_string()));
     }
@@ -102,7 +107,30 @@ fn split_key_value(line: &str) -> (&str, &str) {
     (line, "")
 }
 
-fn unescape(s: &str) -> Result<String, String> {
+/// Why an escape is malformed. Fixed texts: an error must never quote the characters of the
+/// escape or around it, since the value may be a password.
+pub(crate) const BAD_HEX: &str = "a \\u escape needs four hex digits (\\uXXXX)";
+pub(crate) const LONE_HIGH: &str =
+    "a \\u escape of a high surrogate (D800-DBFF) must be followed by a \\u \
+                         escape of a low surrogate (DC00-DFFF), as in \\uD83D\\uDE00";
+pub(crate) const LONE_LOW: &str =
+    "a \\u escape of a low surrogate (DC00-DFFF) must follow one of a high surrogate (D800-DBFF)";
+
+/// The four hex digits of a `\uXXXX` escape (after the `u`), strictly: no sign, no fewer.
+fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, &'static str> {
+    let mut n = 0;
+    for _ in 0..4 {
+        let digit = chars.next().and_then(|c| c.to_digit(16)).ok_or(BAD_HEX)?;
+        n = n * 16 + digit;
+    }
+    Ok(n)
+}
+
+/// Resolves the escapes of a key or value. `\uXXXX` escapes are UTF-16 code units, as in Java:
+/// a high surrogate followed by a `\u` low surrogate is one character; a lone surrogate cannot
+/// be a Rust character and is refused.
+fn unescape(s: &str) -> Result<String, &'static str> {
+    // Escapes only shrink the text, so this never reallocates (no stray copy of a secret).
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
@@ -116,13 +144,25 @@ fn unescape(s: &str) -> Result<String, String> {
             Some('r') => out.push('\r'),
             Some('f') => out.push('\u{c}'),
             Some('u') => {
-                let hex: String = chars.by_ref().take(4).collect();
-                let ch = (hex.len() == 4)
-                    .then(|| u32::from_str_radix(&hex, 16).ok())
-                    .flatten()
-                    .and_then(char::from_u32)
-                    .ok_or_else(|| format!("malformed \\u escape \\u{hex}"))?;
-                out.push(ch);
+                let unit = hex4(&mut chars)?;
+                let code = match unit {
+                    0xD800..=0xDBFF => {
+                        let mut after = chars.clone();
+                        let low = match (after.next(), after.next()) {
+                            (Some('\\'), Some('u')) => hex4(&mut after)?,
+                            _ => return Err(LONE_HIGH),
+                        };
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return Err(LONE_HIGH);
+                        }
+                        chars = after;
+                        0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                    }
+                    0xDC00..=0xDFFF => return Err(LONE_LOW),
+                    unit => unit,
+                };
+                // Every value outside the surrogates is a character.
+                out.push(char::from_u32(code).ok_or(BAD_HEX)?);
             }
             Some(other) => out.push(other),
             None => {}
@@ -161,5 +201,54 @@ mod tests {
         );
         let err = parse_properties("a=1\nb=\\u12x4\n").unwrap_err();
         assert_eq!(err.line, 2);
+    }
+
+    #[test]
+    fn a_malformed_unicode_escape_error_names_the_key_and_rule_not_the_value() {
+        for text in [
+            "sasl.password=ab\\uZq9xSecret\n",
+            "sasl.password=ab\\uZq9\n",
+            "sasl.password=Zq9x\\u+Zq9\n",
+        ] {
+            let err = parse_properties(text).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains("Zq9"), "{shown}");
+            assert!(!shown.contains("Secret"), "{shown}");
+            assert!(shown.contains("sasl.password"), "{shown}");
+            assert!(shown.contains("four hex digits"), "{shown}");
+            assert_eq!(err.line, 1);
+        }
+        // A broken key is not quoted either (it may be a value that lost its separator).
+        let err = parse_properties("x\\uZq9=1\n").unwrap_err();
+        assert!(!err.to_string().contains("Zq9"), "{err}");
+    }
+
+    #[test]
+    fn surrogate_pairs_decode_as_java_does() {
+        let parsed = parse_properties("k=a\\uD83D\\uDE00b\nl=\\ud83d\\ude00\n").unwrap();
+        assert_eq!(
+            parsed,
+            vec![
+                ("k".to_string(), "a\u{1f600}b".to_string()),
+                ("l".to_string(), "\u{1f600}".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lone_surrogate_escape_is_refused_naming_the_rule() {
+        for text in [
+            "k=\\uD83D\n",
+            "k=\\uD83Dx\n",
+            "k=\\uD83D\\u0041\n",
+            "k=\\uD83D\\uD83D\n",
+            "k=\\uDE00\n",
+            "k=x\\uDFFF\\uD83D\n",
+        ] {
+            let err = parse_properties(text).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.contains("surrogate"), "{text:?}: {shown}");
+            assert!(shown.contains("`k`"), "{text:?}: {shown}");
+        }
     }
 }
