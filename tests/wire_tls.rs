@@ -273,6 +273,46 @@ fn sasl_ssl_oauthbearer_token_from_the_callback_and_reauthentication() {
     );
 }
 
+/// A token callback whose first call fails (an identity provider's blip), counting its calls.
+fn failing_once(calls: Arc<AtomicU32>) -> OAuthBearerCallback {
+    OAuthBearerCallback::new(move || {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err("identity provider unreachable".to_string());
+        }
+        Ok(OAuthBearerToken {
+            value: Secret::new(unsecured_jwt("rg-oauth-user", Duration::from_secs(61))),
+            lifetime: Duration::from_secs(60),
+            extensions: Vec::new(),
+        })
+    })
+}
+
+/// An identity provider's blip is not fatal: a token callback that fails while no valid token
+/// is cached is a retriable error (before: a non-retried Authentication error, so the client
+/// gave up at once), and the client's retry asks the callback again and connects.
+#[test]
+fn sasl_ssl_oauthbearer_a_failing_token_callback_is_retried_not_fatal() {
+    let kafka = SaslKafka::shared();
+    let addr = listener(kafka, "SASL_SSL");
+    let calls = Arc::new(AtomicU32::new(0));
+    let sasl = SaslConfig::oauthbearer(failing_once(calls.clone()));
+    let err = metadata_round_trip(&addr, &connection_config(trusting(kafka), Some(sasl)))
+        .expect_err("the callback's first call fails");
+    assert!(
+        matches!(&err, WireError::TokenUnavailable { reason } if reason.contains("unreachable")),
+        "{err:?}"
+    );
+    assert!(err.retriable() && !err.is_authentication(), "{err}");
+
+    let calls = Arc::new(AtomicU32::new(0));
+    let sasl = SaslConfig::oauthbearer(failing_once(calls.clone()));
+    let mut config = client_config(&addr, connection_config(trusting(kafka), Some(sasl)));
+    config.retry_backoff = Duration::from_millis(100);
+    let mut client = Client::connect(config).expect("connects once the callback recovers");
+    produce_and_fetch(&mut client, "oauthbearer-after-a-failed-callback");
+    assert!(calls.load(Ordering::SeqCst) >= 2);
+}
+
 #[test]
 fn sasl_ssl_wrong_password_fails_once_naming_the_mechanism() {
     let kafka = SaslKafka::shared();

@@ -212,6 +212,12 @@ impl Connection {
         &self.addr
     }
 
+    /// The request timeout, also the longest a connecting thread waits for something another
+    /// thread is doing for it (an OAUTHBEARER token callback).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+
     /// The versions this broker advertised.
     pub fn versions(&self) -> &VersionTable {
         &self.versions

@@ -274,6 +274,14 @@ pub enum WireError {
         /// Why: the broker's error message, or the rule the server broke.
         reason: String,
     },
+    /// No OAUTHBEARER token could be had: the token callback failed (or is still running in
+    /// another thread) and no valid token is cached. Retriable, unlike [`WireError::Authentication`]:
+    /// an identity provider's outage passes, and the next connection attempt asks the callback
+    /// again; a consumer must not die of it.
+    TokenUnavailable {
+        /// Why, as the callback said it (a callback's text must hold no secret).
+        reason: String,
+    },
     /// The TLS handshake was refused: the broker's certificate is not trusted or does not name
     /// the host, or the broker refused ours. Not retriable, like a refused password: the same
     /// certificates fail the same way.
@@ -319,7 +327,8 @@ impl WireError {
             WireError::Io(_)
             | WireError::Timeout { .. }
             | WireError::Truncated { .. }
-            | WireError::NoBrokerAvailable { .. } => true,
+            | WireError::NoBrokerAvailable { .. }
+            | WireError::TokenUnavailable { .. } => true,
             _ => false,
         }
     }
@@ -336,6 +345,7 @@ impl WireError {
                 | WireError::Protocol(_)
                 | WireError::Malformed { .. }
                 | WireError::Authentication { .. }
+                | WireError::TokenUnavailable { .. }
                 | WireError::Tls { .. }
         )
     }
@@ -433,6 +443,9 @@ impl fmt::Display for WireError {
                 "SASL {mechanism} authentication with {broker} failed: {reason} (not retried: \
                  check the user name, password and mechanism)"
             ),
+            WireError::TokenUnavailable { reason } => {
+                write!(f, "no OAUTHBEARER token: {reason} (retriable)")
+            }
             WireError::Tls { broker, reason } => {
                 write!(f, "TLS with {broker} refused: {reason} (not retried)")
             }

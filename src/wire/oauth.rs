@@ -9,10 +9,12 @@
 //!
 //! Refresh: a token is reused until [`REFRESH_AT`] (half) of its lifetime has passed, then the callback
 //! is asked again; if that fails while the old token is still valid, the old one is used (and
-//! the failure logged), so an identity provider's short outage does not break connections.
+//! the failure logged), so an identity provider's short outage does not break connections. A
+//! failure with no valid token left is retriable ([`super::WireError::TokenUnavailable`]): the
+//! connection attempt fails and the next one asks the callback again.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use log::warn;
@@ -45,53 +47,183 @@ type Callback = dyn Fn() -> TokenResult + Send + Sync;
 
 /// The OAUTHBEARER token source: a user callback plus the cached token, shared by every clone
 /// (so every connection of a consumer, the heartbeat thread's too, shares one token).
+///
+/// Why the callback runs outside the lock: every connecting thread needs the cache, and a
+/// callback talks to an identity provider that may hang. So at most one thread calls the
+/// callback at a time (the others would only ask the provider the same question), and while it
+/// runs the others do not wait on it: one that finds the current token still valid (past its
+/// refresh point, before its expiry) uses it at once; one that has no valid token waits for
+/// that call, but no longer than its own bound (the connection's request timeout), and then
+/// gets [`TokenError::Unavailable`], a retriable error; when the call ends it is woken and
+/// shares its outcome (a callback that fails is called again by the next connection attempt,
+/// not by every waiter in turn). A callback that never returns therefore holds only its own
+/// thread.
 #[derive(Clone)]
 pub struct OAuthBearerCallback {
     callback: Arc<Callback>,
-    cache: Arc<Mutex<Option<Cached>>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a callback call ends.
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    cached: Option<Cached>,
+    /// Whether a thread is in the callback now.
+    fetching: bool,
+    /// Counts the callback calls that ended, so a waiter knows the one it waited for is over.
+    calls_ended: u64,
+    /// Why the last call ended without a token (cleared by a success).
+    last_failure: Option<String>,
 }
 
 struct Cached {
     token: OAuthBearerToken,
-    refresh_at: Instant,
-    expires_at: Instant,
+    /// When to ask for a new token; `None` when that lies beyond any representable instant
+    /// (a lifetime of `Duration::MAX`), and so never.
+    refresh_at: Option<Instant>,
+    /// When the token stops being valid; `None` for never, as for `refresh_at`.
+    expires_at: Option<Instant>,
+}
+
+/// Whether `now` is before `deadline` (`None`: a deadline that never comes).
+fn before(now: Instant, deadline: Option<Instant>) -> bool {
+    deadline.map_or(true, |d| now < d)
+}
+
+/// Why no token could be had.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TokenError {
+    /// The callback failed (or is still running in another thread) and no valid token is
+    /// cached: retriable, since an identity provider's outage passes.
+    Unavailable(String),
+    /// The callback returned a token the protocol cannot carry: a bug of the callback, not
+    /// retried.
+    Invalid(String),
+}
+
+impl fmt::Display for TokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenError::Unavailable(m) | TokenError::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Resets the fetching flag and wakes the waiters when the callback call ends, by a return or
+/// by a panic (the panic then counts as a failure), so no waiter is left waiting for a call
+/// that is over.
+struct CallEnds<'a>(&'a Shared);
+
+impl Drop for CallEnds<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        if std::thread::panicking() {
+            state.last_failure = Some("the token callback panicked".to_string());
+        }
+        state.fetching = false;
+        state.calls_ended += 1;
+        self.0.ended.notify_all();
+    }
 }
 
 impl OAuthBearerCallback {
     /// Wraps `callback`, which is called on the first connection and again whenever the cached
-    /// token has passed `REFRESH_AT` of its lifetime.
+    /// token has passed `REFRESH_AT` of its lifetime (by one thread at a time, see the type's
+    /// documentation).
     pub fn new(callback: impl Fn() -> TokenResult + Send + Sync + 'static) -> OAuthBearerCallback {
         OAuthBearerCallback {
             callback: Arc::new(callback),
-            cache: Arc::default(),
+            shared: Arc::default(),
         }
     }
 
-    /// A token valid now: the cached one, or a fresh one from the callback.
-    pub(super) fn token(&self) -> std::result::Result<OAuthBearerToken, String> {
-        let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = cache.as_ref().filter(|c| now < c.refresh_at) {
-            return Ok(c.token.clone());
-        }
-        match (self.callback)() {
-            Ok(token) => {
-                check_token(&token)?;
-                *cache = Some(Cached {
-                    refresh_at: now + token.lifetime.mul_f64(REFRESH_AT),
-                    expires_at: now + token.lifetime,
-                    token: token.clone(),
-                });
-                Ok(token)
+    /// A token valid now: the cached one, or a fresh one from the callback; waits at most
+    /// `wait` for a callback call running in another thread.
+    pub(super) fn token(&self, wait: Duration) -> Result<OAuthBearerToken, TokenError> {
+        self.token_at(Instant::now(), wait)
+    }
+
+    /// [`token`](Self::token) at the instant `now` (the tests' clock).
+    pub(super) fn token_at(
+        &self,
+        now: Instant,
+        wait: Duration,
+    ) -> Result<OAuthBearerToken, TokenError> {
+        let shared = &*self.shared;
+        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let waited_since = Instant::now();
+        loop {
+            if let Some(c) = state.cached.as_ref().filter(|c| before(now, c.refresh_at)) {
+                return Ok(c.token.clone());
             }
-            Err(e) => match cache.as_ref().filter(|c| now < c.expires_at) {
-                Some(c) => {
-                    warn!("OAUTHBEARER token callback failed ({e}); using the current token until it expires");
-                    Ok(c.token.clone())
-                }
-                None => Err(format!("the token callback failed: {e}")),
-            },
+            if !state.fetching {
+                break;
+            }
+            // Another thread is in the callback: use the current token while it is valid.
+            if let Some(c) = state.cached.as_ref().filter(|c| before(now, c.expires_at)) {
+                return Ok(c.token.clone());
+            }
+            let ended_before = state.calls_ended;
+            let left = wait.saturating_sub(waited_since.elapsed());
+            let (guard, _) = shared
+                .ended
+                .wait_timeout_while(state, left, |s| s.fetching && s.calls_ended == ended_before)
+                .unwrap_or_else(|p| p.into_inner());
+            state = guard;
+            if state.calls_ended == ended_before {
+                return Err(TokenError::Unavailable(format!(
+                    "another thread's token callback has not returned within {wait:?}"
+                )));
+            }
+            let fresh = state.cached.as_ref().filter(|c| before(now, c.expires_at));
+            match (fresh, &state.last_failure) {
+                (Some(c), _) => return Ok(c.token.clone()),
+                (None, Some(failure)) => return Err(TokenError::Unavailable(failure.clone())),
+                (None, None) => continue,
+            }
         }
+        state.fetching = true;
+        drop(state);
+        let ends = CallEnds(shared);
+        let fetched = (self.callback)();
+        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let outcome = match fetched {
+            Ok(token) => match check_token(&token) {
+                Ok(()) => {
+                    state.cached = Some(Cached {
+                        refresh_at: now.checked_add(token.lifetime.mul_f64(REFRESH_AT)),
+                        expires_at: now.checked_add(token.lifetime),
+                        token: token.clone(),
+                    });
+                    state.last_failure = None;
+                    Ok(token)
+                }
+                Err(e) => {
+                    state.last_failure = Some(e.clone());
+                    Err(TokenError::Invalid(e))
+                }
+            },
+            Err(e) => {
+                let failure = format!("the token callback failed: {e}");
+                state.last_failure = Some(failure.clone());
+                match state.cached.as_ref().filter(|c| before(now, c.expires_at)) {
+                    Some(c) => {
+                        warn!("{failure}; using the current token until it expires");
+                        Ok(c.token.clone())
+                    }
+                    None => Err(TokenError::Unavailable(failure)),
+                }
+            }
+        };
+        drop(state);
+        drop(ends);
+        outcome
     }
 }
 
@@ -166,6 +298,7 @@ impl Eq for OAuthBearerCallback {}
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::mpsc;
 
     fn token(value: &str, lifetime: Duration) -> OAuthBearerToken {
         OAuthBearerToken {
@@ -202,8 +335,8 @@ mod tests {
             Ok(token("abc", Duration::from_secs(3600)))
         });
         let clone = cb.clone();
-        assert!(cb.token().is_ok());
-        assert!(clone.token().is_ok());
+        assert!(cb.token(Duration::from_secs(1)).is_ok());
+        assert!(clone.token(Duration::from_secs(1)).is_ok());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(cb, clone);
     }
@@ -216,19 +349,151 @@ mod tests {
             counted.fetch_add(1, Ordering::SeqCst);
             Ok(token("abc", Duration::from_millis(1)))
         });
-        assert!(cb.token().is_ok());
+        assert!(cb.token(Duration::from_secs(1)).is_ok());
         std::thread::sleep(Duration::from_millis(5));
-        assert!(cb.token().is_ok());
+        assert!(cb.token(Duration::from_secs(1)).is_ok());
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_token_lifetime_of_duration_max_is_cached_without_overflow() {
+        let cb = OAuthBearerCallback::new(|| Ok(token("abc", Duration::MAX)));
+        let now = Instant::now();
+        assert!(cb.token_at(now, Duration::from_secs(1)).is_ok());
+        // Still cached much later: the refresh point is beyond any instant.
+        let later = now + Duration::from_secs(100 * 365 * 24 * 3600);
+        assert!(cb.token_at(later, Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn a_failing_callback_after_expiry_is_a_retriable_error() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let cb = OAuthBearerCallback::new(move || match counted.fetch_add(1, Ordering::SeqCst) {
+            0 => Ok(token("abc", Duration::from_secs(10))),
+            1 => Err("idp down".to_string()),
+            _ => Ok(token("def", Duration::from_secs(10))),
+        });
+        let t0 = Instant::now();
+        let wait = Duration::from_secs(1);
+        assert!(cb.token_at(t0, wait).is_ok());
+        let expired = t0 + Duration::from_secs(11);
+        let e = cb.token_at(expired, wait).unwrap_err();
+        assert!(
+            matches!(&e, TokenError::Unavailable(m) if m.contains("idp down")),
+            "{e:?}"
+        );
+        // The next attempt asks again, and the provider is back.
+        let t = cb.token_at(expired, wait).unwrap();
+        assert_eq!(t.value.expose(), "def");
+    }
+
+    /// A callback that hangs on its second call until released, counting calls and how many run
+    /// at once.
+    struct Hanging {
+        callback: OAuthBearerCallback,
+        entered: mpsc::Receiver<()>,
+        release: mpsc::Sender<()>,
+        calls: Arc<AtomicU32>,
+        most_at_once: Arc<AtomicU32>,
+    }
+
+    fn hanging(lifetime: Duration) -> Hanging {
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let calls = Arc::new(AtomicU32::new(0));
+        let running = Arc::new(AtomicU32::new(0));
+        let most_at_once = Arc::new(AtomicU32::new(0));
+        let (c, r, m) = (calls.clone(), running.clone(), most_at_once.clone());
+        let entered_tx = Mutex::new(entered_tx);
+        let callback = OAuthBearerCallback::new(move || {
+            let now_running = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now_running, Ordering::SeqCst);
+            if c.fetch_add(1, Ordering::SeqCst) > 0 {
+                let _ = entered_tx.lock().unwrap().send(());
+                // Bounded: a test that forgets to release fails instead of hanging.
+                let _ = release_rx
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(20));
+            }
+            r.fetch_sub(1, Ordering::SeqCst);
+            Ok(token("abc", lifetime))
+        });
+        Hanging {
+            callback,
+            entered,
+            release,
+            calls,
+            most_at_once,
+        }
+    }
+
+    #[test]
+    fn a_hung_callback_blocks_no_other_thread_beyond_its_wait() {
+        let lifetime = Duration::from_secs(100);
+        let h = hanging(lifetime);
+        let t0 = Instant::now();
+        assert!(h.callback.token_at(t0, Duration::from_secs(1)).is_ok());
+        // Past the refresh point, before expiry: one thread refreshes and hangs in the callback.
+        let refresh = t0 + lifetime.mul_f64(0.6);
+        let fetcher = {
+            let cb = h.callback.clone();
+            std::thread::spawn(move || cb.token_at(refresh, Duration::from_secs(1)).is_ok())
+        };
+        h.entered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the refresh reaches the callback");
+        // Another thread meanwhile: the current token is still valid, so it gets it at once.
+        let (tx, rx) = mpsc::channel();
+        {
+            let cb = h.callback.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send((
+                    "valid",
+                    cb.token_at(refresh, Duration::from_secs(1)).is_ok(),
+                ));
+            });
+        }
+        // And a thread that needs a token after expiry waits its bound, then gets an error.
+        let expired = t0 + lifetime * 2;
+        {
+            let cb = h.callback.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send((
+                    "expired",
+                    cb.token_at(expired, Duration::from_millis(200)).is_ok(),
+                ));
+            });
+        }
+        let mut outcomes: Vec<(&str, bool)> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)))
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|_| {
+                let _ = h.release.send(());
+                panic!("a thread stayed blocked behind the hung callback")
+            });
+        outcomes.sort();
+        assert_eq!(outcomes, vec![("expired", false), ("valid", true)]);
+        h.release.send(()).unwrap();
+        assert!(fetcher.join().unwrap());
+        assert_eq!(h.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(h.most_at_once.load(Ordering::SeqCst), 1);
     }
 
     #[test]
     fn bad_tokens_are_refused_without_quoting_them() {
         let cb = OAuthBearerCallback::new(|| Ok(token("has space s3cret", Duration::from_secs(9))));
-        let e = cb.token().unwrap_err();
+        let e = cb.token(Duration::from_secs(1)).unwrap_err().to_string();
         assert!(!e.contains("s3cret"), "{e}");
         let cb = OAuthBearerCallback::new(|| Err("idp down".into()));
-        assert!(cb.token().unwrap_err().contains("idp down"));
+        let e = cb.token(Duration::from_secs(1)).unwrap_err();
+        assert!(
+            matches!(&e, TokenError::Unavailable(m) if m.contains("idp down")),
+            "{e:?}"
+        );
         assert_eq!(format!("{cb:?}"), "OAuthBearerCallback(..)");
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Failures: a refused credential is [`WireError::Authentication`], which is not retriable (the
 //! same password fails the same way; retrying it would only lock the account or flood the
-//! broker's log) and names the mechanism.
+//! broker's log) and names the mechanism. An OAUTHBEARER token callback that fails with no valid
+//! token cached is [`WireError::TokenUnavailable`] instead, which is retried: the identity
+//! provider may be back at the next attempt.
 
 use std::fmt;
 use std::io::Read;
@@ -26,7 +28,7 @@ use log::{debug, warn};
 
 use super::connection::Connection;
 use super::error::{KafkaCode, Result, WireError};
-use super::oauth::{self, OAuthBearerCallback};
+use super::oauth::{self, OAuthBearerCallback, TokenError};
 use super::scram::{base64_encode, ScramClient, ScramHash};
 use super::secret::{Secret, WipedBytes};
 use super::versions::VersionRange;
@@ -157,7 +159,12 @@ pub(super) fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Result<O
                     "no token callback is configured".to_string(),
                 )
             })?;
-            let token = callback.token().map_err(|e| refused(conn, mechanism, e))?;
+            let token = callback
+                .token(conn.request_timeout())
+                .map_err(|e| match e {
+                    TokenError::Unavailable(reason) => WireError::TokenUnavailable { reason },
+                    TokenError::Invalid(reason) => refused(conn, mechanism, reason),
+                })?;
             token_lifetime = Some(token.lifetime);
             let (challenge, lifetime) = exchange(conn, mechanism, oauth::client_first(&token))?;
             if !challenge.is_empty() {
