@@ -51,7 +51,7 @@ mod quirks;
 pub mod records;
 mod sasl;
 pub(crate) mod scram;
-mod secret;
+pub(crate) mod secret;
 mod stream;
 mod tls;
 pub(crate) mod versions;

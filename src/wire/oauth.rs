@@ -265,9 +265,17 @@ fn check_token(token: &OAuthBearerToken) -> std::result::Result<(), String> {
 /// The client's first (and only) message (RFC 7628 section 3.1, as Kafka's client writes it):
 /// `n,,` then `\x01auth=Bearer TOKEN`, each extension as `\x01key=value`, then `\x01\x01`.
 pub(super) fn client_first(token: &OAuthBearerToken) -> Vec<u8> {
+    const HEAD: &[u8] = b"n,,\x01auth=Bearer ";
     let value = token.value.expose();
-    let mut out = Vec::with_capacity(32 + value.len());
-    out.extend_from_slice(b"n,,\x01auth=Bearer ");
+    // Reserved exactly, so the buffer never grows: a reallocation would free a copy of the
+    // token unwiped (the caller wipes this buffer once it is sent).
+    let extensions: usize = token
+        .extensions
+        .iter()
+        .map(|(k, v)| 2 + k.len() + v.len())
+        .sum();
+    let mut out = Vec::with_capacity(HEAD.len() + value.len() + extensions + 2);
+    out.extend_from_slice(HEAD);
     out.extend_from_slice(value.as_bytes());
     for (key, value) in &token.extensions {
         out.push(1);
@@ -324,6 +332,25 @@ mod tests {
             b"n,,\x01auth=Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.\x01logicalCluster=lkc-1\x01\x01"
                 .to_vec()
         );
+    }
+
+    #[test]
+    fn the_client_message_is_reserved_exactly_so_the_token_is_never_copied() {
+        let mut t = token(
+            "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.",
+            Duration::from_secs(60),
+        );
+        t.extensions = vec![
+            ("logicalCluster".into(), "lkc-1".into()),
+            ("identityPoolId".into(), "pool-".repeat(20)),
+        ];
+        for extensions in [0, 1, 2] {
+            let mut t = t.clone();
+            t.extensions.truncate(extensions);
+            let message = client_first(&t);
+            // Exactly the reservation: the buffer never grew, so no freed copy of the token.
+            assert_eq!(message.capacity(), message.len(), "{extensions} extensions");
+        }
     }
 
     #[test]

@@ -238,9 +238,12 @@ impl ScramClient {
             .collect();
         wipe(&mut client_key);
         wipe(&mut signature);
-        let mut message = without_proof.into_bytes();
+        // Reserved exactly and the proof encoded straight into it: no intermediate string and
+        // no reallocation leaves a copy of the proof unwiped (the caller wipes the message).
+        let mut message = Vec::with_capacity(without_proof.len() + 3 + base64_len(proof.len()));
+        message.extend_from_slice(without_proof.as_bytes());
         message.extend_from_slice(b",p=");
-        message.extend_from_slice(base64_encode(&proof).as_bytes());
+        base64_encode_into(&proof, &mut message);
         wipe(&mut proof);
         Ok((message, ServerCheck::new(hash, server_key, auth_message)))
     }
@@ -358,9 +361,22 @@ impl ServerCheck {
 
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+/// The length of `len` bytes in base64 with padding.
+fn base64_len(len: usize) -> usize {
+    len.div_ceil(3) * 4
+}
+
 /// Standard base64 with padding (RFC 4648), as SCRAM uses it.
 pub(crate) fn base64_encode(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    let mut out = Vec::with_capacity(base64_len(data.len()));
+    base64_encode_into(data, &mut out);
+    // The alphabet is ASCII.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends the base64 of `data` to `out`, so a secret can be encoded into a buffer that is
+/// wiped later without passing through a string of its own.
+fn base64_encode_into(data: &[u8], out: &mut Vec<u8>) {
     for chunk in data.chunks(3) {
         let b = [
             chunk[0],
@@ -370,13 +386,12 @@ pub(crate) fn base64_encode(data: &[u8]) -> String {
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
-                out.push(BASE64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                out.push(BASE64[((n >> (18 - 6 * i)) & 63) as usize]);
             } else {
-                out.push('=');
+                out.push(b'=');
             }
         }
     }
-    out
 }
 
 /// Decodes canonical standard base64 with padding; `None` for anything else.
@@ -433,6 +448,13 @@ mod tests {
         let (final_message, check) = client.client_final(SERVER_FIRST.as_bytes()).unwrap();
         assert_eq!(String::from_utf8(final_message).unwrap(), CLIENT_FINAL);
         assert_eq!(check.verify(SERVER_FINAL.as_bytes()), Ok(()));
+    }
+
+    #[test]
+    fn the_client_final_message_is_reserved_exactly_so_the_proof_is_never_copied() {
+        let (message, _) = rfc_client().client_final(SERVER_FIRST.as_bytes()).unwrap();
+        assert_eq!(message.capacity(), message.len());
+        assert_eq!(String::from_utf8(message).unwrap(), CLIENT_FINAL);
     }
 
     #[test]

@@ -24,6 +24,36 @@ pub(crate) fn wipe(bytes: &mut [u8]) {
     compiler_fence(Ordering::SeqCst);
 }
 
+/// Wipes a buffer's bytes and its spare capacity too: bytes a `truncate` or `clear` gave up
+/// are still in the allocation and would be freed unwiped.
+pub(crate) fn wipe_vec(bytes: &mut Vec<u8>) {
+    wipe(bytes);
+    for b in bytes.spare_capacity_mut() {
+        // SAFETY: `b` is a valid, aligned, exclusive reference into the allocation; writing a
+        // `MaybeUninit` needs no initialised value.
+        unsafe { std::ptr::write_volatile(b, std::mem::MaybeUninit::new(0)) };
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// Wipes a string and leaves it empty (zeros are valid UTF-8, but no reader should see them).
+pub(crate) fn wipe_string(text: &mut String) {
+    let mut bytes = std::mem::take(text).into_bytes();
+    wipe_vec(&mut bytes);
+}
+
+/// A `String` that is wiped when dropped: the parsers' working copies of text that may hold a
+/// secret (a `.properties` file, a JAAS line's values), so an early return or a refused line
+/// does not free them unwiped. Take the text out with `std::mem::take(&mut w.0)` to keep it.
+#[derive(Default)]
+pub(crate) struct WipedString(pub(crate) String);
+
+impl Drop for WipedString {
+    fn drop(&mut self) {
+        wipe_string(&mut self.0);
+    }
+}
+
 /// A secret string (a SASL password): `Debug` prints `[redacted]`, there is no `Display`, and
 /// the bytes are wiped when it is dropped.
 ///
@@ -34,7 +64,9 @@ pub(crate) fn wipe(bytes: &mut [u8]) {
 pub struct Secret(Vec<u8>);
 
 impl Secret {
-    /// Takes the secret's text. The caller's copy (if any) is its own to wipe.
+    /// Takes the secret's text. A `String` is moved in without a copy; a `&str` is copied once,
+    /// into an allocation of its exact length, and the `&str` itself stays the caller's to
+    /// wipe (the library cannot reach it).
     pub fn new(text: impl Into<String>) -> Secret {
         Secret(text.into().into_bytes())
     }
@@ -81,7 +113,7 @@ impl Eq for Secret {}
 
 impl Drop for Secret {
     fn drop(&mut self) {
-        wipe(&mut self.0);
+        wipe_vec(&mut self.0);
     }
 }
 
@@ -106,7 +138,7 @@ impl AsRef<[u8]> for WipedBytes {
 
 impl Drop for WipedBytes {
     fn drop(&mut self) {
-        wipe(&mut self.0);
+        wipe_vec(&mut self.0);
     }
 }
 
@@ -127,6 +159,20 @@ mod tests {
         assert_eq!(Secret::new("abc"), Secret::new("abc"));
         assert_ne!(Secret::new("abc"), Secret::new("abd"));
         assert_ne!(Secret::new("abc"), Secret::new("abcd"));
+    }
+
+    #[test]
+    fn wipe_vec_zeroes_the_spare_capacity_too() {
+        let mut v = b"secret-and-more".to_vec();
+        v.truncate(6);
+        wipe_vec(&mut v);
+        assert_eq!(v, vec![0; 6]);
+        // SAFETY: the first 15 bytes were initialised by the literal and wiped since.
+        unsafe { v.set_len(15) };
+        assert_eq!(v, vec![0; 15]);
+        let mut s = String::from("hunter2");
+        wipe_string(&mut s);
+        assert!(s.is_empty());
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub use values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
 use crate::group::consumer_group::ConsumerGroupConfig;
 use crate::group::RebalanceProtocol;
 use crate::guard::GuardConfig;
+use crate::wire::secret::{wipe_string, WipedString};
 use crate::wire::{
     ClientConfig, FetchConfig, IsolationLevel, SaslConfig, SaslMechanism, Secret, TlsConfig,
 };
@@ -112,17 +113,23 @@ impl ConsumerConfig {
     /// it.
     pub fn from_properties_file(path: impl AsRef<Path>) -> Result<ConsumerConfig, ConfigError> {
         let path = path.as_ref();
-        let text = fs::read_to_string(path).map_err(|e| ConfigError::File {
+        // The text and the pairs may hold a password: both are wiped before they are freed.
+        let text = WipedString(fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
             kind: e.kind(),
             message: e.to_string(),
-        })?;
-        let properties = parse_properties(&text).map_err(|e| ConfigError::Syntax {
+        })?);
+        let mut properties = parse_properties(&text.0).map_err(|e| ConfigError::Syntax {
             path: Some(path.to_path_buf()),
             line: e.line,
             message: e.message,
         })?;
-        ConsumerConfig::from_properties(properties)
+        let built = ConsumerConfig::from_properties(properties.iter().map(|(k, v)| (k, v)));
+        for (key, value) in &mut properties {
+            wipe_string(key);
+            wipe_string(value);
+        }
+        built
     }
 
     /// Every setting with its effective value, in [`SETTINGS`] order, for logging at startup.

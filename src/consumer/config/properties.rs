@@ -3,6 +3,8 @@
 use std::error::Error;
 use std::fmt;
 
+use crate::wire::secret::WipedString;
+
 /// A malformed line in `.properties` text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PropertiesSyntaxError {
@@ -29,9 +31,13 @@ impl Error for PropertiesSyntaxError {}
 /// escapes `\t`, `\n`, `\r`, `\f`, `\uXXXX` (UTF-16, so a surrogate pair such as
 /// `\uD83D\uDE00` is one character and a lone surrogate is refused), and `\` before any other
 /// character (so `\=` and `\:` in keys). An error names the line, the rule and, for a value, its
-/// key, never the value's characters. One deliberate difference: values are also trimmed at the end, since no
-/// setting has meaningful trailing whitespace and an invisible trailing space should not make a
-/// number unparsable.
+/// key, never the value's characters. One deliberate difference: values are also trimmed at the
+/// end, since no setting has meaningful trailing whitespace and an invisible trailing space
+/// should not make a number unparsable.
+///
+/// The parser's own working copies are wiped before they are freed; the pairs it returns are
+/// the caller's (wipe them with care if they hold a password, as
+/// [`ConsumerConfig::from_properties_file`](super::ConsumerConfig::from_properties_file) does).
 pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, PropertiesSyntaxError> {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
@@ -43,37 +49,51 @@ pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, PropertiesS
         if first.is_empty() || first.starts_with('#') || first.starts_with('!') {
             continue;
         }
-        // Join continuation lines.
-        let mut logical = String::new();
+        // The continuation lines first, so that joining them copies once, into an exact
+        // allocation (a growing buffer would free partial copies of a secret unwiped).
+        let mut segments = Vec::new();
         let mut current = first;
         loop {
             let trailing = current.chars().rev().take_while(|c| *c == '\\').count();
-            if trailing % 2 == 1 {
-                logical.push_str(&current[..current.len() - 1]);
-                match lines.get(i) {
-                    Some(next) => {
-                        current = next.trim_start_matches(is_properties_space);
-                        i += 1;
-                    }
-                    None => break,
-                }
-            } else {
-                logical.push_str(current);
+            if trailing % 2 == 0 {
+                segments.push(current);
                 break;
             }
+            segments.push(&current[..current.len() - 1]);
+            match lines.get(i) {
+                Some(next) => {
+                    current = next.trim_start_matches(is_properties_space);
+                    i += 1;
+                }
+                None => break,
+            }
         }
-        let (key, value) = split_key_value(&logical);
+        let joined;
+        let logical: &str = match segments[..] {
+            [one] => one,
+            _ => {
+                let mut text = WipedString(String::with_capacity(
+                    segments.iter().map(|s| s.len()).sum(),
+                ));
+                segments.iter().for_each(|s| text.0.push_str(s));
+                joined = text;
+                &joined.0
+            }
+        };
+        let (key, value) = split_key_value(logical);
         // The key is not quoted when it is the malformed part: it may be a value that lost its
         // separator.
         let key = unescape(key).map_err(|rule| PropertiesSyntaxError {
             line: start,
             message: format!("in the key: {rule}"),
         })?;
-        let value = unescape(value).map_err(|rule| PropertiesSyntaxError {
+        let mut value = unescape(value).map_err(|rule| PropertiesSyntaxError {
             line: start,
             message: format!("in the value of `{key}` (not shown): {rule}"),
         })?;
-        out.push((key, value.trim_end().to_string()));
+        // Trimmed in place, not copied.
+        value.truncate(value.trim_end().len());
+        out.push((key, value));
     }
     Ok(out)
 }
@@ -130,19 +150,20 @@ fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, &'static str> {
 /// a high surrogate followed by a `\u` low surrogate is one character; a lone surrogate cannot
 /// be a Rust character and is refused.
 fn unescape(s: &str) -> Result<String, &'static str> {
-    // Escapes only shrink the text, so this never reallocates (no stray copy of a secret).
-    let mut out = String::with_capacity(s.len());
+    // Escapes only shrink the text, so this never reallocates (no stray copy of a secret);
+    // wiped if an escape is refused.
+    let mut out = WipedString(String::with_capacity(s.len()));
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
         if c != '\\' {
-            out.push(c);
+            out.0.push(c);
             continue;
         }
         match chars.next() {
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('f') => out.push('\u{c}'),
+            Some('t') => out.0.push('\t'),
+            Some('n') => out.0.push('\n'),
+            Some('r') => out.0.push('\r'),
+            Some('f') => out.0.push('\u{c}'),
             Some('u') => {
                 let unit = hex4(&mut chars)?;
                 let code = match unit {
@@ -162,13 +183,13 @@ fn unescape(s: &str) -> Result<String, &'static str> {
                     unit => unit,
                 };
                 // Every value outside the surrogates is a character.
-                out.push(char::from_u32(code).ok_or(BAD_HEX)?);
+                out.0.push(char::from_u32(code).ok_or(BAD_HEX)?);
             }
-            Some(other) => out.push(other),
+            Some(other) => out.0.push(other),
             None => {}
         }
     }
-    Ok(out)
+    Ok(std::mem::take(&mut out.0))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use super::values::SettingValue;
 use super::ConfigError;
+use crate::wire::secret::WipedString;
 use crate::wire::{OAuthBearerCallback, SaslMechanism, Secret};
 
 /// What `to_properties` prints instead of a secret; refused when read back, so a printed
@@ -358,21 +359,23 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, &'static str> {
         };
         let key = rest[..eq].trim();
         rest = rest[eq + 1..].trim_start();
-        let mut value = String::new();
+        // Reserved for the longest value the rest can hold, so it never reallocates (which
+        // would free a partial copy of the password unwiped); wiped unless it is kept.
+        let mut value = WipedString(String::with_capacity(rest.len()));
         if let Some(quoted) = rest.strip_prefix('"') {
             let mut chars = quoted.char_indices();
             let mut end = None;
             while let Some((i, c)) = chars.next() {
                 match c {
                     '\\' => match chars.next() {
-                        Some((_, escaped)) => value.push(escaped),
+                        Some((_, escaped)) => value.0.push(escaped),
                         None => break,
                     },
                     '"' => {
                         end = Some(i);
                         break;
                     }
-                    c => value.push(c),
+                    c => value.0.push(c),
                 }
             }
             let Some(end) = end else {
@@ -381,12 +384,12 @@ fn jaas_parse(line: &str) -> Result<JaasConfig, &'static str> {
             rest = quoted[end + 1..].trim_start();
         } else {
             let end = word_end(rest);
-            value.push_str(&rest[..end]);
+            value.0.push_str(&rest[..end]);
             rest = rest[end..].trim_start();
         }
         match key {
-            "username" => username = Some(value),
-            "password" => password = Some(Secret::new(value)),
+            "username" => username = Some(std::mem::take(&mut value.0)),
+            "password" => password = Some(Secret::new(std::mem::take(&mut value.0))),
             "tokenauth" => {
                 return Err("delegation tokens (tokenauth) are not supported");
             }
