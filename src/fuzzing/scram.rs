@@ -9,8 +9,9 @@
 //! ours with printable characters, its iteration count lies within the bounds and its salt is
 //! canonical base64 (it encodes back to the same text); a server-final message is accepted only
 //! when its `v=` attribute is exactly the base64 of the signature the server key gives, and
-//! refused with the server's reason when it starts with `e=`.
+//! refused with the server's reason when it starts with `e=`, that reason escaped and bounded.
 
+use crate::wire::error::MAX_BROKER_TEXT;
 use crate::wire::scram::{
     base64_encode, parse_server_first, ScramError, ScramHash, ServerCheck, MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -67,8 +68,12 @@ fn check_server_final(hash: ScramHash, message: &[u8]) {
             expected.as_bytes(),
             "accepted a signature that is not the server key's"
         ),
-        Err(ScramError::Server(_)) => {
-            assert!(first.starts_with(b"e="), "a server error without e=")
+        Err(ScramError::Server(reason)) => {
+            assert!(first.starts_with(b"e="), "a server error without e=");
+            assert!(
+                reason.len() <= MAX_BROKER_TEXT + 32 && !reason.chars().any(char::is_control),
+                "the server's reason is not bounded and escaped: {reason:?}"
+            );
         }
         Err(e) => {
             if std::str::from_utf8(message).is_ok() {

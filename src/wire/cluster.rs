@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use log::{debug, info};
 
 use super::client::Client;
-use super::error::{KafkaCode, Result, WireError};
+use super::error::{broker_text, KafkaCode, Result, WireError};
 use super::quirks;
 use crate::TopicPartition;
 
@@ -313,7 +313,7 @@ impl Client {
             )
         };
         if let Some(code) = KafkaCode::from_code(code) {
-            let msg = message.map(|m| m.to_string()).unwrap_or_default();
+            let msg = message.map(|m| broker_text(m.as_str())).unwrap_or_default();
             return Err(WireError::kafka(
                 ApiKey::FindCoordinator,
                 code,
@@ -365,7 +365,9 @@ impl Client {
                     format!(
                         "topic {} {}",
                         t.name.as_str(),
-                        t.error_message.map(|m| m.to_string()).unwrap_or_default()
+                        t.error_message
+                            .map(|m| broker_text(m.as_str()))
+                            .unwrap_or_default()
                     ),
                 ));
             }

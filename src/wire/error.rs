@@ -477,9 +477,60 @@ impl From<io::Error> for WireError {
 /// Shorthand used throughout the wire layer.
 pub type Result<T> = std::result::Result<T, WireError>;
 
+/// The most bytes of a broker's own text (an error message, a SCRAM `e=` reason, an OAUTHBEARER
+/// status) that an error carries; enough for any real reason Kafka gives.
+pub(crate) const MAX_BROKER_TEXT: usize = 256;
+
+/// A broker's text made safe to put in an error and so in a log line: control and invisible
+/// formatting characters escaped (`\n`, `\u{1b}`, a bidirectional override), so a hostile
+/// broker cannot forge log lines or hide text; and cut at [`MAX_BROKER_TEXT`] bytes (at a
+/// character boundary, saying how much was cut), so it cannot flood the log either.
+///
+/// Why one function: every place where broker text enters an error calls it, so the rule is
+/// the same everywhere.
+pub(crate) fn broker_text(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len().min(MAX_BROKER_TEXT));
+    for (at, c) in raw.char_indices() {
+        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}' | '\u{feff}');
+        let piece: String = if c.is_control() || invisible {
+            c.escape_default().collect()
+        } else {
+            c.into()
+        };
+        if out.len() + piece.len() > MAX_BROKER_TEXT {
+            out.push_str(&format!("... ({} more bytes)", raw.len() - at));
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broker_text_is_escaped_and_cut_at_a_character_boundary() {
+        assert_eq!(broker_text("invalid-proof"), "invalid-proof");
+        assert_eq!(
+            broker_text("a\nb\r\u{1b}[2J\u{202e}c"),
+            "a\\nb\\r\\u{1b}[2J\\u{202e}c"
+        );
+        let long = format!(
+            "{}\u{e9}{}",
+            "x".repeat(MAX_BROKER_TEXT - 1),
+            "y".repeat(1000)
+        );
+        let cut = broker_text(&long);
+        assert!(cut.starts_with(&"x".repeat(MAX_BROKER_TEXT - 1)), "{cut}");
+        assert!(cut.ends_with("... (1002 more bytes)"), "{cut}");
+        assert!(cut.len() <= MAX_BROKER_TEXT + 32, "{}", cut.len());
+        // A flood of control characters is cut by its escaped length.
+        let cut = broker_text(&"\n".repeat(10_000));
+        assert!(cut.len() <= MAX_BROKER_TEXT + 32, "{}", cut.len());
+    }
 
     #[test]
     fn codes_keep_name_and_retriability() {

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{self as msg, produce_request, ApiKey, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::client::Client;
-use super::error::{KafkaCode, Result, WireError};
+use super::error::{broker_text, KafkaCode, Result, WireError};
 use super::records::{self, ProduceRecord};
 use crate::TopicPartition;
 
@@ -52,7 +52,10 @@ impl Client {
             if code.is_stale_metadata() {
                 self.metadata_stale = true;
             }
-            let msg = p.error_message.map(|m| m.to_string()).unwrap_or_default();
+            let msg = p
+                .error_message
+                .map(|m| broker_text(m.as_str()))
+                .unwrap_or_default();
             return Err(WireError::kafka(
                 ApiKey::Produce,
                 code,

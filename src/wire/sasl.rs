@@ -15,7 +15,6 @@
 //! provider may be back at the next attempt.
 
 use std::fmt;
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use kafka_protocol::protocol::StrBytes;
 use log::{debug, warn};
 
 use super::connection::Connection;
-use super::error::{KafkaCode, Result, WireError};
+use super::error::{broker_text, KafkaCode, Result, WireError};
 use super::oauth::{self, OAuthBearerCallback, TokenError};
 use super::scram::{base64_encode, ScramClient, ScramHash};
 use super::secret::{Secret, WipedBytes};
@@ -170,7 +169,7 @@ pub(super) fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Result<O
             if !challenge.is_empty() {
                 // RFC 7628 3.2.2: the server's error comes as a challenge (a JSON status);
                 // the client answers with a lone %x01 and the server then fails the exchange.
-                let status = String::from_utf8_lossy(&challenge).into_owned();
+                let status = broker_text(&String::from_utf8_lossy(&challenge));
                 let ended = exchange(conn, mechanism, vec![1]);
                 let detail = match ended {
                     Err(WireError::Authentication { reason, .. }) => format!(": {reason}"),
@@ -202,7 +201,14 @@ pub(super) fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Result<O
             lifetime
         }
         Some(hash) => {
-            let client = ScramClient::new(hash, &sasl.username, &sasl.password, &fresh_nonce());
+            let nonce = fresh_nonce().map_err(|e| {
+                refused(
+                    conn,
+                    mechanism,
+                    format!("the operating system's random source gave no nonce: {e}"),
+                )
+            })?;
+            let client = ScramClient::new(hash, &sasl.username, &sasl.password, &nonce);
             let (server_first, _) = exchange(conn, mechanism, client.client_first())?;
             let (client_final, check) = client
                 .client_final(&server_first)
@@ -261,7 +267,7 @@ fn handshake(conn: &mut Connection, mechanism: SaslMechanism) -> Result<()> {
                 mechanism,
                 format!(
                     "the broker does not enable this mechanism on this listener (it enables: {})",
-                    enabled.join(", ")
+                    broker_text(&enabled.join(", "))
                 ),
             ))
         }
@@ -291,7 +297,7 @@ fn exchange(
         let message = resp
             .error_message
             .as_ref()
-            .map(|m| m.as_str().to_string())
+            .map(|m| broker_text(m.as_str()))
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| format!("SaslAuthenticate failed with {code}"));
         return Err(refused(conn, mechanism, message));
@@ -303,31 +309,21 @@ fn exchange(
     Ok((resp.auth_bytes.to_vec(), lifetime))
 }
 
-/// A client nonce: 24 bytes from the operating system's random source, base64 (no comma, as
-/// RFC 5802 requires). Where `/dev/urandom` is missing, std's per-process random hash keys mixed
-/// with the time and a counter: unique and unpredictable, which is all a nonce must be.
-fn fresh_nonce() -> String {
+/// A client nonce: 24 bytes from the operating system's random source (`getrandom`), base64
+/// (no comma, as RFC 5802 requires). If that source fails there is no nonce and so no SCRAM
+/// exchange: a nonce an impostor could predict would let it replay a recorded exchange, so
+/// nothing weaker is put in its place.
+fn fresh_nonce() -> std::result::Result<String, getrandom::Error> {
+    nonce_from(getrandom::fill)
+}
+
+/// The nonce from `fill`, the random source (a parameter so a failing source can be tested).
+fn nonce_from<E>(
+    fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+) -> std::result::Result<String, E> {
     let mut bytes = [0u8; 24];
-    let from_os = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !from_os {
-        use std::collections::hash_map::RandomState;
-        use std::hash::{BuildHasher, Hasher};
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut h = RandomState::new().build_hasher();
-            h.write_u128(nanos);
-            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-            h.write_usize(i);
-            h.write_u32(std::process::id());
-            chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
-        }
-    }
-    base64_encode(&bytes)
+    fill(&mut bytes)?;
+    Ok(base64_encode(&bytes))
 }
 
 #[cfg(test)]
@@ -348,9 +344,20 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_random_source_gives_no_nonce_rather_than_a_weak_one() {
+        let failed = nonce_from(|_| Err("no entropy"));
+        assert_eq!(failed, Err("no entropy"));
+        let fixed = nonce_from(|b: &mut [u8]| {
+            b.fill(7);
+            Ok::<(), ()>(())
+        });
+        assert_eq!(fixed, Ok(base64_encode(&[7; 24])));
+    }
+
+    #[test]
     fn nonces_are_fresh_and_printable() {
-        let a = fresh_nonce();
-        let b = fresh_nonce();
+        let a = fresh_nonce().unwrap();
+        let b = fresh_nonce().unwrap();
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c) && c != b','));

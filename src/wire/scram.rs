@@ -16,6 +16,7 @@ use std::fmt;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
+use super::error::broker_text;
 use super::secret::{wipe, Secret};
 
 /// The fewest PBKDF2 iterations accepted. Why: RFC 7677 asks for at least 4096 and Kafka refuses
@@ -121,7 +122,7 @@ pub(crate) enum ScramError {
         count: u32,
     },
     /// The server ended the exchange with `e=`; Kafka's reasons are words such as
-    /// `invalid-proof` or `unknown-user`.
+    /// `invalid-proof` or `unknown-user` (escaped and cut to a bound: it is the server's text).
     Server(String),
     /// The server's signature does not match: it does not know the password either, so it is
     /// not the broker we think.
@@ -339,7 +340,7 @@ impl ServerCheck {
             .map_err(|_| ScramError::Malformed("server-final-message is not UTF-8".into()))?;
         let first = text.split(',').next().unwrap_or_default();
         if let Some(error) = first.strip_prefix("e=") {
-            return Err(ScramError::Server(error.to_string()));
+            return Err(ScramError::Server(broker_text(error)));
         }
         let Some(signature) = first.strip_prefix("v=") else {
             return Err(ScramError::Malformed(
@@ -540,6 +541,20 @@ mod tests {
         );
         let msg = ScramError::Server("invalid-proof".into()).to_string();
         assert!(msg.contains("invalid-proof"), "{msg}");
+    }
+
+    #[test]
+    fn a_server_error_text_is_truncated_and_escaped() {
+        let (_, check) = rfc_client().client_final(SERVER_FIRST.as_bytes()).unwrap();
+        let hostile = format!(
+            "e=invalid-proof\n2026-12-01 ERROR payment applied twice\u{1b}[2J{}",
+            "x".repeat(100_000)
+        );
+        let err = check.verify(hostile.as_bytes()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.len() < 400, "{} bytes", text.len());
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("invalid-proof\\n2026"), "{text}");
     }
 
     #[test]

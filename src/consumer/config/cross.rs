@@ -247,8 +247,9 @@ pub(super) fn check_security(config: &ConsumerConfig) -> Result<(), ConfigError>
 /// The TLS rules: `SSL` and `SASL_SSL` need the cargo feature `tls`; the `ssl.*` settings are
 /// refused with a protocol without TLS (they would silently not apply; `https`, the default
 /// host-name check, is harmless and accepted, so printed configurations read back);
-/// `ssl.certificate.location` and `ssl.key.location` come together; and, with the feature, the
-/// files are read now, so a missing or malformed one is refused at build time.
+/// `ssl.certificate.location` and `ssl.key.location` come together; the host-name check is
+/// turned off (`none`) only with a CA of the user's own (`ssl.ca.location`); and, with the
+/// feature, the files are read now, so a missing or malformed one is refused at build time.
 fn check_tls(config: &ConsumerConfig) -> Result<(), ConfigError> {
     let protocol = config.security_protocol;
     if !protocol.uses_tls() {
@@ -285,6 +286,19 @@ fn check_tls(config: &ConsumerConfig) -> Result<(), ConfigError> {
             reason: "TLS needs this library built with the cargo feature `tls` (rustls; its \
                      ring provider needs a C compiler to build); without it use PLAINTEXT or \
                      SASL_PLAINTEXT",
+        });
+    }
+    if config.ssl_endpoint_identification_algorithm == EndpointIdentification::None
+        && config.ssl_ca_location.is_none()
+    {
+        return Err(ConfigError::Conflict {
+            name: "ssl.endpoint.identification.algorithm",
+            other: "ssl.ca.location",
+            rule: "ssl.endpoint.identification.algorithm=none needs ssl.ca.location: without \
+                   the host-name check, the operating system's trust store would accept a \
+                   certificate from any public CA for any name, so anyone could pose as the \
+                   broker; give the CA that signs the brokers' certificates, or keep https"
+                .to_string(),
         });
     }
     match (&config.ssl_certificate_location, &config.ssl_key_location) {

@@ -263,7 +263,7 @@ pub enum EndpointIdentification {
     Https,
     /// `none` (or an empty value, Java's way of writing it): the chain is still verified, the
     /// host name is not. For brokers reached through an address their certificates do not
-    /// carry.
+    /// carry; needs `ssl.ca.location`, since any public CA would do otherwise.
     None,
 }
 

@@ -28,12 +28,16 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 const UNSUPPORTED_PREFIXES: &[(&str, &str)] = &[
     (
         "ssl.",
-        "TLS is not built yet; security.protocol may be PLAINTEXT or SASL_PLAINTEXT",
+        "of the TLS settings only ssl.ca.location, ssl.certificate.location and \
+         ssl.key.location (PEM files; Java keystores are not read) and \
+         ssl.endpoint.identification.algorithm are implemented (with the cargo feature `tls`)",
     ),
     (
         "sasl.",
-        "of the SASL settings only sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), \
-         sasl.username, sasl.password and sasl.jaas.config are implemented",
+        "of the SASL settings only sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, \
+         OAUTHBEARER), sasl.username, sasl.password and sasl.jaas.config are implemented (an \
+         OAUTHBEARER token callback is given with \
+         ConsumerConfigBuilder::sasl_oauthbearer_token_callback)",
     ),
 ];
 

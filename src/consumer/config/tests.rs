@@ -1007,6 +1007,57 @@ fn tls_rules_name_the_setting_and_the_rule() {
     assert_each_is_refused_naming_setting_and_rule(cases);
 }
 
+/// Without a host-name check, trusting the operating system's store would accept any public
+/// CA's certificate for any name: so `none` needs a CA of the user's own.
+#[cfg(feature = "tls")]
+#[test]
+fn hostname_verification_off_without_an_own_ca_is_refused_naming_both_settings() {
+    for protocol in ["SSL", "SASL_SSL"] {
+        let mut b = base()
+            .set("security.protocol", protocol)
+            .set("ssl.endpoint.identification.algorithm", "none");
+        if protocol == "SASL_SSL" {
+            b = b
+                .set("sasl.mechanism", "PLAIN")
+                .set("sasl.username", "u")
+                .set("sasl.password", "p");
+        }
+        let err = b.build().unwrap_err();
+        let text = err.to_string();
+        assert_eq!(
+            err.setting(),
+            Some("ssl.endpoint.identification.algorithm"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ssl.ca.location") && text.contains("any public CA"),
+            "{text}"
+        );
+    }
+}
+
+/// Unknown `ssl.*` and `sasl.*` names get the list of what is implemented, and no claim that
+/// TLS is missing.
+#[test]
+fn unknown_security_settings_name_the_implemented_ones() {
+    let err = base()
+        .set("ssl.truststore.location", "/x.jks")
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(!text.contains("not built"), "{text}");
+    assert!(
+        text.contains("ssl.ca.location") && text.contains("PEM"),
+        "{text}"
+    );
+    let err = base()
+        .set("sasl.login.callback.handler.class", "x")
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("OAUTHBEARER"), "{text}");
+}
+
 #[test]
 fn oauthbearer_takes_its_token_from_the_typed_callback() {
     use crate::wire::{OAuthBearerCallback, OAuthBearerToken};

@@ -60,7 +60,10 @@ fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
 pub(crate) fn decode(resp: msg::ConsumerGroupHeartbeatResponse) -> HeartbeatResponse {
     HeartbeatResponse {
         error: KafkaCode(resp.error_code),
-        error_message: resp.error_message.map(|m| m.to_string()),
+        // The broker's text reaches errors and logs: escaped and bounded.
+        error_message: resp
+            .error_message
+            .map(|m| crate::wire::broker_text(m.as_str())),
         member_id: resp.member_id.map(|m| m.to_string()),
         member_epoch: resp.member_epoch,
         heartbeat_interval_ms: resp.heartbeat_interval_ms,
