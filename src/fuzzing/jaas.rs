@@ -54,6 +54,8 @@ pub fn check(input: &[u8]) {
             // The problem does not depend on the password's characters: with the letters and
             // digits after the first `password=` (past the module's name) replaced, the line
             // is refused the same way. (Letters and digits for others change no token.)
+            // Trimmed first, as the parser does, so the module's name is the first word.
+            let line = line.trim();
             let module_end = line.find(char::is_whitespace).unwrap_or(line.len());
             if let Some(at) = line[module_end..].find("password=") {
                 let start = module_end + at + "password=".len();
