@@ -59,7 +59,10 @@ fn failed_record_comes_again_and_finished_later_ones_do_not(kind: BrokerKind) {
     }
     consumer.commit().expect("commit");
     assert!(
-        committed(&broker.bootstrap(), &group, &topic, 1)[&0].is_none_or(|next| next == 0),
+        matches!(
+            committed(&broker.bootstrap(), &group, &topic, 1)[&0],
+            None | Some(0)
+        ),
         "{kind:?}: the position may not pass the failed record 0 (1 and 2 travel in the map)"
     );
 
