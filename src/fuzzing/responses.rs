@@ -18,7 +18,7 @@ use crate::wire::versions::client_range;
 use crate::wire::WireError;
 
 /// The APIs whose responses the client decodes, in selector order.
-pub const APIS: [ApiKey; 17] = [
+pub const APIS: [ApiKey; 18] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Fetch,
@@ -36,6 +36,7 @@ pub const APIS: [ApiKey; 17] = [
     ApiKey::Produce,
     ApiKey::DescribeGroups,
     ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::DescribeConfigs,
 ];
 
 /// The versions of `api` the client can negotiate.
@@ -73,6 +74,7 @@ fn decode(api: ApiKey, version: i16, body: Bytes) -> Result<(), WireError> {
         Produce => ProduceResponse,
         DescribeGroups => DescribeGroupsResponse,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
+        DescribeConfigs => DescribeConfigsResponse,
     )
 }
 

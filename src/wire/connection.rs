@@ -95,6 +95,7 @@ wire_requests! {
     DescribeGroupsRequest => DescribeGroupsResponse: DescribeGroups,
     ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse: ConsumerGroupHeartbeat,
     CreateTopicsRequest => CreateTopicsResponse: CreateTopics,
+    DescribeConfigsRequest => DescribeConfigsResponse: DescribeConfigs,
     SaslHandshakeRequest => SaslHandshakeResponse: SaslHandshake,
     SaslAuthenticateRequest => SaslAuthenticateResponse: SaslAuthenticate,
 }

@@ -65,6 +65,9 @@ impl KafkaCode {
     pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
     /// `GROUP_AUTHORIZATION_FAILED`: not authorized for the group.
     pub const GROUP_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(30);
+    /// `CLUSTER_AUTHORIZATION_FAILED`: not authorized for a cluster operation (e.g. describing a
+    /// broker's configuration without DESCRIBE_CONFIGS on the cluster).
+    pub const CLUSTER_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(31);
     /// `UNSUPPORTED_SASL_MECHANISM`: the listener does not enable the SASL mechanism we asked for.
     pub const UNSUPPORTED_SASL_MECHANISM: KafkaCode = KafkaCode(33);
     /// `ILLEGAL_SASL_STATE`: a SASL request out of order.
@@ -114,6 +117,18 @@ impl KafkaCode {
             Some(ResponseError::Unknown(n)) => format!("Unknown({n})"),
             Some(e) => format!("{e}"),
         }
+    }
+
+    /// Whether an authorizer refused the request (topic, group or cluster ACLs): the same
+    /// request is refused again until an operator grants the permission, so a caller doing
+    /// something optional skips it instead of retrying.
+    pub fn is_authorization(self) -> bool {
+        matches!(
+            self,
+            KafkaCode::TOPIC_AUTHORIZATION_FAILED
+                | KafkaCode::GROUP_AUTHORIZATION_FAILED
+                | KafkaCode::CLUSTER_AUTHORIZATION_FAILED
+        )
     }
 
     /// Whether Kafka itself classifies the error as retriable (same request may succeed later).
@@ -348,6 +363,12 @@ impl WireError {
                 | WireError::TokenUnavailable { .. }
                 | WireError::Tls { .. }
         )
+    }
+
+    /// Whether this is (or wraps) a broker's authorization refusal ([`KafkaCode::is_authorization`]):
+    /// the credentials were accepted, but the principal may not do this.
+    pub fn is_authorization_refused(&self) -> bool {
+        self.kafka_code().is_some_and(KafkaCode::is_authorization)
     }
 
     /// Whether this is (or wraps) a failed SASL authentication or a refused TLS handshake,
@@ -609,6 +630,10 @@ mod tests {
             (
                 KafkaCode::GROUP_AUTHORIZATION_FAILED,
                 ResponseError::GroupAuthorizationFailed,
+            ),
+            (
+                KafkaCode::CLUSTER_AUTHORIZATION_FAILED,
+                ResponseError::ClusterAuthorizationFailed,
             ),
             (
                 KafkaCode::UNSUPPORTED_VERSION,

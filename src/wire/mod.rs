@@ -9,7 +9,8 @@
 //! - `client` declares [`Client`], the one type callers hold, and its bounded retry loop;
 //! - `cluster` (metadata, leaders, coordinators, topic creation), `pool` (connections per broker
 //!   and their backoff), `fetch`, `offsets` (ListOffsets, OffsetFetch, OffsetCommit) and
-//!   `produce` each implement the `Client` methods of their concern;
+//!   `produce` each implement the `Client` methods of their concern; `configs` reads the
+//!   cluster's failure-detection settings (DescribeConfigs);
 //! - [`records`] turns fetched bytes into [`Record`]s and encodes produced batches;
 //! - `error` holds [`WireError`] and the [`KafkaCode`] table every layer uses.
 //!
@@ -39,6 +40,7 @@ pub mod bounded;
 mod client;
 mod cluster;
 pub(crate) mod compression;
+mod configs;
 pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) use error::broker_text;
@@ -61,6 +63,10 @@ pub use client::{Client, ClientConfig};
 pub use cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
 #[doc(hidden)]
 pub use cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
+pub use configs::{
+    BrokerFailureDetection, BROKER_SESSION_TIMEOUT_MS, GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS,
+    GROUP_CONSUMER_SESSION_TIMEOUT_MS,
+};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};

@@ -58,6 +58,8 @@ pub fn client_range(api: ApiKey) -> VersionRange {
         ApiKey::OffsetFetch => VersionRange::new(1, 9),
         ApiKey::FindCoordinator => VersionRange::new(0, 4),
         ApiKey::Produce => VersionRange::new(3, 9),
+        // v0 is gone from Kafka 4.0 (KIP-896); v1 is in 2.1.
+        ApiKey::DescribeConfigs => VersionRange::new(1, 4),
         other => {
             let r = other.valid_versions();
             VersionRange::new(r.min, r.max)

@@ -602,6 +602,52 @@ pub(super) static CONSUMER_GROUP_HEARTBEAT: Schema = Schema {
     ],
 };
 
+/// DescribeConfigs response (API 32), versions 1-4 (v0, without synonyms, is gone from Kafka
+/// 4.0).
+pub(super) static DESCRIBE_CONFIGS: Schema = Schema {
+    api: ApiKey::DescribeConfigs,
+    versions: (1, 4),
+    flexible_from: 4,
+    fields: &[
+        f("ThrottleTimeMs", K::I32, 0, MAX),
+        f(
+            "Results",
+            K::Array(&K::Struct(&[
+                f("ErrorCode", K::I16, 0, MAX),
+                f("ErrorMessage", K::Str, 0, MAX),
+                f("ResourceType", K::I8, 0, MAX),
+                f("ResourceName", K::Str, 0, MAX),
+                f(
+                    "Configs",
+                    K::Array(&K::Struct(&[
+                        f("Name", K::Str, 0, MAX),
+                        f("Value", K::Str, 0, MAX),
+                        f("ReadOnly", K::Bool, 0, MAX),
+                        f("ConfigSource", K::I8, 1, MAX),
+                        f("IsSensitive", K::Bool, 0, MAX),
+                        f(
+                            "Synonyms",
+                            K::Array(&K::Struct(&[
+                                f("Name", K::Str, 1, MAX),
+                                f("Value", K::Str, 1, MAX),
+                                f("Source", K::I8, 1, MAX),
+                            ])),
+                            1,
+                            MAX,
+                        ),
+                        f("ConfigType", K::I8, 3, MAX),
+                        f("Documentation", K::Str, 3, MAX),
+                    ])),
+                    0,
+                    MAX,
+                ),
+            ])),
+            0,
+            MAX,
+        ),
+    ],
+};
+
 /// Every schema, for lookup by API key.
 pub(super) static ALL: &[&Schema] = &[
     &API_VERSIONS,
@@ -621,4 +667,5 @@ pub(super) static ALL: &[&Schema] = &[
     &PRODUCE,
     &DESCRIBE_GROUPS,
     &CONSUMER_GROUP_HEARTBEAT,
+    &DESCRIBE_CONFIGS,
 ];

@@ -90,6 +90,7 @@ fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
     cases += exercise::<msg::ProduceResponse>(ApiKey::Produce);
     cases += exercise::<msg::DescribeGroupsResponse>(ApiKey::DescribeGroups);
     cases += exercise::<msg::ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat);
+    cases += exercise::<msg::DescribeConfigsResponse>(ApiKey::DescribeConfigs);
     assert!(cases > 300, "only {cases} cases ran");
 }
 
@@ -191,6 +192,32 @@ fn a_metadata_list_over_the_cap_is_refused_even_when_its_bytes_are_there() {
     let msg = msg.unwrap_or_default();
     assert!(
         msg.contains("Brokers") && msg.contains("more than the client accepts"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_describe_configs_answer_claiming_millions_of_configs_is_refused() {
+    // DescribeConfigs v4 (flexible): throttle, one result (error 0, null message, type 4, name
+    // "1"), then a Configs count of 2^28 in five varint bytes with nothing behind it.
+    let mut body = vec![0, 0, 0, 0, 2, 0, 0, 0, 4, 2, b'1'];
+    body.extend_from_slice(&[0x81, 0x80, 0x80, 0x80, 0x01]);
+    let msg = check(ApiKey::DescribeConfigs, 4, &body)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("Results[0].Configs") && msg.contains("claims 268435456 elements"),
+        "{msg}"
+    );
+    // v1 (classic lengths): a Results count of i32::MAX in four bytes.
+    let body = [0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff];
+    let msg = check(ApiKey::DescribeConfigs, 1, &body)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("Results") && msg.contains("claims 2147483647"),
         "{msg}"
     );
 }

@@ -1,0 +1,161 @@
+//! Broker configuration read back with DescribeConfigs: how fast the cluster notices a dead
+//! broker.
+//!
+//! Why the client asks: when a broker dies or hangs, the controller fences it only after
+//! `broker.session.timeout.ms` (9 s by default). Until then the broker stays in the ISR of the
+//! partitions it replicated, so the group coordinator's `__consumer_offsets` writes wait, and so
+//! can its heartbeat answers. A member whose own session (or lease bound) is shorter than that
+//! loses its lease on every broker crash, and the whole group rebalances. The consumer reads the
+//! value once at start to warn about such a setting (`consumer/poll_loop.rs`).
+//!
+//! One attempt, never retried here: the check must not delay startup by more than one request,
+//! and a broker that refuses it (an authorizer without DESCRIBE_CONFIGS on the cluster) refuses
+//! every retry the same way.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::{self as msg, describe_configs_request, ApiKey};
+use kafka_protocol::protocol::StrBytes;
+
+use super::client::Client;
+use super::error::{broker_text, KafkaCode, Result, WireError};
+
+/// DescribeConfigs resource type of a broker (Kafka's `ConfigResource.Type.BROKER`).
+const RESOURCE_BROKER: i8 = 4;
+
+/// The controller fences a broker that has not heartbeaten for this long (KRaft).
+pub const BROKER_SESSION_TIMEOUT_MS: &str = "broker.session.timeout.ms";
+/// The session timeout of consumer-protocol (KIP-848) groups, kept on the broker.
+pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS: &str = "group.consumer.session.timeout.ms";
+/// The heartbeat interval the broker hands to consumer-protocol (KIP-848) members.
+pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "group.consumer.heartbeat.interval.ms";
+
+/// How the cluster detects failures, as one broker reports its own configuration.
+///
+/// Each value is `None` when the broker did not report the key (a release without it, or a
+/// broker that hides it); the caller then knows nothing about that setting, not that it is zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerFailureDetection {
+    /// The broker that answered (its configuration was asked for by its own id).
+    pub node_id: i32,
+    /// `broker.session.timeout.ms`: how long a dead or hung broker stays in the ISRs (and holds
+    /// the coordinator's writes) before the controller fences it.
+    pub broker_session_timeout: Option<Duration>,
+    /// `group.consumer.session.timeout.ms`: the KIP-848 group session on the broker.
+    pub group_consumer_session_timeout: Option<Duration>,
+    /// `group.consumer.heartbeat.interval.ms`: the KIP-848 heartbeat interval the broker hands
+    /// out (the consumer's default lease bound is derived from it).
+    pub group_consumer_heartbeat_interval: Option<Duration>,
+}
+
+impl Client {
+    /// Reads the cluster's failure-detection settings ([`BrokerFailureDetection`]) from one
+    /// broker with one DescribeConfigs request (the broker resource named by that broker's own
+    /// id, which is where Kafka answers it), at the highest version both sides speak.
+    ///
+    /// Exactly one attempt, never retried: it is an advisory check at start, which must not
+    /// delay the consumer by more than one request. A refusal comes back as
+    /// [`WireError::Kafka`] with the broker's code and message; an authorizer's refusal
+    /// (CLUSTER_AUTHORIZATION_FAILED and friends) is recognisable with
+    /// [`WireError::is_authorization_refused`]. A value that is not a positive number of
+    /// milliseconds is a [`WireError::Protocol`].
+    pub fn broker_failure_detection(&mut self) -> Result<BrokerFailureDetection> {
+        // A broker we already talk to, else the lowest id we know of.
+        let node = self
+            .conns
+            .keys()
+            .min()
+            .or_else(|| self.brokers.keys().next())
+            .copied()
+            .ok_or(WireError::NoBrokerAvailable { tried: Vec::new() })?;
+        let conn = self.connection(node)?;
+        let version = conn.version_for(ApiKey::DescribeConfigs)?;
+        let keys = [
+            BROKER_SESSION_TIMEOUT_MS,
+            GROUP_CONSUMER_SESSION_TIMEOUT_MS,
+            GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS,
+        ];
+        let req = msg::DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_BROKER)
+                .with_resource_name(StrBytes::from_string(node.to_string()))
+                .with_configuration_keys(Some(
+                    keys.iter().map(|k| StrBytes::from_static_str(k)).collect(),
+                )),
+        ]);
+        let sent = conn.send(&req, version);
+        let resp = self.failed_if_broken(node, sent)?;
+        let name = node.to_string();
+        let result = resp
+            .results
+            .into_iter()
+            .find(|r| r.resource_type == RESOURCE_BROKER && r.resource_name.as_str() == name)
+            .ok_or_else(|| {
+                WireError::Protocol(format!(
+                    "DescribeConfigs response of broker {node} lacks its own resource"
+                ))
+            })?;
+        if let Some(code) = KafkaCode::from_code(result.error_code) {
+            let text = result
+                .error_message
+                .map(|m| broker_text(m.as_str()))
+                .unwrap_or_default();
+            return Err(WireError::kafka(
+                ApiKey::DescribeConfigs,
+                code,
+                format!("configuration of broker {node} {text}"),
+            ));
+        }
+        let mut out = BrokerFailureDetection {
+            node_id: node,
+            broker_session_timeout: None,
+            group_consumer_session_timeout: None,
+            group_consumer_heartbeat_interval: None,
+        };
+        for entry in result.configs {
+            let slot = match entry.name.as_str() {
+                BROKER_SESSION_TIMEOUT_MS => &mut out.broker_session_timeout,
+                GROUP_CONSUMER_SESSION_TIMEOUT_MS => &mut out.group_consumer_session_timeout,
+                GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS => &mut out.group_consumer_heartbeat_interval,
+                _ => continue,
+            };
+            *slot = match entry.value {
+                // A sensitive or hidden value comes back null: unknown, not zero.
+                None => None,
+                Some(v) => Some(millis(node, entry.name.as_str(), v.as_str())?),
+            };
+        }
+        Ok(out)
+    }
+}
+
+/// A configuration value in milliseconds; anything but a positive integer is the broker's error.
+fn millis(node: i32, key: &str, value: &str) -> Result<Duration> {
+    match value.trim().parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(WireError::Protocol(format!(
+            "broker {node} reports {key}={} (not a positive number of milliseconds)",
+            broker_text(value)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_is_a_positive_count_of_milliseconds() {
+        assert_eq!(
+            millis(1, BROKER_SESSION_TIMEOUT_MS, "9000").ok(),
+            Some(Duration::from_millis(9000))
+        );
+        for bad in ["", "0", "-5", "9s", "18446744073709551616"] {
+            let e = millis(1, BROKER_SESSION_TIMEOUT_MS, bad).err();
+            assert!(
+                matches!(&e, Some(WireError::Protocol(m)) if m.contains(BROKER_SESSION_TIMEOUT_MS)),
+                "{bad:?}: {e:?}"
+            );
+        }
+    }
+}
