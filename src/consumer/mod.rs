@@ -42,6 +42,8 @@
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and
 //!   (`intake/positions.rs`) the starting-position lookups, retried until found.
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
+//! - `failure_detection.rs`: the check at subscribe that the lease bound outlasts the
+//!   cluster's `broker.session.timeout.ms` (one DescribeConfigs, a warning if not).
 //! - `stats`: per-partition signals, [`RebalanceCounters`] and the stats line.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
@@ -53,6 +55,7 @@ pub mod config;
 mod context;
 mod dispatch;
 mod error;
+mod failure_detection;
 mod intake;
 mod pacer;
 mod poll_loop;

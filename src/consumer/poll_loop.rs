@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::group::{FenceHook, GroupConfig, GroupMember, LostHook, RebalanceProtocol};
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
-use crate::wire::{FetchConfig, Record};
+use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
 use crate::TopicPartition;
 
 use super::batch::{Batch, KeyFn};
@@ -22,6 +22,7 @@ use super::bridge::{commit_through, Bridge, Drain, HandoffFailure, Handoffs};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::ConsumerError;
+use super::failure_detection;
 use super::intake::{FetchWait, Intake};
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
@@ -44,6 +45,9 @@ pub struct Consumer {
     pacer: CommitPacer,
     stats_interval: Duration,
     last_stats: Instant,
+    /// What the cluster reported at subscribe about its failure detection (`None`: refused or
+    /// failed; the consumer runs without the check).
+    failure_detection: Option<BrokerFailureDetection>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -78,7 +82,7 @@ impl Consumer {
         };
         // group.protocol=consumer (KIP-848): the broker assigns, the membership thread reconciles
         // beside this loop; everything below reads the same for both protocols.
-        let member = match config.group_protocol() {
+        let mut member = match config.group_protocol() {
             GroupProtocol::Consumer => GroupMember::with_consumer_protocol(
                 group,
                 config.consumer_group_config(topics),
@@ -99,6 +103,9 @@ impl Consumer {
             fence_ahead.fence(partitions);
         });
         member.fence_revocations_with(fence);
+        // One request on the connection just opened: warns if a broker failure would outlast
+        // every member's lease (see `failure_detection.rs`).
+        let failure_detection = failure_detection::check(&config, member.client());
         Ok(Consumer {
             sizer: BatchSizer::from_config(&config),
             pacer: CommitPacer::new(config.commit_interval()),
@@ -112,6 +119,7 @@ impl Consumer {
             commits_refused: 0,
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
+            failure_detection,
         })
     }
 
@@ -139,6 +147,14 @@ impl Consumer {
     pub fn with_stats_interval(mut self, interval: Duration) -> Self {
         self.stats_interval = interval;
         self
+    }
+
+    /// The cluster's failure detection as one broker reported it at subscribe
+    /// (`broker.session.timeout.ms` and the KIP-848 group settings), against which the lease
+    /// bound was checked; `None` when the broker refused DescribeConfigs (no DESCRIBE_CONFIGS
+    /// permission on the cluster) or the request failed, and the check was skipped.
+    pub fn broker_failure_detection(&self) -> Option<&BrokerFailureDetection> {
+        self.failure_detection.as_ref()
     }
 
     /// The configuration.
