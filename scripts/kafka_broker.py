@@ -305,6 +305,31 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls
     return props
 
 
+def write_log_config(run_dir, version):
+    """Writes the log configuration for this Kafka version into run_dir; returns the JVM flag
+    that names it (Kafka 4 logs through log4j2, 3.x through log4j 1)."""
+    if int(version.split(".")[0]) >= 4:
+        log_config = os.path.join(run_dir, "log4j2.properties")
+        with open(log_config, "w") as f:
+            f.write(LOG4J2_PROPERTIES)
+        return "-Dlog4j2.configurationFile=" + log_config
+    log_config = os.path.join(run_dir, "log4j.properties")
+    with open(log_config, "w") as f:
+        f.write(LOG4J1_PROPERTIES)
+    return "-Dlog4j.configuration=file:" + log_config
+
+
+def jvm_options(heap, full_jit, log_flag):
+    """The JVM flags of a test broker (and of its StorageTool run): a small heap, the serial
+    collector, C1 only unless full_jit."""
+    flags = ["-Xmx" + heap, "-Xms64m", "-XX:+UseSerialGC"]
+    if not full_jit:
+        # C1 only: a test broker is never hot, and it starts a little faster (measured on two
+        # cores: 2.3-2.6 s to the first ApiVersions answer, 2.8-2.9 s with the full JIT).
+        flags.append("-XX:TieredStopAtLevel=1")
+    return flags + ["-Djava.awt.headless=true", log_flag]
+
+
 class Stopper:
     """Collects the reasons to stop; the main thread waits on it."""
 
@@ -396,17 +421,7 @@ def main():
     log_path = os.path.abspath(opts.log or os.path.join(run_dir, "broker.log"))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
 
-    major = int(opts.version.split(".")[0])
-    if major >= 4:
-        log_config = os.path.join(run_dir, "log4j2.properties")
-        with open(log_config, "w") as f:
-            f.write(LOG4J2_PROPERTIES)
-        log_flag = "-Dlog4j2.configurationFile=" + log_config
-    else:
-        log_config = os.path.join(run_dir, "log4j.properties")
-        with open(log_config, "w") as f:
-            f.write(LOG4J1_PROPERTIES)
-        log_flag = "-Dlog4j.configuration=file:" + log_config
+    log_flag = write_log_config(run_dir, opts.version)
 
     stopper = Stopper()
     signal.signal(signal.SIGTERM, lambda *_: stopper.stop("SIGTERM"))
@@ -441,19 +456,7 @@ def main():
             for key in sorted(props):
                 f.write("%s=%s\n" % (key, props[key]))
         shutil.rmtree(data_dir, ignore_errors=True)
-        jvm_flags = [
-            "-Xmx" + opts.heap,
-            "-Xms64m",
-            "-XX:+UseSerialGC",
-        ]
-        if not opts.full_jit:
-            # C1 only: a test broker is never hot, and it starts a little faster (measured on two
-            # cores: 2.3-2.6 s to the first ApiVersions answer, 2.8-2.9 s with the full JIT).
-            jvm_flags.append("-XX:TieredStopAtLevel=1")
-        jvm_flags += [
-            "-Djava.awt.headless=true",
-            log_flag,
-        ]
+        jvm_flags = jvm_options(opts.heap, opts.full_jit, log_flag)
         scram = []
         for name, password in (sasl_users(opts) if sasl else []):
             for mechanism in SASL_MECHANISMS[1:]:
