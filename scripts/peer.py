@@ -69,8 +69,19 @@ def cmd_produce(opts):
         if err is not None:
             errors.append("%s [%s]: %s" % (msg.topic(), msg.partition(), err))
 
+    started = time.monotonic()
     for n in range(opts.count):
         i = opts.start + n
+        if opts.rate:
+            # Paced: record n is due n/rate seconds after the start (live production for tests
+            # that fail brokers while records keep arriving).
+            due = started + n / opts.rate
+            while True:
+                producer.poll(0)
+                ahead = due - time.monotonic()
+                if ahead <= 0:
+                    break
+                time.sleep(min(ahead, 0.05))
         kwargs = {
             "key": ("%s-%d" % (opts.key_prefix, i)).encode(),
             "value": record_value(i, opts.size),
@@ -255,6 +266,7 @@ def main():
     p.add_argument("--headers", action="store_true", help="add headers h1=<i> and h2=(empty)")
     p.add_argument("--key-prefix", default="k")
     p.add_argument("--batch", action="store_true", help="linger so records share few large batches")
+    p.add_argument("--rate", type=float, default=0.0, help="records per second (default: as fast as possible)")
     p.add_argument(
         "--flush-every",
         type=int,
