@@ -6,6 +6,8 @@
 //!
 //! * [`Kafka`]: Apache Kafka itself (`scripts/kafka_broker.py`), the newest 4.x and the last
 //!   3.x, pinned in `scripts/versions.env`. The truth: a behaviour is right when it is right here.
+//! * [`cluster::KafkaCluster`]: three Kafka nodes of a test's own (`scripts/kafka_cluster.py`),
+//!   replication 3, for tests that kill, stop, pause and restart brokers.
 //! * [`MockCluster`]: librdkafka's mock cluster (`scripts/mock_cluster.py`),
 //!   with fault injection through [`MockCluster::command`].
 //! * [`Tansu`]: the tansu broker binary, memory storage, a second independent implementation.
@@ -24,6 +26,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod cluster;
 pub mod consumer;
 pub mod kafka;
 pub mod members;
