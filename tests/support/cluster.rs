@@ -18,10 +18,10 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Child, ChildStdin, Command};
+use std::sync::mpsc::Receiver;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use rebalance_guard::wire::{Client, ClientConfig};
 use rebalance_guard::TopicPartition;
 
 use super::{kill_and_reap, log_tail, peer, repo_root, scratch_dir, unique_name, venv_python};
-use super::{wait_exit, KafkaVersion, SETUP_HINT};
+use super::{spawn_launcher, wait_exit, KafkaVersion};
 
 /// Bound on the cluster's start: three JVMs formatting and electing on two shared cores take
 /// 11-25 s; the margin is for a loaded CI machine.
@@ -67,29 +67,15 @@ impl KafkaCluster {
         let stderr_path = dir.join("launcher.log");
         let stderr = File::create(&stderr_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", stderr_path.display()));
-        let mut child = Command::new(venv_python())
-            .arg(repo_root().join("scripts/kafka_cluster.py"))
+        let mut cmd = Command::new(venv_python());
+        cmd.arg(repo_root().join("scripts/kafka_cluster.py"))
             .arg("--version")
             .arg(&version)
             .arg("--nodes")
             .arg(nodes.to_string())
             .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn scripts/kafka_cluster.py: {e} ({SETUP_HINT}?)"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, answers) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+            .arg(&dir);
+        let (mut child, answers) = spawn_launcher(&mut cmd, "scripts/kafka_cluster.py", stderr);
         let bootstrap = match answers.recv_timeout(STARTUP_TIMEOUT) {
             Ok(line) if !line.trim().is_empty() => line.trim().to_string(),
             other => {

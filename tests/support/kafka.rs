@@ -24,16 +24,14 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::{kill_and_reap, log_tail, peer, repo_root, scratch_dir, unique_name, venv_python};
-use super::{wait_exit, Broker, BrokerKind, SETUP_HINT};
+use super::{spawn_launcher, wait_exit, Broker, BrokerKind, SETUP_HINT};
 
 /// Bound on one broker's start-up, format included: generous, since several JVMs and a build
 /// may share the two cores.
@@ -156,19 +154,7 @@ impl Kafka {
         for setting in settings {
             cmd.arg("--set").arg(setting);
         }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn scripts/kafka_broker.py: {e} ({SETUP_HINT}?)"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
+        let (mut child, rx) = spawn_launcher(&mut cmd, "scripts/kafka_broker.py", stderr);
         let bootstrap = match rx.recv_timeout(STARTUP_TIMEOUT) {
             Ok(line) if !line.trim().is_empty() => line.trim().to_string(),
             other => {

@@ -171,6 +171,29 @@ fn log_tail(path: &Path, max: usize) -> String {
     String::from_utf8_lossy(&text[start..]).into_owned()
 }
 
+/// Starts a launcher script (`cmd`, named `script` in errors) with its stdin piped (its end is
+/// how the script knows its caller is gone) and its stderr to `stderr`, and returns it with its
+/// stdout as lines on a channel, so that every read can time out.
+fn spawn_launcher(cmd: &mut Command, script: &str, stderr: File) -> (Child, Receiver<String>) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {script}: {e} ({SETUP_HINT}?)"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines)
+}
+
 /// Kill a child we started (by its PID, through `Child::kill`) and reap it.
 fn kill_and_reap(child: &mut Child) {
     if let Ok(None) = child.try_wait() {
@@ -314,28 +337,7 @@ impl MockCluster {
         for (name, partitions) in &options.topics {
             cmd.arg("--topic").arg(format!("{name}:{partitions}"));
         }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log_file))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn scripts/mock_cluster.py: {e} ({SETUP_HINT}?)"));
-
-        // A reader thread turns stdout into lines so that reads can time out.
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                match line {
-                    Ok(line) => {
-                        if tx.send(line).is_err() {
-                            break;
-                        }
-                    }
-                    Err(_) => break,
-                }
-            }
-        });
+        let (mut child, lines) = spawn_launcher(&mut cmd, "scripts/mock_cluster.py", log_file);
         let stdin = child.stdin.take().expect("piped stdin");
 
         let bootstrap = match lines.recv_timeout(STARTUP_TIMEOUT) {
