@@ -5,59 +5,31 @@
 //! shared test broker, Kafka's default); until then the coordinator's answers can be held, so a
 //! 6 s session expires on every broker failure and the whole group rebalances. `subscribe`
 //! reads the broker's value (one DescribeConfigs) and logs one warning naming both settings.
-//! The warnings are captured per thread by a logger installed here (as in `session_lapse.rs`).
+//! The warnings are captured per thread (`support::log_capture`).
 
 mod support;
 
-use std::cell::RefCell;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rebalance_guard::consumer::Consumer;
 use rebalance_guard::ConsumerConfig;
 use support::consumer::{config, consumer_protocol_config};
+use support::log_capture::observe_this_thread;
 use support::{unique_name, BrokerKind};
-
-thread_local! {
-    static WARNINGS: RefCell<Option<Arc<Mutex<Vec<String>>>>> = const { RefCell::new(None) };
-}
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Info
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if !self.enabled(record.metadata()) {
-            return;
-        }
-        let text = record.args().to_string();
-        eprintln!("[{} {}] {text}", record.level(), record.target());
-        if record.level() == log::Level::Warn {
-            WARNINGS.with(|w| {
-                if let Some(w) = w.borrow().as_ref() {
-                    w.lock().unwrap().push(text);
-                }
-            });
-        }
-    }
-
-    fn flush(&self) {}
-}
 
 /// The warnings this thread logs while `subscribe` runs, and the consumer it returned.
 fn subscribe_capturing(config: ConsumerConfig, topic: &str) -> (Consumer, Vec<String>) {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        log::set_boxed_logger(Box::new(Capture)).expect("the first logger of this process");
-        log::set_max_level(log::LevelFilter::Info);
-    });
     let seen = Arc::new(Mutex::new(Vec::new()));
-    WARNINGS.with(|w| *w.borrow_mut() = Some(seen.clone()));
+    let warnings = seen.clone();
+    observe_this_thread(Some(Arc::new(move |level, text: &str| {
+        if level == log::Level::Warn {
+            warnings.lock().unwrap().push(text.to_string());
+        }
+        false
+    })));
     let consumer = Consumer::subscribe(config, &[topic]).expect("subscribe");
-    WARNINGS.with(|w| *w.borrow_mut() = None);
+    observe_this_thread(None);
     let warnings = seen.lock().unwrap().clone();
     (consumer, warnings)
 }

@@ -16,21 +16,21 @@
 //!   for a renewal, not return an empty batch at once into a caller that polls again (a busy
 //!   loop burning a core until the membership thread finds out).
 //!
-//! The refusals are counted from the consumer's own log line, captured per thread by a logger
-//! installed here, and the polls by the test's own loop.
+//! The refusals are counted from the consumer's own log line, captured per thread
+//! (`support::log_capture`), and the polls by the test's own loop.
 
 mod support;
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 use rebalance_guard::consumer::{Consumer, ConsumerError};
 use support::consumer::{config, consumer_protocol_config, produce_to_each_partition, wait_until};
+use support::log_capture::observe_this_thread;
 use support::ours::{OurMember, OurMemberSpec};
 use support::proxy::{Proxy, Traffic};
 use support::{unique_name, BrokerKind};
@@ -53,55 +53,19 @@ struct Seen {
     fenced: Mutex<Vec<Instant>>,
 }
 
-thread_local! {
-    static SEEN: RefCell<Option<Arc<Seen>>> = const { RefCell::new(None) };
-}
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Info
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if !self.enabled(record.metadata()) {
-            return;
-        }
-        let text = record.args().to_string();
-        let counted = SEEN.with(|seen| {
-            let seen = seen.borrow();
-            let Some(seen) = seen.as_ref() else {
-                return false;
-            };
-            if text.contains("refused: the member's session may have expired") {
-                seen.refusals.lock().unwrap().push(Instant::now());
-                true
-            } else {
-                if text.contains("is fenced:") {
-                    seen.fenced.lock().unwrap().push(Instant::now());
-                }
-                false
-            }
-        });
-        // The refusals are counted, not printed (a spin logs them by the thousand).
-        if !counted && record.level() <= log::Level::Warn {
-            eprintln!("[{} {}] {text}", record.level(), record.target());
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs the capturing logger (before anything else logs, so `env_logger` stays out) and
-/// registers the calling thread: what it logs from now on lands in the returned [`Seen`].
+/// Registers the calling thread: what it logs from now on lands in `seen` (the refusals are
+/// taken, not printed).
 fn capture_this_thread(seen: Arc<Seen>) {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        log::set_boxed_logger(Box::new(Capture)).expect("the first logger of this process");
-        log::set_max_level(log::LevelFilter::Info);
-    });
-    SEEN.with(|s| *s.borrow_mut() = Some(seen));
+    observe_this_thread(Some(Arc::new(move |_, text: &str| {
+        if text.contains("refused: the member's session may have expired") {
+            seen.refusals.lock().unwrap().push(Instant::now());
+            return true;
+        }
+        if text.contains("is fenced:") {
+            seen.fenced.lock().unwrap().push(Instant::now());
+        }
+        false
+    })));
 }
 
 fn count_between(times: &[Instant], from: Instant, to: Instant) -> usize {

@@ -29,6 +29,7 @@ pub mod certs;
 pub mod cluster;
 pub mod consumer;
 pub mod kafka;
+pub mod log_capture;
 pub mod members;
 pub mod ours;
 pub mod proxy;
