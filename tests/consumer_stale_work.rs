@@ -6,7 +6,8 @@
 //! for longer than its session (as a broker fault that holds the coordinator's answers does): the
 //! member's leases lapse while its workers still have queued records, its handlers find their
 //! leases not current and skip the effect, the coordinator expires the member, and when the
-//! traffic flows again the member rejoins and gets the same partitions back.
+//! traffic flows again the member rejoins and gets the same partitions back. Every order is
+//! applied exactly once.
 
 mod support;
 
@@ -137,6 +138,13 @@ fn stale_skips_are_done_when_the_partitions_come_back(
         "the scenario needs handlers that found their lease not current"
     );
     let effects = effects.lock().unwrap().clone();
+    // Every skip was a skip (nothing applied), so nothing needs applying twice either: the member
+    // got its own partitions back and its keys stood only for effects that happened.
+    let repeats: Vec<(&String, &usize)> = effects.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeats.is_empty(),
+        "orders applied more than once: {repeats:?}"
+    );
     let missing: Vec<String> = (0..PARTITIONS)
         .flat_map(|p| (0..ORDERS).map(move |i| format!("ord-{p}-{i:04}")))
         .filter(|id| !effects.contains_key(id))
