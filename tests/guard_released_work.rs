@@ -153,3 +153,30 @@ fn a_release_under_an_old_lease_changes_nothing() {
         (OwnerStatus::Owned, Some(5))
     );
 }
+
+/// Nothing of a partition overtakes a released record: a queued record after it does not start
+/// (it is released too), and reading again starts at the released one, so the partition's
+/// records still run in offset order.
+#[test]
+fn a_record_after_a_released_one_does_not_start_before_it_comes_again() {
+    let guard: Guard = RebalanceGuard::new(GuardConfig::default()).unwrap();
+    guard.assign(&[tp(0)]);
+    let failed = admit(&guard, 10);
+    let queued = admit(&guard, 11);
+    assert!(guard.start(&failed));
+    guard.release(&failed).expect("its handler failed");
+    assert!(
+        !guard.start(&queued),
+        "11 must not run before 10 came again"
+    );
+    assert_eq!(guard.take_redeliveries(), vec![(tp(0), 10)]);
+    let again: Vec<Lease> = [10, 11].iter().map(|&o| admit(&guard, o)).collect();
+    assert!(guard.start(&again[0]) && guard.start(&again[1]));
+    for lease in &again {
+        guard.complete(lease).unwrap();
+    }
+    assert_eq!(
+        guard.snapshot().partitions[0].contiguous_completed,
+        Some(11)
+    );
+}

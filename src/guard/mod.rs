@@ -479,7 +479,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// not started must not start (it is cancelled instead), so this refuses.
     ///
     /// Refused because the session may have expired, while the partition is still owned under
-    /// the lease, the record is released (rule 7): it is delivered again, not left queued.
+    /// the lease, the record is released (rule 7): it is delivered again, not left queued. So is
+    /// a record with an earlier released record of its partition before it: nothing overtakes
+    /// that one, and this one comes again after it.
     pub fn start(&self, lease: &Lease) -> bool {
         if self.session_expired() {
             if let Some(mut state) = self.partition(&lease.tp) {
@@ -491,6 +493,11 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         }
         match self.partition(&lease.tp) {
             Some(mut state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {
+                if state.progress.behind_released(lease.offset) {
+                    // Nothing overtakes a released record: this one comes again after it.
+                    self.release_locked(&mut state, lease.offset);
+                    return false;
+                }
                 state.progress.start(lease.offset)
             }
             _ => false,

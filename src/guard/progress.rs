@@ -356,23 +356,23 @@ impl<M> Progress<M> {
         taken
     }
 
+    /// True when an earlier pending record than `offset` is released and waits to be delivered
+    /// again: nothing of the partition may overtake it.
+    pub(crate) fn behind_released(&self, offset: i64) -> bool {
+        self.released > 0
+            && self
+                .pending
+                .iter()
+                .take_while(|a| a.offset < offset)
+                .any(|a| matches!(a.state, WorkState::Released))
+    }
+
     /// Marks one buffered message as started by a worker. Returns `false` when it is not
-    /// buffered (already started, finished, or gone), or when an earlier record of the
-    /// partition is released and waits to be delivered again: nothing may overtake it, so this
-    /// one is released too (and comes again after it).
+    /// buffered (already started, finished, or gone).
     pub(crate) fn start(&mut self, offset: i64) -> bool {
         let Some(index) = self.find(offset) else {
             return false;
         };
-        if self.released > 0
-            && self
-                .pending
-                .range(..index)
-                .any(|a| matches!(a.state, WorkState::Released))
-        {
-            self.release(offset);
-            return false;
-        }
         let entry = &mut self.pending[index];
         if matches!(entry.state, WorkState::Buffered(_) | WorkState::Queued) {
             entry.state = WorkState::Running;
