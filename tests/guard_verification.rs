@@ -887,3 +887,57 @@ fn a_refused_duplicate_at_the_end_of_a_partition_is_committed_past() {
         .iter()
         .all(|p| p.duplicates_rejected == 1));
 }
+
+// A commit whose request travels without the caller waiting (the paced commit): nothing counts
+// as committed before its answer, so a second request carries the same position again; the
+// answer is recorded only for the assignment it was made for; a refused partition is carried
+// again by the next request.
+#[test]
+fn a_commit_in_flight_counts_only_once_answered_and_only_for_its_assignment() {
+    let guard = guard();
+    guard.assign(&[tp(0), tp(1)]);
+    for p in 0..2 {
+        let lease = admit(&guard, p, 10);
+        guard.complete(&lease).unwrap();
+    }
+    let in_flight = guard.commit_request().expect("progress to commit");
+    assert_eq!(
+        offsets(in_flight.offsets()),
+        BTreeMap::from([(0, 11), (1, 11)])
+    );
+    // Not answered yet: the same positions are still due.
+    let again = guard.commit_request().expect("still due");
+    assert_eq!(offsets(again.offsets()), offsets(in_flight.offsets()));
+    assert_eq!(guard.snapshot().partitions[0].last_committed, None);
+
+    // While it travels, partition 1 is lost and assigned back: a new assignment, whose
+    // bookkeeping the old answer must not touch.
+    guard.lost(&[tp(1)]);
+    guard.assign(&[tp(1)]);
+    let committed = guard.commit_answered(in_flight, &Ok(()));
+    assert_eq!(offsets(&committed), BTreeMap::from([(0, 11), (1, 11)]));
+    let snapshot = guard.snapshot();
+    assert_eq!(snapshot.partitions[0].last_committed, Some(11));
+    assert_eq!(
+        snapshot.partitions[1].last_committed, None,
+        "an answer for the old assignment is not the new one's commit"
+    );
+
+    // A refused partition keeps its last commit, so the next request carries it again.
+    let lease = admit(&guard, 0, 11);
+    guard.complete(&lease).unwrap();
+    let request = guard.commit_request().expect("progress to commit");
+    assert_eq!(offsets(request.offsets()), BTreeMap::from([(0, 12)]));
+    let refused = Err(CommitFailure::Partitions(vec![(
+        tp(0),
+        "REBALANCE_IN_PROGRESS".into(),
+    )]));
+    assert!(guard.commit_answered(request, &refused).is_empty());
+    assert_eq!(guard.snapshot().partitions[0].last_committed, Some(11));
+    let retried = guard.commit_request().expect("carried again");
+    assert_eq!(offsets(retried.offsets()), BTreeMap::from([(0, 12)]));
+    // A request that failed as a whole changes nothing either.
+    let failed = Err(CommitFailure::Request("timed out".into()));
+    assert!(guard.commit_answered(retried, &failed).is_empty());
+    assert_eq!(guard.snapshot().partitions[0].last_committed, Some(11));
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 use rebalance_guard::consumer::Consumer;
-use support::consumer::{config, consumer_protocol_config, produce_to_each_partition};
+use support::consumer::{committed, config, consumer_protocol_config, produce_to_each_partition};
 use support::proxy::{Proxy, Traffic};
 use support::{unique_name, BrokerKind};
 
@@ -82,9 +82,9 @@ fn a_lease_expires_once_the_coordinator_could_have_expired_the_session_kafka() {
     drop(cut_off.close());
 }
 
-/// What the proxy saw of the member's traffic, and a switch that withholds the answers to its
-/// heartbeats (the observer runs on the proxy's pump thread right before it forwards an answer,
-/// so blocking there keeps the answer from the member).
+/// What the proxy saw of the member's traffic: whether an OffsetCommit request was read since
+/// the test armed the watch (the observer runs on the proxy's pump thread, also while the proxy
+/// holds the traffic).
 #[derive(Default)]
 struct Watch {
     state: Mutex<Watched>,
@@ -93,87 +93,65 @@ struct Watch {
 
 #[derive(Default)]
 struct Watched {
-    /// When the proxy last read a ConsumerGroupHeartbeat request: the member sent it no later, so
-    /// no renewal of its session bound starts later than this.
-    last_heartbeat_sent: Option<Instant>,
     /// Set by the test; from then on an OffsetCommit request is recorded here.
     commit_armed: bool,
     commit_seen: bool,
-    /// While set, heartbeat answers wait in the proxy.
-    withhold_heartbeat_answers: bool,
 }
 
 impl Watch {
     fn on(&self, traffic: Traffic) {
-        let mut state = self.state.lock().unwrap();
-        match traffic {
-            Traffic::Request(key) if key == ApiKey::ConsumerGroupHeartbeat as i16 => {
-                state.last_heartbeat_sent = Some(Instant::now());
-            }
-            Traffic::Request(key) if key == ApiKey::OffsetCommit as i16 && state.commit_armed => {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Traffic::Request(key) = traffic {
+            if key == ApiKey::OffsetCommit as i16 && state.commit_armed {
                 state.commit_seen = true;
             }
-            Traffic::Response(key) if key == ApiKey::ConsumerGroupHeartbeat as i16 => {
-                while state.withhold_heartbeat_answers {
-                    state = self.changed.wait(state).unwrap();
-                }
-            }
-            _ => {}
         }
         self.changed.notify_all();
     }
 
-    fn set_withholding(&self, on: bool) {
-        self.state.lock().unwrap().withhold_heartbeat_answers = on;
-        self.changed.notify_all();
+    /// Waits (boundedly) until an OffsetCommit was read after arming.
+    fn wait_for_commit(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while !state.commit_seen {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
     }
 }
 
-/// The session bound the member is configured with (`session.bound.ms`), well inside the shared
-/// broker's 6 s consumer-protocol session.
-const BOUND: Duration = Duration::from_millis(1500);
-
-/// A record handed out right after a paced commit that blocked is admitted against the clock
-/// read when the commit returned, not the one read before it: a member whose session bound lapsed
-/// while the commit waited hands nothing out. `Batch::next` used to read the clock, make the
-/// paced commit (which may block up to request.timeout.ms), then admit with the reading from
-/// before the commit, so it handed out a record whose lease was already not current (and a
-/// handler that checked nothing applied it, a zombie effect once the broker expires the member).
+/// A paced commit that the network holds stops nothing: the batch goes on handing out records
+/// (with current leases) while the OffsetCommit sits unanswered, and the commit lands once the
+/// network lets it through. The paced commit used to be made on the poll thread, between two
+/// records, and waited for the coordinator: a commit held for a broker's failure detection
+/// (about 9 s on a three-broker cluster) stopped every partition of the member that long.
 ///
-/// KIP-848 through a proxy: the member's traffic is held while `next()` is about to make a paced
-/// commit (`commit.interval.ms=100`), and released from another thread once the bound has lapsed
-/// but long before the broker's 6 s session ends. Why it is deterministic:
-/// - the commit is blocked in the proxy (the helper waits until it saw the OffsetCommit request);
-/// - the bound has lapsed at the release: every renewal starts at a heartbeat's send time, which
-///   is no later than the proxy read it, and the helper releases `BOUND` + 300 ms after the last
-///   heartbeat request the proxy read (the heartbeat thread sends no other while its request is
-///   held);
-/// - nothing renews the bound between the release and the check: the held heartbeat's answer
-///   (whose renewal, from its send time, would have lapsed anyway) and every later one are
-///   withheld in the proxy until the test has checked, and a renewal needs an answered
-///   heartbeat sent after the release;
-/// - nothing else fences the partition meanwhile: the membership thread, blocked in its
-///   unanswered heartbeat, cannot declare the assignment lost.
+/// KIP-848 through a proxy that holds all of the member's traffic: the OffsetCommit is seen in
+/// the proxy (so it was sent and is in flight) before the batch is asked for the next record.
+/// The hold lasts well inside the member's session bound, so its leases stay current.
 #[test]
-fn a_record_after_a_blocked_paced_commit_is_admitted_against_the_clock_after_the_commit_kafka() {
+fn a_paced_commit_held_in_the_network_does_not_stop_the_batch_kafka() {
     let _ = env_logger::builder().is_test(true).try_init();
     let broker = BrokerKind::Kafka.start();
     let topic = unique_name("lease-commit");
     let group = unique_name("lease-commit-group");
     broker.create_topic(&topic, 1);
-    produce_to_each_partition(&broker.bootstrap(), &topic, 1, 20);
+    produce_to_each_partition(&broker.bootstrap(), &topic, 1, 40);
     let proxy = Proxy::start(&broker.bootstrap());
     let watch = Arc::new(Watch::default());
     {
         let watch = watch.clone();
         proxy.observe(move |traffic| watch.on(traffic));
     }
-    let bound = BOUND.as_millis().to_string();
-    let settings = [
-        ("commit.interval.ms", "100"),
-        ("session.bound.ms", bound.as_str()),
-        ("max.poll.records", "20"),
-    ];
+    let settings = [("commit.interval.ms", "100"), ("max.poll.records", "40")];
     let mut consumer = Consumer::subscribe(
         consumer_protocol_config(proxy.addr(), &group, &settings),
         &[&topic],
@@ -188,75 +166,65 @@ fn a_record_after_a_blocked_paced_commit_is_admitted_against_the_clock_after_the
         }
     }
     let mut batch = consumer.poll(Duration::from_millis(200)).expect("poll");
+    // A first paced commit, let through, so that the commit thread is connected.
     let first = batch.next().expect("the record comes again");
-    let kept = batch.next().expect("a second record in the batch");
-    // Progress for the paced commit to carry, so that it sends a request.
+    let first_offset = first.record.offset;
     batch.complete(first);
+    std::thread::sleep(Duration::from_millis(150));
+    let second = batch.next().expect("a second record");
+    let second_offset = second.record.offset;
+    wait_until_committed(&broker.bootstrap(), &group, &topic, first_offset + 1);
+    batch.complete(second);
 
+    // From here the coordinator hears nothing from this member; one interval later the pacer
+    // sends the second record's progress, which the proxy holds.
     proxy.hold();
     watch.state.lock().unwrap().commit_armed = true;
-    // The last commit was made before this point, so one interval from here the pacer is due.
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(150));
+    let started = Instant::now();
+    let third = batch
+        .next()
+        .expect("a third record while the commit is sent");
     assert!(
-        batch.is_current(&kept),
-        "the session bound lapsed before the paced commit started; the scenario needs it valid"
+        watch.wait_for_commit(Duration::from_secs(3)),
+        "the paced commit never reached the proxy"
     );
-    let held_at = Instant::now();
-    let releaser = {
-        let watch = watch.clone();
-        let proxy = &proxy;
-        move || {
-            let deadline = Instant::now() + WAIT;
-            let mut state = watch.state.lock().unwrap();
-            loop {
-                assert!(
-                    Instant::now() < deadline,
-                    "the paced commit never reached the proxy"
-                );
-                let lapsed = state
-                    .last_heartbeat_sent
-                    .map(|sent| sent + BOUND + Duration::from_millis(300))
-                    .expect("the member sent heartbeats");
-                let now = Instant::now();
-                if state.commit_seen && now >= lapsed {
-                    break;
-                }
-                let wait = lapsed
-                    .saturating_duration_since(now)
-                    .max(Duration::from_millis(10));
-                state = watch.changed.wait_timeout(state, wait).unwrap().0;
-            }
-            state.withhold_heartbeat_answers = true;
-            drop(state);
-            assert!(
-                held_at.elapsed() < Duration::from_secs(4),
-                "released {:?} after the hold: too close to the broker's 6 s session",
-                held_at.elapsed()
-            );
-            proxy.release();
-        }
-    };
-    let handed = std::thread::scope(|scope| {
-        let releasing = scope.spawn(releaser);
-        // Blocks in the paced commit until the release.
-        let handed = batch.next();
-        releasing.join().expect("releaser");
-        handed
-    });
-    let stale = handed
-        .as_ref()
-        .filter(|delivery| !batch.is_current(delivery))
-        .map(|delivery| delivery.record.offset);
-    watch.set_withholding(false);
-    assert_eq!(
-        stale, None,
-        "a record was handed out after the paced commit returned although its lease was no \
-         longer current (the session bound lapsed while the commit was held)"
+    batch.complete(third);
+    // The commit is in flight and held: the batch goes on at once.
+    let fourth = batch
+        .next()
+        .expect("a fourth record while the commit is held");
+    let took = started.elapsed();
+    assert!(
+        batch.is_current(&fourth),
+        "the hold is well inside the session bound: the lease must still read current"
     );
     assert!(
-        handed.is_none(),
-        "with the bound lapsed and every heartbeat answer withheld, nothing may be handed out"
+        took < Duration::from_secs(4),
+        "handing out two records around a held commit took {took:?}"
     );
+    batch.complete(fourth);
+    proxy.release();
+    wait_until_committed(&broker.bootstrap(), &group, &topic, second_offset + 1);
     drop(batch);
     drop(consumer.close());
+}
+
+/// Waits (boundedly) until the group's committed offset of partition 0 is at least `next`.
+fn wait_until_committed(bootstrap: &str, group: &str, topic: &str, next: i64) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let committed = committed(bootstrap, group, topic, 1)
+            .get(&0)
+            .copied()
+            .flatten();
+        if committed.is_some_and(|c| c >= next) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed {committed:?}, expected at least {next}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

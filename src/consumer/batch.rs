@@ -133,14 +133,11 @@ impl Batch<'_> {
                 return None;
             }
             if self.pacer.due(now) {
-                // Between two records: what finished so far is committed, so a crash from here
-                // on repeats about one interval of work, not the whole batch. The commit may
-                // block (up to request.timeout.ms): `now` is stale after it, and admitting
-                // against it could hand out a record after the session bound lapsed. So every
-                // check above runs again on a fresh reading (a change decided meanwhile ends the
-                // batch, a passed deadline stops it); the pacer is not due again for an interval.
-                self.pacer.commit(self.guard, self.member);
-                continue;
+                // Between two records: what finished so far goes to the commit thread, so a
+                // crash from here on repeats about one interval (plus the commit's round trip)
+                // of work, not the whole batch. Sending does not wait for the broker: the
+                // admission below still runs against this fresh reading.
+                self.pacer.tick(self.guard, self.member, now);
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));

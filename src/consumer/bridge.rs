@@ -152,14 +152,20 @@ impl<'a> Bridge<'a> {
     }
 }
 
-/// Turns the group's per-partition commit results into the guard's failure type.
+/// Sends a commit of `offsets` through `commit` (the group's synchronous commit) and turns the
+/// group's per-partition results into the guard's failure type.
 pub(crate) fn commit_through(
     commit: impl FnOnce(
         &[wire::OffsetCommitEntry],
     ) -> Result<crate::group::member::CommitResults, crate::group::CommitError>,
     offsets: &[CommitOffset],
 ) -> Result<(), CommitFailure> {
-    let request: Vec<wire::OffsetCommitEntry> = offsets
+    commit_outcome(offsets, commit(&commit_entries(offsets)))
+}
+
+/// The OffsetCommit entries of the guard's positions.
+pub(crate) fn commit_entries(offsets: &[CommitOffset]) -> Vec<wire::OffsetCommitEntry> {
+    offsets
         .iter()
         .map(|o| wire::OffsetCommitEntry {
             tp: o.tp.clone(),
@@ -167,8 +173,17 @@ pub(crate) fn commit_through(
             leader_epoch: None,
             metadata: o.metadata.clone(),
         })
-        .collect();
-    let results = commit(&request).map_err(|e| CommitFailure::Request(Box::new(e)))?;
+        .collect()
+}
+
+/// The group's answer to a commit of `offsets`, in the guard's terms: every partition accepted,
+/// or the request failed, or these partitions were refused (absent from the answer counts as
+/// refused).
+pub(crate) fn commit_outcome(
+    offsets: &[CommitOffset],
+    answer: Result<crate::group::member::CommitResults, crate::group::CommitError>,
+) -> Result<(), CommitFailure> {
+    let results = answer.map_err(|e| CommitFailure::Request(Box::new(e)))?;
     let refused = refused_partitions(offsets, results);
     if refused.is_empty() {
         Ok(())

@@ -2,31 +2,44 @@
 //! crash or a freeze of this member costs its next owner about that much repeated work instead
 //! of a whole batch (which may last up to half of `max.poll.interval.ms`).
 //!
-//! Commits stay synchronous and on the poll thread (between two records of a batch, or between
-//! two hand-offs to the workers), so there is never more than one in flight and a handler never
-//! waits for one; the pacer only decides when, with the clock reading the batch takes anyway.
-//! A commit may block (up to `request.timeout.ms`), so an instant read before it is stale after
-//! it: [`CommitPacer::commit`] takes none (the next interval runs from its return), and a caller
-//! reads the clock again before anything that depends on the session (an admission is checked
-//! against the session bound at the instant it is given).
-//! Revocation and close commits do not go through it: they are always made, synchronously.
+//! A paced commit never stops the poll thread. When one is due (checked between two records of
+//! a batch, between two hand-offs to the workers, and after each batch), the pacer reads the
+//! progress from the guard ([`RebalanceGuard::commit_request`]) and hands it to the group's
+//! commit thread ([`GroupMember::commit_in_background`]); records go on being admitted and
+//! handed out while the coordinator writes it. At most one is in flight. Its answer is applied
+//! to the guard when the pacer next looks ([`RebalanceGuard::commit_answered`]): nothing counts
+//! as committed before the broker acknowledged it, a refused or failed commit changes nothing,
+//! and the next interval sends what finished by then. So a crash redoes at most about one
+//! interval plus one commit round trip of finished work (plus what was running); while a broker
+//! failure holds the coordinator's writes, that round trip is what grows, not the stall of the
+//! poll thread.
+//!
+//! Revocation, close and application commits do not go through the pacer: they are synchronous,
+//! and the group sends each only after the paced commit in flight was answered, so commits
+//! reach the coordinator in the order they were made.
+//!
+//! [`RebalanceGuard::commit_request`]: crate::RebalanceGuard::commit_request
+//! [`RebalanceGuard::commit_answered`]: crate::RebalanceGuard::commit_answered
+//! [`GroupMember::commit_in_background`]: crate::group::GroupMember::commit_in_background
 
 use std::time::{Duration, Instant};
 
-use crate::group::GroupMember;
-use crate::guard::CommitOffset;
+use crate::group::{CommitError, GroupMember};
+use crate::guard::CommitRequest;
 
-use super::bridge::commit_through;
+use super::bridge::{commit_entries, commit_outcome};
 use super::context::Guard;
 
-/// When the next paced commit is due, and how many paced commits were refused.
+/// When the next paced commit is due, the one in flight, and how many were refused.
 #[derive(Debug)]
 pub(crate) struct CommitPacer {
     interval: Duration,
-    /// The instant the next paced commit is due, `None` when that lies beyond what an
-    /// `Instant` can hold. Kept as an instant, not as the last commit's: the check runs before
-    /// every record, and comparing two instants costs far less than subtracting them.
+    /// The instant the pacer looks next, `None` when that lies beyond what an `Instant` can
+    /// hold. Kept as an instant, not as the last commit's: the check runs before every record,
+    /// and comparing two instants costs far less than subtracting them.
     next: Option<Instant>,
+    /// The guard's request of the commit on the commit thread, until its answer is applied.
+    in_flight: Option<CommitRequest>,
     /// Paced commits refused (reported in the stats with the consumer's own refusals).
     pub(crate) refused: u64,
 }
@@ -37,44 +50,88 @@ impl CommitPacer {
         CommitPacer {
             interval,
             next: Instant::now().checked_add(interval),
+            in_flight: None,
             refused: 0,
         }
     }
 
-    /// True when a commit is due at `now`.
+    /// True when the pacer has something to do at `now`: a commit to send, or the answer of
+    /// the one in flight to look for.
     #[inline]
     pub(crate) fn due(&self, now: Instant) -> bool {
         self.next.is_some_and(|next| now >= next)
     }
 
-    /// Some commit was made at `now` (the consumer's own, after a batch): the next paced one is
-    /// an interval later.
+    /// Some commit was made at `now` (a synchronous one): the next paced one is an interval
+    /// later.
     pub(crate) fn committed_at(&mut self, now: Instant) {
         self.next = now.checked_add(self.interval);
     }
 
-    /// Commits the contiguous completed prefix (with its completed-offsets map) of every owned
-    /// partition that moved, now. A refusal is logged and counted, never retried here: the next
-    /// interval commits again, and a refusal that ends the membership fences the partitions
-    /// through the group, as for every commit.
-    ///
-    /// The next interval runs from the commit's return: one that blocked longer than the
-    /// interval must not make the next one due at once.
-    pub(crate) fn commit(&mut self, guard: &Guard, member: &mut GroupMember) {
-        let generation = member.identity().generation_id;
-        let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
-        match guard.commit_progress(&mut commit) {
-            Ok(committed) => {
-                for c in &committed {
-                    log::debug!("{}: committed next offset {} (paced)", c.tp, c.next_offset);
-                }
-            }
-            Err(failure) => {
-                self.refused += 1;
-                log::error!("offset commit in generation {generation} failed: {failure}");
-            }
+    /// The pacer's turn, at `now`: applies the answer of the commit in flight if it arrived,
+    /// then, if none is in flight any more, sends the progress of every owned partition that
+    /// moved to the commit thread. Never waits: with a commit still in flight, the pacer looks
+    /// again an interval later.
+    pub(crate) fn tick(&mut self, guard: &Guard, member: &mut GroupMember, now: Instant) {
+        self.absorb(guard, member);
+        self.next = now.checked_add(self.interval);
+        if self.in_flight.is_some() {
+            return;
         }
-        self.committed_at(Instant::now());
+        let Some(request) = guard.commit_request() else {
+            return;
+        };
+        match member.commit_in_background(commit_entries(request.offsets())) {
+            Ok(()) => self.in_flight = Some(request),
+            Err(_) => log::debug!("paced commit not sent: a commit is still in flight"),
+        }
+    }
+
+    /// Waits for the paced commit in flight (if any) and applies its answer: called before a
+    /// synchronous commit, so that the synchronous one is sent after it and its bookkeeping
+    /// is not overwritten by an older answer.
+    pub(crate) fn settle(&mut self, guard: &Guard, member: &mut GroupMember) {
+        if self.in_flight.is_some() {
+            member.settle_commit();
+            self.absorb(guard, member);
+        }
+    }
+
+    /// Applies the answer of the commit in flight to the guard, if it arrived. A refusal is
+    /// logged and counted, never retried here: the next interval commits again, and a refusal
+    /// that ends the membership fences the partitions through the group, as for every commit.
+    fn absorb(&mut self, guard: &Guard, member: &mut GroupMember) {
+        if self.in_flight.is_none() {
+            return;
+        }
+        let Some(answer) = member.commit_answer() else {
+            return;
+        };
+        let Some(request) = self.in_flight.take() else {
+            return;
+        };
+        if let Err(
+            unsent @ (CommitError::GenerationOver { .. } | CommitError::NotInGeneration { .. }),
+        ) = &answer
+        {
+            // Checked on the commit thread right before sending: the generation it was made in
+            // ended meanwhile (a round of the group), so nothing was sent. Not a refusal: the
+            // progress is still due, and the next interval carries it in the new generation.
+            log::info!("paced offset commit not sent: {unsent}");
+            return;
+        }
+        let outcome = commit_outcome(request.offsets(), answer);
+        let committed = guard.commit_answered(request, &outcome);
+        for c in &committed {
+            log::debug!("{}: committed next offset {} (paced)", c.tp, c.next_offset);
+        }
+        if let Err(failure) = outcome {
+            self.refused += 1;
+            log::error!(
+                "paced offset commit in generation {} failed: {failure}",
+                member.identity().generation_id
+            );
+        }
     }
 }
 

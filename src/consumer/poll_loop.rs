@@ -294,10 +294,12 @@ impl Consumer {
     }
 
     /// Commits the contiguous completed prefix of every owned partition, synchronously, with
-    /// the current generation. A refusal (the generation moved on) is returned, never retried;
+    /// the current generation, after the paced commit in flight (if any) was answered. A refusal (the generation moved on) is returned, never retried;
     /// when the broker says the membership is over (the member was removed, the group moved on
     /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
+        // A paced commit in flight is answered (and applied) first: commits land in order.
+        self.pacer.settle(&self.guard, &mut self.member);
         let member = &mut self.member;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
         let result = self.guard.commit_progress(&mut commit);
@@ -323,9 +325,12 @@ impl Consumer {
 
     /// Runs poll-process-commit until `stop` is set or an error occurs, then returns (call
     /// [`close`](Self::close) afterwards). The handler runs on this thread, with a
-    /// [`WorkContext`] to check its lease right before an external effect; a handler error
-    /// stops the loop after committing everything before the failed record, which will be
-    /// delivered again. Refused commits are logged and the loop goes on: the next poll rejoins.
+    /// [`WorkContext`] to check its lease right before an external effect. What finished is
+    /// committed every `commit.interval.ms`, during and after batches, on the commit thread
+    /// (the loop never waits for a paced commit; [`close`](Self::close) commits the rest). A
+    /// handler error stops the loop after committing everything before the failed record
+    /// (synchronously), which will be delivered again. Refused commits are logged and the loop
+    /// goes on: the next poll rejoins.
     pub fn run<E>(
         &mut self,
         stop: &AtomicBool,
@@ -360,13 +365,21 @@ impl Consumer {
                     }
                 }
             }
+            let Some(failure) = failure else {
+                // What the batch finished is committed at the pacer's next turn, on the commit
+                // thread: the next batch does not wait for the coordinator's write.
+                let now = Instant::now();
+                if self.pacer.due(now) {
+                    self.pacer.tick(&self.guard, &mut self.member, now);
+                }
+                continue;
+            };
+            // Everything before the failed record is committed before the error is returned.
             match self.commit() {
                 Ok(_) | Err(ConsumerError::Commit(_)) => {}
                 Err(other) => return Err(other),
             }
-            if let Some(failure) = failure {
-                return Err(failure);
-            }
+            return Err(failure);
         }
         Ok(())
     }
@@ -460,8 +473,9 @@ impl WorkSource for Consumer {
     }
 
     fn commit_if_due(&mut self) {
-        if self.pacer.due(Instant::now()) {
-            self.pacer.commit(&self.guard, &mut self.member);
+        let now = Instant::now();
+        if self.pacer.due(now) {
+            self.pacer.tick(&self.guard, &mut self.member, now);
         }
     }
 

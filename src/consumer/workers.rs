@@ -21,8 +21,9 @@
 //! backpressure, never into an unbounded buffer or a missed poll.
 //!
 //! The poll thread commits what finished at most every `commit.interval.ms` while records flow
-//! (one synchronous commit at a time, between hand-offs), so a crash or a freeze of this member
-//! redoes about that much work; a refused commit is logged and counted, and the next one retries.
+//! (handed to the commit thread between hand-offs, one in flight at a time, never waited for),
+//! so a crash or a freeze of this member redoes about that much work plus one commit round
+//! trip; a refused commit is logged and counted, and the next one retries.
 //!
 //! On revocation the partition is fenced, its queued records that have not started are
 //! cancelled (they are the next owner's), and its started records are waited for, up to

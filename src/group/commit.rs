@@ -1,6 +1,7 @@
 //! Offset commits bound to a generation: the one place that sends a group commit, checks it
 //! against the session right before the request, and feeds a refusal back to the session.
 
+use super::committer::Committer;
 use super::consumer_group::reconcile::{stale_epoch_retry_named, StaleEpochRetry};
 use super::error::CommitError;
 use super::membership::ErrorContext;
@@ -16,6 +17,7 @@ pub(crate) type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
 /// generation.
 pub struct GroupContext<'a> {
     client: &'a mut Client,
+    committer: &'a mut Committer,
     shared: &'a Shared,
     group_id: &'a str,
     instance_id: Option<&'a str>,
@@ -27,6 +29,7 @@ impl<'a> GroupContext<'a> {
     /// The context of one callback, committing as `identity`.
     pub(super) fn new(
         client: &'a mut Client,
+        committer: &'a mut Committer,
         shared: &'a Shared,
         group_id: &'a str,
         instance_id: Option<&'a str>,
@@ -35,6 +38,7 @@ impl<'a> GroupContext<'a> {
     ) -> Self {
         GroupContext {
             client,
+            committer,
             shared,
             group_id,
             instance_id,
@@ -63,13 +67,16 @@ impl<'a> GroupContext<'a> {
         &self.identity.member_id
     }
 
-    /// Commits synchronously with this generation and member id. Inside a callback, a refusal
-    /// that ends the membership asks for a rejoin rather than a loss: a revocation has fenced
-    /// its partitions already, and the JoinGroup that follows learns the same.
+    /// Commits synchronously with this generation and member id, after the paced commit in
+    /// flight (if any) was answered: a handoff's commit is the last word on its partitions, so
+    /// no earlier commit may land after it. Inside a callback, a refusal that ends the
+    /// membership asks for a rejoin rather than a loss: a revocation has fenced its partitions
+    /// already, and the JoinGroup that follows learns the same.
     pub fn commit(
         &mut self,
         offsets: &[wire::OffsetCommitEntry],
     ) -> Result<CommitResults, CommitError> {
+        self.committer.settle();
         commit_offsets(
             self.client,
             self.shared,

@@ -22,6 +22,7 @@ use super::changes::FenceHook;
 use super::commit::commit_offsets;
 pub(crate) use super::commit::CommitResults;
 pub use super::commit::GroupContext;
+use super::committer::{CommitAnswer, Committer};
 use super::consumer_protocol::Subscription;
 pub use super::error::{CommitError, GroupError};
 use super::heartbeat::{self, HeartbeatSettings};
@@ -75,6 +76,9 @@ pub struct GroupMember {
     /// `group.protocol=consumer` (KIP-848): the membership thread runs the consumer group
     /// protocol (`consumer_member.rs`) and leaves the group itself when closed.
     consumer_protocol: bool,
+    /// The commit thread of paced commits; every synchronous commit waits for its commit in
+    /// flight first (`committer.rs`).
+    committer: Committer,
 }
 
 impl fmt::Debug for GroupMember {
@@ -104,6 +108,7 @@ impl GroupMember {
         .map_err(GroupError::Strategy)?
         .rebalance_protocol;
         let (client, shared) = connect_shared(&config, &client_config, hook)?;
+        let committer = committer_for(&config, &client_config, &shared);
         // Cooperative: the partitions a member keeps must flow on while the group rebalances, so
         // the rounds run on the membership thread, beside the poll loop. Eager: every partition
         // is revoked before the join anyway, so the poll thread runs the round itself.
@@ -131,6 +136,7 @@ impl GroupMember {
             heartbeat: Some(heartbeat),
             protocol,
             consumer_protocol: false,
+            committer,
         })
     }
 
@@ -148,6 +154,7 @@ impl GroupMember {
         hook: LostHook,
     ) -> Result<GroupMember, GroupError> {
         let (client, shared) = connect_shared(&config, &client_config, hook)?;
+        let committer = committer_for(&config, &client_config, &shared);
         shared.lock().run_rounds_beside();
         let heartbeat =
             super::consumer_member::spawn(shared.clone(), client_config, protocol_config)
@@ -160,6 +167,7 @@ impl GroupMember {
             // Incremental, as cooperative: only what moves is revoked, the rest flows on.
             protocol: RebalanceProtocol::Cooperative,
             consumer_protocol: true,
+            committer,
         })
     }
 
@@ -236,7 +244,8 @@ impl GroupMember {
         self.shared.lock().rejoin_reason().is_some()
     }
 
-    /// Commits with the current generation and member id. If the coordinator answers that the
+    /// Commits with the current generation and member id, synchronously, after the paced
+    /// commit in flight (if any) was answered. If the coordinator answers that the
     /// membership is over (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), the
     /// assignment is lost at once (fenced through the lost hook, reported at the next poll), as
     /// when a heartbeat gets that answer: another member may own the partitions already.
@@ -244,6 +253,7 @@ impl GroupMember {
         &mut self,
         offsets: &[wire::OffsetCommitEntry],
     ) -> Result<CommitResults, CommitError> {
+        self.committer.settle();
         let identity = self.identity();
         commit_offsets(
             &mut self.client,
@@ -256,9 +266,42 @@ impl GroupMember {
         )
     }
 
+    /// Sends a commit of `offsets` with the current generation and member id on the commit
+    /// thread and returns at once: a paced commit, which must not stop the poll thread while
+    /// the coordinator's write waits for its replicas. Refused (the offsets come back) while
+    /// the previous one is in flight or its answer was not taken with
+    /// [`commit_answer`](Self::commit_answer). Its answer is handled as every commit's: a
+    /// refusal that ends the membership ends the assignment as lost.
+    pub fn commit_in_background(
+        &mut self,
+        offsets: Vec<wire::OffsetCommitEntry>,
+    ) -> Result<(), Vec<wire::OffsetCommitEntry>> {
+        let identity = self.identity();
+        self.committer.send(identity, offsets)
+    }
+
+    /// The answer to the commit sent with [`commit_in_background`](Self::commit_in_background),
+    /// once it arrived; never waits.
+    pub fn commit_answer(&mut self) -> Option<Result<CommitResults, CommitError>> {
+        let answer: Option<CommitAnswer> = self.committer.answer();
+        answer
+    }
+
+    /// Waits until the commit sent in the background (if any) was answered; its answer stays
+    /// for [`commit_answer`](Self::commit_answer). Every synchronous commit does this first.
+    pub fn settle_commit(&mut self) {
+        self.committer.settle();
+    }
+
+    /// True while a commit sent in the background was not answered, or its answer not taken.
+    pub fn commit_in_flight(&self) -> bool {
+        self.committer.in_flight()
+    }
+
     fn context(&mut self, identity: MemberIdentity, leader: bool) -> GroupContext<'_> {
         GroupContext::new(
             &mut self.client,
+            &mut self.committer,
             &self.shared,
             &self.config.group_id,
             self.config.group_instance_id.as_deref(),
@@ -637,6 +680,20 @@ impl Drop for PollScope {
     fn drop(&mut self) {
         self.0.lock().leave_poll(Instant::now());
     }
+}
+
+/// The commit thread's handle, with the member's group, instance id and connection settings.
+fn committer_for(
+    config: &GroupConfig,
+    client_config: &ClientConfig,
+    shared: &Arc<Shared>,
+) -> Committer {
+    Committer::new(
+        shared.clone(),
+        client_config,
+        &config.group_id,
+        config.group_instance_id.as_deref(),
+    )
 }
 
 /// The client and the session state both constructors start from: a connected client and a

@@ -34,6 +34,7 @@ pub(crate) mod assignor;
 // without notice. Applications reach the group only through `Consumer`.
 mod changes;
 mod commit;
+mod committer;
 #[doc(hidden)]
 pub mod consumer_group;
 mod consumer_member;

@@ -74,8 +74,8 @@ pub use idempotency_key::IdempotencyKey;
 pub use session_bound::SessionBound;
 pub use storm::StormStatus;
 pub use types::{
-    CommitFn, CommitOffset, FlushBatch, FlushFn, GuardConfig, GuardSnapshot, Lease, LostReport,
-    OwnerStatus, PartitionSnapshot, RevokeReport,
+    CommitFn, CommitOffset, CommitRequest, FlushBatch, FlushFn, GuardConfig, GuardSnapshot, Lease,
+    LostReport, OwnerStatus, PartitionSnapshot, RevokeReport,
 };
 
 use crate::TopicPartition;
@@ -885,7 +885,8 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     }
 
     /// Commits the progress of owned partitions that moved since their last commit, through the
-    /// caller's synchronous commit function. Used after each batch in the poll loop.
+    /// caller's synchronous commit function: [`commit_request`](Self::commit_request), the
+    /// commit, then [`commit_answered`](Self::commit_answered), in one call.
     ///
     /// Returns the positions that were committed. A partition revoked or lost while the commit
     /// was in flight does not get its bookkeeping updated.
@@ -893,35 +894,58 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         &self,
         commit: &mut CommitFn<'_>,
     ) -> Result<Vec<CommitOffset>, CommitFailure> {
-        // Each partition's position and map are read under its own lock (rule 6).
-        let pending: Vec<(CommitOffset, u64)> = self
-            .partitions
-            .iter()
-            .filter_map(|(tp, entry)| {
-                let state = lock(entry);
-                if state.status != OwnerStatus::Owned {
-                    return None;
-                }
-                state
-                    .commit_due(tp, self.map_limit)
-                    .map(|offset| (offset, state.epoch))
-            })
-            .collect();
-        if pending.is_empty() {
+        let Some(request) = self.commit_request() else {
             return Ok(Vec::new());
-        }
-        let offsets: Vec<CommitOffset> = pending.iter().map(|(o, _)| o.clone()).collect();
-        let outcome = commit(&offsets);
-        let refused: Vec<TopicPartition> = match &outcome {
-            Ok(()) => Vec::new(),
-            Err(CommitFailure::Request(_)) => return outcome.map(|()| Vec::new()),
-            Err(CommitFailure::Partitions(failed)) => {
-                failed.iter().map(|(tp, _)| tp.clone()).collect()
-            }
         };
-        let mut committed = Vec::new();
-        for (offset, epoch) in pending {
-            if refused.contains(&offset.tp) {
+        let outcome = commit(request.offsets());
+        let committed = self.commit_answered(request, &outcome);
+        outcome.map(|()| committed)
+    }
+
+    /// What a commit of the progress of every owned partition that moved since its last commit
+    /// would carry now, or `None` when nothing moved. Each position and its map are read under
+    /// the partition's own lock (rule 6), with the partition's epoch, so that the answer can be
+    /// applied later, from any thread, only to the assignment it was made for.
+    ///
+    /// This is the first half of a commit whose request travels without the caller waiting for
+    /// it (a paced commit on its own thread): nothing counts as committed until
+    /// [`commit_answered`](Self::commit_answered) is given the broker's answer.
+    pub fn commit_request(&self) -> Option<CommitRequest> {
+        let mut request = CommitRequest::default();
+        for (tp, entry) in self.partitions.iter() {
+            let state = lock(entry);
+            if state.status != OwnerStatus::Owned {
+                continue;
+            }
+            if let Some(offset) = state.commit_due(tp, self.map_limit) {
+                request.offsets.push(offset);
+                request.epochs.push(state.epoch);
+            }
+        }
+        (!request.offsets.is_empty()).then_some(request)
+    }
+
+    /// Applies the broker's answer to a [`commit_request`](Self::commit_request): every
+    /// position the broker accepted becomes the partition's last commit, if the partition is
+    /// still owned under the epoch the request was read at (a partition revoked or lost
+    /// meanwhile keeps the bookkeeping its handoff left). A request that failed as a whole
+    /// changes nothing; refused partitions keep their last commit, so the next request carries
+    /// them again.
+    ///
+    /// Returns the positions the broker accepted.
+    pub fn commit_answered(
+        &self,
+        request: CommitRequest,
+        outcome: &Result<(), CommitFailure>,
+    ) -> Vec<CommitOffset> {
+        let refused: Vec<&TopicPartition> = match outcome {
+            Ok(()) => Vec::new(),
+            Err(CommitFailure::Request(_)) => return Vec::new(),
+            Err(CommitFailure::Partitions(failed)) => failed.iter().map(|(tp, _)| tp).collect(),
+        };
+        let mut committed = Vec::with_capacity(request.offsets.len());
+        for (offset, epoch) in request.offsets.into_iter().zip(request.epochs) {
+            if refused.contains(&&offset.tp) {
                 continue;
             }
             if let Some(mut state) = self.partition(&offset.tp) {
@@ -931,7 +955,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
             committed.push(offset);
         }
-        outcome.map(|()| committed)
+        committed
     }
 
     /// The current instant on the guard's clock, for [`process_message_at`](Self::process_message_at).

@@ -140,6 +140,23 @@ pub struct CommitOffset {
     pub metadata: Option<String>,
 }
 
+/// A commit of the owned partitions' progress read at one instant, waiting for the broker's
+/// answer ([`RebalanceGuard::commit_request`](crate::RebalanceGuard::commit_request)): each
+/// position with the partition's epoch at that instant, so an answer that arrives after the
+/// partition moved is not recorded against the new assignment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitRequest {
+    pub(super) offsets: Vec<CommitOffset>,
+    pub(super) epochs: Vec<u64>,
+}
+
+impl CommitRequest {
+    /// The positions to send, one per partition.
+    pub fn offsets(&self) -> &[CommitOffset] {
+        &self.offsets
+    }
+}
+
 /// The caller's flush: hand the buffered messages to the executor and wait (boundedly) for the
 /// running ones; `Ok` vouches that all of the partition's admitted work is finished.
 pub type FlushFn<'a, M> = dyn FnMut(FlushBatch<M>) -> Result<(), BoxError> + 'a;

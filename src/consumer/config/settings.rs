@@ -323,7 +323,7 @@ settings! {
         default: "100",
         rule: checks::positive_ms,
         set: |interval: Duration| interval,
-        doc: "What finished (the contiguous prefix and its completed-offsets map) is committed at most this often during a batch as well as after it, so a crash or a freeze redoes about this much work instead of a whole batch. Synchronous, one at a time, on the poll thread between two records; revocation and close commits are always made. 100 ms costs one commit per 100 ms.",
+        doc: "What finished (the contiguous prefix and its completed-offsets map) is committed at most this often during a batch as well as after it, so a crash or a freeze redoes about this much work (plus one commit round trip) instead of a whole batch. Sent on a commit thread of its own, one at a time, without stopping the poll thread; nothing counts as committed before the broker acknowledged it. Revocation, close and `commit()` commits are synchronous and always made, after the paced commit in flight. 100 ms costs one commit per 100 ms.",
     }
     commit_metadata_max_bytes: usize {
         name: "commit.metadata.max.bytes",
