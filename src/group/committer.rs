@@ -45,17 +45,15 @@ struct Job {
 /// The broker's answer to a paced commit (or why none was had).
 pub(crate) type CommitAnswer = Result<CommitResults, CommitError>;
 
-/// What the thread needs to commit for the group.
-struct Settings {
-    shared: Arc<Shared>,
-    client_config: ClientConfig,
-    group_id: String,
-    instance_id: Option<String>,
-}
+/// What the thread does with one job: send it and wait for the answer. The product's sends an
+/// OffsetCommit ([`offset_commit_sender`]); tests put a scripted coordinator in its place.
+type Sender = Box<dyn FnMut(&MemberIdentity, &[wire::OffsetCommitEntry]) -> CommitAnswer + Send>;
 
 /// The poll thread's handle on the commit thread, which starts with the first paced commit.
 pub(crate) struct Committer {
-    settings: Option<Settings>,
+    /// The thread's name, and what it will run (taken when the thread starts).
+    name: String,
+    sender: Option<Sender>,
     jobs: Option<SyncSender<Job>>,
     answers: Option<Receiver<CommitAnswer>>,
     thread: Option<JoinHandle<()>>,
@@ -74,13 +72,19 @@ impl Committer {
     ) -> Self {
         let mut client_config = client_config.clone();
         client_config.max_retries = ATTEMPTS;
+        let sender = offset_commit_sender(
+            shared,
+            client_config,
+            group_id.to_string(),
+            instance_id.map(str::to_string),
+        );
+        Committer::with_sender(format!("commit-{group_id}"), sender)
+    }
+
+    fn with_sender(name: String, sender: Sender) -> Self {
         Committer {
-            settings: Some(Settings {
-                shared,
-                client_config,
-                group_id: group_id.to_string(),
-                instance_id: instance_id.map(str::to_string),
-            }),
+            name,
+            sender: Some(sender),
             jobs: None,
             answers: None,
             thread: None,
@@ -166,12 +170,12 @@ impl Committer {
     /// (the commit is then left to the next synchronous one).
     fn start(&mut self) -> Option<&SyncSender<Job>> {
         if self.jobs.is_none() {
-            let settings = self.settings.take()?;
+            let sender = self.sender.take()?;
             let (jobs, job_queue) = sync_channel::<Job>(1);
             let (answer_queue, answers) = sync_channel::<CommitAnswer>(1);
             let spawned = thread::Builder::new()
-                .name(format!("commit-{}", settings.group_id))
-                .spawn(move || run(settings, job_queue, answer_queue));
+                .name(self.name.clone())
+                .spawn(move || run(sender, job_queue, answer_queue));
             match spawned {
                 Ok(handle) => {
                     self.thread = Some(handle);
@@ -205,38 +209,144 @@ fn thread_gone() -> CommitError {
 }
 
 /// The commit thread: one job at a time, each answered.
-fn run(settings: Settings, jobs: Receiver<Job>, answers: SyncSender<CommitAnswer>) {
-    let mut client: Option<Client> = None;
+fn run(mut send: Sender, jobs: Receiver<Job>, answers: SyncSender<CommitAnswer>) {
     while let Ok(job) = jobs.recv() {
-        if client.is_none() {
-            match Client::connect(settings.client_config.clone()) {
-                Ok(connected) => client = Some(connected),
-                Err(error) => {
-                    if answers.send(Err(CommitError::Wire(error))).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-            }
+        let answer = send(&job.identity, &job.offsets);
+        if answers.send(answer).is_err() {
+            return;
         }
-        let Some(client) = client.as_mut() else {
-            continue;
+    }
+}
+
+/// Sends each job as an OffsetCommit through [`commit_offsets`] (checked against the session
+/// right before the request, a refusal fed back to it), on a client of its own that connects
+/// with the first job.
+fn offset_commit_sender(
+    shared: Arc<Shared>,
+    client_config: ClientConfig,
+    group_id: String,
+    instance_id: Option<String>,
+) -> Sender {
+    let mut client: Option<Client> = None;
+    Box::new(move |identity, offsets| {
+        if client.is_none() {
+            client = Some(Client::connect(client_config.clone()).map_err(CommitError::Wire)?);
+        }
+        let Some(connected) = client.as_mut() else {
+            return Err(thread_gone());
         };
         let answer = commit_offsets(
-            client,
-            &settings.shared,
-            &settings.group_id,
-            settings.instance_id.as_deref(),
-            &job.identity,
-            &job.offsets,
+            connected,
+            &shared,
+            &group_id,
+            instance_id.as_deref(),
+            identity,
+            offsets,
             true,
         );
         if let Err(CommitError::Wire(_)) = &answer {
             // Timed out or refused as a whole: the next one asks who coordinates first.
-            client.invalidate_coordinator(&settings.group_id);
+            connected.invalidate_coordinator(&group_id);
         }
-        if answers.send(answer).is_err() {
-            return;
+        answer
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use crate::TopicPartition;
+
+    fn entry(offset: i64) -> wire::OffsetCommitEntry {
+        wire::OffsetCommitEntry {
+            tp: TopicPartition::new("orders", 0),
+            offset,
+            leader_epoch: None,
+            metadata: None,
         }
+    }
+
+    fn me() -> MemberIdentity {
+        MemberIdentity {
+            generation_id: 3,
+            member_id: "m-1".to_string(),
+        }
+    }
+
+    /// A coordinator that writes each commit it is given into `log` once the test lets it
+    /// (one permit per commit), the way a coordinator answers only once its write is replicated.
+    fn held_coordinator(log: Arc<Mutex<Vec<i64>>>) -> (Sender, std::sync::mpsc::Sender<()>) {
+        let (permit, permits) = channel::<()>();
+        let permits = Mutex::new(permits);
+        let sender: Sender = Box::new(move |_, offsets| {
+            let _ = permits.lock().map(|p| p.recv());
+            log.lock()
+                .map(|mut l| l.extend(offsets.iter().map(|o| o.offset)))
+                .ok();
+            Ok(offsets.iter().map(|o| (o.tp.clone(), Ok(()))).collect())
+        });
+        (sender, permit)
+    }
+
+    #[test]
+    fn one_commit_in_flight_at_a_time_and_its_answer_waits_to_be_taken() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (sender, permit) = held_coordinator(log.clone());
+        let mut committer = Committer::with_sender("commit-test".into(), sender);
+        assert!(
+            committer.answer().is_none(),
+            "nothing sent, nothing answered"
+        );
+        assert!(committer.send(me(), vec![entry(5)]).is_ok());
+        assert!(committer.in_flight());
+        // A second commit while the first is held is refused, offsets handed back.
+        let refused = committer.send(me(), vec![entry(7)]).unwrap_err();
+        assert_eq!(refused[0].offset, 7);
+        assert!(committer.answer().is_none(), "held: not answered yet");
+        permit.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let answer = loop {
+            if let Some(answer) = committer.answer() {
+                break answer;
+            }
+            assert!(std::time::Instant::now() < deadline, "never answered");
+            thread::sleep(Duration::from_millis(5));
+        };
+        assert!(answer.is_ok());
+        assert!(!committer.in_flight());
+        assert!(committer.send(me(), vec![entry(7)]).is_ok(), "free again");
+        permit.send(()).unwrap();
+        committer.settle();
+        assert_eq!(*log.lock().unwrap(), vec![5, 7]);
+    }
+
+    /// The rule the handoff relies on: a synchronous commit made while a paced one is in flight
+    /// reaches the coordinator after it, never before (`settle` returns only once the paced one
+    /// was answered), and the paced answer is kept for the pacer.
+    #[test]
+    fn settle_returns_only_after_the_commit_in_flight_was_answered_and_keeps_its_answer() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (sender, permit) = held_coordinator(log.clone());
+        let mut committer = Committer::with_sender("commit-test".into(), sender);
+        committer.send(me(), vec![entry(5)]).unwrap();
+        let releaser = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(200));
+            permit.send(()).unwrap();
+        });
+        committer.settle();
+        // The synchronous commit goes out now: the paced one is in the log before it.
+        log.lock().unwrap().push(9);
+        assert_eq!(*log.lock().unwrap(), vec![5, 9]);
+        assert!(committer.in_flight(), "the answer waits to be taken");
+        assert!(committer.answer().is_some_and(|a| a.is_ok()));
+        assert!(!committer.in_flight());
+        releaser.join().unwrap();
+        // Nothing in flight: settle returns at once.
+        committer.settle();
+        assert!(committer.answer().is_none());
     }
 }
