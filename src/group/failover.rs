@@ -149,6 +149,9 @@ mod tests {
         assert_eq!(config.retry_backoff_max, COORDINATOR_RETRY_MAX);
         config.connection.connect_timeout = Duration::from_millis(300);
         bound_membership_client(&mut config);
-        assert_eq!(config.connection.connect_timeout, Duration::from_millis(300));
+        assert_eq!(
+            config.connection.connect_timeout,
+            Duration::from_millis(300)
+        );
     }
 }
