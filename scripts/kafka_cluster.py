@@ -27,6 +27,8 @@ commands on stdin, one a line, and answers each with one line on stdout, ``ok [V
               ApiVersions and lists itself in its metadata (it rejoined the cluster)
   addr ID     its client address, 127.0.0.1:PORT
   pid ID      its JVM's process id (0 when it is not running)
+  start-all   start every stopped or killed node at once, answered once all of them are ready
+              (a node started alone after all were down cannot rejoin: the quorum needs two)
 
 Every port is chosen at start and kept, so a restarted node comes back at the same address.
 It stops on EOF on stdin (the test closed the pipe, or died), SIGTERM or SIGINT: then it kills
@@ -250,6 +252,14 @@ class Cluster:
 
     def command(self, line):
         words = line.split()
+        if words == ["start-all"]:
+            down = [n for n in self.nodes.values() if not n.running()]
+            for node in down:
+                self.launch(node)
+            why = self.wait_ready(down, time.monotonic() + self.opts.timeout_s)
+            if why is not None:
+                return "error %s; logs in %s" % (why, self.run_dir)
+            return "ok " + ",".join(str(n.id) for n in down)
         if len(words) != 2 or not words[1].isdigit() or int(words[1]) not in self.nodes:
             return "error expected COMMAND ID with ID in 1..%d, got %r" % (len(self.nodes), line)
         verb, node = words[0], self.nodes[int(words[1])]

@@ -33,6 +33,7 @@ use super::consumer_group::{
     ConsumerGroupConfig, ConsumerGroupMembership, Event, LostCause, MemberState, RevocationId,
 };
 use super::error::GroupError;
+use super::failover::{bound_membership_client, Failover};
 use super::membership::RebalanceEvent;
 use super::requests::MemberIdentity;
 use super::session::{LostReason, Phase, Shared};
@@ -73,9 +74,12 @@ struct Driver {
     /// `max.poll.interval.ms`.
     leaving: bool,
     leave_started: Option<Instant>,
-    /// The coordinator cannot be reached: wait this long before the next look-up.
+    /// The coordinator cannot be reached: no look-up before this.
     connect_retry: Option<Instant>,
-    connect_backoff: Duration,
+    /// A coordinator outage under way, and the pacing of the look-ups until it ends.
+    failover: Failover,
+    /// The node the last heartbeat went to (None: no coordinator was found for it).
+    coordinator: Option<i32>,
 }
 
 impl Driver {
@@ -88,7 +92,17 @@ impl Driver {
             .request_timeout
             .min(Duration::from_secs(5));
         client_config.max_retries = 1;
-        let connect_backoff = config.retry_backoff;
+        bound_membership_client(&mut client_config);
+        let failover = Failover::new(&config.group_id, client_config.retry_backoff);
+        let mut config = config;
+        // The machine's retries after a failed heartbeat (transport error, the coordinator
+        // loading the group) are coordinator conditions too: paced like the look-ups, so the
+        // first heartbeat to a coordinator that has just taken the group over is not held back
+        // by a backoff that grew while the old one was gone.
+        config.retry_backoff_max = config
+            .retry_backoff_max
+            .min(client_config.retry_backoff_max)
+            .max(config.retry_backoff.min(client_config.retry_backoff_max));
         Driver {
             shared,
             client_config,
@@ -99,7 +113,8 @@ impl Driver {
             leaving: false,
             leave_started: None,
             connect_retry: None,
-            connect_backoff,
+            failover,
+            coordinator: None,
         }
     }
 
@@ -275,17 +290,22 @@ impl Driver {
                 Ok(version) => {
                     self.machine.coordinator_found(version);
                     self.connect_retry = None;
-                    self.connect_backoff = self.client_config.retry_backoff;
                 }
                 Err(error) => {
-                    log::warn!(
-                        "group {}: cannot reach the coordinator: {error}",
-                        self.group_id
-                    );
+                    // One line per outage, not one per look-up: the look-ups are fast.
+                    if self.failover.in_outage() {
+                        log::debug!(
+                            "group {}: cannot reach the coordinator: {error}",
+                            self.group_id
+                        );
+                    } else {
+                        log::warn!(
+                            "group {}: cannot reach the coordinator: {error}",
+                            self.group_id
+                        );
+                    }
                     self.forget_coordinator();
-                    self.connect_retry = Some(now + self.connect_backoff);
-                    self.connect_backoff =
-                        (self.connect_backoff * 2).min(self.client_config.retry_backoff_max);
+                    self.connect_retry = Some(now + self.failover.lost(now, self.coordinator));
                     return;
                 }
             }
@@ -306,12 +326,28 @@ impl Driver {
         };
         match self.with_coordinator(|conn| send_heartbeat(conn, &request)) {
             Ok((_, answer)) => {
-                if answer.error != KafkaCode::NONE {
+                let code = answer.error;
+                if code != KafkaCode::NONE {
                     log::debug!(
                         "group {}: heartbeat answered {}",
                         self.group_id,
-                        answer.error.name()
+                        code.name()
                     );
+                }
+                if code == KafkaCode::NONE {
+                    self.failover.accepted(Instant::now(), self.coordinator);
+                } else if matches!(
+                    code,
+                    KafkaCode::NOT_COORDINATOR | KafkaCode::COORDINATOR_NOT_AVAILABLE
+                ) {
+                    // The machine wants the coordinator looked up again: paced, or a broker
+                    // whose metadata still names the old coordinator would be asked in a loop.
+                    let delay = self.failover.lost(now, self.coordinator);
+                    self.connect_retry = Some(Instant::now() + delay);
+                } else if code == KafkaCode::COORDINATOR_LOAD_IN_PROGRESS {
+                    // The machine retries after its (capped) backoff; this starts the outage's
+                    // clock.
+                    self.failover.lost(now, self.coordinator);
                 }
                 self.machine.on_response(Instant::now(), answer);
                 if let Some((at, bound)) = self.machine.session_renewal() {
@@ -324,7 +360,12 @@ impl Driver {
                 }
             }
             Err(error) => {
-                log::warn!("group {}: heartbeat failed: {error}", self.group_id);
+                if self.failover.in_outage() {
+                    log::debug!("group {}: heartbeat failed: {error}", self.group_id);
+                } else {
+                    log::warn!("group {}: heartbeat failed: {error}", self.group_id);
+                }
+                self.failover.lost(now, self.coordinator);
                 self.forget_coordinator();
                 self.machine.on_transport_error(Instant::now());
             }
@@ -345,9 +386,10 @@ impl Driver {
         op: impl FnOnce(&mut crate::wire::Connection) -> Result<T, WireError>,
     ) -> Result<T, WireError> {
         let group = self.group_id.clone();
-        let client = self.client()?;
-        let node = client.find_coordinator(&group)?.node_id;
-        op(client.connection(node)?)
+        self.coordinator = None;
+        let node = self.client()?.find_coordinator(&group)?.node_id;
+        self.coordinator = Some(node);
+        op(self.client()?.connection(node)?)
     }
 
     fn find_coordinator(&mut self) -> Result<i16, WireError> {

@@ -24,6 +24,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
+use super::failover::{bound_membership_client, Failover};
 use super::member::GroupConfig;
 use super::membership::ErrorContext;
 use super::requests::{self, MemberIdentity};
@@ -70,17 +71,28 @@ struct Heartbeater {
     round_client_config: ClientConfig,
     round_client: Option<Client>,
     settings: HeartbeatSettings,
+    /// A coordinator outage under way, and the pacing of the look-ups until it ends.
+    failover: Failover,
+    /// The node the last heartbeat went to (None: no coordinator was found for it).
+    coordinator: Option<i32>,
 }
 
 impl Heartbeater {
     fn new(shared: Arc<Shared>, client_config: ClientConfig, settings: HeartbeatSettings) -> Self {
-        let round_client_config = client_config.clone();
+        let mut round_client_config = client_config.clone();
+        // A round's FindCoordinator is tried twice, never with a long sleep between: the round
+        // loop retries the whole round after its own short backoff, with a fresh look-up, and no
+        // heartbeat goes out while this thread waits inside a round.
+        bound_membership_client(&mut round_client_config);
+        round_client_config.max_retries = round_client_config.max_retries.min(2);
         let mut client_config = client_config;
         // A heartbeat stuck for most of a session is as good as none: bound each round trip.
         let bound = (settings.session_timeout / 3).max(Duration::from_millis(200));
         client_config.connection.request_timeout =
             client_config.connection.request_timeout.min(bound);
         client_config.max_retries = 1;
+        bound_membership_client(&mut client_config);
+        let failover = Failover::new(&settings.group_id, client_config.retry_backoff);
         Heartbeater {
             shared,
             client_config,
@@ -88,6 +100,8 @@ impl Heartbeater {
             round_client_config,
             round_client: None,
             settings,
+            failover,
+            coordinator: None,
         }
     }
 
@@ -175,24 +189,42 @@ impl Heartbeater {
             drop(state);
             match verdict {
                 HeartbeatVerdict::RediscoverCoordinator => {
-                    if let Err(error) = &result {
-                        log::warn!(
+                    match &result {
+                        // One line per outage, not one per retry: the retries are fast.
+                        Err(error) if !self.failover.in_outage() => log::warn!(
+                            "heartbeat to group {} failed: {error}; finding the coordinator again",
+                            self.settings.group_id
+                        ),
+                        Err(error) => log::debug!(
                             "heartbeat to group {} failed: {error}",
+                            self.settings.group_id
+                        ),
+                        Ok(code) => log::info!(
+                            "heartbeat to group {} answered {}; finding the coordinator again",
+                            self.settings.group_id,
+                            code.name()
+                        ),
+                    }
+                    self.forget_coordinator();
+                    // Looked up again (FindCoordinator to any live broker) after a short
+                    // backoff, not a whole heartbeat interval later.
+                    next = Instant::now() + self.failover.lost(now, self.coordinator);
+                }
+                HeartbeatVerdict::Retry => {
+                    // COORDINATOR_LOAD_IN_PROGRESS: the coordinator is there, loading the group;
+                    // ask again soon rather than an interval later.
+                    next = Instant::now() + self.failover.lost(now, self.coordinator);
+                }
+                HeartbeatVerdict::Renewed | HeartbeatVerdict::Rebalancing { .. } => {
+                    self.failover.accepted(Instant::now(), self.coordinator);
+                    if let HeartbeatVerdict::Rebalancing { first: true } = verdict {
+                        log::info!(
+                            "group {} is rebalancing: rejoining at the next poll",
                             self.settings.group_id
                         );
                     }
-                    self.forget_coordinator();
                 }
-                HeartbeatVerdict::Rebalancing { first: true } => log::info!(
-                    "group {} is rebalancing: rejoining at the next poll",
-                    self.settings.group_id
-                ),
-                HeartbeatVerdict::Stale
-                | HeartbeatVerdict::Renewed
-                | HeartbeatVerdict::Retry
-                | HeartbeatVerdict::Rebalancing { first: false }
-                | HeartbeatVerdict::Lost
-                | HeartbeatVerdict::Fatal(_) => {}
+                HeartbeatVerdict::Stale | HeartbeatVerdict::Lost | HeartbeatVerdict::Fatal(_) => {}
             }
         }
     }
@@ -243,12 +275,15 @@ impl Heartbeater {
         }
     }
 
+    /// Sends one heartbeat to the coordinator, looked up first when it is not known; remembers
+    /// the node it went to (for the failover log line).
     fn send_heartbeat(&mut self, me: &MemberIdentity) -> Result<KafkaCode, WireError> {
         let group = self.settings.group_id.clone();
         let instance = self.settings.instance_id.clone();
-        let client = self.client()?;
-        let node = client.find_coordinator(&group)?.node_id;
-        let conn = client.connection(node)?;
+        self.coordinator = None;
+        let node = self.client()?.find_coordinator(&group)?.node_id;
+        self.coordinator = Some(node);
+        let conn = self.client()?.connection(node)?;
         requests::heartbeat(conn, &group, instance.as_deref(), me)
     }
 

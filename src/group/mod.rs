@@ -40,6 +40,7 @@ pub mod consumer_group;
 mod consumer_member;
 pub(crate) mod consumer_protocol;
 mod error;
+mod failover;
 mod heartbeat;
 pub(crate) mod member;
 pub(crate) mod membership;

@@ -60,6 +60,12 @@ impl KafkaCluster {
     /// Starts `nodes` Kafka nodes of the newest pinned 4.x and returns once every one answers
     /// and the cluster lists all of them (a topic with replication 3 can be created).
     pub fn start(nodes: u32) -> KafkaCluster {
+        KafkaCluster::start_with(nodes, &[])
+    }
+
+    /// [`start`](Self::start) with extra node settings (`--set key=value` on every node), for a
+    /// test that needs faster failure detection or longer group sessions than the defaults.
+    pub fn start_with(nodes: u32, settings: &[(&str, &str)]) -> KafkaCluster {
         let started = Instant::now();
         let version = KafkaVersion::Newest.version();
         let dir = scratch_dir().join(unique_name("kafka-cluster"));
@@ -75,6 +81,9 @@ impl KafkaCluster {
             .arg(nodes.to_string())
             .arg("--dir")
             .arg(&dir);
+        for (key, value) in settings {
+            cmd.arg("--set").arg(format!("{key}={value}"));
+        }
         let (mut child, answers) = spawn_launcher(&mut cmd, "scripts/kafka_cluster.py", stderr);
         let bootstrap = match answers.recv_timeout(STARTUP_TIMEOUT) {
             Ok(line) if !line.trim().is_empty() => line.trim().to_string(),
@@ -160,6 +169,13 @@ impl KafkaCluster {
     /// it answers and lists itself in its metadata.
     pub fn restart(&self, id: NodeId) {
         self.command(&format!("start {id}"));
+    }
+
+    /// Starts every stopped or killed node at once and returns once all of them answer and list
+    /// each other: after all nodes went down, one node started alone waits for a quorum that
+    /// only the others can give, so [`restart`](Self::restart) one at a time would hang.
+    pub fn restart_all(&self) {
+        self.command("start-all");
     }
 
     /// Node `id`'s client address.

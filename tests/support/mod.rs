@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod consumer;
 pub mod kafka;
 pub mod log_capture;
+pub mod log_lines;
 pub mod members;
 pub mod ours;
 pub mod proxy;
