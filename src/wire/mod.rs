@@ -45,6 +45,7 @@ pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) use error::broker_text;
 mod fetch;
+mod fetcher;
 mod oauth;
 mod offsets;
 mod pool;
@@ -70,6 +71,7 @@ pub use configs::{
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
+pub use fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use fetch::{
     FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
 };
