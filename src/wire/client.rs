@@ -109,7 +109,15 @@ impl Client {
         if config.bootstrap.is_empty() {
             return Err(WireError::Config("empty bootstrap list".to_string()));
         }
-        let mut client = Client {
+        let mut client = Client::unconnected(config);
+        client.retrying("bootstrap metadata", |c| c.metadata_once(Some(&[])))?;
+        Ok(client)
+    }
+
+    /// A client that knows nothing of the cluster yet (`connect` bootstraps it; unit tests fill
+    /// its caches by hand to talk to fake brokers).
+    pub(super) fn unconnected(config: ClientConfig) -> Client {
+        Client {
             config,
             brokers: BTreeMap::new(),
             conns: HashMap::new(),
@@ -123,9 +131,7 @@ impl Client {
             coordinators: HashMap::new(),
             controller: None,
             fetch_rotation: 0,
-        };
-        client.retrying("bootstrap metadata", |c| c.metadata_once(Some(&[])))?;
-        Ok(client)
+        }
     }
 
     /// The configuration this client was built with.

@@ -18,9 +18,9 @@ use log::{debug, info, warn};
 
 use super::client::Client;
 use super::cluster::BrokerInfo;
-use super::fetcher::{Answer, Job};
 use super::connection::Pending;
 use super::error::{KafkaCode, Result, WireError};
+use super::fetcher::{Answer, Job};
 use super::records::{self, AbortedTxn, Allowance, PartitionDecoder, PartitionInput, Record};
 use crate::TopicPartition;
 
@@ -444,7 +444,9 @@ impl Client {
         // What this call answers for: every position with a leader, once each.
         let mut wanted: HashMap<TopicPartition, FetchPosition> = HashMap::new();
         for pos in by_leader.values().flatten() {
-            wanted.entry(pos.tp.clone()).or_insert_with(|| (*pos).clone());
+            wanted
+                .entry(pos.tp.clone())
+                .or_insert_with(|| (*pos).clone());
         }
 
         // A response larger than the connection accepts would break the connection on every
@@ -509,7 +511,10 @@ impl Client {
                     warn!("fetch from broker {broker} failed: {e}");
                     self.metadata_stale = true;
                     for asked in &asked {
-                        if wanted.get(&asked.tp).is_some_and(|w| w.offset == asked.offset) {
+                        if wanted
+                            .get(&asked.tp)
+                            .is_some_and(|w| w.offset == asked.offset)
+                        {
                             wanted.remove(&asked.tp);
                             results.push(failed(asked, e.clone()));
                         }

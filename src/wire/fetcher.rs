@@ -28,8 +28,8 @@ use super::client::ClientConfig;
 use super::connection::{Connection, ConnectionConfig};
 use super::error::{Result, WireError};
 use super::fetch::{
-    build_request, continuation, is_subset, position_key, settings_key, FetchConfig,
-    FetchPosition, InFlightFetch,
+    build_request, continuation, is_subset, position_key, settings_key, FetchConfig, FetchPosition,
+    InFlightFetch,
 };
 use crate::TopicPartition;
 
@@ -153,7 +153,8 @@ impl Fetchers {
         job.id = self.next_id;
         let id = job.id;
         let positions = job.positions.clone();
-        let deadline = Instant::now() + job.cfg.max_wait + FETCH_ANSWER_MARGIN + FETCH_CONNECT_GRACE;
+        let deadline =
+            Instant::now() + job.cfg.max_wait + FETCH_ANSWER_MARGIN + FETCH_CONNECT_GRACE;
         if self.threads.get(&broker).is_some_and(|t| t.addr != addr) {
             info!("fetch: broker {broker} moved to {addr}; restarting its fetch thread");
             self.threads.remove(&broker);
@@ -274,7 +275,9 @@ impl Fetchers {
         }
         let now = Instant::now();
         for (broker, thread) in &mut self.threads {
-            let Some(busy) = &mut thread.busy else { continue };
+            let Some(busy) = &mut thread.busy else {
+                continue;
+            };
             if busy.deadline <= now && !busy.warned {
                 busy.warned = true;
                 self.troubled.insert(*broker);
@@ -412,7 +415,10 @@ impl Worker {
             }
         };
         let timeout = self.config.request_timeout + wait;
-        let conn = self.conn.as_mut().ok_or_else(|| not_connected(&self.addr))?;
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| not_connected(&self.addr))?;
         let resp = conn.receive(pending, timeout)?;
         self.failures = 0;
         if job.cfg.prefetch {
@@ -482,4 +488,212 @@ fn not_connected(addr: &str) -> WireError {
         std::io::ErrorKind::NotConnected,
         format!("no fetch connection to {addr}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::Arc;
+
+    use bytes::{BufMut, BytesMut};
+
+    use super::super::cluster::BrokerInfo;
+    use super::super::records::tests::batches;
+    use super::super::Client;
+    use super::*;
+
+    /// How a fake broker behaves.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fake {
+        /// Answers ApiVersions and every Fetch with records 0..=2 of its partition.
+        Serving,
+        /// Answers ApiVersions, never a Fetch (a stopped broker whose connection was open).
+        SilentOnFetch,
+        /// Accepts connections and answers nothing (a stopped broker, from the first byte).
+        Silent,
+    }
+
+    /// A fake broker on loopback leading partition `partition` of topic "t"; its threads end
+    /// with the test process.
+    fn fake_broker(behaviour: Fake, partition: i32) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                thread::spawn(move || serve(conn, behaviour, partition));
+            }
+        });
+        addr
+    }
+
+    fn serve(mut s: TcpStream, behaviour: Fake, partition: i32) {
+        let mut held = Vec::new();
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                return;
+            }
+            let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+            if s.read_exact(&mut req).is_err() || req.len() < 8 {
+                return;
+            }
+            let (key, version) = (
+                i16::from_be_bytes([req[0], req[1]]),
+                i16::from_be_bytes([req[2], req[3]]),
+            );
+            let body = match (behaviour, key) {
+                (Fake::Silent, _) => {
+                    held.push(req);
+                    continue;
+                }
+                (_, 18) if version > 0 => api_versions(35),
+                (_, 18) => api_versions(0),
+                (Fake::SilentOnFetch, _) => {
+                    held.push(req);
+                    continue;
+                }
+                _ => fetch_v4(partition),
+            };
+            let mut frame = Vec::new();
+            frame.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+            frame.extend_from_slice(&req[4..8]);
+            frame.extend_from_slice(&body);
+            if s.write_all(&frame).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// ApiVersions v0 body: ApiVersions 0..=0 and Fetch 4..=4.
+    fn api_versions(error: i16) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_i16(error);
+        b.put_i32(2);
+        for (k, lo, hi) in [(18i16, 0i16, 0i16), (1, 4, 4)] {
+            b.put_i16(k);
+            b.put_i16(lo);
+            b.put_i16(hi);
+        }
+        b.to_vec()
+    }
+
+    /// Fetch v4 response body: topic "t", `partition`, records 0..=2, high watermark 3.
+    fn fetch_v4(partition: i32) -> Vec<u8> {
+        let records = batches(&[(0, 2)]);
+        let mut b = BytesMut::new();
+        b.put_i32(0); // throttle
+        b.put_i32(1);
+        b.put_i16(1);
+        b.put_slice(b"t");
+        b.put_i32(1);
+        b.put_i32(partition);
+        b.put_i16(0); // error
+        b.put_i64(3); // high watermark
+        b.put_i64(3); // last stable offset
+        b.put_i32(-1); // aborted transactions: null
+        b.put_i32(records.len() as i32);
+        b.put_slice(&records);
+        b.to_vec()
+    }
+
+    /// A client that knows two brokers, 1 leading t-0 and 2 leading t-1, with a long request
+    /// timeout (what a hung broker would cost the caller before).
+    fn client(first: &str, second: &str) -> Client {
+        let mut config = ClientConfig::new(["127.0.0.1:9"]);
+        config.connection.request_timeout = Duration::from_secs(20);
+        config.connection.connect_timeout = Duration::from_secs(20);
+        let mut client = Client::unconnected(config);
+        for (id, addr) in [(1, first), (2, second)] {
+            let (host, port) = addr.rsplit_once(':').expect("host:port");
+            client.brokers.insert(
+                id,
+                BrokerInfo {
+                    node_id: id,
+                    host: host.to_string(),
+                    port: port.parse().expect("port"),
+                    rack: None,
+                },
+            );
+        }
+        let topic: Arc<str> = Arc::from("t");
+        for (p, leader) in [(0, 1), (1, 2)] {
+            client
+                .leaders
+                .insert(TopicPartition::new(Arc::clone(&topic), p), leader);
+        }
+        client.metadata_stale = false;
+        client
+    }
+
+    fn positions() -> Vec<FetchPosition> {
+        (0..2)
+            .map(|p| FetchPosition {
+                tp: TopicPartition::new("t", p),
+                offset: 0,
+            })
+            .collect()
+    }
+
+    /// One broker of two never answers: each fetch returns the other's records within
+    /// `max_wait` plus the margin, the silent broker's partition with nothing and no error.
+    fn the_other_broker_is_served_in_time(silent: Fake) {
+        let hung = fake_broker(silent, 0);
+        let serving = fake_broker(Fake::Serving, 1);
+        let mut client = client(&hung, &serving);
+        let cfg = FetchConfig {
+            max_wait: Duration::from_millis(100),
+            ..FetchConfig::default()
+        };
+        let bound = cfg.max_wait + FETCH_ANSWER_MARGIN + Duration::from_millis(300);
+        // Enough rounds to pass the connect grace too (the handshake-silent broker).
+        for round in 0..6 {
+            let started = Instant::now();
+            let fetched = client.fetch(&positions(), &cfg).expect("fetch");
+            let took = started.elapsed();
+            assert!(took < bound, "round {round}: took {took:?}");
+            assert_eq!(fetched.len(), 2);
+            for part in fetched {
+                assert!(part.error.is_none(), "{:?}", part.error);
+                let want = if part.tp.partition == 1 { 3 } else { 0 };
+                assert_eq!(part.records.len(), want, "round {round}, {}", part.tp);
+            }
+        }
+        assert!(
+            client.fetchers.is_busy(1),
+            "the silent broker's request stays in flight"
+        );
+        assert!(client.fetchers.is_troubled(1));
+        assert!(!client.fetchers.is_troubled(2));
+    }
+
+    #[test]
+    fn a_broker_silent_on_fetch_delays_no_other_broker() {
+        the_other_broker_is_served_in_time(Fake::SilentOnFetch);
+    }
+
+    #[test]
+    fn a_broker_silent_from_the_handshake_delays_no_other_broker() {
+        the_other_broker_is_served_in_time(Fake::Silent);
+    }
+
+    /// The first fetch from a broker includes connecting to it: with nobody else answering, the
+    /// call waits for it (within the connect grace) rather than return nothing.
+    #[test]
+    fn a_first_fetch_waits_for_the_connection() {
+        let serving = fake_broker(Fake::Serving, 1);
+        let mut client = client(&serving, &serving);
+        let cfg = FetchConfig {
+            max_wait: Duration::ZERO,
+            ..FetchConfig::default()
+        };
+        let only = [FetchPosition {
+            tp: TopicPartition::new("t", 1),
+            offset: 0,
+        }];
+        let fetched = client.fetch(&only, &cfg).expect("fetch");
+        assert_eq!(fetched.len(), 1);
+        assert_eq!(fetched[0].records.len(), 3, "{:?}", fetched[0].error);
+    }
 }

@@ -71,10 +71,10 @@ pub use configs::{
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
-pub use fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use fetch::{
     FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
 };
+pub use fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
