@@ -17,7 +17,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
-use rebalance_guard::wire::{Client, ClientConfig, IsolationLevel, OffsetSpec};
+use rebalance_guard::wire::{
+    Client, ClientConfig, CommitIdentity, IsolationLevel, OffsetCommitEntry, OffsetSpec,
+};
 use rebalance_guard::TopicPartition;
 use support::cluster::{KafkaCluster, NodeId};
 use support::consumer::{committed, config, consumer_protocol_config, wait_until};
@@ -373,6 +375,38 @@ fn finish(
     outcomes
 }
 
+/// Commits offset 1 of `topic`'s partition 0 for `group` (without members) outside any
+/// generation; returns how long the answer took and what it was.
+fn commit_probe(
+    client: &mut Client,
+    group: &str,
+    topic: &str,
+) -> (Duration, Result<String, String>) {
+    let entry = OffsetCommitEntry {
+        tp: TopicPartition::new(topic, 0),
+        offset: 1,
+        leader_epoch: None,
+        metadata: None,
+    };
+    let who = CommitIdentity {
+        group_id: group,
+        generation_id_or_member_epoch: -1,
+        member_id: "",
+        group_instance_id: None,
+    };
+    let started = Instant::now();
+    let result = client
+        .offset_commit(&who, std::slice::from_ref(&entry))
+        .map(|r| {
+            format!(
+                "{:?}",
+                r.into_iter().map(|(_, r)| r.is_ok()).collect::<Vec<_>>()
+            )
+        })
+        .map_err(|e| e.to_string());
+    (started.elapsed(), result)
+}
+
 /// SIGSTOP of a partition leader that coordinates neither group, for longer than the
 /// consumers' request timeout and Kafka's broker session, while records are produced live and
 /// consumed by a classic cooperative-sticky member (`run`) and a KIP-848 member
@@ -441,8 +475,24 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
             && kip848.partitions_seen() == PARTITIONS as usize
     });
 
+    // A probe of what the group coordinators do meanwhile: a commit outside any group to a
+    // coordinator that is not the paused node, on a client connected before the pause.
+    let probe_group = (0..50)
+        .map(|_| unique_name("leader-pause-probe"))
+        .find(|g| cluster.coordinator_of(g) != victim)
+        .expect("a group coordinated by a healthy node");
+    let mut probe = {
+        let mut cfg = ClientConfig::from_bootstrap_str(&bootstrap);
+        cfg.max_retries = 1;
+        Client::connect(cfg).expect("probe client")
+    };
+    let probe_topic = topic.clone();
+    let warm = commit_probe(&mut probe, &probe_group, &probe_topic);
+    eprintln!("probe commit before the pause: {warm:?}");
+
     let paused_at = Instant::now();
     cluster.pause(victim);
+    let probe_thread = thread::spawn(move || commit_probe(&mut probe, &probe_group, &probe_topic));
     eprintln!(
         "paused node {victim}, leader of {victim_partitions:?} (coordinators {coordinators:?})"
     );
@@ -451,9 +501,24 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
     let resumed_at = Instant::now();
     eprintln!("resumed node {victim} after {:?}", resumed_at - paused_at);
 
+    let (probe_took, probe_result) = probe_thread.join().expect("probe thread");
+    eprintln!(
+        "a commit to healthy coordinator sent at the pause answered after {probe_took:?}: \
+         {probe_result:?}"
+    );
     let produced = producer.join().expect("producer thread");
     assert_eq!(produced.trim(), format!("produced {RECORDS}"));
     eprintln!("leaders after the pause: {:?}", cluster.leaders(&topic));
+    // Kafka's behaviour, not ours: a group coordinator on a healthy node cannot complete a
+    // write to its offsets partition while a follower of it (replicated on all three nodes) is
+    // stopped and still in its ISR, until the controller fences the stopped node (9 s). Every
+    // commit, and with Kafka 4's coordinator the group's heartbeats, wait meanwhile: that, not
+    // fetching, is what pauses the healthy partitions' processing in this test.
+    assert!(
+        probe_took >= Duration::from_secs(3),
+        "a commit to a healthy coordinator answered in {probe_took:?} while a follower of the \
+         offsets topic was stopped: {probe_result:?}"
+    );
     finish(
         vec![classic, kip848],
         &bootstrap,
