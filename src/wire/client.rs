@@ -22,7 +22,7 @@ use log::warn;
 use super::cluster::{BrokerInfo, TopicMetadata};
 use super::connection::{Connection, ConnectionConfig};
 use super::error::{KafkaCode, Result, WireError};
-use super::fetch::InFlightFetch;
+use super::fetcher::Fetchers;
 use super::pool::BrokerState;
 use super::records::DecodeBudget;
 use crate::TopicPartition;
@@ -72,8 +72,10 @@ impl ClientConfig {
     }
 }
 
-/// A blocking Kafka client for one thread: it owns its sockets (one per broker for requests,
-/// one per broker for fetches) and its caches, so nothing is shared or locked. A thread that
+/// A blocking Kafka client for one thread: it owns its sockets (one per broker for requests)
+/// and its caches, so nothing is shared or locked. Fetches are the exception: each broker's
+/// fetch connection belongs to a fetch thread of this client (see `wire::fetcher`), so that a
+/// hung broker delays no other broker's partitions. A thread that
 /// needs its own conversation with the cluster (the heartbeat thread) builds its own `Client`
 /// or [`Connection`].
 #[derive(Debug)]
@@ -83,6 +85,9 @@ pub struct Client {
     pub(super) brokers: BTreeMap<i32, BrokerInfo>,
     pub(super) topics: HashMap<Arc<str>, TopicMetadata>,
     pub(super) leaders: HashMap<TopicPartition, i32>,
+    /// Each partition's leader epoch from Metadata (or a KIP-951 Fetch answer), sent in Fetch
+    /// (KIP-320) so that a broker with another view of the leadership refuses the fetch.
+    pub(super) leader_epochs: HashMap<TopicPartition, i32>,
     /// Set when a broker said our leader cache is out of date; the next leader lookup or fetch
     /// refreshes metadata first.
     pub(super) metadata_stale: bool,
@@ -90,11 +95,11 @@ pub struct Client {
     pub(super) controller: Option<i32>,
     // The connection pool (owned by `pool.rs`).
     pub(super) conns: HashMap<i32, Connection>,
-    pub(super) fetch_conns: HashMap<i32, Connection>,
     pub(super) bootstrap_conn: Option<Connection>,
     pub(super) broker_state: HashMap<i32, BrokerState>,
-    // Fetch state (owned by `fetch.rs`).
-    pub(super) prefetched: HashMap<i32, InFlightFetch>,
+    // Fetch state (owned by `fetch.rs`; the fetch connections belong to the brokers' fetch
+    // threads, see `fetcher.rs`).
+    pub(super) fetchers: Fetchers,
     pub(super) fetch_rotation: usize,
 }
 
@@ -104,23 +109,29 @@ impl Client {
         if config.bootstrap.is_empty() {
             return Err(WireError::Config("empty bootstrap list".to_string()));
         }
-        let mut client = Client {
+        let mut client = Client::unconnected(config);
+        client.retrying("bootstrap metadata", |c| c.metadata_once(Some(&[])))?;
+        Ok(client)
+    }
+
+    /// A client that knows nothing of the cluster yet (`connect` bootstraps it; unit tests fill
+    /// its caches by hand to talk to fake brokers).
+    pub(super) fn unconnected(config: ClientConfig) -> Client {
+        Client {
             config,
             brokers: BTreeMap::new(),
             conns: HashMap::new(),
-            fetch_conns: HashMap::new(),
-            prefetched: HashMap::new(),
+            fetchers: Fetchers::default(),
             bootstrap_conn: None,
             broker_state: HashMap::new(),
             topics: HashMap::new(),
             leaders: HashMap::new(),
+            leader_epochs: HashMap::new(),
             metadata_stale: true,
             coordinators: HashMap::new(),
             controller: None,
             fetch_rotation: 0,
-        };
-        client.retrying("bootstrap metadata", |c| c.metadata_once(Some(&[])))?;
-        Ok(client)
+        }
     }
 
     /// The configuration this client was built with.

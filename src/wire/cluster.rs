@@ -205,8 +205,6 @@ impl Client {
             .collect();
         for id in moved {
             self.conns.remove(&id);
-            self.fetch_conns.remove(&id);
-            self.prefetched.remove(&id);
         }
         self.brokers = brokers;
         self.controller = (resp.controller_id.0 >= 0).then_some(resp.controller_id.0);
@@ -218,6 +216,8 @@ impl Client {
             .filter_map(|t| t.name.as_ref().map(|n| n.as_str()))
             .collect();
         self.leaders.retain(|tp, _| !answered.contains(&*tp.topic));
+        self.leader_epochs
+            .retain(|tp, _| !answered.contains(&*tp.topic));
         drop(answered);
         let mut out = Vec::with_capacity(resp.topics.len());
         for t in resp.topics {
@@ -242,10 +242,11 @@ impl Client {
                 partitions,
             };
             for p in &meta.partitions {
-                self.leaders.insert(
-                    TopicPartition::new(Arc::clone(&name), p.partition),
-                    p.leader,
-                );
+                let tp = TopicPartition::new(Arc::clone(&name), p.partition);
+                if p.leader_epoch >= 0 {
+                    self.leader_epochs.insert(tp.clone(), p.leader_epoch);
+                }
+                self.leaders.insert(tp, p.leader);
             }
             self.topics.insert(Arc::clone(&name), meta.clone());
             out.push(meta);

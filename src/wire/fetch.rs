@@ -8,16 +8,19 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::{self as msg, fetch_request, ApiKey, BrokerId, TopicName};
+use kafka_protocol::messages::{
+    self as msg, fetch_request, fetch_response, ApiKey, BrokerId, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
-use log::{debug, warn};
+use log::{debug, info, warn};
 
 use super::client::Client;
+use super::cluster::BrokerInfo;
 use super::connection::Pending;
 use super::error::{KafkaCode, Result, WireError};
+use super::fetcher::{Answer, Job};
 use super::records::{self, AbortedTxn, Allowance, PartitionDecoder, PartitionInput, Record};
 use crate::TopicPartition;
 
@@ -215,21 +218,26 @@ impl LazyRecords {
     }
 }
 
-/// A Fetch sent ahead of the caller's next `fetch` (see [`FetchConfig::prefetch`]).
+/// A Fetch sent ahead of the caller's next `fetch` (see [`FetchConfig::prefetch`]), held by the
+/// broker's fetch thread.
 #[derive(Debug)]
 pub(super) struct InFlightFetch {
     /// The positions asked for, sorted, to check that the caller still wants exactly these.
-    key: Vec<(TopicPartition, i64)>,
-    settings: FetchSettingsKey,
-    pending: Pending<msg::FetchRequest>,
+    pub(super) key: Vec<(TopicPartition, i64)>,
+    pub(super) settings: FetchSettingsKey,
+    pub(super) pending: Pending<msg::FetchRequest>,
+    /// When it was sent and how long the broker may hold it: when its answer is due.
+    pub(super) sent_at: Instant,
+    pub(super) max_wait: Duration,
 }
 
-/// The fetch settings a prefetched request was made with; a change invalidates it.
-type FetchSettingsKey = (Duration, i32, i32, i32, IsolationLevel);
+/// The fetch settings a prefetched request was made with; a change invalidates it. Not
+/// `max_wait`: a prefetch made with a longer wait still serves a call that waits less (the
+/// call returns without it if it is late, and the answer serves the next call).
+pub(super) type FetchSettingsKey = (i32, i32, i32, IsolationLevel);
 
-fn settings_key(cfg: &FetchConfig) -> FetchSettingsKey {
+pub(super) fn settings_key(cfg: &FetchConfig) -> FetchSettingsKey {
     (
-        cfg.max_wait,
         cfg.min_bytes,
         cfg.max_bytes,
         cfg.max_partition_bytes,
@@ -238,14 +246,17 @@ fn settings_key(cfg: &FetchConfig) -> FetchSettingsKey {
 }
 
 /// Whether every element of the sorted `small` is in the sorted `big`.
-fn is_subset(small: &[(TopicPartition, i64)], big: &[(TopicPartition, i64)]) -> bool {
+pub(super) fn is_subset(small: &[(TopicPartition, i64)], big: &[(TopicPartition, i64)]) -> bool {
     small.iter().all(|k| big.binary_search(k).is_ok())
 }
 
 /// The positions to prefetch after `resp`: each partition moved past its complete batches, in
 /// a rotated order (so that every partition gets to be first). `None` when the response had an
 /// error: the caller must see it and metadata may need a refresh first.
-fn continuation(group: &[FetchPosition], resp: &msg::FetchResponse) -> Option<Vec<FetchPosition>> {
+pub(super) fn continuation(
+    group: &[FetchPosition],
+    resp: &msg::FetchResponse,
+) -> Option<Vec<FetchPosition>> {
     if resp.error_code != 0 {
         return None;
     }
@@ -275,7 +286,44 @@ fn continuation(group: &[FetchPosition], resp: &msg::FetchResponse) -> Option<Ve
     Some(next)
 }
 
-fn position_key(group: &[FetchPosition]) -> Vec<(TopicPartition, i64)> {
+/// The Fetch request for `group` (in its order: the rotation decides which partition is first),
+/// with each partition's leader epoch (KIP-320) so that a broker with another view of the
+/// leadership refuses it (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) instead of serving it.
+pub(super) fn build_request(
+    group: &[FetchPosition],
+    epochs: &HashMap<TopicPartition, i32>,
+    cfg: &FetchConfig,
+    max_bytes: i32,
+) -> msg::FetchRequest {
+    // Keep the partition order (rotation) while grouping by topic: consecutive runs of the
+    // same topic become one FetchTopic.
+    let mut topics: Vec<fetch_request::FetchTopic> = Vec::new();
+    for pos in group {
+        let part = fetch_request::FetchPartition::default()
+            .with_partition(pos.tp.partition)
+            .with_current_leader_epoch(epochs.get(&pos.tp).copied().unwrap_or(-1))
+            .with_fetch_offset(pos.offset)
+            .with_partition_max_bytes(cfg.max_partition_bytes);
+        match topics.last_mut() {
+            Some(t) if t.topic.as_str() == &*pos.tp.topic => t.partitions.push(part),
+            _ => topics.push(
+                fetch_request::FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(pos.tp.topic.to_string())))
+                    .with_partitions(vec![part]),
+            ),
+        }
+    }
+    let max_wait = i32::try_from(cfg.max_wait.as_millis()).unwrap_or(i32::MAX);
+    msg::FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait)
+        .with_min_bytes(cfg.min_bytes)
+        .with_max_bytes(max_bytes)
+        .with_isolation_level(cfg.isolation.code())
+        .with_topics(topics)
+}
+
+pub(super) fn position_key(group: &[FetchPosition]) -> Vec<(TopicPartition, i64)> {
     let mut key: Vec<(TopicPartition, i64)> =
         group.iter().map(|p| (p.tp.clone(), p.offset)).collect();
     key.sort();
@@ -336,6 +384,14 @@ impl Client {
     /// (see [`LazyRecords`]): a caller handing records out one at a time then holds one decoded
     /// batch per partition, not the whole response decoded. `next_offset` is only known as
     /// decoding goes ([`LazyRecords::next_offset`]).
+    ///
+    /// Each leader is fetched from by its own thread (see `wire::fetcher`): this call waits for
+    /// the answers at most `max_wait` plus [`FETCH_ANSWER_MARGIN`](super::FETCH_ANSWER_MARGIN)
+    /// once any broker has answered, so a hung or unreachable leader delays no other leader's
+    /// partitions. The partitions of a leader that has not answered come back with no records
+    /// and no error (their request stays in flight and serves a later call); they fail only
+    /// when that request does (after `request_timeout + max_wait`, or at once if the broker
+    /// refuses connections).
     pub fn fetch_lazy(
         &mut self,
         positions: &[FetchPosition],
@@ -385,111 +441,14 @@ impl Client {
         if by_leader.is_empty() {
             self.metadata_stale = true;
         }
+        // What this call answers for: every position with a leader, once each.
+        let mut wanted: HashMap<TopicPartition, FetchPosition> = HashMap::new();
+        for pos in by_leader.values().flatten() {
+            wanted
+                .entry(pos.tp.clone())
+                .or_insert_with(|| (*pos).clone());
+        }
 
-        // Phase 1: per leader, take over a matching prefetched request or write a new one.
-        let settings = settings_key(cfg);
-        let mut in_flight: Vec<(i32, Vec<FetchPosition>, Pending<msg::FetchRequest>)> = Vec::new();
-        for (leader, group) in by_leader {
-            let group: Vec<FetchPosition> = group.into_iter().cloned().collect();
-            if let Some(pf) = self.prefetched.remove(&leader) {
-                // Usable if it asked for every wanted position (it may hold more partitions,
-                // whose data is then ignored: only requested positions are ever returned).
-                if pf.settings == settings && is_subset(&position_key(&group), &pf.key) {
-                    in_flight.push((leader, group, pf.pending));
-                    continue;
-                }
-                // The caller moved on (seek, new assignment, other settings): the answer in
-                // flight is for other positions. Dropping the connection discards it at once,
-                // where reading it could take up to max_wait.
-                debug!("fetch: discarding the prefetch from broker {leader}");
-                self.fetch_conns.remove(&leader);
-            }
-            match self.send_fetch(leader, &group, cfg) {
-                Ok(pending) => in_flight.push((leader, group, pending)),
-                Err(e) => {
-                    if e.breaks_connection() {
-                        self.broker_failed(leader);
-                    }
-                    self.metadata_stale = true;
-                    for pos in &group {
-                        results.push(failed(pos, e.clone()));
-                    }
-                }
-            }
-        }
-        if in_flight.is_empty() {
-            // Nothing could be sent (brokers down or in backoff, no leaders): wait as a long
-            // poll would, so that a caller looping on fetch does not spin.
-            thread::sleep(cfg.max_wait.min(self.config.retry_backoff));
-            return Ok(results);
-        }
-        // Phase 2: collect the responses. With prefetch on, each broker is asked for its
-        // continuation as soon as its answer is in, before waiting for the next broker and
-        // before decoding, so every broker prepares its next answer while we wait and decode.
-        let timeout = self.config.connection.request_timeout + cfg.max_wait;
-        let mut responses = Vec::with_capacity(in_flight.len());
-        for (leader, group, pending) in in_flight {
-            let resp = match self.fetch_conns.get_mut(&leader) {
-                Some(conn) => conn.receive(pending, timeout),
-                None => Err(WireError::UnknownBroker { node_id: leader }),
-            };
-            match resp {
-                Ok(resp) => {
-                    if cfg.prefetch {
-                        self.prefetch(leader, &group, &resp, cfg);
-                    }
-                    responses.push((group, resp));
-                }
-                Err(e) => {
-                    warn!("fetch from broker {leader} failed: {e}");
-                    if e.breaks_connection() {
-                        self.broker_failed(leader);
-                    }
-                    for pos in &group {
-                        results.push(failed(pos, e.clone()));
-                    }
-                }
-            }
-        }
-        // Phase 3: decode.
-        for (group, resp) in responses {
-            self.absorb_fetch(resp, &group, cfg, &mut results);
-        }
-        Ok(results)
-    }
-
-    /// Sends the Fetch that continues `resp` (see [`FetchConfig::prefetch`]).
-    fn prefetch(
-        &mut self,
-        leader: i32,
-        group: &[FetchPosition],
-        resp: &msg::FetchResponse,
-        cfg: &FetchConfig,
-    ) {
-        let Some(next) = continuation(group, resp) else {
-            return;
-        };
-        match self.send_fetch(leader, &next, cfg) {
-            Ok(pending) => {
-                self.prefetched.insert(
-                    leader,
-                    InFlightFetch {
-                        key: position_key(&next),
-                        settings: settings_key(cfg),
-                        pending,
-                    },
-                );
-            }
-            Err(e) => debug!("prefetch to broker {leader} not sent: {e}"),
-        }
-    }
-
-    fn send_fetch(
-        &mut self,
-        leader: i32,
-        group: &[FetchPosition],
-        cfg: &FetchConfig,
-    ) -> Result<Pending<msg::FetchRequest>> {
         // A response larger than the connection accepts would break the connection on every
         // attempt; leave room for the response's own fields.
         let ceiling = self
@@ -501,74 +460,172 @@ impl Client {
         let max_bytes = cfg
             .max_bytes
             .min(i32::try_from(ceiling).unwrap_or(i32::MAX));
-        let conn = self.connection_for(leader, true)?;
-        let version = conn.version_for(ApiKey::Fetch)?;
-        // Keep the partition order (rotation) while grouping by topic: consecutive runs of the
-        // same topic become one FetchTopic.
-        let mut topics: Vec<fetch_request::FetchTopic> = Vec::new();
-        for pos in group {
-            let part = fetch_request::FetchPartition::default()
-                .with_partition(pos.tp.partition)
-                .with_fetch_offset(pos.offset)
-                .with_partition_max_bytes(cfg.max_partition_bytes);
-            match topics.last_mut() {
-                Some(t) if t.topic.as_str() == &*pos.tp.topic => t.partitions.push(part),
-                _ => topics.push(
-                    fetch_request::FetchTopic::default()
-                        .with_topic(TopicName(StrBytes::from_string(pos.tp.topic.to_string())))
-                        .with_partitions(vec![part]),
-                ),
+        // Hand each idle leader its job; a busy one (an earlier request not answered yet)
+        // answers that request first.
+        let mut fresh = Vec::with_capacity(by_leader.len());
+        for (leader, group) in by_leader {
+            if self.fetchers.is_busy(leader) {
+                continue;
+            }
+            let group: Vec<FetchPosition> = group.into_iter().cloned().collect();
+            let Some(addr) = self.brokers.get(&leader).map(BrokerInfo::addr) else {
+                self.metadata_stale = true;
+                for pos in &group {
+                    wanted.remove(&pos.tp);
+                    results.push(failed(pos, WireError::UnknownBroker { node_id: leader }));
+                }
+                continue;
+            };
+            let epochs = group
+                .iter()
+                .filter_map(|p| Some((p.tp.clone(), *self.leader_epochs.get(&p.tp)?)))
+                .collect();
+            let job = Job {
+                id: 0,
+                positions: group,
+                epochs,
+                cfg: cfg.clone(),
+                max_bytes,
+            };
+            let positions = job.positions.clone();
+            match self.fetchers.submit(leader, &addr, job, &self.config) {
+                Ok(()) => fresh.push(leader),
+                Err(e) => {
+                    for pos in &positions {
+                        wanted.remove(&pos.tp);
+                        results.push(failed(pos, e.clone()));
+                    }
+                }
             }
         }
-        let max_wait = i32::try_from(cfg.max_wait.as_millis()).unwrap_or(i32::MAX);
-        let req = msg::FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(max_wait)
-            .with_min_bytes(cfg.min_bytes)
-            .with_max_bytes(max_bytes)
-            .with_isolation_level(cfg.isolation.code())
-            .with_topics(topics);
-        conn.send_request(&req, version)
+        let answers = self.fetchers.collect(&fresh, cfg.max_wait);
+        for Answer {
+            broker,
+            positions: asked,
+            result,
+        } in answers
+        {
+            match result {
+                Ok(resp) => self.absorb_fetch(resp, broker, &asked, cfg, &mut wanted, &mut results),
+                Err(e) => {
+                    warn!("fetch from broker {broker} failed: {e}");
+                    self.metadata_stale = true;
+                    for asked in &asked {
+                        if wanted
+                            .get(&asked.tp)
+                            .is_some_and(|w| w.offset == asked.offset)
+                        {
+                            wanted.remove(&asked.tp);
+                            results.push(failed(asked, e.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        // A partition no answer covered (its leader is late, or did not return it): nothing
+        // new, fetch it again next time.
+        for pos in wanted.into_values() {
+            results.push(untouched(&pos));
+        }
+        Ok(results)
     }
 
+    /// Turns `broker`'s answer into results for the positions still `wanted` at the offset the
+    /// answer was asked for (removing them from `wanted`); data for anything else is ignored.
     fn absorb_fetch(
         &mut self,
         resp: msg::FetchResponse,
-        group: &[FetchPosition],
+        broker: i32,
+        positions: &[FetchPosition],
         cfg: &FetchConfig,
+        wanted: &mut HashMap<TopicPartition, FetchPosition>,
         results: &mut Vec<LazyPartition>,
     ) {
-        let mut wanted: HashMap<&TopicPartition, &FetchPosition> =
-            group.iter().map(|p| (&p.tp, p)).collect();
+        let asked: HashMap<&TopicPartition, i64> =
+            positions.iter().map(|p| (&p.tp, p.offset)).collect();
+        let mut take = |tp: &TopicPartition| -> Option<FetchPosition> {
+            let offset = *asked.get(tp)?;
+            if wanted.get(tp).is_some_and(|w| w.offset == offset) {
+                wanted.remove(tp)
+            } else {
+                None
+            }
+        };
         // One decode budget for the whole response, however many partitions and batches it
         // holds (see `DecodeBudget`).
         let allowance = Arc::new(Mutex::new(Allowance::new(self.config.fetch_decode_budget)));
         if let Some(code) = KafkaCode::from_code(resp.error_code) {
-            for pos in group {
-                results.push(failed(
-                    pos,
-                    WireError::kafka(ApiKey::Fetch, code, "whole fetch request"),
-                ));
+            for pos in positions {
+                if let Some(pos) = take(&pos.tp) {
+                    results.push(failed(
+                        &pos,
+                        WireError::kafka(ApiKey::Fetch, code, "whole fetch request"),
+                    ));
+                }
             }
             return;
+        }
+        // KIP-951 (Fetch v16+): the brokers named as new leaders, so that a partition can move
+        // to one without a Metadata round trip.
+        for node in &resp.node_endpoints {
+            self.brokers
+                .entry(node.node_id.0)
+                .or_insert_with(|| BrokerInfo {
+                    node_id: node.node_id.0,
+                    host: node.host.to_string(),
+                    port: node.port,
+                    rack: node.rack.as_ref().map(|r| r.to_string()),
+                });
         }
         for topic in resp.responses {
             let name = self.intern(topic.topic.as_str());
             for p in topic.partitions {
                 let key = TopicPartition::new(Arc::clone(&name), p.partition_index);
-                let Some(pos) = wanted.remove(&key) else {
+                let Some(pos) = take(&key) else {
                     // A prefetched answer for a partition the caller no longer asks for.
                     debug!("fetch: ignoring data of unrequested partition {key}");
                     continue;
                 };
                 if let Some(code) = KafkaCode::from_code(p.error_code) {
                     if code.is_stale_metadata() {
-                        self.metadata_stale = true;
-                        self.leaders.remove(&pos.tp);
+                        self.leader_moved(&pos.tp, broker, code, &p.current_leader);
+                    }
+                    if code == KafkaCode::OFFSET_OUT_OF_RANGE {
+                        warn!(
+                            "fetch: {} offset {} out of range on broker {broker} (log start {},                              high watermark {}): the log was truncated or deleted under this                              position",
+                            pos.tp, pos.offset, p.log_start_offset, p.high_watermark
+                        );
                     }
                     let mut r = failed(
-                        pos,
+                        &pos,
                         WireError::kafka(ApiKey::Fetch, code, pos.tp.to_string()),
+                    );
+                    r.high_watermark = p.high_watermark;
+                    r.log_start_offset = p.log_start_offset;
+                    results.push(r);
+                    continue;
+                }
+                if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
+                    // KIP-320 truncation: only sent when the request carries the last fetched
+                    // epoch (this client does not), but never skipped silently: the partition
+                    // goes through the caller's out-of-range path.
+                    log::error!(
+                        "fetch: {} diverged at offset {} on broker {broker}: the leader's log                          ends epoch {} at offset {} (truncated below this position)",
+                        pos.tp,
+                        pos.offset,
+                        p.diverging_epoch.epoch,
+                        p.diverging_epoch.end_offset
+                    );
+                    let mut r = failed(
+                        &pos,
+                        WireError::kafka(
+                            ApiKey::Fetch,
+                            KafkaCode::OFFSET_OUT_OF_RANGE,
+                            format!(
+                                "{} diverging epoch {} ends at {}",
+                                pos.tp, p.diverging_epoch.epoch, p.diverging_epoch.end_offset
+                            ),
+                        ),
                     );
                     r.high_watermark = p.high_watermark;
                     r.log_start_offset = p.log_start_offset;
@@ -606,9 +663,39 @@ impl Client {
                 });
             }
         }
-        // A partition the broker did not answer for: nothing new, fetch it again next time.
-        for pos in wanted.into_values() {
-            results.push(untouched(pos));
+    }
+
+    /// `broker` no longer leads `tp` (or our epoch for it is out of date). When the answer
+    /// names the current leader (KIP-951) with a newer epoch and a broker we can reach, the next
+    /// fetch goes there directly; otherwise the next fetch refreshes metadata first.
+    fn leader_moved(
+        &mut self,
+        tp: &TopicPartition,
+        broker: i32,
+        code: KafkaCode,
+        current: &fetch_response::LeaderIdAndEpoch,
+    ) {
+        let known_epoch = self.leader_epochs.get(tp).copied().unwrap_or(-1);
+        let named = current.leader_id.0;
+        let moves = matches!(
+            code,
+            KafkaCode::NOT_LEADER_OR_FOLLOWER | KafkaCode::FENCED_LEADER_EPOCH
+        ) && named >= 0
+            && named != broker
+            && current.leader_epoch > known_epoch
+            && self.brokers.contains_key(&named);
+        if moves {
+            info!(
+                "fetch: {tp}: broker {broker} says {code}; moving to leader {named} (epoch {}) \
+                 as its answer says (KIP-951)",
+                current.leader_epoch
+            );
+            self.leaders.insert(tp.clone(), named);
+            self.leader_epochs.insert(tp.clone(), current.leader_epoch);
+        } else {
+            debug!("fetch: {tp}: broker {broker} says {code}; refreshing metadata");
+            self.metadata_stale = true;
+            self.leaders.remove(tp);
         }
     }
 }

@@ -45,6 +45,7 @@ pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) use error::broker_text;
 mod fetch;
+mod fetcher;
 mod oauth;
 mod offsets;
 mod pool;
@@ -73,6 +74,7 @@ pub use error::{KafkaCode, Result, WireError};
 pub use fetch::{
     FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
 };
+pub use fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};

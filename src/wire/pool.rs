@@ -2,7 +2,8 @@
 //! opened on demand, dropped when they break, and reopened only after an exponential backoff.
 //!
 //! Why two per broker: a long-polling Fetch would otherwise delay a commit, a metadata request or
-//! a group request to the same broker by up to `fetch.max.wait.ms`.
+//! a group request to the same broker by up to `fetch.max.wait.ms`. The fetch connections belong
+//! to the brokers' fetch threads (`wire::fetcher`), which reconnect with their own backoff.
 
 use std::time::Instant;
 
@@ -23,30 +24,14 @@ impl Client {
     /// The connection to broker `node_id`, opened (or re-opened after a failure, respecting
     /// the backoff) on demand. Lets the group layer send its own requests to the coordinator.
     ///
-    /// Fetches use a second connection per broker, so that a long-polling Fetch never delays a
-    /// commit, a metadata request or a group request to the same broker.
+    /// Fetches use a second connection per broker, owned by that broker's fetch thread (see
+    /// `wire::fetcher`), so that a long-polling Fetch never delays a commit, a metadata request
+    /// or a group request to the same broker.
     pub fn connection(&mut self, node_id: i32) -> Result<&mut Connection> {
-        self.connection_for(node_id, false)
-    }
-
-    pub(super) fn connection_for(&mut self, node_id: i32, fetch: bool) -> Result<&mut Connection> {
-        let map = if fetch {
-            &mut self.fetch_conns
-        } else {
-            &mut self.conns
-        };
-        if map.get(&node_id).is_some_and(Connection::is_broken) {
-            map.remove(&node_id);
-            if fetch {
-                self.prefetched.remove(&node_id);
-            }
+        if self.conns.get(&node_id).is_some_and(Connection::is_broken) {
+            self.conns.remove(&node_id);
         }
-        let present = if fetch {
-            self.fetch_conns.contains_key(&node_id)
-        } else {
-            self.conns.contains_key(&node_id)
-        };
-        if !present {
+        if !self.conns.contains_key(&node_id) {
             let addr = self
                 .brokers
                 .get(&node_id)
@@ -69,11 +54,7 @@ impl Client {
             match Connection::connect(&addr, &self.config.connection) {
                 Ok(conn) => {
                     self.broker_state.remove(&node_id);
-                    if fetch {
-                        self.fetch_conns.insert(node_id, conn);
-                    } else {
-                        self.conns.insert(node_id, conn);
-                    }
+                    self.conns.insert(node_id, conn);
                 }
                 Err(e) => {
                     self.broker_failed(node_id);
@@ -81,12 +62,8 @@ impl Client {
                 }
             }
         }
-        let map = if fetch {
-            &mut self.fetch_conns
-        } else {
-            &mut self.conns
-        };
-        map.get_mut(&node_id)
+        self.conns
+            .get_mut(&node_id)
             .ok_or(WireError::UnknownBroker { node_id })
     }
 
@@ -99,8 +76,6 @@ impl Client {
     /// forever.
     pub(super) fn broker_failed(&mut self, node_id: i32) {
         self.conns.remove(&node_id);
-        self.fetch_conns.remove(&node_id);
-        self.prefetched.remove(&node_id);
         let now = Instant::now();
         if self
             .broker_state
@@ -140,6 +115,9 @@ impl Client {
                 .filter(|id| !self.conns.contains_key(id))
                 .copied(),
         );
+        // Brokers whose fetches fail or are late last: a hung broker would hold this request
+        // for the whole request timeout.
+        candidates.sort_by_key(|id| self.fetchers.is_troubled(*id));
         for id in candidates {
             let conn = match self.connection(id) {
                 Ok(c) => c,

@@ -65,12 +65,38 @@ impl Proxy {
     /// Starts a proxy in front of `upstream` (`127.0.0.1:PORT` of a single-node broker).
     pub fn start(upstream: &str) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        Proxy::start_on(listener, upstream, vec![(upstream_port(upstream), port)])
+    }
+
+    /// One proxy per node of a cluster (`upstreams` in node order), each rewriting every
+    /// node's address in Metadata and FindCoordinator answers to that node's proxy: a client
+    /// bootstrapped through them reaches every node through its proxy, so holding one proxy
+    /// cuts that node off from the client while the cluster still sees it alive.
+    pub fn start_cluster(upstreams: &[String]) -> Vec<Proxy> {
+        let listeners: Vec<TcpListener> = upstreams
+            .iter()
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind proxy"))
+            .collect();
+        let ports: Vec<(u16, u16)> = upstreams
+            .iter()
+            .zip(&listeners)
+            .map(|(up, l)| {
+                (
+                    upstream_port(up),
+                    l.local_addr().expect("proxy address").port(),
+                )
+            })
+            .collect();
+        listeners
+            .into_iter()
+            .zip(upstreams)
+            .map(|(l, up)| Proxy::start_on(l, up, ports.clone()))
+            .collect()
+    }
+
+    fn start_on(listener: TcpListener, upstream: &str, ports: Vec<(u16, u16)>) -> Proxy {
         let addr = listener.local_addr().expect("proxy address");
-        let upstream_port: u16 = upstream
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("upstream port");
         assert!(upstream.starts_with("127.0.0.1:"), "{upstream}");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Gate::default());
@@ -78,6 +104,10 @@ impl Proxy {
         let (recorder, gate_of_all, observer_of_all) =
             (seen.clone(), gate.clone(), observer.clone());
         let upstream = upstream.to_string();
+        let rewrites: Vec<([u8; 4], [u8; 4])> = ports
+            .iter()
+            .map(|&(from, to)| ((from as i32).to_be_bytes(), (to as i32).to_be_bytes()))
+            .collect();
         thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -93,12 +123,11 @@ impl Proxy {
                 thread::spawn(move || {
                     let _ = pump_requests(client, server, &rec, &apis, &gate, &watch);
                 });
-                let from = (upstream_port as i32).to_be_bytes();
-                let to = (addr.port() as i32).to_be_bytes();
+                let rewrites = rewrites.clone();
                 let gate = gate_of_all.clone();
                 let watch = observer_of_all.clone();
                 thread::spawn(move || {
-                    let _ = pump_responses(server2, client2, &inflight, from, to, &gate, &watch);
+                    let _ = pump_responses(server2, client2, &inflight, &rewrites, &gate, &watch);
                 });
             }
         });
@@ -142,6 +171,14 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+fn upstream_port(upstream: &str) -> u16 {
+    upstream
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("upstream port")
 }
 
 /// Reads one size-prefixed Kafka frame.
@@ -188,8 +225,7 @@ fn pump_responses(
     mut server: TcpStream,
     mut client: TcpStream,
     inflight: &Mutex<HashMap<i32, i16>>,
-    from_port: [u8; 4],
-    to_port: [u8; 4],
+    rewrites: &[([u8; 4], [u8; 4])],
     gate: &Gate,
     observer: &Observer,
 ) -> io::Result<()> {
@@ -203,10 +239,14 @@ fn pump_responses(
         if key == Some(ApiKey::Metadata as i16) || key == Some(ApiKey::FindCoordinator as i16) {
             let mut at = 0;
             while at + host.len() + 4 <= frame.len() {
-                if frame[at..].starts_with(host)
-                    && frame[at + host.len()..at + host.len() + 4] == from_port
-                {
-                    frame[at + host.len()..at + host.len() + 4].copy_from_slice(&to_port);
+                if frame[at..].starts_with(host) {
+                    let port = at + host.len()..at + host.len() + 4;
+                    if let Some((_, to)) = rewrites
+                        .iter()
+                        .find(|(from, _)| frame[port.clone()] == *from)
+                    {
+                        frame[port].copy_from_slice(to);
+                    }
                 }
                 at += 1;
             }

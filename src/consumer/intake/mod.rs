@@ -200,7 +200,8 @@ impl Intake {
             FetchWait::DontWait => {
                 // No prefetch after this one: the set of dry partitions changes from call to
                 // call, and a prefetch for a set the next call does not ask for costs a
-                // reconnect. An earlier prefetch of every partition still serves this call.
+                // reconnect. An earlier prefetch of every partition still serves this call
+                // (`max_wait` is not part of what a prefetch must match).
                 let config = FetchConfig {
                     max_wait: Duration::ZERO,
                     prefetch: false,
@@ -217,7 +218,17 @@ impl Intake {
             }
             if let Some(error) = &part.error {
                 if error.kafka_code() == Some(KafkaCode::OFFSET_OUT_OF_RANGE) {
-                    log::warn!("{}: offset {} out of range", part.tp, part.fetch_offset);
+                    // The log no longer holds this position (retention, or a new leader's log
+                    // ends below it: truncation); never skipped silently.
+                    log::warn!(
+                        "{}: fetch offset {} out of range (log start {}, high watermark {}); \
+                         resetting the position (auto.offset.reset={})",
+                        part.tp,
+                        part.fetch_offset,
+                        part.log_start_offset,
+                        part.high_watermark,
+                        config.auto_offset_reset().as_str()
+                    );
                     reset.push(part.tp.clone());
                 } else {
                     self.fetch_failed(&part.tp, error);
