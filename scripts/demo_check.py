@@ -123,12 +123,14 @@ def read_events(path):
 
 
 def cmd_progress(opts):
-    orders = read_manifest(opts.manifest)
+    # While orders are produced live (scripts/demo --brokers 3) the manifest is written only
+    # when the producer is done: until then every order id in the effect logs counts.
+    orders = read_manifest(opts.manifest) if os.path.exists(opts.manifest) else None
     seen = set()
     for path in opts.effects:
         for _, line in read_effects(path):
             parts = line.split()
-            if len(parts) == 4 and parts[1] in orders:
+            if len(parts) in (4, 5) and (orders is None or parts[1] in orders):
                 seen.add(parts[1])
     print(len(seen))
 
@@ -264,16 +266,19 @@ def cmd_check(opts):
     killed_ms = {w["name"]: w["killed"] for w in killed}
     # applications[order] = [(worker, partition, offset)]
     applications = defaultdict(list)
+    effect_times = defaultdict(list)  # partition -> wall-clock ms of every effect applied
     lines = 0
     for w in opts.worker:
         for n, line in read_effects(w["effects"]):
             lines += 1
             parts = line.split()
             where = "%s:%d" % (w["effects"], n)
-            if len(parts) != 4:
+            if len(parts) not in (4, 5):
                 problems.append("%s: malformed effect line %r" % (where, line))
                 continue
             key, order, partition, offset = parts[0], parts[1], int(parts[2]), int(parts[3])
+            if len(parts) == 5:
+                effect_times[partition].append(int(parts[4]))
             want_key = "%s/%s/%d/%d/%s" % (opts.group, opts.topic, partition, offset, OPERATION)
             if key != want_key:
                 problems.append("%s: effect key %s, expected %s" % (where, key, want_key))
