@@ -5,7 +5,7 @@ Run with the project's virtualenv (standard library only). Inputs:
 
   manifest      one line per produced order, ``order_id partition offset``
                 (examples/produce_orders.rs --manifest)
-  effect logs   one line per applied effect, ``effect_key order_id partition offset``
+  effect logs   one line per applied effect, ``effect_key order_id partition offset [at_ms]``
                 (examples/order_worker.rs --effects), one file per worker process
   worker output the worker's stdout: ``assignment``, ``applied``, ``commit``, ``skipped`` lines
                 (see the doc comment of examples/order_worker.rs)
@@ -23,7 +23,8 @@ Subcommands:
       ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right after the
       worker was killed with SIGKILL and reaped). Prints the findings and, as the very last line,
       ``orders=N applied=A duplicates=D lost=L redone=R skipped_by_metadata=S rebalances=K
-      broker=B protocol=P``; exits 0 only when lost=0,
+      broker=B protocol=P`` (with --brokers N --faults FILE, scripts/demo --brokers 3, followed by
+      ``brokers=N broker_faults=F longest_gap_unaffected_ms=G``: see below); exits 0 only when lost=0,
       every duplicate is explained (below), nothing else is wrong and no --problem was reported.
       --static-restart names the static member's two processes, the generation the group was in
       when the old one stopped, and when the demo began to stop the fleet; on Kafka the restart
@@ -48,6 +49,13 @@ Definitions used by ``check``:
               first join included); a cooperative rebalance that moves partitions takes two
               generations, and a static member's return takes none
 
+  With --brokers N --faults FILE (the fault lines of scripts/faults.py inject), the effect lines'
+  times (their fifth field) are merged per partition and, per fault, the findings give the
+  longest gap in applied effects on the partitions whose leader did not fail, from the fault to
+  8 s after the node rejoined (scripts/faults.py ``measure``), and how long the failed leader's
+  partitions took to resume after Kafka elected new leaders for them; G in the verdict is the
+  longest of those gaps over the faults. They are measurements: they never fail the check.
+
   With --commit-interval-ms, the findings also compare the repeats the SIGKILL caused with the
   work the killed worker did in one commit.interval.ms: its effects in the 2 s before it was
   killed, scaled to the interval (what finished after its last paced commit), plus the records
@@ -71,6 +79,9 @@ import os
 import re
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faults as fault_tools  # noqa: E402  (the fault windows and their gaps, one definition)
 
 OPERATION = "apply-order"
 KV = re.compile(r"(\w+)=(\S*)")
@@ -486,9 +497,12 @@ def cmd_check(opts):
             worth = recent * opts.commit_interval_ms / 2000.0
             by_kill = sum(1 for e in explained if e[3] == k)
             print(
-                "demo: the SIGKILL of %s caused %d repeat(s); in its last 2 s it applied %d "
-                "effect(s), so commit.interval.ms=%d is about %.0f effect(s) of its work (plus the "
-                "records it had started)" % (k, by_kill, recent, opts.commit_interval_ms, worth)
+                "demo: the SIGKILL of %s caused %d repeat(s); the crash redo bound is "
+                "commit.interval.ms + one commit round trip (the paced commits run off the poll "
+                "thread: what finished since the last commit that reached the coordinator is "
+                "redone); in its last 2 s it applied %d effect(s), so commit.interval.ms=%d is "
+                "about %.0f effect(s) of its work (plus the round trip's, and the records it had "
+                "started)" % (k, by_kill, recent, opts.commit_interval_ms, worth)
             )
     for line in unexplained:
         print("demo: UNEXPLAINED duplicate %s" % line)
@@ -502,10 +516,43 @@ def cmd_check(opts):
     if len(problems) > 20:
         print("demo: ... and %d more problems" % (len(problems) - 20))
 
+    extra = ""
+    if opts.brokers is not None:
+        # Measured, never judged: the verdict stays on safety (lost=0, every repeat explained).
+        faults = fault_tools.read_faults(opts.faults) if opts.faults else []
+        times = {p: sorted(ts) for p, ts in effect_times.items()}
+        partitions = 1 + max([p for p, _ in orders.values()] or [0])
+        longest = None
+        for f, end in fault_tools.windows(faults):
+            gap, resume, _ = fault_tools.measure(f, end, times, partitions)
+            elected = [t - f["at_ms"] for t, back in f["elected"].values() if not back]
+            print(
+                "demo: broker fault %s: node %d (leader of partitions %s; coordinator node %d): "
+                "longest gap in applied effects on the other %d partitions %s ms (from the fault "
+                "to 8 s after the node rejoined, %.1f s); its partitions got new leaders %s and "
+                "resumed %s ms after their election%s"
+                % (
+                    f["name"], f["node"], ",".join(map(str, f["partitions"])), f["coordinator"],
+                    partitions - len(f["partitions"]), fault_tools.fmt(gap),
+                    (end - f["at_ms"]) / 1000.0,
+                    "%d ms after the fault" % max(elected)
+                    if elected and len(elected) == len(f["partitions"])
+                    else "only when the node was back (%d of %d elected before)"
+                    % (len(elected), len(f["partitions"])),
+                    fault_tools.fmt(resume),
+                    "" if elected else " (or the node's return)",
+                )
+            )
+            longest = gap if longest is None else max(longest, gap)
+        if len(faults) != 2:
+            problems.append("%d broker fault(s) recorded in %s, expected 2" % (len(faults), opts.faults))
+            print("demo: PROBLEM %s" % problems[-1])
+        extra = " brokers=%d broker_faults=%d longest_gap_unaffected_ms=%s" % (
+            opts.brokers, len(faults), "n/a" if longest is None else fault_tools.fmt(longest))
     ok = not lost_orders and not unexplained and not problems
     print(
         "orders=%d applied=%d duplicates=%d lost=%d redone=%d skipped_by_metadata=%d rebalances=%d "
-        "broker=%s protocol=%s"
+        "broker=%s protocol=%s%s"
         % (
             len(orders),
             applied,
@@ -516,6 +563,7 @@ def cmd_check(opts):
             len(generations),
             opts.broker,
             opts.protocol,
+            extra,
         )
     )
     sys.stdout.flush()
@@ -548,6 +596,8 @@ def main():
     p.add_argument("--static-restart", type=parse_static_restart)
     p.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     p.add_argument("--commit-interval-ms", type=int)
+    p.add_argument("--brokers", type=int, help="cluster size, printed in the verdict (with --faults)")
+    p.add_argument("--faults", help="scripts/faults.py events file: measure the gaps of each fault")
     p.set_defaults(func=cmd_check)
 
     opts = parser.parse_args()

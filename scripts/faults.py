@@ -402,6 +402,7 @@ FETCH = [("fetch.min.bytes", "1"), ("fetch.max.wait.ms", "100"),
          ("max.partition.fetch.bytes", "1048576"), ("fetch.max.bytes", "52428800")]
 GROUP_SETTINGS = [("partition.assignment.strategy", "cooperative-sticky"),
                   ("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "500")]
+JAVA_ASSIGNORS = {"cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
 PLAN = [("kill-leader", "kill-leader", 12.0), ("pause-leader", "pause-leader", 12.0),
         ("kill-coordinator", "kill-coordinator", 20.0)]
 
@@ -543,9 +544,11 @@ def _bench(opts, root, run, spawn, stop_all):
                                   "--rate", str(opts.rate), "--size", "100", "--timeout-s", "120"])
     stop_file = os.path.join(run, "stop")
     files = {n: os.path.join(run, "records-%s.txt" % n) for n in names}
-    sets = []
+    sets, java_sets = [], []
     for k, v in FETCH + GROUP_SETTINGS:
         sets += ["--set", "%s=%s" % (k, v)]
+        # Java names its assignors by class.
+        java_sets += ["--set", "%s=%s" % (k, JAVA_ASSIGNORS.get(v, v))]
     readers_p = {"ours": spawn("ours", [opts.reader, "--bootstrap", bootstrap, "--topic", topic,
                                         "--group", groups["ours"], "--out", files["ours"],
                                         "--stop-file", stop_file] + sets)}
@@ -554,9 +557,13 @@ def _bench(opts, root, run, spawn, stop_all):
             name, ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", opts.clients_cp,
                    "scripts/BenchConsumer.java", "--bootstrap", bootstrap, "--topic", topic,
                    "--group", groups[name], "--faults-out", files[name], "--commit", mode,
-                   "--stop-file", stop_file] + sets)
+                   "--stop-file", stop_file] + java_sets)
     t0 = now_ms()
     time.sleep(opts.warmup_s)
+    for name, p in list(readers_p.items()) + [("producer", producer)]:
+        if p.poll() is not None:
+            raise SystemExit("faults.py: %s exited with %d before the faults (see %s/%s.err)"
+                             % (name, p.returncode, run, name))
     events = os.path.join(run, "faults.txt")
     avoid = None
     for name, kind, down in PLAN:
