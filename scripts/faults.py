@@ -44,6 +44,12 @@ which records were applied or received, per partition:
         ("never" when one had none within the window).
   repeats  records of the window (partition and offset) that the reader had received before.
 
+The bench adds a reader "first-seen": each record at the earliest time any reader received it,
+the floor the cluster and the producer allowed (with acks=all, replication 3 and
+min.insync.replicas 2, a partition whose follower died stands still too, until the controller
+fences the node, broker.session.timeout.ms, and shrinks the ISR). A reader's gap above the floor
+is its own.
+
 `bench` runs scripts/bench --faults: a three-node cluster, topic T (12 partitions, replication
 3), a paced producer (scripts/peer.py produce --rate, acks=all), three readers at the same time,
 each in its own group (examples/fault_reader; the Java KafkaConsumer with commitSync after every
@@ -421,7 +427,7 @@ def load_records(path):
     return out
 
 
-def plot(png, readers, faults, partitions, t0):
+def plot(png, readers, faults, partitions, t0, steady):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -433,24 +439,22 @@ def plot(png, readers, faults, partitions, t0):
     n = int((end - t0) // bucket) + 1
     fig, axes = plt.subplots(len(readers), 1, figsize=(12, 2.9 * len(readers)), sharex=True,
                              squeeze=False)
-    top = 0
     grids = []
     for _, records in readers:
         grid = np.zeros((partitions, n))
         for t, p, _ in records:
             grid[p, int((t - t0) // bucket)] += 1000.0 / bucket
         grids.append(grid)
-        top = max(top, grid.max())
     for ax, (name, _), grid in zip(axes[:, 0], readers, grids):
         im = ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest",
                        extent=(0, n * bucket / 1000.0, -0.5, partitions - 0.5),
-                       cmap="viridis", vmin=0, vmax=top)
+                       cmap="magma", vmin=0, vmax=2 * steady)
         for f in faults:
             a, b = (f["at_ms"] - t0) / 1000.0, (f["back_ms"] - t0) / 1000.0
             ax.axvline(a, color="red", linewidth=1.2)
             ax.axvline(b, color="white", linewidth=1.0, linestyle="--")
             for p in f["partitions"]:
-                ax.plot([a, b], [p, p], color="red", linewidth=2.5, alpha=0.8)
+                ax.plot([a, b], [p - 0.42, p - 0.42], color="deepskyblue", linewidth=1.2)
             ax.annotate("%s node %d" % (f["name"], f["node"]), xy=(a, partitions - 0.5),
                         xytext=(3, -3), textcoords="offset points", va="top", fontsize=8,
                         color="white")
@@ -458,10 +462,11 @@ def plot(png, readers, faults, partitions, t0):
         ax.set_ylabel("partition")
         ax.set_yticks(range(partitions))
         ax.tick_params(axis="y", labelsize=7)
-        fig.colorbar(im, ax=ax, label="records/s", pad=0.01)
-    axes[-1, 0].set_xlabel("seconds since the readers started (red: fault and the failed "
-                           "leader's partitions; dashed: node back)")
-    fig.suptitle("Records/s per partition (500 ms buckets) under broker faults, live production")
+        fig.colorbar(im, ax=ax, label="records/s", pad=0.01, extend="max")
+    axes[-1, 0].set_xlabel("seconds since the readers started (red: fault; blue underline: the "
+                           "failed leader's partitions until the node is back, dashed)")
+    fig.suptitle("Records/s per partition under broker faults (500 ms buckets; black: nothing;\n"
+                 "the scale stops at twice the produced rate, catch-up bursts saturate)")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
 
@@ -591,9 +596,18 @@ def _bench(opts, root, run, spawn, stop_all):
         effective = f.read()
     faults = read_faults(events)
     readers = [(n, load_records(files[n])) for n in names]
+    # The floor: when any reader first received each record, what the cluster and the producer
+    # allowed (a partition whose follower died stands still until the controller fences the node
+    # and shrinks the ISR; acks=all waits for it). A reader's gap above it is its own.
+    first = {}
+    for _, records in readers:
+        for t, p, o in records:
+            if (p, o) not in first or t < first[(p, o)]:
+                first[(p, o)] = t
+    floor = sorted((t, p, o) for (p, o), t in first.items())
     lines = []
     for f, wend in windows(faults, end):
-        for name, records in readers:
+        for name, records in readers + [("first-seen", floor)]:
             times = defaultdict(list)
             for t, p, _ in records:
                 times[p].append(t)
@@ -608,7 +622,7 @@ def _bench(opts, root, run, spawn, stop_all):
                     "%d" % max(elected) if len(elected) == len(f["partitions"]) and elected
                     else "none(node back first)"))
     png = os.path.join(run, "faults.png")
-    plot(png, readers, faults, opts.partitions, t0)
+    plot(png, readers, faults, opts.partitions, t0, opts.rate / opts.partitions)
     print("bench faults settings: %s (ours, java-commitsync, java-commitasync alike); group: %s; "
           "ours reports %s" % (" ".join("%s=%s" % kv for kv in FETCH),
                                " ".join("%s=%s" % kv for kv in GROUP_SETTINGS),
