@@ -140,8 +140,7 @@ def cmd_produce_orders(opts):
     delivered = {}  # order index -> (partition, offset)
     errors = []
 
-    def on_delivery(err, msg):
-        i = int(msg.opaque)
+    def on_delivery(i, err, msg):
         if err is not None:
             errors.append("order %d: %s" % (i, err))
         else:
@@ -168,8 +167,7 @@ def cmd_produce_orders(opts):
                     key=("acct-%03d" % (n % 97)).encode(),
                     value=value.encode(),
                     partition=n % opts.partitions,
-                    opaque=n,
-                    on_delivery=on_delivery,
+                    on_delivery=lambda err, msg, i=n: on_delivery(i, err, msg),
                 )
                 break
             except BufferError:
