@@ -523,14 +523,20 @@ def cmd_check(opts):
         times = {p: sorted(ts) for p, ts in effect_times.items()}
         partitions = 1 + max([p for p, _ in orders.values()] or [0])
         longest = None
+        first_seen = {}  # generation -> when a worker first saw it
+        for items in assignments.values():
+            for g, _, at in items:
+                if g >= 0 and at is not None:
+                    first_seen[g] = min(first_seen.get(g, at), at)
         for f, end in fault_tools.windows(faults):
+            rebalanced = sorted(g for g, at in first_seen.items() if f["at_ms"] <= at < end)
             gap, resume, _ = fault_tools.measure(f, end, times, partitions)
             elected = [t - f["at_ms"] for t, back in f["elected"].values() if not back]
             print(
                 "demo: broker fault %s: node %d (leader of partitions %s; coordinator node %d): "
                 "longest gap in applied effects on the other %d partitions %s ms (from the fault "
                 "to 8 s after the node rejoined, %.1f s); its partitions got new leaders %s and "
-                "resumed %s ms after their election%s"
+                "resumed %s ms after their election%s; %s"
                 % (
                     f["name"], f["node"], ",".join(map(str, f["partitions"])), f["coordinator"],
                     partitions - len(f["partitions"]), fault_tools.fmt(gap),
@@ -541,6 +547,8 @@ def cmd_check(opts):
                     % (len(elected), len(f["partitions"])),
                     fault_tools.fmt(resume),
                     "" if elected else " (or the node's return)",
+                    "the group moved to generation(s) %s meanwhile" % ",".join(map(str, rebalanced))
+                    if rebalanced else "no rebalance meanwhile",
                 )
             )
             longest = gap if longest is None else max(longest, gap)
