@@ -61,6 +61,12 @@ Definitions used by ``check``:
   killed, scaled to the interval (what finished after its last paced commit), plus the records
   it had started and not finished (at most one per worker thread).
 
+  With --faults only, a duplicate is also explained by a lost assignment: the order was applied
+  twice, first by a worker that, inside a fault's window and after applying it, printed
+  ``assignment gen=-1`` without being stopped (its assignment was fenced as lost, without a
+  commit: no poll within max.poll.interval.ms or a lapsed session while a broker hung), at an
+  offset it had not committed by then, and again by another worker after that (effect times).
+
   A duplicate is explained by the SIGKILL when the order was applied exactly twice: once by the
   killed worker K, at an offset K never committed past (at or after K's last committed position
   on that partition, or K never committed it), and once by another worker in a batch that started
@@ -278,6 +284,7 @@ def cmd_check(opts):
     # applications[order] = [(worker, partition, offset)]
     applications = defaultdict(list)
     effect_times = defaultdict(list)  # partition -> wall-clock ms of every effect applied
+    applied_at = {}  # (order, worker) -> wall-clock ms of its (first) effect line
     lines = 0
     for w in opts.worker:
         for n, line in read_effects(w["effects"]):
@@ -299,6 +306,8 @@ def cmd_check(opts):
                     % (where, order, partition, offset, orders.get(order))
                 )
             applications[order].append((w["name"], partition, offset))
+            if len(parts) == 5:
+                applied_at[(order, w["name"])] = int(parts[4])
 
     # Per worker: generations, last committed position per partition, applied ranges.
     generations = set()
@@ -311,14 +320,20 @@ def cmd_check(opts):
     stale = defaultdict(int)
     skipped = {}  # worker -> last skipped_completed total it printed
     assignments = {}  # worker -> [(gen, owned, at_ms)]
+    losses = {}  # worker -> [(at_ms, {partition: committed next} at that moment)]
     for w in opts.worker:
         last_gen = -1
+        losses[w["name"]] = []
         committed = {}
         applied = defaultdict(list)  # partition -> [(from, to, gen)]
         assignments[w["name"]] = []
         for kind, f in read_events(w["out"]):
             if kind == "assignment":
                 gen = int(f["gen"])
+                if gen < 0 and last_gen >= 0 and "at_ms" in f:
+                    # Out of the group without being stopped: the assignment was lost (fenced
+                    # without a commit); what it finished since its last commit is redone.
+                    losses[w["name"]].append((int(f["at_ms"]), dict(committed)))
                 assignments[w["name"]].append(
                     (gen, f.get("owned", ""), int(f["at_ms"]) if "at_ms" in f else None)
                 )
@@ -361,7 +376,32 @@ def cmd_check(opts):
         return None, None
 
     killed_names = {w["name"] for w in killed}
-    explained, unexplained, handoff_explained = [], [], []
+    explained, unexplained, handoff_explained, loss_explained = [], [], [], []
+
+    fault_windows = fault_tools.windows(fault_tools.read_faults(opts.faults)) if opts.faults else []
+
+    def lost_in_between(order, apps):
+        """With broker faults only: (first, loss_ms, last_commit, second) when the order was
+        applied twice, the first worker's assignment was lost after it applied it, at an offset
+        it had not committed by then, and the second applied it after that loss."""
+        if not fault_windows or len(apps) != 2:
+            return None
+        (n1, p, o), (n2, _, _) = apps
+        t1, t2 = applied_at.get((order, n1)), applied_at.get((order, n2))
+        if t1 is None or t2 is None or n1 == n2:
+            return None
+        if t2 < t1:
+            n1, n2, t1, t2 = n2, n1, t2, t1
+        for at, committed in losses.get(n1, []):
+            if at >= t1:
+                if not any(f["at_ms"] <= at < end for f, end in fault_windows):
+                    return None
+                last = committed.get(p)
+                if t2 > at and (last is None or o >= last):
+                    return (n1, at, last, n2)
+                return None
+        return None
+
     for order, apps in sorted(applications.items()):
         if len(apps) < 2:
             continue
@@ -389,8 +429,11 @@ def cmd_check(opts):
                 and (last_commit is None or offset >= last_commit)
             ):
                 handoff = (partition, offset, order, n1, last_commit, n2, g2)
+        lost = lost_in_between(order, apps) if handoff is None else None
         if handoff is not None:
             handoff_explained.append(handoff)
+        elif lost is not None and not (set(a[0] for a in apps) & killed_names):
+            loss_explained.append((partition, offset, order) + lost)
         elif len(apps) != 2 or len(by_killed) != 1 or len(others) != 1:
             why = "applied %d times by %s" % (len(apps), ", ".join(a[0] for a in apps))
         else:
@@ -467,6 +510,25 @@ def cmd_check(opts):
                         % (order, partition, offset, k, last_commit, o, gen)
                     )
             print("demo: every duplicate, one per line: %s" % opts.duplicates_file)
+    if loss_explained:
+        print(
+            "demo: %d duplicate(s), each explained by a lost assignment during a broker fault: "
+            "applied by a worker after its last commit on the partition, then that worker's "
+            "assignment was fenced as lost without a commit (no poll within max.poll.interval.ms "
+            "or a lapsed session: 'assignment lost' in its log), and the partition's next owner "
+            "redid it:" % len(loss_explained)
+        )
+        by_partition = defaultdict(list)
+        for partition, offset, order, n1, at, last, n2 in loss_explained:
+            by_partition[(partition, n1, at, last, n2)].append((offset, order))
+        for (partition, n1, at, last, n2), items in sorted(by_partition.items()):
+            for lo, hi, first, last_id, count in ranges(sorted(items)):
+                span = "offset %d" % lo if lo == hi else "offsets %d-%d" % (lo, hi)
+                ids = first if first == last_id else "%s..%s" % (first, last_id)
+                print(
+                    "  partition %d %s (%d order(s) %s): %s, last commit next=%s, lost its "
+                    "assignment at %d; redone by %s" % (partition, span, count, ids, n1, last, at, n2)
+                )
     if handoff_explained:
         print(
             "demo: %d duplicate(s), each explained by a revocation whose commit the broker refused "
