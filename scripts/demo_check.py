@@ -216,12 +216,15 @@ def parse_static_restart(spec):
     return s
 
 
-def judge_static_restart(opts, assignments, problems):
+def judge_static_restart(opts, assignments, problems, stopped_assignments=None):
     """One line on what the static member's restart did to the group; on Kafka, a restart that
     changed the generation or the static member's partitions is a problem (KIP-345)."""
     r = opts.static_restart
+    stopped_assignments = stopped_assignments or {}
     old, new, gen, until = r["old"], r["new"], r["gen"], r["until"]
-    old_owned = [o for g, o, _ in assignments.get(old, []) if g >= 0]
+    # What the old process owned as a member: its last assignment before its `stop` line (the
+    # line its close prints afterwards may show a partition set the close is part-way through).
+    old_owned = [o for g, o, _ in stopped_assignments.get(old, assignments.get(old, [])) if g >= 0]
     old_owned = old_owned[-1] if old_owned else None
     new_first = next(((g, o) for g, o, _ in assignments.get(new, []) if g >= 0), None)
     later = sorted(
@@ -321,6 +324,7 @@ def cmd_check(opts):
     skipped = {}  # worker -> last skipped_completed total it printed
     assignments = {}  # worker -> [(gen, owned, at_ms)]
     losses = {}  # worker -> [(at_ms, {partition: committed next} at that moment)]
+    before_stop = {}  # worker -> its assignments up to its `stop` line
     for w in opts.worker:
         last_gen = -1
         losses[w["name"]] = []
@@ -347,6 +351,8 @@ def cmd_check(opts):
                 applied[int(f["partition"])].append(
                     (int(f["from"]), int(f["to"]), int(f["gen"]), int(f["start_ms"]))
                 )
+            elif kind == "stop":
+                before_stop[w["name"]] = list(assignments[w["name"]])
             elif kind == "closed" and "final-commit-refused" in f["_line"]:
                 notes.append("%s's final commit on close was refused: %s" % (w["name"], f["_line"]))
             elif kind == "commit-refused":
@@ -480,7 +486,7 @@ def cmd_check(opts):
         )
     static_line = None
     if opts.static_restart:
-        static_line = judge_static_restart(opts, assignments, problems)
+        static_line = judge_static_restart(opts, assignments, problems, before_stop)
     for note in notes:
         print("demo: note: %s" % note)
     if static_line:
