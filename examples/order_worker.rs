@@ -40,7 +40,9 @@
 //! (so a redelivery inside this process is refused by the guard), and the effect key is derived
 //! from group, topic, partition, offset and operation, so that an idempotent sink
 //! could recognise a repeat by another worker. Each applied effect appends one line,
-//! `effect_key order_id partition offset`, to `--effects` with `O_APPEND`, written straight to
+//! `effect_key order_id partition offset at_ms` (`at_ms`: wall-clock ms when the effect was
+//! written, so that the demo can measure how long partitions stood still during broker faults),
+//! to `--effects` with `O_APPEND`, written straight to
 //! the file (no user-space buffer) *before* the record is completed: a crash after the effect and
 //! before the commit gives a duplicate the log explains, never a loss. Right before the effect,
 //! the record's lease is checked, so work whose partition was taken away meanwhile (lost on the
@@ -457,10 +459,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 if batch.is_current(&delivery) {
                     if let Some(file) = effects.as_mut() {
                         let line = format!(
-                            "{} {order} {} {}\n",
+                            "{} {order} {} {} {}\n",
                             effect_key(&group, record),
                             record.partition,
-                            record.offset
+                            record.offset,
+                            unix_millis()
                         );
                         // One write(2) on an O_APPEND file: the line is in the file before the
                         // record counts as complete.
@@ -607,10 +610,11 @@ fn run_decoupled(
             }
             if let Some(file) = &effects {
                 let line = format!(
-                    "{} {order} {} {}\n",
+                    "{} {order} {} {} {}\n",
                     effect_key(&group, record),
                     record.partition,
-                    record.offset
+                    record.offset,
+                    unix_millis()
                 );
                 // One write(2) on an O_APPEND file: the line is in the file before the record
                 // counts as complete.

@@ -5,7 +5,7 @@ Run with the project's virtualenv (standard library only). Inputs:
 
   manifest      one line per produced order, ``order_id partition offset``
                 (examples/produce_orders.rs --manifest)
-  effect logs   one line per applied effect, ``effect_key order_id partition offset``
+  effect logs   one line per applied effect, ``effect_key order_id partition offset [at_ms]``
                 (examples/order_worker.rs --effects), one file per worker process
   worker output the worker's stdout: ``assignment``, ``applied``, ``commit``, ``skipped`` lines
                 (see the doc comment of examples/order_worker.rs)
@@ -23,7 +23,8 @@ Subcommands:
       ``name=W,effects=FILE,out=FILE[,killed=MS]`` (MS: wall-clock milliseconds right after the
       worker was killed with SIGKILL and reaped). Prints the findings and, as the very last line,
       ``orders=N applied=A duplicates=D lost=L redone=R skipped_by_metadata=S rebalances=K
-      broker=B protocol=P``; exits 0 only when lost=0,
+      broker=B protocol=P`` (with --brokers N --faults FILE, scripts/demo --brokers 3, followed by
+      ``brokers=N broker_faults=F longest_gap_unaffected_ms=G``: see below); exits 0 only when lost=0,
       every duplicate is explained (below), nothing else is wrong and no --problem was reported.
       --static-restart names the static member's two processes, the generation the group was in
       when the old one stopped, and when the demo began to stop the fleet; on Kafka the restart
@@ -48,10 +49,23 @@ Definitions used by ``check``:
               first join included); a cooperative rebalance that moves partitions takes two
               generations, and a static member's return takes none
 
+  With --brokers N --faults FILE (the fault lines of scripts/faults.py inject), the effect lines'
+  times (their fifth field) are merged per partition and, per fault, the findings give the
+  longest gap in applied effects on the partitions whose leader did not fail, from the fault to
+  8 s after the node rejoined (scripts/faults.py ``measure``), and how long the failed leader's
+  partitions took to resume after Kafka elected new leaders for them; G in the verdict is the
+  longest of those gaps over the faults. They are measurements: they never fail the check.
+
   With --commit-interval-ms, the findings also compare the repeats the SIGKILL caused with the
   work the killed worker did in one commit.interval.ms: its effects in the 2 s before it was
   killed, scaled to the interval (what finished after its last paced commit), plus the records
   it had started and not finished (at most one per worker thread).
+
+  With --faults only, a duplicate is also explained by a lost assignment: the order was applied
+  twice, first by a worker that, inside a fault's window and after applying it, printed
+  ``assignment gen=-1`` without being stopped (its assignment was fenced as lost, without a
+  commit: no poll within max.poll.interval.ms or a lapsed session while a broker hung), at an
+  offset it had not committed by then, and again by another worker after that (effect times).
 
   A duplicate is explained by the SIGKILL when the order was applied exactly twice: once by the
   killed worker K, at an offset K never committed past (at or after K's last committed position
@@ -71,6 +85,9 @@ import os
 import re
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faults as fault_tools  # noqa: E402  (the fault windows and their gaps, one definition)
 
 OPERATION = "apply-order"
 KV = re.compile(r"(\w+)=(\S*)")
@@ -123,12 +140,14 @@ def read_events(path):
 
 
 def cmd_progress(opts):
-    orders = read_manifest(opts.manifest)
+    # While orders are produced live (scripts/demo --brokers 3) the manifest is written only
+    # when the producer is done: until then every order id in the effect logs counts.
+    orders = read_manifest(opts.manifest) if os.path.exists(opts.manifest) else None
     seen = set()
     for path in opts.effects:
         for _, line in read_effects(path):
             parts = line.split()
-            if len(parts) == 4 and parts[1] in orders:
+            if len(parts) in (4, 5) and (orders is None or parts[1] in orders):
                 seen.add(parts[1])
     print(len(seen))
 
@@ -197,12 +216,15 @@ def parse_static_restart(spec):
     return s
 
 
-def judge_static_restart(opts, assignments, problems):
+def judge_static_restart(opts, assignments, problems, stopped_assignments=None):
     """One line on what the static member's restart did to the group; on Kafka, a restart that
     changed the generation or the static member's partitions is a problem (KIP-345)."""
     r = opts.static_restart
+    stopped_assignments = stopped_assignments or {}
     old, new, gen, until = r["old"], r["new"], r["gen"], r["until"]
-    old_owned = [o for g, o, _ in assignments.get(old, []) if g >= 0]
+    # What the old process owned as a member: its last assignment before its `stop` line (the
+    # line its close prints afterwards may show a partition set the close is part-way through).
+    old_owned = [o for g, o, _ in stopped_assignments.get(old, assignments.get(old, [])) if g >= 0]
     old_owned = old_owned[-1] if old_owned else None
     new_first = next(((g, o) for g, o, _ in assignments.get(new, []) if g >= 0), None)
     later = sorted(
@@ -264,16 +286,20 @@ def cmd_check(opts):
     killed_ms = {w["name"]: w["killed"] for w in killed}
     # applications[order] = [(worker, partition, offset)]
     applications = defaultdict(list)
+    effect_times = defaultdict(list)  # partition -> wall-clock ms of every effect applied
+    applied_at = {}  # (order, worker) -> wall-clock ms of its (first) effect line
     lines = 0
     for w in opts.worker:
         for n, line in read_effects(w["effects"]):
             lines += 1
             parts = line.split()
             where = "%s:%d" % (w["effects"], n)
-            if len(parts) != 4:
+            if len(parts) not in (4, 5):
                 problems.append("%s: malformed effect line %r" % (where, line))
                 continue
             key, order, partition, offset = parts[0], parts[1], int(parts[2]), int(parts[3])
+            if len(parts) == 5:
+                effect_times[partition].append(int(parts[4]))
             want_key = "%s/%s/%d/%d/%s" % (opts.group, opts.topic, partition, offset, OPERATION)
             if key != want_key:
                 problems.append("%s: effect key %s, expected %s" % (where, key, want_key))
@@ -283,6 +309,8 @@ def cmd_check(opts):
                     % (where, order, partition, offset, orders.get(order))
                 )
             applications[order].append((w["name"], partition, offset))
+            if len(parts) == 5:
+                applied_at[(order, w["name"])] = int(parts[4])
 
     # Per worker: generations, last committed position per partition, applied ranges.
     generations = set()
@@ -295,14 +323,21 @@ def cmd_check(opts):
     stale = defaultdict(int)
     skipped = {}  # worker -> last skipped_completed total it printed
     assignments = {}  # worker -> [(gen, owned, at_ms)]
+    losses = {}  # worker -> [(at_ms, {partition: committed next} at that moment)]
+    before_stop = {}  # worker -> its assignments up to its `stop` line
     for w in opts.worker:
         last_gen = -1
+        losses[w["name"]] = []
         committed = {}
         applied = defaultdict(list)  # partition -> [(from, to, gen)]
         assignments[w["name"]] = []
         for kind, f in read_events(w["out"]):
             if kind == "assignment":
                 gen = int(f["gen"])
+                if gen < 0 and last_gen >= 0 and "at_ms" in f:
+                    # Out of the group without being stopped: the assignment was lost (fenced
+                    # without a commit); what it finished since its last commit is redone.
+                    losses[w["name"]].append((int(f["at_ms"]), dict(committed)))
                 assignments[w["name"]].append(
                     (gen, f.get("owned", ""), int(f["at_ms"]) if "at_ms" in f else None)
                 )
@@ -316,6 +351,8 @@ def cmd_check(opts):
                 applied[int(f["partition"])].append(
                     (int(f["from"]), int(f["to"]), int(f["gen"]), int(f["start_ms"]))
                 )
+            elif kind == "stop":
+                before_stop[w["name"]] = list(assignments[w["name"]])
             elif kind == "closed" and "final-commit-refused" in f["_line"]:
                 notes.append("%s's final commit on close was refused: %s" % (w["name"], f["_line"]))
             elif kind == "commit-refused":
@@ -345,7 +382,32 @@ def cmd_check(opts):
         return None, None
 
     killed_names = {w["name"] for w in killed}
-    explained, unexplained, handoff_explained = [], [], []
+    explained, unexplained, handoff_explained, loss_explained = [], [], [], []
+
+    fault_windows = fault_tools.windows(fault_tools.read_faults(opts.faults)) if opts.faults else []
+
+    def lost_in_between(order, apps):
+        """With broker faults only: (first, loss_ms, last_commit, second) when the order was
+        applied twice, the first worker's assignment was lost after it applied it, at an offset
+        it had not committed by then, and the second applied it after that loss."""
+        if not fault_windows or len(apps) != 2:
+            return None
+        (n1, p, o), (n2, _, _) = apps
+        t1, t2 = applied_at.get((order, n1)), applied_at.get((order, n2))
+        if t1 is None or t2 is None or n1 == n2:
+            return None
+        if t2 < t1:
+            n1, n2, t1, t2 = n2, n1, t2, t1
+        for at, committed in losses.get(n1, []):
+            if at >= t1:
+                if not any(f["at_ms"] <= at < end for f, end in fault_windows):
+                    return None
+                last = committed.get(p)
+                if t2 > at and (last is None or o >= last):
+                    return (n1, at, last, n2)
+                return None
+        return None
+
     for order, apps in sorted(applications.items()):
         if len(apps) < 2:
             continue
@@ -373,8 +435,11 @@ def cmd_check(opts):
                 and (last_commit is None or offset >= last_commit)
             ):
                 handoff = (partition, offset, order, n1, last_commit, n2, g2)
+        lost = lost_in_between(order, apps) if handoff is None else None
         if handoff is not None:
             handoff_explained.append(handoff)
+        elif lost is not None and not (set(a[0] for a in apps) & killed_names):
+            loss_explained.append((partition, offset, order) + lost)
         elif len(apps) != 2 or len(by_killed) != 1 or len(others) != 1:
             why = "applied %d times by %s" % (len(apps), ", ".join(a[0] for a in apps))
         else:
@@ -421,7 +486,7 @@ def cmd_check(opts):
         )
     static_line = None
     if opts.static_restart:
-        static_line = judge_static_restart(opts, assignments, problems)
+        static_line = judge_static_restart(opts, assignments, problems, before_stop)
     for note in notes:
         print("demo: note: %s" % note)
     if static_line:
@@ -451,6 +516,25 @@ def cmd_check(opts):
                         % (order, partition, offset, k, last_commit, o, gen)
                     )
             print("demo: every duplicate, one per line: %s" % opts.duplicates_file)
+    if loss_explained:
+        print(
+            "demo: %d duplicate(s), each explained by a lost assignment during a broker fault: "
+            "applied by a worker after its last commit on the partition, then that worker's "
+            "assignment was fenced as lost without a commit (no poll within max.poll.interval.ms "
+            "or a lapsed session: 'assignment lost' in its log), and the partition's next owner "
+            "redid it:" % len(loss_explained)
+        )
+        by_partition = defaultdict(list)
+        for partition, offset, order, n1, at, last, n2 in loss_explained:
+            by_partition[(partition, n1, at, last, n2)].append((offset, order))
+        for (partition, n1, at, last, n2), items in sorted(by_partition.items()):
+            for lo, hi, first, last_id, count in ranges(sorted(items)):
+                span = "offset %d" % lo if lo == hi else "offsets %d-%d" % (lo, hi)
+                ids = first if first == last_id else "%s..%s" % (first, last_id)
+                print(
+                    "  partition %d %s (%d order(s) %s): %s, last commit next=%s, lost its "
+                    "assignment at %d; redone by %s" % (partition, span, count, ids, n1, last, at, n2)
+                )
     if handoff_explained:
         print(
             "demo: %d duplicate(s), each explained by a revocation whose commit the broker refused "
@@ -481,9 +565,12 @@ def cmd_check(opts):
             worth = recent * opts.commit_interval_ms / 2000.0
             by_kill = sum(1 for e in explained if e[3] == k)
             print(
-                "demo: the SIGKILL of %s caused %d repeat(s); in its last 2 s it applied %d "
-                "effect(s), so commit.interval.ms=%d is about %.0f effect(s) of its work (plus the "
-                "records it had started)" % (k, by_kill, recent, opts.commit_interval_ms, worth)
+                "demo: the SIGKILL of %s caused %d repeat(s); the crash redo bound is "
+                "commit.interval.ms + one commit round trip (the paced commits run off the poll "
+                "thread: what finished since the last commit that reached the coordinator is "
+                "redone); in its last 2 s it applied %d effect(s), so commit.interval.ms=%d is "
+                "about %.0f effect(s) of its work (plus the round trip's, and the records it had "
+                "started)" % (k, by_kill, recent, opts.commit_interval_ms, worth)
             )
     for line in unexplained:
         print("demo: UNEXPLAINED duplicate %s" % line)
@@ -497,10 +584,51 @@ def cmd_check(opts):
     if len(problems) > 20:
         print("demo: ... and %d more problems" % (len(problems) - 20))
 
+    extra = ""
+    if opts.brokers is not None:
+        # Measured, never judged: the verdict stays on safety (lost=0, every repeat explained).
+        faults = fault_tools.read_faults(opts.faults) if opts.faults else []
+        times = {p: sorted(ts) for p, ts in effect_times.items()}
+        partitions = 1 + max([p for p, _ in orders.values()] or [0])
+        longest = None
+        first_seen = {}  # generation -> when a worker first saw it
+        for items in assignments.values():
+            for g, _, at in items:
+                if g >= 0 and at is not None:
+                    first_seen[g] = min(first_seen.get(g, at), at)
+        for f, end in fault_tools.windows(faults):
+            rebalanced = sorted(g for g, at in first_seen.items() if f["at_ms"] <= at < end)
+            gap, resume, _ = fault_tools.measure(f, end, times, partitions)
+            elected = [t - f["at_ms"] for t, back in f["elected"].values() if not back]
+            print(
+                "demo: broker fault %s: node %d (leader of partitions %s; coordinator node %d): "
+                "longest gap in applied effects on the other %d partitions %s ms (from the fault "
+                "to 8 s after the node rejoined, %.1f s); its partitions got new leaders %s and "
+                "resumed %s ms after their election%s; %s"
+                % (
+                    f["name"], f["node"], ",".join(map(str, f["partitions"])), f["coordinator"],
+                    partitions - len(f["partitions"]), fault_tools.fmt(gap),
+                    (end - f["at_ms"]) / 1000.0,
+                    "%d ms after the fault" % max(elected)
+                    if elected and len(elected) == len(f["partitions"])
+                    else "only when the node was back (%d of %d elected before)"
+                    % (len(elected), len(f["partitions"])),
+                    fault_tools.fmt(resume),
+                    "" if elected else " (or the node's return)",
+                    "the group moved to generation(s) %s meanwhile" % ",".join(map(str, rebalanced))
+                    if rebalanced else "no rebalance meanwhile",
+                )
+            )
+            longest = gap if longest is None else max(longest, gap)
+        if len(faults) != 2:
+            problems.append("%d broker fault(s) recorded in %s, expected 2" % (len(faults), opts.faults))
+            print("demo: PROBLEM %s" % problems[-1])
+        extra = " brokers=%d broker_faults=%d longest_gap_unaffected_ms=%s" % (
+            opts.brokers, len(faults), "n/a" if longest is None else fault_tools.fmt(longest))
     ok = not lost_orders and not unexplained and not problems
     print(
         "orders=%d applied=%d duplicates=%d lost=%d redone=%d skipped_by_metadata=%d rebalances=%d "
-        "broker=%s protocol=%s"
+        "broker=%s protocol=%s%s"
         % (
             len(orders),
             applied,
@@ -511,6 +639,7 @@ def cmd_check(opts):
             len(generations),
             opts.broker,
             opts.protocol,
+            extra,
         )
     )
     sys.stdout.flush()
@@ -543,6 +672,8 @@ def main():
     p.add_argument("--static-restart", type=parse_static_restart)
     p.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     p.add_argument("--commit-interval-ms", type=int)
+    p.add_argument("--brokers", type=int, help="cluster size, printed in the verdict (with --faults)")
+    p.add_argument("--faults", help="scripts/faults.py events file: measure the gaps of each fault")
     p.set_defaults(func=cmd_check)
 
     opts = parser.parse_args()

@@ -6,6 +6,10 @@ created by scripts/setup-test-env). Every subcommand exits non-zero with a
 message on stderr when it fails.
 
   produce       write deterministic records, flush, print ``produced N``
+  produce-orders
+                orders for examples/order_worker.rs (the values of examples/produce_orders.rs),
+                paced at --rate with the idempotent producer (acks=all), until --count or
+                SIGTERM; then writes the manifest ``order_id partition offset`` per order
   consume       read records from the beginning (assign, no group, no commit)
                 and print one JSON object per line
   create-topic  create a topic through the Admin API and wait until it shows
@@ -25,6 +29,7 @@ Records written by ``produce`` for index i (0-based, counting from --start):
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -108,6 +113,76 @@ def cmd_produce(opts):
     if remaining:
         fail("%d record(s) still undelivered after %.0f s" % (remaining, opts.timeout_s))
     print("produced %d" % opts.count)
+
+
+def cmd_produce_orders(opts):
+    """Orders for examples/order_worker.rs, produced live: paced at --rate, acks=all with the
+    idempotent producer (a retry after a broker fault never writes an order twice), until --count
+    orders or SIGTERM/SIGINT, whichever comes first; then flushes and writes the manifest."""
+    import signal
+
+    from confluent_kafka import Producer
+
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    producer = Producer(
+        {
+            "bootstrap.servers": opts.bootstrap,
+            "client.id": "peer-produce-orders",
+            "enable.idempotence": True,
+            "acks": "all",
+            # Brokers fail during the run: keep retrying (well past a restart) rather than fail.
+            "message.timeout.ms": int(opts.timeout_s * 1000),
+            "linger.ms": 5,
+        }
+    )
+    delivered = {}  # order index -> (partition, offset)
+    errors = []
+
+    def on_delivery(i, err, msg):
+        if err is not None:
+            errors.append("order %d: %s" % (i, err))
+        else:
+            delivered[i] = (msg.partition(), msg.offset())
+
+    started = time.monotonic()
+    n = 0
+    while n < opts.count and not stop:
+        due = started + n / opts.rate
+        while not stop:
+            producer.poll(0)
+            ahead = due - time.monotonic()
+            if ahead <= 0:
+                break
+            time.sleep(min(ahead, 0.02))
+        if stop:
+            break
+        side = "buy" if n % 2 == 0 else "sell"
+        value = "order_id=ord-%06d;account=acct-%03d;side=%s;qty=%d" % (n, n % 97, side, 1 + n % 50)
+        while True:
+            try:
+                producer.produce(
+                    opts.topic,
+                    key=("acct-%03d" % (n % 97)).encode(),
+                    value=value.encode(),
+                    partition=n % opts.partitions,
+                    on_delivery=lambda err, msg, i=n: on_delivery(i, err, msg),
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+    remaining = producer.flush(opts.timeout_s)
+    if errors:
+        fail("%d delivery error(s), first: %s" % (len(errors), errors[0]))
+    if remaining or len(delivered) != n:
+        fail("%d of %d order(s) undelivered after %.0f s" % (n - len(delivered), n, opts.timeout_s))
+    with open(opts.manifest + ".tmp", "w") as f:
+        for i in range(n):
+            f.write("ord-%06d %d %d\n" % ((i,) + delivered[i]))
+    os.replace(opts.manifest + ".tmp", opts.manifest)
+    print("produced %d orders in %.1f s" % (n, time.monotonic() - started))
 
 
 def topic_partitions(client, topic, timeout_s):
@@ -275,6 +350,14 @@ def main():
         help="flush after every N records (N=1: one record per batch)",
     )
     p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("produce-orders", help="produce orders live (paced, idempotent) with a manifest")
+    common(p)
+    p.add_argument("--partitions", type=int, required=True, help="order i goes to partition i %% N")
+    p.add_argument("--rate", type=float, required=True, help="orders per second")
+    p.add_argument("--count", type=int, required=True, help="at most this many (SIGTERM stops sooner)")
+    p.add_argument("--manifest", required=True, help="written at the end: order_id partition offset")
+    p.set_defaults(func=cmd_produce_orders)
 
     p = sub.add_parser("consume", help="print records from the beginning as JSON lines")
     common(p)

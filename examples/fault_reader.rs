@@ -1,0 +1,170 @@
+//! Our reader of `scripts/bench --faults`: one group member that notes when each record arrived,
+//! while brokers of a three-node cluster are killed and paused under it.
+//!
+//! ```text
+//! cargo run --release --example fault_reader -- --bootstrap 127.0.0.1:9092,127.0.0.1:9093 \
+//!     --topic T --group G --out records.txt --stop-file STOP [--set NAME=VALUE ...] [--max-s 900]
+//! ```
+//!
+//! It subscribes, and loops `poll` (100 ms), a no-op handler that notes each record, `commit`
+//! after every poll (the same loop as the Java reader's, `scripts/BenchConsumer.java
+//! --faults-out`), until the file `--stop-file` exists (checked between polls) or `--max-s`
+//! passed. A poll or commit that fails (a broker is down) is reported on stderr and the loop goes
+//! on. Then it closes (LeaveGroup) and writes one line per record received to `--out`,
+//! `unix_ms partition offset`, in the order received. `--set` passes any consumer setting (the
+//! bench passes the fetch and group settings it gives the Java reader too); the effective fetch
+//! settings are printed first, as
+//! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..`.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Args {
+    bootstrap: String,
+    topic: String,
+    group: String,
+    out: PathBuf,
+    stop_file: PathBuf,
+    max: Duration,
+    settings: Vec<(String, String)>,
+}
+
+fn usage() -> String {
+    "usage: fault_reader --bootstrap HOST:PORT[,..] --topic T --group G --out FILE \
+     --stop-file FILE [--set NAME=VALUE ...] [--max-s S]"
+        .to_string()
+}
+
+fn parse_args() -> Result<Args, String> {
+    let (mut bootstrap, mut topic, mut group, mut out, mut stop_file) =
+        (None, None, None, None, None);
+    let mut max = Duration::from_secs(900);
+    let mut settings = Vec::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{}", usage()))?;
+        match flag.as_str() {
+            "--bootstrap" => bootstrap = Some(value),
+            "--topic" => topic = Some(value),
+            "--group" => group = Some(value),
+            "--out" => out = Some(PathBuf::from(value)),
+            "--stop-file" => stop_file = Some(PathBuf::from(value)),
+            "--max-s" => {
+                max = Duration::from_secs(value.parse().map_err(|e| format!("{flag}: {e}"))?)
+            }
+            "--set" => {
+                let (k, v) = value
+                    .split_once('=')
+                    .ok_or_else(|| format!("--set {value}: expected NAME=VALUE"))?;
+                settings.push((k.to_string(), v.to_string()));
+            }
+            other => return Err(format!("unknown argument {other}\n{}", usage())),
+        }
+    }
+    let missing = |f: &str| format!("{f} is required\n{}", usage());
+    Ok(Args {
+        bootstrap: bootstrap.ok_or_else(|| missing("--bootstrap"))?,
+        topic: topic.ok_or_else(|| missing("--topic"))?,
+        group: group.ok_or_else(|| missing("--group"))?,
+        out: out.ok_or_else(|| missing("--out"))?,
+        stop_file: stop_file.ok_or_else(|| missing("--stop-file"))?,
+        max,
+        settings,
+    })
+}
+
+/// Wall-clock milliseconds, comparable with the fault times of `scripts/faults.py`.
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn run(args: &Args) -> Result<(), BoxError> {
+    let props = [
+        ("bootstrap.servers".to_string(), args.bootstrap.clone()),
+        ("group.id".to_string(), args.group.clone()),
+        ("client.id".to_string(), "fault-reader".to_string()),
+        ("auto.offset.reset".to_string(), "earliest".to_string()),
+    ]
+    .into_iter()
+    .chain(args.settings.iter().cloned());
+    let config = ConsumerConfig::from_properties(props)?;
+    println!(
+        "settings fetch.min.bytes={} fetch.max.wait.ms={} max.partition.fetch.bytes={} \
+         fetch.max.bytes={}",
+        config.fetch_min_bytes(),
+        config.fetch_max_wait().as_millis(),
+        config.max_partition_fetch_bytes(),
+        config.fetch_max_bytes()
+    );
+    let mut consumer = Consumer::subscribe(config, &[&args.topic])?;
+    let started = Instant::now();
+    let mut received: Vec<(u64, i32, i64)> = Vec::new();
+    let mut failures = 0u64;
+    while !args.stop_file.exists() && started.elapsed() < args.max {
+        match consumer.poll(Duration::from_millis(100)) {
+            Ok(mut batch) => {
+                while let Some(delivery) = batch.next() {
+                    let r = &delivery.record;
+                    received.push((unix_millis(), r.partition, r.offset));
+                    batch.complete(delivery);
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                eprintln!("fault_reader: {} poll failed: {e}", unix_millis());
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        }
+        match consumer.commit() {
+            Ok(_) => {}
+            Err(ConsumerError::Commit(e)) => {
+                eprintln!("fault_reader: {} commit refused: {e}", unix_millis())
+            }
+            Err(e) => eprintln!("fault_reader: {} commit failed: {e}", unix_millis()),
+        }
+    }
+    if let Err(e) = consumer.close() {
+        eprintln!("fault_reader: close: {e}");
+    }
+    let mut out = BufWriter::new(File::create(&args.out)?);
+    for (t, p, o) in &received {
+        writeln!(out, "{t} {p} {o}")?;
+    }
+    out.flush()?;
+    println!(
+        "fault_reader: records={} poll_failures={failures} out={}",
+        received.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fault_reader: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
