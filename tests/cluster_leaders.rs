@@ -36,6 +36,12 @@ const REQUEST_TIMEOUT_MS: &str = "5000";
 /// How long the fault lasts: past one request timeout, and past Kafka's 9 s
 /// `broker.session.timeout.ms` (a paused broker is fenced and its partitions get new leaders).
 const FAULT: Duration = Duration::from_secs(12);
+/// The members' session (`session.timeout.ms`, `session.bound.ms`, and the cluster's
+/// `group.consumer.session.timeout.ms`): above the ~9-10 s for which the coordinator's writes
+/// and heartbeat answers wait while a follower of the offsets topic is stopped and not fenced.
+const SESSION_MS: &str = "20000";
+/// Bound on the longest gap on partitions whose leader and replicas are all alive.
+const HEALTHY_GAP_BOUND_MS: u128 = 3_000;
 
 /// One record a handler processed, and when.
 struct Processed {
@@ -419,7 +425,7 @@ fn commit_probe(
 #[test]
 fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
     let _ = env_logger::builder().is_test(true).try_init();
-    let cluster = KafkaCluster::start(3);
+    let cluster = KafkaCluster::start_with(3, &[("group.consumer.session.timeout.ms", SESSION_MS)]);
     let bootstrap = cluster.bootstrap().to_string();
     let topic = unique_name("leader-pause");
     let classic_group = unique_name("leader-pause-classic");
@@ -453,19 +459,28 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
         .collect();
     assert!(!victim_partitions.is_empty(), "leaders {leaders:?}");
 
+    // Both leases outlast the stall below (the README's rule: a session above the cluster's
+    // broker.session.timeout.ms plus a margin), so no member fences anything.
     let classic = Member::start(
         "classic run",
         config(
             &bootstrap,
             &classic_group,
-            &consumer_settings(&[("partition.assignment.strategy", "cooperative-sticky")]),
+            &consumer_settings(&[
+                ("partition.assignment.strategy", "cooperative-sticky"),
+                ("session.timeout.ms", SESSION_MS),
+            ]),
         ),
         &topic,
         false,
     );
     let kip848 = Member::start(
         "kip848 run_with_workers",
-        consumer_protocol_config(&bootstrap, &kip848_group, &consumer_settings(&[])),
+        consumer_protocol_config(
+            &bootstrap,
+            &kip848_group,
+            &consumer_settings(&[("session.bound.ms", SESSION_MS)]),
+        ),
         &topic,
         true,
     );
@@ -519,13 +534,26 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
         "a commit to a healthy coordinator answered in {probe_took:?} while a follower of the \
          offsets topic was stopped: {probe_result:?}"
     );
-    finish(
+    let outcomes = finish(
         vec![classic, kip848],
         &bootstrap,
         &topic,
         (paused_at, resumed_at),
         &healthy,
     );
+    // The product's part: while the coordinator's writes (and so every paced commit) wait
+    // for the stopped follower to be fenced, the partitions whose data keeps coming keep being
+    // processed. The goal is a longest gap of 1 s; the bound leaves room for a loaded machine,
+    // and is far below the ~9-12 s a commit waited for on the poll thread used to cost.
+    for (name, o) in &outcomes {
+        let worst = healthy.iter().filter_map(|p| o.gaps.get(p)).max().copied();
+        assert!(
+            worst.is_some_and(|w| w <= HEALTHY_GAP_BOUND_MS),
+            "{name}: longest gap on the healthy partitions {worst:?} ms (bound \
+             {HEALTHY_GAP_BOUND_MS} ms): {:?}",
+            o.gaps
+        );
+    }
 }
 
 /// One broker unreachable from the consumer only: the consumer reaches every node through a
