@@ -15,8 +15,12 @@
 //! - `error` holds [`WireError`] and the [`KafkaCode`] table every layer uses.
 //!
 //! Threads: everything here is blocking and owned by one thread at a time. A [`Client`] keeps
-//! one request connection and one fetch connection per broker; another thread that must talk to
-//! the cluster concurrently (the group heartbeat) opens its own [`Connection`] or [`Client`].
+//! one request connection per broker; its fetches run on one fetch thread per broker
+//! (`fetcher`), which owns that broker's fetch connection, so a broker that hangs or cannot be
+//! reached holds only its own partitions: the fetching thread collects whatever answers arrive
+//! within the fetch's wait plus [`FETCH_ANSWER_MARGIN`] and leaves a late broker's request in
+//! flight. Another thread that must talk to the cluster concurrently (the group's membership
+//! and commit threads) opens its own [`Connection`] or [`Client`].
 //!
 //! Security: SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER on every connection
 //! (`sasl`, `scram`, `oauth`; passwords and tokens held as [`Secret`]), re-authenticated before
@@ -24,7 +28,10 @@
 //! over the deadline-keeping byte stream of `stream`).
 //!
 //! Known limits, each a deliberate scope cut: no GSSAPI; Fetch is capped at v12 (topics
-//! by name, no fetch sessions) and does not send leader epochs (no KIP-320 fencing); Produce is
+//! by name, no fetch sessions): it sends each partition's leader epoch (KIP-320 fencing of a
+//! stale leader) but no last fetched epoch, so a log truncated under the position is found only
+//! as OFFSET_OUT_OF_RANGE (reset by `auto.offset.reset`), and KIP-951's leader hints, which Kafka
+//! sends from Fetch v16, are used only where a broker sends them at v12; Produce is
 //! uncompressed, acks=all, one batch per call, not idempotent. (`kafka-protocol` pre-allocates
 //! arrays by their claimed length, which is why every response passes [`bounded`] before it is
 //! decoded; fetched record batches are read by our own bounded decoder, not by
