@@ -58,8 +58,11 @@ const SESSION_MS: u32 = 30_000;
 /// longest `session.bound.ms` allows (Kafka's default consumer-group session).
 const ALL_DOWN_SESSION_MS: u32 = 45_000;
 /// The goal for the time from the new coordinator's election to our first accepted heartbeat
-/// is 1 s; the assertion allows for the poller's 100 ms granularity and a loaded machine.
-const FAILOVER_BOUND_MS: i128 = 1_500;
+/// is 1 s (measured 70-790 ms on a quiet machine, up to ~1.4 s with two cluster tests and the
+/// rest of the suite on two cores, the new coordinator still loading the group); the assertion
+/// allows for the poller's 100 ms granularity and a loaded CI machine, and still fails a client
+/// that waits out a heartbeat interval or a reconnect backoff per attempt.
+const FAILOVER_BOUND_MS: i128 = 3_000;
 
 /// The brokers' settings (see the module documentation), with the consumer-group session.
 fn cluster_settings(session_ms: u32) -> Vec<(&'static str, String)> {
