@@ -358,6 +358,78 @@ fn a_static_member_that_leaves_and_returns_gets_its_partitions_back() {
     assert_once(&processed, 150);
 }
 
+/// A static member whose heartbeats stall past its own `session.bound.ms` but well inside the
+/// broker's session (a coordinator whose `__consumer_offsets` writes wait, a short network
+/// stall) fences its partitions as lost; the broker still holds its incarnation, and Kafka
+/// refuses an epoch-0 join of that instance id with UNRELEASED_INSTANCE_ID until it left with
+/// -2. The member releases it (-2 under its member id) and joins again: it owns its partitions
+/// again, keeps processing, and nothing is lost or processed twice.
+#[test]
+fn a_static_member_whose_session_bound_passed_while_the_broker_still_holds_it_gets_back_in() {
+    let (kafka, topic, group) = setup("kip848-static-lapse");
+    let bootstrap = kafka.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    let processed: Processed = Arc::default();
+    let proxy = Proxy::start(&bootstrap);
+    let cfg = config(
+        proxy.addr(),
+        &group,
+        &[
+            ("group.instance.id", "static-lapse"),
+            ("session.bound.ms", "1500"),
+        ],
+    );
+    let a = Member::start(0, cfg, &topic, &processed);
+    wait_until("A processed and committed everything", WAIT, || {
+        all_done(&processed, 100)
+            && committed(&bootstrap, &group, &topic, PARTITIONS)
+                .values()
+                .all(|c| *c == Some(100))
+    });
+    let assigned_before = a.assigned.load(Ordering::SeqCst);
+    // 3 s of silence: twice A's session bound, half the broker's session (6 s).
+    proxy.hold();
+    thread::sleep(Duration::from_secs(3));
+    proxy.release();
+    wait_until("A owns its partitions again", WAIT, || {
+        a.assigned.load(Ordering::SeqCst) > assigned_before
+    });
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    wait_until("A processed the second round", WAIT, || {
+        all_done(&processed, 200)
+            && committed(&bootstrap, &group, &topic, PARTITIONS)
+                .values()
+                .all(|c| *c == Some(200))
+    });
+    // A clean close: no fatal error (UNRELEASED_INSTANCE_ID) ended the membership.
+    let stats = a.close();
+    assert_eq!(
+        stats.counters.lost, PARTITIONS as u64,
+        "A lost its six partitions once, through its session bound: {stats}"
+    );
+    assert_once(&processed, 200);
+    if let Some(log) = kafka.log_path() {
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        let ours: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("[GroupId {group}]")))
+            .collect();
+        assert!(
+            ours.iter().any(|l| l.contains("temporarily left")),
+            "the broker saw the release (-2): {ours:#?}"
+        );
+        assert!(
+            ours.iter()
+                .any(|l| l.contains("re-joins the consumer group")),
+            "the broker replaced the incarnation: {ours:#?}"
+        );
+        assert!(
+            !ours.iter().any(|l| l.contains("cannot join the group")),
+            "no join was refused: {ours:#?}"
+        );
+    }
+}
+
 #[test]
 fn closing_while_a_revocation_is_pending_leaves_at_once_and_the_other_member_takes_everything() {
     let (kafka, topic, group) = setup("kip848-close-revoking");

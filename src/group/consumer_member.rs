@@ -19,7 +19,8 @@
 //!
 //! Losses (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, a revocation past the rebalance timeout, the
 //! session bound passed) fence everything at once through `SessionState::lose` (no commit) and
-//! the machine rejoins with epoch 0. `max.poll.interval.ms` still applies: past it the member
+//! the machine rejoins with epoch 0 (a static member first releases the incarnation the broker
+//! may still hold with epoch -2, or Kafka refuses the join). `max.poll.interval.ms` still applies: past it the member
 //! leaves (its assignment lost) and joins again at the application's next poll. Closing leaves
 //! with epoch -1 (a static member: -2, so its partitions wait for it) after the poll thread
 //! revoked and committed everything.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
-use super::errors::{classify, ErrorAction};
+use super::errors::{classify, ErrorAction, UNRELEASED_INSTANCE_ID};
 use super::ids::{generate_member_id, TopicId};
 use super::liveness::session_bound;
 use super::reconcile::{self, by_id, changes, named, resolve, Owned, StaleEpochRetry};
@@ -24,6 +24,11 @@ use crate::TopicPartition;
 pub enum MemberState {
     /// Sending epoch 0 until the broker answers with an epoch.
     Joining,
+    /// A static member that lost its assignment while the broker may still hold its earlier
+    /// incarnation: it sends epoch -2 under its member id first, because Kafka answers an
+    /// epoch-0 join with UNRELEASED_INSTANCE_ID while the instance id's member has not left
+    /// with -2, whatever the member id. Then it joins.
+    Releasing,
     /// A member with nothing left to reconcile.
     Stable,
     /// A member waiting for a revocation to be acknowledged or for topic ids to resolve.
@@ -67,6 +72,8 @@ struct InFlight {
     /// an earlier life is not applied to this one.
     life: u64,
     leave: bool,
+    /// The -2 heartbeat of [`MemberState::Releasing`]: its answer decides whether to join.
+    release: bool,
 }
 
 #[derive(Debug)]
@@ -90,6 +97,13 @@ pub struct ConsumerGroupMembership {
     state: MemberState,
     /// After the leave heartbeat of a poll timeout, go to `Stale` rather than `Left`.
     stale_after_leave: bool,
+    /// The broker may hold an incarnation of this member id (it admitted us, or a heartbeat's
+    /// answer was lost): a release can let go of it. Without it, UNRELEASED_INSTANCE_ID is
+    /// another process's instance id and fatal at once.
+    maybe_admitted: bool,
+    /// The broker answered our release since the last loss: an UNRELEASED_INSTANCE_ID now
+    /// means another member holds the instance id.
+    released: bool,
     life: u64,
     coordinator_known: bool,
     in_flight: Option<InFlight>,
@@ -115,6 +129,9 @@ pub struct ConsumerGroupMembership {
     events: VecDeque<Event>,
 }
 
+/// GROUP_ID_NOT_FOUND: a -2 for a group the coordinator does not have; nothing to release.
+const GROUP_ID_NOT_FOUND: KafkaCode = KafkaCode(69);
+
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
@@ -138,6 +155,8 @@ impl ConsumerGroupMembership {
             member_epoch: JOIN_EPOCH,
             state: MemberState::Joining,
             stale_after_leave: false,
+            maybe_admitted: false,
+            released: false,
             life: 0,
             coordinator_known: false,
             in_flight: None,
@@ -324,17 +343,19 @@ impl ConsumerGroupMembership {
             return None;
         }
         let due = match self.state {
-            MemberState::Joining | MemberState::Leaving => true,
+            MemberState::Joining | MemberState::Releasing | MemberState::Leaving => true,
             _ => self.urgent || self.next_heartbeat.map_or(true, |t| now >= t),
         };
         if !due {
             return None;
         }
         let req = self.build_request();
+        let release = self.state == MemberState::Releasing;
         self.in_flight = Some(InFlight {
             sent_at: now,
             life: self.life,
-            leave: req.is_leave(),
+            leave: req.is_leave() && !release,
+            release,
         });
         self.urgent = false;
         self.retry_at = None;
@@ -343,7 +364,7 @@ impl ConsumerGroupMembership {
 
     fn build_request(&mut self) -> HeartbeatRequest {
         let instance_id = self.config.instance_id.clone();
-        if self.state == MemberState::Leaving {
+        if matches!(self.state, MemberState::Leaving | MemberState::Releasing) {
             let epoch = if instance_id.is_some() {
                 STATIC_LEAVE_EPOCH
             } else {
@@ -416,6 +437,10 @@ impl ConsumerGroupMembership {
     /// expires the member by its session).
     pub fn on_transport_error(&mut self, now: Instant) {
         let flight = self.in_flight.take();
+        if flight.as_ref().is_some_and(|f| !f.leave) {
+            // It may have been applied: a join may have admitted us.
+            self.maybe_admitted = true;
+        }
         self.sent = Sent::default();
         self.coordinator_known = false;
         self.schedule_retry(now);
@@ -439,6 +464,10 @@ impl ConsumerGroupMembership {
             );
             return;
         };
+        if flight.release {
+            self.on_release_answer(now, flight, response);
+            return;
+        }
         if flight.leave {
             if flight.life == self.life {
                 if response.error != KafkaCode::NONE {
@@ -477,6 +506,9 @@ impl ConsumerGroupMembership {
             self.id_from_broker |= self.broker_assigns_id;
         }
         if response.member_epoch > 0 {
+            // Admitted: a later UNRELEASED_INSTANCE_ID may again be our own incarnation.
+            self.released = false;
+            self.maybe_admitted = true;
             if response.member_epoch != self.member_epoch {
                 debug!(
                     "consumer group {}: member epoch {} -> {}",
@@ -530,6 +562,49 @@ impl ConsumerGroupMembership {
         }
     }
 
+    /// The answer to the -2 heartbeat of [`MemberState::Releasing`] (Kafka's
+    /// `GroupMetadataManager.consumerGroupLeave`): our incarnation now waits with epoch -2 for
+    /// the join to take it over (none), or the instance id has no member (UNKNOWN_MEMBER_ID) or
+    /// the group none at all (GROUP_ID_NOT_FOUND): join. FENCED_INSTANCE_ID: another member id
+    /// holds the instance id, which is UNRELEASED_INSTANCE_ID for good.
+    fn on_release_answer(&mut self, now: Instant, flight: InFlight, response: HeartbeatResponse) {
+        if self.state == MemberState::Leaving && flight.life == self.life {
+            // Closed while releasing: the -2 just answered was the leave too.
+            self.finish_leave();
+            return;
+        }
+        if self.state != MemberState::Releasing || flight.life != self.life {
+            return;
+        }
+        let code = response.error;
+        if code == KafkaCode::NONE
+            || code == KafkaCode::UNKNOWN_MEMBER_ID
+            || code == GROUP_ID_NOT_FOUND
+        {
+            info!(
+                "consumer group {}: static member {} released its earlier incarnation ({}); \
+                 joining with epoch 0",
+                self.config.group_id,
+                self.member_id,
+                code.name()
+            );
+            self.released = true;
+            self.state = MemberState::Joining;
+            self.backoff = self.config.retry_backoff;
+            self.retry_at = None;
+            self.urgent = true;
+            return;
+        }
+        if code == KafkaCode::FENCED_INSTANCE_ID {
+            let message = response.error_message.as_deref();
+            if let ErrorAction::Fatal(fatal) = classify(UNRELEASED_INSTANCE_ID, message) {
+                self.fail(fatal);
+            }
+            return;
+        }
+        self.on_error(now, flight, response);
+    }
+
     fn on_error(&mut self, now: Instant, flight: InFlight, response: HeartbeatResponse) {
         let code = response.error;
         self.sent = Sent::default();
@@ -537,6 +612,36 @@ impl ConsumerGroupMembership {
         if flight.life != self.life && action == ErrorAction::Fenced {
             // Already started over since this request; the loss was handled.
             return;
+        }
+        if code == UNRELEASED_INSTANCE_ID
+            && self.state == MemberState::Joining
+            && flight.life == self.life
+            && self.maybe_admitted
+            && !self.released
+        {
+            // The holder may be an incarnation of ours whose answers we never read (a lost
+            // join answer, heartbeats answered too late): release it and join again. If it is
+            // another member's, the release is answered FENCED_INSTANCE_ID and that is fatal.
+            info!(
+                "consumer group {}: join answered UNRELEASED_INSTANCE_ID; releasing member {} \
+                 (epoch -2) before joining again",
+                self.config.group_id, self.member_id
+            );
+            self.state = MemberState::Releasing;
+            self.schedule_retry(now);
+            return;
+        }
+        if flight.release {
+            match action {
+                ErrorAction::FindCoordinator | ErrorAction::Retry | ErrorAction::Fatal(_) => {}
+                ErrorAction::Fenced => {
+                    // FENCED_MEMBER_EPOCH cannot answer a -2; nothing of ours is held.
+                    self.released = true;
+                    self.state = MemberState::Joining;
+                    self.urgent = true;
+                    return;
+                }
+            }
         }
         match action {
             ErrorAction::FindCoordinator => {
@@ -575,14 +680,28 @@ impl ConsumerGroupMembership {
 
     /// Everything owned is lost (fence, discard, no commit); the member rejoins with epoch 0,
     /// or, if it was leaving, is out of the group.
+    ///
+    /// A static member the broker may still hold (its session bound passed while its heartbeats
+    /// may have arrived, a revocation past the rebalance timeout, FENCED_MEMBER_EPOCH) first
+    /// releases that incarnation with -2, as the Java client leaves with -2 before rejoining
+    /// after its poll timer expired: Kafka refuses an epoch-0 join of an instance id whose
+    /// member has not left with -2 (UNRELEASED_INSTANCE_ID), even under the same member id.
+    /// After UNKNOWN_MEMBER_ID the broker holds nothing of ours and the member joins at once.
     fn lose(&mut self, cause: LostCause) {
         let leaving = matches!(
             self.state,
             MemberState::PrepareLeaving | MemberState::Leaving
         );
-        self.drop_assignment(cause);
+        self.drop_assignment(cause.clone());
+        self.released = false;
         if leaving {
             self.finish_leave();
+        } else if self.config.instance_id.is_some()
+            && self.maybe_admitted
+            && cause != LostCause::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
+        {
+            self.state = MemberState::Releasing;
+            self.urgent = true;
         } else {
             self.state = MemberState::Joining;
         }
@@ -745,6 +864,10 @@ impl ConsumerGroupMembership {
         match self.state {
             MemberState::Left | MemberState::Stale | MemberState::Fatal | MemberState::Leaving => {}
             MemberState::PrepareLeaving => {}
+            MemberState::Releasing => {
+                // Owns nothing; the -2 leave is the release itself (or answers it).
+                self.state = MemberState::Leaving;
+            }
             MemberState::Joining => {
                 if self.in_flight.is_some() {
                     // The broker may be adding us right now: say goodbye.
@@ -772,7 +895,9 @@ impl ConsumerGroupMembership {
     /// is lost (no commit: its work did not finish in time) and the member leaves at once, then
     /// waits in [`MemberState::Stale`] for [`rejoin`](Self::rejoin).
     pub fn poll_timed_out(&mut self) {
-        if !self.state.in_group() && self.state != MemberState::Joining {
+        if !self.state.in_group()
+            && !matches!(self.state, MemberState::Joining | MemberState::Releasing)
+        {
             return;
         }
         let epoch = self.member_epoch;

@@ -45,6 +45,12 @@
 //!                  │  │
 //!                  │  └── Lost, epoch 0: FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, a revocation
 //!                  │      unacknowledged past the rebalance timeout, the session bound passed
+//!                  │      (a static member the broker may still hold goes through RELEASING:
+//!                  │      epoch -2 under its member id, answered, then JOINING; Kafka refuses
+//!                  │      an epoch-0 join with UNRELEASED_INSTANCE_ID until the instance id's
+//!                  │      member left with -2. A join answered UNRELEASED_INSTANCE_ID after a
+//!                  │      lost answer releases too; a release answered FENCED_INSTANCE_ID means
+//!                  │      another process holds the instance id: FATAL)
 //!                  │
 //!                  └────────── rejoin() ◄── LEFT / STALE
 //!

@@ -46,6 +46,10 @@ struct TestMember {
     auto_ack: bool,
     /// Stops sending (a frozen or partitioned process) when false.
     connected: bool,
+    /// Heartbeats reach the coordinator but their answers wait in `held` (a coordinator whose
+    /// writes are stuck) while true; they are read, in order, once it is false again.
+    hold: bool,
+    held: Vec<HeartbeatResponse>,
     version: i16,
     events: Vec<Event>,
     sent: Vec<HeartbeatRequest>,
@@ -60,6 +64,8 @@ impl TestMember {
             unacked: Vec::new(),
             auto_ack: true,
             connected: true,
+            hold: false,
+            held: Vec::new(),
             version: 1,
             events: Vec::new(),
             sent: Vec::new(),
@@ -195,12 +201,22 @@ impl Harness {
                 .on_metadata(now, names.iter().map(|(id, n)| (*id, n.as_str())));
             self.drain(i);
         }
+        if !self.members[i].hold {
+            for resp in std::mem::take(&mut self.members[i].held) {
+                self.members[i].m.on_response(now, resp);
+                self.drain(i);
+            }
+        }
         for _ in 0..10 {
             let Some(req) = self.members[i].m.poll_transmit(now) else {
                 break;
             };
             let resp = self.coord.heartbeat(now, &req);
             self.members[i].sent.push(req);
+            if self.members[i].hold {
+                self.members[i].held.push(resp);
+                break;
+            }
             self.members[i].m.on_response(now, resp);
             self.drain(i);
         }
@@ -1031,4 +1047,115 @@ fn the_revocation_deadline_runs_from_the_send_time_of_the_heartbeat_that_carried
         "lost {:?} after the send",
         h.now - sent_at
     );
+}
+
+#[test]
+fn a_static_member_whose_answers_were_held_past_its_session_bound_releases_and_gets_back_in() {
+    let mut h = Harness::new(&[("orders", 2)]);
+    let s = h.add(config(&["orders"], Some("static-1")), "static-a");
+    let d = h.add(config(&["orders"], None), "dynamic");
+    h.run_until(100, |h| h.converged(&[s, d]));
+    let kept = h.members[s].working.clone();
+    assert_eq!(kept.len(), 1);
+    let commits = h.coord.commits.len();
+    // The coordinator's writes are stuck: the heartbeats arrive (the broker's session of the
+    // member is renewed) but no answer comes back, and the member's own session bound passes.
+    h.members[s].hold = true;
+    h.run_until(40, |h| !h.members[s].lost().is_empty());
+    assert!(matches!(
+        h.members[s].lost()[0],
+        Event::Lost {
+            cause: LostCause::SessionExpired,
+            ..
+        }
+    ));
+    assert!(h.members[s].working.is_empty(), "fenced at once");
+    assert_eq!(h.members[s].m.commit_epoch(), None, "no commit may leave");
+    for _ in 0..15 {
+        h.round();
+        assert!(h.members[s].working.is_empty());
+    }
+    assert!(
+        h.coord.is_member("static-a"),
+        "the broker still holds the member: its session ({:?}) has not ended",
+        h.coord.session_timeout
+    );
+    let sent_before = h.members[s].sent.len();
+    h.members[s].hold = false;
+    h.run_until(100, |h| h.converged(&[s, d]));
+    assert_eq!(h.members[s].fatal(), None);
+    assert_eq!(h.members[s].working, kept, "its partitions come back");
+    assert_eq!(h.members[s].m.member_id(), "static-a");
+    assert_eq!(
+        h.coord.commits.len(),
+        commits,
+        "the lost assignment is never committed"
+    );
+    // Released under its own member id with -2, then joined with epoch 0 under it: Kafka
+    // refuses an epoch-0 join while the instance id's member has not left with -2.
+    let after = &h.members[s].sent[sent_before..];
+    let release = after
+        .iter()
+        .position(|r| r.member_epoch == STATIC_LEAVE_EPOCH)
+        .expect("a release was sent");
+    assert_eq!(after[release].member_id, "static-a");
+    assert_eq!(after[release].instance_id.as_deref(), Some("static-1"));
+    assert_eq!(after[release + 1].member_epoch, JOIN_EPOCH);
+    assert_eq!(after[release + 1].member_id, "static-a");
+    assert!(
+        after[..release]
+            .iter()
+            .all(|r| r.member_epoch != JOIN_EPOCH),
+        "no join before the release"
+    );
+}
+
+#[test]
+fn a_static_join_whose_answer_was_lost_is_released_when_the_retry_is_unreleased() {
+    let mut h = Harness::new(&[("orders", 2)]);
+    let s = h.add(config(&["orders"], Some("static-1")), "static-a");
+    // The join reaches the broker, which admits the member; its answer never comes back.
+    h.members[s].hold = true;
+    h.step(s);
+    assert!(h.coord.is_member("static-a"));
+    let now = h.now;
+    h.members[s].held.clear();
+    h.members[s].m.on_transport_error(now);
+    h.members[s].hold = false;
+    h.run_until(100, |h| h.converged(&[s]));
+    assert_eq!(h.members[s].fatal(), None);
+    let epochs: Vec<i32> = h.members[s].sent.iter().map(|r| r.member_epoch).collect();
+    assert_eq!(
+        epochs[..4],
+        [JOIN_EPOCH, JOIN_EPOCH, STATIC_LEAVE_EPOCH, JOIN_EPOCH],
+        "join (lost), join (UNRELEASED_INSTANCE_ID), release, join: {epochs:?}"
+    );
+}
+
+#[test]
+fn a_release_answered_fenced_instance_id_is_fatal_and_never_touches_the_holder() {
+    // The holder of the instance id is another process: our join is refused, and so is our
+    // release (another member id), which ends our membership and leaves the holder alone.
+    let mut h = Harness::new(&[("orders", 2)]);
+    let first = h.add(config(&["orders"], Some("static-1")), "first");
+    h.run_until(50, |h| h.converged(&[first]));
+    let twin = h.add(config(&["orders"], Some("static-1")), "twin");
+    h.members[twin].hold = true;
+    h.step(twin);
+    let now = h.now;
+    h.members[twin].held.clear();
+    h.members[twin].m.on_transport_error(now);
+    h.members[twin].hold = false;
+    h.run_until(20, |h| h.members[twin].fatal().is_some());
+    let fatal = h.members[twin].fatal().cloned().expect("fatal");
+    assert_eq!(fatal.code, KafkaCode(111), "{fatal}");
+    assert!(fatal.reason.contains("group.instance.id"), "{fatal}");
+    assert!(h.members[twin]
+        .sent
+        .iter()
+        .any(|r| r.member_epoch == STATIC_LEAVE_EPOCH));
+    for _ in 0..10 {
+        h.round();
+    }
+    assert!(h.converged(&[first]));
 }

@@ -4,8 +4,10 @@
 //! one heartbeat at a time (revoke first; a partition is assigned only once no other member owns
 //! it or still has to revoke it; the member epoch advances only when nothing is left to revoke).
 //! Also: epoch validation (the previous epoch is accepted with a subset of the assignment, as for
-//! a lost answer), static members (-2 keeps the partitions; a new member id with the same
-//! instance id takes them over; UNRELEASED_INSTANCE_ID while the old one is active), the
+//! a lost answer), static members (-2 keeps the partitions; an epoch-0 join with the same
+//! instance id, under a new member id or the same one, takes them over; UNRELEASED_INSTANCE_ID
+//! while the instance id's member has not left with -2, even under the same member id; a -2
+//! from another member id is FENCED_INSTANCE_ID, as `GroupMetadataManager` rules), the
 //! rebalance timeout (a member that does not revoke in time is removed), session expiry, offset
 //! commits checked against the member epoch, and injected errors. Time is passed in.
 
@@ -343,10 +345,24 @@ impl Coordinator {
                 return self.answer(&req.member_id, LEAVE_EPOCH, false, now);
             }
             STATIC_LEAVE_EPOCH => {
-                if let Some(m) = self.members.get_mut(&req.member_id) {
-                    m.static_left = true;
-                    m.last_heard = now;
+                // Kafka's consumerGroupLeave: the instance id's member, and only under its own
+                // member id, is marked -2 (its partitions wait for its return).
+                let instance = req.instance_id.as_deref();
+                let Some((id, m)) = self
+                    .members
+                    .iter_mut()
+                    .find(|(_, m)| m.instance_id.as_deref() == instance)
+                else {
+                    return error(KafkaCode::UNKNOWN_MEMBER_ID, "instance id is unknown");
+                };
+                if *id != req.member_id {
+                    return error(
+                        KafkaCode::FENCED_INSTANCE_ID,
+                        &format!("static member {} was fenced by member {id}", req.member_id),
+                    );
                 }
+                m.static_left = true;
+                m.last_heard = now;
                 return self.answer(&req.member_id, STATIC_LEAVE_EPOCH, false, now);
             }
             JOIN_EPOCH => {
@@ -388,16 +404,22 @@ impl Coordinator {
         let rebalance_timeout =
             Duration::from_millis(u64::try_from(req.rebalance_timeout_ms).unwrap_or(0));
         if let Some(instance) = &req.instance_id {
+            // Kafka's getOrMaybeSubscribeStaticConsumerGroupMember: any member holding the
+            // instance id, the joining member id included, must have left with -2.
             let previous = self
                 .members
                 .iter()
-                .find(|(id, m)| m.instance_id.as_ref() == Some(instance) && **id != req.member_id)
+                .find(|(_, m)| m.instance_id.as_ref() == Some(instance))
                 .map(|(id, m)| (id.clone(), m.static_left));
             match previous {
-                Some((_, false)) => {
+                Some((old, false)) => {
                     return Err(error(
                         KafkaCode(111),
-                        "the instance id is still used by another member",
+                        &format!(
+                            "static member {} with instance id {instance} cannot join the group \
+                             because the instance id is owned by {old} member",
+                            req.member_id
+                        ),
                     ))
                 }
                 Some((old, true)) => {
