@@ -17,6 +17,7 @@
 //! `bench consume settings reader=NAME fetch.min.bytes=.. fetch.wait.max.ms=.. ...`.
 //! `--stats FILE` turns on `statistics.interval.ms` (1000 unless set) and appends every
 //! statistics JSON to FILE, one per line, each prefixed by the milliseconds since subscribe.
+//! librdkafka's own log goes to stderr (with `--set debug=fetch`: every fetch decision).
 
 use std::fs::File;
 use std::io::Write;
@@ -24,7 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -46,6 +47,13 @@ struct Stats {
 }
 
 impl ClientContext for Stats {
+    /// librdkafka's log (warnings, and what `--set debug=fetch` asks for) to stderr, each line
+    /// prefixed by the milliseconds since subscribe.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let ms = self.started.elapsed().as_millis();
+        eprintln!("{ms} librdkafka {level:?} {fac} {message}");
+    }
+
     fn stats_raw(&self, statistics: &[u8]) {
         if let Some(out) = &self.out {
             let mut f = out.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,6 +154,10 @@ fn run(a: &Args) -> Result<(), String> {
     }
     for (name, value) in &a.settings {
         config.set(name, value);
+    }
+    if config.get("debug").is_some() {
+        // rust-rdkafka sets librdkafka's log level from the `log` crate's, off here.
+        config.set_log_level(RDKafkaLogLevel::Debug);
     }
     // What librdkafka will use, defaults included, read back from its own configuration.
     let native = config
