@@ -103,8 +103,9 @@ public class BenchConsumer {
         // table. The Java consumer's prefetch is no setting: it sends the next fetch for the
         // partitions whose fetched records are used up, one fetch per broker ahead.
         ConsumerConfig effective = new ConsumerConfig(props);
-        System.out.printf("bench consume settings reader=java fetch.min.bytes=%d fetch.max.wait.ms=%d"
-                + " max.partition.fetch.bytes=%d fetch.max.bytes=%d max.poll.records=%d%n",
+        System.out.printf("bench consume settings reader=java fetch.min.bytes=%d"
+                + " fetch.max.wait.ms=%d max.partition.fetch.bytes=%d fetch.max.bytes=%d"
+                + " max.poll.records=%d%n",
                 effective.getInt(ConsumerConfig.FETCH_MIN_BYTES_CONFIG),
                 effective.getInt(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG),
                 effective.getInt(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG),
