@@ -1,5 +1,5 @@
 //! Reads `--count` records of a topic with the whole consumer (`Consumer::run` in a group, a
-//! no-op handler, batch commits) and prints one line for `scripts/bench`:
+//! no-op handler, paced commits on the commit thread) and prints one line for `scripts/bench`:
 //! `reader=NAME records=N join_s=J first_to_last_s=T`.
 //!
 //! ```text
@@ -85,6 +85,20 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         props.push((name.as_str(), value.as_str()));
     }
     let config = ConsumerConfig::from_properties(props)?;
+    // The fetch settings in force, from the config's own getters, for the bench to print beside
+    // its table. Our prefetch is no setting: each broker's fetch thread keeps one fetch ahead.
+    println!(
+        "bench consume settings reader=ours-{} fetch.min.bytes={} fetch.max.wait.ms={} \
+         max.partition.fetch.bytes={} fetch.max.bytes={} max.poll.records={} \
+         commit.interval.ms={} prefetch=one-fetch-ahead-per-broker",
+        if args.keyed { "keyed" } else { "run" },
+        config.fetch_min_bytes(),
+        config.fetch_max_wait().as_millis(),
+        config.max_partition_fetch_bytes(),
+        config.fetch_max_bytes(),
+        config.max_poll_records(),
+        config.commit_interval().as_millis()
+    );
     let started = Instant::now();
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?;
     if args.keyed {

@@ -22,13 +22,16 @@ struct Args {
     bootstrap: String,
     topic: String,
     max_partition_bytes: i32,
+    max_bytes: i32,
+    min_bytes: i32,
     max_wait_ms: u64,
     prefetch: bool,
 }
 
 fn usage() -> String {
     "usage: fetch_throughput --bootstrap HOST:PORT[,HOST:PORT...] --topic TOPIC \
-     [--max-partition-bytes N] [--max-wait-ms N] [--no-prefetch]"
+     [--max-partition-bytes N] [--max-bytes N] [--min-bytes N] [--max-wait-ms N] \
+     [--no-prefetch]"
         .to_string()
 }
 
@@ -36,6 +39,8 @@ fn parse_args() -> Result<Args, String> {
     let mut bootstrap = None;
     let mut topic = None;
     let mut max_partition_bytes = 8 * 1024 * 1024;
+    let mut max_bytes = 50 * 1024 * 1024;
+    let mut min_bytes = 1;
     let mut max_wait_ms = 100;
     let mut prefetch = true;
     let mut it = std::env::args().skip(1);
@@ -50,6 +55,8 @@ fn parse_args() -> Result<Args, String> {
             "--max-partition-bytes" => {
                 max_partition_bytes = value()?.parse().map_err(|e| format!("{flag}: {e}"))?
             }
+            "--max-bytes" => max_bytes = value()?.parse().map_err(|e| format!("{flag}: {e}"))?,
+            "--min-bytes" => min_bytes = value()?.parse().map_err(|e| format!("{flag}: {e}"))?,
             "--max-wait-ms" => {
                 max_wait_ms = value()?.parse().map_err(|e| format!("{flag}: {e}"))?
             }
@@ -62,6 +69,8 @@ fn parse_args() -> Result<Args, String> {
         bootstrap: bootstrap.ok_or_else(usage)?,
         topic: topic.ok_or_else(usage)?,
         max_partition_bytes,
+        max_bytes,
+        min_bytes,
         max_wait_ms,
         prefetch,
     })
@@ -88,12 +97,26 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         .collect();
     let cfg = FetchConfig {
         max_wait: Duration::from_millis(args.max_wait_ms),
-        min_bytes: 1,
-        max_bytes: 48 * 1024 * 1024,
+        min_bytes: args.min_bytes,
+        max_bytes: args.max_bytes,
         max_partition_bytes: args.max_partition_bytes,
         isolation: IsolationLevel::ReadUncommitted,
         prefetch: args.prefetch,
     };
+    // The settings in force, for scripts/bench to print beside its table.
+    println!(
+        "bench consume settings reader=ours-fetch fetch.min.bytes={} fetch.max.wait.ms={} \
+         max.partition.fetch.bytes={} fetch.max.bytes={} prefetch={}",
+        cfg.min_bytes,
+        cfg.max_wait.as_millis(),
+        cfg.max_partition_bytes,
+        cfg.max_bytes,
+        if cfg.prefetch {
+            "one-fetch-ahead"
+        } else {
+            "none"
+        }
+    );
     let mut records = 0u64;
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;

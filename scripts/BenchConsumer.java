@@ -6,7 +6,11 @@
  *   reader=java-commitsync records=N join_s=J first_to_last_s=T
  *
  * join_s is from subscribe to the first record, first_to_last_s from the first record to the
- * last. Run as a single-file program:
+ * last. Before it, the fetch settings in force (defaults included):
+ *
+ *   bench consume settings reader=java fetch.min.bytes=.. fetch.max.wait.ms=.. ...
+ *
+ * --set NAME=VALUE (repeatable) passes any consumer setting. Run as a single-file program:
  *
  *   java -cp "$(cat .cache/kafka/clients-4.4.0/classpath)" scripts/BenchConsumer.java \
  *        --bootstrap B --topic T --group G --count N
@@ -95,6 +99,18 @@ public class BenchConsumer {
             runFaults(props, topic, faultsOut, commit.equals("sync"), Path.of(stopFile));
             return;
         }
+        // The fetch settings in force (defaults included), for scripts/bench to print beside its
+        // table. The Java consumer's prefetch is no setting: it sends the next fetch for the
+        // partitions whose fetched records are used up, one fetch per broker ahead.
+        ConsumerConfig effective = new ConsumerConfig(props);
+        System.out.printf("bench consume settings reader=java fetch.min.bytes=%d"
+                + " fetch.max.wait.ms=%d max.partition.fetch.bytes=%d fetch.max.bytes=%d"
+                + " max.poll.records=%d%n",
+                effective.getInt(ConsumerConfig.FETCH_MIN_BYTES_CONFIG),
+                effective.getInt(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG),
+                effective.getInt(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG),
+                effective.getInt(ConsumerConfig.FETCH_MAX_BYTES_CONFIG),
+                effective.getInt(ConsumerConfig.MAX_POLL_RECORDS_CONFIG));
         long started = System.nanoTime();
         long first = -1, last = -1, seen = 0;
         long deadline = started + Duration.ofSeconds(300).toNanos();
