@@ -645,7 +645,15 @@ impl SessionState {
             // Closed while the round ran (on the membership thread): nothing more to apply.
             return after_sync(protocol, owned_before, assigned);
         }
-        let plan = self.stabilise(protocol, owned_before, assigned);
+        // What the round started with, less what was lost while it ran (a heartbeat answer, a
+        // refused commit, the session bound): those partitions were fenced and reported lost,
+        // so the new generation must start them anew, not count them as kept.
+        let still_owned: Vec<TopicPartition> = owned_before
+            .iter()
+            .filter(|tp| self.owned.contains(tp))
+            .cloned()
+            .collect();
+        let plan = self.stabilise(protocol, &still_owned, assigned);
         let pending = Pending {
             identity: me.clone(),
             leader,
@@ -752,6 +760,19 @@ impl SessionState {
     ) {
         if self.identity != *identity {
             // Already reset (the heartbeat thread heard the same) or rejoined meanwhile.
+            return;
+        }
+        if self.phase == Phase::Joining && code == KafkaCode::ILLEGAL_GENERATION {
+            // A round of ours is at the coordinator and the group's generation moved past the
+            // one the commit carried: most likely the round's own, completed at the broker and
+            // not answered yet (a paced commit sent from the commit thread just before the
+            // JoinGroup was answered). Whether the membership survived is what the JoinGroup
+            // answer says; losing the assignment now would fence partitions the round keeps.
+            log::info!(
+                "offset commit refused for generation {} (error {code}) while our JoinGroup is \
+                 at the coordinator: its answer decides",
+                identity.generation_id
+            );
             return;
         }
         match (between_polls, classify(GroupApi::OffsetCommit, code, ctx)) {

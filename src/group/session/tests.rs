@@ -1504,3 +1504,73 @@ fn a_join_held_at_the_coordinator_keeps_the_session_bound_for_at_most_the_rebala
     // Never past the rebalance timeout from the send: by then the coordinator ended the join.
     assert!(a.bound.is_expired(join_sent + MAX_POLL));
 }
+
+/// A commit refused with ILLEGAL_GENERATION while our own JoinGroup is at the coordinator (a
+/// paced commit sent just before the round's generation formed at the broker) defers to the
+/// round's answer: nothing is lost, no second round is asked for.
+#[test]
+fn a_commit_refused_illegal_generation_while_our_join_is_at_the_coordinator_loses_nothing() {
+    let (_c, a) = alone(Strategy::CooperativeSticky);
+    let mut a = a.beside(Instant::now());
+    a.session.request_rejoin("the group is rebalancing");
+    let me = a.session.identity().clone();
+    a.session.join();
+    a.session
+        .commit_refused(&me, KafkaCode::ILLEGAL_GENERATION, true, &ctx(&a.instance));
+    assert_eq!(a.session.owned().len(), 4, "nothing is lost");
+    assert!(a.fenced().is_empty(), "nothing is fenced");
+    assert_eq!(a.session.rejoin_reason(), None);
+    // Outside a round the same refusal still ends the membership.
+    let (_c, b) = alone(Strategy::CooperativeSticky);
+    let mut b = b.beside(Instant::now());
+    let me = b.session.identity().clone();
+    b.session
+        .commit_refused(&me, KafkaCode::ILLEGAL_GENERATION, true, &ctx(&b.instance));
+    assert!(b.session.owned().is_empty());
+    assert_eq!(b.fenced(), vec![tps(&[0, 1, 2, 3])]);
+}
+
+/// A loss while a round runs on the membership thread (the round started owning 0..3): when the
+/// round's generation assigns the same partitions again, they are new to this member (fenced and
+/// reported lost meanwhile), so the change assigns them, instead of counting them as kept and
+/// leaving them fenced and never fetched.
+#[test]
+fn partitions_lost_while_a_round_ran_are_assigned_anew_by_its_generation() {
+    let (_c, a) = alone(Strategy::CooperativeSticky);
+    let mut a = a.beside(Instant::now());
+    a.session.request_rejoin("the group is rebalancing");
+    let start = a.session.join();
+    assert_eq!(start.owned, tps(&[0, 1, 2, 3]));
+    a.session
+        .lose(LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION), false);
+    // The round's JoinGroup is answered with the next generation, then its SyncGroup.
+    let member_id = start.identity.member_id.clone();
+    let joined = a
+        .session
+        .joined(
+            Instant::now(),
+            &JoinAnswer {
+                error_code: KafkaCode::NONE,
+                generation_id: start.identity.generation_id + 1,
+                member_id: &member_id,
+                leader: "someone-else",
+            },
+            "test",
+            &ctx(&a.instance),
+        )
+        .expect("joined");
+    let next = joined.identity;
+    a.session.post_assignment(
+        RebalanceProtocol::Cooperative,
+        &next,
+        false,
+        &start.owned,
+        &tps(&[0, 1, 2, 3]),
+    );
+    a.apply_pending(|_, _| panic!("nothing to revoke"));
+    let callbacks = a.take_callbacks();
+    assert!(
+        callbacks.contains(&assigned(next.generation_id, &[0, 1, 2, 3])),
+        "every partition assigned anew: {callbacks:?}"
+    );
+}
