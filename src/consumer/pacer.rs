@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::group::{CommitError, GroupMember};
 use crate::guard::CommitRequest;
+use crate::wire::KafkaCode;
 
 use super::bridge::{commit_entries, commit_outcome};
 use super::context::Guard;
@@ -120,10 +121,26 @@ impl CommitPacer {
             log::info!("paced offset commit not sent: {unsent}");
             return;
         }
+        // KIP-848: the member epoch moved while the commit travelled. A paced commit is not sent
+        // again with the new epoch (its offsets were read under the old one); the next interval
+        // reads them again and carries them. Not a refusal either.
+        let stale_epoch_only = matches!(&answer, Ok(results)
+        if results.iter().any(|(_, r)| r.is_err())
+            && results.iter().all(|(_, r)| match r {
+                Ok(()) => true,
+                Err(e) => e.kafka_code() == Some(KafkaCode::STALE_MEMBER_EPOCH),
+            }));
         let outcome = commit_outcome(request.offsets(), answer);
         let committed = guard.commit_answered(request, &outcome);
         for c in &committed {
             log::debug!("{}: committed next offset {} (paced)", c.tp, c.next_offset);
+        }
+        if stale_epoch_only {
+            log::info!(
+                "paced offset commit refused for a stale member epoch; the next interval commits \
+                 with the current one"
+            );
+            return;
         }
         if let Err(failure) = outcome {
             self.refused += 1;

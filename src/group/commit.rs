@@ -84,8 +84,31 @@ impl<'a> GroupContext<'a> {
             self.instance_id,
             &self.identity,
             offsets,
-            false,
+            CommitKind::Handoff,
         )
+    }
+}
+
+/// Which commit is being made: it decides what a refusal means and whether a refusal for a
+/// stale member epoch may be sent again with the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CommitKind {
+    /// A revocation's or the close's, inside a rebalance callback: a refusal that ends the
+    /// membership asks for a rejoin (the partitions were fenced by the revocation already).
+    Handoff,
+    /// The application's `commit()`, between polls, with offsets read just before it.
+    Application,
+    /// A paced commit from the commit thread, between polls, with offsets read when it was
+    /// queued: never sent again with a newer member epoch, since the partition may have been
+    /// lost and assigned back since those offsets were read, and a retry would then carry an
+    /// old position over a newer owner's commit. The next interval reads them again instead.
+    Paced,
+}
+
+impl CommitKind {
+    /// Between polls, a refusal that ends the membership loses the assignment at once.
+    fn between_polls(self) -> bool {
+        !matches!(self, CommitKind::Handoff)
     }
 }
 
@@ -94,8 +117,8 @@ impl<'a> GroupContext<'a> {
 ///
 /// When the coordinator says the membership itself is over (UNKNOWN_MEMBER_ID: we were removed,
 /// ILLEGAL_GENERATION: the group moved on without us, FENCED_INSTANCE_ID: another process took
-/// our `group.instance.id`) and the commit is the application's, between polls
-/// (`between_polls`), the assignment ends here as lost, the way the heartbeat thread ends it on
+/// our `group.instance.id`) and the commit is made between polls (`kind` is not a handoff), the
+/// assignment ends here as lost, the way the heartbeat thread ends it on
 /// the same answers: fenced through the hook at once, reported as lost at the next poll, never
 /// revoked (a revocation would let in-flight work run on under leases that still look current,
 /// and commit again with the dead identity). See [`SessionState::commit_refused`].
@@ -106,7 +129,7 @@ pub(super) fn commit_offsets(
     instance_id: Option<&str>,
     identity: &MemberIdentity,
     offsets: &[wire::OffsetCommitEntry],
-    between_polls: bool,
+    kind: CommitKind,
 ) -> Result<CommitResults, CommitError> {
     shared
         .lock()
@@ -131,7 +154,9 @@ pub(super) fn commit_offsets(
     let mut results = client
         .offset_commit(&who, offsets)
         .map_err(CommitError::Wire)?;
-    retry_stale_epoch(client, shared, &who, offsets, &mut results)?;
+    if kind != CommitKind::Paced {
+        retry_stale_epoch(client, shared, &who, offsets, &mut results)?;
+    }
     let refusal = membership_refusal(
         results
             .iter()
@@ -144,7 +169,7 @@ pub(super) fn commit_offsets(
         };
         shared
             .lock()
-            .commit_refused(identity, code, between_polls, &ctx);
+            .commit_refused(identity, code, kind.between_polls(), &ctx);
     }
     Ok(results)
 }

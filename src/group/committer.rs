@@ -25,7 +25,7 @@ use std::thread::{self, JoinHandle};
 
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SendError, SyncSender, TryRecvError};
 
-use super::commit::{commit_offsets, CommitResults};
+use super::commit::{commit_offsets, CommitKind, CommitResults};
 use super::error::CommitError;
 use super::requests::MemberIdentity;
 use super::session::Shared;
@@ -242,7 +242,7 @@ fn offset_commit_sender(
             instance_id.as_deref(),
             identity,
             offsets,
-            true,
+            CommitKind::Paced,
         );
         if let Err(CommitError::Wire(_)) = &answer {
             // Timed out or refused as a whole: the next one asks who coordinates first.

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use super::assignor::{select_protocol, RebalanceProtocol, Strategy};
 use super::changes::FenceHook;
-use super::commit::commit_offsets;
 pub(crate) use super::commit::CommitResults;
 pub use super::commit::GroupContext;
+use super::commit::{commit_offsets, CommitKind};
 use super::committer::{CommitAnswer, Committer};
 use super::consumer_protocol::Subscription;
 pub use super::error::{CommitError, GroupError};
@@ -262,7 +262,7 @@ impl GroupMember {
             self.config.group_instance_id.as_deref(),
             &identity,
             offsets,
-            true,
+            CommitKind::Application,
         )
     }
 
