@@ -19,7 +19,8 @@
 //! `unix_ms partition offset`, in the order received. `--set` passes any consumer setting (the
 //! bench passes the fetch and group settings it gives the Java reader too); the effective fetch
 //! settings are printed first, as
-//! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..`.
+//! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..
+//! session.timeout.ms=.. heartbeat.interval.ms=.. commit.interval.ms=..`.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -108,11 +109,14 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let config = ConsumerConfig::from_properties(props)?;
     println!(
         "settings fetch.min.bytes={} fetch.max.wait.ms={} max.partition.fetch.bytes={} \
-         fetch.max.bytes={}",
+         fetch.max.bytes={} session.timeout.ms={} heartbeat.interval.ms={} commit.interval.ms={}",
         config.fetch_min_bytes(),
         config.fetch_max_wait().as_millis(),
         config.max_partition_fetch_bytes(),
-        config.fetch_max_bytes()
+        config.fetch_max_bytes(),
+        config.session_timeout().as_millis(),
+        config.heartbeat_interval().as_millis(),
+        config.commit_interval().as_millis()
     );
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?;
     let stop = AtomicBool::new(false);
