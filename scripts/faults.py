@@ -25,8 +25,10 @@ and polls the leaders every 100 ms on the other nodes: a failed partition is *el
 metadata first names another leader for it (or, when Kafka elected none before the node was
 back, when the node answered again). It appends one line to the events file:
 
-  fault name=NAME kind=K node=V coordinator=C partitions=P,P at_ms=T back_ms=T rejoined_ms=T
-        elected=P@T,P@T new_coordinator=C
+  fault name=NAME kind=K node=V coordinator=C partitions=P,P replicated=P,P at_ms=T back_ms=T
+        rejoined_ms=T elected=P@T,P@T new_coordinator=C
+
+(replicated: the partitions of T led by another node with a replica on V, before the fault)
 
 (wall-clock ms; back_ms when the node was started or resumed, rejoined_ms when the metadata
 listed it again) and prints it on stdout.
@@ -45,21 +47,33 @@ which records were applied or received, per partition:
   repeats  records of the window (partition and offset) that the reader had received before.
 
 The bench adds a reader "first-seen": each record at the earliest time any reader received it,
-the floor the cluster and the producer allowed (with acks=all, replication 3 and
-min.insync.replicas 2, a partition whose follower died stands still too, until the controller
-fences the node, broker.session.timeout.ms, and shrinks the ISR). A reader's gap above the floor
-is its own.
+the floor the cluster and the producer allowed. A reader's gap above the floor is its own.
 
-`bench` runs scripts/bench --faults: a three-node cluster, topic T (12 partitions, replication
-3), a paced producer (scripts/peer.py produce --rate, acks=all), three readers at the same time,
-each in its own group (examples/fault_reader; the Java KafkaConsumer with commitSync after every
-poll; the same with commitAsync after every poll: scripts/BenchConsumer.java --faults-out), the
-group names chosen so that the three groups share one coordinator, so that one fault is the same
-fault for each, and the three faults (kill-leader 12 s, pause-leader 12 s, kill-coordinator
-20 s). It prints one line per fault and reader
+`bench` runs scripts/bench --faults: a three-node cluster (Kafka's default failure detection,
+broker.session.timeout.ms 9 s), topic T (12 partitions, replication 2 over the ordered pairs of
+the nodes, PAIRS below, topic-level min.insync.replicas 1), a paced producer (scripts/peer.py
+produce --rate, acks=all), three readers at the same time, each in its own group
+(examples/fault_reader, the product's run loop; the Java KafkaConsumer with commitSync after every
+poll; the same with commitAsync after every poll: scripts/BenchConsumer.java --faults-out), with
+session.timeout.ms 20 s (GROUP_SETTINGS says why), the group names chosen so that the three
+groups share one coordinator, so that one fault is the same fault for each, and the three faults
+(kill-leader 12 s, pause-leader 12 s, kill-coordinator 20 s). Per fault the partitions fall in
+three classes: failed (led by the node), replicated (led elsewhere, a replica on the node: they
+stand still for everyone until the controller fences the node and shrinks their ISR, since the
+high watermark waits for every ISR member) and untouched (nothing on the node). It prints one
+line per fault and reader
 
-  bench faults fault=F reader=R longest_gap_unaffected_ms=... failed_resume_after_election_ms=...
-        repeats=...
+  bench faults fault=F reader=R gap_untouched_ms=... gap_replicated_ms=...
+        replicated_over_floor_ms=... failed_resume_after_election_ms=... repeats=...
+
+(the gaps as longest_gap_unaffected_ms above, over each class; over_floor: the reader's gap on
+the replicated class less the first-seen one), one line per reader against the goal (alive
+leaders' partitions <= 1 s, the replicated class counted above the floor; the failed ones
+resuming <= 2 s after their election)
+
+  bench faults goal reader=R max_gap_untouched_ms=... max_gap_replicated_ms=...
+        max_replicated_over_floor_ms=... alive_leaders<=1000ms=reached|not-reached
+        max_failed_resume_after_election_ms=... resume<=2000ms=reached|not-reached
 
 and plots records/s per partition per 500 ms, one panel per reader, the faults marked, to
 DIR/faults.png (matplotlib, only for the plot).
