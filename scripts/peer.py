@@ -52,7 +52,7 @@ def cmd_produce(opts):
     conf = {
         "bootstrap.servers": opts.bootstrap,
         "client.id": "peer-produce",
-        "acks": "all",
+        "acks": opts.acks,
         "compression.type": opts.compression,
         # Java's partitioner, so that a key lands where every other client puts it.
         "partitioner": "murmur2_random",
@@ -352,6 +352,7 @@ def main():
     p.add_argument("--key-prefix", default="k")
     p.add_argument("--batch", action="store_true", help="linger so records share few large batches")
     p.add_argument("--rate", type=float, default=0.0, help="records per second (default: as fast as possible)")
+    p.add_argument("--acks", default="all", choices=("all", "1"), help="the producer's acks (default all)")
     p.add_argument(
         "--flush-every",
         type=int,
