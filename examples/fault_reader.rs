@@ -20,7 +20,9 @@
 //! bench passes the fetch and group settings it gives the Java reader too); the effective fetch
 //! settings are printed first, as
 //! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..
-//! session.timeout.ms=.. heartbeat.interval.ms=.. commit.interval.ms=..`.
+//! session.timeout.ms=.. heartbeat.interval.ms=.. commit.interval.ms=..`, and
+//! `first-record UNIX_MS` once the first record arrived (the bench starts its faults once every
+//! reader printed it).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -133,6 +135,10 @@ fn run(args: &Args) -> Result<(), BoxError> {
         });
         while !stop.load(Ordering::SeqCst) {
             let noted = consumer.run(&stop, |record, _ctx| {
+                if received.is_empty() {
+                    // The bench starts its faults once every reader is reading.
+                    println!("first-record {}", unix_millis());
+                }
                 received.push((unix_millis(), record.partition, record.offset));
                 Ok::<(), std::convert::Infallible>(())
             });

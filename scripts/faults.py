@@ -647,6 +647,24 @@ def _bench(opts, root, run, spawn, stop_all):
                    "--group", groups[name], "--faults-out", files[name], "--commit", mode,
                    "--stop-file", stop_file] + java_sets)
     t0 = now_ms()
+    # The faults start once every reader is reading (each prints "first-record MS" on stdout at
+    # its first record; a JVM that compiles its reader on a loaded machine can take a while),
+    # and warmup_s after the last of them.
+    waiting = dict(readers_p)
+    deadline = time.monotonic() + 180
+    while waiting and time.monotonic() < deadline:
+        for name in list(waiting):
+            with open(os.path.join(run, name + ".out")) as f:
+                if any(l.startswith("first-record ") for l in f):
+                    del waiting[name]
+            if name in waiting and waiting[name].poll() is not None:
+                raise SystemExit("faults.py: %s exited with %d before reading (see %s/%s.err)"
+                                 % (name, waiting[name].returncode, run, name))
+        time.sleep(0.2)
+    if waiting:
+        raise SystemExit("faults.py: %s read nothing within 180 s (see %s)"
+                         % (", ".join(sorted(waiting)), run))
+    say("every reader is reading (%.1f s after the start)" % ((now_ms() - t0) / 1000.0))
     time.sleep(opts.warmup_s)
     for name, p in list(readers_p.items()) + [("producer", producer)]:
         if p.poll() is not None:
@@ -774,7 +792,7 @@ def main():
     p.add_argument("--reader", required=True, help="examples/fault_reader binary")
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--rate", type=float, default=400.0)
-    p.add_argument("--warmup-s", type=float, default=15.0)
+    p.add_argument("--warmup-s", type=float, default=8.0, help="after every reader's first record")
     p.add_argument("--quiet-s", type=float, default=8.0)
     opts = ap.parse_args()
     if opts.self_test:
