@@ -711,7 +711,7 @@ def _bench(opts, root, run, spawn, stop_all):
     floor = sorted((t, p, o) for (p, o), t in first.items())
     lines = []
     worst = defaultdict(lambda: {"untouched": 0.0, "replicated": 0.0, "over_floor": 0.0,
-                                 "resume": 0.0})
+                                 "resume": 0.0, "resume_over_floor": 0.0})
     for f, wend in windows(faults, end):
         untouched = [p for p in range(opts.partitions)
                      if p not in f["partitions"] and p not in f["replicated"]]
@@ -726,16 +726,23 @@ def _bench(opts, root, run, spawn, stop_all):
         elected = [t - f["at_ms"] for t, by_return in f["elected"].values() if not by_return]
         for name, (gap_u, gap_r, resume, repeats) in per.items():
             over = max(0.0, gap_r - per["first-seen"][1])
+            floor_resume = per["first-seen"][2]
+            # A reader that never resumed where another did is "never" (inf - finite = inf);
+            # where nobody resumed, the reader added nothing.
+            resume_over = max(0.0, resume - floor_resume) if floor_resume != float("inf") else 0.0
             w = worst[name]
+            w["resume_over_floor"] = max(w["resume_over_floor"], resume_over)
             w["untouched"] = max(w["untouched"], gap_u)
             w["replicated"] = max(w["replicated"], gap_r)
             w["over_floor"] = max(w["over_floor"], over)
             w["resume"] = max(w["resume"], resume)
             lines.append(
                 "bench faults fault=%s reader=%s gap_untouched_ms=%s gap_replicated_ms=%s "
-                "replicated_over_floor_ms=%s failed_resume_after_election_ms=%s repeats=%d "
+                "replicated_over_floor_ms=%s failed_resume_after_election_ms=%s "
+                "failed_resume_over_floor_ms=%s repeats=%d "
                 "node=%d untouched=%s replicated=%s failed=%s elected_after_ms=%s" % (
-                    f["name"], name, fmt(gap_u), fmt(gap_r), fmt(over), fmt(resume), repeats,
+                    f["name"], name, fmt(gap_u), fmt(gap_r), fmt(over), fmt(resume),
+                    fmt(resume_over), repeats,
                     f["node"], ",".join(map(str, untouched)) or "none",
                     ",".join(map(str, f["replicated"])) or "none",
                     ",".join(map(str, f["partitions"])),
@@ -765,11 +772,13 @@ def _bench(opts, root, run, spawn, stop_all):
         alive = max(w["untouched"], w["over_floor"])
         print("bench faults goal reader=%s max_gap_untouched_ms=%s max_gap_replicated_ms=%s "
               "max_replicated_over_floor_ms=%s alive_leaders<=%.0fms=%s "
-              "max_failed_resume_after_election_ms=%s resume<=%.0fms=%s" % (
+              "max_failed_resume_after_election_ms=%s resume<=%.0fms=%s "
+              "max_failed_resume_over_floor_ms=%s" % (
                   name, fmt(w["untouched"]), fmt(w["replicated"]), fmt(w["over_floor"]),
                   GOAL_ALIVE_GAP_MS, "reached" if alive <= GOAL_ALIVE_GAP_MS else "not-reached",
                   fmt(w["resume"]), GOAL_RESUME_MS,
-                  "reached" if w["resume"] <= GOAL_RESUME_MS else "not-reached"))
+                  "reached" if w["resume"] <= GOAL_RESUME_MS else "not-reached",
+                  fmt(w["resume_over_floor"])))
     return 0
 
 
