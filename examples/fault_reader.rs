@@ -6,23 +6,32 @@
 //!     --topic T --group G --out records.txt --stop-file STOP [--set NAME=VALUE ...] [--max-s 900]
 //! ```
 //!
-//! It subscribes, and loops `poll` (100 ms), a no-op handler that notes each record, `commit`
-//! after every poll (the same loop as the Java reader's, `scripts/BenchConsumer.java
-//! --faults-out`), until the file `--stop-file` exists (checked between polls) or `--max-s`
-//! passed. A poll or commit that fails (a broker is down) is reported on stderr and the loop goes
-//! on. Then it closes (LeaveGroup) and writes one line per record received to `--out`,
+//! It reads the way the product's loop does: `Consumer::run` with a no-op handler that notes
+//! each record. No synchronous commit per poll: what finished is committed every
+//! `commit.interval.ms` (the library's default, 100 ms, unless `--set` changes it) on the
+//! consumer's commit thread, inside and between batches, so the poll thread never waits for the
+//! coordinator's write; `close` commits the rest. (The Java readers of `scripts/BenchConsumer.java
+//! --faults-out` commit after every poll, synchronously or asynchronously: their own product
+//! loops.) A thread sets the loop's stop flag once the file `--stop-file` exists (checked every
+//! 50 ms) or `--max-s` passed. When `run` returns an error (a poll failed: a broker is down), it
+//! is reported on stderr and `run` is called again. Then it closes (LeaveGroup) and writes one
+//! line per record received to `--out`,
 //! `unix_ms partition offset`, in the order received. `--set` passes any consumer setting (the
 //! bench passes the fetch and group settings it gives the Java reader too); the effective fetch
 //! settings are printed first, as
-//! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..`.
+//! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..
+//! session.timeout.ms=.. heartbeat.interval.ms=.. commit.interval.ms=..`, and
+//! `first-record UNIX_MS` once the first record arrived (the bench starts its faults once every
+//! reader printed it).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -102,40 +111,44 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let config = ConsumerConfig::from_properties(props)?;
     println!(
         "settings fetch.min.bytes={} fetch.max.wait.ms={} max.partition.fetch.bytes={} \
-         fetch.max.bytes={}",
+         fetch.max.bytes={} session.timeout.ms={} heartbeat.interval.ms={} commit.interval.ms={}",
         config.fetch_min_bytes(),
         config.fetch_max_wait().as_millis(),
         config.max_partition_fetch_bytes(),
-        config.fetch_max_bytes()
+        config.fetch_max_bytes(),
+        config.session_timeout().as_millis(),
+        config.heartbeat_interval().as_millis(),
+        config.commit_interval().as_millis()
     );
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?;
-    let started = Instant::now();
+    let stop = AtomicBool::new(false);
     let mut received: Vec<(u64, i32, i64)> = Vec::new();
     let mut failures = 0u64;
-    while !args.stop_file.exists() && started.elapsed() < args.max {
-        match consumer.poll(Duration::from_millis(100)) {
-            Ok(mut batch) => {
-                while let Some(delivery) = batch.next() {
-                    let r = &delivery.record;
-                    received.push((unix_millis(), r.partition, r.offset));
-                    batch.complete(delivery);
+    std::thread::scope(|scope| {
+        // The stop flag: the stop file, or --max-s.
+        scope.spawn(|| {
+            let started = Instant::now();
+            while !args.stop_file.exists() && started.elapsed() < args.max {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        while !stop.load(Ordering::SeqCst) {
+            let noted = consumer.run(&stop, |record, _ctx| {
+                if received.is_empty() {
+                    // The bench starts its faults once every reader is reading.
+                    println!("first-record {}", unix_millis());
                 }
-            }
-            Err(e) => {
+                received.push((unix_millis(), record.partition, record.offset));
+                Ok::<(), std::convert::Infallible>(())
+            });
+            if let Err(e) = noted {
                 failures += 1;
-                eprintln!("fault_reader: {} poll failed: {e}", unix_millis());
+                eprintln!("fault_reader: {} run returned: {e}", unix_millis());
                 std::thread::sleep(Duration::from_millis(100));
-                continue;
             }
         }
-        match consumer.commit() {
-            Ok(_) => {}
-            Err(ConsumerError::Commit(e)) => {
-                eprintln!("fault_reader: {} commit refused: {e}", unix_millis())
-            }
-            Err(e) => eprintln!("fault_reader: {} commit failed: {e}", unix_millis()),
-        }
-    }
+    });
     if let Err(e) = consumer.close() {
         eprintln!("fault_reader: close: {e}");
     }
@@ -145,7 +158,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     }
     out.flush()?;
     println!(
-        "fault_reader: records={} poll_failures={failures} out={}",
+        "fault_reader: records={} run_failures={failures} out={}",
         received.len(),
         args.out.display()
     );

@@ -158,6 +158,11 @@ public class BenchConsumer {
                 if (records.isEmpty()) {
                     continue;
                 }
+                if (seen.isEmpty()) {
+                    // The bench starts its faults once every reader is reading.
+                    System.out.println("first-record " + System.currentTimeMillis());
+                    System.out.flush();
+                }
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     seen.add(new long[] {System.currentTimeMillis(), r.partition(), r.offset()});
                 }

@@ -13,7 +13,8 @@ message on stderr when it fails.
   consume       read records from the beginning (assign, no group, no commit)
                 and print one JSON object per line
   create-topic  create a topic through the Admin API and wait until it shows
-                up in metadata
+                up in metadata (optionally with an explicit replica assignment and
+                topic settings)
   delete-topic  delete a topic through the Admin API and wait until it is gone
                 from metadata
   kafka-python-metadata
@@ -51,7 +52,7 @@ def cmd_produce(opts):
     conf = {
         "bootstrap.servers": opts.bootstrap,
         "client.id": "peer-produce",
-        "acks": "all",
+        "acks": opts.acks,
         "compression.type": opts.compression,
         # Java's partitioner, so that a key lands where every other client puts it.
         "partitioner": "murmur2_random",
@@ -267,7 +268,16 @@ def cmd_create_topic(opts):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": opts.bootstrap, "client.id": "peer-admin"})
-    topic = NewTopic(opts.topic, num_partitions=opts.partitions, replication_factor=opts.replication_factor)
+    config = dict(item.split("=", 1) for item in opts.config)
+    if opts.replica_assignment:
+        # Explicit placement: one replica list per partition, the first replica leads.
+        assignment = [[int(n) for n in part.split(":")] for part in opts.replica_assignment.split(",")]
+        if len(assignment) != opts.partitions:
+            fail("--replica-assignment lists %d partitions, --partitions %d" % (len(assignment), opts.partitions))
+        topic = NewTopic(opts.topic, num_partitions=opts.partitions, replica_assignment=assignment, config=config)
+    else:
+        topic = NewTopic(opts.topic, num_partitions=opts.partitions, replication_factor=opts.replication_factor,
+                         config=config)
     futures = admin.create_topics([topic], operation_timeout=opts.timeout_s, request_timeout=opts.timeout_s)
     try:
         futures[opts.topic].result(timeout=opts.timeout_s)
@@ -342,6 +352,7 @@ def main():
     p.add_argument("--key-prefix", default="k")
     p.add_argument("--batch", action="store_true", help="linger so records share few large batches")
     p.add_argument("--rate", type=float, default=0.0, help="records per second (default: as fast as possible)")
+    p.add_argument("--acks", default="all", choices=("all", "1"), help="the producer's acks (default all)")
     p.add_argument(
         "--flush-every",
         type=int,
@@ -369,6 +380,8 @@ def main():
     common(p)
     p.add_argument("--partitions", type=int, required=True)
     p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--replica-assignment", help="node ids per partition, 'L:F,L:F,...' (leader first)")
+    p.add_argument("--config", action="append", default=[], help="topic setting NAME=VALUE")
     p.add_argument("--exist-ok", action="store_true", help="an existing topic is not an error")
     p.set_defaults(func=cmd_create_topic)
 
