@@ -121,25 +121,37 @@ impl CommitPacer {
             log::info!("paced offset commit not sent: {unsent}");
             return;
         }
-        // KIP-848: the member epoch moved while the commit travelled. A paced commit is not sent
-        // again with the new epoch (its offsets were read under the old one); the next interval
-        // reads them again and carries them. Not a refusal either.
-        let stale_epoch_only = matches!(&answer, Ok(results)
+        // A rebalance overtook the commit while it travelled: the generation (KIP-848: the member
+        // epoch) it carried was over when the coordinator read it, or the group was re-forming.
+        // A paced commit is not sent again (its offsets were read under the old generation); the
+        // next interval, or the handoff, reads them again and carries them in the new one. Not
+        // a refusal: nothing was lost, and the session has already judged the answer (a code
+        // that ends the membership ended it there).
+        let overtaken = matches!(&answer, Ok(results)
         if results.iter().any(|(_, r)| r.is_err())
             && results.iter().all(|(_, r)| match r {
                 Ok(()) => true,
-                Err(e) => e.kafka_code() == Some(KafkaCode::STALE_MEMBER_EPOCH),
+                Err(e) => matches!(
+                    e.kafka_code(),
+                    Some(
+                        KafkaCode::STALE_MEMBER_EPOCH
+                            | KafkaCode::ILLEGAL_GENERATION
+                            | KafkaCode::REBALANCE_IN_PROGRESS
+                    )
+                ),
             }));
         let outcome = commit_outcome(request.offsets(), answer);
         let committed = guard.commit_answered(request, &outcome);
         for c in &committed {
             log::debug!("{}: committed next offset {} (paced)", c.tp, c.next_offset);
         }
-        if stale_epoch_only {
-            log::info!(
-                "paced offset commit refused for a stale member epoch; the next interval commits \
-                 with the current one"
-            );
+        if overtaken {
+            if let Err(failure) = &outcome {
+                log::info!(
+                    "paced offset commit overtaken by a rebalance ({failure}); the next one \
+                     commits in the new generation"
+                );
+            }
             return;
         }
         if let Err(failure) = outcome {
