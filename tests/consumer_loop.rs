@@ -322,13 +322,22 @@ fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
     let group = unique_name("group");
     let log: Log = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
+    // Slow enough that records are left for b when its rounds complete: Kafka forms a round in
+    // milliseconds, the mock waits a session minus one second per round (two for cooperative),
+    // longer than `a` alone needs for the rest at 10 ms a record now that no commit round trip
+    // per batch slows it.
+    let per_record = if kind.is_kafka() {
+        Duration::from_millis(10)
+    } else {
+        Duration::from_millis(30)
+    };
     let a = spawn_member(
         "a",
         config(&broker.bootstrap(), &group, &settings),
         &topic,
         log.clone(),
         stop.clone(),
-        |_, _| Duration::from_millis(10),
+        move |_, _| per_record,
     );
     wait_until("a is under way", WAIT, || log.lock().unwrap().len() >= 50);
     let b = spawn_member(
@@ -337,7 +346,7 @@ fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
         &topic,
         log.clone(),
         stop.clone(),
-        |_, _| Duration::from_millis(10),
+        move |_, _| per_record,
     );
     wait_until("every record processed", WAIT, || {
         let done: BTreeSet<(i32, i64)> = log
