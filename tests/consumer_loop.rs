@@ -381,10 +381,13 @@ fn graceful_handoff_has_no_duplicates(kind: BrokerKind, strategy: &str) {
     );
     if kind.is_kafka() {
         // Kafka accepts every commit of the current generation, during a rebalance too: not
-        // one commit or revocation was refused, so zero duplicates is not luck of timing.
+        // one revocation was refused, so zero duplicates is not luck of timing. (An application
+        // commit between batches can still meet ILLEGAL_GENERATION when the group's next
+        // generation forms at the broker while it travels; it is refused and counted, costs
+        // nothing, and is not what this test is about.)
         for stats in [&a_stats, &b_stats] {
-            assert_eq!(stats.commits_refused, 0, "{stats}");
             assert_eq!(stats.counters.failed_handoffs, 0, "{stats}");
+            assert_eq!(stats.counters.lost, 0, "{stats}");
         }
         assert!(
             a_stats.counters.revoked >= 1,
@@ -508,9 +511,11 @@ fn closing_a_member_hands_off_without_duplicates(kind: BrokerKind, strategy: &st
         duplicates.is_empty(),
         "{kind:?}: duplicates {duplicates:?}\na: {a_stats}\nb: {b_stats}"
     );
+    // No handoff (revocation or close) was refused and nothing was lost; an application
+    // commit racing the next generation's formation may be refused (see the handoff test).
     for stats in [&a_stats, &b_stats] {
-        assert_eq!(stats.commits_refused, 0, "{kind:?}: {stats}");
         assert_eq!(stats.counters.failed_handoffs, 0, "{kind:?}: {stats}");
+        assert_eq!(stats.counters.lost, 0, "{kind:?}: {stats}");
     }
     assert_eq!(
         b_owned, 4,
