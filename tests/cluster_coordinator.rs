@@ -43,8 +43,9 @@ use rebalance_guard::wire::{Client, ClientConfig, IsolationLevel, OffsetSpec};
 use rebalance_guard::TopicPartition;
 use support::cluster::{KafkaCluster, NodeId};
 use support::consumer::{committed, config, consumer_protocol_config, wait_until};
+use support::fault_member::produce_live;
 use support::log_lines::{self, Line};
-use support::{peer, unique_name};
+use support::unique_name;
 
 const PARTITIONS: i32 = 6;
 /// Bound on each wait for the consumers: well above the 6 s the cluster takes to fence a node.
@@ -409,28 +410,7 @@ fn scenario(
             session_ms,
         ),
     ];
-    let producer = {
-        let (bootstrap, topic) = (bootstrap.clone(), topic.clone());
-        thread::spawn(move || {
-            // librdkafka retries a record until message.timeout.ms (the --timeout-s): longer
-            // than any window without a leader here, so an outage delays records, never loses
-            // them (a retried record may be written twice: the checks count keys, and repeats
-            // by offset).
-            peer(&[
-                "produce",
-                "--bootstrap",
-                &bootstrap,
-                "--topic",
-                &topic,
-                "--count",
-                &records.to_string(),
-                "--rate",
-                &rate.to_string(),
-                "--timeout-s",
-                "90",
-            ])
-        })
-    };
+    let producer = produce_live(&bootstrap, &topic, records, rate, 90);
     for g in &groups {
         wait_until(
             &format!("records of every partition processed by {}", g.name),

@@ -11,22 +11,21 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 use rebalance_guard::wire::{Client, ClientConfig, IsolationLevel, OffsetSpec};
 use rebalance_guard::TopicPartition;
 use support::cluster::KafkaCluster;
 use support::consumer::{committed, config, consumer_protocol_config, wait_until};
-use support::{peer, unique_name};
+use support::fault_member::{produce_live, FaultMember};
+use support::unique_name;
 
 const PARTITIONS: i32 = 6;
 /// Live production: 150 records/s for 20 s, keyed `k-<i>` (spread over the partitions by the
 /// Java partitioner), `acks=all`.
 const RECORDS: usize = 3000;
-const RATE: &str = "150";
+const RATE: u32 = 150;
 /// Bound on each wait: well above the 9 s Kafka takes to fence a dead broker.
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -35,69 +34,6 @@ const WAIT: Duration = Duration::from_secs(60);
 /// heartbeat answers wait while a dead follower of the offsets topic is not fenced yet, so that
 /// no member fences its partitions (README: the values that survive a broker failure).
 const SESSION_MS: &str = "20000";
-
-/// One record a handler processed, and when.
-struct Processed {
-    at: Instant,
-    partition: i32,
-    offset: i64,
-    key: String,
-}
-
-type Log = Arc<Mutex<Vec<Processed>>>;
-
-/// A consumer running on its own thread until `stop`.
-struct Member {
-    name: &'static str,
-    processed: Log,
-    thread: thread::JoinHandle<Result<(), String>>,
-}
-
-impl Member {
-    /// Classic protocol or KIP-848 by `config`; `workers` selects `run_with_workers` (the
-    /// decoupled mode, four workers) over `run`.
-    fn start(
-        name: &'static str,
-        config: ConsumerConfig,
-        topic: &str,
-        workers: bool,
-        stop: Arc<AtomicBool>,
-    ) -> Member {
-        let processed: Log = Arc::default();
-        let (topic, log) = (topic.to_string(), processed.clone());
-        let thread = thread::spawn(move || {
-            let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
-            let note = move |record: &rebalance_guard::wire::Record| {
-                let key = record.key.as_deref().unwrap_or_default();
-                log.lock().unwrap().push(Processed {
-                    at: Instant::now(),
-                    partition: record.partition,
-                    offset: record.offset,
-                    key: String::from_utf8_lossy(key).into_owned(),
-                });
-            };
-            let ran = if workers {
-                consumer.run_with_workers(&stop, 4, 64, move |record, _ctx| {
-                    note(record);
-                    Ok::<(), std::io::Error>(())
-                })
-            } else {
-                consumer.run(&stop, |record, _ctx| {
-                    note(record);
-                    Ok::<(), std::io::Error>(())
-                })
-            };
-            let closed = consumer.close();
-            ran.map_err(|e| format!("run: {e}"))?;
-            closed.map_err(|e| format!("close: {e}"))
-        });
-        Member {
-            name,
-            processed,
-            thread,
-        }
-    }
-}
 
 /// kill -9 of the leader of a partition while records are produced and consumed; the victim
 /// is not the group's coordinator (the coordinator's failure is another scenario). Classic
@@ -115,7 +51,7 @@ fn a_killed_partition_leader_loses_nothing_and_consumption_goes_on_kafka_cluster
     // Two groups read the topic at once, so one cluster covers both protocols and both modes:
     // classic cooperative-sticky in `run`, and KIP-848 in `run_with_workers` (keyed order).
     let stop = Arc::new(AtomicBool::new(false));
-    let classic = Member::start(
+    let classic = FaultMember::start(
         "classic run",
         config(
             &bootstrap,
@@ -126,10 +62,10 @@ fn a_killed_partition_leader_loses_nothing_and_consumption_goes_on_kafka_cluster
             ],
         ),
         &topic,
-        false,
+        None,
         stop.clone(),
     );
-    let kip848 = Member::start(
+    let kip848 = FaultMember::start(
         "kip848 run_with_workers",
         consumer_protocol_config(
             &bootstrap,
@@ -140,35 +76,14 @@ fn a_killed_partition_leader_loses_nothing_and_consumption_goes_on_kafka_cluster
             ],
         ),
         &topic,
-        true,
+        Some(4),
         stop.clone(),
     );
-    let producer = {
-        let bootstrap = bootstrap.clone();
-        let topic = topic.clone();
-        thread::spawn(move || {
-            peer(&[
-                "produce",
-                "--bootstrap",
-                &bootstrap,
-                "--topic",
-                &topic,
-                "--count",
-                &RECORDS.to_string(),
-                "--rate",
-                RATE,
-                "--timeout-s",
-                "60",
-            ])
-        })
-    };
-    let partitions_seen = |processed: &[Processed]| -> BTreeSet<i32> {
-        processed.iter().map(|p| p.partition).collect()
-    };
+    let producer = produce_live(&bootstrap, &topic, RECORDS, RATE, 60);
     wait_until("records of every partition processed by both", WAIT, || {
         [&classic, &kip848]
             .iter()
-            .all(|m| partitions_seen(&m.processed.lock().unwrap()).len() == PARTITIONS as usize)
+            .all(|m| m.partitions_seen() == PARTITIONS as usize)
     });
 
     let coordinators = [
@@ -231,11 +146,7 @@ fn a_killed_partition_leader_loses_nothing_and_consumption_goes_on_kafka_cluster
     let all_processed = resumed.is_ok()
         && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             wait_until("every produced record processed by both", WAIT, || {
-                members.iter().all(|m| {
-                    let processed = m.processed.lock().unwrap();
-                    let keys: BTreeSet<&str> = processed.iter().map(|p| p.key.as_str()).collect();
-                    everything.iter().all(|k| keys.contains(k.as_str()))
-                })
+                members.iter().all(|m| m.has_every_key(&everything))
             })
         }))
         .is_ok();

@@ -11,25 +11,25 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 use rebalance_guard::wire::{
     Client, ClientConfig, CommitIdentity, IsolationLevel, OffsetCommitEntry, OffsetSpec,
 };
 use rebalance_guard::TopicPartition;
 use support::cluster::{KafkaCluster, NodeId};
 use support::consumer::{committed, config, consumer_protocol_config, wait_until};
+use support::fault_member::{produce_live, FaultMember, Processed};
 use support::proxy::Proxy;
-use support::{peer, unique_name, venv_python_run};
+use support::{unique_name, venv_python_run};
 
 const PARTITIONS: i32 = 6;
 /// Live production: 150 records/s for 20 s, keyed `k-<i>`, `acks=all`.
 const RECORDS: usize = 3000;
-const RATE: &str = "150";
+const RATE: u32 = 150;
 const WAIT: Duration = Duration::from_secs(60);
 /// The consumer's `request.timeout.ms`: the faults below last longer than one of it.
 const REQUEST_TIMEOUT_MS: &str = "5000";
@@ -43,91 +43,6 @@ const SESSION_MS: &str = "20000";
 /// Bound on the longest gap on partitions whose leader and replicas are all alive.
 const HEALTHY_GAP_BOUND_MS: u128 = 3_000;
 
-/// One record a handler processed, and when.
-struct Processed {
-    at: Instant,
-    /// Wall clock at processing and the record's (producer) timestamp, in ms: how late a
-    /// record was processed, whether or not records kept being produced.
-    wall_ms: i64,
-    timestamp: i64,
-    partition: i32,
-    key: String,
-}
-
-type Log = Arc<Mutex<Vec<Processed>>>;
-
-/// A consumer running on its own thread until `stop`.
-struct Member {
-    name: &'static str,
-    group: String,
-    processed: Log,
-    stop: Arc<AtomicBool>,
-    thread: thread::JoinHandle<Result<(), String>>,
-}
-
-impl Member {
-    /// Classic protocol or KIP-848 by `config`; `workers` selects `run_with_workers` (decoupled
-    /// mode, two workers) over `run`.
-    fn start(name: &'static str, config: ConsumerConfig, topic: &str, workers: bool) -> Member {
-        let group = config.group_id().to_string();
-        let processed: Log = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (topic, log, halt) = (topic.to_string(), processed.clone(), stop.clone());
-        let thread = thread::spawn(move || {
-            let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
-            let record = move |record: &rebalance_guard::wire::Record| {
-                let key = record.key.as_deref().unwrap_or_default();
-                let wall_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
-                log.lock().unwrap().push(Processed {
-                    at: Instant::now(),
-                    wall_ms,
-                    timestamp: record.timestamp,
-                    partition: record.partition,
-                    key: String::from_utf8_lossy(key).into_owned(),
-                });
-            };
-            let ran = if workers {
-                consumer.run_with_workers(&halt, 2, 64, move |r, _ctx| {
-                    record(r);
-                    Ok::<(), std::io::Error>(())
-                })
-            } else {
-                consumer.run(&halt, |r, _ctx| {
-                    record(r);
-                    Ok::<(), std::io::Error>(())
-                })
-            };
-            let closed = consumer.close();
-            ran.map_err(|e| format!("run: {e}"))?;
-            closed.map_err(|e| format!("close: {e}"))
-        });
-        Member {
-            name,
-            group,
-            processed,
-            stop,
-            thread,
-        }
-    }
-
-    fn partitions_seen(&self) -> usize {
-        let processed = self.processed.lock().unwrap();
-        processed
-            .iter()
-            .map(|p| p.partition)
-            .collect::<BTreeSet<_>>()
-            .len()
-    }
-
-    fn has_every_key(&self, everything: &BTreeSet<String>) -> bool {
-        let processed = self.processed.lock().unwrap();
-        let keys: BTreeSet<&str> = processed.iter().map(|p| p.key.as_str()).collect();
-        everything.iter().all(|k| keys.contains(k.as_str()))
-    }
-}
-
 fn consumer_settings<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut settings = vec![("request.timeout.ms", REQUEST_TIMEOUT_MS)];
     settings.extend_from_slice(extra);
@@ -135,22 +50,7 @@ fn consumer_settings<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)
 }
 
 fn start_producer(bootstrap: &str, topic: &str) -> thread::JoinHandle<String> {
-    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
-    thread::spawn(move || {
-        peer(&[
-            "produce",
-            "--bootstrap",
-            &bootstrap,
-            "--topic",
-            &topic,
-            "--count",
-            &RECORDS.to_string(),
-            "--rate",
-            RATE,
-            "--timeout-s",
-            "80",
-        ])
-    })
+    produce_live(bootstrap, topic, RECORDS, RATE, 80)
 }
 
 /// Creates `topic` with the given replicas per partition (the first one leads), through the
@@ -220,7 +120,7 @@ struct Outcome {
 }
 
 fn outcome(
-    member: &Member,
+    member: &FaultMember,
     bootstrap: &str,
     topic: &str,
     log_end: &BTreeMap<i32, i64>,
@@ -317,12 +217,12 @@ fn log_end(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {
 
 /// Stops every member, then checks and reports each one's outcome.
 fn finish(
-    members: Vec<Member>,
+    members: Vec<FaultMember>,
     bootstrap: &str,
     topic: &str,
     window: (Instant, Instant),
     healthy: &[i32],
-) -> Vec<(&'static str, Outcome)> {
+) {
     let log_end = log_end(bootstrap, topic);
     let outcomes: Vec<(&'static str, Outcome)> = members
         .iter()
@@ -372,13 +272,24 @@ fn finish(
             "{name}: committed {:?}, log end {log_end:?}",
             committed(bootstrap, &o.group, topic, PARTITIONS)
         );
+        // The product's part: partitions whose leader (and data) stayed reachable keep being
+        // processed while the fault lasts, even while the coordinator's writes (and so every
+        // paced commit) wait for a stopped follower to be fenced. The goal is a longest gap of
+        // 1 s; the bound leaves room for a loaded machine, and is far below the ~9-12 s a commit
+        // waited for on the poll thread used to cost.
+        let worst = healthy.iter().filter_map(|p| o.gaps.get(p)).max().copied();
+        assert!(
+            worst.is_some_and(|w| w <= HEALTHY_GAP_BOUND_MS),
+            "{name}: longest gap on the partitions of live leaders {healthy:?}: {worst:?} ms \
+             (bound {HEALTHY_GAP_BOUND_MS} ms): {:?}",
+            o.gaps
+        );
     }
     for (name, ended) in ended {
         if let Err(e) = ended {
             panic!("{name} did not run to the stop and close: {e}");
         }
     }
-    outcomes
 }
 
 /// Commits offset 1 of `topic`'s partition 0 for `group` (without members) outside any
@@ -461,7 +372,7 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
 
     // Both leases outlast the stall below (the README's rule: a session above the cluster's
     // broker.session.timeout.ms plus a margin), so no member fences anything.
-    let classic = Member::start(
+    let classic = FaultMember::start(
         "classic run",
         config(
             &bootstrap,
@@ -472,9 +383,10 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
             ]),
         ),
         &topic,
-        false,
+        None,
+        Arc::default(),
     );
-    let kip848 = Member::start(
+    let kip848 = FaultMember::start(
         "kip848 run_with_workers",
         consumer_protocol_config(
             &bootstrap,
@@ -482,7 +394,8 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
             &consumer_settings(&[("session.bound.ms", SESSION_MS)]),
         ),
         &topic,
-        true,
+        Some(2),
+        Arc::default(),
     );
     let producer = start_producer(&bootstrap, &topic);
     wait_until("records of every partition processed by both", WAIT, || {
@@ -534,26 +447,13 @@ fn a_paused_partition_leader_stops_only_its_partitions_kafka_cluster() {
         "a commit to a healthy coordinator answered in {probe_took:?} while a follower of the \
          offsets topic was stopped: {probe_result:?}"
     );
-    let outcomes = finish(
+    finish(
         vec![classic, kip848],
         &bootstrap,
         &topic,
         (paused_at, resumed_at),
         &healthy,
     );
-    // The product's part: while the coordinator's writes (and so every paced commit) wait
-    // for the stopped follower to be fenced, the partitions whose data keeps coming keep being
-    // processed. The goal is a longest gap of 1 s; the bound leaves room for a loaded machine,
-    // and is far below the ~9-12 s a commit waited for on the poll thread used to cost.
-    for (name, o) in &outcomes {
-        let worst = healthy.iter().filter_map(|p| o.gaps.get(p)).max().copied();
-        assert!(
-            worst.is_some_and(|w| w <= HEALTHY_GAP_BOUND_MS),
-            "{name}: longest gap on the healthy partitions {worst:?} ms (bound \
-             {HEALTHY_GAP_BOUND_MS} ms): {:?}",
-            o.gaps
-        );
-    }
 }
 
 /// One broker unreachable from the consumer only: the consumer reaches every node through a
@@ -597,7 +497,7 @@ fn a_leader_unreachable_from_the_consumer_only_stops_only_its_partitions_kafka_c
         .filter(|p| !victim_partitions.contains(p))
         .collect();
 
-    let member = Member::start(
+    let member = FaultMember::start(
         "classic run through proxies",
         config(
             &through_proxies,
@@ -605,13 +505,15 @@ fn a_leader_unreachable_from_the_consumer_only_stops_only_its_partitions_kafka_c
             &consumer_settings(&[("partition.assignment.strategy", "cooperative-sticky")]),
         ),
         &topic,
-        false,
+        None,
+        Arc::default(),
     );
-    let kip848 = Member::start(
+    let kip848 = FaultMember::start(
         "kip848 run_with_workers through proxies",
         consumer_protocol_config(&through_proxies, &kip848_group, &consumer_settings(&[])),
         &topic,
-        true,
+        Some(2),
+        Arc::default(),
     );
     let producer = start_producer(&bootstrap, &topic);
     wait_until("records of every partition processed by both", WAIT, || {
@@ -636,25 +538,11 @@ fn a_leader_unreachable_from_the_consumer_only_stops_only_its_partitions_kafka_c
 
     let produced = producer.join().expect("producer thread");
     assert_eq!(produced.trim(), format!("produced {RECORDS}"));
-    let outcomes = finish(
+    finish(
         vec![member, kip848],
         &bootstrap,
         &topic,
         (cut_at, healed_at),
         &healthy,
     );
-    for (name, outcome) in &outcomes {
-        let worst = healthy
-            .iter()
-            .filter_map(|p| outcome.gaps.get(p))
-            .max()
-            .copied()
-            .unwrap_or_default();
-        // The goal is 1 s; the bound leaves room for a loaded machine.
-        assert!(
-            worst <= HEALTHY_GAP_BOUND_MS,
-            "{name}: partitions {healthy:?} of reachable leaders paused {worst} ms while node \
-             {victim} was cut off"
-        );
-    }
 }

@@ -28,6 +28,7 @@
 pub mod certs;
 pub mod cluster;
 pub mod consumer;
+pub mod fault_member;
 pub mod kafka;
 pub mod log_capture;
 pub mod log_lines;
