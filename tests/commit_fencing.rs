@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerError};
+use rebalance_guard::group::Membership;
 use rebalance_guard::guard::{Lease, OwnerStatus};
 use rebalance_guard::wire::OffsetCommitEntry;
 use rebalance_guard::TopicPartition;

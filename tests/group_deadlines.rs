@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::group::GroupMember;
+use rebalance_guard::group::ClassicMember;
 use rebalance_guard::TopicPartition;
 use support::ours::{direct_member, Recorder};
 use support::{unique_name, Broker, BrokerKind};
@@ -34,7 +34,7 @@ fn setup(partitions: u32) -> Setup {
     }
 }
 
-fn member(s: &Setup, max_poll_interval: Duration) -> (GroupMember, Arc<AtomicUsize>) {
+fn member(s: &Setup, max_poll_interval: Duration) -> (ClassicMember, Arc<AtomicUsize>) {
     direct_member(
         &s.broker.bootstrap(),
         &s.group,

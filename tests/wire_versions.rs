@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use rebalance_guard::group::{
-    requests, GroupConfig, GroupContext, GroupMember, LostReason, RebalanceListener,
+    requests, ClassicMember, GroupConfig, GroupContext, LostReason, Membership, RebalanceListener,
 };
 use rebalance_guard::wire::{
     client_range, Client, ClientConfig, CommitIdentity, FetchConfig, FetchPosition, IsolationLevel,
@@ -422,8 +422,12 @@ fn workload(proxy: &Proxy) {
         heartbeat_interval: Duration::from_millis(100),
         max_poll_interval: Duration::from_secs(30),
     };
-    let mut member =
-        GroupMember::new(config, cfg, Arc::new(|_: &[TopicPartition]| {})).expect("group member");
+    let mut member = ClassicMember::new(
+        config,
+        cfg,
+        Arc::new(|_: &[TopicPartition], _: &LostReason| {}),
+    )
+    .expect("group member");
     let mut listener = Listener;
     let deadline = Instant::now() + Duration::from_secs(60);
     let heartbeats = || {

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::group::GroupMember;
+use crate::group::Membership;
 use crate::guard::{AdmitError, CompleteError, IdempotencyKey, Lease};
 use crate::wire::Record;
 
@@ -51,7 +51,7 @@ pub struct Batch<'a> {
     intake: &'a mut Intake,
     sizer: &'a mut BatchSizer,
     guard: &'a Guard,
-    member: &'a mut GroupMember,
+    member: &'a mut dyn Membership,
     key_fn: Option<&'a KeyFn>,
     counters: &'a mut RebalanceCounters,
     /// `commit.interval.ms`: what finished is committed during the batch too.
@@ -74,7 +74,7 @@ impl<'a> Batch<'a> {
         intake: &'a mut Intake,
         sizer: &'a mut BatchSizer,
         guard: &'a Guard,
-        member: &'a mut GroupMember,
+        member: &'a mut dyn Membership,
         key_fn: Option<&'a KeyFn>,
         counters: &'a mut RebalanceCounters,
         pacer: &'a mut CommitPacer,

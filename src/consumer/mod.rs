@@ -37,7 +37,7 @@
 //!   `WorkSource` interface the consumer implements (never against its fields).
 //! - `batch.rs`: a [`Batch`] and its [`Delivery`]s: records leave the intake and are admitted
 //!   through the guard one at a time.
-//! - `bridge.rs`: the handoff bridge: rebalance events into the guard, revocation commits and
+//! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
 //!   drains, [`HandoffFailure`]s, and `commit_through` for every commit.
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and
 //!   (`intake/positions.rs`) the starting-position lookups, retried until found.
@@ -50,12 +50,12 @@
 //! - [`config`], `error.rs`: settings under Kafka's names, and [`ConsumerError`].
 
 mod batch;
-mod bridge;
 pub mod config;
 mod context;
 mod dispatch;
 mod error;
 mod failure_detection;
+mod handoff;
 mod intake;
 mod pacer;
 mod poll_loop;
@@ -64,13 +64,13 @@ mod stats;
 mod workers;
 
 pub use batch::{Batch, Delivery, KeyFn};
-pub use bridge::{HandoffFailure, StormHook};
 pub use config::{
     AutoOffsetReset, ConfigError, ConsumerConfig, ConsumerConfigBuilder, GroupProtocol,
     ProcessingOrder, SecurityProtocol, Strategy,
 };
 pub use context::{GuardView, WorkContext};
 pub use error::ConsumerError;
+pub use handoff::{HandoffFailure, StormHook};
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;
 pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};

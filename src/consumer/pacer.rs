@@ -5,7 +5,7 @@
 //! A paced commit never stops the poll thread. When one is due (checked between two records of
 //! a batch, between two hand-offs to the workers, and after each batch), the pacer reads the
 //! progress from the guard ([`RebalanceGuard::commit_request`]) and hands it to the group's
-//! commit thread ([`GroupMember::commit_in_background`]); records go on being admitted and
+//! commit thread ([`Membership::commit_in_background`]); records go on being admitted and
 //! handed out while the coordinator writes it. At most one is in flight. Its answer is applied
 //! to the guard when the pacer next looks ([`RebalanceGuard::commit_answered`]): nothing counts
 //! as committed before the broker acknowledged it, a refused or failed commit changes nothing,
@@ -20,16 +20,16 @@
 //!
 //! [`RebalanceGuard::commit_request`]: crate::RebalanceGuard::commit_request
 //! [`RebalanceGuard::commit_answered`]: crate::RebalanceGuard::commit_answered
-//! [`GroupMember::commit_in_background`]: crate::group::GroupMember::commit_in_background
+//! [`Membership::commit_in_background`]: crate::group::Membership::commit_in_background
 
 use std::time::{Duration, Instant};
 
-use crate::group::{CommitError, GroupMember};
+use crate::group::{CommitError, Membership};
 use crate::guard::CommitRequest;
 use crate::wire::KafkaCode;
 
-use super::bridge::{commit_entries, commit_outcome};
 use super::context::Guard;
+use super::handoff::{commit_entries, commit_outcome};
 
 /// When the next paced commit is due, the one in flight, and how many were refused.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ impl CommitPacer {
     /// then, if none is in flight any more, sends the progress of every owned partition that
     /// moved to the commit thread. Never waits: with a commit still in flight, the pacer looks
     /// again an interval later.
-    pub(crate) fn tick(&mut self, guard: &Guard, member: &mut GroupMember, now: Instant) {
+    pub(crate) fn tick(&mut self, guard: &Guard, member: &mut dyn Membership, now: Instant) {
         self.absorb(guard, member);
         self.next = now.checked_add(self.interval);
         if self.in_flight.is_some() {
@@ -91,7 +91,7 @@ impl CommitPacer {
     /// Waits for the paced commit in flight (if any) and applies its answer: called before a
     /// synchronous commit, so that the synchronous one is sent after it and its bookkeeping
     /// is not overwritten by an older answer.
-    pub(crate) fn settle(&mut self, guard: &Guard, member: &mut GroupMember) {
+    pub(crate) fn settle(&mut self, guard: &Guard, member: &mut dyn Membership) {
         if self.in_flight.is_some() {
             member.settle_commit();
             self.absorb(guard, member);
@@ -101,7 +101,7 @@ impl CommitPacer {
     /// Applies the answer of the commit in flight to the guard, if it arrived. A refusal is
     /// logged and counted, never retried here: the next interval commits again, and a refusal
     /// that ends the membership fences the partitions through the group, as for every commit.
-    fn absorb(&mut self, guard: &Guard, member: &mut GroupMember) {
+    fn absorb(&mut self, guard: &Guard, member: &mut dyn Membership) {
         if self.in_flight.is_none() {
             return;
         }

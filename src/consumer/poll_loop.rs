@@ -1,6 +1,6 @@
 //! The consumer: the blocking poll-process-commit loop.
 //!
-//! `poll` drives the group (rebalance events reach the guard, through the [`Bridge`], before
+//! `poll` drives the group (its changes reach the guard, through the handoff [`Driver`], before
 //! anything else), fetches through the [`Intake`] when a partition ran dry, and returns a
 //! [`Batch`] sized by the [`BatchSizer`] against `max.poll.interval.ms`. `commit` commits the
 //! contiguous completed prefix, synchronously, in the current generation. `run` is the loop on
@@ -12,17 +12,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::group::{FenceHook, GroupConfig, GroupMember, LostHook, RebalanceProtocol};
+use crate::group::{
+    ClassicMember, ConsumerGroupMember, FenceHook, GroupConfig, LostHook, LostReason, Membership,
+    RebalanceProtocol,
+};
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
 use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
 use crate::TopicPartition;
 
 use super::batch::{Batch, KeyFn};
-use super::bridge::{commit_through, Bridge, Drain, HandoffFailure, Handoffs};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::ConsumerError;
 use super::failure_detection;
+use super::handoff::{commit_through, Drain, Driver, HandoffFailure, Handoffs};
 use super::intake::{FetchWait, Intake};
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
@@ -32,13 +35,13 @@ use super::workers::{self, WorkSource};
 /// A synchronous, rebalance-safe Kafka consumer.
 pub struct Consumer {
     config: ConsumerConfig,
-    member: GroupMember,
+    member: Box<dyn Membership>,
     guard: Arc<Guard>,
     intake: Intake,
     sizer: BatchSizer,
     fetch: FetchConfig,
     key_fn: Option<KeyFn>,
-    /// The bridge's state: storm hook, rebalance counters, the workers' drain, failed handoffs.
+    /// The handoff driver's state: storm hook, rebalance counters, the workers' drain, failed handoffs.
     handoffs: Handoffs,
     commits_refused: u64,
     /// `commit.interval.ms`: commits during a batch and between hand-offs to the workers.
@@ -68,8 +71,8 @@ impl Consumer {
         // The heartbeat thread fences lost partitions through the guard the moment it detects
         // the loss, before the poll thread can hand out another of their records.
         let fence = guard.clone();
-        let hook: LostHook = Arc::new(move |partitions: &[TopicPartition]| {
-            fence.lost(partitions);
+        let hook: LostHook = Arc::new(move |partitions: &[TopicPartition], why: &LostReason| {
+            fence.lost_because(partitions, why);
         });
         let group = GroupConfig {
             group_id: config.group_id().to_string(),
@@ -82,14 +85,16 @@ impl Consumer {
         };
         // group.protocol=consumer (KIP-848): the broker assigns, the membership thread reconciles
         // beside this loop; everything below reads the same for both protocols.
-        let mut member = match config.group_protocol() {
-            GroupProtocol::Consumer => GroupMember::with_consumer_protocol(
+        let mut member: Box<dyn Membership> = match config.group_protocol() {
+            GroupProtocol::Consumer => Box::new(ConsumerGroupMember::new(
                 group,
                 config.consumer_group_config(topics),
                 config.client_config(),
                 hook,
-            )?,
-            GroupProtocol::Classic => GroupMember::new(group, config.client_config(), hook)?,
+            )?),
+            GroupProtocol::Classic => {
+                Box::new(ClassicMember::new(group, config.client_config(), hook)?)
+            }
         };
         // Leases also expire by time: past the last answered heartbeat's send time plus
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
@@ -99,9 +104,8 @@ impl Consumer {
         // there and then (no record of theirs is handed out after that), while the handoff
         // itself (drain, commit) waits for this thread's next batch boundary.
         let fence_ahead = guard.clone();
-        let fence: FenceHook = Arc::new(move |partitions: &[TopicPartition]| {
-            fence_ahead.fence(partitions);
-        });
+        let fence: FenceHook =
+            Arc::new(move |partitions: &[TopicPartition]| fence_ahead.fence(partitions));
         member.fence_revocations_with(fence);
         // One request on the connection just opened: warns if a broker failure would outlast
         // every member's lease (see `failure_detection.rs`).
@@ -212,6 +216,17 @@ impl Consumer {
         self.intake.resume(partitions);
     }
 
+    /// The handoff driver over this consumer's parts, for one call.
+    fn driver(&mut self) -> Driver<'_> {
+        Driver {
+            config: &self.config,
+            guard: &self.guard,
+            intake: &mut self.intake,
+            handoffs: &mut self.handoffs,
+            member: &mut *self.member,
+        }
+    }
+
     fn drive_group(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         // Cooperative: with partitions to process, do not wait for a rebalance in progress
         // (it runs on the membership thread); apply what it decided and go on fetching.
@@ -222,19 +237,7 @@ impl Consumer {
         } else {
             timeout
         };
-        let mut bridge = Bridge::new(
-            &self.config,
-            &self.guard,
-            &mut self.intake,
-            &mut self.handoffs,
-        );
-        let result = self.member.poll(&mut bridge, timeout);
-        let error = bridge.into_error();
-        result?;
-        match error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.driver().drive(timeout)
     }
 
     /// Drives the group, fetches if nothing is buffered, and returns the next batch. Rebalance
@@ -276,7 +279,7 @@ impl Consumer {
             &mut self.intake,
             &mut self.sizer,
             &self.guard,
-            &mut self.member,
+            &mut *self.member,
             self.key_fn.as_ref(),
             &mut self.handoffs.counters,
             &mut self.pacer,
@@ -299,8 +302,8 @@ impl Consumer {
     /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
         // A paced commit in flight is answered (and applied) first: commits land in order.
-        self.pacer.settle(&self.guard, &mut self.member);
-        let member = &mut self.member;
+        self.pacer.settle(&self.guard, &mut *self.member);
+        let member = &mut *self.member;
         let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
         let result = self.guard.commit_progress(&mut commit);
         // The next paced commit is an interval after this one returned (it may have blocked).
@@ -370,7 +373,7 @@ impl Consumer {
                 // thread: the next batch does not wait for the coordinator's write.
                 let now = Instant::now();
                 if self.pacer.due(now) {
-                    self.pacer.tick(&self.guard, &mut self.member, now);
+                    self.pacer.tick(&self.guard, &mut *self.member, now);
                 }
                 continue;
             };
@@ -414,13 +417,7 @@ impl Consumer {
     pub fn close(mut self) -> Result<(), ConsumerError> {
         self.intake.clear_buffers();
         let committed = self.commit();
-        let mut bridge = Bridge::new(
-            &self.config,
-            &self.guard,
-            &mut self.intake,
-            &mut self.handoffs,
-        );
-        self.member.close(&mut bridge)?;
+        self.driver().close()?;
         committed.map(|_| ())
     }
 
@@ -475,7 +472,7 @@ impl WorkSource for Consumer {
     fn commit_if_due(&mut self) {
         let now = Instant::now();
         if self.pacer.due(now) {
-            self.pacer.tick(&self.guard, &mut self.member, now);
+            self.pacer.tick(&self.guard, &mut *self.member, now);
         }
     }
 

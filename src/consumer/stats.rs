@@ -1,7 +1,7 @@
 //! Per-partition operational signals: aggregate lag does not reveal a worker
 //! finishing revoked work, these do.
 //!
-//! Also the [`RebalanceCounters`] the bridge and the batch count into, so the stats line can say
+//! Also the [`RebalanceCounters`] the handoff driver and the batch count into, so the stats line can say
 //! what rebalances cost.
 
 use std::fmt;

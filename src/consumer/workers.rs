@@ -50,11 +50,11 @@ use crate::wire::Record;
 use crate::TopicPartition;
 
 use super::batch::Batch;
-use super::bridge::Drain;
 use super::config::{ConsumerConfig, ProcessingOrder};
 use super::context::{Guard, WorkContext};
 use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::error::ConsumerError;
+use super::handoff::Drain;
 
 /// What the pool needs from the consumer that feeds it: its public `poll` and `commit`, and
 /// three things the public API deliberately cannot express. The consumer implements it; the pool

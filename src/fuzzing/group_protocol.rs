@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use crate::group::assignor::{assign_and_encode, LeaderError, MemberSubscription, Strategy};
-use crate::group::consumer_protocol::{
+use crate::group::subscription::{
     decode_assignment, decode_subscription, encode_assignment, encode_subscription, Assignment,
     DecodedSubscription, Subscription, MAX_KNOWN_VERSION, NO_GENERATION,
 };

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::consumer_protocol::{
+use super::subscription::{
     assignment_version, encode_assignment, encode_subscription, Assignment, DecodedSubscription,
     EncodeError, Subscription, NO_GENERATION, SUBSCRIPTION_VERSION,
 };
@@ -892,7 +892,7 @@ fn withhold_claimed_elsewhere(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group::consumer_protocol::{decode_assignment, decode_subscription};
+    use crate::group::subscription::{decode_assignment, decode_subscription};
     use proptest::prelude::*;
     // The prelude's `Strategy` is proptest's trait: keep its methods, but the name is ours.
     use super::Strategy;

@@ -1,7 +1,6 @@
 //! Offset commits bound to a generation: the one place that sends a group commit, checks it
 //! against the session right before the request, and feeds a refusal back to the session.
 
-use super::committer::Committer;
 use super::consumer_group::reconcile::{stale_epoch_retry_named, StaleEpochRetry};
 use super::error::CommitError;
 use super::membership::ErrorContext;
@@ -11,88 +10,12 @@ use crate::wire::{self, Client, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// Each partition's own commit result: one refused partition does not fail the others.
-pub(crate) type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
-
-/// The group as seen from inside a listener callback: the client and a commit bound to the current
-/// generation.
-pub struct GroupContext<'a> {
-    client: &'a mut Client,
-    committer: &'a mut Committer,
-    shared: &'a Shared,
-    group_id: &'a str,
-    instance_id: Option<&'a str>,
-    identity: MemberIdentity,
-    leader: bool,
-}
-
-impl<'a> GroupContext<'a> {
-    /// The context of one callback, committing as `identity`.
-    pub(super) fn new(
-        client: &'a mut Client,
-        committer: &'a mut Committer,
-        shared: &'a Shared,
-        group_id: &'a str,
-        instance_id: Option<&'a str>,
-        identity: MemberIdentity,
-        leader: bool,
-    ) -> Self {
-        GroupContext {
-            client,
-            committer,
-            shared,
-            group_id,
-            instance_id,
-            identity,
-            leader,
-        }
-    }
-
-    /// True when this member computed the group's assignment in this generation.
-    pub fn is_leader(&self) -> bool {
-        self.leader
-    }
-
-    /// The wire client, e.g. to fetch committed offsets of newly assigned partitions.
-    pub fn client(&mut self) -> &mut Client {
-        self.client
-    }
-
-    /// The generation this context commits in.
-    pub fn generation_id(&self) -> i32 {
-        self.identity.generation_id
-    }
-
-    /// Our member id.
-    pub fn member_id(&self) -> &str {
-        &self.identity.member_id
-    }
-
-    /// Commits synchronously with this generation and member id, after the paced commit in
-    /// flight (if any) was answered: a handoff's commit is the last word on its partitions, so
-    /// no earlier commit may land after it. Inside a callback, a refusal that ends the
-    /// membership asks for a rejoin rather than a loss: a revocation has fenced its partitions
-    /// already, and the JoinGroup that follows learns the same.
-    pub fn commit(
-        &mut self,
-        offsets: &[wire::OffsetCommitEntry],
-    ) -> Result<CommitResults, CommitError> {
-        self.committer.settle();
-        commit_offsets(
-            self.client,
-            self.shared,
-            self.group_id,
-            self.instance_id,
-            &self.identity,
-            offsets,
-            CommitKind::Handoff,
-        )
-    }
-}
+pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
 
 /// Which commit is being made: it decides what a refusal means and whether a refusal for a
 /// stale member epoch may be sent again with the current one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum CommitKind {
+pub enum CommitKind {
     /// A revocation's or the close's, inside a rebalance callback: a refusal that ends the
     /// membership asks for a rejoin (the partitions were fenced by the revocation already).
     Handoff,

@@ -4,8 +4,8 @@
 use std::fmt;
 
 use super::assignor::{JoinProtocolError, LeaderError};
-use super::consumer_protocol::DecodeError;
 use super::membership::FatalError;
+use super::subscription::DecodeError;
 use crate::wire::WireError;
 
 /// Why the membership cannot go on.

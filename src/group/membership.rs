@@ -66,6 +66,20 @@ pub(crate) struct RebalancePlan {
     pub rejoin: bool,
 }
 
+impl RebalancePlan {
+    /// The partitions the plan revokes, in order.
+    pub(crate) fn revoked(&self) -> Vec<TopicPartition> {
+        self.events
+            .iter()
+            .filter_map(|event| match event {
+                RebalanceEvent::Revoke(partitions) => Some(partitions.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+}
+
 /// The events due before sending JoinGroup. Eager: revoke everything we own (the new owner may be
 /// anyone, and it starts as soon as the group completes). Cooperative: nothing; we keep consuming
 /// through the rebalance and revoke only what moves once the assignment is known.

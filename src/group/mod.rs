@@ -33,30 +33,42 @@ pub(crate) mod assignor;
 // drive directly against a broker; they are not part of the product's API and may change
 // without notice. Applications reach the group only through `Consumer`.
 mod changes;
+#[doc(hidden)]
+pub mod classic;
 mod commit;
 mod committer;
+mod config;
 #[doc(hidden)]
 pub mod consumer_group;
-mod consumer_member;
-pub(crate) mod consumer_protocol;
 mod error;
 mod failover;
-mod heartbeat;
+mod listener;
+mod lost;
 pub(crate) mod member;
 pub(crate) mod membership;
 mod quirks;
 #[doc(hidden)]
 pub mod requests;
-mod round;
 mod session;
+pub(crate) mod subscription;
 
 pub use assignor::{RebalanceProtocol, Strategy, StrategyError};
-pub use changes::FenceHook;
-pub use member::{CommitError, GroupError, MembershipView};
+pub use changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
 #[doc(hidden)]
-pub use member::{GroupConfig, GroupContext, GroupMember, RebalanceListener};
+pub use classic::ClassicMember;
+#[doc(hidden)]
+pub use commit::{CommitKind, CommitResults};
+#[doc(hidden)]
+pub use config::GroupConfig;
+#[doc(hidden)]
+pub use consumer_group::ConsumerGroupMember;
+pub use error::{CommitError, GroupError};
+#[doc(hidden)]
+pub use listener::{close_with, poll_with, GroupContext, RebalanceListener};
+pub use lost::LostReason;
+#[doc(hidden)]
+pub use member::{Member, MemberIo, Protocol, Step};
 pub use membership::FatalError;
-pub use session::{LostHook, LostReason};
 
 pub(crate) use assignor::{check_strategies, AssignError};
 pub use requests::MemberIdentity;

@@ -14,8 +14,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::assignor::JoinProtocol;
-use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 use super::quirks;
+use super::subscription::CONSUMER_PROTOCOL_TYPE;
 use crate::wire::{bounded, Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
 /// Who we are in the group, as the coordinator knows us.

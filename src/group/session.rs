@@ -17,23 +17,20 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{FenceHook, Pending};
+use super::changes::{FenceHook, LostHook, Pending};
+use super::lost::LostReason;
 use super::membership::{
     after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, FatalError, GroupApi,
     RebalanceEvent, RebalancePlan,
 };
 use super::requests::MemberIdentity;
-use crate::guard::SessionBound;
+use crate::guard::{Fenced, SessionBound};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
-mod consumer_protocol;
+mod kip848;
 #[cfg(test)]
 mod tests;
-
-/// Called with partitions whose ownership ended without a handoff. The consumer fences them in
-/// the guard; it runs on the heartbeat thread (or the poll thread) and must not block.
-pub type LostHook = Arc<dyn Fn(&[TopicPartition]) + Send + Sync>;
 
 /// Where the member is in the classic protocol's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,25 +43,6 @@ pub(crate) enum Phase {
     Stable,
     /// Closed; the heartbeat thread exits.
     Closed,
-}
-
-/// Why the assignment was lost rather than handed off.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LostReason {
-    /// The poll thread did not poll within `max.poll.interval.ms`; we left the group.
-    PollTimeout,
-    /// No successful heartbeat for `session.timeout.ms`: the coordinator has very likely evicted
-    /// us, so we stop processing before it hands the partitions to someone else.
-    SessionExpired,
-    /// The coordinator answered with this error code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-    /// FENCED_INSTANCE_ID; under KIP-848 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
-    Fenced(KafkaCode),
-    /// KIP-848: a revocation was not finished within the rebalance timeout
-    /// (`max.poll.interval.ms`), after which the broker fences the member.
-    RevocationTimedOut,
-    /// The membership thread died: nothing renews the session or follows the group any more,
-    /// so the coordinator will give the partitions to someone else.
-    MembershipThreadDied,
 }
 
 /// The two clocks the session runs on, fixed for the member's life.
@@ -430,11 +408,12 @@ impl SessionState {
                 "assignment lost ({reason:?}): fencing {} partition(s) without commit",
                 owned.len()
             );
-            (self.hook)(&owned);
+            (self.hook)(&owned, &reason);
         }
         self.lost.push((owned, reason.clone()));
         // A decided change of the ended membership is void: nothing of it is committed or
-        // handed out (its revocations were fenced with everything else just now).
+        // handed out. Its fence token goes with it: the lost hook just moved the epoch of every
+        // partition it fenced, which takes them out of any handoff.
         self.pending = None;
         self.identity.generation_id = -1;
         if reset_member_id {
@@ -472,8 +451,20 @@ impl SessionState {
     /// [`lose`](Self::lose)).
     pub(crate) fn take_change(
         &mut self,
-    ) -> (Vec<(Vec<TopicPartition>, LostReason)>, Option<Pending>) {
-        (std::mem::take(&mut self.lost), self.pending.clone())
+    ) -> (Vec<(Vec<TopicPartition>, LostReason)>, Option<Decided>) {
+        let decided = self.pending.as_mut().map(|pending| Decided {
+            identity: pending.identity.clone(),
+            leader: pending.leader,
+            plan: pending.plan.clone(),
+            fenced: pending.fenced.take(),
+        });
+        (std::mem::take(&mut self.lost), decided)
+    }
+
+    /// Fences `partitions` through the fence hook now, for a revocation decided on the poll
+    /// thread (an eager rejoin, a close); `None` without a hook.
+    pub(crate) fn fence_now(&self, partitions: &[TopicPartition]) -> Option<Fenced> {
+        self.fence_hook.as_ref().map(|fence| fence(partitions))
     }
 
     /// The losses (already fenced) and the fatal error the poll thread must still report.
@@ -654,23 +645,26 @@ impl SessionState {
             .cloned()
             .collect();
         let plan = self.stabilise(protocol, &still_owned, assigned);
-        let pending = Pending {
+        let revoked = plan.revoked();
+        let fenced = match (revoked.is_empty(), &self.fence_hook) {
+            (false, Some(fence)) => {
+                log::info!(
+                    "generation {} revokes {} partition(s): fenced now, handed off at the next \
+                     batch boundary",
+                    me.generation_id,
+                    revoked.len()
+                );
+                Some(fence(&revoked))
+            }
+            _ => None,
+        };
+        self.pending = Some(Pending {
             identity: me.clone(),
             leader,
             plan: plan.clone(),
             ack: None,
-        };
-        let revoked = pending.revoked();
-        if let (false, Some(fence)) = (revoked.is_empty(), &self.fence_hook) {
-            log::info!(
-                "generation {} revokes {} partition(s): fenced now, handed off at the next batch \
-                 boundary",
-                me.generation_id,
-                revoked.len()
-            );
-            fence(&revoked);
-        }
-        self.pending = Some(pending);
+            fenced,
+        });
         plan
     }
 
@@ -882,6 +876,17 @@ impl SessionState {
             }
         }
     }
+}
+
+/// A decided change as the poll thread takes it (see [`SessionState::take_change`]): the
+/// change stays pending in the session until acknowledged; its fence token moves to the poll
+/// thread with it.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub(crate) identity: MemberIdentity,
+    pub(crate) leader: bool,
+    pub(crate) plan: RebalancePlan,
+    pub(crate) fenced: Option<Fenced>,
 }
 
 /// Why [`SessionState::may_commit`] refused a commit (the group id is the shell's to add).

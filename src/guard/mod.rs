@@ -46,6 +46,7 @@
 mod clock;
 mod completed_map;
 mod error;
+mod handoff;
 mod hash_index;
 mod idempotency_key;
 mod key_hash;
@@ -58,7 +59,6 @@ mod storm;
 mod table;
 mod types;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,6 +70,7 @@ pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffStage,
     OffsetCommitError, PartitionFailure, RewindError,
 };
+pub use handoff::{AwaitingCommit, Drained, Fenced, HandedBack};
 pub use idempotency_key::IdempotencyKey;
 pub use session_bound::SessionBound;
 pub use storm::StormStatus;
@@ -663,301 +664,6 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         Some(previous)
     }
 
-    /// The fence step of a revocation (rule 3), alone: from now on no message of these owned
-    /// partitions is admitted and no queued one starts, while work already running may still
-    /// complete and count. Nothing is flushed, committed or pruned: the [`revoke`](Self::revoke)
-    /// that follows does that, on the thread that can drain and commit.
-    ///
-    /// For a membership that learns of a revocation on another thread than the one processing
-    /// records (a cooperative SyncGroup answered on the membership thread): the partitions stop
-    /// at that moment, not at the processing thread's next batch boundary. Returns the partitions
-    /// it fenced (those owned here).
-    pub fn fence(&self, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
-        let mut fenced = Vec::new();
-        for tp in partitions {
-            if let Some(mut state) = self.partition(tp) {
-                if state.status == OwnerStatus::Owned {
-                    state.status = OwnerStatus::Draining;
-                    state.fenced_ahead = true;
-                    fenced.push(tp.clone());
-                }
-            }
-        }
-        if !fenced.is_empty() {
-            log::info!(
-                "fenced {} partition(s) ahead of their revocation",
-                fenced.len()
-            );
-        }
-        fenced
-    }
-
-    /// Hands off revoked partitions: fence all, then flush each, then commit `last + 1` for each
-    /// partition whose flush succeeded, then prune.
-    ///
-    /// `commit` must be synchronous and carry the current generation and member id (or member
-    /// epoch): an asynchronous commit lets the rebalance finish before the commit lands, and the
-    /// new owner reprocesses. Without a commit function the guard fences and drains but commits
-    /// nothing, and logs a warning saying so.
-    ///
-    /// Returns an [`OffsetCommitError`] naming only the partitions whose flush or commit failed,
-    /// after every revoked partition was fenced and pruned.
-    pub fn revoke(
-        &self,
-        partitions: &[TopicPartition],
-        flush: &mut FlushFn<'_, M>,
-        commit: Option<&mut CommitFn<'_>>,
-    ) -> Result<RevokeReport, OffsetCommitError> {
-        let now = self.clock.now();
-
-        // Phase 1, under each partition's lock in turn: fence every revoked partition before any
-        // I/O, so that no flush or commit failure can leave a partition still accepting work.
-        let mut fenced = Vec::with_capacity(partitions.len());
-        for tp in partitions {
-            match self.partition(tp) {
-                Some(mut state)
-                    if state.status == OwnerStatus::Owned
-                        || (state.status == OwnerStatus::Draining && state.fenced_ahead) =>
-                {
-                    state.status = OwnerStatus::Draining;
-                    state.fenced_ahead = false;
-                    // Running first: taking the buffered ones marks them running.
-                    let running = state.progress.running_offsets();
-                    let batch = FlushBatch {
-                        tp: tp.clone(),
-                        buffered: state.progress.take_buffered(),
-                        running,
-                    };
-                    fenced.push((state.epoch, batch));
-                }
-                _ => log::debug!("{tp} revoked but not owned here: nothing to hand off"),
-            }
-        }
-        lock(&self.storm).record_revoke(now);
-
-        // Phase 2, without a lock (workers must be able to complete while we drain): flush.
-        let mut failures = Vec::new();
-        let mut flushed = Vec::with_capacity(fenced.len());
-        for (epoch, batch) in fenced {
-            let tp = batch.tp.clone();
-            match flush(batch) {
-                Ok(()) => flushed.push((tp, epoch, true)),
-                Err(error) => {
-                    log::warn!("{tp}: flush failed during revocation, not committing: {error}");
-                    failures.push(PartitionFailure {
-                        tp: tp.clone(),
-                        stage: HandoffStage::Flush,
-                        error,
-                    });
-                    flushed.push((tp, epoch, false));
-                }
-            }
-        }
-
-        // Phase 3, under each partition's lock: the flushed work is finished; compute what to
-        // commit.
-        let mut to_commit = Vec::new();
-        let mut unchanged = Vec::new();
-        for (tp, epoch, ok) in &flushed {
-            let Some(mut state) = self.partition(tp) else {
-                continue;
-            };
-            if !(*ok && state.epoch == *epoch && state.status == OwnerStatus::Draining) {
-                continue;
-            }
-            state.progress.complete_all();
-            match state.commit_due(tp, self.map_limit) {
-                Some(offset) => to_commit.push(offset),
-                None => unchanged.push(tp.clone()),
-            }
-        }
-
-        // Phase 4, without a lock: one synchronous commit of every flushed partition.
-        let mut committed = Vec::new();
-        if !to_commit.is_empty() {
-            match commit {
-                None => log::warn!(
-                    "revoked {} partition(s) without a commit function: progress fenced and \
-                     drained but NOT committed; the next owner will reprocess it",
-                    to_commit.len()
-                ),
-                Some(commit) => match commit(&to_commit) {
-                    Ok(()) => committed = to_commit,
-                    Err(CommitFailure::Request(error)) => {
-                        log::warn!("revocation commit failed for every partition: {error}");
-                        let message = error.to_string();
-                        for offset in to_commit {
-                            failures.push(PartitionFailure {
-                                tp: offset.tp,
-                                stage: HandoffStage::Commit,
-                                error: Box::new(SharedFailure(message.clone())),
-                            });
-                        }
-                    }
-                    Err(CommitFailure::Partitions(refused)) => {
-                        let mut refused: HashMap<TopicPartition, BoxError> =
-                            refused.into_iter().collect();
-                        for offset in to_commit {
-                            match refused.remove(&offset.tp) {
-                                Some(error) => failures.push(PartitionFailure {
-                                    tp: offset.tp,
-                                    stage: HandoffStage::Commit,
-                                    error,
-                                }),
-                                None => committed.push(offset),
-                            }
-                        }
-                    }
-                },
-            }
-        }
-
-        // Phase 5, under each partition's lock: record commits and prune every fenced partition.
-        for (tp, epoch, _) in &flushed {
-            let Some(mut state) = self.partition(tp) else {
-                continue;
-            };
-            if state.epoch != *epoch || state.status != OwnerStatus::Draining {
-                // Lost while we were handing off; the loss already pruned it.
-                continue;
-            }
-            if let Some(offset) = committed.iter().find(|c| &c.tp == tp) {
-                state.committed(offset);
-            }
-            let discarded = state.progress.clear();
-            state.status = OwnerStatus::Revoked;
-            state.epoch += 1;
-            state.rebalances += 1;
-            log::info!(
-                "{tp} revoked (epoch {}), committed {:?}",
-                state.epoch,
-                state.last_committed
-            );
-            self.keys.forget_unfinished(discarded);
-        }
-        // The revocation was counted with the fence (phase 1); reported now it is done.
-        let storm = self.storm_after(now, |_| {});
-
-        failures.sort_by_key(|f| {
-            partitions
-                .iter()
-                .position(|tp| tp == &f.tp)
-                .unwrap_or(usize::MAX)
-        });
-        if failures.is_empty() {
-            Ok(RevokeReport {
-                committed,
-                unchanged,
-                storm,
-            })
-        } else {
-            Err(OffsetCommitError { failures })
-        }
-    }
-
-    /// Fences partitions taken away without a handoff, and discards their pending work.
-    /// Never flushes, never commits: another member may already own them, and a commit would at
-    /// best be rejected and at worst overwrite the new owner's progress.
-    pub fn lost(&self, partitions: &[TopicPartition]) -> LostReport {
-        let now = self.clock.now();
-        let mut report = LostReport::default();
-        for tp in partitions {
-            let Some(mut state) = self.partition(tp) else {
-                continue;
-            };
-            if !matches!(state.status, OwnerStatus::Owned | OwnerStatus::Draining) {
-                continue;
-            }
-            state.status = OwnerStatus::Lost;
-            state.fenced_ahead = false;
-            state.epoch += 1;
-            state.rebalances += 1;
-            let discarded = state.progress.clear();
-            report.discarded += self.keys.forget_unfinished(discarded);
-            report.fenced.push(tp.clone());
-            log::warn!(
-                "{tp} lost (epoch {}): pending work discarded, nothing committed",
-                state.epoch
-            );
-        }
-        report.storm = self.storm_after(now, |storm| storm.record_revoke(now));
-        report
-    }
-
-    /// Commits the progress of owned partitions that moved since their last commit, through the
-    /// caller's synchronous commit function: [`commit_request`](Self::commit_request), the
-    /// commit, then [`commit_answered`](Self::commit_answered), in one call.
-    ///
-    /// Returns the positions that were committed. A partition revoked or lost while the commit
-    /// was in flight does not get its bookkeeping updated.
-    pub fn commit_progress(
-        &self,
-        commit: &mut CommitFn<'_>,
-    ) -> Result<Vec<CommitOffset>, CommitFailure> {
-        let Some(request) = self.commit_request() else {
-            return Ok(Vec::new());
-        };
-        let outcome = commit(request.offsets());
-        let committed = self.commit_answered(request, &outcome);
-        outcome.map(|()| committed)
-    }
-
-    /// What a commit of the progress of every owned partition that moved since its last commit
-    /// would carry now, or `None` when nothing moved. Each position and its map are read under
-    /// the partition's own lock (rule 6), with the partition's epoch, so that the answer can be
-    /// applied later, from any thread, only to the assignment it was made for.
-    ///
-    /// This is the first half of a commit whose request travels without the caller waiting for
-    /// it (a paced commit on its own thread): nothing counts as committed until
-    /// [`commit_answered`](Self::commit_answered) is given the broker's answer.
-    pub fn commit_request(&self) -> Option<CommitRequest> {
-        let mut request = CommitRequest::default();
-        for (tp, entry) in self.partitions.iter() {
-            let state = lock(entry);
-            if state.status != OwnerStatus::Owned {
-                continue;
-            }
-            if let Some(offset) = state.commit_due(tp, self.map_limit) {
-                request.offsets.push(offset);
-                request.epochs.push(state.epoch);
-            }
-        }
-        (!request.offsets.is_empty()).then_some(request)
-    }
-
-    /// Applies the broker's answer to a [`commit_request`](Self::commit_request): every
-    /// position the broker accepted becomes the partition's last commit, if the partition is
-    /// still owned under the epoch the request was read at (a partition revoked or lost
-    /// meanwhile keeps the bookkeeping its handoff left). A request that failed as a whole
-    /// changes nothing; refused partitions keep their last commit, so the next request carries
-    /// them again.
-    ///
-    /// Returns the positions the broker accepted.
-    pub fn commit_answered(
-        &self,
-        request: CommitRequest,
-        outcome: &Result<(), CommitFailure>,
-    ) -> Vec<CommitOffset> {
-        let refused: Vec<&TopicPartition> = match outcome {
-            Ok(()) => Vec::new(),
-            Err(CommitFailure::Request(_)) => return Vec::new(),
-            Err(CommitFailure::Partitions(failed)) => failed.iter().map(|(tp, _)| tp).collect(),
-        };
-        let mut committed = Vec::with_capacity(request.offsets.len());
-        for (offset, epoch) in request.offsets.into_iter().zip(request.epochs) {
-            if refused.contains(&&offset.tp) {
-                continue;
-            }
-            if let Some(mut state) = self.partition(&offset.tp) {
-                if state.epoch == epoch && state.status == OwnerStatus::Owned {
-                    state.committed(&offset);
-                }
-            }
-            committed.push(offset);
-        }
-        committed
-    }
-
     /// The current instant on the guard's clock, for [`process_message_at`](Self::process_message_at).
     pub fn now(&self) -> Instant {
         self.clock.now()
@@ -1028,18 +734,6 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         }
     }
 }
-
-/// A commit error shared by every partition of a request that failed as a whole.
-#[derive(Debug)]
-struct SharedFailure(String);
-
-impl fmt::Display for SharedFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SharedFailure {}
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use rebalance_guard::group::consumer_group::ConsumerGroupConfig;
 use rebalance_guard::group::{
-    GroupConfig, GroupContext, GroupError, GroupMember, LostReason, RebalanceListener,
+    close_with, poll_with, ClassicMember, ConsumerGroupMember, GroupConfig, GroupContext,
+    GroupError, LostReason, Membership, RebalanceListener,
 };
 use rebalance_guard::wire::ClientConfig;
 use rebalance_guard::TopicPartition;
@@ -148,7 +149,7 @@ impl OurMember {
         let pause_until_ms = Arc::new(AtomicU64::new(0));
         let epoch = Instant::now();
         let hook_observed = observed.clone();
-        let hook = Arc::new(move |partitions: &[TopicPartition]| {
+        let hook = Arc::new(move |partitions: &[TopicPartition], _: &LostReason| {
             hook_observed.push(OurEvent::Fenced(names(partitions)));
         });
         let config = GroupConfig {
@@ -175,9 +176,10 @@ impl OurMember {
                     retry_backoff: Duration::from_millis(100),
                     retry_backoff_max: Duration::from_secs(1),
                 };
-                GroupMember::with_consumer_protocol(config, protocol, client, hook)
+                ConsumerGroupMember::new(config, protocol, client, hook)
+                    .map(|m| Box::new(m) as Box<dyn Membership>)
             } else {
-                GroupMember::new(config, client, hook)
+                ClassicMember::new(config, client, hook).map(|m| Box::new(m) as Box<dyn Membership>)
             };
             let mut member = match made {
                 Ok(member) => member,
@@ -193,7 +195,7 @@ impl OurMember {
                     thread::sleep(Duration::from_millis(20));
                     continue;
                 }
-                match member.poll(&mut listener, Duration::from_millis(200)) {
+                match poll_with(&mut *member, &mut listener, Duration::from_millis(200)) {
                     Ok(()) => {}
                     Err(GroupError::Closed) => return,
                     Err(e) => {
@@ -203,7 +205,7 @@ impl OurMember {
                 }
                 thread::sleep(Duration::from_millis(20));
             }
-            if let Err(e) = member.close(&mut listener) {
+            if let Err(e) = close_with(&mut *member, &mut listener) {
                 thread_observed.push(OurEvent::Error(e.to_string()));
             }
         });
@@ -341,7 +343,7 @@ pub fn direct_member(
     group: &str,
     topics: Vec<String>,
     max_poll_interval: Duration,
-) -> (GroupMember, Arc<AtomicUsize>) {
+) -> (ClassicMember, Arc<AtomicUsize>) {
     let _ = env_logger::builder().is_test(true).try_init();
     let fenced = Arc::new(AtomicUsize::new(0));
     let counter = fenced.clone();
@@ -354,10 +356,10 @@ pub fn direct_member(
         heartbeat_interval: DEADLINE_HEARTBEAT,
         max_poll_interval,
     };
-    let hook = Arc::new(move |_: &[TopicPartition]| {
+    let hook = Arc::new(move |_: &[TopicPartition], _: &LostReason| {
         counter.fetch_add(1, Ordering::SeqCst);
     });
-    let member = GroupMember::new(config, ClientConfig::from_bootstrap_str(bootstrap), hook)
+    let member = ClassicMember::new(config, ClientConfig::from_bootstrap_str(bootstrap), hook)
         .expect("member");
     (member, fenced)
 }

@@ -80,13 +80,16 @@ mod errors;
 mod ids;
 pub(crate) mod liveness;
 mod machine;
+mod member;
 pub(crate) mod reconcile;
+mod thread;
 mod types;
 pub mod wire;
 
 pub use errors::{classify, ErrorAction};
 pub use ids::{generate_member_id, TopicId};
 pub use machine::{ConsumerGroupMembership, MemberState};
+pub use member::{ConsumerGroup, ConsumerGroupMember};
 pub use reconcile::StaleEpochRetry;
 pub use types::{
     ConsumerGroupConfig, Event, FatalError, HeartbeatRequest, HeartbeatResponse, IdAssignment,

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use super::*;
 use crate::group::assignor::MemberSubscription;
 use crate::group::assignor::{assign_and_encode, assignor_for, select_protocol, Strategy};
-use crate::group::consumer_protocol::{decode_assignment, decode_subscription, Subscription};
+use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
 use coordinator::{Coordinator, GroupState, JoinReply, JoinRequest};
 
 const GROUP: &str = "orders";
@@ -93,7 +93,7 @@ impl TestMember {
     fn new(strategy: Strategy, instance: Option<&str>, now: Instant) -> Self {
         let fenced = Arc::new(StdMutex::new(Vec::new()));
         let record = fenced.clone();
-        let hook: LostHook = Arc::new(move |parts: &[TopicPartition]| {
+        let hook: LostHook = Arc::new(move |parts: &[TopicPartition], _: &LostReason| {
             record
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -116,6 +116,7 @@ impl TestMember {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(parts.to_vec());
+            crate::guard::Fenced::none()
         }));
         TestMember {
             session,
@@ -1304,7 +1305,12 @@ fn cooperative_round_decided_beside() -> (Coordinator, TestMember, TestMember) {
 #[test]
 fn a_cooperative_revocation_is_fenced_when_decided_and_the_follow_up_waits_for_its_handoff() {
     let (mut c, mut a, _b) = cooperative_round_decided_beside();
-    let moving = a.session.pending().expect("a decided change").revoked();
+    let moving = a
+        .session
+        .pending()
+        .expect("a decided change")
+        .plan
+        .revoked();
     assert_eq!(moving.len(), 2);
     // Fenced at once, as a revocation (the lost hook stays silent); nothing applied yet.
     assert_eq!(a.fenced_ahead(), vec![moving.clone()]);
@@ -1370,14 +1376,19 @@ fn a_loss_before_the_poll_thread_applied_a_decided_change_voids_it() {
 #[test]
 fn a_change_applied_late_does_not_clear_the_next_generations_change() {
     let (_c, mut a, _b) = cooperative_round_decided_beside();
-    let old = a.session.pending().cloned().expect("a decided change");
+    let old_identity = a
+        .session
+        .pending()
+        .expect("a decided change")
+        .identity
+        .clone();
     a.session
         .lose(LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION), false);
     // A new round completed (generation 9) before the old change's application returned.
     a.session.join();
     let next = MemberIdentity {
         generation_id: 9,
-        member_id: old.identity.member_id.clone(),
+        member_id: old_identity.member_id.clone(),
     };
     a.session.post_assignment(
         RebalanceProtocol::Cooperative,
@@ -1386,7 +1397,7 @@ fn a_change_applied_late_does_not_clear_the_next_generations_change() {
         &[],
         &tps(&[1]),
     );
-    a.session.changes_applied(&old.identity);
+    a.session.changes_applied(&old_identity);
     assert_eq!(
         a.session.pending().map(|p| p.identity.generation_id),
         Some(9)

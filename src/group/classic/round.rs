@@ -10,25 +10,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::assignor::{
+use crate::group::assignor::{
     assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
 };
-use super::consumer_protocol::{decode_assignment, decode_subscription, Subscription};
-use super::error::GroupError;
-use super::member::GroupConfig;
-use super::membership::ErrorContext;
-use super::requests::{self, JoinParams, MemberIdentity};
-use super::session::{JoinAnswer, JoinStart, Phase, Refusal, Shared};
+use crate::group::config::GroupConfig;
+use crate::group::error::GroupError;
+use crate::group::member::Step;
+use crate::group::membership::ErrorContext;
+use crate::group::requests::{self, JoinParams, MemberIdentity};
+use crate::group::session::{JoinAnswer, JoinStart, Phase, Refusal, Shared};
+use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
 use crate::wire::{self, Client, WireError};
 use crate::TopicPartition;
-
-/// The outcome of a failed round step.
-pub(crate) enum Step {
-    /// Try again after a backoff (coordinator moved, rebalance in progress, member id required).
-    Retry(String),
-    /// Give up: the poll thread's caller gets the error.
-    Fail(GroupError),
-}
 
 /// A completed JoinGroup, with what the leader needs to assign.
 struct JoinedRound {

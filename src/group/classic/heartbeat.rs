@@ -23,13 +23,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::assignor::RebalanceProtocol;
-use super::failover::{bound_membership_client, Failover};
-use super::member::GroupConfig;
-use super::membership::ErrorContext;
-use super::requests::{self, MemberIdentity};
-use super::round::{Round, Step};
-use super::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
+use super::round::Round;
+use crate::group::assignor::RebalanceProtocol;
+use crate::group::config::GroupConfig;
+use crate::group::failover::{bound_membership_client, Failover};
+use crate::group::member::Step;
+use crate::group::membership::ErrorContext;
+use crate::group::requests::{self, MemberIdentity};
+use crate::group::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
 /// What the heartbeat thread needs to know about the group.

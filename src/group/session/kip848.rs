@@ -46,6 +46,7 @@ impl SessionState {
             return false;
         }
         let mut owned_after: Vec<TopicPartition> = self.owned.clone();
+        let mut fenced = None;
         match &event {
             RebalanceEvent::Revoke(partitions) => {
                 owned_after.retain(|tp| !partitions.contains(tp));
@@ -56,7 +57,7 @@ impl SessionState {
                         identity.generation_id,
                         partitions.len()
                     );
-                    fence(partitions);
+                    fenced = Some(fence(partitions));
                 }
             }
             RebalanceEvent::Assign(partitions) => {
@@ -77,6 +78,7 @@ impl SessionState {
                 rejoin: false,
             },
             ack,
+            fenced,
         });
         true
     }

@@ -29,15 +29,16 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::consumer_group::wire::{heartbeat_version, resolve_topic_ids, send_heartbeat};
-use super::consumer_group::{
+use super::wire::{heartbeat_version, resolve_topic_ids, send_heartbeat};
+use super::{
     ConsumerGroupConfig, ConsumerGroupMembership, Event, LostCause, MemberState, RevocationId,
 };
-use super::error::GroupError;
-use super::failover::{bound_membership_client, Failover};
-use super::membership::RebalanceEvent;
-use super::requests::MemberIdentity;
-use super::session::{LostReason, Phase, Shared};
+use crate::group::error::GroupError;
+use crate::group::failover::{bound_membership_client, Failover};
+use crate::group::lost::LostReason;
+use crate::group::membership::RebalanceEvent;
+use crate::group::requests::MemberIdentity;
+use crate::group::session::{Phase, Shared};
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
 /// How long the thread sleeps at most between looks at the session (a closed member, a change

@@ -1,0 +1,411 @@
+//! The handoff driver: applies the membership's changes to the consumer on the poll thread,
+//! before the next record is handed out. With the guard's `handoff.rs` (the steps and their
+//! states) this is where the commit ordering of a revocation reads top to bottom:
+//!
+//! - **revoke** ([`Driver::hand_off`]): drop the fetched records nobody was handed yet; drain
+//!   the guard's fence token (taken when the revocation was decided); the one state check reads
+//!   `last + 1`; commit it synchronously *in the generation that owned the partitions*; the
+//!   guard hands the partitions back; the membership is acknowledged (its next request may go).
+//! - **lost**: the lost hook fenced them when the loss was detected; drop their records and
+//!   positions. Nothing is flushed or committed.
+//! - **assign**: activate in the guard, then start from the committed offset (or
+//!   `auto.offset.reset`).
+//!
+//! Besides the driver this file owns what a handoff leaves behind: the [`HandoffFailure`]s the
+//! application collects, the [`Drain`] through which a revocation waits for worker threads, and
+//! [`commit_through`], the one way any other commit (the application's) reaches the group.
+
+use crate::partition::PartitionSet;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::group::{
+    Change, CommitError, CommitKind, CommitResults, LostReason, MemberIdentity, Membership,
+};
+use crate::guard::{
+    BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, HandoffStage, StormStatus,
+};
+use crate::wire;
+use crate::TopicPartition;
+
+use super::config::ConsumerConfig;
+use super::context::Guard;
+use super::error::ConsumerError;
+use super::intake::Intake;
+use super::stats::RebalanceCounters;
+
+/// Called when the guard reports a rebalance storm.
+pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
+
+/// One revoked partition whose handoff failed: its flush or its commit. The records processed
+/// since its last commit will be processed again by its next owner; an operator (or a checker)
+/// uses this to explain those repeats.
+#[derive(Debug, Clone)]
+pub struct HandoffFailure {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The generation the revocation committed in.
+    pub generation_id: i32,
+    /// Whether the flush or the commit failed.
+    pub stage: HandoffStage,
+    /// The error, as text.
+    pub error: String,
+}
+
+/// What the bridge keeps across rebalances, owned by the consumer and lent to each [`Bridge`].
+#[derive(Default)]
+pub(crate) struct Handoffs {
+    /// Called when the guard reports a rebalance storm.
+    pub(crate) storm_hook: Option<StormHook>,
+    /// What rebalances did, for the stats line.
+    pub(crate) counters: RebalanceCounters,
+    /// Set while worker threads process records: how a revocation waits for them.
+    pub(crate) drain: Option<Drain>,
+    /// Failed handoffs, kept for the application to report.
+    pub(crate) failures: Vec<HandoffFailure>,
+}
+
+/// Applies the membership's changes to the consumer's parts, borrowed for one call: the one
+/// driver of every handoff.
+pub(crate) struct Driver<'a> {
+    pub(crate) config: &'a ConsumerConfig,
+    pub(crate) guard: &'a Guard,
+    pub(crate) intake: &'a mut Intake,
+    pub(crate) handoffs: &'a mut Handoffs,
+    pub(crate) member: &'a mut dyn Membership,
+}
+
+/// How a revocation drains work handed to worker threads: workers signal every finished record
+/// on `finished`, and the drain waits for the partition's started records up to `timeout`.
+#[derive(Clone)]
+pub(crate) struct Drain {
+    pub(crate) finished: Arc<(Mutex<u64>, Condvar)>,
+    pub(crate) timeout: Duration,
+}
+
+impl Drain {
+    /// Cancels the partition's queued, unstarted records, then waits for its started ones until
+    /// `deadline`: one deadline for the whole revocation, so k hung handlers cost one
+    /// `revoke.drain.timeout.ms`, not k. A drain that times out fails the flush: nothing is
+    /// committed for the partition, and the late completions are refused as stale when they
+    /// come.
+    pub(crate) fn drain(
+        &self,
+        guard: &Guard,
+        partition: &TopicPartition,
+        deadline: Instant,
+    ) -> Result<(), BoxError> {
+        let cancelled = guard.cancel_unstarted(partition);
+        if cancelled > 0 {
+            log::info!("{partition}: {cancelled} queued record(s) cancelled by the revocation");
+        }
+        let (lock, signal) = &*self.finished;
+        let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let running = guard.unfinished(partition);
+            if running == 0 {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "{running} record(s) still running after revoke.drain.timeout.ms ({:?})",
+                    self.timeout
+                )
+                .into());
+            }
+            seen = signal
+                .wait_timeout(seen, deadline - now)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+}
+
+impl Driver<'_> {
+    fn storm(&mut self, status: Option<StormStatus>) {
+        if let (Some(status), Some(hook)) = (status, self.handoffs.storm_hook.as_mut()) {
+            if status.is_storm() {
+                hook(&status);
+            }
+        }
+    }
+}
+
+/// Sends a commit of `offsets` through `commit` (the group's synchronous commit) and turns the
+/// group's per-partition results into the guard's failure type.
+pub(crate) fn commit_through(
+    commit: impl FnOnce(&[wire::OffsetCommitEntry]) -> Result<CommitResults, CommitError>,
+    offsets: &[CommitOffset],
+) -> Result<(), CommitFailure> {
+    commit_outcome(offsets, commit(&commit_entries(offsets)))
+}
+
+/// The OffsetCommit entries of the guard's positions.
+pub(crate) fn commit_entries(offsets: &[CommitOffset]) -> Vec<wire::OffsetCommitEntry> {
+    offsets
+        .iter()
+        .map(|o| wire::OffsetCommitEntry {
+            tp: o.tp.clone(),
+            offset: o.next_offset,
+            leader_epoch: None,
+            metadata: o.metadata.clone(),
+        })
+        .collect()
+}
+
+/// The group's answer to a commit of `offsets`, in the guard's terms: every partition accepted,
+/// or the request failed, or these partitions were refused (absent from the answer counts as
+/// refused).
+pub(crate) fn commit_outcome(
+    offsets: &[CommitOffset],
+    answer: Result<CommitResults, CommitError>,
+) -> Result<(), CommitFailure> {
+    let results = answer.map_err(|e| CommitFailure::Request(Box::new(e)))?;
+    let refused = refused_partitions(offsets, results);
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(CommitFailure::Partitions(refused))
+    }
+}
+
+/// The partitions of a commit that did not succeed: those the broker refused, and those its
+/// answer did not mention at all (absent is not done).
+fn refused_partitions(
+    asked: &[CommitOffset],
+    results: CommitResults,
+) -> Vec<(TopicPartition, BoxError)> {
+    let answered: PartitionSet = results.iter().map(|(tp, _)| tp.clone()).collect();
+    let mut refused: Vec<(TopicPartition, BoxError)> = results
+        .into_iter()
+        .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
+        .collect();
+    for offset in asked {
+        if !answered.contains(&offset.tp) {
+            refused.push((
+                offset.tp.clone(),
+                "absent from the OffsetCommit response".into(),
+            ));
+        }
+    }
+    refused
+}
+
+impl Driver<'_> {
+    /// Applies the membership's changes until it is stable or `timeout` passed (an eager
+    /// round runs inside), each before the next record is handed out. The time is the
+    /// library's: `max.poll.interval.ms` does not run meanwhile.
+    pub(crate) fn drive(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.member.enter_poll();
+        let result = self.drive_inside(timeout);
+        self.member.leave_poll();
+        result
+    }
+
+    fn drive_inside(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            match self.member.next_change(left)? {
+                None => return Ok(()),
+                Some(change) => self.apply(change)?,
+            }
+        }
+    }
+
+    /// Hands back everything the member still owns, in the current generation, before it
+    /// leaves the group.
+    pub(crate) fn close(&mut self) -> Result<(), ConsumerError> {
+        let mut first_error = None;
+        for change in self.member.closing() {
+            if let Err(error) = self.apply(change) {
+                first_error.get_or_insert(error);
+            }
+        }
+        self.member.leave()?;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Applies one change: a revocation's handoff, an assignment, a loss.
+    pub(crate) fn apply(&mut self, change: Change) -> Result<(), ConsumerError> {
+        match change {
+            Change::Revoke {
+                identity,
+                partitions,
+                fenced,
+                ack,
+            } => {
+                self.hand_off(&identity, &partitions, fenced);
+                // The hand-back each protocol needs: the cooperative follow-up JoinGroup, the
+                // KIP-848 heartbeat that acknowledges the revocation, the eager JoinGroup.
+                self.member.acknowledge(ack);
+                Ok(())
+            }
+            Change::Assign {
+                identity,
+                partitions,
+                ack,
+                ..
+            } => {
+                let started = self.start(&identity, &partitions);
+                self.member.acknowledge(ack);
+                started
+            }
+            Change::Lost { partitions, reason } => {
+                self.lose(&partitions, &reason);
+                Ok(())
+            }
+        }
+    }
+
+    /// The handoff of revoked partitions, in order: the fetched records nobody was handed go
+    /// back, the guard's fence (taken when the revocation was decided) is drained, the one state
+    /// check reads the positions, the commit goes out synchronously in the generation that owned
+    /// the partitions, and the guard hands them back with the commit's answer.
+    fn hand_off(
+        &mut self,
+        identity: &MemberIdentity,
+        partitions: &[TopicPartition],
+        fenced: Option<Fenced>,
+    ) {
+        // 1. Fetched records of these partitions were never handed out: they are the next
+        //    owner's.
+        for tp in partitions {
+            self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
+        }
+        // 2. The fence, taken where the revocation was decided (or now, when none was).
+        let fenced = fenced.unwrap_or_else(|| self.guard.fence(partitions));
+        // 3. The drain: every admitted record finishes (or the flush fails and nothing of the
+        //    partition is committed).
+        let drained = self.guard.drain(fenced, &mut self.flush());
+        // 4. The state check: a partition lost since its fence leaves the handoff here.
+        let awaiting = self.guard.prepare_commit(drained);
+        // 5. The commit of `last + 1`, synchronously, as the identity that owns the partitions.
+        let generation = identity.generation_id;
+        let answer = (!awaiting.offsets().is_empty()).then(|| {
+            let offsets = awaiting.offsets();
+            commit_outcome(
+                offsets,
+                self.member
+                    .commit_as(identity, &commit_entries(offsets), CommitKind::Handoff),
+            )
+        });
+        // 6. The guard hands the partitions back with the answer.
+        let handed = self.guard.hand_back(awaiting, answer);
+        self.handoffs.counters.revoked += partitions.len() as u64;
+        match handed.result {
+            Ok(report) => {
+                for c in &report.committed {
+                    log::info!(
+                        "{}: revoked, committed next offset {} in generation {generation}",
+                        c.tp,
+                        c.next_offset
+                    );
+                }
+                self.storm(report.storm);
+            }
+            Err(error) => {
+                // Log the attempted positions, the generation and the error; never pretend a
+                // commit can undo work. The next owner resumes from the last durable position
+                // and the idempotent sink absorbs the repeat.
+                self.handoffs.counters.failed_handoffs += 1;
+                log::error!("revocation in generation {generation}: {error}");
+                for failure in &error.failures {
+                    self.handoffs.failures.push(HandoffFailure {
+                        tp: failure.tp.clone(),
+                        generation_id: generation,
+                        stage: failure.stage,
+                        error: failure.error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// How the drain waits for a revoked partition's admitted work. Synchronous loop: every
+    /// admitted record was completed or rewound before the poll that brought the revocation;
+    /// anything still pending never finished, so the partition must not be committed past it.
+    /// Worker threads: cancel what has not started, wait (boundedly, one deadline for the whole
+    /// revocation) for the rest.
+    fn flush(&self) -> impl FnMut(FlushBatch<()>) -> Result<(), BoxError> + '_ {
+        let drain = self.handoffs.drain.as_ref();
+        let deadline = drain.map(|d| Instant::now() + d.timeout);
+        let guard = self.guard;
+        move |batch: FlushBatch<()>| match drain {
+            None => match batch.buffered.len() + batch.running.len() {
+                0 => Ok(()),
+                unfinished => Err(format!("{unfinished} admitted record(s) never finished").into()),
+            },
+            Some(drain) => drain.drain(guard, &batch.tp, deadline.unwrap_or_else(Instant::now)),
+        }
+    }
+
+    /// Newly assigned partitions: active in the guard, then started from the committed offset
+    /// (or `auto.offset.reset`).
+    fn start(
+        &mut self,
+        identity: &MemberIdentity,
+        partitions: &[TopicPartition],
+    ) -> Result<(), ConsumerError> {
+        let status = self.guard.assign(partitions);
+        self.storm(status);
+        self.handoffs.counters.assigned += partitions.len() as u64;
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        log::info!(
+            "assigned {} partition(s) in generation {}",
+            partitions.len(),
+            identity.generation_id
+        );
+        self.intake.assigned(partitions, Instant::now());
+        self.intake
+            .resolve_positions(self.member.client(), self.config, self.guard)
+    }
+
+    /// Partitions taken away without a handoff: fenced already by the lost hook when the loss
+    /// was detected (this is idempotent); their records and positions are dropped. Nothing is
+    /// flushed or committed.
+    fn lose(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
+        let report = self.guard.lost_because(partitions, reason);
+        for tp in partitions {
+            self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
+        }
+        self.handoffs.counters.lost += partitions.len() as u64;
+        log::warn!(
+            "lost {} partition(s) ({reason}) without commit; {} admitted record(s) discarded",
+            partitions.len(),
+            report.discarded
+        );
+        self.storm(report.storm);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_absent_from_the_commit_answer_is_not_committed() {
+        let tp = |p| TopicPartition::new("orders", p);
+        let asked = [
+            CommitOffset {
+                tp: tp(0),
+                next_offset: 5,
+                metadata: None,
+            },
+            CommitOffset {
+                tp: tp(1),
+                next_offset: 9,
+                metadata: None,
+            },
+        ];
+        let refused = refused_partitions(&asked, vec![(tp(0), Ok(()))]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, tp(1));
+        assert!(refused[0].1.to_string().contains("absent"));
+    }
+}
