@@ -14,24 +14,22 @@
 //! Every decision is the session's (`session::SessionState`): this file sends the requests,
 //! feeds their answers in, and hands the poll thread the changes the session decided.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{Ack, AckKind, Change, FenceHook, LostHook, Membership, MembershipView};
+use super::changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
 use super::commit::{commit_offsets, CommitKind, CommitResults};
 use super::committer::Committer;
 use super::config::GroupConfig;
 use super::error::{CommitError, GroupError};
+use super::handout::Handout;
 use super::listener::{close_with, poll_with, RebalanceListener};
-use super::lost::LostReason;
-use super::membership::{on_lost, RebalanceEvent, RebalancePlan};
 use super::requests::MemberIdentity;
 use super::session::{NextStep, Phase, Shared, Timeouts};
-use crate::guard::{Fenced, SessionBound};
+use crate::guard::SessionBound;
 use crate::wire::{self, Client, ClientConfig};
 use crate::TopicPartition;
 
@@ -70,15 +68,6 @@ pub enum Step {
     Fail(GroupError),
 }
 
-/// A decided change being handed out, one event at a time.
-struct Applying {
-    identity: MemberIdentity,
-    leader: bool,
-    plan: RebalancePlan,
-    events: VecDeque<RebalanceEvent>,
-    fenced: Option<Fenced>,
-}
-
 /// A consumer-group member with its membership thread, driven by the poll thread through
 /// [`Membership`].
 pub struct Member<P: Protocol> {
@@ -90,12 +79,8 @@ pub struct Member<P: Protocol> {
     /// The commit thread of paced commits; every synchronous commit waits for its commit in
     /// flight first (`committer.rs`).
     committer: Committer,
-    /// Losses taken from the session, not handed out yet.
-    losses: VecDeque<Change>,
-    /// The decided change being handed out.
-    applying: Option<Applying>,
-    /// Eager: the revocation before the join was handed out and not acknowledged yet.
-    revoking_before_join: bool,
+    /// What the session decided, handed out one change at a time.
+    handout: Handout,
 }
 
 impl<P: Protocol> fmt::Debug for Member<P> {
@@ -159,9 +144,7 @@ impl<P: Protocol> Member<P> {
             thread: Some(thread),
             protocol,
             committer: parts.committer,
-            losses: VecDeque::new(),
-            applying: None,
-            revoking_before_join: false,
+            handout: Handout::default(),
         }
     }
 
@@ -193,132 +176,6 @@ impl<P: Protocol> Member<P> {
     /// True when the group wants us to rejoin (a rebalance is in progress).
     pub fn rejoin_pending(&self) -> bool {
         self.shared.lock().rejoin_reason().is_some()
-    }
-
-    /// Takes the losses and the fatal error the session recorded (a failure of the membership
-    /// thread first): the losses wait in `losses` to be handed out.
-    fn take_reports(&mut self) -> Result<(), GroupError> {
-        if let Some(failure) = self.shared.take_failure() {
-            return Err(failure);
-        }
-        let (lost, fatal) = self.shared.lock().take_reports();
-        self.queue_losses(lost);
-        match fatal {
-            Some(fatal) => Err(GroupError::Fatal(fatal)),
-            None => Ok(()),
-        }
-    }
-
-    fn queue_losses(&mut self, lost: Vec<(Vec<TopicPartition>, LostReason)>) {
-        for (partitions, reason) in lost {
-            for event in on_lost(&partitions) {
-                if let RebalanceEvent::Lost(partitions) = event {
-                    self.losses.push_back(Change::Lost {
-                        partitions,
-                        reason: reason.clone(),
-                    });
-                }
-            }
-        }
-    }
-
-    /// The next event of the decided change (taking it from the session when none is being
-    /// handed out), or `None` when there is none. Losses detected since go first: the change
-    /// may reassign the same partitions, and a loss reported after it would mark them lost in
-    /// the guard again. The change is cleared in the session once its last event was
-    /// acknowledged, which lets the membership go on.
-    fn next_decided(&mut self) -> Option<Change> {
-        if self.applying.is_none() {
-            let (lost, decided) = self.shared.lock().take_change();
-            self.queue_losses(lost);
-            self.applying = decided.map(|d| Applying {
-                events: d.plan.events.iter().cloned().collect(),
-                identity: d.identity,
-                leader: d.leader,
-                plan: d.plan,
-                fenced: d.fenced,
-            });
-        }
-        if let Some(loss) = self.losses.pop_front() {
-            return Some(loss);
-        }
-        let applying = self.applying.as_mut()?;
-        let me = applying.identity.clone();
-        match applying.events.pop_front() {
-            Some(RebalanceEvent::Revoke(partitions)) => Some(Change::Revoke {
-                ack: Ack(AckKind::Revoked {
-                    identity: me.clone(),
-                    partitions: partitions.clone(),
-                }),
-                identity: me,
-                partitions,
-                fenced: applying.fenced.take(),
-            }),
-            Some(RebalanceEvent::Assign(partitions)) => {
-                if !self.shared.lock().assigning(&me, &applying.plan) {
-                    // Lost while the revocation ran: the loss is reported instead.
-                    applying.events.clear();
-                    self.finish_change();
-                    return self.losses.pop_front();
-                }
-                Some(Change::Assign {
-                    identity: me.clone(),
-                    partitions,
-                    leader: applying.leader,
-                    ack: Ack(AckKind::Assigned { identity: me }),
-                })
-            }
-            Some(RebalanceEvent::Lost(partitions)) => Some(Change::Lost {
-                partitions,
-                reason: LostReason::Fenced(crate::wire::KafkaCode::NONE),
-            }),
-            None => {
-                self.finish_change();
-                None
-            }
-        }
-    }
-
-    /// The decided change was applied (or stopped by a loss): the session clears it.
-    fn finish_change(&mut self) {
-        if let Some(applying) = self.applying.take() {
-            self.shared.lock().changes_applied(&applying.identity);
-            self.shared.wake.notify_all();
-        }
-    }
-
-    /// Eager: the revocation of everything before the JoinGroup, while the old generation is
-    /// still valid for commits; `None` when nothing is owned.
-    fn revoke_before_join(&mut self, reason: &str) -> Option<Change> {
-        let revoke = self
-            .shared
-            .lock()
-            .revoke_before_join(self.protocol.rebalance_protocol());
-        let partitions: Vec<TopicPartition> = revoke
-            .events
-            .into_iter()
-            .filter_map(|event| match event {
-                RebalanceEvent::Revoke(partitions) => Some(partitions),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        if partitions.is_empty() {
-            return None;
-        }
-        log::info!(
-            "group {}: revoking {} partition(s) before rejoining ({reason})",
-            self.config.group_id,
-            partitions.len()
-        );
-        self.revoking_before_join = true;
-        let fenced = self.shared.lock().fence_now(&partitions);
-        Some(Change::Revoke {
-            identity: revoke.identity,
-            partitions,
-            fenced,
-            ack: Ack(AckKind::RevokedBeforeJoin),
-        })
     }
 
     /// Cooperative and KIP-848: waits until the membership thread has something for this
@@ -377,9 +234,15 @@ impl<P: Protocol> Membership for Member<P> {
         };
         let mut backoff = Duration::from_millis(50);
         loop {
-            self.take_reports()?;
+            self.handout.take_reports(&self.shared)?;
+            if let Some(loss) = self.handout.next_loss() {
+                return Ok(Some(loss));
+            }
+            if let Some(fatal) = self.handout.take_fatal() {
+                return Err(fatal);
+            }
             self.membership_thread_alive()?;
-            if let Some(change) = self.next_decided() {
+            if let Some(change) = self.handout.next(&self.shared) {
                 return Ok(Some(change));
             }
             let reason = match self.shared.lock().next_step() {
@@ -394,10 +257,13 @@ impl<P: Protocol> Membership for Member<P> {
                 continue;
             }
             // Eager: hand everything back first, then run the round on this thread.
-            if !self.revoking_before_join {
-                if let Some(revoke) = self.revoke_before_join(&reason) {
-                    return Ok(Some(revoke));
-                }
+            let protocol = self.protocol.rebalance_protocol();
+            let group_id = &self.config.group_id;
+            if let Some(revoke) =
+                self.handout
+                    .revoke_before_join(&self.shared, protocol, group_id, &reason)
+            {
+                return Ok(Some(revoke));
             }
             let round = self.protocol.run_round(
                 MemberIo {
@@ -426,42 +292,11 @@ impl<P: Protocol> Membership for Member<P> {
     }
 
     fn acknowledge(&mut self, ack: Ack) {
-        match ack.0 {
-            AckKind::Revoked {
-                identity,
-                partitions,
-            } => self.shared.lock().revoked(&identity, &partitions),
-            AckKind::RevokedBeforeJoin => {
-                self.revoking_before_join = false;
-                self.shared.lock().revoked_before_join();
-            }
-            AckKind::Assigned { .. } | AckKind::Closing => {}
-        }
-        // The last event of the decided change: clear it now, so the membership thread's next
-        // request (the follow-up JoinGroup, the acknowledging heartbeat) goes out at once.
-        if self.applying.as_ref().is_some_and(|a| a.events.is_empty()) {
-            self.finish_change();
-        }
+        self.handout.acknowledge(&self.shared, ack);
     }
 
     fn closing(&mut self) -> Vec<Change> {
-        let _ = self.take_reports();
-        let mut changes: Vec<Change> = self.losses.drain(..).collect();
-        let Some((identity, events)) = self.shared.lock().leave() else {
-            return changes;
-        };
-        for event in events {
-            if let RebalanceEvent::Revoke(partitions) = event {
-                let fenced = self.shared.lock().fence_now(&partitions);
-                changes.push(Change::Revoke {
-                    identity: identity.clone(),
-                    partitions,
-                    fenced,
-                    ack: Ack(AckKind::Closing),
-                });
-            }
-        }
-        changes
+        self.handout.closing(&self.shared)
     }
 
     fn leave(&mut self) -> Result<(), GroupError> {

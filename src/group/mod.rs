@@ -42,6 +42,7 @@ mod config;
 pub mod consumer_group;
 mod error;
 mod failover;
+mod handout;
 mod listener;
 mod lost;
 pub(crate) mod member;

@@ -1,10 +1,11 @@
-//! The membership's session: one state type whose methods are every transition of the classic
-//! protocol's life cycle, each with its reason, and the only code that writes the phase.
+//! The membership's session: one state type whose methods are every transition of a member's
+//! life cycle, each with its reason, and the only code that writes the phase. The classic
+//! protocol's transitions are here; KIP-848's, on the same state, in `session/kip848.rs`.
 //!
-//! It does no I/O and reads no clock: the poll thread ([`super::member`]) and the heartbeat thread
-//! ([`super::heartbeat`]) send the requests, feed the answers in with the instant they were sent,
-//! and apply what comes back (which listener callbacks to run, whether to retry, to look the
-//! coordinator up again, to leave). Only the lost hook is called from here, under the lock,
+//! It does no I/O and reads no clock: the poll thread (`member.rs`) and the membership thread
+//! (the classic heartbeat thread, or KIP-848's) send the requests, feed the answers in with the
+//! instant they were sent, and apply what comes back (which changes to hand the poll thread,
+//! whether to retry, to look the coordinator up again, to leave). Only the lost hook is called from here, under the lock,
 //! because a loss must fence the partitions before anything else can happen to them, from
 //! whichever thread detected it. So every group rule can be driven in memory, with time passed
 //! in: see the coordinator in this module's tests.

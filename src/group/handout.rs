@@ -1,0 +1,232 @@
+//! How a member hands the poll thread what the session decided, one [`Change`] at a time, and
+//! takes the acknowledgements back: the poll-thread half of the seam in `changes.rs`, shared by
+//! every member type (both protocols, and the in-memory members of the tests), so the order in
+//! which a change is handed out and acknowledged is written once.
+//!
+//! The order: losses first (a change may reassign the same partitions, and a loss reported
+//! after it would mark them lost in the guard again), then the decided change's events
+//! (revocations before the assignment); an assignment whose generation ended while a revocation
+//! ran is not handed out (the loss is, instead). Once the change's last event is acknowledged
+//! the session clears it, which lets the membership send its next request (the cooperative
+//! follow-up JoinGroup, KIP-848's acknowledging heartbeat).
+
+use std::collections::VecDeque;
+
+use super::assignor::RebalanceProtocol;
+use super::changes::{Ack, AckKind, Change};
+use super::error::GroupError;
+use super::lost::LostReason;
+use super::membership::{on_lost, RebalanceEvent, RebalancePlan};
+use super::requests::MemberIdentity;
+use super::session::Shared;
+use crate::guard::Fenced;
+use crate::wire::KafkaCode;
+use crate::TopicPartition;
+
+/// A decided change being handed out, one event at a time.
+#[derive(Debug)]
+struct Applying {
+    identity: MemberIdentity,
+    leader: bool,
+    plan: RebalancePlan,
+    events: VecDeque<RebalanceEvent>,
+    fenced: Option<Fenced>,
+}
+
+/// The changes waiting for the poll thread, and the one being handed out.
+#[derive(Debug, Default)]
+pub(crate) struct Handout {
+    /// Losses taken from the session, not handed out yet.
+    losses: VecDeque<Change>,
+    /// The decided change being handed out.
+    applying: Option<Applying>,
+    /// Eager: the revocation before the join was handed out and not acknowledged yet.
+    revoking_before_join: bool,
+    /// A fatal error the session recorded: returned once the losses before it were handed out.
+    fatal: Option<GroupError>,
+}
+
+impl Handout {
+    /// Takes the losses and the fatal error the session recorded; a failure of the membership
+    /// thread is returned at once. The losses wait to be handed out, and the fatal error for
+    /// [`take_fatal`](Self::take_fatal) after them (the partitions are reported lost first).
+    pub(crate) fn take_reports(&mut self, shared: &Shared) -> Result<(), GroupError> {
+        if let Some(failure) = shared.take_failure() {
+            return Err(failure);
+        }
+        let (lost, fatal) = shared.lock().take_reports();
+        self.queue_losses(lost);
+        if let Some(fatal) = fatal {
+            self.fatal.get_or_insert(GroupError::Fatal(fatal));
+        }
+        Ok(())
+    }
+
+    /// The next loss to hand out, if any.
+    pub(crate) fn next_loss(&mut self) -> Option<Change> {
+        self.losses.pop_front()
+    }
+
+    /// The fatal error, once every loss before it was handed out.
+    pub(crate) fn take_fatal(&mut self) -> Option<GroupError> {
+        if self.losses.is_empty() {
+            self.fatal.take()
+        } else {
+            None
+        }
+    }
+
+    fn queue_losses(&mut self, lost: Vec<(Vec<TopicPartition>, LostReason)>) {
+        for (partitions, reason) in lost {
+            for event in on_lost(&partitions) {
+                if let RebalanceEvent::Lost(partitions) = event {
+                    self.losses.push_back(Change::Lost {
+                        partitions,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The next loss or event of the decided change (taking it from the session when none is
+    /// being handed out), or `None` when there is none.
+    pub(crate) fn next(&mut self, shared: &Shared) -> Option<Change> {
+        if self.applying.is_none() {
+            let (lost, decided) = shared.lock().take_change();
+            self.queue_losses(lost);
+            self.applying = decided.map(|d| Applying {
+                events: d.plan.events.iter().cloned().collect(),
+                identity: d.identity,
+                leader: d.leader,
+                plan: d.plan,
+                fenced: d.fenced,
+            });
+        }
+        if let Some(loss) = self.losses.pop_front() {
+            return Some(loss);
+        }
+        let applying = self.applying.as_mut()?;
+        let me = applying.identity.clone();
+        match applying.events.pop_front() {
+            Some(RebalanceEvent::Revoke(partitions)) => Some(Change::Revoke {
+                ack: Ack(AckKind::Revoked {
+                    identity: me.clone(),
+                    partitions: partitions.clone(),
+                }),
+                identity: me,
+                partitions,
+                fenced: applying.fenced.take(),
+            }),
+            Some(RebalanceEvent::Assign(partitions)) => {
+                if !shared.lock().assigning(&me, &applying.plan) {
+                    // Lost while the revocation ran: the loss is handed out instead.
+                    applying.events.clear();
+                    self.finish(shared);
+                    return self.next(shared);
+                }
+                Some(Change::Assign {
+                    identity: me.clone(),
+                    partitions,
+                    leader: applying.leader,
+                    ack: Ack(AckKind::Assigned { identity: me }),
+                })
+            }
+            Some(RebalanceEvent::Lost(partitions)) => Some(Change::Lost {
+                partitions,
+                reason: LostReason::Fenced(KafkaCode::NONE),
+            }),
+            None => {
+                self.finish(shared);
+                None
+            }
+        }
+    }
+
+    /// The decided change was applied (or stopped by a loss): the session clears it, and the
+    /// membership thread is woken for its next request.
+    fn finish(&mut self, shared: &Shared) {
+        if let Some(applying) = self.applying.take() {
+            shared.lock().changes_applied(&applying.identity);
+            shared.wake.notify_all();
+        }
+    }
+
+    /// A change handed out was applied: the session records it, and the decided change is
+    /// cleared once its last event was acknowledged.
+    pub(crate) fn acknowledge(&mut self, shared: &Shared, ack: Ack) {
+        match ack.0 {
+            AckKind::Revoked {
+                identity,
+                partitions,
+            } => shared.lock().revoked(&identity, &partitions),
+            AckKind::RevokedBeforeJoin => {
+                self.revoking_before_join = false;
+                shared.lock().revoked_before_join();
+            }
+            AckKind::Assigned { .. } | AckKind::Closing => {}
+        }
+        if self.applying.as_ref().is_some_and(|a| a.events.is_empty()) {
+            self.finish(shared);
+        }
+    }
+
+    /// Eager: the revocation of everything before the JoinGroup, while the old generation is
+    /// still valid for commits, fenced now; `None` when nothing is owned or it was handed out
+    /// already (the round runs once it is acknowledged).
+    pub(crate) fn revoke_before_join(
+        &mut self,
+        shared: &Shared,
+        protocol: RebalanceProtocol,
+        group_id: &str,
+        reason: &str,
+    ) -> Option<Change> {
+        if self.revoking_before_join {
+            return None;
+        }
+        let revoke = shared.lock().revoke_before_join(protocol);
+        let partitions = RebalancePlan {
+            events: revoke.events,
+            owned_after: Vec::new(),
+            rejoin: false,
+        }
+        .revoked();
+        if partitions.is_empty() {
+            return None;
+        }
+        log::info!(
+            "group {group_id}: revoking {} partition(s) before rejoining ({reason})",
+            partitions.len()
+        );
+        self.revoking_before_join = true;
+        let fenced = shared.lock().fence_now(&partitions);
+        Some(Change::Revoke {
+            identity: revoke.identity,
+            partitions,
+            fenced,
+            ack: Ack(AckKind::RevokedBeforeJoin),
+        })
+    }
+
+    /// Closing: the losses not handed out, then the revocation of everything still owned, in
+    /// the current generation, fenced now.
+    pub(crate) fn closing(&mut self, shared: &Shared) -> Vec<Change> {
+        let _ = self.take_reports(shared);
+        let mut changes: Vec<Change> = self.losses.drain(..).collect();
+        let Some((identity, events)) = shared.lock().leave() else {
+            return changes;
+        };
+        for event in events {
+            if let RebalanceEvent::Revoke(partitions) = event {
+                let fenced = shared.lock().fence_now(&partitions);
+                changes.push(Change::Revoke {
+                    identity: identity.clone(),
+                    partitions,
+                    fenced,
+                    ack: Ack(AckKind::Closing),
+                });
+            }
+        }
+        changes
+    }
+}
