@@ -6,11 +6,16 @@ use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
 use super::session::{membership_refusal, CommitRefusal, Shared};
-use crate::wire::{self, Client, CommitIdentity, KafkaCode, WireError};
+use crate::wire::{self, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
 /// Each partition's own commit result: one refused partition does not fail the others.
 pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
+
+/// Sends one OffsetCommit and returns each partition's result: a client's `offset_commit` in
+/// the product, an in-memory coordinator in tests.
+pub(crate) type OffsetCommitSend<'a> = dyn FnMut(&CommitIdentity<'_>, &[wire::OffsetCommitEntry]) -> Result<CommitResults, WireError>
+    + 'a;
 
 /// Which commit is being made: it decides what a refusal means and whether a refusal for a
 /// stale member epoch may be sent again with the current one.
@@ -45,8 +50,8 @@ impl CommitKind {
 /// the same answers: fenced through the hook at once, reported as lost at the next poll, never
 /// revoked (a revocation would let in-flight work run on under leases that still look current,
 /// and commit again with the dead identity). See [`SessionState::commit_refused`].
-pub(super) fn commit_offsets(
-    client: &mut Client,
+pub(crate) fn commit_offsets(
+    send: &mut OffsetCommitSend<'_>,
     shared: &Shared,
     group_id: &str,
     instance_id: Option<&str>,
@@ -74,11 +79,9 @@ pub(super) fn commit_offsets(
         member_id: &identity.member_id,
         group_instance_id: instance_id,
     };
-    let mut results = client
-        .offset_commit(&who, offsets)
-        .map_err(CommitError::Wire)?;
+    let mut results = send(&who, offsets).map_err(CommitError::Wire)?;
     if kind != CommitKind::Paced {
-        retry_stale_epoch(client, shared, &who, offsets, &mut results)?;
+        retry_stale_epoch(send, shared, &who, offsets, &mut results)?;
     }
     let refusal = membership_refusal(
         results
@@ -104,7 +107,7 @@ pub(super) fn commit_offsets(
 /// that moved (KIP-1251), so the client must not send it. When the session has not heard a
 /// newer epoch yet, the refusal stands; the next commit carries the new epoch.
 fn retry_stale_epoch(
-    client: &mut Client,
+    send: &mut OffsetCommitSend<'_>,
     shared: &Shared,
     who: &CommitIdentity<'_>,
     offsets: &[wire::OffsetCommitEntry],
@@ -161,9 +164,7 @@ fn retry_stale_epoch(
         generation_id_or_member_epoch: epoch,
         ..*who
     };
-    let retried = client
-        .offset_commit(&retry_as, &again)
-        .map_err(CommitError::Wire)?;
+    let retried = send(&retry_as, &again).map_err(CommitError::Wire)?;
     for (tp, result) in retried {
         if let Some(slot) = results.iter_mut().find(|(t, _)| *t == tp) {
             slot.1 = result;

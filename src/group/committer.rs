@@ -236,7 +236,7 @@ fn offset_commit_sender(
             return Err(thread_gone());
         };
         let answer = commit_offsets(
-            connected,
+            &mut |who, offsets| connected.offset_commit(who, offsets),
             &shared,
             &group_id,
             instance_id.as_deref(),

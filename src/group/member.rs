@@ -329,8 +329,9 @@ impl<P: Protocol> Membership for Member<P> {
         kind: CommitKind,
     ) -> Result<CommitResults, CommitError> {
         self.committer.settle();
+        let client = &mut self.client;
         commit_offsets(
-            &mut self.client,
+            &mut |who, offsets| client.offset_commit(who, offsets),
             &self.shared,
             &self.config.group_id,
             self.config.group_instance_id.as_deref(),
