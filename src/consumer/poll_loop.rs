@@ -66,6 +66,46 @@ impl Consumer {
     ///
     /// [`poll`]: Consumer::poll
     pub fn subscribe(config: ConsumerConfig, topics: &[&str]) -> Result<Consumer, ConsumerError> {
+        let protocol_config = config.consumer_group_config(topics);
+        let client_config = config.client_config();
+        let detection_config = config.clone();
+        let mut failure_detection = None;
+        let mut consumer = Consumer::with_membership(config, topics, |group, hook| {
+            // group.protocol=consumer (KIP-848): the broker assigns, the membership thread
+            // reconciles beside this loop; everything else reads the same for both protocols.
+            // One request on the connection just opened warns if a broker failure would outlast
+            // every member's lease (see `failure_detection.rs`).
+            Ok(match detection_config.group_protocol() {
+                GroupProtocol::Consumer => {
+                    let mut member =
+                        ConsumerGroupMember::new(group, protocol_config, client_config, hook)?;
+                    failure_detection =
+                        failure_detection::check(&detection_config, member.wire_client());
+                    Box::new(member)
+                }
+                GroupProtocol::Classic => {
+                    let mut member = ClassicMember::new(group, client_config, hook)?;
+                    failure_detection =
+                        failure_detection::check(&detection_config, member.wire_client());
+                    Box::new(member)
+                }
+            })
+        })?;
+        consumer.failure_detection = failure_detection;
+        Ok(consumer)
+    }
+
+    /// A consumer over the membership `membership` builds from the group's settings and the
+    /// lost hook (wired to this consumer's guard). [`subscribe`](Self::subscribe) builds the
+    /// member of the configured protocol; tests pass an in-memory member, which drives the
+    /// whole consumer (batches, the guard, the handoff driver, commits, workers) without a
+    /// broker.
+    #[doc(hidden)]
+    pub fn with_membership(
+        config: ConsumerConfig,
+        topics: &[&str],
+        membership: impl FnOnce(GroupConfig, LostHook) -> Result<Box<dyn Membership>, ConsumerError>,
+    ) -> Result<Consumer, ConsumerError> {
         let guard =
             Arc::new(RebalanceGuard::new(config.guard_config()).map_err(ConsumerError::Guard)?);
         // The heartbeat thread fences lost partitions through the guard the moment it detects
@@ -83,33 +123,19 @@ impl Consumer {
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),
         };
-        // group.protocol=consumer (KIP-848): the broker assigns, the membership thread reconciles
-        // beside this loop; everything below reads the same for both protocols.
-        let mut member: Box<dyn Membership> = match config.group_protocol() {
-            GroupProtocol::Consumer => Box::new(ConsumerGroupMember::new(
-                group,
-                config.consumer_group_config(topics),
-                config.client_config(),
-                hook,
-            )?),
-            GroupProtocol::Classic => {
-                Box::new(ClassicMember::new(group, config.client_config(), hook)?)
-            }
-        };
+        let member = membership(group, hook)?;
         // Leases also expire by time: past the last answered heartbeat's send time plus
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.
         member.bound_session(guard.session_bound());
         // A cooperative round decides on the membership thread which partitions move; they stop
         // there and then (no record of theirs is handed out after that), while the handoff
-        // itself (drain, commit) waits for this thread's next batch boundary.
+        // itself (drain, commit) waits for this thread's next batch boundary. The fence's token
+        // travels with the change to the handoff.
         let fence_ahead = guard.clone();
         let fence: FenceHook =
             Arc::new(move |partitions: &[TopicPartition]| fence_ahead.fence(partitions));
         member.fence_revocations_with(fence);
-        // One request on the connection just opened: warns if a broker failure would outlast
-        // every member's lease (see `failure_detection.rs`).
-        let failure_detection = failure_detection::check(&config, member.client());
         Ok(Consumer {
             sizer: BatchSizer::from_config(&config),
             pacer: CommitPacer::new(config.commit_interval()),
@@ -123,7 +149,7 @@ impl Consumer {
             commits_refused: 0,
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
-            failure_detection,
+            failure_detection: None,
         })
     }
 

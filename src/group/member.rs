@@ -153,6 +153,11 @@ impl<P: Protocol> Member<P> {
         &self.config
     }
 
+    /// The poll thread's wire client (the one every broker request of this thread uses).
+    pub fn wire_client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
     /// True while we are in a generation with nothing pending.
     pub fn is_stable(&self) -> bool {
         self.shared.lock().is_stable()
