@@ -1,0 +1,366 @@
+//! The whole consumer driven in memory: `Consumer` with its batches, guard, handoff driver,
+//! commit pacer and worker pool, over in-memory members that run the real session, the real
+//! hand-out of changes and the real commit checks against the in-memory coordinators of both
+//! protocols, and an in-memory log for records and committed offsets. No broker, no sleeps that
+//! hope: each test drives the members turn by turn (the way quinn-proto's tests drive both ends
+//! of a connection) and checks what the broker would hold afterwards.
+//!
+//! Each step of a revocation's handoff has a test here that fails when the step moves: the
+//! records nobody was handed dropped first, the drain, the state check before the commit, the
+//! commit of `last + 1` in the generation that owned the partition, the hand-back in the guard,
+//! the membership's acknowledgement last; a loss never commits; a paced commit in flight lands
+//! before the handoff's.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+use rebalance_guard::group::Strategy;
+use rebalance_guard::guard::HandoffStage;
+use rebalance_guard::testing::{ClassicGroup, ClassicHandle, InMemoryLog};
+use rebalance_guard::wire::KafkaCode;
+use rebalance_guard::TopicPartition;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 4;
+const SESSION: Duration = Duration::from_secs(30);
+
+/// Every (partition, offset) a handler processed, by which node, in order.
+type Processed = Arc<Mutex<Vec<(String, TopicPartition, i64)>>>;
+
+fn config(group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
+    let mut props: Vec<(String, String)> = vec![
+        ("bootstrap.servers".into(), "127.0.0.1:9".into()),
+        ("group.id".into(), group.into()),
+        ("auto.offset.reset".into(), "earliest".into()),
+        ("session.timeout.ms".into(), SESSION.as_millis().to_string()),
+        ("heartbeat.interval.ms".into(), "1000".into()),
+        ("max.poll.interval.ms".into(), "300000".into()),
+        ("fetch.max.wait.ms".into(), "0".into()),
+        ("commit.interval.ms".into(), "3600000".into()),
+    ];
+    for (k, v) in extra {
+        props.retain(|(name, _)| name != k);
+        props.push((k.to_string(), v.to_string()));
+    }
+    ConsumerConfig::from_properties(props).expect("valid test configuration")
+}
+
+fn log_with(records_per_partition: usize) -> InMemoryLog {
+    let log = InMemoryLog::new();
+    log.create_topic(TOPIC, PARTITIONS);
+    produce(&log, records_per_partition);
+    log
+}
+
+fn produce(log: &InMemoryLog, records_per_partition: usize) {
+    for p in 0..PARTITIONS {
+        for i in 0..records_per_partition {
+            let key = format!("{p}-{i}");
+            log.produce(&tp(p), Some(key.as_bytes()), b"order");
+        }
+    }
+}
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new(TOPIC, p)
+}
+
+/// One consumer over an in-memory classic member.
+struct Node {
+    name: String,
+    consumer: Consumer,
+    handle: ClassicHandle,
+}
+
+fn classic_node(group: &ClassicGroup, name: &str, strategy: Strategy, extra: &[(&str, &str)]) -> Node {
+    let mut handle = None;
+    let strategy_name = strategy.name();
+    let mut props = vec![("partition.assignment.strategy", strategy_name)];
+    props.extend_from_slice(extra);
+    let consumer = Consumer::with_membership(config("g", &props), &[TOPIC], |settings, hook| {
+        let (member, h) = group.member(strategy, settings, hook);
+        handle = Some(h);
+        Ok(member)
+    })
+    .expect("consumer");
+    Node {
+        name: name.to_string(),
+        consumer,
+        handle: handle.expect("a member was built"),
+    }
+}
+
+impl Node {
+    /// One poll: the batch it returns, every record completed (recorded in `processed`).
+    fn turn(&mut self, processed: &Processed) -> usize {
+        let mut batch = self.consumer.poll(Duration::ZERO).expect("poll");
+        let mut handled = 0;
+        while let Some(delivery) = batch.next() {
+            processed.lock().unwrap().push((
+                self.name.clone(),
+                delivery.lease().tp.clone(),
+                delivery.record.offset,
+            ));
+            batch.complete(delivery);
+            handled += 1;
+        }
+        handled
+    }
+}
+
+/// Turns of every node, round robin, until `done` holds (at most `turns` rounds).
+fn drive(nodes: &mut [&mut Node], processed: &Processed, turns: usize, done: impl Fn(&Processed) -> bool) {
+    for _ in 0..turns {
+        for node in nodes.iter_mut() {
+            node.turn(processed);
+        }
+        if done(processed) {
+            return;
+        }
+    }
+    panic!(
+        "not done after {turns} rounds: processed {}",
+        processed.lock().unwrap().len()
+    );
+}
+
+fn count(processed: &Processed) -> usize {
+    processed.lock().unwrap().len()
+}
+
+/// Each (partition, offset) processed how many times.
+fn times(processed: &Processed) -> BTreeMap<(TopicPartition, i64), usize> {
+    let mut seen = BTreeMap::new();
+    for (_, tp, offset) in processed.lock().unwrap().iter() {
+        *seen.entry((tp.clone(), *offset)).or_insert(0) += 1;
+    }
+    seen
+}
+
+fn repeats(processed: &Processed) -> Vec<(TopicPartition, i64)> {
+    times(processed)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn by(processed: &Processed, name: &str) -> Vec<(TopicPartition, i64)> {
+    processed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(n, _, _)| n == name)
+        .map(|(_, tp, o)| (tp.clone(), *o))
+        .collect()
+}
+
+fn committed(log: &InMemoryLog, p: i32) -> Option<i64> {
+    log.committed("g", &tp(p))
+}
+
+/// Eager: a second member's join revokes everything from the first; its handoff commits
+/// `last + 1` of every partition in the generation that owned them, before the JoinGroup, so
+/// the second starts exactly there: every record processed once, commits at the log end.
+#[test]
+fn an_eager_rebalance_commits_last_plus_one_before_the_join_and_nothing_repeats() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::Range, &[]);
+    drive(&mut [&mut a], &processed, 50, |p| count(p) == 40);
+    produce(&log, 10);
+    let mut b = classic_node(&group, "b", Strategy::Range, &[]);
+    drive(&mut [&mut a, &mut b], &processed, 200, |p| count(p) >= 80);
+    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
+    assert!(!by(&processed, "b").is_empty(), "b got partitions");
+    // Everything a processed before the rebalance was committed by its handoff.
+    let a_first: Vec<i32> = (0..PARTITIONS).collect();
+    for p in a_first {
+        assert!(committed(&log, p).is_some_and(|c| c >= 10), "partition {p}: {:?}", committed(&log, p));
+    }
+    a.consumer.close().expect("close a");
+    b.consumer.close().expect("close b");
+    for p in 0..PARTITIONS {
+        assert_eq!(committed(&log, p), Some(20), "partition {p} committed at its end");
+    }
+}
+
+/// Cooperative: the partitions the first member keeps flow on while the group rebalances; the
+/// one it hands over is fenced when the round decides it, drained and committed at `last + 1`
+/// before the membership is acknowledged (the follow-up round that gives it away).
+#[test]
+fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_repeats() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
+    drive(&mut [&mut a], &processed, 50, |p| count(p) == 40);
+    produce(&log, 10);
+    let mut b = classic_node(&group, "b", Strategy::CooperativeSticky, &[]);
+    drive(&mut [&mut a, &mut b], &processed, 300, |p| count(p) >= 80);
+    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
+    let b_got: Vec<_> = by(&processed, "b");
+    assert!(!b_got.is_empty(), "b got partitions");
+    // b started every partition it got exactly where a's handoff committed.
+    for (tp, offset) in &b_got {
+        if *offset >= 10 {
+            continue;
+        }
+        panic!("b reprocessed {tp} at {offset}, below a's handoff commit");
+    }
+    let a_stats = a.consumer.stats();
+    assert!(a_stats.counters.revoked >= 1, "{a_stats}");
+    assert_eq!(a_stats.counters.failed_handoffs, 0, "{a_stats}");
+    a.consumer.close().expect("close a");
+    b.consumer.close().expect("close b");
+    for p in 0..PARTITIONS {
+        assert_eq!(committed(&log, p), Some(20), "partition {p} committed at its end");
+    }
+}
+
+/// A loss commits nothing: the member removed by the coordinator while a batch is open finds
+/// its records stale, its next poll reports the loss, and no commit of its partitions is made
+/// after the loss (the new owner redoes what was not committed).
+#[test]
+fn a_loss_during_a_batch_commits_nothing_and_stops_the_batch() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::Range, &[("max.poll.records", "5")]);
+    // Joined, and one committed batch.
+    drive(&mut [&mut a], &processed, 20, |p| count(p) >= 5);
+    a.consumer.commit().expect("commit");
+    let before: Vec<Option<i64>> = (0..PARTITIONS).map(|p| committed(&log, p)).collect();
+    let history_before = log.commit_history("g").len();
+    {
+        let mut batch = a.consumer.poll(Duration::ZERO).expect("poll");
+        let first = batch.next().expect("a record");
+        // The coordinator removes the member; its next heartbeat learns it (the membership
+        // thread's turn, while this batch is open): fenced at once.
+        let member_id = a.handle.identity().member_id;
+        group.coordinator().leave(&member_id);
+        a.handle.step();
+        assert!(!batch.is_current(&first), "the lease went stale with the loss");
+        assert!(batch.next().is_none(), "no record of a lost partition is handed out");
+        batch.complete(first);
+    }
+    let _ = a.consumer.poll(Duration::ZERO).expect("poll after the loss");
+    let stats = a.consumer.stats();
+    assert!(stats.counters.lost >= PARTITIONS as u64, "{stats}");
+    let after: Vec<Option<i64>> = (0..PARTITIONS).map(|p| committed(&log, p)).collect();
+    assert_eq!(before, after, "nothing committed after the loss");
+    assert_eq!(log.commit_history("g").len(), history_before, "no commit sent after the loss");
+}
+
+/// A refused handoff commit is reported per partition, the other partitions' commits stand,
+/// and the refused partition's next owner starts from its last commit (the repeat is explained
+/// by the failure report).
+#[test]
+fn a_refused_handoff_commit_is_reported_and_the_other_partitions_are_committed() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::Range, &[]);
+    drive(&mut [&mut a], &processed, 50, |p| count(p) == 40);
+    log.refuse_commits(&tp(1), KafkaCode::OFFSET_METADATA_TOO_LARGE, 1);
+    let mut b = classic_node(&group, "b", Strategy::Range, &[]);
+    drive(&mut [&mut a, &mut b], &processed, 200, |_| {
+        b.consumer.assignment().len() == 2
+    });
+    let failures = a.consumer.take_handoff_failures();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].tp, tp(1));
+    assert_eq!(failures[0].stage, HandoffStage::Commit);
+    for p in [0, 2, 3] {
+        assert_eq!(committed(&log, p), Some(10), "partition {p}");
+    }
+    assert_eq!(committed(&log, 1), None, "the refused commit stored nothing");
+}
+
+/// A paced commit still in flight when a revocation comes is answered before the handoff's
+/// commit is sent, so the older position can never land after the newer one: the partition's
+/// commits only move forward and end at `last + 1`.
+#[test]
+fn a_paced_commit_in_flight_lands_before_the_handoffs_commit() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(
+        &group,
+        "a",
+        Strategy::Range,
+        &[("commit.interval.ms", "1"), ("max.poll.records", "3")],
+    );
+    drive(&mut [&mut a], &processed, 20, |p| count(p) >= 3);
+    a.handle.hold_paced();
+    thread::sleep(Duration::from_millis(5));
+    a.turn(&processed);
+    thread::sleep(Duration::from_millis(5));
+    a.turn(&processed);
+    assert!(a.handle.paced_in_flight(), "a paced commit waits for its answer");
+    let mut b = classic_node(&group, "b", Strategy::Range, &[]);
+    drive(&mut [&mut a, &mut b], &processed, 200, |_| {
+        b.consumer.assignment().len() == 2
+    });
+    assert!(!a.handle.paced_in_flight());
+    let mut last: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    for entry in log.commit_history("g") {
+        let previous = last.insert(entry.tp.clone(), entry.offset);
+        assert!(
+            previous.map_or(true, |p| p <= entry.offset),
+            "{}: commit moved back from {previous:?} to {}",
+            entry.tp,
+            entry.offset
+        );
+    }
+    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
+}
+
+/// The decoupled mode in memory: worker threads process while a second member joins; the
+/// revocation cancels what has not started, waits for what runs, and commits only finished
+/// work, so nothing is processed twice.
+#[test]
+fn workers_are_drained_by_the_revocation_and_nothing_repeats() {
+    let log = log_with(25);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::Range, &[("commit.interval.ms", "5")]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a_processed, a_stop) = (processed.clone(), stop.clone());
+    let worker = thread::spawn(move || {
+        let handler = move |record: &rebalance_guard::Record, ctx: &rebalance_guard::WorkContext<'_>| {
+            thread::sleep(Duration::from_millis(1));
+            if ctx.is_current() {
+                a_processed.lock().unwrap().push((
+                    "a".to_string(),
+                    TopicPartition::new(record.topic.as_str(), record.partition),
+                    record.offset,
+                ));
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        a.consumer
+            .run_with_workers(&a_stop, 3, 8, handler)
+            .expect("run with workers");
+        a.consumer.close().expect("close a");
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&processed) < 20 {
+        assert!(Instant::now() < deadline, "a processed nothing");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut b = classic_node(&group, "b", Strategy::Range, &[]);
+    while count(&processed) < 100 {
+        assert!(Instant::now() < deadline, "not done: {}", count(&processed));
+        b.turn(&processed);
+    }
+    stop.store(true, Ordering::SeqCst);
+    worker.join().expect("worker thread");
+    b.consumer.close().expect("close b");
+    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
+}
