@@ -1,0 +1,17 @@
+//! The in-memory cluster that tests drive the consumer against: no broker, no socket, no sleep.
+//!
+//! Why: the consumer's hard cases (a revocation in the middle of a batch, a commit refused while
+//! the group re-forms, a position that fell out of the log) are races against a broker, and a
+//! real broker makes them slow and rarely repeatable. Here each side of the conversation is a
+//! plain value the test steps, the way quinn-proto's tests drive both ends of a connection:
+//!
+//! - [`InMemoryLog`]: topics, partitions and their records, and the groups' committed offsets.
+//!   It answers the poll thread's reads ([`RecordSource`](crate::wire::RecordSource)) with real
+//!   encoded record batches, and its handles share one state, so a coordinator's commits and
+//!   the consumer's position lookups meet in the same store.
+//!
+//! Not part of the API: hidden from the documentation, it may change with any test's needs.
+
+mod memory_log;
+
+pub use memory_log::{InMemoryLog, DEFAULT_MAX_FETCH_RECORDS};
