@@ -9,9 +9,13 @@
 //!   It answers the poll thread's reads ([`RecordSource`](crate::wire::RecordSource)) with real
 //!   encoded record batches, and its handles share one state, so a coordinator's commits and
 //!   the consumer's position lookups meet in the same store.
+//! - [`classic::Coordinator`] and [`consumer_group::Coordinator`]: the broker's group rules for
+//!   the classic protocol and for KIP-848, with time passed in.
 //!
 //! Not part of the API: hidden from the documentation, it may change with any test's needs.
 
+pub mod classic;
+pub mod consumer_group;
 mod memory_log;
 
 pub use memory_log::{InMemoryLog, DEFAULT_MAX_FETCH_RECORDS};
