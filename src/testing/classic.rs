@@ -5,7 +5,9 @@
 //!
 //! Why here and public: the session's unit tests pin the client's side of the protocol against
 //! it, and integration tests driving a whole consumer in memory need the same broker rules, not
-//! a second copy of them.
+//! a second copy of them. Commits can land in an [`InMemoryLog`]'s committed offsets
+//! ([`Coordinator::attach_log`], [`Coordinator::commit_offsets`]), so the consumer's next
+//! position lookup reads what the group committed.
 //!
 //! A JoinGroup or SyncGroup that a broker would hold (the round is not complete, the leader has
 //! not synced yet) answers `None` here; the test sends the other members' requests and then
@@ -16,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::wire::KafkaCode;
+use super::InMemoryLog;
+use crate::wire::{KafkaCode, OffsetCommitEntry};
+use crate::TopicPartition;
 
 /// The group's state, as Kafka names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,11 +102,14 @@ pub struct Coordinator {
     leader: Option<String>,
     join_replies: BTreeMap<String, JoinReply>,
     assignments: Option<BTreeMap<String, Bytes>>,
-    /// Every commit it accepted: (member id, generation).
+    /// Every commit it accepted: (member id, generation). With a log attached, a commit whose
+    /// every partition the log refused is not counted.
     pub commits: Vec<(String, i32)>,
     /// True while this broker is no longer the group's coordinator: every group request is
     /// answered NOT_COORDINATOR.
     pub moved: bool,
+    /// Where [`Coordinator::commit_offsets`] stores offsets, under which group id.
+    log: Option<(InMemoryLog, String)>,
 }
 
 impl Coordinator {
@@ -123,7 +130,15 @@ impl Coordinator {
             assignments: None,
             commits: Vec::new(),
             moved: false,
+            log: None,
         }
+    }
+
+    /// Stores the offsets of accepted commits ([`Coordinator::commit_offsets`]) in `log` under
+    /// `group_id`, where a consumer's position lookup reads them: the group's commits and the
+    /// records it reads then live in one cluster.
+    pub fn attach_log(&mut self, log: InMemoryLog, group_id: &str) {
+        self.log = Some((log, group_id.to_string()));
     }
 
     /// The coordinator's clock.
@@ -390,8 +405,46 @@ impl Coordinator {
         }
     }
 
-    /// OffsetCommit as the generation check sees it (one code for the whole request).
+    /// OffsetCommit as the generation check sees it (one code for the whole request), with no
+    /// offsets stored: for tests of who may commit when. [`Coordinator::commit_offsets`] also
+    /// stores them.
     pub fn commit(&mut self, member_id: &str, generation_id: i32) -> KafkaCode {
+        let code = self.commit_code(member_id, generation_id);
+        if code == KafkaCode::NONE {
+            self.commits.push((member_id.to_string(), generation_id));
+        }
+        code
+    }
+
+    /// OffsetCommit with its offsets: refused as a whole by the generation check (every
+    /// partition gets the code), else stored in the attached log, which may refuse partitions
+    /// of its own (see `InMemoryLog::refuse_commits`); without a log every partition is
+    /// accepted and nothing is stored.
+    pub fn commit_offsets(
+        &mut self,
+        member_id: &str,
+        generation_id: i32,
+        offsets: &[OffsetCommitEntry],
+    ) -> Vec<(TopicPartition, KafkaCode)> {
+        let code = self.commit_code(member_id, generation_id);
+        if code != KafkaCode::NONE {
+            return offsets.iter().map(|e| (e.tp.clone(), code)).collect();
+        }
+        let results = match &self.log {
+            Some((log, group_id)) => log.commit(group_id, offsets),
+            None => offsets
+                .iter()
+                .map(|e| (e.tp.clone(), KafkaCode::NONE))
+                .collect(),
+        };
+        if offsets.is_empty() || results.iter().any(|(_, c)| *c == KafkaCode::NONE) {
+            self.commits.push((member_id.to_string(), generation_id));
+        }
+        results
+    }
+
+    /// Whether `member_id` may commit in `generation_id` now.
+    fn commit_code(&self, member_id: &str, generation_id: i32) -> KafkaCode {
         if let Err(code) = self.check(member_id) {
             return code;
         }
@@ -401,7 +454,6 @@ impl Coordinator {
         if self.state == GroupState::PreparingRebalance {
             return KafkaCode::REBALANCE_IN_PROGRESS;
         }
-        self.commits.push((member_id.to_string(), generation_id));
         KafkaCode::NONE
     }
 

@@ -13,16 +13,20 @@
 //!
 //! Why here and public: the consumer group machine's unit tests pin the client's side of KIP-848
 //! against it, and integration tests driving a whole consumer in memory need the same broker
-//! rules, not a second copy of them.
+//! rules, not a second copy of them. Commits can land in an [`InMemoryLog`]'s committed offsets
+//! ([`Coordinator::attach_log`], [`Coordinator::commit_offsets`]), so the consumer's next
+//! position lookup reads what the group committed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::InMemoryLog;
 use crate::group::consumer_group::{
     HeartbeatRequest, HeartbeatResponse, IdAssignment, TopicId, JOIN_EPOCH, LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
 };
-use crate::wire::KafkaCode;
+use crate::wire::{KafkaCode, OffsetCommitEntry};
+use crate::TopicPartition;
 
 /// A partition as the coordinator knows it: by topic id, as KIP-848's heartbeats name it.
 pub type Partition = (TopicId, i32);
@@ -69,7 +73,8 @@ pub struct Coordinator {
     injected: BTreeMap<String, Vec<KafkaCode>>,
     /// Topics whose id Metadata does not name yet (a topic the metadata has not caught up with).
     pub hidden: BTreeSet<TopicId>,
-    /// Every accepted commit: (member, partition, epoch).
+    /// Every accepted commit: (member, partition, epoch). With a log attached, a partition the
+    /// log refused is not counted.
     pub commits: Vec<(String, Partition, i32)>,
     /// `group.consumer.max.size`, if limited.
     pub max_size: Option<usize>,
@@ -80,6 +85,8 @@ pub struct Coordinator {
     pub lazy_targets: bool,
     /// The group epoch was bumped by the heartbeat being answered.
     bumped_now: bool,
+    /// Where [`Coordinator::commit_offsets`] stores offsets, under which group id.
+    log: Option<(InMemoryLog, String)>,
 }
 
 fn error(code: KafkaCode, message: &str) -> HeartbeatResponse {
@@ -113,7 +120,15 @@ impl Coordinator {
             assignors: vec!["uniform", "range"],
             lazy_targets: false,
             bumped_now: false,
+            log: None,
         }
+    }
+
+    /// Stores the offsets of accepted commits ([`Coordinator::commit_offsets`]) in `log` under
+    /// `group_id`, where a consumer's position lookup reads them: the group's commits and the
+    /// records it reads then live in one cluster.
+    pub fn attach_log(&mut self, log: InMemoryLog, group_id: &str) {
+        self.log = Some((log, group_id.to_string()));
     }
 
     /// The id of a topic given to [`Coordinator::new`] (panics for another: a test bug).
@@ -532,24 +547,76 @@ impl Coordinator {
         epoch: i32,
         partitions: &[Partition],
     ) -> Vec<(Partition, KafkaCode)> {
-        let Some(m) = self.members.get(member_id) else {
-            return partitions
-                .iter()
-                .map(|p| (*p, KafkaCode::UNKNOWN_MEMBER_ID))
-                .collect();
-        };
         let mut out = Vec::new();
         for p in partitions {
-            let held_since = m.assigned_at.get(p).copied();
-            let accepted = epoch == m.epoch
-                || held_since.is_some_and(|since| since <= epoch && epoch <= m.epoch);
-            if accepted {
+            let code = self.commit_code(member_id, epoch, p);
+            if code == KafkaCode::NONE {
                 self.commits.push((member_id.to_string(), *p, epoch));
-                out.push((*p, KafkaCode::NONE));
-            } else {
-                out.push((*p, KafkaCode::STALE_MEMBER_EPOCH));
             }
+            out.push((*p, code));
         }
         out
+    }
+
+    /// OffsetCommit with its offsets, by topic name as the client sends them: each partition
+    /// checked as [`Coordinator::commit`] does (a topic this coordinator does not know is
+    /// UNKNOWN_TOPIC_OR_PARTITION), the accepted ones stored in the attached log, which may
+    /// refuse partitions of its own (see `InMemoryLog::refuse_commits`); without a log they are
+    /// accepted and nothing is stored.
+    pub fn commit_offsets(
+        &mut self,
+        member_id: &str,
+        epoch: i32,
+        offsets: &[OffsetCommitEntry],
+    ) -> Vec<(TopicPartition, KafkaCode)> {
+        // Each entry's code in the request's order; the accepted ones are settled by the log.
+        let mut codes: Vec<KafkaCode> = Vec::with_capacity(offsets.len());
+        let mut accepted: Vec<(usize, Partition)> = Vec::new();
+        for (i, entry) in offsets.iter().enumerate() {
+            let code = match self.topics.get(&*entry.tp.topic) {
+                None => KafkaCode::UNKNOWN_TOPIC_OR_PARTITION,
+                Some((id, _)) => {
+                    let p = (*id, entry.tp.partition);
+                    let code = self.commit_code(member_id, epoch, &p);
+                    if code == KafkaCode::NONE {
+                        accepted.push((i, p));
+                    }
+                    code
+                }
+            };
+            codes.push(code);
+        }
+        if let Some((log, group_id)) = &self.log {
+            let entries: Vec<OffsetCommitEntry> =
+                accepted.iter().map(|(i, _)| offsets[*i].clone()).collect();
+            for ((i, _), (_, code)) in accepted.iter().zip(log.commit(group_id, &entries)) {
+                codes[*i] = code;
+            }
+        }
+        for (i, p) in accepted {
+            if codes[i] == KafkaCode::NONE {
+                self.commits.push((member_id.to_string(), p, epoch));
+            }
+        }
+        offsets
+            .iter()
+            .zip(codes)
+            .map(|(entry, code)| (entry.tp.clone(), code))
+            .collect()
+    }
+
+    /// Whether `member_id` may commit `p` with `epoch` (see [`Coordinator::commit`]).
+    fn commit_code(&self, member_id: &str, epoch: i32, p: &Partition) -> KafkaCode {
+        let Some(m) = self.members.get(member_id) else {
+            return KafkaCode::UNKNOWN_MEMBER_ID;
+        };
+        let held_since = m.assigned_at.get(p).copied();
+        let accepted =
+            epoch == m.epoch || held_since.is_some_and(|since| since <= epoch && epoch <= m.epoch);
+        if accepted {
+            KafkaCode::NONE
+        } else {
+            KafkaCode::STALE_MEMBER_EPOCH
+        }
     }
 }

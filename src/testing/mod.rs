@@ -10,7 +10,8 @@
 //!   encoded record batches, and its handles share one state, so a coordinator's commits and
 //!   the consumer's position lookups meet in the same store.
 //! - [`classic::Coordinator`] and [`consumer_group::Coordinator`]: the broker's group rules for
-//!   the classic protocol and for KIP-848, with time passed in.
+//!   the classic protocol and for KIP-848, with time passed in, whose commits can be stored in
+//!   an attached [`InMemoryLog`].
 //!
 //! Not part of the API: hidden from the documentation, it may change with any test's needs.
 
@@ -19,3 +20,6 @@ pub mod consumer_group;
 mod memory_log;
 
 pub use memory_log::{InMemoryLog, DEFAULT_MAX_FETCH_RECORDS};
+
+#[cfg(test)]
+mod tests;
