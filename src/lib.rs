@@ -26,6 +26,12 @@
 //!   on a loss, leases that go stale when their partition moves or the session could have
 //!   expired, storm detection.
 //!
+//!
+//! Beside them, hidden from the documentation and not part of the API: `fuzzing` (the checks
+//! behind the fuzz targets) and `testing`, the in-memory cluster (a record log with committed
+//! offsets, and group coordinators for both protocols) that tests drive the consumer against
+//! without a broker.
+//!
 //! The items re-exported here are the ones applications need; the modules hold the rest.
 
 #![warn(missing_docs, unreachable_pub)]
@@ -36,6 +42,8 @@ pub mod fuzzing;
 pub mod group;
 pub mod guard;
 mod partition;
+#[doc(hidden)]
+pub mod testing;
 pub mod wire;
 
 pub use consumer::{

@@ -32,6 +32,7 @@ const SESSION: Duration = Duration::from_secs(30);
 type Processed = Arc<Mutex<Vec<(String, TopicPartition, i64)>>>;
 
 fn config(group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
+    let _ = env_logger::builder().is_test(true).try_init();
     let mut props: Vec<(String, String)> = vec![
         ("bootstrap.servers".into(), "127.0.0.1:9".into()),
         ("group.id".into(), group.into()),
@@ -60,7 +61,7 @@ fn produce(log: &InMemoryLog, records_per_partition: usize) {
     for p in 0..PARTITIONS {
         for i in 0..records_per_partition {
             let key = format!("{p}-{i}");
-            log.produce(&tp(p), Some(key.as_bytes()), b"order");
+            log.produce(TOPIC, p, key.as_str(), "order");
         }
     }
 }
@@ -76,7 +77,12 @@ struct Node {
     handle: ClassicHandle,
 }
 
-fn classic_node(group: &ClassicGroup, name: &str, strategy: Strategy, extra: &[(&str, &str)]) -> Node {
+fn classic_node(
+    group: &ClassicGroup,
+    name: &str,
+    strategy: Strategy,
+    extra: &[(&str, &str)],
+) -> Node {
     let mut handle = None;
     let strategy_name = strategy.name();
     let mut props = vec![("partition.assignment.strategy", strategy_name)];
@@ -113,12 +119,17 @@ impl Node {
 }
 
 /// Turns of every node, round robin, until `done` holds (at most `turns` rounds).
-fn drive(nodes: &mut [&mut Node], processed: &Processed, turns: usize, done: impl Fn(&Processed) -> bool) {
+fn drive(
+    nodes: &mut [&mut Node],
+    processed: &Processed,
+    turns: usize,
+    done: impl Fn(&Processed, &[&mut Node]) -> bool,
+) {
     for _ in 0..turns {
         for node in nodes.iter_mut() {
             node.turn(processed);
         }
-        if done(processed) {
+        if done(processed, nodes) {
             return;
         }
     }
@@ -172,21 +183,31 @@ fn an_eager_rebalance_commits_last_plus_one_before_the_join_and_nothing_repeats(
     let group = ClassicGroup::new(log.clone(), SESSION);
     let processed = Processed::default();
     let mut a = classic_node(&group, "a", Strategy::Range, &[]);
-    drive(&mut [&mut a], &processed, 50, |p| count(p) == 40);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     produce(&log, 10);
     let mut b = classic_node(&group, "b", Strategy::Range, &[]);
-    drive(&mut [&mut a, &mut b], &processed, 200, |p| count(p) >= 80);
+    drive(&mut [&mut a, &mut b], &processed, 200, |p, _| {
+        count(p) >= 80
+    });
     assert_eq!(repeats(&processed), vec![], "a record was processed twice");
     assert!(!by(&processed, "b").is_empty(), "b got partitions");
     // Everything a processed before the rebalance was committed by its handoff.
     let a_first: Vec<i32> = (0..PARTITIONS).collect();
     for p in a_first {
-        assert!(committed(&log, p).is_some_and(|c| c >= 10), "partition {p}: {:?}", committed(&log, p));
+        assert!(
+            committed(&log, p).is_some_and(|c| c >= 10),
+            "partition {p}: {:?}",
+            committed(&log, p)
+        );
     }
     a.consumer.close().expect("close a");
     b.consumer.close().expect("close b");
     for p in 0..PARTITIONS {
-        assert_eq!(committed(&log, p), Some(20), "partition {p} committed at its end");
+        assert_eq!(
+            committed(&log, p),
+            Some(20),
+            "partition {p} committed at its end"
+        );
     }
 }
 
@@ -199,10 +220,12 @@ fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_
     let group = ClassicGroup::new(log.clone(), SESSION);
     let processed = Processed::default();
     let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
-    drive(&mut [&mut a], &processed, 50, |p| count(p) == 40);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     produce(&log, 10);
     let mut b = classic_node(&group, "b", Strategy::CooperativeSticky, &[]);
-    drive(&mut [&mut a, &mut b], &processed, 300, |p| count(p) >= 80);
+    drive(&mut [&mut a, &mut b], &processed, 300, |p, _| {
+        count(p) >= 80
+    });
     assert_eq!(repeats(&processed), vec![], "a record was processed twice");
     let b_got: Vec<_> = by(&processed, "b");
     assert!(!b_got.is_empty(), "b got partitions");
@@ -219,7 +242,11 @@ fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_
     a.consumer.close().expect("close a");
     b.consumer.close().expect("close b");
     for p in 0..PARTITIONS {
-        assert_eq!(committed(&log, p), Some(20), "partition {p} committed at its end");
+        assert_eq!(
+            committed(&log, p),
+            Some(20),
+            "partition {p} committed at its end"
+        );
     }
 }
 
@@ -233,7 +260,7 @@ fn a_loss_during_a_batch_commits_nothing_and_stops_the_batch() {
     let processed = Processed::default();
     let mut a = classic_node(&group, "a", Strategy::Range, &[("max.poll.records", "5")]);
     // Joined, and one committed batch.
-    drive(&mut [&mut a], &processed, 20, |p| count(p) >= 5);
+    drive(&mut [&mut a], &processed, 20, |p, _| count(p) >= 5);
     a.consumer.commit().expect("commit");
     let before: Vec<Option<i64>> = (0..PARTITIONS).map(|p| committed(&log, p)).collect();
     let history_before = log.commit_history("g").len();
@@ -245,16 +272,29 @@ fn a_loss_during_a_batch_commits_nothing_and_stops_the_batch() {
         let member_id = a.handle.identity().member_id;
         group.coordinator().leave(&member_id);
         a.handle.step();
-        assert!(!batch.is_current(&first), "the lease went stale with the loss");
-        assert!(batch.next().is_none(), "no record of a lost partition is handed out");
+        assert!(
+            !batch.is_current(&first),
+            "the lease went stale with the loss"
+        );
+        assert!(
+            batch.next().is_none(),
+            "no record of a lost partition is handed out"
+        );
         batch.complete(first);
     }
-    let _ = a.consumer.poll(Duration::ZERO).expect("poll after the loss");
+    let _ = a
+        .consumer
+        .poll(Duration::ZERO)
+        .expect("poll after the loss");
     let stats = a.consumer.stats();
     assert!(stats.counters.lost >= PARTITIONS as u64, "{stats}");
     let after: Vec<Option<i64>> = (0..PARTITIONS).map(|p| committed(&log, p)).collect();
     assert_eq!(before, after, "nothing committed after the loss");
-    assert_eq!(log.commit_history("g").len(), history_before, "no commit sent after the loss");
+    assert_eq!(
+        log.commit_history("g").len(),
+        history_before,
+        "no commit sent after the loss"
+    );
 }
 
 /// A refused handoff commit is reported per partition, the other partitions' commits stand,
@@ -266,11 +306,11 @@ fn a_refused_handoff_commit_is_reported_and_the_other_partitions_are_committed()
     let group = ClassicGroup::new(log.clone(), SESSION);
     let processed = Processed::default();
     let mut a = classic_node(&group, "a", Strategy::Range, &[]);
-    drive(&mut [&mut a], &processed, 50, |p| count(p) == 40);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     log.refuse_commits(&tp(1), KafkaCode::OFFSET_METADATA_TOO_LARGE, 1);
     let mut b = classic_node(&group, "b", Strategy::Range, &[]);
-    drive(&mut [&mut a, &mut b], &processed, 200, |_| {
-        b.consumer.assignment().len() == 2
+    drive(&mut [&mut a, &mut b], &processed, 200, |_, nodes| {
+        nodes[1].consumer.assignment().len() == 2
     });
     let failures = a.consumer.take_handoff_failures();
     assert_eq!(failures.len(), 1, "{failures:?}");
@@ -279,7 +319,11 @@ fn a_refused_handoff_commit_is_reported_and_the_other_partitions_are_committed()
     for p in [0, 2, 3] {
         assert_eq!(committed(&log, p), Some(10), "partition {p}");
     }
-    assert_eq!(committed(&log, 1), None, "the refused commit stored nothing");
+    assert_eq!(
+        committed(&log, 1),
+        None,
+        "the refused commit stored nothing"
+    );
 }
 
 /// A paced commit still in flight when a revocation comes is answered before the handoff's
@@ -296,16 +340,19 @@ fn a_paced_commit_in_flight_lands_before_the_handoffs_commit() {
         Strategy::Range,
         &[("commit.interval.ms", "1"), ("max.poll.records", "3")],
     );
-    drive(&mut [&mut a], &processed, 20, |p| count(p) >= 3);
+    drive(&mut [&mut a], &processed, 20, |p, _| count(p) >= 3);
     a.handle.hold_paced();
     thread::sleep(Duration::from_millis(5));
     a.turn(&processed);
     thread::sleep(Duration::from_millis(5));
     a.turn(&processed);
-    assert!(a.handle.paced_in_flight(), "a paced commit waits for its answer");
+    assert!(
+        a.handle.paced_in_flight(),
+        "a paced commit waits for its answer"
+    );
     let mut b = classic_node(&group, "b", Strategy::Range, &[]);
-    drive(&mut [&mut a, &mut b], &processed, 200, |_| {
-        b.consumer.assignment().len() == 2
+    drive(&mut [&mut a, &mut b], &processed, 200, |_, nodes| {
+        nodes[1].consumer.assignment().len() == 2
     });
     assert!(!a.handle.paced_in_flight());
     let mut last: BTreeMap<TopicPartition, i64> = BTreeMap::new();
@@ -333,12 +380,13 @@ fn workers_are_drained_by_the_revocation_and_nothing_repeats() {
     let stop = Arc::new(AtomicBool::new(false));
     let (a_processed, a_stop) = (processed.clone(), stop.clone());
     let worker = thread::spawn(move || {
-        let handler = move |record: &rebalance_guard::Record, ctx: &rebalance_guard::WorkContext<'_>| {
+        let handler = move |record: &rebalance_guard::Record,
+                            ctx: &rebalance_guard::WorkContext<'_>| {
             thread::sleep(Duration::from_millis(1));
             if ctx.is_current() {
                 a_processed.lock().unwrap().push((
                     "a".to_string(),
-                    TopicPartition::new(record.topic.as_str(), record.partition),
+                    TopicPartition::new(&*record.topic, record.partition),
                     record.offset,
                 ));
             }

@@ -363,7 +363,7 @@ impl Driver<'_> {
         );
         self.intake.assigned(partitions, Instant::now());
         self.intake
-            .resolve_positions(self.member.client(), self.config, self.guard)
+            .resolve_positions(self.member.records(), self.config, self.guard)
     }
 
     /// Partitions taken away without a handoff: fenced already by the lost hook when the loss

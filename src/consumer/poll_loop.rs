@@ -291,7 +291,7 @@ impl Consumer {
         self.intake.redeliver_released(&self.guard);
         if self.member.may_fetch() {
             self.intake
-                .resolve_positions(self.member.client(), &self.config, &self.guard)?;
+                .resolve_positions(self.member.records(), &self.config, &self.guard)?;
             // Fetch whenever some partition ran dry, not only when all did: a partition with
             // new data must not wait behind another one's large buffer. With records still
             // buffered elsewhere the fetch must not hold the batch up, so it does not wait.
@@ -314,7 +314,7 @@ impl Consumer {
 
     fn fetch_once(&mut self, wait: FetchWait) -> Result<(), ConsumerError> {
         self.intake.fetch(
-            self.member.client(),
+            self.member.records(),
             &self.fetch,
             wait,
             &self.config,

@@ -34,7 +34,7 @@ use super::error::{CommitError, GroupError};
 use super::membership::RebalancePlan;
 use super::requests::MemberIdentity;
 use crate::guard::{Fenced, SessionBound};
-use crate::wire::{Client, OffsetCommitEntry};
+use crate::wire::{OffsetCommitEntry, RecordSource};
 use crate::TopicPartition;
 
 use super::lost::LostReason;
@@ -166,8 +166,9 @@ pub trait Membership: Send {
     /// True while a background commit was not answered, or its answer not taken.
     fn commit_in_flight(&self) -> bool;
 
-    /// The poll thread's client: fetches and offset look-ups.
-    fn client(&mut self) -> &mut Client;
+    /// Where the poll thread reads records and positions: the member's wire client (an
+    /// in-memory log in tests).
+    fn records(&mut self) -> &mut dyn RecordSource;
 
     /// The generation (or member epoch) and member id now.
     fn identity(&self) -> MemberIdentity;

@@ -9,7 +9,7 @@ use super::commit::{CommitKind, CommitResults};
 use super::error::{CommitError, GroupError};
 use super::lost::LostReason;
 use super::requests::MemberIdentity;
-use crate::wire::{self, Client};
+use crate::wire::{self, RecordSource};
 use crate::TopicPartition;
 
 /// Receives the membership's changes on the poll thread, as callbacks.
@@ -40,9 +40,10 @@ impl GroupContext<'_> {
         self.leader
     }
 
-    /// The wire client, e.g. to fetch committed offsets of newly assigned partitions.
-    pub fn client(&mut self) -> &mut Client {
-        self.member.client()
+    /// Where records and positions are read, e.g. the committed offsets of newly assigned
+    /// partitions.
+    pub fn records(&mut self) -> &mut dyn RecordSource {
+        self.member.records()
     }
 
     /// The generation this context commits in.

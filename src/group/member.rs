@@ -30,7 +30,7 @@ use super::listener::{close_with, poll_with, RebalanceListener};
 use super::requests::MemberIdentity;
 use super::session::{NextStep, Phase, Shared, Timeouts};
 use crate::guard::SessionBound;
-use crate::wire::{self, Client, ClientConfig};
+use crate::wire::{self, Client, ClientConfig, RecordSource};
 use crate::TopicPartition;
 
 /// What differs between the group protocols for the poll thread: whether it runs the rounds
@@ -366,7 +366,7 @@ impl<P: Protocol> Membership for Member<P> {
         self.committer.in_flight()
     }
 
-    fn client(&mut self) -> &mut Client {
+    fn records(&mut self) -> &mut dyn RecordSource {
         &mut self.client
     }
 

@@ -35,14 +35,14 @@ pub(crate) mod assignor;
 mod changes;
 #[doc(hidden)]
 pub mod classic;
-mod commit;
+pub(crate) mod commit;
 mod committer;
 mod config;
 #[doc(hidden)]
 pub mod consumer_group;
 mod error;
 mod failover;
-mod handout;
+pub(crate) mod handout;
 mod listener;
 mod lost;
 pub(crate) mod member;
@@ -50,7 +50,7 @@ pub(crate) mod membership;
 mod quirks;
 #[doc(hidden)]
 pub mod requests;
-mod session;
+pub(crate) mod session;
 pub(crate) mod subscription;
 
 pub use assignor::{RebalanceProtocol, Strategy, StrategyError};

@@ -152,8 +152,8 @@ impl LazyRecords {
         }
     }
 
-    /// Records of `data` under a budget of their own (tests of the callers).
-    #[cfg(test)]
+    /// Records of `data` under a budget of their own: for the intake's tests, and for the
+    /// in-memory log of `crate::testing`, which answers fetches with real encoded batches.
     pub(crate) fn standalone(
         input: &PartitionInput<'_>,
         data: bytes::Bytes,

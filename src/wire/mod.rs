@@ -11,6 +11,8 @@
 //!   and their backoff), `fetch`, `offsets` (ListOffsets, OffsetFetch, OffsetCommit) and
 //!   `produce` each implement the `Client` methods of their concern; `configs` reads the
 //!   cluster's failure-detection settings (DescribeConfigs);
+//! - `source` declares [`RecordSource`], the reads a consumer's poll thread makes (fetch,
+//!   committed offsets, log offsets), implemented by `Client` and by `crate::testing`'s log;
 //! - [`records`] turns fetched bytes into [`Record`]s and encodes produced batches;
 //! - `error` holds [`WireError`] and the [`KafkaCode`] table every layer uses.
 //!
@@ -63,6 +65,7 @@ pub mod records;
 mod sasl;
 pub(crate) mod scram;
 pub(crate) mod secret;
+mod source;
 mod stream;
 mod tls;
 pub(crate) mod versions;
@@ -88,6 +91,7 @@ pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
 pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
+pub use source::RecordSource;
 pub use tls::{TlsConfig, TlsFileError};
 #[doc(hidden)]
 pub use versions::{client_range, VersionRange};

@@ -6,6 +6,10 @@
 //! ([`Intake::assigned`]) and leave ([`Intake::drop_partition`]), the batch tells it when a
 //! partition is fenced under it ([`Intake::drop_fenced`]) or must be read again from an offset
 //! ([`Intake::rewind`]).
+//!
+//! It reads records and starting positions only through a [`RecordSource`] (the member's
+//! `wire::Client` in production, an in-memory log in tests), so the whole poll path can be driven
+//! without a broker.
 
 mod buffer;
 mod positions;
@@ -15,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
 use crate::partition::{PartitionMap, PartitionSet};
-use crate::wire::{self, FetchConfig, FetchPosition, KafkaCode, Record};
+use crate::wire::{self, FetchConfig, FetchPosition, KafkaCode, Record, RecordSource};
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
@@ -170,7 +174,7 @@ impl Intake {
     /// known (looked up at once, retried if that fails).
     pub(crate) fn fetch(
         &mut self,
-        client: &mut wire::Client,
+        client: &mut dyn RecordSource,
         fetch: &FetchConfig,
         wait: FetchWait,
         config: &ConsumerConfig,
@@ -360,7 +364,7 @@ impl Intake {
     /// every record read again would be refused as a regression.
     pub(crate) fn resolve_positions(
         &mut self,
-        client: &mut wire::Client,
+        client: &mut dyn RecordSource,
         config: &ConsumerConfig,
         guard: &Guard,
     ) -> Result<(), ConsumerError> {

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::wire::{self, CommittedOffset, OffsetSpec};
+use crate::wire::{CommittedOffset, OffsetSpec, RecordSource};
 use crate::TopicPartition;
 
 use crate::consumer::config::{AutoOffsetReset, ConsumerConfig};
@@ -83,7 +83,7 @@ impl PendingPositions {
     /// offset, as Java's consumer reports it on every poll), once per failed attempt.
     pub(crate) fn resolve(
         &mut self,
-        client: &mut wire::Client,
+        client: &mut dyn RecordSource,
         config: &ConsumerConfig,
         now: Instant,
     ) -> (Vec<Placed>, Option<ConsumerError>) {
@@ -180,7 +180,7 @@ fn per_partition(
 
 /// The committed offset of each partition, or its `auto.offset.reset` position without one.
 fn committed_or_reset(
-    client: &mut wire::Client,
+    client: &mut dyn RecordSource,
     config: &ConsumerConfig,
     partitions: &[TopicPartition],
 ) -> Result<Vec<(TopicPartition, Found)>, ConsumerError> {
@@ -228,7 +228,7 @@ fn split_committed(
 
 /// The position `auto.offset.reset` gives each partition.
 fn reset_positions(
-    client: &mut wire::Client,
+    client: &mut dyn RecordSource,
     config: &ConsumerConfig,
     partitions: &[TopicPartition],
 ) -> Result<Vec<(TopicPartition, Found)>, ConsumerError> {

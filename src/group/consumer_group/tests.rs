@@ -1,5 +1,5 @@
 //! The consumer group machine driven through whole group lives against an in-memory coordinator
-//! that applies the broker's KIP-848 rules (`tests/coordinator.rs`), with time passed in: joins
+//! that applies the broker's KIP-848 rules (`crate::testing::consumer_group`), with time passed in: joins
 //! and leaves of three members, revocation before acknowledgement, fencing, static members,
 //! unresolvable topic ids, every error class, poll timeout, session bound, stale-epoch commits.
 //!
@@ -9,15 +9,13 @@
 //! immediately or when the test says; a loss fences and commits nothing). After every step the
 //! harness checks that no partition is worked on by two members at once.
 
-mod coordinator;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::testing::consumer_group::{Coordinator, Partition};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
-use coordinator::{Coordinator, Partition};
 
 const GROUP: &str = "payments";
 const REBALANCE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,8 +7,6 @@
 //! sync, stabilise, run the plan's callbacks; tick, heartbeat, feed the answer), with requests
 //! answered by the [`Coordinator`] instead of a socket, and the listener's callbacks recorded.
 
-mod coordinator;
-
 use std::collections::BTreeMap;
 use std::sync::Mutex as StdMutex;
 
@@ -18,7 +16,7 @@ use super::*;
 use crate::group::assignor::MemberSubscription;
 use crate::group::assignor::{assign_and_encode, assignor_for, select_protocol, Strategy};
 use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
-use coordinator::{Coordinator, GroupState, JoinReply, JoinRequest};
+use crate::testing::classic::{Coordinator, GroupState, JoinReply, JoinRequest};
 
 const GROUP: &str = "orders";
 const TOPIC: &str = "trades";

@@ -10,17 +10,26 @@
 //! from another member id is FENCED_INSTANCE_ID, as `GroupMetadataManager` rules), the
 //! rebalance timeout (a member that does not revoke in time is removed), session expiry, offset
 //! commits checked against the member epoch, and injected errors. Time is passed in.
+//!
+//! Why here and public: the consumer group machine's unit tests pin the client's side of KIP-848
+//! against it, and integration tests driving a whole consumer in memory need the same broker
+//! rules, not a second copy of them. Commits can land in an [`InMemoryLog`]'s committed offsets
+//! ([`Coordinator::attach_log`], [`Coordinator::commit_offsets`]), so the consumer's next
+//! position lookup reads what the group committed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::InMemoryLog;
 use crate::group::consumer_group::{
     HeartbeatRequest, HeartbeatResponse, IdAssignment, TopicId, JOIN_EPOCH, LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
 };
-use crate::wire::KafkaCode;
+use crate::wire::{KafkaCode, OffsetCommitEntry};
+use crate::TopicPartition;
 
-pub(super) type Partition = (TopicId, i32);
+/// A partition as the coordinator knows it: by topic id, as KIP-848's heartbeats name it.
+pub type Partition = (TopicId, i32);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reconcile {
@@ -50,28 +59,34 @@ struct Member {
 }
 
 /// One consumer group at one coordinator.
-pub(super) struct Coordinator {
-    pub(super) session_timeout: Duration,
-    pub(super) interval: Duration,
-    pub(super) group_epoch: i32,
+pub struct Coordinator {
+    /// `group.consumer.session.timeout.ms`: a member not heard from this long is removed.
+    pub session_timeout: Duration,
+    /// `group.consumer.heartbeat.interval.ms`, sent in every answer.
+    pub interval: Duration,
+    /// The group epoch, bumped by every membership or subscription change.
+    pub group_epoch: i32,
     target_epoch: i32,
     topics: BTreeMap<String, (TopicId, i32)>,
     members: BTreeMap<String, Member>,
     targets: BTreeMap<String, BTreeSet<Partition>>,
     injected: BTreeMap<String, Vec<KafkaCode>>,
     /// Topics whose id Metadata does not name yet (a topic the metadata has not caught up with).
-    pub(super) hidden: BTreeSet<TopicId>,
-    /// Every accepted commit: (member, partition, epoch).
-    pub(super) commits: Vec<(String, Partition, i32)>,
+    pub hidden: BTreeSet<TopicId>,
+    /// Every accepted commit: (member, partition, epoch). With a log attached, a partition the
+    /// log refused is not counted.
+    pub commits: Vec<(String, Partition, i32)>,
     /// `group.consumer.max.size`, if limited.
-    pub(super) max_size: Option<usize>,
+    pub max_size: Option<usize>,
     /// The assignors this broker offers.
-    pub(super) assignors: Vec<&'static str>,
+    pub assignors: Vec<&'static str>,
     /// Compute a new target only on the heartbeat after the one that bumped the group epoch, as
     /// Kafka 4.4 does (its first answer to a join carries an empty assignment).
-    pub(super) lazy_targets: bool,
+    pub lazy_targets: bool,
     /// The group epoch was bumped by the heartbeat being answered.
     bumped_now: bool,
+    /// Where [`Coordinator::commit_offsets`] stores offsets, under which group id.
+    log: Option<(InMemoryLog, String)>,
 }
 
 fn error(code: KafkaCode, message: &str) -> HeartbeatResponse {
@@ -79,7 +94,9 @@ fn error(code: KafkaCode, message: &str) -> HeartbeatResponse {
 }
 
 impl Coordinator {
-    pub(super) fn new(topics: &[(&str, i32)]) -> Self {
+    /// An empty group over `topics` (name, partition count), each given a fixed topic id, with
+    /// Kafka's default session timeout and heartbeat interval.
+    pub fn new(topics: &[(&str, i32)]) -> Self {
         let topics = topics
             .iter()
             .enumerate()
@@ -103,15 +120,24 @@ impl Coordinator {
             assignors: vec!["uniform", "range"],
             lazy_targets: false,
             bumped_now: false,
+            log: None,
         }
     }
 
-    pub(super) fn topic_id(&self, name: &str) -> TopicId {
+    /// Stores the offsets of accepted commits ([`Coordinator::commit_offsets`]) in `log` under
+    /// `group_id`, where a consumer's position lookup reads them: the group's commits and the
+    /// records it reads then live in one cluster.
+    pub fn attach_log(&mut self, log: InMemoryLog, group_id: &str) {
+        self.log = Some((log, group_id.to_string()));
+    }
+
+    /// The id of a topic given to [`Coordinator::new`] (panics for another: a test bug).
+    pub fn topic_id(&self, name: &str) -> TopicId {
         self.topics[name].0
     }
 
     /// Metadata by id: the names of `ids` it knows and does not hide.
-    pub(super) fn resolve(&self, ids: &[TopicId]) -> Vec<(TopicId, String)> {
+    pub fn resolve(&self, ids: &[TopicId]) -> Vec<(TopicId, String)> {
         self.topics
             .iter()
             .filter(|(_, (id, _))| ids.contains(id) && !self.hidden.contains(id))
@@ -120,7 +146,7 @@ impl Coordinator {
     }
 
     /// The next heartbeat of `member_id` is answered `code`.
-    pub(super) fn inject(&mut self, member_id: &str, code: KafkaCode) {
+    pub fn inject(&mut self, member_id: &str, code: KafkaCode) {
         self.injected
             .entry(member_id.to_string())
             .or_default()
@@ -129,7 +155,7 @@ impl Coordinator {
 
     /// Whether the member has reached the group's current target: its epoch is the group
     /// epoch and nothing is left to revoke or waiting to be released.
-    pub(super) fn settled(&self, member_id: &str) -> bool {
+    pub fn settled(&self, member_id: &str) -> bool {
         self.members.get(member_id).is_some_and(|m| {
             m.epoch == self.group_epoch
                 && self.target_epoch == self.group_epoch
@@ -137,12 +163,13 @@ impl Coordinator {
         })
     }
 
-    pub(super) fn is_member(&self, member_id: &str) -> bool {
+    /// Whether the group holds `member_id` (it has not left, expired or been removed).
+    pub fn is_member(&self, member_id: &str) -> bool {
         self.members.contains_key(member_id)
     }
 
     /// What the coordinator believes each member owns (assigned plus pending revocation).
-    pub(super) fn held(&self) -> BTreeMap<String, BTreeSet<Partition>> {
+    pub fn held(&self) -> BTreeMap<String, BTreeSet<Partition>> {
         self.members
             .iter()
             .map(|(id, m)| (id.clone(), m.assigned.union(&m.pending).copied().collect()))
@@ -315,7 +342,7 @@ impl Coordinator {
     }
 
     /// Answers one heartbeat.
-    pub(super) fn heartbeat(&mut self, now: Instant, req: &HeartbeatRequest) -> HeartbeatResponse {
+    pub fn heartbeat(&mut self, now: Instant, req: &HeartbeatRequest) -> HeartbeatResponse {
         self.expire(now);
         self.bumped_now = false;
         if let Some(code) = self
@@ -493,7 +520,7 @@ impl Coordinator {
     }
 
     /// Removes members whose session expired or who did not revoke within the rebalance timeout.
-    pub(super) fn expire(&mut self, now: Instant) {
+    pub fn expire(&mut self, now: Instant) {
         let gone: Vec<String> = self
             .members
             .iter()
@@ -514,30 +541,82 @@ impl Coordinator {
     /// to the member's; otherwise only the member's current epoch is accepted, even for a
     /// partition that moved to another member (the broker does not check ownership then, so the
     /// client must commit only what it owns); anything else is STALE_MEMBER_EPOCH.
-    pub(super) fn commit(
+    pub fn commit(
         &mut self,
         member_id: &str,
         epoch: i32,
         partitions: &[Partition],
     ) -> Vec<(Partition, KafkaCode)> {
-        let Some(m) = self.members.get(member_id) else {
-            return partitions
-                .iter()
-                .map(|p| (*p, KafkaCode::UNKNOWN_MEMBER_ID))
-                .collect();
-        };
         let mut out = Vec::new();
         for p in partitions {
-            let held_since = m.assigned_at.get(p).copied();
-            let accepted = epoch == m.epoch
-                || held_since.is_some_and(|since| since <= epoch && epoch <= m.epoch);
-            if accepted {
+            let code = self.commit_code(member_id, epoch, p);
+            if code == KafkaCode::NONE {
                 self.commits.push((member_id.to_string(), *p, epoch));
-                out.push((*p, KafkaCode::NONE));
-            } else {
-                out.push((*p, KafkaCode::STALE_MEMBER_EPOCH));
             }
+            out.push((*p, code));
         }
         out
+    }
+
+    /// OffsetCommit with its offsets, by topic name as the client sends them: each partition
+    /// checked as [`Coordinator::commit`] does (a topic this coordinator does not know is
+    /// UNKNOWN_TOPIC_OR_PARTITION), the accepted ones stored in the attached log, which may
+    /// refuse partitions of its own (see `InMemoryLog::refuse_commits`); without a log they are
+    /// accepted and nothing is stored.
+    pub fn commit_offsets(
+        &mut self,
+        member_id: &str,
+        epoch: i32,
+        offsets: &[OffsetCommitEntry],
+    ) -> Vec<(TopicPartition, KafkaCode)> {
+        // Each entry's code in the request's order; the accepted ones are settled by the log.
+        let mut codes: Vec<KafkaCode> = Vec::with_capacity(offsets.len());
+        let mut accepted: Vec<(usize, Partition)> = Vec::new();
+        for (i, entry) in offsets.iter().enumerate() {
+            let code = match self.topics.get(&*entry.tp.topic) {
+                None => KafkaCode::UNKNOWN_TOPIC_OR_PARTITION,
+                Some((id, _)) => {
+                    let p = (*id, entry.tp.partition);
+                    let code = self.commit_code(member_id, epoch, &p);
+                    if code == KafkaCode::NONE {
+                        accepted.push((i, p));
+                    }
+                    code
+                }
+            };
+            codes.push(code);
+        }
+        if let Some((log, group_id)) = &self.log {
+            let entries: Vec<OffsetCommitEntry> =
+                accepted.iter().map(|(i, _)| offsets[*i].clone()).collect();
+            for ((i, _), (_, code)) in accepted.iter().zip(log.commit(group_id, &entries)) {
+                codes[*i] = code;
+            }
+        }
+        for (i, p) in accepted {
+            if codes[i] == KafkaCode::NONE {
+                self.commits.push((member_id.to_string(), p, epoch));
+            }
+        }
+        offsets
+            .iter()
+            .zip(codes)
+            .map(|(entry, code)| (entry.tp.clone(), code))
+            .collect()
+    }
+
+    /// Whether `member_id` may commit `p` with `epoch` (see [`Coordinator::commit`]).
+    fn commit_code(&self, member_id: &str, epoch: i32, p: &Partition) -> KafkaCode {
+        let Some(m) = self.members.get(member_id) else {
+            return KafkaCode::UNKNOWN_MEMBER_ID;
+        };
+        let held_since = m.assigned_at.get(p).copied();
+        let accepted =
+            epoch == m.epoch || held_since.is_some_and(|since| since <= epoch && epoch <= m.epoch);
+        if accepted {
+            KafkaCode::NONE
+        } else {
+            KafkaCode::STALE_MEMBER_EPOCH
+        }
     }
 }

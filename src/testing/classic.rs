@@ -1,7 +1,13 @@
-//! An in-memory group coordinator for the session's tests: the classic protocol's group state
-//! machine as a Kafka broker runs it (join rounds, generations, a leader that syncs the
-//! assignment, heartbeats, commits, session expiry, static members fencing each other), with
-//! the clock advanced by the test, never by sleeping.
+//! An in-memory classic group coordinator: the classic protocol's group state machine as a Kafka
+//! broker runs it (join rounds, generations, a leader that syncs the assignment, heartbeats,
+//! commits, session expiry, static members fencing each other), with the clock advanced by the
+//! test, never by sleeping.
+//!
+//! Why here and public: the session's unit tests pin the client's side of the protocol against
+//! it, and integration tests driving a whole consumer in memory need the same broker rules, not
+//! a second copy of them. Commits can land in an [`InMemoryLog`]'s committed offsets
+//! ([`Coordinator::attach_log`], [`Coordinator::commit_offsets`]), so the consumer's next
+//! position lookup reads what the group committed.
 //!
 //! A JoinGroup or SyncGroup that a broker would hold (the round is not complete, the leader has
 //! not synced yet) answers `None` here; the test sends the other members' requests and then
@@ -12,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::wire::KafkaCode;
+use super::InMemoryLog;
+use crate::wire::{KafkaCode, OffsetCommitEntry};
+use crate::TopicPartition;
 
 /// The group's state, as Kafka names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum GroupState {
+pub enum GroupState {
     /// No round has completed yet.
     Empty,
     /// A rebalance began: every member must send JoinGroup.
@@ -29,23 +37,30 @@ pub(super) enum GroupState {
 
 /// A JoinGroup as the coordinator receives it.
 #[derive(Clone, Debug)]
-pub(super) struct JoinRequest {
-    pub(super) member_id: String,
-    pub(super) instance_id: Option<String>,
+pub struct JoinRequest {
+    /// The member id the member holds ("" for a first join: the coordinator gives one).
+    pub member_id: String,
+    /// `group.instance.id` of a static member: a restart with it fences the old member id.
+    pub instance_id: Option<String>,
     /// (assignor name, subscription bytes), in the member's order of preference.
-    pub(super) protocols: Vec<(String, Bytes)>,
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// A JoinGroup answer.
 #[derive(Clone, Debug)]
-pub(super) struct JoinReply {
-    pub(super) error_code: KafkaCode,
-    pub(super) generation_id: i32,
-    pub(super) member_id: String,
-    pub(super) leader: String,
-    pub(super) protocol_name: Option<String>,
+pub struct JoinReply {
+    /// [`KafkaCode::NONE`], or why the join was refused (the rest is then meaningless).
+    pub error_code: KafkaCode,
+    /// The generation the round formed (-1 when refused).
+    pub generation_id: i32,
+    /// The member's id, given by the coordinator on a first join.
+    pub member_id: String,
+    /// The member id of the round's leader, who computes the assignment.
+    pub leader: String,
+    /// The assignor chosen for the round (the leader's first preference).
+    pub protocol_name: Option<String>,
     /// Filled for the leader only: (member id, instance id, subscription bytes).
-    pub(super) members: Vec<(String, Option<String>, Bytes)>,
+    pub members: Vec<(String, Option<String>, Bytes)>,
 }
 
 impl JoinReply {
@@ -71,11 +86,13 @@ struct Known {
 }
 
 /// One classic consumer group at one coordinator.
-pub(super) struct Coordinator {
+pub struct Coordinator {
     now: Instant,
     session_timeout: Duration,
-    pub(super) state: GroupState,
-    pub(super) generation: i32,
+    /// Where the group is in its round; tests read it, and force a state to set up a race.
+    pub state: GroupState,
+    /// The current generation (0 before the first round completes).
+    pub generation: i32,
     members: BTreeMap<String, Known>,
     /// The order in which members joined this round: the first is the leader.
     join_order: Vec<String>,
@@ -85,15 +102,20 @@ pub(super) struct Coordinator {
     leader: Option<String>,
     join_replies: BTreeMap<String, JoinReply>,
     assignments: Option<BTreeMap<String, Bytes>>,
-    /// Every commit it accepted: (member id, generation).
-    pub(super) commits: Vec<(String, i32)>,
+    /// Every commit it accepted: (member id, generation). With a log attached, a commit whose
+    /// every partition the log refused is not counted.
+    pub commits: Vec<(String, i32)>,
     /// True while this broker is no longer the group's coordinator: every group request is
     /// answered NOT_COORDINATOR.
-    pub(super) moved: bool,
+    pub moved: bool,
+    /// Where [`Coordinator::commit_offsets`] stores offsets, under which group id.
+    log: Option<(InMemoryLog, String)>,
 }
 
 impl Coordinator {
-    pub(super) fn new(now: Instant, session_timeout: Duration) -> Self {
+    /// An empty group whose clock starts at `now` (moved only by [`Coordinator::advance`]),
+    /// evicting members not heard from for `session_timeout`.
+    pub fn new(now: Instant, session_timeout: Duration) -> Self {
         Coordinator {
             now,
             session_timeout,
@@ -108,17 +130,25 @@ impl Coordinator {
             assignments: None,
             commits: Vec::new(),
             moved: false,
+            log: None,
         }
     }
 
+    /// Stores the offsets of accepted commits ([`Coordinator::commit_offsets`]) in `log` under
+    /// `group_id`, where a consumer's position lookup reads them: the group's commits and the
+    /// records it reads then live in one cluster.
+    pub fn attach_log(&mut self, log: InMemoryLog, group_id: &str) {
+        self.log = Some((log, group_id.to_string()));
+    }
+
     /// The coordinator's clock.
-    pub(super) fn now(&self) -> Instant {
+    pub fn now(&self) -> Instant {
         self.now
     }
 
     /// Time passes; members not heard from for the session timeout are evicted, except those the
     /// coordinator is holding in a join round.
-    pub(super) fn advance(&mut self, by: Duration) {
+    pub fn advance(&mut self, by: Duration) {
         self.now += by;
         let now = self.now;
         let timeout = self.session_timeout;
@@ -136,13 +166,13 @@ impl Coordinator {
     }
 
     /// The member ids the group holds now.
-    pub(super) fn member_ids(&self) -> Vec<String> {
+    pub fn member_ids(&self) -> Vec<String> {
         self.members.keys().cloned().collect()
     }
 
     /// A rebalance begins (a member joined, left or was evicted; a topic grew), unless one is
     /// under way already: then the round goes on with the members that joined it.
-    pub(super) fn begin_rebalance(&mut self) {
+    pub fn begin_rebalance(&mut self) {
         if self.state != GroupState::PreparingRebalance {
             self.state = GroupState::PreparingRebalance;
             self.join_order.clear();
@@ -179,8 +209,9 @@ impl Coordinator {
         format!("member-{}", self.next_id)
     }
 
-    /// JoinGroup. `None` while the round waits for other members.
-    pub(super) fn join(&mut self, request: JoinRequest) -> Option<JoinReply> {
+    /// JoinGroup. `None` while the round waits for other members (a broker would hold the
+    /// answer; collect it with [`Coordinator::join_reply`] once the round completes).
+    pub fn join(&mut self, request: JoinRequest) -> Option<JoinReply> {
         if self.moved {
             return Some(JoinReply::refused(
                 KafkaCode::NOT_COORDINATOR,
@@ -317,12 +348,13 @@ impl Coordinator {
     }
 
     /// The answer to a JoinGroup that was held.
-    pub(super) fn join_reply(&mut self, member_id: &str) -> Option<JoinReply> {
+    pub fn join_reply(&mut self, member_id: &str) -> Option<JoinReply> {
         self.join_replies.remove(member_id)
     }
 
-    /// SyncGroup. `None` while a follower waits for the leader's assignment.
-    pub(super) fn sync(
+    /// SyncGroup: the leader hands in the assignment, every member gets its share. `None` while
+    /// a follower waits for the leader (collect it with [`Coordinator::sync_reply`]).
+    pub fn sync(
         &mut self,
         member_id: &str,
         generation_id: i32,
@@ -350,7 +382,7 @@ impl Coordinator {
     }
 
     /// The answer to a SyncGroup that was held (once the leader synced).
-    pub(super) fn sync_reply(&self, member_id: &str) -> Option<(KafkaCode, Bytes)> {
+    pub fn sync_reply(&self, member_id: &str) -> Option<(KafkaCode, Bytes)> {
         let assignments = self.assignments.as_ref()?;
         Some((
             KafkaCode::NONE,
@@ -358,8 +390,8 @@ impl Coordinator {
         ))
     }
 
-    /// Heartbeat.
-    pub(super) fn heartbeat(&mut self, member_id: &str, generation_id: i32) -> KafkaCode {
+    /// Heartbeat: keeps the member's session, and tells it of a rebalance or a new generation.
+    pub fn heartbeat(&mut self, member_id: &str, generation_id: i32) -> KafkaCode {
         if let Err(code) = self.check(member_id) {
             return code;
         }
@@ -373,8 +405,46 @@ impl Coordinator {
         }
     }
 
-    /// OffsetCommit (one code for the whole request).
-    pub(super) fn commit(&mut self, member_id: &str, generation_id: i32) -> KafkaCode {
+    /// OffsetCommit as the generation check sees it (one code for the whole request), with no
+    /// offsets stored: for tests of who may commit when. [`Coordinator::commit_offsets`] also
+    /// stores them.
+    pub fn commit(&mut self, member_id: &str, generation_id: i32) -> KafkaCode {
+        let code = self.commit_code(member_id, generation_id);
+        if code == KafkaCode::NONE {
+            self.commits.push((member_id.to_string(), generation_id));
+        }
+        code
+    }
+
+    /// OffsetCommit with its offsets: refused as a whole by the generation check (every
+    /// partition gets the code), else stored in the attached log, which may refuse partitions
+    /// of its own (see `InMemoryLog::refuse_commits`); without a log every partition is
+    /// accepted and nothing is stored.
+    pub fn commit_offsets(
+        &mut self,
+        member_id: &str,
+        generation_id: i32,
+        offsets: &[OffsetCommitEntry],
+    ) -> Vec<(TopicPartition, KafkaCode)> {
+        let code = self.commit_code(member_id, generation_id);
+        if code != KafkaCode::NONE {
+            return offsets.iter().map(|e| (e.tp.clone(), code)).collect();
+        }
+        let results = match &self.log {
+            Some((log, group_id)) => log.commit(group_id, offsets),
+            None => offsets
+                .iter()
+                .map(|e| (e.tp.clone(), KafkaCode::NONE))
+                .collect(),
+        };
+        if offsets.is_empty() || results.iter().any(|(_, c)| *c == KafkaCode::NONE) {
+            self.commits.push((member_id.to_string(), generation_id));
+        }
+        results
+    }
+
+    /// Whether `member_id` may commit in `generation_id` now.
+    fn commit_code(&self, member_id: &str, generation_id: i32) -> KafkaCode {
         if let Err(code) = self.check(member_id) {
             return code;
         }
@@ -384,12 +454,11 @@ impl Coordinator {
         if self.state == GroupState::PreparingRebalance {
             return KafkaCode::REBALANCE_IN_PROGRESS;
         }
-        self.commits.push((member_id.to_string(), generation_id));
         KafkaCode::NONE
     }
 
-    /// LeaveGroup.
-    pub(super) fn leave(&mut self, member_id: &str) {
+    /// LeaveGroup: the member goes at once (no session to wait out) and a rebalance begins.
+    pub fn leave(&mut self, member_id: &str) {
         self.remove(member_id);
     }
 }
