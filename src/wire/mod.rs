@@ -41,7 +41,6 @@
 // (tests/wire_*.rs: framing, version negotiation, record decoding bounds, hostile brokers) and the
 // fuzz targets drive directly; they are not part of the product's API and may change without
 // notice. Applications use `Client`.
-mod batch;
 #[doc(hidden)]
 pub mod bounded;
 mod client;

@@ -20,9 +20,11 @@ use kafka_protocol::records::{
 };
 use log::{debug, trace};
 
-use super::batch::{self, BatchHeader, BatchOutcome, Sink, HEADER_LEN, LOG_OVERHEAD};
-pub use super::batch::{Allowance, DecodeBudget};
+mod batch;
+
 use super::error::{Result, WireError};
+pub use batch::{Allowance, DecodeBudget};
+use batch::{BatchHeader, BatchOutcome, Sink, HEADER_LEN, LOG_OVERHEAD};
 
 /// What a record's timestamp means (the topic's `message.timestamp.type`).
 ///
