@@ -29,8 +29,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Decodable;
 
-use super::cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
 use super::error::{api_name, Result, WireError};
+use super::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
 
 /// "Up to the newest version" in a field's version range.
 const MAX: i16 = i16::MAX;

@@ -44,18 +44,11 @@
 #[doc(hidden)]
 pub mod bounded;
 mod client;
-mod cluster;
 pub(crate) mod compression;
-mod configs;
 pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) use error::broker_text;
-mod fetch;
-mod fetcher;
 mod oauth;
-mod offsets;
-mod pool;
-mod produce;
 mod quirks;
 #[doc(hidden)]
 pub mod records;
@@ -66,23 +59,23 @@ mod stream;
 mod tls;
 pub(crate) mod versions;
 
-pub use client::{Client, ClientConfig};
-pub use cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
+pub use client::cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
 #[doc(hidden)]
-pub use cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
-pub use configs::{
+pub use client::cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
+pub use client::configs::{
     BrokerFailureDetection, BROKER_SESSION_TIMEOUT_MS, GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS,
     GROUP_CONSUMER_SESSION_TIMEOUT_MS,
 };
+pub use client::fetch::fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
+pub use client::fetch::{
+    FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
+};
+pub use client::offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
+pub use client::{Client, ClientConfig};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
-pub use fetch::{
-    FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
-};
-pub use fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
-pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
 pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
