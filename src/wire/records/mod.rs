@@ -9,6 +9,8 @@
 //! names the partition and offset. Nothing here panics or allocates without bound on network data.
 //! Encoding (for Produce) stays `kafka-protocol`'s: it only sees our own records.
 
+mod batch;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -19,8 +21,6 @@ use kafka_protocol::records::{
     NO_SEQUENCE,
 };
 use log::{debug, trace};
-
-mod batch;
 
 use super::error::{Result, WireError};
 pub use batch::{Allowance, DecodeBudget};
