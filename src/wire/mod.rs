@@ -52,7 +52,6 @@ mod oauth;
 mod quirks;
 #[doc(hidden)]
 pub mod records;
-mod sasl;
 pub(crate) mod scram;
 pub(crate) mod secret;
 mod stream;
@@ -72,12 +71,12 @@ pub use client::fetch::{
 };
 pub use client::offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use client::{Client, ClientConfig};
+pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
-pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
 pub use tls::{TlsConfig, TlsFileError};
