@@ -9,7 +9,7 @@
 //!
 //! - [`controller_or_any_broker`]: librdkafka's mock names a controller that is not in its broker
 //!   list.
-//! - `records.rs` `control_marker`: librdkafka's mock writes transaction markers with a CRC of 0,
+//! - `records/mod.rs` `control_marker`: librdkafka's mock writes transaction markers with a CRC of 0,
 //!   so the marker type is read without `kafka-protocol`'s CRC check (a marker carries no user
 //!   data; every data batch is still checked).
 
