@@ -26,6 +26,9 @@
 //!   on a loss, leases that go stale when their partition moves or the session could have
 //!   expired, storm detection.
 //!
+//! Besides the layers: `partition` holds [`TopicPartition`], and the hidden `fuzzing` module the
+//! checks behind the fuzz targets (not part of the API).
+//!
 //! The items re-exported here are the ones applications need; the modules hold the rest.
 
 #![warn(missing_docs, unreachable_pub)]
