@@ -26,11 +26,11 @@
 //!   on a loss, leases that go stale when their partition moves or the session could have
 //!   expired, storm detection.
 //!
-//!
-//! Beside them, hidden from the documentation and not part of the API: `fuzzing` (the checks
-//! behind the fuzz targets) and `testing`, the in-memory cluster (a record log with committed
-//! offsets, and group coordinators for both protocols) that tests drive the consumer against
-//! without a broker.
+//! Besides the layers: `partition` holds [`TopicPartition`]; hidden from the documentation and
+//! not part of the API, `fuzzing` holds the checks behind the fuzz targets and `testing` the
+//! in-memory cluster (a record log with committed offsets, group coordinators for both
+//! protocols, and members that run the real session against them) that tests drive the whole
+//! consumer against without a broker.
 //!
 //! The items re-exported here are the ones applications need; the modules hold the rest.
 

@@ -599,7 +599,7 @@ fn prefetch_follows_the_callers_positions_tansu() {
 /// the abort filtering is checked end to end: read_committed reads "aaacc". Neither the mock
 /// nor tansu lists aborted transactions (confluent-kafka with `isolation.level=read_committed`
 /// also reads the aborted records from both), so there the test checks that we deliver exactly
-/// what the broker reports; the filtering is also unit-tested in `src/wire/records.rs`
+/// what the broker reports; the filtering is also unit-tested in `src/wire/records/mod.rs`
 /// (`read_committed_drops_aborted_transactions`).
 const TXN_PRODUCER: &str = r#"
 import sys

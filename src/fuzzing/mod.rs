@@ -8,6 +8,13 @@
 //!
 //! A check panics (with a message naming the property) when a property fails: that is how
 //! libFuzzer and the test harness see a finding. Nothing here is part of the consumer's API.
+//!
+//! The targets, one file each: `fetch_partition.rs` (a, one partition of a Fetch response),
+//! `decompress.rs` (b, the decompressors), `responses.rs` (c, every response the client decodes),
+//! `group_protocol.rs` (d, group member metadata, assignments and the assignors), `scram.rs` (e,
+//! the server's SCRAM messages), `jaas.rs` (f, the `sasl.jaas.config` line) and `properties.rs`
+//! (g, `.properties` text); `batch_writer.rs` writes record batches byte by byte, hostile ones
+//! included, for the seeds and the tests.
 
 pub mod batch_writer;
 pub mod decompress;

@@ -20,7 +20,6 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::key_hash::KeyHashBuilder;
-use super::progress::{Admitted, WorkState};
 use super::recent::{KeyRef, RecentKeys};
 
 /// A shard is split off only when each shard still holds at least this many keys.
@@ -107,25 +106,6 @@ impl<K: Eq + Hash> KeySet<K> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .forget(handle.key)
         })
-    }
-
-    /// Forgets the keys of work that is being discarded unfinished, so that its redelivery to
-    /// this worker is processed instead of being mistaken for a duplicate and dropped. Returns how
-    /// many discarded messages had not finished.
-    pub(crate) fn forget_unfinished<M>(
-        &self,
-        discarded: impl IntoIterator<Item = Admitted<M>>,
-    ) -> usize {
-        let mut count = 0;
-        for admitted in discarded {
-            if !matches!(admitted.state, WorkState::Done) {
-                count += 1;
-                if let Some(key) = admitted.key {
-                    self.forget(key);
-                }
-            }
-        }
-        count
     }
 
     /// Keys remembered now, over every shard.

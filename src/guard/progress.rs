@@ -6,10 +6,11 @@
 //! 103 would skip 101 for whoever owns the partition next.
 
 use std::collections::VecDeque;
+use std::hash::Hash;
 use std::time::Instant;
 
 use super::completed_map::{self, Runs};
-use super::key_set::KeyHandle;
+use super::key_set::{KeyHandle, KeySet};
 
 /// Where one admitted message is in its life.
 #[derive(Debug)]
@@ -49,6 +50,29 @@ pub(crate) struct Admitted<M> {
     /// expired): a handler that then returns has skipped its effect, so its completion must not
     /// count, even if the session was renewed in between.
     pub(crate) told_stale: bool,
+}
+
+// Kept here rather than in `key_set.rs` because deciding what is unfinished is this module's
+// business: the key set stays below progress and knows nothing of admitted work.
+impl<K: Eq + Hash> KeySet<K> {
+    /// Forgets the keys of work that is being discarded unfinished, so that its redelivery to
+    /// this worker is processed instead of being mistaken for a duplicate and dropped. Returns how
+    /// many discarded messages had not finished.
+    pub(crate) fn forget_unfinished<M>(
+        &self,
+        discarded: impl IntoIterator<Item = Admitted<M>>,
+    ) -> usize {
+        let mut count = 0;
+        for admitted in discarded {
+            if !matches!(admitted.state, WorkState::Done) {
+                count += 1;
+                if let Some(key) = admitted.key {
+                    self.forget(key);
+                }
+            }
+        }
+        count
+    }
 }
 
 /// The admitted-but-not-yet-committable messages of one partition, in offset order.

@@ -21,6 +21,10 @@
 //! The walker checks lengths, not meaning: a null is accepted anywhere (it allocates nothing;
 //! whether it is allowed is the codec's concern), UTF-8 is left to the codec, and trailing
 //! bytes are left alone.
+//!
+//! Files: this one holds the walker; `bounded/shapes.rs` the shape tables; `bounded/sample.rs`
+//! populated bodies written from the tables (for the tests and the response fuzz target); and
+//! `bounded/tests.rs` the tables checked against `kafka-protocol`'s codec.
 
 mod sample;
 mod shapes;
@@ -29,8 +33,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Decodable;
 
-use super::cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
 use super::error::{api_name, Result, WireError};
+use super::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
 
 /// "Up to the newest version" in a field's version range.
 const MAX: i16 = i16::MAX;

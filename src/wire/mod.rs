@@ -4,30 +4,44 @@
 //! Why our own: the only synchronous pure-Rust client (`kafka` 0.10) speaks API version 0 only,
 //! which Kafka 4.0 removed (KIP-896).
 //!
-//! Layering, one module per concern:
-//! - `connection` owns one socket and its negotiated `versions`;
-//! - `client` declares [`Client`], the one type callers hold, and its bounded retry loop;
-//! - `cluster` (metadata, leaders, coordinators, topic creation), `pool` (connections per broker
-//!   and their backoff), `fetch`, `offsets` (ListOffsets, OffsetFetch, OffsetCommit) and
-//!   `produce` each implement the `Client` methods of their concern; `configs` reads the
-//!   cluster's failure-detection settings (DescribeConfigs);
-//! - `source` declares [`RecordSource`], the reads a consumer's poll thread makes (fetch,
-//!   committed offsets, log offsets), implemented by `Client` and by `crate::testing`'s log;
-//! - [`records`] turns fetched bytes into [`Record`]s and encodes produced batches;
-//! - `error` holds [`WireError`] and the [`KafkaCode`] table every layer uses.
+//! The map, one module per concern and one line per file or folder here (a folder's `mod.rs`
+//! maps its own files; a module's children may use it, siblings never use each other both ways):
+//! - `client/`: [`Client`], the one type callers hold, and its bounded retry loop (`mod.rs`);
+//!   its children each implement the `Client` methods of one concern: `cluster.rs` (metadata,
+//!   leaders, coordinators, topic creation), `pool.rs` (connections per broker and their
+//!   backoff), `fetch/` (Fetch, with the per-broker fetch threads in `fetch/fetcher.rs`),
+//!   `offsets.rs` (ListOffsets, OffsetFetch, OffsetCommit), `produce.rs` and `configs.rs` (the
+//!   cluster's failure-detection settings, DescribeConfigs);
+//! - `connection/`: one socket to one broker, its framing and handshake (`mod.rs`), and its SASL
+//!   authentication (`sasl.rs`);
+//! - `source.rs`: [`RecordSource`], the reads a consumer's poll thread makes (fetch, committed
+//!   offsets, log offsets), implemented by `Client` and by the hidden `testing` module's log;
+//! - `versions.rs`: API version negotiation, free of I/O;
+//! - `stream.rs`: the byte stream under a connection, TCP or TLS, with real deadlines;
+//! - `tls.rs`: TLS with rustls, behind the cargo feature `tls`;
+//! - `scram.rs`: the SCRAM-SHA-256/512 exchange, without I/O;
+//! - `oauth.rs`: OAUTHBEARER tokens from the user's callback, cached until they expire;
+//! - `secret.rs`: [`Secret`], a password that is never printed and does not outlive its holder;
+//! - [`records`] (`records/`): fetched bytes to [`Record`]s and produced records to a batch
+//!   (`mod.rs`), one batch read by our own bounded decoder (`batch.rs`);
+//! - [`bounded`] (`bounded.rs`, `bounded/`): every response checked against its shape before
+//!   `kafka-protocol` decodes it;
+//! - `compression.rs`: pure-Rust decompression of record batches;
+//! - `error.rs`: [`WireError`] and the [`KafkaCode`] table every layer uses;
+//! - `quirks.rs`: where the client works around a broker that deviates from Kafka.
 //!
 //! Threads: everything here is blocking and owned by one thread at a time. A [`Client`] keeps
 //! one request connection per broker; its fetches run on one fetch thread per broker
-//! (`fetcher`), which owns that broker's fetch connection, so a broker that hangs or cannot be
-//! reached holds only its own partitions: the fetching thread collects whatever answers arrive
-//! within the fetch's wait plus [`FETCH_ANSWER_MARGIN`] and leaves a late broker's request in
-//! flight. Another thread that must talk to the cluster concurrently (the group's membership
-//! and commit threads) opens its own [`Connection`] or [`Client`].
+//! (`client/fetch/fetcher.rs`), which owns that broker's fetch connection, so a broker that
+//! hangs or cannot be reached holds only its own partitions: the fetching thread collects
+//! whatever answers arrive within the fetch's wait plus [`FETCH_ANSWER_MARGIN`] and leaves a
+//! late broker's request in flight. Another thread that must talk to the cluster concurrently
+//! (the group's membership and commit threads) opens its own [`Connection`] or [`Client`].
 //!
 //! Security: SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER on every connection
-//! (`sasl`, `scram`, `oauth`; passwords and tokens held as [`Secret`]), re-authenticated before
-//! the broker's session ends (KIP-368); TLS with rustls behind the cargo feature `tls` (`tls`,
-//! over the deadline-keeping byte stream of `stream`).
+//! (`connection/sasl.rs`, `scram`, `oauth`; passwords and tokens held as [`Secret`]),
+//! re-authenticated before the broker's session ends (KIP-368); TLS with rustls behind the
+//! cargo feature `tls` (`tls`, over the deadline-keeping byte stream of `stream`).
 //!
 //! Known limits, each a deliberate scope cut: no GSSAPI; Fetch is capped at v12 (topics
 //! by name, no fetch sessions): it sends each partition's leader epoch (KIP-320 fencing of a
@@ -43,26 +57,17 @@
 // (tests/wire_*.rs: framing, version negotiation, record decoding bounds, hostile brokers) and the
 // fuzz targets drive directly; they are not part of the product's API and may change without
 // notice. Applications use `Client`.
-mod batch;
 #[doc(hidden)]
 pub mod bounded;
 mod client;
-mod cluster;
 pub(crate) mod compression;
-mod configs;
 pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) use error::broker_text;
-mod fetch;
-mod fetcher;
 mod oauth;
-mod offsets;
-mod pool;
-mod produce;
 mod quirks;
 #[doc(hidden)]
 pub mod records;
-mod sasl;
 pub(crate) mod scram;
 pub(crate) mod secret;
 mod source;
@@ -70,25 +75,25 @@ mod stream;
 mod tls;
 pub(crate) mod versions;
 
-pub use client::{Client, ClientConfig};
-pub use cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
+pub use client::cluster::{BrokerInfo, PartitionMetadata, TopicMetadata};
 #[doc(hidden)]
-pub use cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
-pub use configs::{
+pub use client::cluster::{MAX_METADATA_BROKERS, MAX_METADATA_TOPICS};
+pub use client::configs::{
     BrokerFailureDetection, BROKER_SESSION_TIMEOUT_MS, GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS,
     GROUP_CONSUMER_SESSION_TIMEOUT_MS,
 };
+pub use client::fetch::fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
+pub use client::fetch::{
+    FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
+};
+pub use client::offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
+pub use client::{Client, ClientConfig};
+pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{KafkaCode, Result, WireError};
-pub use fetch::{
-    FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
-};
-pub use fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
-pub use offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
-pub use sasl::{SaslConfig, SaslMechanism};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
 pub use source::RecordSource;

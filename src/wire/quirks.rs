@@ -9,13 +9,11 @@
 //!
 //! - [`controller_or_any_broker`]: librdkafka's mock names a controller that is not in its broker
 //!   list.
-//! - `records.rs` `control_marker`: librdkafka's mock writes transaction markers with a CRC of 0,
+//! - `records/mod.rs` `control_marker`: librdkafka's mock writes transaction markers with a CRC of 0,
 //!   so the marker type is read without `kafka-protocol`'s CRC check (a marker carries no user
 //!   data; every data batch is still checked).
 
 use std::collections::BTreeMap;
-
-use super::cluster::BrokerInfo;
 
 /// The broker to send controller requests (CreateTopics) to.
 ///
@@ -24,10 +22,11 @@ use super::cluster::BrokerInfo;
 /// one of the brokers in the same answer. A controller id missing from the broker list
 /// therefore falls back to any known broker (the mock serves CreateTopics on each of them);
 /// with Kafka the named controller is always in the list, so Kafka never takes the fallback.
-/// `None` when no broker is known.
-pub(crate) fn controller_or_any_broker(
+/// `None` when no broker is known. Only the broker ids matter, so any map keyed by them will do
+/// (the client passes its broker list).
+pub(crate) fn controller_or_any_broker<B>(
     controller: Option<i32>,
-    brokers: &BTreeMap<i32, BrokerInfo>,
+    brokers: &BTreeMap<i32, B>,
 ) -> Option<i32> {
     controller
         .filter(|id| brokers.contains_key(id))
@@ -37,6 +36,7 @@ pub(crate) fn controller_or_any_broker(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::BrokerInfo;
 
     fn brokers(ids: &[i32]) -> BTreeMap<i32, BrokerInfo> {
         ids.iter()

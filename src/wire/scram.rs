@@ -3,7 +3,8 @@
 //! Why sans-IO: every rule that protects us from a hostile or broken server (the nonce must
 //! extend ours, a bounded iteration count, the server signature checked in constant time, `e=`
 //! errors reported) is a pure function of the messages, unit-tested here with the RFC's own test
-//! vector; [`super::sasl`] only moves the messages through SaslAuthenticate.
+//! vector; the SASL exchange (`connection/sasl.rs`) only moves the messages through
+//! SaslAuthenticate.
 //!
 //! What is deliberately not done: SASLprep of the user name and password (Kafka does not apply
 //! it either, so applying it would make non-ASCII passwords fail against Kafka), channel binding
@@ -187,7 +188,7 @@ fn escape_name(name: &str) -> String {
 
 impl ScramClient {
     /// Starts an exchange for `username` with the client nonce `nonce` (printable, no comma;
-    /// [`super::sasl`] makes a fresh random one per exchange).
+    /// the SASL exchange makes a fresh random one per exchange).
     pub(crate) fn new(
         hash: ScramHash,
         username: &str,

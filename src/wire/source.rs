@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use super::client::Client;
 use super::error::Result;
-use super::fetch::{FetchConfig, FetchPosition, IsolationLevel, LazyPartition};
-use super::offsets::{CommittedOffset, OffsetSpec};
+use super::{CommittedOffset, OffsetSpec};
+use super::{FetchConfig, FetchPosition, IsolationLevel, LazyPartition};
 use crate::TopicPartition;
 
 /// Where a consumer's poll thread gets its records and starting positions.

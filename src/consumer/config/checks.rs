@@ -3,7 +3,7 @@
 //! A rule sees one value (typed, parsed, or the default) and either returns it, possibly
 //! normalised (durations truncated to whole milliseconds, list entries trimmed), or refuses it
 //! with a [`ConfigError`] that names the setting and states the rule. Rules that relate two
-//! settings are in [`super::cross`].
+//! settings are in `cross.rs`, which uses this module (not the other way round).
 
 use std::time::Duration;
 

@@ -28,7 +28,8 @@
 //! - `error.rs`: [`ConfigError`]; `properties.rs`: the `.properties` syntax; `suggest.rs`:
 //!   unknown and unsupported names;
 //! - this file: the public API (reading, printing, the accessors, and the conversions to the
-//!   wire, fetch and guard settings).
+//!   wire, fetch and guard settings);
+//! - `tests.rs`: the unit tests of all of the above, README.md's table included.
 //!
 //! ## Choices that differ from, or go beyond, Java's consumer
 //! - `partition.assignment.strategy` defaults to `cooperative-sticky` alone. Java 3.x/4.x default

@@ -1,7 +1,6 @@
 //! The security settings' value types: `security.protocol`, `sasl.mechanism`, `sasl.password`,
 //! the Java `sasl.jaas.config` line, the OAUTHBEARER token callback, the `ssl.*` file paths and
-//! `ssl.endpoint.identification.algorithm`; their rules between each other are in
-//! [`super::cross`].
+//! `ssl.endpoint.identification.algorithm`; their rules between each other are in `cross.rs`.
 //!
 //! Why the secrets are typed: `sasl.password` and `sasl.jaas.config` are held as
 //! [`Secret`]s, so `Debug` of the builder, of the validated configuration and of the wire

@@ -1,4 +1,4 @@
-//! The macro that turns the settings table ([`super::settings`]) into code.
+//! The macro that turns the settings table (the rows in `settings.rs`) into code.
 //!
 //! Why a `macro_rules!` table: each setting used to be spelled about six times (documentation row,
 //! builder field, typed setter, `.properties` arm, default, `to_properties` entry) and its default

@@ -15,9 +15,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use log::{debug, info};
 
-use super::client::Client;
-use super::error::{broker_text, KafkaCode, Result, WireError};
-use super::quirks;
+use super::Client;
+use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
+use crate::wire::quirks;
 use crate::TopicPartition;
 
 /// A broker as listed in the cluster metadata.

@@ -12,10 +12,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::client::Client;
-use super::connection::Connection;
-use super::error::{KafkaCode, Result, WireError};
 use super::fetch::IsolationLevel;
+use super::Client;
+use crate::wire::connection::Connection;
+use crate::wire::error::{KafkaCode, Result, WireError};
 use crate::TopicPartition;
 
 /// Which offset ListOffsets should return.
@@ -334,7 +334,10 @@ impl Client {
         } else if who.group_instance_id.is_some() {
             return Err(WireError::UnsupportedVersion {
                 api: ApiKey::OffsetCommit as i16,
-                ours: (7, super::versions::client_range(ApiKey::OffsetCommit).max),
+                ours: (
+                    7,
+                    crate::wire::versions::client_range(ApiKey::OffsetCommit).max,
+                ),
                 broker: conn
                     .versions()
                     .broker_range(ApiKey::OffsetCommit)

@@ -25,12 +25,12 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use log::{debug, warn};
 
-use super::connection::Connection;
-use super::error::{broker_text, KafkaCode, Result, WireError};
-use super::oauth::{self, OAuthBearerCallback, TokenError};
-use super::scram::{base64_encode, ScramClient, ScramHash};
-use super::secret::{Secret, WipedBytes};
-use super::versions::VersionRange;
+use super::Connection;
+use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
+use crate::wire::oauth::{self, OAuthBearerCallback, TokenError};
+use crate::wire::scram::{base64_encode, ScramClient, ScramHash};
+use crate::wire::secret::{Secret, WipedBytes};
+use crate::wire::versions::VersionRange;
 
 /// A SASL mechanism this client implements.
 ///

@@ -3,19 +3,19 @@
 //!
 //! Why two per broker: a long-polling Fetch would otherwise delay a commit, a metadata request or
 //! a group request to the same broker by up to `fetch.max.wait.ms`. The fetch connections belong
-//! to the brokers' fetch threads (`wire::fetcher`), which reconnect with their own backoff.
+//! to the brokers' fetch threads (`fetch/fetcher.rs`), which reconnect with their own backoff.
 
 use std::time::Instant;
 
 use log::debug;
 
-use super::client::Client;
 use super::cluster::BrokerInfo;
-use super::connection::Connection;
-use super::error::{Result, WireError};
+use super::Client;
+use crate::wire::connection::Connection;
+use crate::wire::error::{Result, WireError};
 
 #[derive(Debug, Default)]
-pub(super) struct BrokerState {
+pub(in crate::wire) struct BrokerState {
     failures: u32,
     retry_at: Option<Instant>,
 }
@@ -25,8 +25,8 @@ impl Client {
     /// the backoff) on demand. Lets the group layer send its own requests to the coordinator.
     ///
     /// Fetches use a second connection per broker, owned by that broker's fetch thread (see
-    /// `wire::fetcher`), so that a long-polling Fetch never delays a commit, a metadata request
-    /// or a group request to the same broker.
+    /// `fetch/fetcher.rs`), so that a long-polling Fetch never delays a commit, a metadata
+    /// request or a group request to the same broker.
     pub fn connection(&mut self, node_id: i32) -> Result<&mut Connection> {
         if self.conns.get(&node_id).is_some_and(Connection::is_broken) {
             self.conns.remove(&node_id);

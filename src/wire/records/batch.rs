@@ -22,8 +22,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kafka_protocol::records::Compression;
 
-use super::compression::{self, DecompressError};
-use super::records::{Record, TimestampType};
+use super::{Record, TimestampType};
+use crate::wire::compression::{self, DecompressError};
 
 /// Base offset and batch length, the part of a batch outside its `batch_length`.
 pub(crate) const LOG_OVERHEAD: usize = 12;

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use kafka_protocol::messages::{self as msg, produce_request, ApiKey, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::client::Client;
-use super::error::{broker_text, KafkaCode, Result, WireError};
-use super::records::{self, ProduceRecord};
+use super::Client;
+use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
+use crate::wire::records::{self, ProduceRecord};
 use crate::TopicPartition;
 
 impl Client {

@@ -5,6 +5,11 @@
 //! not stop the others, and the consumer needs each partition's error to decide what to do. With
 //! [`FetchConfig::prefetch`] the next Fetch is sent as soon as an answer arrives, and used only if
 //! the caller then asks for exactly those positions.
+//!
+//! The fetch threads, one per broker, that send these requests and read the answers are this
+//! module's child `fetcher.rs`; this file builds the requests and decodes the answers.
+
+pub(in crate::wire) mod fetcher;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,13 +21,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use log::{debug, info, warn};
 
-use super::client::Client;
 use super::cluster::BrokerInfo;
-use super::connection::Pending;
-use super::error::{KafkaCode, Result, WireError};
-use super::fetcher::{Answer, Job};
-use super::records::{self, AbortedTxn, Allowance, PartitionDecoder, PartitionInput, Record};
+use super::Client;
+use crate::wire::connection::Pending;
+use crate::wire::error::{KafkaCode, Result, WireError};
+use crate::wire::records::{self, AbortedTxn, Allowance, PartitionDecoder, PartitionInput, Record};
 use crate::TopicPartition;
+use fetcher::{Answer, Job};
 
 /// Kafka's `isolation.level`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -157,7 +162,7 @@ impl LazyRecords {
     pub(crate) fn standalone(
         input: &PartitionInput<'_>,
         data: bytes::Bytes,
-        budget: super::DecodeBudget,
+        budget: crate::wire::DecodeBudget,
     ) -> Self {
         LazyRecords {
             decoder: PartitionDecoder::new(input, data),
@@ -385,8 +390,8 @@ impl Client {
     /// batch per partition, not the whole response decoded. `next_offset` is only known as
     /// decoding goes ([`LazyRecords::next_offset`]).
     ///
-    /// Each leader is fetched from by its own thread (see `wire::fetcher`): this call waits for
-    /// the answers at most `max_wait` plus [`FETCH_ANSWER_MARGIN`](super::FETCH_ANSWER_MARGIN)
+    /// Each leader is fetched from by its own thread (see `fetcher.rs`): this call waits for
+    /// the answers at most `max_wait` plus [`FETCH_ANSWER_MARGIN`](fetcher::FETCH_ANSWER_MARGIN)
     /// once any broker has answered, so a hung or unreachable leader delays no other leader's
     /// partitions. The partitions of a leader that has not answered come back with no records
     /// and no error (their request stays in flight and serves a later call); they fail only

@@ -1,5 +1,6 @@
 //! One blocking TCP connection to one broker: framing, correlation ids, timeouts, the
-//! ApiVersions handshake and, when configured, SASL authentication ([`super::sasl`]).
+//! ApiVersions handshake and, when configured, SASL authentication (this
+//! module's child `sasl.rs`).
 //!
 //! A `Connection` is owned by exactly one thread and is never shared: Kafka matches responses to
 //! requests by order and correlation id, so two threads writing to one socket would corrupt both
@@ -9,6 +10,8 @@
 //! Network input is untrusted: a frame's length is checked against
 //! [`ConnectionConfig::max_response_size`] before anything is allocated, and the frame is read in
 //! bounded chunks so that a peer claiming many bytes and sending few costs only what it sent.
+
+pub(super) mod sasl;
 
 use std::io::{self, Read, Write};
 use std::marker::PhantomData;
@@ -21,11 +24,11 @@ use log::{debug, trace};
 
 use super::bounded;
 use super::error::{api_name, KafkaCode, Result, WireError};
-use super::sasl::{self, SaslConfig};
 use super::secret::wipe;
 use super::stream::Stream;
 use super::tls::{self, TlsConfig};
 use super::versions::{client_range, VersionRange, VersionTable};
+use sasl::SaslConfig;
 
 /// Settings shared by every connection a client opens.
 #[derive(Clone, Debug)]

@@ -17,8 +17,8 @@ use std::time::Duration;
 use kafka_protocol::messages::{self as msg, describe_configs_request, ApiKey};
 use kafka_protocol::protocol::StrBytes;
 
-use super::client::Client;
-use super::error::{broker_text, KafkaCode, Result, WireError};
+use super::Client;
+use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
 
 /// DescribeConfigs resource type of a broker (Kafka's `ConfigResource.Type.BROKER`).
 const RESOURCE_BROKER: i8 = 4;

@@ -9,6 +9,8 @@
 //! names the partition and offset. Nothing here panics or allocates without bound on network data.
 //! Encoding (for Produce) stays `kafka-protocol`'s: it only sees our own records.
 
+mod batch;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -20,9 +22,9 @@ use kafka_protocol::records::{
 };
 use log::{debug, trace};
 
-use super::batch::{self, BatchHeader, BatchOutcome, Sink, HEADER_LEN, LOG_OVERHEAD};
-pub use super::batch::{Allowance, DecodeBudget};
 use super::error::{Result, WireError};
+pub use batch::{Allowance, DecodeBudget};
+use batch::{BatchHeader, BatchOutcome, Sink, HEADER_LEN, LOG_OVERHEAD};
 
 /// What a record's timestamp means (the topic's `message.timestamp.type`).
 ///

@@ -1,16 +1,29 @@
 //! The cluster-aware [`Client`] over a bootstrap list, and the one retry loop its operations share.
 //!
 //! A `Client` belongs to one thread and keeps one connection per broker. Its methods live in the
-//! module of their concern, each an `impl Client` block over the fields declared here: `cluster`
-//! (metadata, leaders, coordinators, topic creation), `pool` (connections per broker, backoff
-//! after failures, any-broker requests), `fetch`, `offsets` (ListOffsets, OffsetFetch,
-//! OffsetCommit) and `produce`.
+//! child module of their concern, each an `impl Client` block over the fields declared here (so
+//! the files that share the fields are this module's children, never siblings that import each
+//! other):
+//! - `cluster.rs`: metadata, leaders, coordinators, topic creation;
+//! - `pool.rs`: connections per broker, backoff after failures, any-broker requests;
+//! - `fetch/`: Fetch (`fetch/mod.rs`) and the per-broker fetch threads (`fetch/fetcher.rs`);
+//! - `offsets.rs`: ListOffsets, OffsetFetch and OffsetCommit;
+//! - `produce.rs`: Produce, for tests and tools;
+//! - `configs.rs`: the cluster's failure-detection settings (DescribeConfigs);
+//! - this file: [`ClientConfig`], the fields of [`Client`], and the retry loop they all use.
 //!
 //! Requests that must go to a partition leader are routed with a leader cache that is refreshed
 //! when a broker answers with a stale-metadata error (NOT_LEADER_OR_FOLLOWER,
 //! UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, ...). A broker that fails is reconnected with
 //! exponential backoff, and every retry loop is bounded by [`ClientConfig::max_retries`], after
 //! which the caller gets [`WireError::RetriesExhausted`] carrying the last error.
+
+pub(super) mod cluster;
+pub(super) mod configs;
+pub(super) mod fetch;
+pub(super) mod offsets;
+mod pool;
+pub(super) mod produce;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,13 +32,13 @@ use std::time::Duration;
 
 use log::warn;
 
-use super::cluster::{BrokerInfo, TopicMetadata};
-use super::connection::{Connection, ConnectionConfig};
-use super::error::{KafkaCode, Result, WireError};
-use super::fetcher::Fetchers;
-use super::pool::BrokerState;
-use super::records::DecodeBudget;
+use crate::wire::connection::{Connection, ConnectionConfig};
+use crate::wire::error::{KafkaCode, Result, WireError};
+use crate::wire::records::DecodeBudget;
 use crate::TopicPartition;
+use cluster::{BrokerInfo, TopicMetadata};
+use fetch::fetcher::Fetchers;
+use pool::BrokerState;
 
 /// Settings of a [`Client`].
 #[derive(Clone, Debug)]
@@ -74,7 +87,7 @@ impl ClientConfig {
 
 /// A blocking Kafka client for one thread: it owns its sockets (one per broker for requests)
 /// and its caches, so nothing is shared or locked. Fetches are the exception: each broker's
-/// fetch connection belongs to a fetch thread of this client (see `wire::fetcher`), so that a
+/// fetch connection belongs to a fetch thread of this client (see `fetch/fetcher.rs`), so that a
 /// hung broker delays no other broker's partitions. A thread that
 /// needs its own conversation with the cluster (the heartbeat thread) builds its own `Client`
 /// or [`Connection`].
@@ -97,8 +110,8 @@ pub struct Client {
     pub(super) conns: HashMap<i32, Connection>,
     pub(super) bootstrap_conn: Option<Connection>,
     pub(super) broker_state: HashMap<i32, BrokerState>,
-    // Fetch state (owned by `fetch.rs`; the fetch connections belong to the brokers' fetch
-    // threads, see `fetcher.rs`).
+    // Fetch state (owned by `fetch/mod.rs`; the fetch connections belong to the brokers' fetch
+    // threads, see `fetch/fetcher.rs`).
     pub(super) fetchers: Fetchers,
     pub(super) fetch_rotation: usize,
 }

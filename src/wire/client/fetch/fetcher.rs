@@ -1,4 +1,4 @@
-//! Fetch threads: one per broker a [`Client`](super::Client) fetches from, each owning that
+//! Fetch threads: one per broker a [`Client`](crate::wire::Client) fetches from, each owning that
 //! broker's fetch connection, fed by the fetching thread through a bounded channel.
 //!
 //! Why threads: a synchronous client that waits for each broker's answer in turn lets one hung
@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{self as msg, ApiKey};
 use log::{debug, info, warn};
 
-use super::client::ClientConfig;
-use super::connection::{Connection, ConnectionConfig};
-use super::error::{Result, WireError};
-use super::fetch::{
+use super::{
     build_request, continuation, is_subset, position_key, settings_key, FetchConfig, FetchPosition,
     InFlightFetch,
 };
+use crate::wire::client::ClientConfig;
+use crate::wire::connection::{Connection, ConnectionConfig};
+use crate::wire::error::{Result, WireError};
 use crate::TopicPartition;
 
 /// How much longer than `fetch.max.wait.ms` the fetching thread waits for a broker's answer
@@ -107,7 +107,7 @@ struct FetchThread {
 
 /// The fetch threads of one client, and the channel their reports come back on.
 #[derive(Debug)]
-pub(super) struct Fetchers {
+pub(in crate::wire) struct Fetchers {
     threads: HashMap<i32, FetchThread>,
     events_tx: mpsc::Sender<Event>,
     events_rx: mpsc::Receiver<Event>,
@@ -136,7 +136,7 @@ impl Fetchers {
     }
 
     /// Whether `broker`'s last fetch failed or is overdue.
-    pub(super) fn is_troubled(&self, broker: i32) -> bool {
+    pub(in crate::wire) fn is_troubled(&self, broker: i32) -> bool {
         self.troubled.contains(&broker)
     }
 
@@ -498,10 +498,10 @@ mod tests {
 
     use bytes::{BufMut, BytesMut};
 
-    use super::super::cluster::BrokerInfo;
-    use super::super::records::tests::batches;
-    use super::super::Client;
     use super::*;
+    use crate::wire::client::cluster::BrokerInfo;
+    use crate::wire::records::tests::batches;
+    use crate::wire::Client;
 
     /// How a fake broker behaves.
     #[derive(Clone, Copy, PartialEq)]
