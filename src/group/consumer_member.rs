@@ -251,7 +251,7 @@ impl Driver {
                     self.shared
                         .lock()
                         .lose(LostReason::Fenced(fatal.code), false);
-                    self.shared.set_failure(GroupError::Membership(fatal));
+                    self.shared.set_failure(GroupError::Fatal(fatal));
                 }
                 Event::Left => {}
             }

@@ -5,13 +5,16 @@ use std::fmt;
 
 use super::assignor::{JoinProtocolError, LeaderError};
 use super::consumer_protocol::DecodeError;
-use super::membership::FatalError;
+use super::outcome::FatalError;
 use crate::wire::WireError;
 
 /// Why the membership cannot go on.
 #[derive(Debug)]
 pub enum GroupError {
-    /// The coordinator refused us for good (FENCED_INSTANCE_ID, authorization, ...).
+    /// The coordinator refused us for good, under either protocol (FENCED_INSTANCE_ID,
+    /// authorization; under the consumer group protocol also UNRELEASED_INSTANCE_ID,
+    /// UNSUPPORTED_ASSIGNOR, ...): [`FatalError::api`] names the request, and the reason what to
+    /// change.
     Fatal(FatalError),
     /// The network or the broker failed beyond the client's retries.
     Wire(WireError),
@@ -23,9 +26,6 @@ pub enum GroupError {
     UnknownAssignor(String),
     /// The assignment bytes the coordinator relayed are malformed.
     Assignment(DecodeError),
-    /// The consumer group protocol (KIP-848) ended the membership for good
-    /// (UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, ...), with the reason.
-    Membership(super::consumer_group::FatalError),
     /// The heartbeat thread could not be started.
     Thread(std::io::Error),
     /// The membership thread (the heartbeat thread, or the consumer group protocol's) died,
@@ -53,7 +53,6 @@ impl fmt::Display for GroupError {
             GroupError::Assignment(e) => {
                 write!(f, "malformed assignment from the coordinator: {e}")
             }
-            GroupError::Membership(e) => write!(f, "consumer group protocol: {e}"),
             GroupError::Thread(e) => write!(f, "cannot start the heartbeat thread: {e}"),
             GroupError::MembershipThreadDied(message) => write!(
                 f,

@@ -7,9 +7,9 @@
 //! JoinGroup/SyncGroup/Heartbeat I/O only follow the session's decisions.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use super::assignor::RebalanceProtocol;
+use super::outcome::{FatalError, GroupApi};
 use super::quirks;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
@@ -158,33 +158,6 @@ fn sorted_unique(parts: &[TopicPartition]) -> Vec<TopicPartition> {
 // ----------------------------------------------------------------------------------------------
 // Error classification
 
-/// The group requests whose error codes [`classify`] knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupApi {
-    /// JoinGroup.
-    JoinGroup,
-    /// SyncGroup.
-    SyncGroup,
-    /// Heartbeat.
-    Heartbeat,
-    /// LeaveGroup.
-    LeaveGroup,
-    /// OffsetCommit (a per-partition error code).
-    OffsetCommit,
-}
-
-impl fmt::Display for GroupApi {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            GroupApi::JoinGroup => "JoinGroup",
-            GroupApi::SyncGroup => "SyncGroup",
-            GroupApi::Heartbeat => "Heartbeat",
-            GroupApi::LeaveGroup => "LeaveGroup",
-            GroupApi::OffsetCommit => "OffsetCommit",
-        })
-    }
-}
-
 /// What the membership loop must do about a response's error code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ErrorAction {
@@ -208,25 +181,6 @@ pub(crate) enum ErrorAction {
     /// Nothing the loop can fix: surface this to the caller.
     Fatal(FatalError),
 }
-
-/// An error that stops membership until the caller intervenes, with a message that says why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FatalError {
-    /// The request that failed.
-    pub api: GroupApi,
-    /// The Kafka error code.
-    pub code: KafkaCode,
-    /// What happened and what to check.
-    pub message: String,
-}
-
-impl fmt::Display for FatalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for FatalError {}
 
 /// The names a fatal error message needs.
 #[derive(Clone, Copy, Debug)]
@@ -299,8 +253,7 @@ fn fatal(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -> FatalError {
     FatalError {
         api,
         code,
-        // `code` shows as Kafka's name and the number, e.g. "FencedInstanceId (82)".
-        message: format!("{api} failed with {code}: {detail}"),
+        reason: detail,
     }
 }
 
@@ -509,8 +462,9 @@ mod tests {
             match classify(api, code, &CTX) {
                 ErrorAction::Fatal(e) => {
                     assert_eq!((e.api, e.code), (api, code));
-                    assert!(e.message.starts_with(&api.to_string()), "{}", e.message);
-                    assert!(e.message.contains(&code.to_string()), "{}", e.message);
+                    let shown = e.to_string();
+                    assert!(shown.starts_with(&api.to_string()), "{shown}");
+                    assert!(shown.contains(&code.to_string()), "{shown}");
                 }
                 other => panic!("{api} {code} gave {other:?}"),
             }
@@ -528,8 +482,8 @@ mod tests {
             let ErrorAction::Fatal(e) = classify(api, KafkaCode::FENCED_INSTANCE_ID, &CTX) else {
                 panic!("{api}: FENCED_INSTANCE_ID must be fatal");
             };
-            assert!(e.message.contains("\"worker-7\""), "{}", e.message);
-            assert!(e.message.contains("FencedInstanceId"), "{}", e.message);
+            assert!(e.reason.contains("\"worker-7\""), "{}", e.reason);
+            assert!(e.to_string().contains("FencedInstanceId"), "{e}");
             assert!(e.to_string().contains("payments"));
         }
     }

@@ -44,6 +44,7 @@ mod failover;
 mod heartbeat;
 pub(crate) mod member;
 pub(crate) mod membership;
+mod outcome;
 mod quirks;
 #[doc(hidden)]
 pub mod requests;
@@ -55,7 +56,7 @@ pub use changes::FenceHook;
 pub use member::{CommitError, GroupError, MembershipView};
 #[doc(hidden)]
 pub use member::{GroupConfig, GroupContext, GroupMember, RebalanceListener};
-pub use membership::FatalError;
+pub use outcome::{FatalError, GroupApi};
 pub use session::{LostHook, LostReason};
 
 pub(crate) use assignor::{check_strategies, AssignError};

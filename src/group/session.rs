@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use super::assignor::RebalanceProtocol;
 use super::changes::{FenceHook, Pending};
 use super::membership::{
-    after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, FatalError, GroupApi,
-    RebalanceEvent, RebalancePlan,
+    after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, RebalanceEvent,
+    RebalancePlan,
 };
+use super::outcome::{FatalError, GroupApi};
 use super::requests::MemberIdentity;
 use crate::guard::SessionBound;
 use crate::wire::KafkaCode;

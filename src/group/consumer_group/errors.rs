@@ -4,7 +4,7 @@
 //! Why one function: the machine, its tests and the report of a fatal error must agree on every
 //! code; a code nobody lists here is classified by Kafka's own retriable flag, never ignored.
 
-use super::types::FatalError;
+use crate::group::outcome::{FatalError, GroupApi};
 use crate::wire::KafkaCode;
 
 /// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas); this member
@@ -34,7 +34,11 @@ fn fatal(code: KafkaCode, what: &str, message: Option<&str>) -> ErrorAction {
         Some(m) if !m.is_empty() => format!("{what} (broker: {m})"),
         _ => what.to_string(),
     };
-    ErrorAction::Fatal(FatalError { code, reason })
+    ErrorAction::Fatal(FatalError {
+        api: GroupApi::ConsumerGroupHeartbeat,
+        code,
+        reason,
+    })
 }
 
 /// Classifies a heartbeat error code (never [`KafkaCode::NONE`]).

@@ -13,9 +13,10 @@ use super::ids::{generate_member_id, TopicId};
 use super::liveness::session_bound;
 use super::reconcile::{self, by_id, changes, named, resolve, Owned, StaleEpochRetry};
 use super::types::{
-    ConsumerGroupConfig, Event, FatalError, HeartbeatRequest, HeartbeatResponse, IdAssignment,
-    LostCause, RevocationId, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
+    ConsumerGroupConfig, Event, HeartbeatRequest, HeartbeatResponse, IdAssignment, LostCause,
+    RevocationId, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
+use crate::group::outcome::FatalError;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 

@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::ids::TopicId;
+use crate::group::outcome::FatalError;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -177,23 +178,6 @@ pub enum LostCause {
     /// A fatal error ended the membership.
     Fatal(KafkaCode),
 }
-
-/// An error that ends the membership: the configuration or the cluster must change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FatalError {
-    /// The broker's error code.
-    pub code: KafkaCode,
-    /// What it means and what to change, with the broker's own message.
-    pub reason: String,
-}
-
-impl fmt::Display for FatalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.code.name(), self.code.0, self.reason)
-    }
-}
-
-impl std::error::Error for FatalError {}
 
 /// What the consumer must do, in the order the machine emits it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,90 @@
+//! What a coordinator's answer means for the membership, in the terms both group protocols
+//! share: which request it answered ([`GroupApi`]), what the member must do about its error code
+//! ([`ErrorAction`]), why the membership cannot go on ([`FatalError`]) and why an assignment was
+//! lost ([`LostReason`]).
+//!
+//! Why one place: the classic protocol (`membership::classify`, JoinGroup/SyncGroup/Heartbeat/
+//! OffsetCommit) and the consumer group protocol (`consumer_group::classify`,
+//! ConsumerGroupHeartbeat) each keep their own table of codes, because Kafka gives the same code
+//! different meanings under each; but what the tables decide, and what reaches the consumer and
+//! its listener, is one vocabulary, so a caller handles a fatal error or a loss the same way
+//! whichever protocol the group runs.
+
+use std::fmt;
+
+use crate::wire::KafkaCode;
+
+/// The group requests whose error codes the protocols' tables classify.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupApi {
+    /// JoinGroup (classic).
+    JoinGroup,
+    /// SyncGroup (classic).
+    SyncGroup,
+    /// Heartbeat (classic).
+    Heartbeat,
+    /// LeaveGroup (classic).
+    LeaveGroup,
+    /// OffsetCommit (a per-partition error code).
+    OffsetCommit,
+    /// ConsumerGroupHeartbeat (the consumer group protocol, KIP-848).
+    ConsumerGroupHeartbeat,
+}
+
+impl fmt::Display for GroupApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GroupApi::JoinGroup => "JoinGroup",
+            GroupApi::SyncGroup => "SyncGroup",
+            GroupApi::Heartbeat => "Heartbeat",
+            GroupApi::LeaveGroup => "LeaveGroup",
+            GroupApi::OffsetCommit => "OffsetCommit",
+            GroupApi::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
+        })
+    }
+}
+
+/// An error code that ends the membership until the caller intervenes (the configuration, the
+/// ACLs or the cluster must change), under either protocol, with a reason that says what to
+/// check.
+///
+/// Displayed as `<api> failed with <code name> (<code>): <reason>`, e.g. `JoinGroup failed with
+/// FencedInstanceId (82): group.instance.id "w-7" is registered by another member ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FatalError {
+    /// The request that failed.
+    pub api: GroupApi,
+    /// The Kafka error code.
+    pub code: KafkaCode,
+    /// What it means and what to change (with the broker's own message, when it sent one).
+    pub reason: String,
+}
+
+impl fmt::Display for FatalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `code` shows as Kafka's name and the number, e.g. "FencedInstanceId (82)".
+        write!(f, "{} failed with {}: {}", self.api, self.code, self.reason)
+    }
+}
+
+/// A leaf: the code and the reason are the whole story.
+impl std::error::Error for FatalError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fatal_error_names_the_request_the_code_and_the_reason() {
+        let e = FatalError {
+            api: GroupApi::ConsumerGroupHeartbeat,
+            code: KafkaCode(111),
+            reason: "another member holds the instance id".to_string(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "ConsumerGroupHeartbeat failed with UnreleasedInstanceId (111): another member \
+             holds the instance id"
+        );
+    }
+}
