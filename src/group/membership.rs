@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::assignor::RebalanceProtocol;
+pub(crate) use super::outcome::ErrorAction;
 use super::outcome::{FatalError, GroupApi};
 use super::quirks;
 use crate::wire::KafkaCode;
@@ -158,30 +159,6 @@ fn sorted_unique(parts: &[TopicPartition]) -> Vec<TopicPartition> {
 // ----------------------------------------------------------------------------------------------
 // Error classification
 
-/// What the membership loop must do about a response's error code.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ErrorAction {
-    /// No error, or one that changes nothing (LeaveGroup errors: we are leaving either way).
-    Proceed,
-    /// Send the same request again after the retry backoff, to the same coordinator.
-    Retry,
-    /// The coordinator moved or is unavailable: find it again (FindCoordinator), then carry on.
-    /// Not a reason to give up the assignment.
-    RediscoverCoordinator,
-    /// The group is rebalancing (or, for MEMBER_ID_REQUIRED, the broker gave us a member id to
-    /// join with): rejoin. Under the cooperative protocol we keep our partitions meanwhile.
-    Rejoin,
-    /// Our membership is gone: report every owned partition as *lost* (fence, no commit), reset
-    /// the generation (and the member id when `reset_member_id`), then rejoin.
-    ResetAndRejoin {
-        /// UNKNOWN_MEMBER_ID: the broker forgot us, so the member id goes too. ILLEGAL_GENERATION
-        /// keeps it: the broker still knows the member, only the generation is stale.
-        reset_member_id: bool,
-    },
-    /// Nothing the loop can fix: surface this to the caller.
-    Fatal(FatalError),
-}
-
 /// The names a fatal error message needs.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ErrorContext<'a> {
@@ -216,10 +193,10 @@ pub(crate) fn classify(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -
         (_, KafkaCode::REBALANCE_IN_PROGRESS) => Rejoin,
         (JoinGroup, KafkaCode::MEMBER_ID_REQUIRED) => Rejoin,
         (_, KafkaCode::UNKNOWN_MEMBER_ID) => ResetAndRejoin {
-            reset_member_id: true,
+            member_unknown: true,
         },
         (_, KafkaCode::ILLEGAL_GENERATION) => ResetAndRejoin {
-            reset_member_id: false,
+            member_unknown: false,
         },
         _ => Fatal(fatal(api, code, ctx)),
     }
@@ -383,10 +360,10 @@ mod tests {
         use ErrorAction::*;
         use GroupApi::*;
         let lost_all = ResetAndRejoin {
-            reset_member_id: true,
+            member_unknown: true,
         };
         let lost_gen = ResetAndRejoin {
-            reset_member_id: false,
+            member_unknown: false,
         };
         let table = [
             (JoinGroup, KafkaCode::NONE, Proceed),

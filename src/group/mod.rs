@@ -56,7 +56,7 @@ pub use changes::FenceHook;
 pub use member::{CommitError, GroupError, MembershipView};
 #[doc(hidden)]
 pub use member::{GroupConfig, GroupContext, GroupMember, RebalanceListener};
-pub use outcome::{FatalError, GroupApi};
+pub use outcome::{ErrorAction, FatalError, GroupApi};
 pub use session::{LostHook, LostReason};
 
 pub(crate) use assignor::{check_strategies, AssignError};

@@ -44,6 +44,40 @@ impl fmt::Display for GroupApi {
     }
 }
 
+/// What the member must do about a group response's error code: the one shape of both
+/// protocols' tables (`membership::classify` for the classic protocol,
+/// [`consumer_group::classify`](super::consumer_group::classify) for ConsumerGroupHeartbeat).
+///
+/// The classic table gives every variant. The consumer group table never gives
+/// [`Proceed`](ErrorAction::Proceed) (it classifies errors only) nor
+/// [`Rejoin`](ErrorAction::Rejoin) (a KIP-848 member does not rejoin without losing: the next
+/// heartbeat brings the new target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// No error, or one that changes nothing (LeaveGroup errors: we are leaving either way).
+    Proceed,
+    /// Send the same request again after the retry backoff, to the same coordinator.
+    Retry,
+    /// The coordinator moved or is unavailable: find it again (FindCoordinator), then carry on
+    /// (the consumer group protocol resends its full heartbeat). Not a reason to give up the
+    /// assignment.
+    RediscoverCoordinator,
+    /// The group is rebalancing (or, for MEMBER_ID_REQUIRED, the broker gave us a member id to
+    /// join with): rejoin. Under the cooperative protocol we keep our partitions meanwhile.
+    Rejoin,
+    /// Our membership is gone: report every owned partition as *lost* (fence, no commit), reset
+    /// the generation (classic) or the epoch to 0 (consumer group protocol), then join again.
+    ResetAndRejoin {
+        /// The broker no longer knows the member at all (UNKNOWN_MEMBER_ID), not only its
+        /// generation or epoch (ILLEGAL_GENERATION, FENCED_MEMBER_EPOCH keep it). The classic
+        /// member then drops its member id too (the broker assigns a new one); the consumer
+        /// group member keeps its own, client-generated id.
+        member_unknown: bool,
+    },
+    /// Nothing the member can fix: surface this to the caller.
+    Fatal(FatalError),
+}
+
 /// An error code that ends the membership until the caller intervenes (the configuration, the
 /// ACLs or the cluster must change), under either protocol, with a reason that says what to
 /// check.

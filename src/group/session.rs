@@ -515,7 +515,9 @@ impl SessionState {
                     rediscover: false,
                 }
             }
-            ErrorAction::ResetAndRejoin { reset_member_id } => {
+            ErrorAction::ResetAndRejoin {
+                member_unknown: reset_member_id,
+            } => {
                 self.lose(LostReason::Fenced(code), reset_member_id);
                 Refusal::Retry {
                     why: format!("{api}: membership reset ({code})"),
@@ -777,7 +779,12 @@ impl SessionState {
             return;
         }
         match (between_polls, classify(GroupApi::OffsetCommit, code, ctx)) {
-            (true, ErrorAction::ResetAndRejoin { reset_member_id }) => {
+            (
+                true,
+                ErrorAction::ResetAndRejoin {
+                    member_unknown: reset_member_id,
+                },
+            ) => {
                 log::warn!(
                     "offset commit refused for generation {} (error {code}): the membership is over",
                     identity.generation_id
@@ -871,7 +878,9 @@ impl SessionState {
                     first: self.request_rejoin("the group is rebalancing"),
                 }
             }
-            ErrorAction::ResetAndRejoin { reset_member_id } => {
+            ErrorAction::ResetAndRejoin {
+                member_unknown: reset_member_id,
+            } => {
                 self.lose(LostReason::Fenced(code), reset_member_id);
                 HeartbeatVerdict::Lost
             }

@@ -610,7 +610,7 @@ impl ConsumerGroupMembership {
         let code = response.error;
         self.sent = Sent::default();
         let action = classify(code, response.error_message.as_deref());
-        if flight.life != self.life && action == ErrorAction::Fenced {
+        if flight.life != self.life && matches!(action, ErrorAction::ResetAndRejoin { .. }) {
             // Already started over since this request; the loss was handled.
             return;
         }
@@ -632,20 +632,15 @@ impl ConsumerGroupMembership {
             self.schedule_retry(now);
             return;
         }
-        if flight.release {
-            match action {
-                ErrorAction::FindCoordinator | ErrorAction::Retry | ErrorAction::Fatal(_) => {}
-                ErrorAction::Fenced => {
-                    // FENCED_MEMBER_EPOCH cannot answer a -2; nothing of ours is held.
-                    self.released = true;
-                    self.state = MemberState::Joining;
-                    self.urgent = true;
-                    return;
-                }
-            }
+        if flight.release && matches!(action, ErrorAction::ResetAndRejoin { .. }) {
+            // FENCED_MEMBER_EPOCH cannot answer a -2; nothing of ours is held.
+            self.released = true;
+            self.state = MemberState::Joining;
+            self.urgent = true;
+            return;
         }
         match action {
-            ErrorAction::FindCoordinator => {
+            ErrorAction::RediscoverCoordinator => {
                 info!(
                     "consumer group {}: heartbeat answered {}; finding the coordinator again",
                     self.config.group_id,
@@ -655,7 +650,8 @@ impl ConsumerGroupMembership {
                 self.retry_at = None;
                 self.urgent = true;
             }
-            ErrorAction::Retry => {
+            // This table gives neither Proceed nor Rejoin; resending is the safe reading of both.
+            ErrorAction::Retry | ErrorAction::Proceed | ErrorAction::Rejoin => {
                 debug!(
                     "consumer group {}: heartbeat answered {}; retrying after {:?}",
                     self.config.group_id,
@@ -664,7 +660,7 @@ impl ConsumerGroupMembership {
                 );
                 self.schedule_retry(now);
             }
-            ErrorAction::Fenced => {
+            ErrorAction::ResetAndRejoin { .. } => {
                 info!(
                     "consumer group {}: heartbeat answered {} for member {} epoch {}; the \
                      assignment is lost and the member rejoins",
