@@ -31,13 +31,14 @@ use std::time::{Duration, Instant};
 
 use super::consumer_group::wire::{heartbeat_version, resolve_topic_ids, send_heartbeat};
 use super::consumer_group::{
-    ConsumerGroupConfig, ConsumerGroupMembership, Event, LostCause, MemberState, RevocationId,
+    ConsumerGroupConfig, ConsumerGroupMembership, Event, MemberState, RevocationId,
 };
 use super::error::GroupError;
 use super::failover::{bound_membership_client, Failover};
 use super::membership::RebalanceEvent;
+use super::outcome::LostReason;
 use super::requests::MemberIdentity;
-use super::session::{LostReason, Phase, Shared};
+use super::session::{Phase, Shared};
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
 /// How long the thread sleeps at most between looks at the session (a closed member, a change
@@ -234,15 +235,7 @@ impl Driver {
                         partitions.len()
                     );
                     self.queue.clear();
-                    let reason = match cause {
-                        LostCause::Fenced(code) | LostCause::Fatal(code) => {
-                            LostReason::Fenced(code)
-                        }
-                        LostCause::RevocationTimedOut => LostReason::RevocationTimedOut,
-                        LostCause::PollTimedOut => LostReason::PollTimeout,
-                        LostCause::SessionExpired => LostReason::SessionExpired,
-                    };
-                    self.shared.lock().lose(reason, false);
+                    self.shared.lock().lose(cause, false);
                     self.shared.wake.notify_all();
                 }
                 Event::Fatal(fatal) => {

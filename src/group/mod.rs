@@ -56,8 +56,8 @@ pub use changes::FenceHook;
 pub use member::{CommitError, GroupError, MembershipView};
 #[doc(hidden)]
 pub use member::{GroupConfig, GroupContext, GroupMember, RebalanceListener};
-pub use outcome::{ErrorAction, FatalError, GroupApi};
-pub use session::{LostHook, LostReason};
+pub use outcome::{ErrorAction, FatalError, GroupApi, LostReason};
+pub use session::LostHook;
 
 pub(crate) use assignor::{check_strategies, AssignError};
 pub use requests::MemberIdentity;

@@ -78,6 +78,29 @@ pub enum ErrorAction {
     Fatal(FatalError),
 }
 
+/// Why the assignment was lost rather than handed off, under either protocol: the partitions
+/// were fenced and nothing was committed for them, since another member may own them already.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// The poll thread did not poll within `max.poll.interval.ms`; we left the group.
+    PollTimeout,
+    /// No successful heartbeat for `session.timeout.ms` (the consumer group protocol: for the
+    /// session bound): the coordinator has very likely evicted us, so we stop processing before
+    /// it hands the partitions to someone else.
+    SessionExpired,
+    /// The coordinator answered with this error code: classic ILLEGAL_GENERATION,
+    /// UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID; consumer group protocol FENCED_MEMBER_EPOCH,
+    /// UNKNOWN_MEMBER_ID. Also a code that ended the membership for good, under either protocol:
+    /// the [`FatalError`] follows.
+    Fenced(KafkaCode),
+    /// The consumer group protocol: a revocation was not finished within the rebalance timeout
+    /// (`max.poll.interval.ms`), after which the broker fences the member.
+    RevocationTimedOut,
+    /// The membership thread died: nothing renews the session or follows the group any more,
+    /// so the coordinator will give the partitions to someone else.
+    MembershipThreadDied,
+}
+
 /// An error code that ends the membership until the caller intervenes (the configuration, the
 /// ACLs or the cluster must change), under either protocol, with a reason that says what to
 /// check.

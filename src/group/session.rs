@@ -23,6 +23,8 @@ use super::membership::{
     RebalancePlan,
 };
 use super::outcome::{FatalError, GroupApi};
+// Re-exported for the poll thread (`member`), which reports losses to its listener.
+pub(crate) use super::outcome::LostReason;
 use super::requests::MemberIdentity;
 use crate::guard::SessionBound;
 use crate::wire::KafkaCode;
@@ -47,25 +49,6 @@ pub(crate) enum Phase {
     Stable,
     /// Closed; the heartbeat thread exits.
     Closed,
-}
-
-/// Why the assignment was lost rather than handed off.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LostReason {
-    /// The poll thread did not poll within `max.poll.interval.ms`; we left the group.
-    PollTimeout,
-    /// No successful heartbeat for `session.timeout.ms`: the coordinator has very likely evicted
-    /// us, so we stop processing before it hands the partitions to someone else.
-    SessionExpired,
-    /// The coordinator answered with this error code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-    /// FENCED_INSTANCE_ID; under KIP-848 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
-    Fenced(KafkaCode),
-    /// KIP-848: a revocation was not finished within the rebalance timeout
-    /// (`max.poll.interval.ms`), after which the broker fences the member.
-    RevocationTimedOut,
-    /// The membership thread died: nothing renews the session or follows the group any more,
-    /// so the coordinator will give the partitions to someone else.
-    MembershipThreadDied,
 }
 
 /// The two clocks the session runs on, fixed for the member's life.

@@ -13,10 +13,10 @@ use super::ids::{generate_member_id, TopicId};
 use super::liveness::session_bound;
 use super::reconcile::{self, by_id, changes, named, resolve, Owned, StaleEpochRetry};
 use super::types::{
-    ConsumerGroupConfig, Event, HeartbeatRequest, HeartbeatResponse, IdAssignment, LostCause,
-    RevocationId, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
+    ConsumerGroupConfig, Event, HeartbeatRequest, HeartbeatResponse, IdAssignment, RevocationId,
+    JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
-use crate::group::outcome::FatalError;
+use crate::group::outcome::{FatalError, LostReason};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -287,7 +287,7 @@ impl ConsumerGroupMembership {
                      timeout ({:?}); the broker fences a member that late, so the assignment is lost",
                     self.config.group_id, r.id, self.config.rebalance_timeout
                 );
-                self.lose(LostCause::RevocationTimedOut);
+                self.lose(LostReason::RevocationTimedOut);
                 return;
             }
         }
@@ -298,7 +298,7 @@ impl ConsumerGroupMembership {
                      broker may have expired the member, so the assignment is lost",
                     self.config.group_id
                 );
-                self.lose(LostCause::SessionExpired);
+                self.lose(LostReason::SessionExpired);
             }
         }
     }
@@ -669,7 +669,7 @@ impl ConsumerGroupMembership {
                     self.member_id,
                     self.member_epoch
                 );
-                self.lose(LostCause::Fenced(code));
+                self.lose(LostReason::Fenced(code));
             }
             ErrorAction::Fatal(fatal) => self.fail(fatal),
         }
@@ -684,7 +684,7 @@ impl ConsumerGroupMembership {
     /// after its poll timer expired: Kafka refuses an epoch-0 join of an instance id whose
     /// member has not left with -2 (UNRELEASED_INSTANCE_ID), even under the same member id.
     /// After UNKNOWN_MEMBER_ID the broker holds nothing of ours and the member joins at once.
-    fn lose(&mut self, cause: LostCause) {
+    fn lose(&mut self, cause: LostReason) {
         let leaving = matches!(
             self.state,
             MemberState::PrepareLeaving | MemberState::Leaving
@@ -695,7 +695,7 @@ impl ConsumerGroupMembership {
             self.finish_leave();
         } else if self.config.instance_id.is_some()
             && self.maybe_admitted
-            && cause != LostCause::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
+            && cause != LostReason::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
         {
             self.state = MemberState::Releasing;
             self.urgent = true;
@@ -704,7 +704,7 @@ impl ConsumerGroupMembership {
         }
     }
 
-    fn drop_assignment(&mut self, cause: LostCause) {
+    fn drop_assignment(&mut self, cause: LostReason) {
         let partitions = named(&self.owned);
         self.owned.clear();
         self.target.clear();
@@ -727,7 +727,7 @@ impl ConsumerGroupMembership {
             "consumer group {}: membership ended: {fatal}",
             self.config.group_id
         );
-        self.drop_assignment(LostCause::Fatal(fatal.code));
+        self.drop_assignment(LostReason::Fenced(fatal.code));
         self.state = MemberState::Fatal;
         self.events.push_back(Event::Fatal(fatal));
     }
@@ -898,7 +898,7 @@ impl ConsumerGroupMembership {
             return;
         }
         let epoch = self.member_epoch;
-        self.drop_assignment(LostCause::PollTimedOut);
+        self.drop_assignment(LostReason::PollTimeout);
         self.member_epoch = epoch;
         self.stale_after_leave = true;
         self.state = MemberState::Leaving;

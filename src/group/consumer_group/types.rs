@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::ids::TopicId;
-use crate::group::outcome::FatalError;
+use crate::group::outcome::{FatalError, LostReason};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -164,21 +164,6 @@ impl HeartbeatResponse {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RevocationId(pub u64);
 
-/// Why the member's assignment was lost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LostCause {
-    /// The broker fenced the member (FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID).
-    Fenced(KafkaCode),
-    /// A revocation did not finish within the rebalance timeout: the broker has fenced us.
-    RevocationTimedOut,
-    /// The application did not poll within `max.poll.interval.ms`; the member left.
-    PollTimedOut,
-    /// No heartbeat was answered for the session bound: the broker may have expired us.
-    SessionExpired,
-    /// A fatal error ended the membership.
-    Fatal(KafkaCode),
-}
-
 /// What the consumer must do, in the order the machine emits it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -206,7 +191,7 @@ pub enum Event {
         /// Every partition the member owned.
         partitions: Vec<TopicPartition>,
         /// Why.
-        cause: LostCause,
+        cause: LostReason,
     },
     /// The membership ended for good; no more requests are sent.
     Fatal(FatalError),
