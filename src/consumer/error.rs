@@ -71,6 +71,7 @@ pub enum ConsumerError {
 impl fmt::Display for ConsumerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Transparent: the group's or the wire's error is the message.
             ConsumerError::Group(e) => write!(f, "{e}"),
             ConsumerError::Wire(e) => write!(f, "{e}"),
             ConsumerError::NoOffset { tp: partition } => write!(
@@ -83,14 +84,15 @@ impl fmt::Display for ConsumerError {
             } => {
                 write!(f, "no starting position for {partition}: {reason}")
             }
-            ConsumerError::Commit(e) => write!(f, "{e} (not retried)"),
+            // The wrapped errors below are the source, not repeated here.
+            ConsumerError::Commit(_) => write!(f, "the offsets were not committed (not retried)"),
             ConsumerError::Handler {
                 tp: partition,
                 offset,
-                error,
+                ..
             } => write!(
                 f,
-                "handler failed on {partition} offset {offset}: {error}; it will be redelivered"
+                "handler failed on {partition} offset {offset}; it will be redelivered"
             ),
             ConsumerError::HandlerPanicked {
                 tp: partition,
@@ -103,14 +105,35 @@ impl fmt::Display for ConsumerError {
             ConsumerError::WorkerGone { worker } => {
                 write!(f, "worker thread {worker} exited without reporting why")
             }
+            // Transparent, as Group and Wire.
             ConsumerError::Guard(e) => write!(f, "{e}"),
             ConsumerError::Unsupported(what) => write!(f, "not supported: {what}"),
-            ConsumerError::Thread(e) => write!(f, "cannot start a worker thread: {e}"),
+            ConsumerError::Thread(_) => write!(f, "cannot start a worker thread"),
         }
     }
 }
 
-impl Error for ConsumerError {}
+/// The commit failure, the handler's error and the thread error are returned here and not
+/// repeated by `Display` (print the chain with [`ErrorChain`](crate::ErrorChain)). The group,
+/// wire and guard variants are transparent: they display the wrapped error as their own message
+/// and return its source.
+impl Error for ConsumerError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ConsumerError::Group(e) => e.source(),
+            ConsumerError::Wire(e) => e.source(),
+            ConsumerError::Guard(e) => e.source(),
+            ConsumerError::Commit(e) => Some(e),
+            ConsumerError::Handler { error, .. } => Some(error.as_ref()),
+            ConsumerError::Thread(e) => Some(e),
+            ConsumerError::NoOffset { .. }
+            | ConsumerError::PositionUnknown { .. }
+            | ConsumerError::HandlerPanicked { .. }
+            | ConsumerError::WorkerGone { .. }
+            | ConsumerError::Unsupported(_) => None,
+        }
+    }
+}
 
 impl From<GroupError> for ConsumerError {
     fn from(e: GroupError) -> Self {
@@ -121,5 +144,74 @@ impl From<GroupError> for ConsumerError {
 impl From<WireError> for ConsumerError {
     fn from(e: WireError) -> Self {
         ConsumerError::Wire(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::group::{FatalError, GroupApi};
+    use crate::wire::error::tests::{assert_chain_shows_each_cause_once, layers};
+    use crate::wire::KafkaCode;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("orders", 3)
+    }
+
+    #[test]
+    fn every_wrapped_error_is_in_the_chain_once() {
+        let wire = || WireError::RetriesExhausted {
+            what: "Fetch".to_string(),
+            attempts: 2,
+            last: Box::new(WireError::Timeout {
+                what: "Fetch response".to_string(),
+            }),
+        };
+        let errors = [
+            ConsumerError::Wire(wire()),
+            ConsumerError::Group(GroupError::Wire(wire())),
+            ConsumerError::Group(GroupError::Fatal(FatalError {
+                api: GroupApi::Heartbeat,
+                code: KafkaCode::GROUP_AUTHORIZATION_FAILED,
+                reason: "not authorized to use group \"g\"".to_string(),
+            })),
+            ConsumerError::Commit(CommitFailure::Request("refused".into())),
+            ConsumerError::Handler {
+                tp: tp(),
+                offset: 7,
+                error: "order book corrupt".into(),
+            },
+            ConsumerError::Thread(io::Error::other("no threads left")),
+            ConsumerError::Guard(GuardConfigError {
+                setting: "storm_window",
+                rule: "must be positive",
+            }),
+        ];
+        for e in &errors {
+            assert_chain_shows_each_cause_once(e);
+        }
+        // Wire and Group are transparent: the wrapped error's layers, no extra one.
+        assert_eq!(
+            layers(&errors[0]),
+            ["Fetch failed after 2 attempts", "timed out: Fetch response"]
+        );
+        assert_eq!(
+            layers(&errors[1]),
+            [
+                "group coordination failed",
+                "Fetch failed after 2 attempts",
+                "timed out: Fetch response"
+            ]
+        );
+        assert_eq!(
+            layers(&errors[4]),
+            [
+                "handler failed on orders-3 offset 7; it will be redelivered",
+                "order book corrupt"
+            ]
+        );
+        assert_eq!(layers(&errors[5])[1], "no threads left");
     }
 }

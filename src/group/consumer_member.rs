@@ -39,6 +39,7 @@ use super::membership::RebalanceEvent;
 use super::outcome::LostReason;
 use super::requests::MemberIdentity;
 use super::session::{Phase, Shared};
+use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
 /// How long the thread sleeps at most between looks at the session (a closed member, a change
@@ -289,13 +290,15 @@ impl Driver {
                     // One line per outage, not one per look-up: the look-ups are fast.
                     if self.failover.in_outage() {
                         log::debug!(
-                            "group {}: cannot reach the coordinator: {error}",
-                            self.group_id
+                            "group {}: cannot reach the coordinator: {}",
+                            self.group_id,
+                            ErrorChain(&error)
                         );
                     } else {
                         log::warn!(
-                            "group {}: cannot reach the coordinator: {error}",
-                            self.group_id
+                            "group {}: cannot reach the coordinator: {}",
+                            self.group_id,
+                            ErrorChain(&error)
                         );
                     }
                     self.forget_coordinator();
@@ -310,8 +313,9 @@ impl Driver {
                     .machine
                     .on_metadata(now, named.iter().map(|(id, name)| (*id, name.as_str()))),
                 Err(error) => log::debug!(
-                    "group {}: metadata for topic ids {ids:?} failed: {error}",
-                    self.group_id
+                    "group {}: metadata for topic ids {ids:?} failed: {}",
+                    self.group_id,
+                    ErrorChain(&error)
                 ),
             }
         }
@@ -355,9 +359,17 @@ impl Driver {
             }
             Err(error) => {
                 if self.failover.in_outage() {
-                    log::debug!("group {}: heartbeat failed: {error}", self.group_id);
+                    log::debug!(
+                        "group {}: heartbeat failed: {}",
+                        self.group_id,
+                        ErrorChain(&error)
+                    );
                 } else {
-                    log::warn!("group {}: heartbeat failed: {error}", self.group_id);
+                    log::warn!(
+                        "group {}: heartbeat failed: {}",
+                        self.group_id,
+                        ErrorChain(&error)
+                    );
                 }
                 self.failover.lost(now, self.coordinator);
                 self.forget_coordinator();

@@ -40,20 +40,24 @@ pub enum GroupError {
 impl fmt::Display for GroupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Transparent: the fatal error's message is the message.
             GroupError::Fatal(e) => write!(f, "{e}"),
-            GroupError::Wire(e) => write!(f, "group coordination failed: {e}"),
-            GroupError::Strategy(e) => write!(f, "partition.assignment.strategy: {e}"),
-            GroupError::Leader(e) => write!(f, "as group leader: {e}"),
+            // The wrapped errors below are the source, not repeated here.
+            GroupError::Wire(_) => write!(f, "group coordination failed"),
+            GroupError::Strategy(_) => {
+                write!(f, "partition.assignment.strategy cannot be used")
+            }
+            GroupError::Leader(_) => write!(f, "as group leader, the assignment failed"),
             GroupError::UnknownAssignor(name) => {
                 write!(
                     f,
                     "the coordinator selected assignor {name:?}, which we did not offer"
                 )
             }
-            GroupError::Assignment(e) => {
-                write!(f, "malformed assignment from the coordinator: {e}")
+            GroupError::Assignment(_) => {
+                write!(f, "malformed assignment from the coordinator")
             }
-            GroupError::Thread(e) => write!(f, "cannot start the heartbeat thread: {e}"),
+            GroupError::Thread(_) => write!(f, "cannot start the heartbeat thread"),
             GroupError::MembershipThreadDied(message) => write!(
                 f,
                 "the membership thread died ({message}); its partitions are fenced"
@@ -63,7 +67,24 @@ impl fmt::Display for GroupError {
     }
 }
 
-impl std::error::Error for GroupError {}
+/// Every variant that wraps an error returns it here, and its `Display` does not repeat it
+/// (print the chain with [`ErrorChain`](crate::ErrorChain)); except [`GroupError::Fatal`], which
+/// is transparent: it displays the [`FatalError`] (a leaf) as its own message.
+impl std::error::Error for GroupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GroupError::Fatal(e) => e.source(),
+            GroupError::Wire(e) => Some(e),
+            GroupError::Strategy(e) => Some(e),
+            GroupError::Leader(e) => Some(e),
+            GroupError::Assignment(e) => Some(e),
+            GroupError::Thread(e) => Some(e),
+            GroupError::UnknownAssignor(_)
+            | GroupError::MembershipThreadDied(_)
+            | GroupError::Closed => None,
+        }
+    }
+}
 
 impl From<WireError> for GroupError {
     fn from(e: WireError) -> Self {
@@ -108,16 +129,79 @@ impl fmt::Display for CommitError {
                 f,
                 "not committing: generation {generation_id} is over (now {current_generation_id})"
             ),
-            CommitError::Wire(e) => write!(f, "offset commit failed: {e}"),
+            // Transparent: the wire error names the request (OffsetCommit) and what went wrong.
+            CommitError::Wire(e) => write!(f, "{e}"),
         }
     }
 }
 
+/// [`CommitError::Wire`] is transparent: it displays the wire error (which names the request,
+/// OffsetCommit) and returns that error's source, so that the commit failures built from it,
+/// which display their cause, keep every detail; the other variants are leaves.
 impl std::error::Error for CommitError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            CommitError::Wire(e) => Some(e),
+            CommitError::Wire(e) => e.source(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::io;
+
+    use super::*;
+    use crate::group::assignor::StrategyError;
+    use crate::group::outcome::GroupApi;
+    use crate::wire::error::tests::{assert_chain_shows_each_cause_once, layers};
+    use crate::wire::KafkaCode;
+
+    fn reset() -> WireError {
+        WireError::io(io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        ))
+    }
+
+    #[test]
+    fn every_wrapped_error_is_in_the_chain_once() {
+        let errors = [
+            GroupError::Wire(reset()),
+            GroupError::Strategy(JoinProtocolError::Strategies(StrategyError::Empty)),
+            GroupError::Assignment(DecodeError::NegativeVersion(-1)),
+            GroupError::Thread(io::Error::other("no threads left")),
+            GroupError::Fatal(FatalError {
+                api: GroupApi::JoinGroup,
+                code: KafkaCode::FENCED_INSTANCE_ID,
+                reason: "group.instance.id \"w-7\" is taken".to_string(),
+            }),
+        ];
+        for e in &errors {
+            assert_chain_shows_each_cause_once(e);
+        }
+        assert_eq!(
+            layers(&errors[0]),
+            [
+                "group coordination failed",
+                "I/O error (connection reset)",
+                "reset by peer"
+            ]
+        );
+        assert!(layers(&errors[1])[1].contains("names no assignor"));
+        // Fatal is transparent: its message is the fatal error's, with nothing under it.
+        assert!(errors[4].to_string().contains("\"w-7\""));
+        assert!(errors[4].source().is_none());
+    }
+
+    #[test]
+    fn a_commit_error_shows_the_wire_error_it_wraps() {
+        let e = CommitError::Wire(reset());
+        assert_eq!(e.to_string(), "I/O error (connection reset)");
+        assert_eq!(
+            layers(&e),
+            ["I/O error (connection reset)", "reset by peer"]
+        );
     }
 }

@@ -19,6 +19,7 @@ use super::member::GroupConfig;
 use super::membership::ErrorContext;
 use super::requests::{self, JoinParams, MemberIdentity};
 use super::session::{JoinAnswer, JoinStart, Phase, Refusal, Shared};
+use crate::wire::ErrorChain;
 use crate::wire::{self, Client, WireError};
 use crate::TopicPartition;
 
@@ -128,11 +129,15 @@ impl Round<'_> {
         let group = &self.config.group_id;
         let node = match self.client.find_coordinator(group) {
             Ok(info) => info.node_id,
-            Err(e) => return Err(Step::Retry(format!("cannot find the coordinator: {e}"))),
+            Err(e) => {
+                let why = format!("cannot find the coordinator: {}", ErrorChain(&e));
+                return Err(Step::Retry(why));
+            }
         };
         if let Err(e) = self.client.connection(node) {
             self.client.invalidate_coordinator(group);
-            return Err(Step::Retry(format!("cannot reach the coordinator: {e}")));
+            let why = format!("cannot reach the coordinator: {}", ErrorChain(&e));
+            return Err(Step::Retry(why));
         }
         Ok(node)
     }
@@ -148,8 +153,13 @@ impl Round<'_> {
         let result = self.coordinator().and_then(|node| {
             self.client
                 .connection(node)
-                .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
-                .and_then(|conn| send(conn).map_err(|e| Step::Retry(format!("{what} failed: {e}"))))
+                .map_err(|e| {
+                    Step::Retry(format!("cannot reach the coordinator: {}", ErrorChain(&e)))
+                })
+                .and_then(|conn| {
+                    send(conn)
+                        .map_err(|e| Step::Retry(format!("{what} failed: {}", ErrorChain(&e))))
+                })
         });
         if result.is_err() {
             self.client.invalidate_coordinator(&self.config.group_id);

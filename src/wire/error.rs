@@ -396,7 +396,8 @@ impl fmt::Display for WireError {
                 }
                 Ok(())
             }
-            WireError::Io(e) => write!(f, "I/O error: {e}"),
+            // The kind, not the message: the io::Error is the source.
+            WireError::Io(e) => write!(f, "I/O error ({})", e.kind()),
             WireError::Timeout { what } => write!(f, "timed out: {what}"),
             WireError::FrameTooLarge { len, max } => write!(
                 f,
@@ -446,11 +447,9 @@ impl fmt::Display for WireError {
             WireError::UnknownBroker { node_id } => {
                 write!(f, "broker {node_id} is not in the cluster metadata")
             }
-            WireError::RetriesExhausted {
-                what,
-                attempts,
-                last,
-            } => write!(f, "{what} failed after {attempts} attempts: {last}"),
+            WireError::RetriesExhausted { what, attempts, .. } => {
+                write!(f, "{what} failed after {attempts} attempts")
+            }
             WireError::NoBrokerAvailable { tried } => {
                 write!(f, "no broker reachable (tried {})", tried.join("; "))
             }
@@ -474,6 +473,9 @@ impl fmt::Display for WireError {
     }
 }
 
+/// The socket error ([`WireError::Io`]) and the last attempt's error
+/// ([`WireError::RetriesExhausted`]) are returned here and not repeated by `Display`; every other
+/// variant is a leaf. Print the whole chain with [`ErrorChain`].
 impl std::error::Error for WireError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -492,6 +494,44 @@ impl From<io::Error> for WireError {
             },
             _ => WireError::io(e),
         }
+    }
+}
+
+/// Displays an error and every error under it ([`source`](std::error::Error::source)), as
+/// `outer: inner: innermost`.
+///
+/// Why: this crate's errors follow the Rust API guidelines. Each one's `Display` says what failed
+/// at its own layer, and the error it wraps is returned from `source()` instead of being repeated,
+/// so that a chain printer (this one, `anyhow`'s `{:#}`, a tracing subscriber) shows each cause
+/// once. `{e}` therefore shows only the outermost layer; a log line or a report that should
+/// show everything formats `ErrorChain(&e)` instead.
+///
+/// ```
+/// use rebalance_guard::{ErrorChain, WireError};
+///
+/// let e = WireError::RetriesExhausted {
+///     what: "Fetch".to_string(),
+///     attempts: 3,
+///     last: Box::new(WireError::Timeout { what: "Fetch response".to_string() }),
+/// };
+/// assert_eq!(e.to_string(), "Fetch failed after 3 attempts");
+/// assert_eq!(
+///     ErrorChain(&e).to_string(),
+///     "Fetch failed after 3 attempts: timed out: Fetch response"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -529,7 +569,7 @@ pub(crate) fn broker_text(raw: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -732,6 +772,62 @@ mod tests {
             frame,
             WireError::FrameTooLarge { len: 10, max: 5 }
         ));
+    }
+
+    /// Every layer of `e`'s chain, as displayed.
+    pub(crate) fn layers(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        let mut out = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out.push(cause.to_string());
+            next = cause.source();
+        }
+        out
+    }
+
+    /// Asserts that no layer of `e`'s chain repeats the message of the error under it, so a
+    /// chain printer shows each cause once.
+    pub(crate) fn assert_chain_shows_each_cause_once(e: &(dyn std::error::Error + 'static)) {
+        let layers = layers(e);
+        for pair in layers.windows(2) {
+            assert!(
+                !pair[0].contains(&pair[1]),
+                "{:?} repeats its source {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+
+    #[test]
+    fn wrapped_errors_are_returned_as_the_source_and_not_repeated() {
+        let io = WireError::io(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "connect to 127.0.0.1:9092: refused",
+        ));
+        assert_eq!(io.to_string(), "I/O error (connection refused)");
+        let retried = WireError::RetriesExhausted {
+            what: "Metadata".to_string(),
+            attempts: 3,
+            last: Box::new(io),
+        };
+        assert_eq!(
+            layers(&retried),
+            [
+                "Metadata failed after 3 attempts",
+                "I/O error (connection refused)",
+                "connect to 127.0.0.1:9092: refused"
+            ]
+        );
+        assert_chain_shows_each_cause_once(&retried);
+        assert_eq!(
+            ErrorChain(&retried).to_string(),
+            "Metadata failed after 3 attempts: I/O error (connection refused): connect to \
+             127.0.0.1:9092: refused"
+        );
+        let leaf = WireError::kafka(ApiKey::Fetch, KafkaCode::NOT_LEADER_OR_FOLLOWER, "t-0");
+        assert!(std::error::Error::source(&leaf).is_none());
+        assert_eq!(ErrorChain(&leaf).to_string(), leaf.to_string());
     }
 
     #[test]

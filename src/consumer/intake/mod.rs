@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
 use crate::partition::{PartitionMap, PartitionSet};
+use crate::wire::ErrorChain;
 use crate::wire::{self, FetchConfig, FetchPosition, KafkaCode, Record};
 use crate::TopicPartition;
 
@@ -297,6 +298,7 @@ impl Intake {
         let at = self.positions.get(tp).copied().unwrap_or(-1);
         match self.fetch_errors.get_mut(tp) {
             None => {
+                let error = ErrorChain(error);
                 log::warn!("{tp}: fetch at offset {at} failed: {error}; retrying");
                 self.fetch_errors.insert(
                     tp.clone(),
@@ -309,6 +311,7 @@ impl Intake {
                 );
             }
             Some(errors) => {
+                let error = ErrorChain(error);
                 errors.count += 1;
                 errors.last = error.to_string();
                 if now.saturating_duration_since(errors.warned_at) >= FETCH_ERROR_LOG_INTERVAL {
