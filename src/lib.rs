@@ -50,6 +50,6 @@ pub use guard::{
 };
 pub use partition::TopicPartition;
 pub use wire::{
-    Client, ClientConfig, ErrorChain, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
+    Client, ClientConfig, ErrorChain, ErrorKind, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
     ProduceRecord, Record, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
 };

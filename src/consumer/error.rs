@@ -3,9 +3,9 @@
 use std::error::Error;
 use std::fmt;
 
-use crate::group::GroupError;
+use crate::group::{CommitError, GroupError};
 use crate::guard::{CommitFailure, GuardConfigError};
-use crate::wire::WireError;
+use crate::wire::{ErrorKind, WireError};
 use crate::TopicPartition;
 
 /// Why a consumer call failed. Every variant says what happened to the offsets involved, because
@@ -66,6 +66,58 @@ pub enum ConsumerError {
     Unsupported(&'static str),
     /// A worker thread could not be started.
     Thread(std::io::Error),
+}
+
+impl ConsumerError {
+    /// The situation this error reports, so that a caller can tell a generation that is over
+    /// from a network failure or a broker's refusal without downcasting (see [`ErrorKind`]).
+    ///
+    /// Group and wire errors are their own kind. A failed commit is
+    /// [`ErrorKind::GenerationOver`] when the commit was not sent because the generation ended,
+    /// or when the broker refused the request or any partition with a code that
+    /// [ends the generation](crate::KafkaCode::ends_generation); otherwise the kind of the
+    /// request's error ([`ErrorKind::Refused`] for a partition's refusal). A starting position
+    /// that could not be looked up is [`ErrorKind::Network`]: transient, retried on later polls.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ConsumerError::Group(e) => e.kind(),
+            ConsumerError::Wire(e) => e.kind(),
+            ConsumerError::NoOffset { .. }
+            | ConsumerError::Guard(_)
+            | ConsumerError::Unsupported(_) => ErrorKind::Config,
+            ConsumerError::PositionUnknown { .. } => ErrorKind::Network,
+            ConsumerError::Commit(failure) => commit_failure_kind(failure),
+            ConsumerError::Handler { .. } | ConsumerError::HandlerPanicked { .. } => {
+                ErrorKind::Handler
+            }
+            ConsumerError::WorkerGone { .. } | ConsumerError::Thread(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// The kind of a commit failure, from the group's or the wire's error inside it (the guard's
+/// failure type holds them boxed, as the caller's commit function returned them).
+fn commit_failure_kind(failure: &CommitFailure) -> ErrorKind {
+    fn of(error: &(dyn Error + 'static)) -> Option<ErrorKind> {
+        if let Some(e) = error.downcast_ref::<CommitError>() {
+            Some(e.kind())
+        } else {
+            error.downcast_ref::<WireError>().map(WireError::kind)
+        }
+    }
+    match failure {
+        CommitFailure::Request(e) => of(e.as_ref()).unwrap_or(ErrorKind::Refused),
+        CommitFailure::Partitions(refused) => {
+            let over = refused
+                .iter()
+                .any(|(_, e)| of(e.as_ref()) == Some(ErrorKind::GenerationOver));
+            if over {
+                ErrorKind::GenerationOver
+            } else {
+                ErrorKind::Refused
+            }
+        }
+    }
 }
 
 impl fmt::Display for ConsumerError {
@@ -213,5 +265,72 @@ mod tests {
             ]
         );
         assert_eq!(layers(&errors[5])[1], "no threads left");
+    }
+
+    #[test]
+    fn kinds_tell_an_ended_generation_the_network_and_a_refusal_apart() {
+        let commit_refused =
+            |code| WireError::kafka(kafka_protocol::messages::ApiKey::OffsetCommit, code, "");
+        let fenced = ConsumerError::Group(GroupError::Fatal(FatalError {
+            api: GroupApi::JoinGroup,
+            code: KafkaCode::FENCED_INSTANCE_ID,
+            reason: String::new(),
+        }));
+        assert_eq!(fenced.kind(), ErrorKind::GenerationOver);
+        let not_sent = ConsumerError::Commit(CommitFailure::Request(Box::new(
+            CommitError::GenerationOver {
+                generation_id: 3,
+                current_generation_id: -1,
+            },
+        )));
+        assert_eq!(not_sent.kind(), ErrorKind::GenerationOver);
+        let stale = ConsumerError::Commit(CommitFailure::Partitions(vec![
+            (
+                tp(),
+                Box::new(commit_refused(KafkaCode::STALE_MEMBER_EPOCH)),
+            ),
+            (
+                TopicPartition::new("orders", 4),
+                "absent from the OffsetCommit response".into(),
+            ),
+        ]));
+        assert_eq!(stale.kind(), ErrorKind::GenerationOver);
+        let too_large = ConsumerError::Commit(CommitFailure::Partitions(vec![(
+            tp(),
+            Box::new(commit_refused(KafkaCode::OFFSET_METADATA_TOO_LARGE)),
+        )]));
+        assert_eq!(too_large.kind(), ErrorKind::Refused);
+        let lost_connection = ConsumerError::Commit(CommitFailure::Request(Box::new(
+            CommitError::Wire(WireError::io(io::Error::from(io::ErrorKind::BrokenPipe))),
+        )));
+        assert_eq!(lost_connection.kind(), ErrorKind::Network);
+        let unreachable = ConsumerError::Group(GroupError::Wire(WireError::NoBrokerAvailable {
+            tried: vec!["a:9092: refused".to_string()],
+        }));
+        assert_eq!(unreachable.kind(), ErrorKind::Network);
+        let denied = ConsumerError::Wire(WireError::kafka(
+            kafka_protocol::messages::ApiKey::Fetch,
+            KafkaCode::TOPIC_AUTHORIZATION_FAILED,
+            "",
+        ));
+        assert_eq!(denied.kind(), ErrorKind::Refused);
+        let handler = ConsumerError::HandlerPanicked {
+            tp: tp(),
+            offset: 1,
+            message: String::new(),
+        };
+        assert_eq!(handler.kind(), ErrorKind::Handler);
+        assert_eq!(
+            ConsumerError::NoOffset { tp: tp() }.kind(),
+            ErrorKind::Config
+        );
+        assert_eq!(
+            ConsumerError::WorkerGone { worker: 2 }.kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(
+            ConsumerError::Group(GroupError::Closed).kind(),
+            ErrorKind::Closed
+        );
     }
 }

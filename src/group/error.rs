@@ -6,7 +6,7 @@ use std::fmt;
 use super::assignor::{JoinProtocolError, LeaderError};
 use super::consumer_protocol::DecodeError;
 use super::outcome::FatalError;
-use crate::wire::WireError;
+use crate::wire::{ErrorKind, WireError};
 
 /// Why the membership cannot go on.
 #[derive(Debug)]
@@ -35,6 +35,26 @@ pub enum GroupError {
     MembershipThreadDied(String),
     /// The member was closed.
     Closed,
+}
+
+impl GroupError {
+    /// The situation this error reports, so that a caller can tell a membership that is over
+    /// from a network failure or a broker's refusal without matching the wrapped errors (see
+    /// [`ErrorKind`]): a fatal code that [ends the generation](crate::KafkaCode::ends_generation)
+    /// (FENCED_INSTANCE_ID) is [`ErrorKind::GenerationOver`], any other fatal code
+    /// [`ErrorKind::Refused`]; a wire error is its own kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            GroupError::Fatal(e) => e.code.kind(),
+            GroupError::Wire(e) => e.kind(),
+            GroupError::Strategy(_) => ErrorKind::Config,
+            GroupError::Leader(_) | GroupError::UnknownAssignor(_) | GroupError::Assignment(_) => {
+                ErrorKind::Protocol
+            }
+            GroupError::Thread(_) | GroupError::MembershipThreadDied(_) => ErrorKind::Internal,
+            GroupError::Closed => ErrorKind::Closed,
+        }
+    }
 }
 
 impl fmt::Display for GroupError {
@@ -112,6 +132,20 @@ pub enum CommitError {
     },
     /// The request failed.
     Wire(WireError),
+}
+
+impl CommitError {
+    /// The situation this error reports (see [`ErrorKind`]): a commit not sent because the
+    /// member is outside the generation is [`ErrorKind::GenerationOver`]; a wire error is its
+    /// own kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CommitError::NotInGeneration { .. } | CommitError::GenerationOver { .. } => {
+                ErrorKind::GenerationOver
+            }
+            CommitError::Wire(e) => e.kind(),
+        }
+    }
 }
 
 impl fmt::Display for CommitError {
@@ -193,6 +227,67 @@ mod tests {
         // Fatal is transparent: its message is the fatal error's, with nothing under it.
         assert!(errors[4].to_string().contains("\"w-7\""));
         assert!(errors[4].source().is_none());
+    }
+
+    #[test]
+    fn kinds_follow_the_fatal_code_and_the_wrapped_error() {
+        let fatal = |code| {
+            GroupError::Fatal(FatalError {
+                api: GroupApi::Heartbeat,
+                code,
+                reason: String::new(),
+            })
+        };
+        assert_eq!(
+            fatal(KafkaCode::FENCED_INSTANCE_ID).kind(),
+            ErrorKind::GenerationOver
+        );
+        assert_eq!(
+            fatal(KafkaCode::GROUP_AUTHORIZATION_FAILED).kind(),
+            ErrorKind::Refused
+        );
+        assert_eq!(fatal(KafkaCode(111)).kind(), ErrorKind::Refused);
+        assert_eq!(GroupError::Wire(reset()).kind(), ErrorKind::Network);
+        assert_eq!(
+            GroupError::Wire(WireError::Timeout {
+                what: "Heartbeat response".to_string()
+            })
+            .kind(),
+            ErrorKind::Network
+        );
+        assert_eq!(
+            GroupError::Strategy(JoinProtocolError::NoTopics).kind(),
+            ErrorKind::Config
+        );
+        assert_eq!(
+            GroupError::Assignment(DecodeError::NegativeVersion(-1)).kind(),
+            ErrorKind::Protocol
+        );
+        assert_eq!(
+            GroupError::MembershipThreadDied("boom".to_string()).kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(GroupError::Closed.kind(), ErrorKind::Closed);
+    }
+
+    #[test]
+    fn a_commit_outside_its_generation_is_a_generation_over() {
+        let not_in = CommitError::NotInGeneration {
+            group_id: "g".to_string(),
+        };
+        let over = CommitError::GenerationOver {
+            generation_id: 4,
+            current_generation_id: 5,
+        };
+        assert_eq!(not_in.kind(), ErrorKind::GenerationOver);
+        assert_eq!(over.kind(), ErrorKind::GenerationOver);
+        let refused = WireError::kafka(
+            kafka_protocol::messages::ApiKey::OffsetCommit,
+            KafkaCode::ILLEGAL_GENERATION,
+            "",
+        );
+        assert_eq!(CommitError::Wire(refused).kind(), ErrorKind::GenerationOver);
+        assert_eq!(CommitError::Wire(reset()).kind(), ErrorKind::Network);
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub use configs::{
 };
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
-pub use error::{ErrorChain, KafkaCode, Result, WireError};
+pub use error::{ErrorChain, ErrorKind, KafkaCode, Result, WireError};
 pub use fetch::{
     FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
 };
