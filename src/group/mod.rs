@@ -12,6 +12,8 @@
 //!   the JoinGroup protocol list built from `partition.assignment.strategy`;
 //! - `membership`: what to revoke, lose and assign, in which order, and what each group error
 //!   code asks for.
+//! - `outcome`: the vocabulary both protocols' error tables share: [`ErrorAction`],
+//!   [`FatalError`], [`LostReason`].
 //! - `session`: the membership's state and every transition of its life cycle (join, joined,
 //!   stabilise, rejoin, lose, close; the heartbeat thread's renewal, session expiry and poll
 //!   timeout), driven in its tests by an in-memory coordinator with time passed in.
