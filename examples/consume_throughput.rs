@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+use rebalance_guard::ErrorChain;
 
 struct Args {
     bootstrap: String,
@@ -151,7 +152,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("consume_throughput: {e}");
+            eprintln!("consume_throughput: {}", ErrorChain(&*e));
             ExitCode::FAILURE
         }
     }

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+use rebalance_guard::ErrorChain;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -144,13 +145,17 @@ fn run(args: &Args) -> Result<(), BoxError> {
             });
             if let Err(e) = noted {
                 failures += 1;
-                eprintln!("fault_reader: {} run returned: {e}", unix_millis());
+                eprintln!(
+                    "fault_reader: {} run returned: {}",
+                    unix_millis(),
+                    ErrorChain(&e)
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
     });
     if let Err(e) = consumer.close() {
-        eprintln!("fault_reader: close: {e}");
+        eprintln!("fault_reader: close: {}", ErrorChain(&e));
     }
     let mut out = BufWriter::new(File::create(&args.out)?);
     for (t, p, o) in &received {
@@ -176,7 +181,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("fault_reader: {e}");
+            eprintln!("fault_reader: {}", ErrorChain(&*e));
             ExitCode::FAILURE
         }
     }

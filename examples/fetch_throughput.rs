@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::wire::{
     Client, ClientConfig, FetchConfig, FetchPosition, IsolationLevel, OffsetSpec,
 };
+use rebalance_guard::ErrorChain;
 use rebalance_guard::TopicPartition;
 
 struct Args {
@@ -127,10 +128,10 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         for f in fetched {
             if let Some(e) = &f.error {
                 if e.retriable() {
-                    eprintln!("fetch_throughput: {}: {e} (retrying)", f.tp);
+                    eprintln!("fetch_throughput: {}: {} (retrying)", f.tp, ErrorChain(e));
                     continue;
                 }
-                return Err(format!("{}: {e}", f.tp).into());
+                return Err(format!("{}: {}", f.tp, ErrorChain(e)).into());
             }
             if !f.records.is_empty() {
                 let now = Instant::now();
@@ -183,7 +184,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("fetch_throughput: {e}");
+            eprintln!("fetch_throughput: {}", ErrorChain(&*e));
             ExitCode::FAILURE
         }
     }

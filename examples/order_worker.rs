@@ -88,6 +88,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError, WorkContext};
 use rebalance_guard::guard::PartitionSnapshot;
 use rebalance_guard::wire::Record;
+use rebalance_guard::ErrorChain;
 use rebalance_guard::IdempotencyKey;
 
 /// The operation part of the effect key: what this worker does to an order.
@@ -438,7 +439,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     // Anything else (network, a start position) is retried by the next poll;
                     // give up only when it keeps failing.
                     poll_failures += 1;
-                    eprintln!("order_worker {name}: poll failed ({poll_failures}): {e}");
+                    eprintln!(
+                        "order_worker {name}: poll failed ({poll_failures}): {}",
+                        ErrorChain(&e)
+                    );
                     if poll_failures >= 20 {
                         return Err(e.into());
                     }
@@ -505,7 +509,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             Err(ConsumerError::Commit(e)) => {
                 println!("commit-refused name={name} error={e}");
             }
-            Err(e) => eprintln!("order_worker {name}: commit failed: {e}"),
+            Err(e) => eprintln!("order_worker {name}: commit failed: {}", ErrorChain(&e)),
         }
         print_handoff_failures(name, &mut consumer);
         report(name, &consumer, &mut printed);
@@ -703,6 +707,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            let e = ErrorChain(&*e);
             eprintln!("order_worker {}: {e}", args.name);
             println!("failed name={} error={e}", args.name);
             ExitCode::FAILURE

@@ -58,6 +58,6 @@ pub use guard::{
 };
 pub use partition::TopicPartition;
 pub use wire::{
-    Client, ClientConfig, KafkaCode, OAuthBearerCallback, OAuthBearerToken, ProduceRecord, Record,
-    SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
+    Client, ClientConfig, ErrorChain, ErrorKind, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
+    ProduceRecord, Record, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
 };

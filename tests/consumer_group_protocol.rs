@@ -502,7 +502,7 @@ fn new_topic(kafka: &Kafka, prefix: &str, partitions: i32) -> (String, BTreeSet<
     (topic, all)
 }
 
-fn lost_causes(m: &Driven) -> Vec<rebalance_guard::group::consumer_group::LostCause> {
+fn lost_causes(m: &Driven) -> Vec<rebalance_guard::LostReason> {
     m.events
         .iter()
         .filter_map(|e| match e {
@@ -533,7 +533,7 @@ fn a_heartbeat_with_an_epoch_the_broker_never_gave_is_fenced_and_the_member_rejo
     assert_eq!(a.errors[errors_before..], [KafkaCode::FENCED_MEMBER_EPOCH]);
     assert_eq!(
         lost_causes(&a),
-        vec![rebalance_guard::group::consumer_group::LostCause::Fenced(
+        vec![rebalance_guard::LostReason::Fenced(
             KafkaCode::FENCED_MEMBER_EPOCH
         )]
     );
@@ -662,8 +662,8 @@ fn a_member_that_does_not_revoke_within_its_rebalance_timeout_loses_its_partitio
     assert!(
         matches!(
             cause,
-            rebalance_guard::group::consumer_group::LostCause::RevocationTimedOut
-                | rebalance_guard::group::consumer_group::LostCause::Fenced(_)
+            rebalance_guard::LostReason::RevocationTimedOut
+                | rebalance_guard::LostReason::Fenced(_)
         ),
         "{cause:?}"
     );

@@ -380,7 +380,8 @@ fn request_timeout_then_recovery() {
         other => panic!("expected RetriesExhausted after 2 attempts, got {other:?}"),
     }
     // The metadata refresh and the request itself time out; the error says so.
-    assert!(err.to_string().contains("timed out"), "{err}");
+    let shown = rebalance_guard::ErrorChain(&err).to_string();
+    assert!(shown.contains("timed out"), "{shown}");
 
     mock.must("rtt -1 0");
     let deadline = Instant::now() + Duration::from_secs(10);

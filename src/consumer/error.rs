@@ -3,9 +3,9 @@
 use std::error::Error;
 use std::fmt;
 
-use crate::group::GroupError;
+use crate::group::{CommitError, GroupError};
 use crate::guard::{CommitFailure, GuardConfigError};
-use crate::wire::WireError;
+use crate::wire::{ErrorKind, WireError};
 use crate::TopicPartition;
 
 /// Why a consumer call failed. Every variant says what happened to the offsets involved, because
@@ -68,9 +68,62 @@ pub enum ConsumerError {
     Thread(std::io::Error),
 }
 
+impl ConsumerError {
+    /// The situation this error reports, so that a caller can tell a generation that is over
+    /// from a network failure or a broker's refusal without downcasting (see [`ErrorKind`]).
+    ///
+    /// Group and wire errors are their own kind. A failed commit is
+    /// [`ErrorKind::GenerationOver`] when the commit was not sent because the generation ended,
+    /// or when the broker refused the request or any partition with a code that
+    /// [ends the generation](crate::KafkaCode::ends_generation); otherwise the kind of the
+    /// request's error ([`ErrorKind::Refused`] for a partition's refusal). A starting position
+    /// that could not be looked up is [`ErrorKind::Network`]: transient, retried on later polls.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ConsumerError::Group(e) => e.kind(),
+            ConsumerError::Wire(e) => e.kind(),
+            ConsumerError::NoOffset { .. }
+            | ConsumerError::Guard(_)
+            | ConsumerError::Unsupported(_) => ErrorKind::Config,
+            ConsumerError::PositionUnknown { .. } => ErrorKind::Network,
+            ConsumerError::Commit(failure) => commit_failure_kind(failure),
+            ConsumerError::Handler { .. } | ConsumerError::HandlerPanicked { .. } => {
+                ErrorKind::Handler
+            }
+            ConsumerError::WorkerGone { .. } | ConsumerError::Thread(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// The kind of a commit failure, from the group's or the wire's error inside it (the guard's
+/// failure type holds them boxed, as the caller's commit function returned them).
+fn commit_failure_kind(failure: &CommitFailure) -> ErrorKind {
+    fn of(error: &(dyn Error + 'static)) -> Option<ErrorKind> {
+        if let Some(e) = error.downcast_ref::<CommitError>() {
+            Some(e.kind())
+        } else {
+            error.downcast_ref::<WireError>().map(WireError::kind)
+        }
+    }
+    match failure {
+        CommitFailure::Request(e) => of(e.as_ref()).unwrap_or(ErrorKind::Refused),
+        CommitFailure::Partitions(refused) => {
+            let over = refused
+                .iter()
+                .any(|(_, e)| of(e.as_ref()) == Some(ErrorKind::GenerationOver));
+            if over {
+                ErrorKind::GenerationOver
+            } else {
+                ErrorKind::Refused
+            }
+        }
+    }
+}
+
 impl fmt::Display for ConsumerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Transparent: the group's or the wire's error is the message.
             ConsumerError::Group(e) => write!(f, "{e}"),
             ConsumerError::Wire(e) => write!(f, "{e}"),
             ConsumerError::NoOffset { tp: partition } => write!(
@@ -83,14 +136,15 @@ impl fmt::Display for ConsumerError {
             } => {
                 write!(f, "no starting position for {partition}: {reason}")
             }
-            ConsumerError::Commit(e) => write!(f, "{e} (not retried)"),
+            // The wrapped errors below are the source, not repeated here.
+            ConsumerError::Commit(_) => write!(f, "the offsets were not committed (not retried)"),
             ConsumerError::Handler {
                 tp: partition,
                 offset,
-                error,
+                ..
             } => write!(
                 f,
-                "handler failed on {partition} offset {offset}: {error}; it will be redelivered"
+                "handler failed on {partition} offset {offset}; it will be redelivered"
             ),
             ConsumerError::HandlerPanicked {
                 tp: partition,
@@ -103,14 +157,35 @@ impl fmt::Display for ConsumerError {
             ConsumerError::WorkerGone { worker } => {
                 write!(f, "worker thread {worker} exited without reporting why")
             }
+            // Transparent, as Group and Wire.
             ConsumerError::Guard(e) => write!(f, "{e}"),
             ConsumerError::Unsupported(what) => write!(f, "not supported: {what}"),
-            ConsumerError::Thread(e) => write!(f, "cannot start a worker thread: {e}"),
+            ConsumerError::Thread(_) => write!(f, "cannot start a worker thread"),
         }
     }
 }
 
-impl Error for ConsumerError {}
+/// The commit failure, the handler's error and the thread error are returned here and not
+/// repeated by `Display` (print the chain with [`ErrorChain`](crate::ErrorChain)). The group,
+/// wire and guard variants are transparent: they display the wrapped error as their own message
+/// and return its source.
+impl Error for ConsumerError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ConsumerError::Group(e) => e.source(),
+            ConsumerError::Wire(e) => e.source(),
+            ConsumerError::Guard(e) => e.source(),
+            ConsumerError::Commit(e) => Some(e),
+            ConsumerError::Handler { error, .. } => Some(error.as_ref()),
+            ConsumerError::Thread(e) => Some(e),
+            ConsumerError::NoOffset { .. }
+            | ConsumerError::PositionUnknown { .. }
+            | ConsumerError::HandlerPanicked { .. }
+            | ConsumerError::WorkerGone { .. }
+            | ConsumerError::Unsupported(_) => None,
+        }
+    }
+}
 
 impl From<GroupError> for ConsumerError {
     fn from(e: GroupError) -> Self {
@@ -121,5 +196,141 @@ impl From<GroupError> for ConsumerError {
 impl From<WireError> for ConsumerError {
     fn from(e: WireError) -> Self {
         ConsumerError::Wire(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::group::{FatalError, GroupApi};
+    use crate::wire::error::tests::{assert_chain_shows_each_cause_once, layers};
+    use crate::wire::KafkaCode;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("orders", 3)
+    }
+
+    #[test]
+    fn every_wrapped_error_is_in_the_chain_once() {
+        let wire = || WireError::RetriesExhausted {
+            what: "Fetch".to_string(),
+            attempts: 2,
+            last: Box::new(WireError::Timeout {
+                what: "Fetch response".to_string(),
+            }),
+        };
+        let errors = [
+            ConsumerError::Wire(wire()),
+            ConsumerError::Group(GroupError::Wire(wire())),
+            ConsumerError::Group(GroupError::Fatal(FatalError {
+                api: GroupApi::Heartbeat,
+                code: KafkaCode::GROUP_AUTHORIZATION_FAILED,
+                reason: "not authorized to use group \"g\"".to_string(),
+            })),
+            ConsumerError::Commit(CommitFailure::Request("refused".into())),
+            ConsumerError::Handler {
+                tp: tp(),
+                offset: 7,
+                error: "order book corrupt".into(),
+            },
+            ConsumerError::Thread(io::Error::other("no threads left")),
+            ConsumerError::Guard(GuardConfigError {
+                setting: "storm_window",
+                rule: "must be positive",
+            }),
+        ];
+        for e in &errors {
+            assert_chain_shows_each_cause_once(e);
+        }
+        // Wire and Group are transparent: the wrapped error's layers, no extra one.
+        assert_eq!(
+            layers(&errors[0]),
+            ["Fetch failed after 2 attempts", "timed out: Fetch response"]
+        );
+        assert_eq!(
+            layers(&errors[1]),
+            [
+                "group coordination failed",
+                "Fetch failed after 2 attempts",
+                "timed out: Fetch response"
+            ]
+        );
+        assert_eq!(
+            layers(&errors[4]),
+            [
+                "handler failed on orders-3 offset 7; it will be redelivered",
+                "order book corrupt"
+            ]
+        );
+        assert_eq!(layers(&errors[5])[1], "no threads left");
+    }
+
+    #[test]
+    fn kinds_tell_an_ended_generation_the_network_and_a_refusal_apart() {
+        let commit_refused =
+            |code| WireError::kafka(kafka_protocol::messages::ApiKey::OffsetCommit, code, "");
+        let fenced = ConsumerError::Group(GroupError::Fatal(FatalError {
+            api: GroupApi::JoinGroup,
+            code: KafkaCode::FENCED_INSTANCE_ID,
+            reason: String::new(),
+        }));
+        assert_eq!(fenced.kind(), ErrorKind::GenerationOver);
+        let not_sent = ConsumerError::Commit(CommitFailure::Request(Box::new(
+            CommitError::GenerationOver {
+                generation_id: 3,
+                current_generation_id: -1,
+            },
+        )));
+        assert_eq!(not_sent.kind(), ErrorKind::GenerationOver);
+        let stale = ConsumerError::Commit(CommitFailure::Partitions(vec![
+            (
+                tp(),
+                Box::new(commit_refused(KafkaCode::STALE_MEMBER_EPOCH)),
+            ),
+            (
+                TopicPartition::new("orders", 4),
+                "absent from the OffsetCommit response".into(),
+            ),
+        ]));
+        assert_eq!(stale.kind(), ErrorKind::GenerationOver);
+        let too_large = ConsumerError::Commit(CommitFailure::Partitions(vec![(
+            tp(),
+            Box::new(commit_refused(KafkaCode::OFFSET_METADATA_TOO_LARGE)),
+        )]));
+        assert_eq!(too_large.kind(), ErrorKind::Refused);
+        let lost_connection = ConsumerError::Commit(CommitFailure::Request(Box::new(
+            CommitError::Wire(WireError::io(io::Error::from(io::ErrorKind::BrokenPipe))),
+        )));
+        assert_eq!(lost_connection.kind(), ErrorKind::Network);
+        let unreachable = ConsumerError::Group(GroupError::Wire(WireError::NoBrokerAvailable {
+            tried: vec!["a:9092: refused".to_string()],
+        }));
+        assert_eq!(unreachable.kind(), ErrorKind::Network);
+        let denied = ConsumerError::Wire(WireError::kafka(
+            kafka_protocol::messages::ApiKey::Fetch,
+            KafkaCode::TOPIC_AUTHORIZATION_FAILED,
+            "",
+        ));
+        assert_eq!(denied.kind(), ErrorKind::Refused);
+        let handler = ConsumerError::HandlerPanicked {
+            tp: tp(),
+            offset: 1,
+            message: String::new(),
+        };
+        assert_eq!(handler.kind(), ErrorKind::Handler);
+        assert_eq!(
+            ConsumerError::NoOffset { tp: tp() }.kind(),
+            ErrorKind::Config
+        );
+        assert_eq!(
+            ConsumerError::WorkerGone { worker: 2 }.kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(
+            ConsumerError::Group(GroupError::Closed).kind(),
+            ErrorKind::Closed
+        );
     }
 }

@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use crate::group::consumer_group::liveness;
+use crate::wire::ErrorChain;
 use crate::wire::{BrokerFailureDetection, Client, BROKER_SESSION_TIMEOUT_MS};
 
 use super::config::{ConsumerConfig, GroupProtocol};
@@ -80,6 +81,7 @@ pub(crate) fn check(
     let seen = match client.broker_failure_detection() {
         Ok(seen) => seen,
         Err(e) if e.is_authorization_refused() => {
+            let e = ErrorChain(&e);
             log::info!(
                 "cannot check {BROKER_SESSION_TIMEOUT_MS} against the lease bound: {e} \
                  (grant DESCRIBE_CONFIGS on the cluster to enable the check)"
@@ -87,6 +89,7 @@ pub(crate) fn check(
             return None;
         }
         Err(e) => {
+            let e = ErrorChain(&e);
             log::info!("cannot check {BROKER_SESSION_TIMEOUT_MS} against the lease bound: {e}");
             return None;
         }

@@ -46,6 +46,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::guard::Lease;
+use crate::wire::ErrorChain;
 use crate::wire::Record;
 use crate::TopicPartition;
 
@@ -143,7 +144,7 @@ impl Pool {
         if let Err(e) = guard.release(lease) {
             log::warn!("{e}");
         }
-        log::error!("{error}");
+        log::error!("{}", ErrorChain(&error));
         let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         failure.get_or_insert(error);
     }

@@ -533,8 +533,9 @@ pub enum LeaderError {
 impl fmt::Display for LeaderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LeaderError::Assign(e) => write!(f, "assignment failed: {e}"),
-            LeaderError::Encode(e) => write!(f, "assignment encoding failed: {e}"),
+            // The wrapped error is the source, not repeated here.
+            LeaderError::Assign(_) => write!(f, "assignment failed"),
+            LeaderError::Encode(_) => write!(f, "assignment encoding failed"),
         }
     }
 }
@@ -599,12 +600,13 @@ impl fmt::Display for JoinProtocolError {
     }
 }
 
+/// Transparent: a wrapped error is the message (displayed, so not returned again here).
 impl Error for JoinProtocolError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            JoinProtocolError::Strategies(e) => Some(e),
+            JoinProtocolError::Strategies(e) => e.source(),
             JoinProtocolError::NoTopics => None,
-            JoinProtocolError::Encode(e) => Some(e),
+            JoinProtocolError::Encode(e) => e.source(),
         }
     }
 }

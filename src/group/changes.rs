@@ -37,7 +37,7 @@ use crate::guard::{Fenced, SessionBound};
 use crate::wire::{OffsetCommitEntry, RecordSource};
 use crate::TopicPartition;
 
-use super::lost::LostReason;
+use super::outcome::LostReason;
 
 /// Called with partitions the membership has decided to revoke, before the poll thread hands
 /// them off: the consumer fences them in the guard (`RebalanceGuard::fence`) and the token it

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::changes::{Change, Membership};
 use super::commit::{CommitKind, CommitResults};
 use super::error::{CommitError, GroupError};
-use super::lost::LostReason;
+use super::outcome::LostReason;
 use super::requests::MemberIdentity;
 use crate::wire::{self, RecordSource};
 use crate::TopicPartition;

@@ -7,9 +7,10 @@
 //! JoinGroup/SyncGroup/Heartbeat I/O only follow the session's decisions.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use super::assignor::RebalanceProtocol;
+pub(crate) use super::outcome::ErrorAction;
+use super::outcome::{FatalError, GroupApi};
 use super::quirks;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
@@ -172,76 +173,6 @@ fn sorted_unique(parts: &[TopicPartition]) -> Vec<TopicPartition> {
 // ----------------------------------------------------------------------------------------------
 // Error classification
 
-/// The group requests whose error codes [`classify`] knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupApi {
-    /// JoinGroup.
-    JoinGroup,
-    /// SyncGroup.
-    SyncGroup,
-    /// Heartbeat.
-    Heartbeat,
-    /// LeaveGroup.
-    LeaveGroup,
-    /// OffsetCommit (a per-partition error code).
-    OffsetCommit,
-}
-
-impl fmt::Display for GroupApi {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            GroupApi::JoinGroup => "JoinGroup",
-            GroupApi::SyncGroup => "SyncGroup",
-            GroupApi::Heartbeat => "Heartbeat",
-            GroupApi::LeaveGroup => "LeaveGroup",
-            GroupApi::OffsetCommit => "OffsetCommit",
-        })
-    }
-}
-
-/// What the membership loop must do about a response's error code.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ErrorAction {
-    /// No error, or one that changes nothing (LeaveGroup errors: we are leaving either way).
-    Proceed,
-    /// Send the same request again after the retry backoff, to the same coordinator.
-    Retry,
-    /// The coordinator moved or is unavailable: find it again (FindCoordinator), then carry on.
-    /// Not a reason to give up the assignment.
-    RediscoverCoordinator,
-    /// The group is rebalancing (or, for MEMBER_ID_REQUIRED, the broker gave us a member id to
-    /// join with): rejoin. Under the cooperative protocol we keep our partitions meanwhile.
-    Rejoin,
-    /// Our membership is gone: report every owned partition as *lost* (fence, no commit), reset
-    /// the generation (and the member id when `reset_member_id`), then rejoin.
-    ResetAndRejoin {
-        /// UNKNOWN_MEMBER_ID: the broker forgot us, so the member id goes too. ILLEGAL_GENERATION
-        /// keeps it: the broker still knows the member, only the generation is stale.
-        reset_member_id: bool,
-    },
-    /// Nothing the loop can fix: surface this to the caller.
-    Fatal(FatalError),
-}
-
-/// An error that stops membership until the caller intervenes, with a message that says why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FatalError {
-    /// The request that failed.
-    pub api: GroupApi,
-    /// The Kafka error code.
-    pub code: KafkaCode,
-    /// What happened and what to check.
-    pub message: String,
-}
-
-impl fmt::Display for FatalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for FatalError {}
-
 /// The names a fatal error message needs.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ErrorContext<'a> {
@@ -276,10 +207,10 @@ pub(crate) fn classify(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -
         (_, KafkaCode::REBALANCE_IN_PROGRESS) => Rejoin,
         (JoinGroup, KafkaCode::MEMBER_ID_REQUIRED) => Rejoin,
         (_, KafkaCode::UNKNOWN_MEMBER_ID) => ResetAndRejoin {
-            reset_member_id: true,
+            member_unknown: true,
         },
         (_, KafkaCode::ILLEGAL_GENERATION) => ResetAndRejoin {
-            reset_member_id: false,
+            member_unknown: false,
         },
         _ => Fatal(fatal(api, code, ctx)),
     }
@@ -313,8 +244,7 @@ fn fatal(api: GroupApi, code: KafkaCode, ctx: &ErrorContext<'_>) -> FatalError {
     FatalError {
         api,
         code,
-        // `code` shows as Kafka's name and the number, e.g. "FencedInstanceId (82)".
-        message: format!("{api} failed with {code}: {detail}"),
+        reason: detail,
     }
 }
 
@@ -444,10 +374,10 @@ mod tests {
         use ErrorAction::*;
         use GroupApi::*;
         let lost_all = ResetAndRejoin {
-            reset_member_id: true,
+            member_unknown: true,
         };
         let lost_gen = ResetAndRejoin {
-            reset_member_id: false,
+            member_unknown: false,
         };
         let table = [
             (JoinGroup, KafkaCode::NONE, Proceed),
@@ -523,8 +453,9 @@ mod tests {
             match classify(api, code, &CTX) {
                 ErrorAction::Fatal(e) => {
                     assert_eq!((e.api, e.code), (api, code));
-                    assert!(e.message.starts_with(&api.to_string()), "{}", e.message);
-                    assert!(e.message.contains(&code.to_string()), "{}", e.message);
+                    let shown = e.to_string();
+                    assert!(shown.starts_with(&api.to_string()), "{shown}");
+                    assert!(shown.contains(&code.to_string()), "{shown}");
                 }
                 other => panic!("{api} {code} gave {other:?}"),
             }
@@ -542,8 +473,8 @@ mod tests {
             let ErrorAction::Fatal(e) = classify(api, KafkaCode::FENCED_INSTANCE_ID, &CTX) else {
                 panic!("{api}: FENCED_INSTANCE_ID must be fatal");
             };
-            assert!(e.message.contains("\"worker-7\""), "{}", e.message);
-            assert!(e.message.contains("FencedInstanceId"), "{}", e.message);
+            assert!(e.reason.contains("\"worker-7\""), "{}", e.reason);
+            assert!(e.to_string().contains("FencedInstanceId"), "{e}");
             assert!(e.to_string().contains("payments"));
         }
     }

@@ -12,6 +12,8 @@
 //!   the JoinGroup protocol list built from `partition.assignment.strategy`;
 //! - `membership`: what to revoke, lose and assign, in which order, and what each group error
 //!   code asks for.
+//! - `outcome`: the vocabulary both protocols' error tables share: [`ErrorAction`],
+//!   [`FatalError`], [`LostReason`].
 //! - `session`: the membership's state and every transition of its life cycle (join, joined,
 //!   stabilise, rejoin, lose, close; the heartbeat thread's renewal, session expiry and poll
 //!   timeout), driven in its tests by an in-memory coordinator with time passed in.
@@ -44,9 +46,9 @@ mod error;
 mod failover;
 pub(crate) mod handout;
 mod listener;
-mod lost;
 pub(crate) mod member;
 pub(crate) mod membership;
+mod outcome;
 mod quirks;
 #[doc(hidden)]
 pub mod requests;
@@ -66,10 +68,9 @@ pub use consumer_group::ConsumerGroupMember;
 pub use error::{CommitError, GroupError};
 #[doc(hidden)]
 pub use listener::{close_with, poll_with, GroupContext, RebalanceListener};
-pub use lost::LostReason;
 #[doc(hidden)]
 pub use member::{Member, MemberIo, Protocol, Step};
-pub use membership::FatalError;
+pub use outcome::{ErrorAction, FatalError, GroupApi, LostReason};
 
 pub(crate) use assignor::{check_strategies, AssignError};
 pub use requests::MemberIdentity;

@@ -19,11 +19,13 @@ use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{FenceHook, LostHook, Pending};
-use super::lost::LostReason;
 use super::membership::{
-    after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, FatalError, GroupApi,
-    RebalanceEvent, RebalancePlan,
+    after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, RebalanceEvent,
+    RebalancePlan,
 };
+use super::outcome::LostReason;
+use super::outcome::{FatalError, GroupApi};
+// Re-exported for the poll thread (`member`), which reports losses to its listener.
 use super::requests::MemberIdentity;
 use crate::guard::{Fenced, SessionBound};
 use crate::wire::KafkaCode;
@@ -506,7 +508,9 @@ impl SessionState {
                     rediscover: false,
                 }
             }
-            ErrorAction::ResetAndRejoin { reset_member_id } => {
+            ErrorAction::ResetAndRejoin {
+                member_unknown: reset_member_id,
+            } => {
                 self.lose(LostReason::Fenced(code), reset_member_id);
                 Refusal::Retry {
                     why: format!("{api}: membership reset ({code})"),
@@ -771,7 +775,12 @@ impl SessionState {
             return;
         }
         match (between_polls, classify(GroupApi::OffsetCommit, code, ctx)) {
-            (true, ErrorAction::ResetAndRejoin { reset_member_id }) => {
+            (
+                true,
+                ErrorAction::ResetAndRejoin {
+                    member_unknown: reset_member_id,
+                },
+            ) => {
                 log::warn!(
                     "offset commit refused for generation {} (error {code}): the membership is over",
                     identity.generation_id
@@ -865,7 +874,9 @@ impl SessionState {
                     first: self.request_rejoin("the group is rebalancing"),
                 }
             }
-            ErrorAction::ResetAndRejoin { reset_member_id } => {
+            ErrorAction::ResetAndRejoin {
+                member_unknown: reset_member_id,
+            } => {
                 self.lose(LostReason::Fenced(code), reset_member_id);
                 HeartbeatVerdict::Lost
             }

@@ -51,6 +51,9 @@ impl fmt::Display for MapError {
     }
 }
 
+/// A leaf: it wraps no other error.
+impl std::error::Error for MapError {}
+
 /// The longest encoding a map can have when it covers the offsets `position + 1 ..= last`,
 /// whatever finished among them: the bitset's length, which the writer never exceeds (it
 /// picks the run-length form only when shorter). Admission checks this, O(1), so that the map

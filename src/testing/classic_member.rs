@@ -150,18 +150,22 @@ struct Paced {
     hold: bool,
 }
 
+/// A JoinGroup answered: who we are in the generation, whether we lead, the assignor chosen,
+/// and (for the leader) every member's subscription.
+type JoinedRound = (
+    MemberIdentity,
+    bool,
+    Option<String>,
+    Vec<(String, Option<String>, Bytes)>,
+);
+
 /// One round in flight: the JoinGroup sent, then the SyncGroup.
 struct RoundInFlight {
     reason: String,
     owned: Vec<TopicPartition>,
     join_identity: MemberIdentity,
     sent: Instant,
-    joined: Option<(
-        MemberIdentity,
-        bool,
-        Option<String>,
-        Vec<(String, Option<String>, Bytes)>,
-    )>,
+    joined: Option<JoinedRound>,
     synced_sent: Option<Instant>,
 }
 

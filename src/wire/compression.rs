@@ -36,6 +36,9 @@ impl std::fmt::Display for DecompressError {
     }
 }
 
+/// A leaf: it wraps no other error.
+impl std::error::Error for DecompressError {}
+
 fn corrupt(reason: String) -> DecompressError {
     DecompressError::Corrupt(reason)
 }

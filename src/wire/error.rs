@@ -150,6 +150,34 @@ impl KafkaCode {
         )
     }
 
+    /// Whether the code says that the generation (classic) or member epoch (consumer group
+    /// protocol) a request was made in is over: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+    /// FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS (the generation is being replaced; a commit for
+    /// it is refused), FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH. Work of that generation must not
+    /// be committed; its partitions may be another member's already. See
+    /// [`ErrorKind::GenerationOver`].
+    pub fn ends_generation(self) -> bool {
+        matches!(
+            self,
+            KafkaCode::ILLEGAL_GENERATION
+                | KafkaCode::UNKNOWN_MEMBER_ID
+                | KafkaCode::FENCED_INSTANCE_ID
+                | KafkaCode::REBALANCE_IN_PROGRESS
+                | KafkaCode::FENCED_MEMBER_EPOCH
+                | KafkaCode::STALE_MEMBER_EPOCH
+        )
+    }
+
+    /// [`ErrorKind::GenerationOver`] for a code that [ends the generation](Self::ends_generation),
+    /// [`ErrorKind::Refused`] for any other.
+    pub fn kind(self) -> ErrorKind {
+        if self.ends_generation() {
+            ErrorKind::GenerationOver
+        } else {
+            ErrorKind::Refused
+        }
+    }
+
     /// Errors after which the group coordinator must be looked up again.
     pub fn is_coordinator_moved(self) -> bool {
         matches!(
@@ -171,6 +199,49 @@ pub(crate) fn api_name(key: i16) -> String {
         Ok(k) => format!("{k:?}"),
         Err(()) => format!("ApiKey({key})"),
     }
+}
+
+/// What kind of failure an error is: the situation a caller must react to, named the same for
+/// every error type of the crate ([`WireError::kind`], [`GroupError::kind`](crate::GroupError::kind),
+/// [`CommitError::kind`](crate::group::CommitError::kind),
+/// [`ConsumerError::kind`](crate::ConsumerError::kind)).
+///
+/// Why it exists: one situation reaches a caller through several types and variants. A
+/// membership that is over arrives as a fatal FENCED_INSTANCE_ID, an OffsetCommit refused with
+/// ILLEGAL_GENERATION, a commit the member did not send because its generation ended, or a
+/// STALE_MEMBER_EPOCH; a network failure as a socket error, a timeout, exhausted retries, no
+/// broker reachable. A worker must tell these apart (drop the work of a generation that is over
+/// and go on; wait out the network; stop and have an operator fix what the broker refuses)
+/// without matching every layer's variants or downcasting. The kind is derived from the
+/// variants and their Kafka codes; the error itself still carries the details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The generation or membership the work belonged to is over: fenced (FENCED_INSTANCE_ID,
+    /// FENCED_MEMBER_EPOCH), unknown member, illegal generation, rebalance in progress, stale
+    /// member epoch, or a commit not sent because the generation ended. Nothing of it may be
+    /// committed any more; its partitions may be another member's already, which resumes from
+    /// the last committed position. (Whether the consumer rejoins on its own depends on the
+    /// error: a fenced static member's instance id is taken for good.)
+    GenerationOver,
+    /// The network failed: a socket error, a timeout, a connection closed mid-frame, no broker
+    /// reachable, a broker no longer in the metadata, or a token provider that is unavailable.
+    /// Transient: the same request may succeed later.
+    Network,
+    /// The broker refused: an error code (authorization, a setting outside the broker's limits,
+    /// an unsupported request; see the code), or our SASL credentials or TLS certificate.
+    Refused,
+    /// A broker or another member broke the protocol: a malformed or corrupt response, a
+    /// mismatched correlation id, no API version in common, an assignment that cannot be read.
+    Protocol,
+    /// The configuration is invalid or asks for something this build does not support.
+    Config,
+    /// The application's handler failed or panicked on a record (which is delivered again).
+    Handler,
+    /// The consumer or group member was closed.
+    Closed,
+    /// A thread could not be started, or died: close the consumer and start a new one.
+    Internal,
 }
 
 /// Everything that can go wrong talking to a broker.
@@ -348,6 +419,29 @@ impl WireError {
         }
     }
 
+    /// The situation this error reports (see [`ErrorKind`]); for
+    /// [`RetriesExhausted`](WireError::RetriesExhausted), that of the last attempt.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            WireError::Kafka { code, .. } => code.kind(),
+            WireError::RetriesExhausted { last, .. } => last.kind(),
+            WireError::Io(_)
+            | WireError::Timeout { .. }
+            | WireError::Truncated { .. }
+            | WireError::NoBrokerAvailable { .. }
+            | WireError::UnknownBroker { .. }
+            | WireError::TokenUnavailable { .. } => ErrorKind::Network,
+            WireError::Authentication { .. } | WireError::Tls { .. } => ErrorKind::Refused,
+            WireError::FrameTooLarge { .. }
+            | WireError::CorrelationMismatch { .. }
+            | WireError::Protocol(_)
+            | WireError::Malformed { .. }
+            | WireError::UnsupportedVersion { .. }
+            | WireError::CorruptBatch { .. } => ErrorKind::Protocol,
+            WireError::Config(_) => ErrorKind::Config,
+        }
+    }
+
     /// Whether the connection that produced this error must be dropped and re-established.
     pub fn breaks_connection(&self) -> bool {
         matches!(
@@ -396,7 +490,8 @@ impl fmt::Display for WireError {
                 }
                 Ok(())
             }
-            WireError::Io(e) => write!(f, "I/O error: {e}"),
+            // The kind, not the message: the io::Error is the source.
+            WireError::Io(e) => write!(f, "I/O error ({})", e.kind()),
             WireError::Timeout { what } => write!(f, "timed out: {what}"),
             WireError::FrameTooLarge { len, max } => write!(
                 f,
@@ -446,11 +541,9 @@ impl fmt::Display for WireError {
             WireError::UnknownBroker { node_id } => {
                 write!(f, "broker {node_id} is not in the cluster metadata")
             }
-            WireError::RetriesExhausted {
-                what,
-                attempts,
-                last,
-            } => write!(f, "{what} failed after {attempts} attempts: {last}"),
+            WireError::RetriesExhausted { what, attempts, .. } => {
+                write!(f, "{what} failed after {attempts} attempts")
+            }
             WireError::NoBrokerAvailable { tried } => {
                 write!(f, "no broker reachable (tried {})", tried.join("; "))
             }
@@ -474,6 +567,9 @@ impl fmt::Display for WireError {
     }
 }
 
+/// The socket error ([`WireError::Io`]) and the last attempt's error
+/// ([`WireError::RetriesExhausted`]) are returned here and not repeated by `Display`; every other
+/// variant is a leaf. Print the whole chain with [`ErrorChain`].
 impl std::error::Error for WireError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -492,6 +588,44 @@ impl From<io::Error> for WireError {
             },
             _ => WireError::io(e),
         }
+    }
+}
+
+/// Displays an error and every error under it ([`source`](std::error::Error::source)), as
+/// `outer: inner: innermost`.
+///
+/// Why: this crate's errors follow the Rust API guidelines. Each one's `Display` says what failed
+/// at its own layer, and the error it wraps is returned from `source()` instead of being repeated,
+/// so that a chain printer (this one, `anyhow`'s `{:#}`, a tracing subscriber) shows each cause
+/// once. `{e}` therefore shows only the outermost layer; a log line or a report that should
+/// show everything formats `ErrorChain(&e)` instead.
+///
+/// ```
+/// use rebalance_guard::{ErrorChain, WireError};
+///
+/// let e = WireError::RetriesExhausted {
+///     what: "Fetch".to_string(),
+///     attempts: 3,
+///     last: Box::new(WireError::Timeout { what: "Fetch response".to_string() }),
+/// };
+/// assert_eq!(e.to_string(), "Fetch failed after 3 attempts");
+/// assert_eq!(
+///     ErrorChain(&e).to_string(),
+///     "Fetch failed after 3 attempts: timed out: Fetch response"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -529,7 +663,7 @@ pub(crate) fn broker_text(raw: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -732,6 +866,125 @@ mod tests {
             frame,
             WireError::FrameTooLarge { len: 10, max: 5 }
         ));
+    }
+
+    /// Every layer of `e`'s chain, as displayed.
+    pub(crate) fn layers(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        let mut out = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out.push(cause.to_string());
+            next = cause.source();
+        }
+        out
+    }
+
+    /// Asserts that no layer of `e`'s chain repeats the message of the error under it, so a
+    /// chain printer shows each cause once.
+    pub(crate) fn assert_chain_shows_each_cause_once(e: &(dyn std::error::Error + 'static)) {
+        let layers = layers(e);
+        for pair in layers.windows(2) {
+            assert!(
+                !pair[0].contains(&pair[1]),
+                "{:?} repeats its source {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+
+    #[test]
+    fn wrapped_errors_are_returned_as_the_source_and_not_repeated() {
+        let io = WireError::io(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "connect to 127.0.0.1:9092: refused",
+        ));
+        assert_eq!(io.to_string(), "I/O error (connection refused)");
+        let retried = WireError::RetriesExhausted {
+            what: "Metadata".to_string(),
+            attempts: 3,
+            last: Box::new(io),
+        };
+        assert_eq!(
+            layers(&retried),
+            [
+                "Metadata failed after 3 attempts",
+                "I/O error (connection refused)",
+                "connect to 127.0.0.1:9092: refused"
+            ]
+        );
+        assert_chain_shows_each_cause_once(&retried);
+        assert_eq!(
+            ErrorChain(&retried).to_string(),
+            "Metadata failed after 3 attempts: I/O error (connection refused): connect to \
+             127.0.0.1:9092: refused"
+        );
+        let leaf = WireError::kafka(ApiKey::Fetch, KafkaCode::NOT_LEADER_OR_FOLLOWER, "t-0");
+        assert!(std::error::Error::source(&leaf).is_none());
+        assert_eq!(ErrorChain(&leaf).to_string(), leaf.to_string());
+    }
+
+    #[test]
+    fn kinds_tell_an_ended_generation_the_network_and_a_refusal_apart() {
+        for code in [
+            KafkaCode::ILLEGAL_GENERATION,
+            KafkaCode::UNKNOWN_MEMBER_ID,
+            KafkaCode::FENCED_INSTANCE_ID,
+            KafkaCode::REBALANCE_IN_PROGRESS,
+            KafkaCode::FENCED_MEMBER_EPOCH,
+            KafkaCode::STALE_MEMBER_EPOCH,
+        ] {
+            let e = WireError::kafka(ApiKey::OffsetCommit, code, "");
+            assert_eq!(e.kind(), ErrorKind::GenerationOver, "{code}");
+        }
+        for code in [
+            KafkaCode::GROUP_AUTHORIZATION_FAILED,
+            KafkaCode::NOT_COORDINATOR,
+            KafkaCode::OFFSET_METADATA_TOO_LARGE,
+            KafkaCode(9999),
+        ] {
+            let e = WireError::kafka(ApiKey::OffsetCommit, code, "");
+            assert_eq!(e.kind(), ErrorKind::Refused, "{code}");
+        }
+        let timeout = WireError::Timeout {
+            what: "connect".to_string(),
+        };
+        assert_eq!(timeout.kind(), ErrorKind::Network);
+        assert_eq!(
+            WireError::io(io::Error::from(io::ErrorKind::ConnectionReset)).kind(),
+            ErrorKind::Network
+        );
+        assert_eq!(
+            WireError::NoBrokerAvailable { tried: vec![] }.kind(),
+            ErrorKind::Network
+        );
+        // Exhausted retries are what their last attempt was.
+        let retried = |last: WireError| WireError::RetriesExhausted {
+            what: "x".to_string(),
+            attempts: 3,
+            last: Box::new(last),
+        };
+        assert_eq!(retried(timeout.clone()).kind(), ErrorKind::Network);
+        assert_eq!(
+            retried(WireError::kafka(
+                ApiKey::Heartbeat,
+                KafkaCode::ILLEGAL_GENERATION,
+                ""
+            ))
+            .kind(),
+            ErrorKind::GenerationOver
+        );
+        let refused_login = WireError::Authentication {
+            mechanism: "SCRAM-SHA-256",
+            broker: "b:9092".to_string(),
+            reason: "invalid-proof".to_string(),
+        };
+        assert_eq!(refused_login.kind(), ErrorKind::Refused);
+        assert_eq!(
+            WireError::Protocol("bad".to_string()).kind(),
+            ErrorKind::Protocol
+        );
+        assert_eq!(WireError::Config("x".to_string()).kind(), ErrorKind::Config);
     }
 
     #[test]

@@ -115,6 +115,9 @@ impl fmt::Display for TokenError {
     }
 }
 
+/// A leaf: it wraps no other error.
+impl std::error::Error for TokenError {}
+
 /// Resets the fetching flag and wakes the waiters when the callback call ends, by a return or
 /// by a panic (the panic then counts as a failure), so no waiter is left waiting for a call
 /// that is over.

@@ -150,6 +150,9 @@ impl fmt::Display for ScramError {
     }
 }
 
+/// A leaf: it wraps no other error.
+impl std::error::Error for ScramError {}
+
 /// The first step: holds what the client sent until the server's first message arrives.
 #[derive(Debug)]
 pub(crate) struct ScramClient {

@@ -172,6 +172,9 @@ impl std::fmt::Display for TlsFileError {
     }
 }
 
+/// A leaf: it wraps no other error.
+impl std::error::Error for TlsFileError {}
+
 /// Runs the TLS handshake on `socket` for `addr` ("host:port"), by `deadline`.
 #[cfg(feature = "tls")]
 pub(super) fn handshake(

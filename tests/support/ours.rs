@@ -13,7 +13,7 @@ use rebalance_guard::group::{
     GroupError, LostReason, Membership, RebalanceListener,
 };
 use rebalance_guard::wire::ClientConfig;
-use rebalance_guard::TopicPartition;
+use rebalance_guard::{ErrorChain, TopicPartition};
 
 /// One membership event as our listener saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,7 +184,7 @@ impl OurMember {
             let mut member = match made {
                 Ok(member) => member,
                 Err(e) => {
-                    thread_observed.push(OurEvent::Error(e.to_string()));
+                    thread_observed.push(OurEvent::Error(ErrorChain(&e).to_string()));
                     return;
                 }
             };
@@ -199,14 +199,14 @@ impl OurMember {
                     Ok(()) => {}
                     Err(GroupError::Closed) => return,
                     Err(e) => {
-                        thread_observed.push(OurEvent::Error(e.to_string()));
+                        thread_observed.push(OurEvent::Error(ErrorChain(&e).to_string()));
                         return;
                     }
                 }
                 thread::sleep(Duration::from_millis(20));
             }
             if let Err(e) = close_with(&mut *member, &mut listener) {
-                thread_observed.push(OurEvent::Error(e.to_string()));
+                thread_observed.push(OurEvent::Error(ErrorChain(&e).to_string()));
             }
         });
         OurMember {

@@ -216,10 +216,14 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// A configuration error's message states the rule in one line for the operator, so
+/// [`ConfigError::Strategies`] displays the [`StrategyError`] (the rule broken) after the setting's
+/// name, and returns that error's own source (none) rather than the error again; the other
+/// variants are leaves.
 impl Error for ConfigError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            ConfigError::Strategies(e) => Some(e),
+            ConfigError::Strategies(e) => e.source(),
             _ => None,
         }
     }

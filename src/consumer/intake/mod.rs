@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
 use crate::partition::{PartitionMap, PartitionSet};
-use crate::wire::{self, FetchConfig, FetchPosition, KafkaCode, Record, RecordSource};
+use crate::wire::{self, ErrorChain, FetchConfig, FetchPosition, KafkaCode, Record, RecordSource};
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
@@ -301,6 +301,7 @@ impl Intake {
         let at = self.positions.get(tp).copied().unwrap_or(-1);
         match self.fetch_errors.get_mut(tp) {
             None => {
+                let error = ErrorChain(error);
                 log::warn!("{tp}: fetch at offset {at} failed: {error}; retrying");
                 self.fetch_errors.insert(
                     tp.clone(),
@@ -313,6 +314,7 @@ impl Intake {
                 );
             }
             Some(errors) => {
+                let error = ErrorChain(error);
                 errors.count += 1;
                 errors.last = error.to_string();
                 if now.saturating_duration_since(errors.warned_at) >= FETCH_ERROR_LOG_INTERVAL {

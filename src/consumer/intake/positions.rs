@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::wire::{CommittedOffset, OffsetSpec, RecordSource};
+use crate::wire::{CommittedOffset, ErrorChain, OffsetSpec, RecordSource};
 use crate::TopicPartition;
 
 use crate::consumer::config::{AutoOffsetReset, ConsumerConfig};
@@ -128,12 +128,13 @@ impl PendingPositions {
                     lookup.failures += 1;
                     let backoff = backoff(config, lookup.failures);
                     lookup.retry_at = now + backoff;
-                    lookup.last_error = Some(error.to_string());
+                    let shown = ErrorChain(&error).to_string();
                     log::error!(
-                        "{tp}: no starting position (attempt {}): {error}; the partition is owned \
+                        "{tp}: no starting position (attempt {}): {shown}; the partition is owned \
                          but not fetched, retrying in {backoff:?}",
                         lookup.failures
                     );
+                    lookup.last_error = Some(shown);
                     if matches!(error, ConsumerError::NoOffset { .. }) && surfaced.is_none() {
                         surfaced = Some(error);
                     }
@@ -161,7 +162,7 @@ fn per_partition(
     match outcome {
         Ok(found) => found,
         Err(error) => {
-            let text = error.to_string();
+            let text = ErrorChain(&error).to_string();
             partitions
                 .iter()
                 .map(|tp| {

@@ -31,6 +31,7 @@ use crate::group::member::Step;
 use crate::group::membership::ErrorContext;
 use crate::group::requests::{self, MemberIdentity};
 use crate::group::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
+use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
 /// What the heartbeat thread needs to know about the group.
@@ -193,12 +194,14 @@ impl Heartbeater {
                     match &result {
                         // One line per outage, not one per retry: the retries are fast.
                         Err(error) if !self.failover.in_outage() => log::warn!(
-                            "heartbeat to group {} failed: {error}; finding the coordinator again",
-                            self.settings.group_id
+                            "heartbeat to group {} failed: {}; finding the coordinator again",
+                            self.settings.group_id,
+                            ErrorChain(error)
                         ),
                         Err(error) => log::debug!(
-                            "heartbeat to group {} failed: {error}",
-                            self.settings.group_id
+                            "heartbeat to group {} failed: {}",
+                            self.settings.group_id,
+                            ErrorChain(error)
                         ),
                         Ok(code) => log::info!(
                             "heartbeat to group {} answered {}; finding the coordinator again",
@@ -239,7 +242,10 @@ impl Heartbeater {
                 Ok(client) => self.round_client = Some(client),
                 Err(e) => {
                     self.shared.lock().round_failed(reason);
-                    return Some(format!("cannot connect for the rebalance: {e}"));
+                    return Some(format!(
+                        "cannot connect for the rebalance: {}",
+                        ErrorChain(&e)
+                    ));
                 }
             }
         }
@@ -254,7 +260,11 @@ impl Heartbeater {
             Ok(_) => None,
             Err(Step::Retry(why)) => Some(why),
             Err(Step::Fail(error)) => {
-                log::error!("group {}: rebalance failed: {error}", config.group_id);
+                log::error!(
+                    "group {}: rebalance failed: {}",
+                    config.group_id,
+                    ErrorChain(&error)
+                );
                 self.shared.set_failure(error);
                 None
             }
@@ -301,7 +311,10 @@ impl Heartbeater {
         match result {
             Ok(KafkaCode::NONE) => log::info!("left group {group} after a poll timeout"),
             Ok(code) => log::warn!("LeaveGroup after a poll timeout answered error {code}"),
-            Err(error) => log::warn!("LeaveGroup after a poll timeout failed: {error}"),
+            Err(error) => log::warn!(
+                "LeaveGroup after a poll timeout failed: {}",
+                ErrorChain(&error)
+            ),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::group::membership::ErrorContext;
 use crate::group::requests::{self, JoinParams, MemberIdentity};
 use crate::group::session::{JoinAnswer, JoinStart, Phase, Refusal, Shared};
 use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
+use crate::wire::ErrorChain;
 use crate::wire::{self, Client, WireError};
 use crate::TopicPartition;
 
@@ -121,11 +122,15 @@ impl Round<'_> {
         let group = &self.config.group_id;
         let node = match self.client.find_coordinator(group) {
             Ok(info) => info.node_id,
-            Err(e) => return Err(Step::Retry(format!("cannot find the coordinator: {e}"))),
+            Err(e) => {
+                let why = format!("cannot find the coordinator: {}", ErrorChain(&e));
+                return Err(Step::Retry(why));
+            }
         };
         if let Err(e) = self.client.connection(node) {
             self.client.invalidate_coordinator(group);
-            return Err(Step::Retry(format!("cannot reach the coordinator: {e}")));
+            let why = format!("cannot reach the coordinator: {}", ErrorChain(&e));
+            return Err(Step::Retry(why));
         }
         Ok(node)
     }
@@ -141,8 +146,13 @@ impl Round<'_> {
         let result = self.coordinator().and_then(|node| {
             self.client
                 .connection(node)
-                .map_err(|e| Step::Retry(format!("cannot reach the coordinator: {e}")))
-                .and_then(|conn| send(conn).map_err(|e| Step::Retry(format!("{what} failed: {e}"))))
+                .map_err(|e| {
+                    Step::Retry(format!("cannot reach the coordinator: {}", ErrorChain(&e)))
+                })
+                .and_then(|conn| {
+                    send(conn)
+                        .map_err(|e| Step::Retry(format!("{what} failed: {}", ErrorChain(&e))))
+                })
         });
         if result.is_err() {
             self.client.invalidate_coordinator(&self.config.group_id);

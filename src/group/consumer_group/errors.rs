@@ -4,7 +4,8 @@
 //! Why one function: the machine, its tests and the report of a fatal error must agree on every
 //! code; a code nobody lists here is classified by Kafka's own retriable flag, never ignored.
 
-use super::types::FatalError;
+pub use crate::group::outcome::ErrorAction;
+use crate::group::outcome::{FatalError, GroupApi};
 use crate::wire::KafkaCode;
 
 /// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas); this member
@@ -15,36 +16,34 @@ pub(crate) const UNRELEASED_INSTANCE_ID: KafkaCode = KafkaCode(111);
 /// UNSUPPORTED_ASSIGNOR: the broker does not know `group.remote.assignor`.
 pub(crate) const UNSUPPORTED_ASSIGNOR: KafkaCode = KafkaCode(112);
 
-/// The member's reaction to a heartbeat error.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ErrorAction {
-    /// The coordinator moved or is not up: find it again, then resend (full) at once.
-    FindCoordinator,
-    /// Transient: resend (full) after the backoff.
-    Retry,
-    /// The broker no longer knows this member or its epoch: the assignment is lost (fence,
-    /// discard, no commit) and the member rejoins with epoch 0.
-    Fenced,
-    /// The membership cannot continue; the reason names what to change.
-    Fatal(FatalError),
-}
-
 fn fatal(code: KafkaCode, what: &str, message: Option<&str>) -> ErrorAction {
     let reason = match message {
         Some(m) if !m.is_empty() => format!("{what} (broker: {m})"),
         _ => what.to_string(),
     };
-    ErrorAction::Fatal(FatalError { code, reason })
+    ErrorAction::Fatal(FatalError {
+        api: GroupApi::ConsumerGroupHeartbeat,
+        code,
+        reason,
+    })
 }
 
-/// Classifies a heartbeat error code (never [`KafkaCode::NONE`]).
+/// Classifies a heartbeat error code (never [`KafkaCode::NONE`]): the consumer group protocol's
+/// table, in the shape both protocols share ([`ErrorAction`]); it gives neither
+/// [`ErrorAction::Proceed`] nor [`ErrorAction::Rejoin`].
 pub fn classify(code: KafkaCode, message: Option<&str>) -> ErrorAction {
     match code {
         KafkaCode::NOT_COORDINATOR | KafkaCode::COORDINATOR_NOT_AVAILABLE => {
-            ErrorAction::FindCoordinator
+            ErrorAction::RediscoverCoordinator
         }
         KafkaCode::COORDINATOR_LOAD_IN_PROGRESS => ErrorAction::Retry,
-        KafkaCode::FENCED_MEMBER_EPOCH | KafkaCode::UNKNOWN_MEMBER_ID => ErrorAction::Fenced,
+        // The broker no longer knows this member or its epoch: the assignment is lost (fence,
+        // discard, no commit) and the member rejoins with epoch 0.
+        KafkaCode::FENCED_MEMBER_EPOCH | KafkaCode::UNKNOWN_MEMBER_ID => {
+            ErrorAction::ResetAndRejoin {
+                member_unknown: code == KafkaCode::UNKNOWN_MEMBER_ID,
+            }
+        }
         UNRELEASED_INSTANCE_ID => fatal(
             code,
             "another member still holds this group.instance.id; give each running consumer \
@@ -101,11 +100,11 @@ mod tests {
     fn every_defined_heartbeat_error_has_its_kafka_meaning() {
         assert_eq!(
             classify(KafkaCode::NOT_COORDINATOR, None),
-            ErrorAction::FindCoordinator
+            ErrorAction::RediscoverCoordinator
         );
         assert_eq!(
             classify(KafkaCode::COORDINATOR_NOT_AVAILABLE, None),
-            ErrorAction::FindCoordinator
+            ErrorAction::RediscoverCoordinator
         );
         assert_eq!(
             classify(KafkaCode::COORDINATOR_LOAD_IN_PROGRESS, None),
@@ -113,11 +112,15 @@ mod tests {
         );
         assert_eq!(
             classify(KafkaCode::FENCED_MEMBER_EPOCH, None),
-            ErrorAction::Fenced
+            ErrorAction::ResetAndRejoin {
+                member_unknown: false
+            }
         );
         assert_eq!(
             classify(KafkaCode::UNKNOWN_MEMBER_ID, None),
-            ErrorAction::Fenced
+            ErrorAction::ResetAndRejoin {
+                member_unknown: true
+            }
         );
         for code in [
             UNRELEASED_INSTANCE_ID,
@@ -131,7 +134,7 @@ mod tests {
         ] {
             match classify(code, Some("said the broker")) {
                 ErrorAction::Fatal(f) => {
-                    assert_eq!(f.code, code);
+                    assert_eq!((f.api, f.code), (GroupApi::ConsumerGroupHeartbeat, code));
                     assert!(f.reason.contains("said the broker"), "{f}");
                 }
                 other => panic!("{code:?}: {other:?}"),

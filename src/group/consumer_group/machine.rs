@@ -13,9 +13,10 @@ use super::ids::{generate_member_id, TopicId};
 use super::liveness::session_bound;
 use super::reconcile::{self, by_id, changes, named, resolve, Owned, StaleEpochRetry};
 use super::types::{
-    ConsumerGroupConfig, Event, FatalError, HeartbeatRequest, HeartbeatResponse, IdAssignment,
-    LostCause, RevocationId, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
+    ConsumerGroupConfig, Event, HeartbeatRequest, HeartbeatResponse, IdAssignment, RevocationId,
+    JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
+use crate::group::outcome::{FatalError, LostReason};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -286,7 +287,7 @@ impl ConsumerGroupMembership {
                      timeout ({:?}); the broker fences a member that late, so the assignment is lost",
                     self.config.group_id, r.id, self.config.rebalance_timeout
                 );
-                self.lose(LostCause::RevocationTimedOut);
+                self.lose(LostReason::RevocationTimedOut);
                 return;
             }
         }
@@ -297,7 +298,7 @@ impl ConsumerGroupMembership {
                      broker may have expired the member, so the assignment is lost",
                     self.config.group_id
                 );
-                self.lose(LostCause::SessionExpired);
+                self.lose(LostReason::SessionExpired);
             }
         }
     }
@@ -609,7 +610,7 @@ impl ConsumerGroupMembership {
         let code = response.error;
         self.sent = Sent::default();
         let action = classify(code, response.error_message.as_deref());
-        if flight.life != self.life && action == ErrorAction::Fenced {
+        if flight.life != self.life && matches!(action, ErrorAction::ResetAndRejoin { .. }) {
             // Already started over since this request; the loss was handled.
             return;
         }
@@ -631,20 +632,15 @@ impl ConsumerGroupMembership {
             self.schedule_retry(now);
             return;
         }
-        if flight.release {
-            match action {
-                ErrorAction::FindCoordinator | ErrorAction::Retry | ErrorAction::Fatal(_) => {}
-                ErrorAction::Fenced => {
-                    // FENCED_MEMBER_EPOCH cannot answer a -2; nothing of ours is held.
-                    self.released = true;
-                    self.state = MemberState::Joining;
-                    self.urgent = true;
-                    return;
-                }
-            }
+        if flight.release && matches!(action, ErrorAction::ResetAndRejoin { .. }) {
+            // FENCED_MEMBER_EPOCH cannot answer a -2; nothing of ours is held.
+            self.released = true;
+            self.state = MemberState::Joining;
+            self.urgent = true;
+            return;
         }
         match action {
-            ErrorAction::FindCoordinator => {
+            ErrorAction::RediscoverCoordinator => {
                 info!(
                     "consumer group {}: heartbeat answered {}; finding the coordinator again",
                     self.config.group_id,
@@ -654,7 +650,8 @@ impl ConsumerGroupMembership {
                 self.retry_at = None;
                 self.urgent = true;
             }
-            ErrorAction::Retry => {
+            // This table gives neither Proceed nor Rejoin; resending is the safe reading of both.
+            ErrorAction::Retry | ErrorAction::Proceed | ErrorAction::Rejoin => {
                 debug!(
                     "consumer group {}: heartbeat answered {}; retrying after {:?}",
                     self.config.group_id,
@@ -663,7 +660,7 @@ impl ConsumerGroupMembership {
                 );
                 self.schedule_retry(now);
             }
-            ErrorAction::Fenced => {
+            ErrorAction::ResetAndRejoin { .. } => {
                 info!(
                     "consumer group {}: heartbeat answered {} for member {} epoch {}; the \
                      assignment is lost and the member rejoins",
@@ -672,7 +669,7 @@ impl ConsumerGroupMembership {
                     self.member_id,
                     self.member_epoch
                 );
-                self.lose(LostCause::Fenced(code));
+                self.lose(LostReason::Fenced(code));
             }
             ErrorAction::Fatal(fatal) => self.fail(fatal),
         }
@@ -687,7 +684,7 @@ impl ConsumerGroupMembership {
     /// after its poll timer expired: Kafka refuses an epoch-0 join of an instance id whose
     /// member has not left with -2 (UNRELEASED_INSTANCE_ID), even under the same member id.
     /// After UNKNOWN_MEMBER_ID the broker holds nothing of ours and the member joins at once.
-    fn lose(&mut self, cause: LostCause) {
+    fn lose(&mut self, cause: LostReason) {
         let leaving = matches!(
             self.state,
             MemberState::PrepareLeaving | MemberState::Leaving
@@ -698,7 +695,7 @@ impl ConsumerGroupMembership {
             self.finish_leave();
         } else if self.config.instance_id.is_some()
             && self.maybe_admitted
-            && cause != LostCause::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
+            && cause != LostReason::Fenced(KafkaCode::UNKNOWN_MEMBER_ID)
         {
             self.state = MemberState::Releasing;
             self.urgent = true;
@@ -707,7 +704,7 @@ impl ConsumerGroupMembership {
         }
     }
 
-    fn drop_assignment(&mut self, cause: LostCause) {
+    fn drop_assignment(&mut self, cause: LostReason) {
         let partitions = named(&self.owned);
         self.owned.clear();
         self.target.clear();
@@ -730,7 +727,7 @@ impl ConsumerGroupMembership {
             "consumer group {}: membership ended: {fatal}",
             self.config.group_id
         );
-        self.drop_assignment(LostCause::Fatal(fatal.code));
+        self.drop_assignment(LostReason::Fenced(fatal.code));
         self.state = MemberState::Fatal;
         self.events.push_back(Event::Fatal(fatal));
     }
@@ -901,7 +898,7 @@ impl ConsumerGroupMembership {
             return;
         }
         let epoch = self.member_epoch;
-        self.drop_assignment(LostCause::PollTimedOut);
+        self.drop_assignment(LostReason::PollTimeout);
         self.member_epoch = epoch;
         self.stale_after_leave = true;
         self.state = MemberState::Leaving;

@@ -92,10 +92,13 @@ pub use machine::{ConsumerGroupMembership, MemberState};
 pub use member::{ConsumerGroup, ConsumerGroupMember};
 pub use reconcile::StaleEpochRetry;
 pub use types::{
-    ConsumerGroupConfig, Event, FatalError, HeartbeatRequest, HeartbeatResponse, IdAssignment,
-    LostCause, RemoteAssignor, RevocationId, BROKER_DEFAULT_SESSION_TIMEOUT, JOIN_EPOCH,
-    LEAVE_EPOCH, SESSION_BOUND_INTERVALS, STATIC_LEAVE_EPOCH,
+    ConsumerGroupConfig, Event, HeartbeatRequest, HeartbeatResponse, IdAssignment, RemoteAssignor,
+    RevocationId, BROKER_DEFAULT_SESSION_TIMEOUT, JOIN_EPOCH, LEAVE_EPOCH, SESSION_BOUND_INTERVALS,
+    STATIC_LEAVE_EPOCH,
 };
+
+#[cfg(test)]
+use super::outcome::{FatalError, LostReason};
 
 #[cfg(test)]
 mod tests;

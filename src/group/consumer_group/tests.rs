@@ -492,7 +492,7 @@ fn a_fenced_epoch_loses_the_assignment_without_a_commit_and_rejoins_with_epoch_0
         match lost[0] {
             Event::Lost { partitions, cause } => {
                 assert_eq!(partitions.len(), 3);
-                assert_eq!(*cause, LostCause::Fenced(code));
+                assert_eq!(*cause, LostReason::Fenced(code));
             }
             _ => unreachable!(),
         }
@@ -714,7 +714,7 @@ fn a_member_stuck_revoking_past_the_rebalance_timeout_treats_its_assignment_as_l
     h.run_until(100, |h| !h.members[a].lost().is_empty());
     match h.members[a].lost()[0] {
         Event::Lost { cause, partitions } => {
-            assert_eq!(*cause, LostCause::RevocationTimedOut);
+            assert_eq!(*cause, LostReason::RevocationTimedOut);
             assert_eq!(partitions.len(), 4, "everything, the revoking ones too");
         }
         _ => unreachable!(),
@@ -735,7 +735,7 @@ fn a_poll_timeout_loses_the_assignment_leaves_and_rejoins_only_when_asked() {
     assert!(matches!(
         h.members[a].lost()[0],
         Event::Lost {
-            cause: LostCause::PollTimedOut,
+            cause: LostReason::PollTimeout,
             ..
         }
     ));
@@ -956,7 +956,7 @@ fn the_session_bound_is_renewed_from_each_answered_send_and_its_expiry_loses_the
     assert!(matches!(
         h.members[a].lost()[0],
         Event::Lost {
-            cause: LostCause::SessionExpired,
+            cause: LostReason::SessionExpired,
             ..
         }
     ));
@@ -1037,7 +1037,7 @@ fn the_revocation_deadline_runs_from_the_send_time_of_the_heartbeat_that_carried
     // latest; A must give everything up by then, not when the answer came plus that timeout.
     h.run_until(100, |h| !h.members[a].lost().is_empty());
     match h.members[a].lost()[0] {
-        Event::Lost { cause, .. } => assert_eq!(*cause, LostCause::RevocationTimedOut),
+        Event::Lost { cause, .. } => assert_eq!(*cause, LostReason::RevocationTimedOut),
         _ => unreachable!(),
     }
     assert!(
@@ -1063,7 +1063,7 @@ fn a_static_member_whose_answers_were_held_past_its_session_bound_releases_and_g
     assert!(matches!(
         h.members[s].lost()[0],
         Event::Lost {
-            cause: LostCause::SessionExpired,
+            cause: LostReason::SessionExpired,
             ..
         }
     ));

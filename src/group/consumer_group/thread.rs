@@ -30,15 +30,14 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::wire::{heartbeat_version, resolve_topic_ids, send_heartbeat};
-use super::{
-    ConsumerGroupConfig, ConsumerGroupMembership, Event, LostCause, MemberState, RevocationId,
-};
+use super::{ConsumerGroupConfig, ConsumerGroupMembership, Event, MemberState, RevocationId};
 use crate::group::error::GroupError;
 use crate::group::failover::{bound_membership_client, Failover};
-use crate::group::lost::LostReason;
 use crate::group::membership::RebalanceEvent;
+use crate::group::outcome::LostReason;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{Phase, Shared};
+use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
 /// How long the thread sleeps at most between looks at the session (a closed member, a change
@@ -235,15 +234,7 @@ impl Driver {
                         partitions.len()
                     );
                     self.queue.clear();
-                    let reason = match cause {
-                        LostCause::Fenced(code) | LostCause::Fatal(code) => {
-                            LostReason::Fenced(code)
-                        }
-                        LostCause::RevocationTimedOut => LostReason::RevocationTimedOut,
-                        LostCause::PollTimedOut => LostReason::PollTimeout,
-                        LostCause::SessionExpired => LostReason::SessionExpired,
-                    };
-                    self.shared.lock().lose(reason, false);
+                    self.shared.lock().lose(cause, false);
                     self.shared.wake.notify_all();
                 }
                 Event::Fatal(fatal) => {
@@ -252,7 +243,7 @@ impl Driver {
                     self.shared
                         .lock()
                         .lose(LostReason::Fenced(fatal.code), false);
-                    self.shared.set_failure(GroupError::Membership(fatal));
+                    self.shared.set_failure(GroupError::Fatal(fatal));
                 }
                 Event::Left => {}
             }
@@ -297,13 +288,15 @@ impl Driver {
                     // One line per outage, not one per look-up: the look-ups are fast.
                     if self.failover.in_outage() {
                         log::debug!(
-                            "group {}: cannot reach the coordinator: {error}",
-                            self.group_id
+                            "group {}: cannot reach the coordinator: {}",
+                            self.group_id,
+                            ErrorChain(&error)
                         );
                     } else {
                         log::warn!(
-                            "group {}: cannot reach the coordinator: {error}",
-                            self.group_id
+                            "group {}: cannot reach the coordinator: {}",
+                            self.group_id,
+                            ErrorChain(&error)
                         );
                     }
                     self.forget_coordinator();
@@ -318,8 +311,9 @@ impl Driver {
                     .machine
                     .on_metadata(now, named.iter().map(|(id, name)| (*id, name.as_str()))),
                 Err(error) => log::debug!(
-                    "group {}: metadata for topic ids {ids:?} failed: {error}",
-                    self.group_id
+                    "group {}: metadata for topic ids {ids:?} failed: {}",
+                    self.group_id,
+                    ErrorChain(&error)
                 ),
             }
         }
@@ -363,9 +357,17 @@ impl Driver {
             }
             Err(error) => {
                 if self.failover.in_outage() {
-                    log::debug!("group {}: heartbeat failed: {error}", self.group_id);
+                    log::debug!(
+                        "group {}: heartbeat failed: {}",
+                        self.group_id,
+                        ErrorChain(&error)
+                    );
                 } else {
-                    log::warn!("group {}: heartbeat failed: {error}", self.group_id);
+                    log::warn!(
+                        "group {}: heartbeat failed: {}",
+                        self.group_id,
+                        ErrorChain(&error)
+                    );
                 }
                 self.failover.lost(now, self.coordinator);
                 self.forget_coordinator();

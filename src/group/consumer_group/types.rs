@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::ids::TopicId;
+use crate::group::outcome::{FatalError, LostReason};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -163,38 +164,6 @@ impl HeartbeatResponse {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RevocationId(pub u64);
 
-/// Why the member's assignment was lost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LostCause {
-    /// The broker fenced the member (FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID).
-    Fenced(KafkaCode),
-    /// A revocation did not finish within the rebalance timeout: the broker has fenced us.
-    RevocationTimedOut,
-    /// The application did not poll within `max.poll.interval.ms`; the member left.
-    PollTimedOut,
-    /// No heartbeat was answered for the session bound: the broker may have expired us.
-    SessionExpired,
-    /// A fatal error ended the membership.
-    Fatal(KafkaCode),
-}
-
-/// An error that ends the membership: the configuration or the cluster must change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FatalError {
-    /// The broker's error code.
-    pub code: KafkaCode,
-    /// What it means and what to change, with the broker's own message.
-    pub reason: String,
-}
-
-impl fmt::Display for FatalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.code.name(), self.code.0, self.reason)
-    }
-}
-
-impl std::error::Error for FatalError {}
-
 /// What the consumer must do, in the order the machine emits it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -222,7 +191,7 @@ pub enum Event {
         /// Every partition the member owned.
         partitions: Vec<TopicPartition>,
         /// Why.
-        cause: LostCause,
+        cause: LostReason,
     },
     /// The membership ended for good; no more requests are sent.
     Fatal(FatalError),

@@ -859,7 +859,7 @@ fn a_static_member_fenced_by_its_twin_loses_everything_and_stops() {
         panic!("FENCED_INSTANCE_ID must be fatal: {verdict:?}");
     };
     assert_eq!(fatal.code, KafkaCode::FENCED_INSTANCE_ID);
-    assert!(fatal.message.contains("\"worker-7\""), "{}", fatal.message);
+    assert!(fatal.reason.contains("\"worker-7\""), "{}", fatal.reason);
     assert_eq!(a.fenced(), vec![tps(&[0, 1, 2, 3])]);
     assert_eq!(a.session.identity(), &MemberIdentity::unjoined());
     // The poll thread reports the loss, then returns the fatal error.
@@ -1180,7 +1180,7 @@ fn a_member_with_no_assignor_in_common_fails_for_good_and_owns_nothing() {
         panic!("INCONSISTENT_GROUP_PROTOCOL must be fatal: {refusal:?}");
     };
     assert_eq!(fatal.code, KafkaCode::INCONSISTENT_GROUP_PROTOCOL);
-    assert!(fatal.message.contains("orders"), "{}", fatal.message);
+    assert!(fatal.reason.contains("orders"), "{}", fatal.reason);
     assert_eq!(b.session.identity(), &MemberIdentity::unjoined());
     assert_eq!(b.session.phase(), Phase::Unjoined);
     assert!(b.fenced().is_empty(), "it owned nothing to fence");
