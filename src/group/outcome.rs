@@ -46,7 +46,7 @@ impl fmt::Display for GroupApi {
 
 /// What the member must do about a group response's error code: the one shape of both
 /// protocols' tables (`membership::classify` for the classic protocol,
-/// [`consumer_group::classify`](super::consumer_group::classify) for ConsumerGroupHeartbeat).
+/// `consumer_group::classify` for ConsumerGroupHeartbeat).
 ///
 /// The classic table gives every variant. The consumer group table never gives
 /// [`Proceed`](ErrorAction::Proceed) (it classifies errors only) nor

@@ -451,7 +451,10 @@ impl Coordinator {
         if generation_id != self.generation {
             return KafkaCode::ILLEGAL_GENERATION;
         }
-        if self.state == GroupState::PreparingRebalance {
+        // As Kafka's group coordinator: a commit in the current generation is accepted while
+        // the group prepares a rebalance (it is how an eager member's revocation commits before
+        // its JoinGroup), refused while the round waits for the leader's assignment.
+        if self.state == GroupState::CompletingRebalance {
             return KafkaCode::REBALANCE_IN_PROGRESS;
         }
         KafkaCode::NONE

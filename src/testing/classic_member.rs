@@ -204,18 +204,14 @@ impl Inner {
         self.group.coordinator().now()
     }
 
-    /// The membership thread's turn: a heartbeat while stable, then the round if one is due.
+    /// The membership thread's turn: a heartbeat, then (cooperative) the round if one is due.
+    /// An eager member's rounds are the poll thread's (see `next_change`).
     fn step(&mut self) -> Result<(), GroupError> {
         self.heartbeat();
-        let due = if self.protocol == RebalanceProtocol::Cooperative {
-            self.shared.lock().round_due()
-        } else {
-            match self.shared.lock().next_step() {
-                NextStep::Join(reason) => Some(reason),
-                NextStep::Stable => None,
-                NextStep::Closed => return Err(GroupError::Closed),
-            }
-        };
+        if self.protocol != RebalanceProtocol::Cooperative {
+            return Ok(());
+        }
+        let due = self.shared.lock().round_due();
         if due.is_some() || self.round.is_some() {
             self.advance_round(due.unwrap_or_default());
         }
@@ -468,6 +464,7 @@ impl Membership for InMemoryClassicMember {
         let mut inner = self.inner();
         let inner = &mut *inner;
         let mut stepped = false;
+        let mut rounded = false;
         loop {
             inner.handout.take_reports(&inner.shared)?;
             if let Some(loss) = inner.handout.next_loss() {
@@ -479,17 +476,27 @@ impl Membership for InMemoryClassicMember {
             if let Some(change) = inner.handout.next(&inner.shared) {
                 return Ok(Some(change));
             }
-            if inner.protocol == RebalanceProtocol::Eager && inner.round.is_none() {
+            if inner.protocol == RebalanceProtocol::Eager && !rounded {
                 let step = inner.shared.lock().next_step();
-                if let NextStep::Join(reason) = step {
-                    let group_id = inner.config.group_id.clone();
-                    if let Some(revoke) = inner.handout.revoke_before_join(
-                        &inner.shared,
-                        inner.protocol,
-                        &group_id,
-                        &reason,
-                    ) {
-                        return Ok(Some(revoke));
+                match step {
+                    NextStep::Closed => return Err(GroupError::Closed),
+                    NextStep::Stable => {}
+                    NextStep::Join(reason) => {
+                        // Everything is handed back before the JoinGroup, in the old
+                        // generation; then this thread runs the round (held: the next poll
+                        // collects it).
+                        let group_id = inner.config.group_id.clone();
+                        if let Some(revoke) = inner.handout.revoke_before_join(
+                            &inner.shared,
+                            inner.protocol,
+                            &group_id,
+                            &reason,
+                        ) {
+                            return Ok(Some(revoke));
+                        }
+                        inner.advance_round(reason);
+                        rounded = true;
+                        continue;
                     }
                 }
             }

@@ -203,7 +203,7 @@ pub(crate) fn api_name(key: i16) -> String {
 
 /// What kind of failure an error is: the situation a caller must react to, named the same for
 /// every error type of the crate ([`WireError::kind`], [`GroupError::kind`](crate::GroupError::kind),
-/// [`CommitError::kind`](crate::group::CommitError::kind),
+/// `CommitError::kind` in the group layer,
 /// [`ConsumerError::kind`](crate::ConsumerError::kind)).
 ///
 /// Why it exists: one situation reaches a caller through several types and variants. A

@@ -4,7 +4,7 @@
 //! Why: the poll loop's intake (fetching, and looking up where each partition starts) is the
 //! only place the poll thread reads records or positions from the cluster. With those reads
 //! behind this trait, tests drive the whole consumer against an in-memory log
-//! (`crate::testing`), deterministic and without a broker, while [`Client`] answers them in
+//! (the hidden `testing` module), deterministic and without a broker, while [`Client`] answers them in
 //! production with exactly the behaviour it always had (each method is the `Client` method of
 //! the same name).
 

@@ -7,7 +7,7 @@
 //! barrier, so a slow member delays nobody but itself. The client side is subtle (which fields to
 //! send when, which epoch to send, when a partition may be reported as given up, what each error
 //! means), so every decision lives here, with no socket, no thread and no clock of its own, and
-//! is pinned by tests against an in-memory coordinator (`crate::testing::consumer_group`) that
+//! is pinned by tests against an in-memory coordinator (the hidden `testing` module's `consumer_group`) that
 //! runs the broker's rules. The I/O shell (the member's own thread beside the poll loop) sends what
 //! [`ConsumerGroupMembership::poll_transmit`] returns, feeds the answer back, and hands the
 //! [`Event`]s to the poll thread, which applies them to the guard at batch boundaries.

@@ -23,7 +23,7 @@ pub const STATIC_LEAVE_EPOCH: i32 = -2;
 pub const BROKER_DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// How many heartbeat intervals the derived session bound spans (see
-/// `super::liveness::session_bound`).
+/// `liveness.rs`, `session_bound`).
 pub const SESSION_BOUND_INTERVALS: u32 = 3;
 
 /// The server-side assignor a member asks for (`group.remote.assignor`). Kafka ships these two;

@@ -158,7 +158,7 @@ impl LazyRecords {
     }
 
     /// Records of `data` under a budget of their own: for the intake's tests, and for the
-    /// in-memory log of `crate::testing`, which answers fetches with real encoded batches.
+    /// in-memory log of the hidden `testing` module, which answers fetches with real encoded batches.
     pub(crate) fn standalone(
         input: &PartitionInput<'_>,
         data: bytes::Bytes,
