@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 use rebalance_guard::group::Strategy;
 use rebalance_guard::guard::HandoffStage;
-use rebalance_guard::testing::{ClassicGroup, ClassicHandle, InMemoryLog};
+use rebalance_guard::testing::{ClassicGroup, ClassicHandle, InMemoryLog, Journal};
 use rebalance_guard::wire::KafkaCode;
 use rebalance_guard::TopicPartition;
 
@@ -149,6 +149,32 @@ fn close_both(a: Node, mut b: Node, processed: &Processed) {
     b.consumer.close().expect("close b");
 }
 
+/// The first acknowledged revocation in `journal` came after a commit, in the revocation's
+/// generation, that stored `partitions` at `offset`: the membership may give a partition away
+/// (the follow-up JoinGroup, the eager JoinGroup) only once its handoff committed.
+fn assert_committed_before_acknowledged(
+    journal: &[Journal],
+    partitions: &[TopicPartition],
+    offset: i64,
+) {
+    let acked = journal
+        .iter()
+        .position(|e| matches!(e, Journal::RevocationAcknowledged(_)))
+        .unwrap_or_else(|| panic!("no revocation acknowledged: {journal:?}"));
+    for tp in partitions {
+        let committed = journal[..acked].iter().any(|e| match e {
+            Journal::Committed { offsets, .. } => offsets
+                .iter()
+                .any(|(t, o, stored)| t == tp && *o == offset && *stored),
+            _ => false,
+        });
+        assert!(
+            committed,
+            "{tp} was acknowledged as handed back before its commit at {offset}: {journal:?}"
+        );
+    }
+}
+
 fn count(processed: &Processed) -> usize {
     processed.lock().unwrap().len()
 }
@@ -203,6 +229,8 @@ fn an_eager_rebalance_commits_last_plus_one_before_the_join_and_nothing_repeats(
     for p in 0..PARTITIONS {
         assert_eq!(committed(&log, p), Some(10), "partition {p}");
     }
+    let all: Vec<TopicPartition> = (0..PARTITIONS).map(tp).collect();
+    assert_committed_before_acknowledged(&a.handle.journal(), &all, 10);
     produce(&log, 10);
     drive(&mut [&mut a, &mut b], &processed, 200, |p, _| {
         count(p) >= 80
@@ -239,11 +267,11 @@ fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_
     drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
         nodes[1].consumer.assignment().len() == 2
     });
-    for p in 0..PARTITIONS {
-        if b.consumer.assignment().contains(&tp(p)) {
-            assert_eq!(committed(&log, p), Some(10), "a's handoff of partition {p}");
-        }
+    let moved = b.consumer.assignment();
+    for tp in &moved {
+        assert_eq!(log.committed("g", tp), Some(10), "a's handoff of {tp}");
     }
+    assert_committed_before_acknowledged(&a.handle.journal(), &moved, 10);
     produce(&log, 10);
     drive(&mut [&mut a, &mut b], &processed, 300, |p, _| {
         count(p) >= 80

@@ -96,6 +96,19 @@ pub enum Change {
 #[derive(Debug)]
 pub struct Ack(pub(crate) AckKind);
 
+impl Ack {
+    /// The partitions a revocation's acknowledgement hands back (an empty list for the eager
+    /// revocation of everything before a JoinGroup, or a close), `None` for an assignment's:
+    /// what an observer of the membership (a test's in-memory member) records.
+    pub fn revoked(&self) -> Option<Vec<TopicPartition>> {
+        match &self.0 {
+            AckKind::Revoked { partitions, .. } => Some(partitions.clone()),
+            AckKind::RevokedBeforeJoin | AckKind::Closing => Some(Vec::new()),
+            AckKind::Assigned { .. } => None,
+        }
+    }
+}
+
 /// What an [`Ack`] acknowledges, for the member that issued it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AckKind {

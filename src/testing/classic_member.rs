@@ -94,6 +94,7 @@ impl ClassicGroup {
             handout: Handout::default(),
             round: None,
             paced: Paced::default(),
+            journal: Arc::default(),
         }));
         let member = InMemoryClassicMember {
             inner: inner.clone(),
@@ -136,10 +137,40 @@ impl ClassicHandle {
         inner.answer_paced();
     }
 
+    /// Everything the member did so far, in order (see [`Journal`]).
+    pub fn journal(&self) -> Vec<Journal> {
+        self.inner()
+            .journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// True while a paced commit was sent and not answered.
     pub fn paced_in_flight(&self) -> bool {
         self.inner().paced.sent.is_some()
     }
+}
+
+/// What a member did, in order, as the coordinator and the membership thread would see it: the
+/// commits it sent and the changes the poll thread acknowledged. A test reads it to check the
+/// handoff's order (a revocation is acknowledged, which lets the membership give the partitions
+/// away, only after its commit was answered).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Journal {
+    /// An OffsetCommit answered: the generation it carried, and each partition's offset with
+    /// whether it was accepted.
+    Committed {
+        /// The generation the commit carried.
+        generation_id: i32,
+        /// Each partition, its offset, and whether it was stored.
+        offsets: Vec<(TopicPartition, i64, bool)>,
+    },
+    /// The poll thread acknowledged the revocation of these partitions (or all of them, before
+    /// an eager JoinGroup, or when closing).
+    RevocationAcknowledged(Vec<TopicPartition>),
+    /// The poll thread acknowledged an assignment.
+    AssignmentAcknowledged,
 }
 
 /// A paced commit: sent (identity and offsets), then answered.
@@ -178,6 +209,7 @@ struct Inner {
     handout: Handout,
     round: Option<RoundInFlight>,
     paced: Paced,
+    journal: Arc<Mutex<Vec<Journal>>>,
 }
 
 /// The member the consumer owns (see [`ClassicGroup::member`]), and its record source.
@@ -377,6 +409,31 @@ impl Inner {
     /// The commit function of this member: the coordinator's generation check, then the log.
     fn send_commit(
         group: &ClassicGroup,
+        journal: &Mutex<Vec<Journal>>,
+        who: &CommitIdentity<'_>,
+        offsets: &[OffsetCommitEntry],
+    ) -> Result<CommitResults, WireError> {
+        let results = Inner::commit_at_coordinator(group, who, offsets)?;
+        let entry = Journal::Committed {
+            generation_id: who.generation_id_or_member_epoch,
+            offsets: offsets
+                .iter()
+                .map(|o| {
+                    let stored = results.iter().any(|(tp, r)| *tp == o.tp && r.is_ok());
+                    (o.tp.clone(), o.offset, stored)
+                })
+                .collect(),
+        };
+        journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry);
+        Ok(results)
+    }
+
+    /// The coordinator's generation check, then the log.
+    fn commit_at_coordinator(
+        group: &ClassicGroup,
         who: &CommitIdentity<'_>,
         offsets: &[OffsetCommitEntry],
     ) -> Result<CommitResults, WireError> {
@@ -408,8 +465,9 @@ impl Inner {
         kind: CommitKind,
     ) -> Result<CommitResults, CommitError> {
         let group = self.group.clone();
+        let journal = self.journal.clone();
         commit_offsets(
-            &mut |who, offsets| Inner::send_commit(&group, who, offsets),
+            &mut |who, offsets| Inner::send_commit(&group, &journal, who, offsets),
             &self.shared,
             &self.config.group_id,
             self.config.group_instance_id.as_deref(),
@@ -512,6 +570,15 @@ impl Membership for InMemoryClassicMember {
     fn acknowledge(&mut self, ack: Ack) {
         let mut inner = self.inner();
         let inner = &mut *inner;
+        let entry = match ack.revoked() {
+            Some(partitions) => Journal::RevocationAcknowledged(partitions),
+            None => Journal::AssignmentAcknowledged,
+        };
+        inner
+            .journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry);
         inner.handout.acknowledge(&inner.shared, ack);
     }
 

@@ -23,7 +23,7 @@ mod classic_member;
 pub mod consumer_group;
 mod memory_log;
 
-pub use classic_member::{ClassicGroup, ClassicHandle};
+pub use classic_member::{ClassicGroup, ClassicHandle, Journal};
 pub use memory_log::{InMemoryLog, DEFAULT_MAX_FETCH_RECORDS};
 
 #[cfg(test)]
