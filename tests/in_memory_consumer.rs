@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 use rebalance_guard::group::Strategy;
 use rebalance_guard::guard::HandoffStage;
-use rebalance_guard::testing::{ClassicGroup, ClassicHandle, InMemoryLog, Journal};
+use rebalance_guard::testing::{
+    ClassicGroup, ClassicHandle, InMemoryLog, Journal, Kip848Group, Kip848Handle,
+};
 use rebalance_guard::wire::KafkaCode;
 use rebalance_guard::TopicPartition;
 
@@ -39,7 +41,7 @@ fn config(group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
         ("auto.offset.reset".into(), "earliest".into()),
         ("session.timeout.ms".into(), SESSION.as_millis().to_string()),
         ("heartbeat.interval.ms".into(), "1000".into()),
-        ("max.poll.interval.ms".into(), "300000".into()),
+        ("max.poll.interval.ms".into(), "3600000".into()),
         ("fetch.max.wait.ms".into(), "0".into()),
         ("commit.interval.ms".into(), "3600000".into()),
     ];
@@ -70,11 +72,26 @@ fn tp(p: i32) -> TopicPartition {
     TopicPartition::new(TOPIC, p)
 }
 
-/// One consumer over an in-memory classic member.
-struct Node {
+/// One consumer over an in-memory member (the handle of the protocol it runs).
+struct Node<H = ClassicHandle> {
     name: String,
     consumer: Consumer,
-    handle: ClassicHandle,
+    handle: H,
+}
+
+fn kip848_node(group: &Kip848Group, name: &str) -> Node<Kip848Handle> {
+    let mut handle = None;
+    let consumer = Consumer::with_membership(config("g", &[]), &[TOPIC], |settings, hook| {
+        let (member, h) = group.member(settings, hook);
+        handle = Some(h);
+        Ok(member)
+    })
+    .expect("consumer");
+    Node {
+        name: name.to_string(),
+        consumer,
+        handle: handle.expect("a member was built"),
+    }
 }
 
 fn classic_node(
@@ -100,7 +117,7 @@ fn classic_node(
     }
 }
 
-impl Node {
+impl<H> Node<H> {
     /// One poll: the batch it returns, every record completed (recorded in `processed`).
     fn turn(&mut self, processed: &Processed) -> usize {
         let mut batch = self.consumer.poll(Duration::ZERO).expect("poll");
@@ -119,11 +136,11 @@ impl Node {
 }
 
 /// Turns of every node, round robin, until `done` holds (at most `turns` rounds).
-fn drive(
-    nodes: &mut [&mut Node],
+fn drive<H>(
+    nodes: &mut [&mut Node<H>],
     processed: &Processed,
     turns: usize,
-    done: impl Fn(&Processed, &[&mut Node]) -> bool,
+    done: impl Fn(&Processed, &[&mut Node<H>]) -> bool,
 ) {
     for _ in 0..turns {
         for node in nodes.iter_mut() {
@@ -459,4 +476,85 @@ fn workers_are_drained_by_the_revocation_and_nothing_repeats() {
     worker.join().expect("worker thread");
     b.consumer.close().expect("close b");
     assert_eq!(repeats(&processed), vec![], "a record was processed twice");
+}
+
+/// KIP-848: the broker moves partitions to a second member; the first fences them when its
+/// membership decides the revocation, drains them, commits `last + 1` with its member epoch,
+/// and only then acknowledges (the heartbeat that lets the broker assign them on); the second
+/// starts exactly at that commit.
+#[test]
+fn a_kip848_revocation_commits_with_the_member_epoch_before_it_is_acknowledged() {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    let processed = Processed::default();
+    let mut a = kip848_node(&group, "a");
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let mut b = kip848_node(&group, "b");
+    drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
+        nodes[1].consumer.assignment().len() == 2 && nodes[0].consumer.assignment().len() == 2
+    });
+    let moved = b.consumer.assignment();
+    for tp in &moved {
+        assert_eq!(log.committed("g", tp), Some(10), "a's handoff of {tp}");
+    }
+    assert_committed_before_acknowledged(&a.handle.journal(), &moved, 10);
+    produce(&log, 10);
+    drive(&mut [&mut a, &mut b], &processed, 300, |p, _| {
+        count(p) >= 80
+    });
+    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
+    assert_eq!(
+        by(&processed, "b").len(),
+        20,
+        "b processed its partitions' new records"
+    );
+    let a_stats = a.consumer.stats();
+    assert_eq!(a_stats.counters.lost, 0, "{a_stats}");
+    assert_eq!(a_stats.counters.failed_handoffs, 0, "{a_stats}");
+}
+
+/// KIP-848: a fenced member epoch loses the assignment at once: the open batch stops, nothing
+/// is committed after the loss, and the member joins again with epoch 0.
+#[test]
+fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    let processed = Processed::default();
+    let mut a = kip848_node(&group, "a");
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    a.consumer.commit().expect("commit");
+    produce(&log, 10);
+    let history = log.commit_history("g").len();
+    {
+        let mut batch = a.consumer.poll(Duration::ZERO).expect("poll");
+        let first = batch.next().expect("a record");
+        let member_id = a.handle.identity().member_id;
+        group
+            .coordinator()
+            .inject(&member_id, KafkaCode::FENCED_MEMBER_EPOCH);
+        a.handle.step();
+        assert!(
+            !batch.is_current(&first),
+            "the lease went stale with the loss"
+        );
+        assert!(
+            batch.next().is_none(),
+            "no record of a lost partition is handed out"
+        );
+        batch.complete(first);
+    }
+    let _ = a
+        .consumer
+        .poll(Duration::ZERO)
+        .expect("poll after the loss");
+    let stats = a.consumer.stats();
+    assert!(stats.counters.lost >= PARTITIONS as u64, "{stats}");
+    assert_eq!(
+        log.commit_history("g").len(),
+        history,
+        "no commit sent after the loss"
+    );
+    // It joins again (epoch 0, then a new epoch) and gets the partitions back.
+    drive(&mut [&mut a], &processed, 100, |p, _| count(p) >= 80);
+    assert!(a.handle.identity().generation_id > 0);
 }

@@ -173,6 +173,34 @@ pub enum Journal {
     AssignmentAcknowledged,
 }
 
+impl Journal {
+    /// The entry of an answered OffsetCommit.
+    pub(crate) fn committed(
+        who: &CommitIdentity<'_>,
+        offsets: &[OffsetCommitEntry],
+        results: &CommitResults,
+    ) -> Journal {
+        Journal::Committed {
+            generation_id: who.generation_id_or_member_epoch,
+            offsets: offsets
+                .iter()
+                .map(|o| {
+                    let stored = results.iter().any(|(tp, r)| *tp == o.tp && r.is_ok());
+                    (o.tp.clone(), o.offset, stored)
+                })
+                .collect(),
+        }
+    }
+
+    /// The entry of an acknowledged change.
+    pub(crate) fn acknowledged(ack: &Ack) -> Journal {
+        match ack.revoked() {
+            Some(partitions) => Journal::RevocationAcknowledged(partitions),
+            None => Journal::AssignmentAcknowledged,
+        }
+    }
+}
+
 /// A paced commit: sent (identity and offsets), then answered.
 #[derive(Default)]
 struct Paced {

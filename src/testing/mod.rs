@@ -21,9 +21,11 @@
 pub mod classic;
 mod classic_member;
 pub mod consumer_group;
+mod consumer_group_member;
 mod memory_log;
 
 pub use classic_member::{ClassicGroup, ClassicHandle, Journal};
+pub use consumer_group_member::{Kip848Group, Kip848Handle};
 pub use memory_log::{InMemoryLog, DEFAULT_MAX_FETCH_RECORDS};
 
 #[cfg(test)]

@@ -81,6 +81,7 @@ mod ids;
 pub(crate) mod liveness;
 mod machine;
 mod member;
+pub(crate) mod mirror;
 pub(crate) mod reconcile;
 mod thread;
 mod types;

@@ -29,13 +29,10 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::mirror::Mirror;
 use super::wire::{heartbeat_version, resolve_topic_ids, send_heartbeat};
-use super::{ConsumerGroupConfig, ConsumerGroupMembership, Event, MemberState, RevocationId};
-use crate::group::error::GroupError;
+use super::{ConsumerGroupConfig, ConsumerGroupMembership};
 use crate::group::failover::{bound_membership_client, Failover};
-use crate::group::membership::RebalanceEvent;
-use crate::group::outcome::LostReason;
-use crate::group::requests::MemberIdentity;
 use crate::group::session::{Phase, Shared};
 use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
@@ -64,17 +61,10 @@ pub(crate) fn spawn(
 }
 
 struct Driver {
-    shared: Arc<Shared>,
+    /// The machine and what it decided, mirrored into the session.
+    mirror: Mirror,
     client_config: ClientConfig,
     client: Option<Client>,
-    machine: ConsumerGroupMembership,
-    group_id: String,
-    /// Decided changes not posted yet: the seam holds one at a time.
-    queue: std::collections::VecDeque<(RebalanceEvent, Option<u64>)>,
-    /// The machine was told to leave: the member was closed, or its poll overran
-    /// `max.poll.interval.ms`.
-    leaving: bool,
-    leave_started: Option<Instant>,
     /// The coordinator cannot be reached: no look-up before this.
     connect_retry: Option<Instant>,
     /// A coordinator outage under way, and the pacing of the look-ups until it ends.
@@ -105,183 +95,61 @@ impl Driver {
             .min(client_config.retry_backoff_max)
             .max(config.retry_backoff.min(client_config.retry_backoff_max));
         Driver {
-            shared,
+            mirror: Mirror::new(
+                shared,
+                config.group_id.clone(),
+                ConsumerGroupMembership::new(config),
+            ),
             client_config,
             client: None,
-            group_id: config.group_id.clone(),
-            machine: ConsumerGroupMembership::new(config),
-            queue: Default::default(),
-            leaving: false,
-            leave_started: None,
             connect_retry: None,
             failover,
             coordinator: None,
         }
     }
 
-    fn identity(&self) -> Option<MemberIdentity> {
-        self.machine.commit_epoch().map(|epoch| MemberIdentity {
-            generation_id: epoch,
-            member_id: self.machine.member_id().to_string(),
-        })
-    }
-
     fn run(mut self) {
         loop {
-            self.shared.panic_if_requested();
+            self.mirror.shared.panic_if_requested();
             let now = Instant::now();
-            if !self.look_at_the_session(now) {
+            if !self.mirror.look_at_the_session(now) {
                 return;
             }
-            self.machine.handle_timeout(now);
-            self.take_events();
-            self.sync_session();
-            if self.leaving
-                && matches!(
-                    self.machine.state(),
-                    MemberState::Left | MemberState::Stale | MemberState::Fatal
-                )
-            {
-                log::debug!("membership thread for {} exits", self.group_id);
+            self.mirror.machine.handle_timeout(now);
+            self.mirror.take_events();
+            self.mirror.sync_session();
+            if self.mirror.done_leaving() {
+                log::debug!("membership thread for {} exits", self.mirror.group_id);
                 return;
             }
             if self
+                .mirror
                 .leave_started
                 .is_some_and(|at| now.saturating_duration_since(at) > LEAVE_BOUND)
             {
                 log::warn!(
                     "group {}: the leave heartbeat could not be sent within {LEAVE_BOUND:?}; the \
                      broker expires the member by its session",
-                    self.group_id
+                    self.mirror.group_id
                 );
                 return;
             }
             self.io(now);
-            self.take_events();
-            self.sync_session();
+            self.mirror.take_events();
+            self.mirror.sync_session();
             self.wait();
-        }
-    }
-
-    /// Reads what the poll thread did: closed (leave), revocations applied (acknowledge), a poll
-    /// past `max.poll.interval.ms` (leave, lost), polling again after that (rejoin). False when
-    /// the thread should exit at once (closed before ever joining).
-    fn look_at_the_session(&mut self, now: Instant) -> bool {
-        let mut state = self.shared.lock();
-        if state.phase() == Phase::Closed && !self.leaving {
-            self.leaving = true;
-            self.leave_started = Some(now);
-            self.queue.clear();
-            drop(state);
-            self.machine.leave(now);
-            // The poll thread revoked and committed everything the session owned before it
-            // closed it, a revocation still waiting for its acknowledgement included (closing
-            // dropped the pending change without applying it): acknowledged here, or the machine
-            // would wait for it and never send the leave heartbeat.
-            if let Some(id) = self.machine.pending_revocation() {
-                self.machine.revocation_done(now, id);
-            }
-            return true;
-        }
-        if !state.polling(true) {
-            return true;
-        }
-        let acknowledged = state.take_acknowledged();
-        let overdue = state.poll_overdue(now);
-        let polling = state.polling(false);
-        drop(state);
-        for id in acknowledged {
-            self.machine.revocation_done(now, RevocationId(id));
-        }
-        if overdue && !self.leaving {
-            log::warn!(
-                "no poll for more than max.poll.interval.ms: the assignment is fenced and the \
-                 member leaves group {}; the handler is too slow for its batch",
-                self.group_id
-            );
-            self.machine.poll_timed_out();
-        }
-        if polling && self.machine.state() == MemberState::Stale {
-            self.machine.rejoin();
-        }
-        true
-    }
-
-    /// Moves the machine's events into the queue (losses and failures act at once).
-    fn take_events(&mut self) {
-        while let Some(event) = self.machine.poll_event() {
-            match event {
-                Event::Revoke { id, partitions, .. } => {
-                    if self.leaving {
-                        // Closing: the poll thread revoked and committed everything before it
-                        // closed the session; the machine only needs to hear it is done.
-                        self.machine.revocation_done(Instant::now(), id);
-                    } else {
-                        self.queue
-                            .push_back((RebalanceEvent::Revoke(partitions), Some(id.0)));
-                    }
-                }
-                Event::Assign { partitions, .. } => {
-                    if !self.leaving {
-                        self.queue
-                            .push_back((RebalanceEvent::Assign(partitions), None));
-                    }
-                }
-                Event::Lost { partitions, cause } => {
-                    log::warn!(
-                        "group {}: {} partition(s) lost ({cause:?})",
-                        self.group_id,
-                        partitions.len()
-                    );
-                    self.queue.clear();
-                    self.shared.lock().lose(cause, false);
-                    self.shared.wake.notify_all();
-                }
-                Event::Fatal(fatal) => {
-                    log::error!("group {}: {fatal}", self.group_id);
-                    self.queue.clear();
-                    self.shared
-                        .lock()
-                        .lose(LostReason::Fenced(fatal.code), false);
-                    self.shared.set_failure(GroupError::Fatal(fatal));
-                }
-                Event::Left => {}
-            }
-        }
-    }
-
-    /// Mirrors the machine into the session: its epoch (while nothing is pending), the next
-    /// queued change, or that it is out of the group.
-    fn sync_session(&mut self) {
-        let identity = self.identity();
-        let mut state = self.shared.lock();
-        let Some(identity) = identity else {
-            if !self.leaving {
-                state.out_of_group("the consumer group member is joining");
-            }
-            return;
-        };
-        if !state.member_epoch_is(&identity) {
-            return;
-        }
-        if let Some((event, ack)) = self.queue.front().cloned() {
-            if state.post_change(&identity, event, ack) {
-                self.queue.pop_front();
-                drop(state);
-                self.shared.wake.notify_all();
-            }
         }
     }
 
     /// Finds the coordinator, names topic ids, and sends the heartbeat that is due, if any.
     fn io(&mut self, now: Instant) {
-        if self.machine.needs_coordinator() {
+        if self.mirror.machine.needs_coordinator() {
             if self.connect_retry.is_some_and(|at| now < at) {
                 return;
             }
             match self.find_coordinator() {
                 Ok(version) => {
-                    self.machine.coordinator_found(version);
+                    self.mirror.machine.coordinator_found(version);
                     self.connect_retry = None;
                 }
                 Err(error) => {
@@ -289,13 +157,13 @@ impl Driver {
                     if self.failover.in_outage() {
                         log::debug!(
                             "group {}: cannot reach the coordinator: {}",
-                            self.group_id,
+                            self.mirror.group_id,
                             ErrorChain(&error)
                         );
                     } else {
                         log::warn!(
                             "group {}: cannot reach the coordinator: {}",
-                            self.group_id,
+                            self.mirror.group_id,
                             ErrorChain(&error)
                         );
                     }
@@ -305,19 +173,20 @@ impl Driver {
                 }
             }
         }
-        if let Some(ids) = self.machine.poll_metadata(now) {
+        if let Some(ids) = self.mirror.machine.poll_metadata(now) {
             match self.with_coordinator(|conn| resolve_topic_ids(conn, &ids)) {
                 Ok(named) => self
+                    .mirror
                     .machine
                     .on_metadata(now, named.iter().map(|(id, name)| (*id, name.as_str()))),
                 Err(error) => log::debug!(
                     "group {}: metadata for topic ids {ids:?} failed: {}",
-                    self.group_id,
+                    self.mirror.group_id,
                     ErrorChain(&error)
                 ),
             }
         }
-        let Some(request) = self.machine.poll_transmit(now) else {
+        let Some(request) = self.mirror.machine.poll_transmit(now) else {
             return;
         };
         match self.with_coordinator(|conn| send_heartbeat(conn, &request)) {
@@ -326,7 +195,7 @@ impl Driver {
                 if code != KafkaCode::NONE {
                     log::debug!(
                         "group {}: heartbeat answered {}",
-                        self.group_id,
+                        self.mirror.group_id,
                         code.name()
                     );
                 }
@@ -345,13 +214,13 @@ impl Driver {
                     // clock.
                     self.failover.lost(now, self.coordinator);
                 }
-                self.machine.on_response(Instant::now(), answer);
-                if let Some((at, bound)) = self.machine.session_renewal() {
+                self.mirror.machine.on_response(Instant::now(), answer);
+                if let Some((at, bound)) = self.mirror.machine.session_renewal() {
                     if at >= now {
-                        self.shared.lock().renew_bound(at, bound);
+                        self.mirror.shared.lock().renew_bound(at, bound);
                     }
                 }
-                if self.machine.needs_coordinator() {
+                if self.mirror.machine.needs_coordinator() {
                     self.forget_coordinator();
                 }
             }
@@ -359,19 +228,19 @@ impl Driver {
                 if self.failover.in_outage() {
                     log::debug!(
                         "group {}: heartbeat failed: {}",
-                        self.group_id,
+                        self.mirror.group_id,
                         ErrorChain(&error)
                     );
                 } else {
                     log::warn!(
                         "group {}: heartbeat failed: {}",
-                        self.group_id,
+                        self.mirror.group_id,
                         ErrorChain(&error)
                     );
                 }
                 self.failover.lost(now, self.coordinator);
                 self.forget_coordinator();
-                self.machine.on_transport_error(Instant::now());
+                self.mirror.machine.on_transport_error(Instant::now());
             }
         }
     }
@@ -389,7 +258,7 @@ impl Driver {
         &mut self,
         op: impl FnOnce(&mut crate::wire::Connection) -> Result<T, WireError>,
     ) -> Result<T, WireError> {
-        let group = self.group_id.clone();
+        let group = self.mirror.group_id.clone();
         self.coordinator = None;
         let node = self.client()?.find_coordinator(&group)?.node_id;
         self.coordinator = Some(node);
@@ -401,7 +270,7 @@ impl Driver {
     }
 
     fn forget_coordinator(&mut self) {
-        let group = self.group_id.clone();
+        let group = self.mirror.group_id.clone();
         if let Some(client) = self.client.as_mut() {
             client.invalidate_coordinator(&group);
         }
@@ -411,16 +280,17 @@ impl Driver {
     fn wait(&mut self) {
         let now = Instant::now();
         let until = self
+            .mirror
             .machine
             .poll_timeout()
             .map_or(now + IDLE, |t| t.min(now + IDLE));
         if until <= now {
             return;
         }
-        let state = self.shared.lock();
-        if state.phase() == Phase::Closed && !self.leaving {
+        let state = self.mirror.shared.lock();
+        if state.phase() == Phase::Closed && !self.mirror.leaving {
             return;
         }
-        drop(self.shared.wait(state, until - now));
+        drop(self.mirror.shared.wait(state, until - now));
     }
 }
