@@ -942,3 +942,65 @@ fn a_commit_in_flight_counts_only_once_answered_and_only_for_its_assignment() {
     assert!(guard.commit_answered(retried, &failed).is_empty());
     assert_eq!(guard.snapshot().partitions[0].last_committed, Some(11));
 }
+
+// The handoff's one state check: a partition lost after its fence and drain (the heartbeat
+// thread heard the membership end while the poll thread was between the drain and the commit)
+// leaves the handoff at `prepare_commit`: nothing of it is offered for the commit, and
+// `hand_back` leaves it lost rather than revoked. The partition still handed off is committed.
+#[test]
+fn a_partition_lost_between_its_drain_and_its_commit_is_not_committed() {
+    let guard = guard();
+    guard.assign(&[tp(0), tp(1)]);
+    for p in [0, 1] {
+        let lease = admit(&guard, p, 7);
+        guard.complete(&lease).unwrap();
+    }
+    let calls = Mutex::new(Calls::default());
+    let fenced = guard.fence(&[tp(0), tp(1)]);
+    let drained = guard.drain(fenced, &mut flush_ok(&calls));
+    // The loss lands here, from another thread.
+    guard.lost_because(&[tp(0)], &"the coordinator answered UNKNOWN_MEMBER_ID");
+    let awaiting = guard.prepare_commit(drained);
+    assert_eq!(
+        offsets(awaiting.offsets()),
+        BTreeMap::from([(1, 8)]),
+        "only the partition still being handed off is offered"
+    );
+    let handed = guard.hand_back(awaiting, Some(Ok(())));
+    assert_eq!(handed.partitions, vec![tp(1)]);
+    let report = handed.result.expect("no failure");
+    assert_eq!(offsets(&report.committed), BTreeMap::from([(1, 8)]));
+    let snapshot = guard.snapshot();
+    let status = |p| {
+        snapshot
+            .partitions
+            .iter()
+            .find(|s| s.tp == tp(p))
+            .map(|s| s.status)
+    };
+    assert_eq!(status(0), Some(OwnerStatus::Lost));
+    assert_eq!(status(1), Some(OwnerStatus::Revoked));
+    assert_eq!(
+        snapshot.partitions[0].last_committed, None,
+        "the lost one was never committed"
+    );
+}
+
+// A loss while the handoff's commit is in flight: the answer is not recorded against the lost
+// partition, which stays lost (its epoch moved), and it is not reported as handed back.
+#[test]
+fn a_partition_lost_while_its_handoff_commit_is_in_flight_stays_lost() {
+    let guard = guard();
+    guard.assign(&[tp(0)]);
+    let lease = admit(&guard, 0, 3);
+    guard.complete(&lease).unwrap();
+    let calls = Mutex::new(Calls::default());
+    let awaiting = guard.prepare_commit(guard.drain(guard.fence(&[tp(0)]), &mut flush_ok(&calls)));
+    assert_eq!(offsets(awaiting.offsets()), BTreeMap::from([(0, 4)]));
+    guard.lost_because(&[tp(0)], &"session expired");
+    let handed = guard.hand_back(awaiting, Some(Ok(())));
+    assert!(handed.partitions.is_empty(), "{:?}", handed.partitions);
+    let snapshot = guard.snapshot();
+    assert_eq!(snapshot.partitions[0].status, OwnerStatus::Lost);
+    assert_eq!(snapshot.partitions[0].last_committed, None);
+}
