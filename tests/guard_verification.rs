@@ -1004,3 +1004,26 @@ fn a_partition_lost_while_its_handoff_commit_is_in_flight_stays_lost() {
     assert_eq!(snapshot.partitions[0].status, OwnerStatus::Lost);
     assert_eq!(snapshot.partitions[0].last_committed, None);
 }
+
+// Lost after its drain and assigned back before the handoff reached its commit (a new
+// generation gave it to us again): the old handoff must not commit the new assignment's
+// progress, which belongs to the new generation's own commits.
+#[test]
+fn a_partition_lost_and_assigned_back_during_a_handoff_is_left_to_its_new_assignment() {
+    let guard = guard();
+    guard.assign(&[tp(0)]);
+    let lease = admit(&guard, 0, 3);
+    guard.complete(&lease).unwrap();
+    let calls = Mutex::new(Calls::default());
+    let drained = guard.drain(guard.fence(&[tp(0)]), &mut flush_ok(&calls));
+    guard.lost_because(&[tp(0)], &"fenced");
+    guard.assign(&[tp(0)]);
+    guard.resume_at(&tp(0), 10, None);
+    let lease = admit(&guard, 0, 10);
+    guard.complete(&lease).unwrap();
+    let awaiting = guard.prepare_commit(drained);
+    assert!(awaiting.offsets().is_empty(), "{:?}", awaiting.offsets());
+    let handed = guard.hand_back(awaiting, None);
+    assert!(handed.partitions.is_empty());
+    assert_eq!(guard.owned(), vec![tp(0)], "the new assignment goes on");
+}
