@@ -20,7 +20,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    Change, CommitError, CommitKind, CommitResults, LostReason, MemberIdentity, Membership,
+    Change, CommitError, CommitKind, CommitResults, FenceHook, LostHook, LostReason,
+    MemberIdentity, Membership,
 };
 use crate::guard::{
     BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, HandoffStage, StormStatus,
@@ -190,6 +191,25 @@ fn refused_partitions(
         }
     }
     refused
+}
+
+/// The lost hook the membership calls, on whichever thread detects a loss (the heartbeat
+/// thread, a refused commit): the guard fences the partitions at that moment, with the reason,
+/// before the poll thread can hand out another of their records. Nothing is committed.
+pub(crate) fn lost_hook(guard: &Arc<Guard>) -> LostHook {
+    let guard = guard.clone();
+    Arc::new(move |partitions: &[TopicPartition], why: &LostReason| {
+        guard.lost_because(partitions, why);
+    })
+}
+
+/// The fence hook the membership calls where it decides a revocation (a cooperative round's
+/// SyncGroup answer, KIP-848's reconciliation, on the membership thread): the partitions stop
+/// there and then, and the token travels with the change to [`Driver::hand_off`] at the poll
+/// thread's next batch boundary.
+pub(crate) fn fence_hook(guard: &Arc<Guard>) -> FenceHook {
+    let guard = guard.clone();
+    Arc::new(move |partitions: &[TopicPartition]| guard.fence(partitions))
 }
 
 impl Driver<'_> {

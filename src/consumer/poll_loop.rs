@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    ClassicMember, ConsumerGroupMember, FenceHook, GroupConfig, LostHook, LostReason, Membership,
+    ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, Membership,
     RebalanceProtocol,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
@@ -25,7 +25,7 @@ use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::ConsumerError;
 use super::failure_detection;
-use super::handoff::{commit_through, Drain, Driver, HandoffFailure, Handoffs};
+use super::handoff::{self, commit_through, Drain, Driver, HandoffFailure, Handoffs};
 use super::intake::{FetchWait, Intake};
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
@@ -108,12 +108,6 @@ impl Consumer {
     ) -> Result<Consumer, ConsumerError> {
         let guard =
             Arc::new(RebalanceGuard::new(config.guard_config()).map_err(ConsumerError::Guard)?);
-        // The heartbeat thread fences lost partitions through the guard the moment it detects
-        // the loss, before the poll thread can hand out another of their records.
-        let fence = guard.clone();
-        let hook: LostHook = Arc::new(move |partitions: &[TopicPartition], why: &LostReason| {
-            fence.lost_because(partitions, why);
-        });
         let group = GroupConfig {
             group_id: config.group_id().to_string(),
             group_instance_id: config.group_instance_id().map(str::to_string),
@@ -123,19 +117,12 @@ impl Consumer {
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),
         };
-        let member = membership(group, hook)?;
+        let member = membership(group, handoff::lost_hook(&guard))?;
         // Leases also expire by time: past the last answered heartbeat's send time plus
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.
         member.bound_session(guard.session_bound());
-        // A cooperative round decides on the membership thread which partitions move; they stop
-        // there and then (no record of theirs is handed out after that), while the handoff
-        // itself (drain, commit) waits for this thread's next batch boundary. The fence's token
-        // travels with the change to the handoff.
-        let fence_ahead = guard.clone();
-        let fence: FenceHook =
-            Arc::new(move |partitions: &[TopicPartition]| fence_ahead.fence(partitions));
-        member.fence_revocations_with(fence);
+        member.fence_revocations_with(handoff::fence_hook(&guard));
         Ok(Consumer {
             sizer: BatchSizer::from_config(&config),
             pacer: CommitPacer::new(config.commit_interval()),
