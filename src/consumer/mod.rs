@@ -35,8 +35,12 @@
 //!   `close`, stats.
 //! - `workers.rs`: the worker pool of the decoupled mode, written against the narrow
 //!   `WorkSource` interface the consumer implements (never against its fields).
+//! - `dispatch.rs`: which worker runs a record, by `processing.order`, and the queues between
+//!   the poll thread and the workers.
 //! - `batch.rs`: a [`Batch`] and its [`Delivery`]s: records leave the intake and are admitted
 //!   through the guard one at a time.
+//! - `pacer.rs`: `commit.interval.ms`: the paced commits of what finished while records flow,
+//!   sent without stopping the poll thread.
 //! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
 //!   drains, [`HandoffFailure`]s, and `commit_through` for every commit.
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and

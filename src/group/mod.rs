@@ -4,30 +4,66 @@
 //! announces what it wants, how partitions are divided, and what a new assignment or an error
 //! code means for the consumer.
 //!
-//! This part is I/O-free, like the guard, so that every interoperability rule (byte layouts,
-//! assignor results, event order, error handling) is pinned by unit tests:
-//! - `consumer_protocol`: the subscription and assignment bytes members exchange through the
+//! # Map
+//!
+//! The decisions are I/O-free, like the guard, so that every interoperability rule (byte
+//! layouts, assignor results, event order, error handling) is pinned by unit tests:
+//! - `subscription.rs`: the subscription and assignment bytes members exchange through the
 //!   broker, readable by Java, librdkafka and kafka-python members;
-//! - `assignor`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader, and
-//!   the JoinGroup protocol list built from `partition.assignment.strategy`;
-//! - `membership`: what to revoke, lose and assign, in which order, and what each group error
-//!   code asks for.
-//! - `outcome`: the vocabulary both protocols' error tables share: [`ErrorAction`],
-//!   [`FatalError`], [`LostReason`].
-//! - `session`: the membership's state and every transition of its life cycle (join, joined,
-//!   stabilise, rejoin, lose, close; the heartbeat thread's renewal, session expiry and poll
-//!   timeout), driven in its tests by an in-memory coordinator with time passed in.
+//! - `assignor.rs`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader,
+//!   and the JoinGroup protocol list built from `partition.assignment.strategy`;
+//! - `membership.rs`: what to revoke, lose and assign, in which order, and what each classic
+//!   group error code asks for;
+//! - `outcome.rs`: the vocabulary both protocols' error tables share: [`ErrorAction`],
+//!   [`FatalError`], [`LostReason`];
+//! - `session.rs` (with `session/`): the membership's state and every transition of its life
+//!   cycle (join, joined, stabilise, rejoin, lose, close; commits; the heartbeat thread's
+//!   renewal, session expiry and poll timeout; KIP-848's), driven in its tests by an in-memory
+//!   coordinator with time passed in;
+//! - `changes.rs`: the seam between the membership and the poll thread: the [`Membership`] trait
+//!   every member type implements, and the [`Change`]s it hands out. Decided changes wait there
+//!   (their revoked partitions fenced at once) for the next batch boundary. For the consumer
+//!   these changes replace listener callbacks: its handoff driver (`consumer/handoff.rs`) applies
+//!   them;
+//! - `handout.rs`: the poll-thread half of that seam, shared by every member type: the order in
+//!   which a decided change is handed out and acknowledged (losses first, then revocations
+//!   before the assignment);
+//! - `quirks.rs`: each workaround for a broker that deviates from Kafka (all for librdkafka's
+//!   mock cluster), one named constant or function, so the general path reads as Kafka's
+//!   protocol;
+//! - `config.rs`: what a group member needs to know beyond the connection settings, under either
+//!   protocol;
+//! - `error.rs`: [`GroupError`] and [`CommitError`]: why the membership, or one of its commits,
+//!   cannot go on.
 //!
+//! The I/O shell around them sends the requests, feeds the answers to the session or the
+//! machine, and applies what they decide:
+//! - `member.rs`: the poll thread's member for either protocol, the generic `Member<P>` (the
+//!   `Protocol` says what differs: who runs the rounds, how the member leaves), which
+//!   implements [`Membership`] over the session it shares with the membership thread: it hands
+//!   out decided changes, leaves, commits, and under the eager protocol runs the rounds.
+//!   `ClassicMember` and `ConsumerGroupMember` are its two instances;
+//! - `classic/`: the classic protocol for the generic member (`ClassicMember`): its heartbeat
+//!   thread (`classic/heartbeat.rs`, which under the cooperative protocol also runs the rounds,
+//!   beside the poll loop) and one JoinGroup/SyncGroup round (`classic/round.rs`), on whichever
+//!   thread owns it;
 //! - [`consumer_group`]: the consumer group protocol (KIP-848, `group.protocol=consumer`) as a
-//!   sans-I/O state machine over ConsumerGroupHeartbeat, with its own in-memory coordinator tests.
-//!
-//! The I/O shell around it: `member` (the poll thread: applies decided changes, leaves, commits,
-//! and under the eager protocol runs the rounds), `round` (one JoinGroup/SyncGroup round, on
-//! whichever thread owns it), `heartbeat` (the heartbeat thread, which under the cooperative
-//! protocol also runs the rounds, beside the poll loop) and `consumer_member` (the membership
-//! thread of the consumer group protocol: heartbeats, topic-id resolution, reconciliation) send
-//! the requests, feed the answers to the session or the machine, and apply what they decide. `changes` is the seam between the membership and the
-//! poll thread: decided changes wait there for the next batch boundary.
+//!   sans-I/O state machine over ConsumerGroupHeartbeat, with its own in-memory coordinator
+//!   tests, its membership thread (`consumer_group/thread.rs`: heartbeats, topic-id resolution,
+//!   reconciliation) and its member (`ConsumerGroupMember`);
+//! - `requests.rs`: the four classic-protocol group requests, each built at the highest version
+//!   both sides speak (static membership must fail loudly where a broker cannot carry it);
+//! - `commit.rs`: offset commits bound to a generation: the one place that sends a group commit,
+//!   checks it against the session right before the request, and feeds a refusal back to it;
+//! - `committer.rs`: the commit thread: paced commits travel on a thread and a coordinator
+//!   connection of their own, so that a paced commit's slow `__consumer_offsets` write does not
+//!   stop the poll thread;
+//! - `failover.rs`: coordinator failover for the membership threads: short, capped retries of
+//!   the look-up and bounded connects, so that a moved coordinator is found before the session
+//!   runs out;
+//! - `listener.rs`: callbacks instead of changes, for the group-level tests and tools that join
+//!   a group without a consumer: the [`RebalanceListener`] adapter, driven by `poll_with` and
+//!   `close_with` over any [`Membership`].
 
 pub(crate) mod assignor;
 // The items marked `#[doc(hidden)] pub` below are the group layer's internals that the

@@ -2,6 +2,11 @@
 //! life cycle, each with its reason, and the only code that writes the phase. The classic
 //! protocol's transitions are here; KIP-848's, on the same state, in `session/kip848.rs`.
 //!
+//! Two groups of transitions on the same state live in children, as `impl SessionState` blocks:
+//! - `session/commits.rs`: whether a commit may be sent now, what a refused commit does to the
+//!   membership, and which commit errors speak about the membership (for `group/commit.rs`).
+//! - `session/heartbeat.rs`: the classic heartbeat thread's tick and the reading of its answers.
+//!
 //! It does no I/O and reads no clock: the poll thread (`member.rs`) and the membership thread
 //! (the classic heartbeat thread, or KIP-848's) send the requests, feed the answers in with the
 //! instant they were sent, and apply what comes back (which changes to hand the poll thread,
@@ -31,9 +36,14 @@ use crate::guard::{Fenced, SessionBound};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
+mod commits;
+mod heartbeat;
 mod kip848;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use commits::{membership_refusal, CommitRefusal};
+pub(crate) use heartbeat::{HeartbeatDue, HeartbeatVerdict};
 
 /// Where the member is in the classic protocol's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,40 +130,6 @@ pub(crate) enum Refusal {
         rediscover: bool,
     },
     /// The membership cannot go on; the assignment is already lost.
-    Fatal(FatalError),
-}
-
-/// What the heartbeat thread does at a tick.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum HeartbeatDue {
-    /// Nothing to send (not stable, or the session was just found lost).
-    Skip,
-    /// The application did not poll within `max.poll.interval.ms`: the assignment is lost and
-    /// the member, which was this identity, leaves the group (unless static).
-    LeaveAfterPollTimeout(MemberIdentity),
-    /// Send a heartbeat as this identity.
-    Send(MemberIdentity),
-}
-
-/// What a heartbeat's answer meant.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum HeartbeatVerdict {
-    /// About a generation that no longer matters (the poll thread rejoined, or we were reset).
-    Stale,
-    /// The session was renewed.
-    Renewed,
-    /// Retriable: nothing changes.
-    Retry,
-    /// Look the coordinator up again (an error code said so, or the request failed).
-    RediscoverCoordinator,
-    /// The group is rebalancing; `first` when this is what asked for the rejoin.
-    Rebalancing {
-        /// No rejoin was pending before.
-        first: bool,
-    },
-    /// The membership is over: the assignment was lost.
-    Lost,
-    /// The membership is over for good: lost, and the fatal error waits for the poll thread.
     Fatal(FatalError),
 }
 
@@ -725,169 +701,6 @@ impl SessionState {
         self.pending = None;
         self.phase = Phase::Closed;
     }
-
-    // ------------------------------------------------------------------------------------------
-    // Commits
-
-    /// Whether a commit made for `identity` may be sent now: checked right before the request,
-    /// against the membership as it is now, so a loss detected by the heartbeat thread after the
-    /// caller chose what to commit stops the commit.
-    pub(crate) fn may_commit(&self, identity: &MemberIdentity) -> Result<(), CommitRefusal> {
-        if identity.generation_id < 0 || identity.member_id.is_empty() {
-            return Err(CommitRefusal::NotInGeneration);
-        }
-        if self.identity != *identity {
-            return Err(CommitRefusal::GenerationOver {
-                current_generation_id: self.identity.generation_id,
-            });
-        }
-        Ok(())
-    }
-
-    /// The coordinator refused a commit made for `identity` with `code` (one of
-    /// [`membership_refusal`]'s). For the application's commit between polls
-    /// (`between_polls`), an answer that ends the membership loses the assignment here, as the
-    /// heartbeat thread does on the same answers. Inside a revocation the partitions are fenced
-    /// by the revocation already, and the JoinGroup that follows learns the same; there, and for
-    /// REBALANCE_IN_PROGRESS (the generation is ending, not over), a rejoin is requested.
-    pub(crate) fn commit_refused(
-        &mut self,
-        identity: &MemberIdentity,
-        code: KafkaCode,
-        between_polls: bool,
-        ctx: &ErrorContext<'_>,
-    ) {
-        if self.identity != *identity {
-            // Already reset (the heartbeat thread heard the same) or rejoined meanwhile.
-            return;
-        }
-        if self.phase == Phase::Joining && code == KafkaCode::ILLEGAL_GENERATION {
-            // A round of ours is at the coordinator and the group's generation moved past the
-            // one the commit carried: most likely the round's own, completed at the broker and
-            // not answered yet (a paced commit sent from the commit thread just before the
-            // JoinGroup was answered). Whether the membership survived is what the JoinGroup
-            // answer says; losing the assignment now would fence partitions the round keeps.
-            log::info!(
-                "offset commit refused for generation {} (error {code}) while our JoinGroup is \
-                 at the coordinator: its answer decides",
-                identity.generation_id
-            );
-            return;
-        }
-        match (between_polls, classify(GroupApi::OffsetCommit, code, ctx)) {
-            (
-                true,
-                ErrorAction::ResetAndRejoin {
-                    member_unknown: reset_member_id,
-                },
-            ) => {
-                log::warn!(
-                    "offset commit refused for generation {} (error {code}): the membership is over",
-                    identity.generation_id
-                );
-                self.lose(LostReason::Fenced(code), reset_member_id);
-            }
-            (true, ErrorAction::Fatal(fatal)) => {
-                log::error!("offset commit: {fatal}");
-                self.lose(LostReason::Fenced(code), true);
-                self.fatal = Some(fatal);
-            }
-            _ if self.phase == Phase::Joining => {
-                // A round of ours is at the coordinator (cooperative: the membership thread runs
-                // it while the application commits what it kept processing): that round is the
-                // rejoin; asking for another would cost the group a needless extra round.
-                log::info!(
-                    "offset commit refused for generation {} (error {code}) while rejoining",
-                    identity.generation_id
-                );
-            }
-            _ => {
-                if self.request_rejoin("offset commit refused for this generation") {
-                    log::warn!(
-                        "offset commit refused for generation {} (error {code}): rejoining",
-                        identity.generation_id
-                    );
-                }
-            }
-        }
-    }
-
-    // ------------------------------------------------------------------------------------------
-    // The heartbeat thread
-
-    /// The heartbeat thread's tick at `now`: enforces `max.poll.interval.ms` and the session
-    /// timeout (losing the assignment when either ran out), or says whom to heartbeat as.
-    pub(crate) fn heartbeat_due(&mut self, now: Instant) -> HeartbeatDue {
-        if self.phase != Phase::Stable {
-            // Rejoining, a cooperative member still holds the partitions it keeps. If the
-            // coordinator has not heard from it for a session (no round of ours holds it there
-            // now, and no request succeeded for session.timeout.ms), it has very likely evicted
-            // us and handed them on: fence them, as when stable.
-            if !self.owned.is_empty() && !self.session_held(now) && self.session_expired(now) {
-                self.lose(LostReason::SessionExpired, false);
-            }
-            return HeartbeatDue::Skip;
-        }
-        if !self.in_poll
-            && now.saturating_duration_since(self.last_poll) > self.timeouts.max_poll_interval
-        {
-            let left = self.identity.clone();
-            self.lose(LostReason::PollTimeout, true);
-            return HeartbeatDue::LeaveAfterPollTimeout(left);
-        }
-        if self.session_expired(now) {
-            self.lose(LostReason::SessionExpired, false);
-            return HeartbeatDue::Skip;
-        }
-        HeartbeatDue::Send(self.identity.clone())
-    }
-
-    /// A heartbeat sent at `sent` as `me` was answered with `answer` (None: the request failed).
-    pub(crate) fn heartbeat_answered(
-        &mut self,
-        sent: Instant,
-        me: &MemberIdentity,
-        answer: Option<KafkaCode>,
-        ctx: &ErrorContext<'_>,
-    ) -> HeartbeatVerdict {
-        if self.phase != Phase::Stable || self.identity != *me {
-            return HeartbeatVerdict::Stale;
-        }
-        let Some(code) = answer else {
-            return HeartbeatVerdict::RediscoverCoordinator;
-        };
-        if code == KafkaCode::NONE {
-            self.session_renewed(sent);
-            return HeartbeatVerdict::Renewed;
-        }
-        match classify(GroupApi::Heartbeat, code, ctx) {
-            ErrorAction::Proceed => {
-                self.session_renewed(sent);
-                HeartbeatVerdict::Renewed
-            }
-            ErrorAction::Retry => HeartbeatVerdict::Retry,
-            ErrorAction::RediscoverCoordinator => HeartbeatVerdict::RediscoverCoordinator,
-            ErrorAction::Rejoin => {
-                // The member is alive; the group wants it to rejoin.
-                self.session_renewed(sent);
-                HeartbeatVerdict::Rebalancing {
-                    first: self.request_rejoin("the group is rebalancing"),
-                }
-            }
-            ErrorAction::ResetAndRejoin {
-                member_unknown: reset_member_id,
-            } => {
-                self.lose(LostReason::Fenced(code), reset_member_id);
-                HeartbeatVerdict::Lost
-            }
-            ErrorAction::Fatal(fatal) => {
-                log::error!("heartbeat: {fatal}");
-                self.lose(LostReason::Fenced(code), true);
-                self.fatal = Some(fatal.clone());
-                HeartbeatVerdict::Fatal(fatal)
-            }
-        }
-    }
 }
 
 /// A decided change as the poll thread takes it (see [`SessionState::take_change`]): the
@@ -899,32 +712,6 @@ pub(crate) struct Decided {
     pub(crate) leader: bool,
     pub(crate) plan: RebalancePlan,
     pub(crate) fenced: Option<Fenced>,
-}
-
-/// Why [`SessionState::may_commit`] refused a commit (the group id is the shell's to add).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum CommitRefusal {
-    /// The identity is outside any generation.
-    NotInGeneration,
-    /// The generation the commit was made for is over.
-    GenerationOver {
-        /// The member's generation now (-1 when it has none).
-        current_generation_id: i32,
-    },
-}
-
-/// The first per-partition commit error that speaks about the membership itself (the generation
-/// or member id is no longer valid, or the group is rebalancing), if any.
-pub(crate) fn membership_refusal(codes: impl IntoIterator<Item = KafkaCode>) -> Option<KafkaCode> {
-    codes.into_iter().find(|&c| {
-        matches!(
-            c,
-            KafkaCode::ILLEGAL_GENERATION
-                | KafkaCode::UNKNOWN_MEMBER_ID
-                | KafkaCode::FENCED_INSTANCE_ID
-                | KafkaCode::REBALANCE_IN_PROGRESS
-        )
-    })
 }
 
 /// The session behind its one mutex, and the condvar that wakes the heartbeat thread (and the

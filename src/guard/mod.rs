@@ -42,6 +42,40 @@
 //!    is forgotten (a key stands for work that happened or is under way, nothing else), the
 //!    position stays below it, and while the partition stays owned its record is admitted
 //!    again when the consumer reads it again from there.
+//!
+//! # Map
+//!
+//! - `mod.rs` (this file): the [`RebalanceGuard`] itself: assign, admit, complete, release,
+//!   rewind, snapshots, and the rules above.
+//! - `handoff.rs`: the handoff of revoked partitions as typed steps (fence -> [`Fenced`] ->
+//!   drain -> [`Drained`] -> prepare_commit -> [`AwaitingCommit`] -> hand_back ->
+//!   [`HandedBack`]), losses, and the commits of owned partitions.
+//! - `types.rs`: the guard's vocabulary: its configuration, a partition's owner status, the
+//!   [`Lease`] an admitted message carries, what a flush and a commit are handed, and the
+//!   reports and snapshots it gives back.
+//! - `error.rs`: why the guard refused something, one variant per reason the caller acts on
+//!   (fenced, duplicate, regression, ...), and the [`OffsetCommitError`] of a handoff.
+//! - `table.rs`: the per-partition entries, found by partition on every admission by any number
+//!   of threads at once, without a lock.
+//! - `partition_state.rs`: one partition's entry in that table: its owner status and epoch, its
+//!   progress and its last commit, touched only under its lock.
+//! - `progress.rs`: one partition's progress: what was admitted, what finished, and how far it
+//!   is safe to commit (the end of the contiguous completed prefix).
+//! - `completed_map.rs`: the completed-offsets map written into the commit's metadata, so that
+//!   the next owner skips the offsets above the position that already finished (rule 6).
+//! - `key_set.rs`: the idempotency keys of every partition, split into shards when configured so
+//!   that admitting threads do not take turns on one lock.
+//! - `recent.rs`: one shard's bounded set of recently seen keys, replaced by the CLOCK algorithm.
+//! - `hash_index.rs`: the open-addressing table from a key's hash to its slot in that set.
+//! - `key_hash.rs`: the keyed hash of idempotency keys, seeded per process so that a producer
+//!   cannot precompute colliding keys.
+//! - `idempotency_key.rs`: the [`IdempotencyKey`] the guard remembers, held without a heap
+//!   allocation when short.
+//! - `session_bound.rs`: the [`SessionBound`]: ownership that expires by time, renewed by the
+//!   membership's answered requests, so a member frozen past its session stops trusting its
+//!   leases.
+//! - `storm.rs`: rebalance storm detection, counted on the monotonic clock ([`StormStatus`]).
+//! - `clock.rs`: that monotonic [`Clock`], a trait so tests drive time by hand.
 
 mod clock;
 mod completed_map;

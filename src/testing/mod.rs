@@ -5,10 +5,11 @@
 //! real broker makes them slow and rarely repeatable. Here each side of the conversation is a
 //! plain value the test steps, the way quinn-proto's tests drive both ends of a connection:
 //!
-//! - [`InMemoryLog`]: topics, partitions and their records, and the groups' committed offsets.
-//!   It answers the poll thread's reads ([`RecordSource`](crate::wire::RecordSource)) with real
-//!   encoded record batches, and its handles share one state, so a coordinator's commits and
-//!   the consumer's position lookups meet in the same store.
+//! - [`InMemoryLog`] (`memory_log.rs`): topics, partitions and their records, and the groups'
+//!   committed offsets. It answers the poll thread's reads
+//!   ([`RecordSource`](crate::wire::RecordSource)) with real encoded record batches, and its
+//!   handles share one state, so a coordinator's commits and the consumer's position lookups
+//!   meet in the same store.
 //! - [`classic::Coordinator`] and [`consumer_group::Coordinator`]: the broker's group rules for
 //!   the classic protocol and for KIP-848, with time passed in, whose commits can be stored in
 //!   an attached [`InMemoryLog`].

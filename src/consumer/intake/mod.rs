@@ -1,6 +1,8 @@
 //! Fetch intake: the fetch state of the partitions this member owns. Where each partition is
 //! fetched next, the records fetched but not handed out yet, which partitions are paused, their
 //! fetch errors, and (in [`positions`]) the partitions still waiting for a starting position.
+//! One partition's fetched records not handed out yet are a buffer (`buffer.rs`): a few decoded
+//! records in line, the rest of the fetched data decoded a batch at a time as the line runs out.
 //!
 //! The intake never decides ownership: the bridge tells it when partitions arrive
 //! ([`Intake::assigned`]) and leave ([`Intake::drop_partition`]), the batch tells it when a

@@ -75,6 +75,30 @@
 //!   cooperative protocol's order that reviewers already read.
 //! - A commit refused with STALE_MEMBER_EPOCH is retried with the new epoch, only for partitions
 //!   still owned ([`ConsumerGroupMembership::stale_epoch_retry`]).
+//!
+//! # Map
+//!
+//! - `machine/`: the machine itself, [`ConsumerGroupMembership`] and its [`MemberState`]; its
+//!   failure paths (error answers, a static member's release, losses) in
+//!   `machine/failures.rs`.
+//! - `types.rs`: the machine's vocabulary: its configuration, the heartbeat it asks to send and
+//!   the answer it is fed (both free of the wire encoding), and the [`Event`]s it hands out.
+//! - `errors.rs`: what each ConsumerGroupHeartbeat error code asks of the member ([`classify`]),
+//!   as Kafka defines it.
+//! - `reconcile.rs`: the reconciliation decisions as pure functions: which partitions of the
+//!   target can be named yet, what to revoke and what to assign, and which partitions a commit
+//!   refused with STALE_MEMBER_EPOCH may be retried.
+//! - `ids.rs`: topic ids and the member id a v1 client generates itself, printed the way Kafka
+//!   prints its `Uuid`.
+//! - `liveness.rs`: how long the member may trust its ownership without a fresh heartbeat
+//!   answer: the session bound derived from the heartbeat interval.
+//! - `wire.rs`: the requests on a coordinator connection (ConsumerGroupHeartbeat, and the
+//!   Metadata lookup that names topic ids), translated to and from the machine's types.
+//! - `thread.rs`: the membership thread, the I/O shell around the machine: it heartbeats,
+//!   resolves topic ids and hands the machine's decisions to the poll thread.
+//! - `member.rs`: [`ConsumerGroupMember`], the generic poll-thread member over this protocol.
+//! - `tests.rs`: the machine driven through whole group lives against the in-memory coordinator,
+//!   with time passed in.
 
 mod errors;
 mod ids;
