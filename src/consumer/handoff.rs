@@ -53,7 +53,8 @@ pub struct HandoffFailure {
     pub error: String,
 }
 
-/// What the bridge keeps across rebalances, owned by the consumer and lent to each [`Bridge`].
+/// What the handoff driver keeps across rebalances, owned by the consumer and lent to each
+/// [`Driver`].
 #[derive(Default)]
 pub(crate) struct Handoffs {
     /// Called when the guard reports a rebalance storm.

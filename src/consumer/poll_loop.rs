@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, Membership,
-    RebalanceProtocol,
+    ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, Membership, RebalanceProtocol,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
 use crate::wire::{BrokerFailureDetection, FetchConfig, Record};

@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
-use super::commit::{commit_offsets, CommitKind, CommitResults};
-use super::committer::Committer;
+use super::commit::{commit_offsets, CommitKind, CommitResults, Committer};
 use super::config::GroupConfig;
 use super::error::{CommitError, GroupError};
 use super::handout::Handout;

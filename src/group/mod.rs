@@ -54,10 +54,9 @@
 //! - `requests.rs`: the four classic-protocol group requests, each built at the highest version
 //!   both sides speak (static membership must fail loudly where a broker cannot carry it);
 //! - `commit.rs`: offset commits bound to a generation: the one place that sends a group commit,
-//!   checks it against the session right before the request, and feeds a refusal back to it;
-//! - `committer.rs`: the commit thread: paced commits travel on a thread and a coordinator
-//!   connection of their own, so that a paced commit's slow `__consumer_offsets` write does not
-//!   stop the poll thread;
+//!   checks it against the session right before the request and feeds a refusal back; and the
+//!   commit thread (`Committer`): paced commits travel on a thread and a coordinator connection
+//!   of their own, so that a slow `__consumer_offsets` write does not stop the poll thread;
 //! - `failover.rs`: coordinator failover for the membership threads: short, capped retries of
 //!   the look-up and bounded connects, so that a moved coordinator is found before the session
 //!   runs out;
@@ -74,7 +73,6 @@ mod changes;
 #[doc(hidden)]
 pub mod classic;
 pub(crate) mod commit;
-mod committer;
 mod config;
 #[doc(hidden)]
 pub mod consumer_group;

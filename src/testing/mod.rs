@@ -16,6 +16,9 @@
 //! - [`ClassicGroup`] (`classic_member.rs`): members that run the real session, hand-out and
 //!   commit checks of the classic protocol against the classic coordinator, for
 //!   `Consumer::with_membership`: the whole consumer in memory.
+//! - [`Kip848Group`] (`consumer_group_member.rs`): KIP-848 members that run the real machine,
+//!   mirrored into the real session by the membership thread's own code, against the KIP-848
+//!   coordinator, for the same use.
 //!
 //! Not part of the API: hidden from the documentation, it may change with any test's needs.
 

@@ -4,7 +4,7 @@
 //! One partition's fetched records not handed out yet are a buffer (`buffer.rs`): a few decoded
 //! records in line, the rest of the fetched data decoded a batch at a time as the line runs out.
 //!
-//! The intake never decides ownership: the bridge tells it when partitions arrive
+//! The intake never decides ownership: the handoff driver (`handoff.rs`) tells it when partitions arrive
 //! ([`Intake::assigned`]) and leave ([`Intake::drop_partition`]), the batch tells it when a
 //! partition is fenced under it ([`Intake::drop_fenced`]) or must be read again from an offset
 //! ([`Intake::rewind`]).
@@ -348,7 +348,7 @@ impl Intake {
     }
 
     /// A partition found fenced while its records were handed out: its buffered records and its
-    /// position go (the bridge forgets the rest when the revocation or loss is reported).
+    /// position go (the handoff driver forgets the rest when the revocation or loss is reported).
     /// Returns how many buffered records were dropped.
     pub(crate) fn drop_fenced(&mut self, tp: &TopicPartition) -> usize {
         let dropped = self.buffers.remove(tp).map_or(0, |b| b.len());

@@ -2,7 +2,8 @@
 //! and the session's decision on its answer, posted for the poll thread (see [`super::changes`]).
 //!
 //! The same round runs on the thread that owns it: the poll thread under the eager protocol
-//! (`GroupMember::poll`, which revokes everything first and applies the change right after), the
+//! (`Membership::next_change` of the classic member, which hands out the revocation of
+//! everything first and the change right after), the
 //! membership thread under the cooperative protocol (`heartbeat.rs`), beside the poll loop, which
 //! keeps processing the partitions it keeps. Each step sends one request and feeds its answer to
 //! the session, which decides what comes next; the round itself keeps no state.

@@ -97,6 +97,9 @@
 //! - `thread.rs`: the membership thread, the I/O shell around the machine: it heartbeats,
 //!   resolves topic ids and hands the machine's decisions to the poll thread.
 //! - `member.rs`: [`ConsumerGroupMember`], the generic poll-thread member over this protocol.
+//! - `mirror.rs`: the machine mirrored into the shared session (what the poll thread did goes
+//!   in, what the machine decided comes out as changes), run by the membership thread and by
+//!   the in-memory members of the tests alike.
 //! - `tests.rs`: the machine driven through whole group lives against the in-memory coordinator,
 //!   with time passed in.
 

@@ -1,7 +1,7 @@
 //! The membership thread under the consumer group protocol (KIP-848, `group.protocol=consumer`):
 //! the I/O shell around the sans-I/O [`ConsumerGroupMembership`].
 //!
-//! It plays the part the heartbeat thread (`heartbeat.rs`) and the rounds (`round.rs`) play under
+//! It plays the part the heartbeat thread (`classic/heartbeat.rs`) and the rounds (`classic/round.rs`) play under
 //! the classic protocol, in the same order a reviewer reads there, and hands its decisions to
 //! the poll thread through the same seam (`changes.rs`):
 //!
@@ -11,7 +11,7 @@
 //! 2. **Decided → fenced**: each `Revoke` is posted as one pending change, its partitions fenced
 //!    in the guard at once through the `FenceHook`; each `Assign` is posted the same way; one at
 //!    a time, in the machine's order.
-//! 3. **Applied** by the poll thread at its next batch boundary (`GroupMember::poll`): a
+//! 3. **Applied** by the poll thread at its next batch boundary (`Membership::next_change`, applied by the consumer's handoff driver): a
 //!    revocation drains and commits synchronously with the member epoch (OffsetCommit v9+), an
 //!    assignment starts its partitions.
 //! 4. **Acknowledged**: only once the poll thread applied the revocation does this thread call

@@ -1,8 +1,9 @@
 //! The session's transitions under the consumer group protocol (KIP-848), for the membership
-//! thread that drives `ConsumerGroupMembership` (`group/consumer_member.rs`).
+//! thread that drives `ConsumerGroupMembership` (`group/consumer_group/thread.rs`, through
+//! `consumer_group/mirror.rs`).
 //!
 //! The same state serves both protocols so that the poll thread reads one story: a decided
-//! change waits as one [`Pending`] and is applied at a batch boundary by `GroupMember::poll`, a
+//! change waits as one [`Pending`] and is handed to the poll thread at a batch boundary by the member (`Membership::next_change`), a
 //! loss goes through [`SessionState::lose`], commits are checked by
 //! [`SessionState::may_commit`]. What differs is who decides: here the broker's target
 //! assignment, reconciled by the machine, instead of a JoinGroup/SyncGroup round. The identity's

@@ -2,10 +2,13 @@
 //! time passed in: joins, syncs, fenced generations, rebalances in progress, cooperative
 //! two-round revocations, session expiry, poll timeout, commits and losses, without a broker.
 //!
-//! [`TestMember`] plays the I/O shell: it takes the same steps in the same order as
-//! `GroupMember::poll` and the heartbeat thread (report losses, revoke before join, join, lead,
-//! sync, stabilise, run the plan's callbacks; tick, heartbeat, feed the answer), with requests
-//! answered by the [`Coordinator`] instead of a socket, and the listener's callbacks recorded.
+//! [`TestMember`] plays the I/O shell around the session alone: it feeds the session's
+//! transitions in the order the membership threads do (report losses, revoke before join, join,
+//! lead, sync, stabilise; tick, heartbeat, feed the answer), with requests answered by the
+//! [`Coordinator`] instead of a socket, and the changes recorded as callbacks. These tests pin
+//! the session's decisions one transition at a time; the order in which a member hands the
+//! changes to the poll thread (`group/handout.rs`) and the consumer applies them is run for real,
+//! with this coordinator, by the whole-consumer tests in `tests/in_memory_consumer.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex as StdMutex;
@@ -132,7 +135,7 @@ impl TestMember {
         }
     }
 
-    /// The same member with its rounds beside the poll loop (as `GroupMember::new` sets up a
+    /// The same member with its rounds beside the poll loop (as the classic member sets up a
     /// cooperative member), after the application's first poll.
     fn beside(mut self, now: Instant) -> Self {
         self.session.run_rounds_beside();
@@ -149,7 +152,7 @@ impl TestMember {
             .clone()
     }
 
-    /// What `GroupMember::apply_pending` does at a batch boundary: the decided change's
+    /// The decided change at a batch boundary, as the hand-out gives it: the change's
     /// revocations (committing as its generation through `commit`), then its assignment, each
     /// acknowledged; the change cleared last.
     fn apply_pending(&mut self, mut commit: impl FnMut(&mut SessionState, &MemberIdentity)) {
@@ -474,7 +477,7 @@ impl TestMember {
         (due, verdict)
     }
 
-    /// A commit with the current identity, as `GroupMember::commit` (between polls) or a
+    /// A commit with the current identity, as `Membership::commit` (between polls) or a
     /// revocation's commit makes it.
     fn commit(
         &mut self,
