@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
 use rebalance_guard::group::Strategy;
 use rebalance_guard::guard::HandoffStage;
-use rebalance_guard::testing::{
-    ClassicGroup, ClassicHandle, InMemoryLog, Journal, Kip848Group, Kip848Handle,
-};
+use rebalance_guard::testing::{ClassicGroup, InMemoryLog, Journal, Kip848Group, MemberHandle};
 use rebalance_guard::wire::KafkaCode;
 use rebalance_guard::TopicPartition;
 
@@ -72,14 +70,14 @@ fn tp(p: i32) -> TopicPartition {
     TopicPartition::new(TOPIC, p)
 }
 
-/// One consumer over an in-memory member (the handle of the protocol it runs).
-struct Node<H = ClassicHandle> {
+/// One consumer over an in-memory member, and the test's handle on the member.
+struct Node {
     name: String,
     consumer: Consumer,
-    handle: H,
+    handle: MemberHandle,
 }
 
-fn kip848_node(group: &Kip848Group, name: &str) -> Node<Kip848Handle> {
+fn kip848_node(group: &Kip848Group, name: &str) -> Node {
     let mut handle = None;
     let consumer = Consumer::with_membership(config("g", &[]), &[TOPIC], |settings, hook| {
         let (member, h) = group.member(settings, hook);
@@ -117,7 +115,7 @@ fn classic_node(
     }
 }
 
-impl<H> Node<H> {
+impl Node {
     /// One poll: the batch it returns, every record completed (recorded in `processed`).
     fn turn(&mut self, processed: &Processed) -> usize {
         let mut batch = self.consumer.poll(Duration::ZERO).expect("poll");
@@ -136,11 +134,11 @@ impl<H> Node<H> {
 }
 
 /// Turns of every node, round robin, until `done` holds (at most `turns` rounds).
-fn drive<H>(
-    nodes: &mut [&mut Node<H>],
+fn drive(
+    nodes: &mut [&mut Node],
     processed: &Processed,
     turns: usize,
-    done: impl Fn(&Processed, &[&mut Node<H>]) -> bool,
+    done: impl Fn(&Processed, &[&mut Node]) -> bool,
 ) {
     for _ in 0..turns {
         for node in nodes.iter_mut() {
@@ -227,6 +225,41 @@ fn committed(log: &InMemoryLog, p: i32) -> Option<i64> {
     log.committed("g", &tp(p))
 }
 
+/// The handoff every protocol must get right: `b` joins while `a` owns everything; once each
+/// owns two partitions, `a` committed `last + 1` of each partition it handed over, before it
+/// acknowledged the revocation; then new records are processed once, `b`'s from exactly where
+/// `a` stopped.
+fn second_member_takes_half(a: &mut Node, b: &mut Node, log: &InMemoryLog, processed: &Processed) {
+    drive(&mut [&mut *a, &mut *b], processed, 300, |_, nodes| {
+        nodes[0].consumer.assignment().len() == 2 && nodes[1].consumer.assignment().len() == 2
+    });
+    let moved = b.consumer.assignment();
+    for tp in &moved {
+        assert_eq!(log.committed("g", tp), Some(10), "a's handoff of {tp}");
+    }
+    assert_committed_before_acknowledged(&a.handle.journal(), &moved, 10);
+    produce(log, 10);
+    drive(&mut [&mut *a, &mut *b], processed, 300, |p, _| {
+        count(p) >= 80
+    });
+    assert_eq!(repeats(processed), vec![], "a record was processed twice");
+    assert_eq!(
+        by(processed, "b").len(),
+        20,
+        "b processed its partitions' new records"
+    );
+    let a_stats = a.consumer.stats();
+    assert_eq!(a_stats.counters.failed_handoffs, 0, "{a_stats}");
+    assert_eq!(a_stats.counters.lost, 0, "{a_stats}");
+}
+
+/// Every partition's commit is at `offset`.
+fn assert_all_committed_at(log: &InMemoryLog, offset: i64) {
+    for p in 0..PARTITIONS {
+        assert_eq!(committed(log, p), Some(offset), "partition {p}");
+    }
+}
+
 /// Eager: a second member's join revokes everything from the first; its handoff commits
 /// `last + 1` of every partition in the generation that owned them, before the JoinGroup, so
 /// the second starts exactly there: every record processed once, commits at the log end.
@@ -238,34 +271,9 @@ fn an_eager_rebalance_commits_last_plus_one_before_the_join_and_nothing_repeats(
     let mut a = classic_node(&group, "a", Strategy::Range, &[]);
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     let mut b = classic_node(&group, "b", Strategy::Range, &[]);
-    drive(&mut [&mut a, &mut b], &processed, 200, |_, nodes| {
-        nodes[0].consumer.assignment().len() == 2 && nodes[1].consumer.assignment().len() == 2
-    });
-    // Everything a processed before the rebalance was committed by its handoff, in its
-    // generation, before the join.
-    for p in 0..PARTITIONS {
-        assert_eq!(committed(&log, p), Some(10), "partition {p}");
-    }
-    let all: Vec<TopicPartition> = (0..PARTITIONS).map(tp).collect();
-    assert_committed_before_acknowledged(&a.handle.journal(), &all, 10);
-    produce(&log, 10);
-    drive(&mut [&mut a, &mut b], &processed, 200, |p, _| {
-        count(p) >= 80
-    });
-    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
-    assert_eq!(
-        by(&processed, "b").len(),
-        20,
-        "b processed its partitions' new records"
-    );
+    second_member_takes_half(&mut a, &mut b, &log, &processed);
     close_both(a, b, &processed);
-    for p in 0..PARTITIONS {
-        assert_eq!(
-            committed(&log, p),
-            Some(20),
-            "partition {p} committed at its end"
-        );
-    }
+    assert_all_committed_at(&log, 20);
 }
 
 /// Cooperative: the partitions the first member keeps flow on while the group rebalances; the
@@ -279,40 +287,14 @@ fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_
     let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     let mut b = classic_node(&group, "b", Strategy::CooperativeSticky, &[]);
-    // Records keep coming while the group rebalances: a goes on with what it keeps.
-    let mut rounds = 0;
-    drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
-        nodes[1].consumer.assignment().len() == 2
-    });
-    let moved = b.consumer.assignment();
-    for tp in &moved {
-        assert_eq!(log.committed("g", tp), Some(10), "a's handoff of {tp}");
-    }
-    assert_committed_before_acknowledged(&a.handle.journal(), &moved, 10);
-    produce(&log, 10);
-    drive(&mut [&mut a, &mut b], &processed, 300, |p, _| {
-        count(p) >= 80
-    });
-    rounds += 1;
-    assert_eq!(rounds, 1);
-    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
-    assert_eq!(
-        by(&processed, "b").len(),
-        20,
-        "b processed its partitions' new records"
-    );
+    second_member_takes_half(&mut a, &mut b, &log, &processed);
     let a_stats = a.consumer.stats();
-    assert!(a_stats.counters.revoked >= 2, "{a_stats}");
-    assert_eq!(a_stats.counters.failed_handoffs, 0, "{a_stats}");
-    assert_eq!(a_stats.counters.lost, 0, "{a_stats}");
+    assert_eq!(
+        a_stats.counters.revoked, 2,
+        "only the two partitions that moved: {a_stats}"
+    );
     close_both(a, b, &processed);
-    for p in 0..PARTITIONS {
-        assert_eq!(
-            committed(&log, p),
-            Some(20),
-            "partition {p} committed at its end"
-        );
-    }
+    assert_all_committed_at(&log, 20);
 }
 
 /// A loss commits nothing: the member removed by the coordinator while a batch is open finds
@@ -490,27 +472,12 @@ fn a_kip848_revocation_commits_with_the_member_epoch_before_it_is_acknowledged()
     let mut a = kip848_node(&group, "a");
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     let mut b = kip848_node(&group, "b");
-    drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
-        nodes[1].consumer.assignment().len() == 2 && nodes[0].consumer.assignment().len() == 2
-    });
-    let moved = b.consumer.assignment();
-    for tp in &moved {
-        assert_eq!(log.committed("g", tp), Some(10), "a's handoff of {tp}");
-    }
-    assert_committed_before_acknowledged(&a.handle.journal(), &moved, 10);
-    produce(&log, 10);
-    drive(&mut [&mut a, &mut b], &processed, 300, |p, _| {
-        count(p) >= 80
-    });
-    assert_eq!(repeats(&processed), vec![], "a record was processed twice");
-    assert_eq!(
-        by(&processed, "b").len(),
-        20,
-        "b processed its partitions' new records"
-    );
+    second_member_takes_half(&mut a, &mut b, &log, &processed);
     let a_stats = a.consumer.stats();
-    assert_eq!(a_stats.counters.lost, 0, "{a_stats}");
-    assert_eq!(a_stats.counters.failed_handoffs, 0, "{a_stats}");
+    assert_eq!(
+        a_stats.counters.revoked, 2,
+        "only the two partitions that moved: {a_stats}"
+    );
 }
 
 /// KIP-848: a fenced member epoch loses the assignment at once: the open batch stops, nothing

@@ -14,28 +14,22 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
 
 use super::classic::{Coordinator, JoinReply, JoinRequest};
+use super::member::{MemberHandle, PollTurn, Shell, Steps};
 use super::memory_log::InMemoryLog;
 use crate::group::assignor::{
     assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
     Strategy,
 };
-use crate::group::commit::commit_offsets;
 use crate::group::handout::Handout;
 use crate::group::membership::ErrorContext;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{HeartbeatDue, JoinAnswer, NextStep, Shared, Timeouts};
 use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
-use crate::group::GroupConfig;
-use crate::group::{
-    Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupError, LostHook,
-    Membership, MembershipView,
-};
-use crate::guard::SessionBound;
-use kafka_protocol::messages::ApiKey;
-
-use crate::wire::{CommitIdentity, KafkaCode, OffsetCommitEntry, RecordSource, WireError};
+use crate::group::{CommitResults, GroupConfig, GroupError, LostHook, Membership};
+use crate::wire::{CommitIdentity, KafkaCode, OffsetCommitEntry, WireError};
 use crate::TopicPartition;
 
 /// The in-memory group a test's members share: one coordinator and one log.
@@ -71,7 +65,7 @@ impl ClassicGroup {
         strategy: Strategy,
         config: GroupConfig,
         hook: LostHook,
-    ) -> (Box<dyn Membership>, ClassicHandle) {
+    ) -> (Box<dyn Membership>, MemberHandle) {
         let protocol = assignor_for(strategy.name())
             .map(|a| a.protocol())
             .unwrap_or(RebalanceProtocol::Eager);
@@ -85,128 +79,16 @@ impl ClassicGroup {
         if protocol == RebalanceProtocol::Cooperative {
             shared.lock().run_rounds_beside();
         }
-        let inner = Arc::new(Mutex::new(Inner {
+        let steps = ClassicSteps {
             group: self.clone(),
             config,
             strategy,
             protocol,
             shared,
-            handout: Handout::default(),
             round: None,
-            paced: Paced::default(),
-            journal: Arc::default(),
-        }));
-        let member = InMemoryClassicMember {
-            inner: inner.clone(),
-            log: self.log.clone(),
         };
-        (Box::new(member), ClassicHandle(inner))
+        Shell::member(steps, self.log.clone())
     }
-}
-
-/// What a test holds of a member the consumer owns: its identity, and the paced commit.
-#[derive(Clone)]
-pub struct ClassicHandle(Arc<Mutex<Inner>>);
-
-impl ClassicHandle {
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// One step of the membership (heartbeat, round), as the membership thread would take it
-    /// while the poll thread is inside a batch.
-    pub fn step(&self) {
-        let _ = self.inner().step();
-    }
-
-    /// The member's identity now.
-    pub fn identity(&self) -> MemberIdentity {
-        self.inner().shared.lock().identity().clone()
-    }
-
-    /// Holds paced commits in flight (the commit thread's request not answered) until
-    /// [`release_paced`](Self::release_paced).
-    pub fn hold_paced(&self) {
-        self.inner().paced.hold = true;
-    }
-
-    /// Answers the paced commit in flight now (checked against the coordinator as it is now).
-    pub fn release_paced(&self) {
-        let mut inner = self.inner();
-        inner.paced.hold = false;
-        inner.answer_paced();
-    }
-
-    /// Everything the member did so far, in order (see [`Journal`]).
-    pub fn journal(&self) -> Vec<Journal> {
-        self.inner()
-            .journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// True while a paced commit was sent and not answered.
-    pub fn paced_in_flight(&self) -> bool {
-        self.inner().paced.sent.is_some()
-    }
-}
-
-/// What a member did, in order, as the coordinator and the membership thread would see it: the
-/// commits it sent and the changes the poll thread acknowledged. A test reads it to check the
-/// handoff's order (a revocation is acknowledged, which lets the membership give the partitions
-/// away, only after its commit was answered).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Journal {
-    /// An OffsetCommit answered: the generation it carried, and each partition's offset with
-    /// whether it was accepted.
-    Committed {
-        /// The generation the commit carried.
-        generation_id: i32,
-        /// Each partition, its offset, and whether it was stored.
-        offsets: Vec<(TopicPartition, i64, bool)>,
-    },
-    /// The poll thread acknowledged the revocation of these partitions (or all of them, before
-    /// an eager JoinGroup, or when closing).
-    RevocationAcknowledged(Vec<TopicPartition>),
-    /// The poll thread acknowledged an assignment.
-    AssignmentAcknowledged,
-}
-
-impl Journal {
-    /// The entry of an answered OffsetCommit.
-    pub(crate) fn committed(
-        who: &CommitIdentity<'_>,
-        offsets: &[OffsetCommitEntry],
-        results: &CommitResults,
-    ) -> Journal {
-        Journal::Committed {
-            generation_id: who.generation_id_or_member_epoch,
-            offsets: offsets
-                .iter()
-                .map(|o| {
-                    let stored = results.iter().any(|(tp, r)| *tp == o.tp && r.is_ok());
-                    (o.tp.clone(), o.offset, stored)
-                })
-                .collect(),
-        }
-    }
-
-    /// The entry of an acknowledged change.
-    pub(crate) fn acknowledged(ack: &Ack) -> Journal {
-        match ack.revoked() {
-            Some(partitions) => Journal::RevocationAcknowledged(partitions),
-            None => Journal::AssignmentAcknowledged,
-        }
-    }
-}
-
-/// A paced commit: sent (identity and offsets), then answered.
-#[derive(Default)]
-struct Paced {
-    sent: Option<(MemberIdentity, Vec<OffsetCommitEntry>)>,
-    answer: Option<Result<CommitResults, CommitError>>,
-    hold: bool,
 }
 
 /// A JoinGroup answered: who we are in the generation, whether we lead, the assignor chosen,
@@ -228,31 +110,17 @@ struct RoundInFlight {
     synced_sent: Option<Instant>,
 }
 
-struct Inner {
+/// The classic protocol's side of an in-memory member.
+pub(crate) struct ClassicSteps {
     group: ClassicGroup,
     config: GroupConfig,
     strategy: Strategy,
     protocol: RebalanceProtocol,
     shared: Arc<Shared>,
-    handout: Handout,
     round: Option<RoundInFlight>,
-    paced: Paced,
-    journal: Arc<Mutex<Vec<Journal>>>,
 }
 
-/// The member the consumer owns (see [`ClassicGroup::member`]), and its record source.
-struct InMemoryClassicMember {
-    inner: Arc<Mutex<Inner>>,
-    log: InMemoryLog,
-}
-
-impl InMemoryClassicMember {
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Inner {
+impl ClassicSteps {
     fn ctx(&self) -> ErrorContext<'_> {
         ErrorContext {
             group_id: &self.config.group_id,
@@ -262,20 +130,6 @@ impl Inner {
 
     fn now(&self) -> Instant {
         self.group.coordinator().now()
-    }
-
-    /// The membership thread's turn: a heartbeat, then (cooperative) the round if one is due.
-    /// An eager member's rounds are the poll thread's (see `next_change`).
-    fn step(&mut self) -> Result<(), GroupError> {
-        self.heartbeat();
-        if self.protocol != RebalanceProtocol::Cooperative {
-            return Ok(());
-        }
-        let due = self.shared.lock().round_due();
-        if due.is_some() || self.round.is_some() {
-            self.advance_round(due.unwrap_or_default());
-        }
-        Ok(())
     }
 
     fn heartbeat(&mut self) {
@@ -433,84 +287,6 @@ impl Inner {
             .lock()
             .post_assignment(self.protocol, &me, leader, &round.owned, &assigned);
     }
-
-    /// The commit function of this member: the coordinator's generation check, then the log.
-    fn send_commit(
-        group: &ClassicGroup,
-        journal: &Mutex<Vec<Journal>>,
-        who: &CommitIdentity<'_>,
-        offsets: &[OffsetCommitEntry],
-    ) -> Result<CommitResults, WireError> {
-        let results = Inner::commit_at_coordinator(group, who, offsets)?;
-        let entry = Journal::Committed {
-            generation_id: who.generation_id_or_member_epoch,
-            offsets: offsets
-                .iter()
-                .map(|o| {
-                    let stored = results.iter().any(|(tp, r)| *tp == o.tp && r.is_ok());
-                    (o.tp.clone(), o.offset, stored)
-                })
-                .collect(),
-        };
-        journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(entry);
-        Ok(results)
-    }
-
-    /// The coordinator's generation check, then the log.
-    fn commit_at_coordinator(
-        group: &ClassicGroup,
-        who: &CommitIdentity<'_>,
-        offsets: &[OffsetCommitEntry],
-    ) -> Result<CommitResults, WireError> {
-        let code = group
-            .coordinator()
-            .commit(who.member_id, who.generation_id_or_member_epoch);
-        let refused = |code| Err(WireError::kafka(ApiKey::OffsetCommit, code, ""));
-        if code != KafkaCode::NONE {
-            return Ok(offsets
-                .iter()
-                .map(|o| (o.tp.clone(), refused(code)))
-                .collect());
-        }
-        Ok(group
-            .log
-            .commit(who.group_id, offsets)
-            .into_iter()
-            .map(|(tp, code)| match code {
-                KafkaCode::NONE => (tp, Ok(())),
-                code => (tp, refused(code)),
-            })
-            .collect())
-    }
-
-    fn commit_as(
-        &mut self,
-        identity: &MemberIdentity,
-        offsets: &[OffsetCommitEntry],
-        kind: CommitKind,
-    ) -> Result<CommitResults, CommitError> {
-        let group = self.group.clone();
-        let journal = self.journal.clone();
-        commit_offsets(
-            &mut |who, offsets| Inner::send_commit(&group, &journal, who, offsets),
-            &self.shared,
-            &self.config.group_id,
-            self.config.group_instance_id.as_deref(),
-            identity,
-            offsets,
-            kind,
-        )
-    }
-
-    fn answer_paced(&mut self) {
-        if let Some((identity, offsets)) = self.paced.sent.take() {
-            let answer = self.commit_as(&identity, &offsets, CommitKind::Paced);
-            self.paced.answer = Some(answer);
-        }
-    }
 }
 
 /// As leader: the real assignor over the members' real subscription bytes, with the partition
@@ -545,179 +321,89 @@ fn lead(
         .unwrap_or_default()
 }
 
-impl Membership for InMemoryClassicMember {
-    fn next_change(&mut self, _timeout: Duration) -> Result<Option<Change>, GroupError> {
-        let mut inner = self.inner();
-        let inner = &mut *inner;
-        let mut stepped = false;
-        let mut rounded = false;
-        loop {
-            inner.handout.take_reports(&inner.shared)?;
-            if let Some(loss) = inner.handout.next_loss() {
-                return Ok(Some(loss));
-            }
-            if let Some(fatal) = inner.handout.take_fatal() {
-                return Err(fatal);
-            }
-            if let Some(change) = inner.handout.next(&inner.shared) {
-                return Ok(Some(change));
-            }
-            if inner.protocol == RebalanceProtocol::Eager && !rounded {
-                let step = inner.shared.lock().next_step();
-                match step {
-                    NextStep::Closed => return Err(GroupError::Closed),
-                    NextStep::Stable => {}
-                    NextStep::Join(reason) => {
-                        // Everything is handed back before the JoinGroup, in the old
-                        // generation; then this thread runs the round (held: the next poll
-                        // collects it).
-                        let group_id = inner.config.group_id.clone();
-                        if let Some(revoke) = inner.handout.revoke_before_join(
-                            &inner.shared,
-                            inner.protocol,
-                            &group_id,
-                            &reason,
-                        ) {
-                            return Ok(Some(revoke));
-                        }
-                        inner.advance_round(reason);
-                        rounded = true;
-                        continue;
-                    }
-                }
-            }
-            // One step of the membership per poll; what it decided is handed out at once.
-            if stepped {
-                return Ok(None);
-            }
-            inner.step()?;
-            stepped = true;
-        }
+impl Steps for ClassicSteps {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
-    fn acknowledge(&mut self, ack: Ack) {
-        let mut inner = self.inner();
-        let inner = &mut *inner;
-        let entry = match ack.revoked() {
-            Some(partitions) => Journal::RevocationAcknowledged(partitions),
-            None => Journal::AssignmentAcknowledged,
-        };
-        inner
-            .journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(entry);
-        inner.handout.acknowledge(&inner.shared, ack);
-    }
-
-    fn closing(&mut self) -> Vec<Change> {
-        let mut inner = self.inner();
-        let inner = &mut *inner;
-        inner.handout.closing(&inner.shared)
-    }
-
-    fn leave(&mut self) -> Result<(), GroupError> {
-        let inner = self.inner();
-        let identity = inner.shared.lock().identity().clone();
-        inner.shared.lock().close();
-        if inner.config.group_instance_id.is_none() && !identity.member_id.is_empty() {
-            inner.group.coordinator().leave(&identity.member_id);
-        }
-        Ok(())
-    }
-
-    fn commit_as(
-        &mut self,
-        identity: &MemberIdentity,
-        offsets: &[OffsetCommitEntry],
-        kind: CommitKind,
-    ) -> Result<CommitResults, CommitError> {
-        let mut inner = self.inner();
-        // A synchronous commit waits for the paced one in flight: it is answered first.
-        inner.answer_paced();
-        inner.commit_as(identity, offsets, kind)
-    }
-
-    fn commit_in_background(
-        &mut self,
-        offsets: Vec<OffsetCommitEntry>,
-    ) -> Result<(), Vec<OffsetCommitEntry>> {
-        let mut inner = self.inner();
-        if inner.paced.sent.is_some() || inner.paced.answer.is_some() {
-            return Err(offsets);
-        }
-        let identity = inner.shared.lock().identity().clone();
-        inner.paced.sent = Some((identity, offsets));
-        if !inner.paced.hold {
-            inner.answer_paced();
-        }
-        Ok(())
-    }
-
-    fn commit_answer(&mut self) -> Option<Result<CommitResults, CommitError>> {
-        self.inner().paced.answer.take()
-    }
-
-    fn settle_commit(&mut self) {
-        self.inner().answer_paced();
-    }
-
-    fn commit_in_flight(&self) -> bool {
-        let inner = self.inner();
-        inner.paced.sent.is_some() || inner.paced.answer.is_some()
-    }
-
-    fn records(&mut self) -> &mut dyn RecordSource {
-        &mut self.log
-    }
-
-    fn identity(&self) -> MemberIdentity {
-        self.inner().shared.lock().identity().clone()
-    }
-
-    fn owned(&self) -> Vec<TopicPartition> {
-        self.inner().shared.lock().owned().to_vec()
+    fn config(&self) -> &GroupConfig {
+        &self.config
     }
 
     fn rebalance_protocol(&self) -> RebalanceProtocol {
-        self.inner().protocol
+        self.protocol
     }
 
-    fn may_fetch(&self) -> bool {
-        self.inner().shared.lock().may_fetch()
+    /// A heartbeat, then (cooperative: the rounds run beside the poll loop) the round if one is
+    /// due. An eager member's rounds are the poll thread's ([`Steps::poll_turn`]).
+    fn step(&mut self) {
+        self.heartbeat();
+        if self.protocol != RebalanceProtocol::Cooperative {
+            return;
+        }
+        let due = self.shared.lock().round_due();
+        if due.is_some() || self.round.is_some() {
+            self.advance_round(due.unwrap_or_default());
+        }
     }
 
-    fn batch_boundary_due(&self) -> bool {
-        self.inner().shared.lock().boundary_due()
+    /// Eager: everything is handed back before the JoinGroup, in the old generation; then this
+    /// thread runs the round (held: the next poll collects it).
+    fn poll_turn(&mut self, handout: &mut Handout) -> Result<PollTurn, GroupError> {
+        if self.protocol != RebalanceProtocol::Eager {
+            return Ok(PollTurn::Idle);
+        }
+        let step = self.shared.lock().next_step();
+        match step {
+            NextStep::Closed => Err(GroupError::Closed),
+            NextStep::Stable => Ok(PollTurn::Idle),
+            NextStep::Join(reason) => {
+                let group_id = self.config.group_id.clone();
+                if let Some(revoke) =
+                    handout.revoke_before_join(&self.shared, self.protocol, &group_id, &reason)
+                {
+                    return Ok(PollTurn::Hand(revoke));
+                }
+                self.advance_round(reason);
+                Ok(PollTurn::Progressed)
+            }
+        }
     }
 
-    fn enter_poll(&self) {
-        self.inner().shared.lock().enter_poll();
+    /// The coordinator's generation check, then the log.
+    fn send_commit(
+        &self,
+        who: &CommitIdentity<'_>,
+        offsets: &[OffsetCommitEntry],
+    ) -> Result<CommitResults, WireError> {
+        let code = self
+            .group
+            .coordinator()
+            .commit(who.member_id, who.generation_id_or_member_epoch);
+        let refused = |code| Err(WireError::kafka(ApiKey::OffsetCommit, code, ""));
+        if code != KafkaCode::NONE {
+            return Ok(offsets
+                .iter()
+                .map(|o| (o.tp.clone(), refused(code)))
+                .collect());
+        }
+        Ok(self
+            .group
+            .log
+            .commit(who.group_id, offsets)
+            .into_iter()
+            .map(|(tp, code)| match code {
+                KafkaCode::NONE => (tp, Ok(())),
+                code => (tp, refused(code)),
+            })
+            .collect())
     }
 
-    fn leave_poll(&self) {
-        self.inner().shared.lock().leave_poll(Instant::now());
-    }
-
-    fn wait_while_session_lapsed(&self, _bound: &SessionBound, _timeout: Duration) {}
-
-    fn view(&self) -> MembershipView {
-        let shared = self.inner().shared.clone();
-        MembershipView::new(move || {
-            let state = shared.lock();
-            (state.identity().clone(), state.owned().to_vec())
-        })
-    }
-
-    fn bound_session(&self, bound: Arc<SessionBound>) {
-        self.inner().shared.lock().bound_session(bound);
-    }
-
-    fn fence_revocations_with(&self, hook: FenceHook) {
-        self.inner().shared.lock().fence_revocations_with(hook);
-    }
-
-    fn panic_membership_thread(&self) {
-        self.inner().shared.request_panic();
+    /// LeaveGroup, unless the member is static or never joined.
+    fn leave(&mut self) {
+        let identity = self.shared.lock().identity().clone();
+        if self.config.group_instance_id.is_none() && !identity.member_id.is_empty() {
+            self.group.coordinator().leave(&identity.member_id);
+        }
     }
 }

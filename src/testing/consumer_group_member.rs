@@ -1,9 +1,7 @@
 //! A KIP-848 member in memory: the real machine (`ConsumerGroupMembership`) mirrored into the
-//! real session by the same code the membership thread runs (`consumer_group/mirror.rs`), the
-//! real hand-out of changes and the real commit checks, with the in-memory KIP-848
-//! [`Coordinator`] in place of the broker. Each [`Membership::next_change`] takes one step of
-//! the membership thread (heartbeats, topic names, the machine's events) and hands out what it
-//! decided.
+//! real session by the same code the membership thread runs (`consumer_group/mirror.rs`), with
+//! the in-memory KIP-848 [`Coordinator`] in place of the broker, over the shell every in-memory
+//! member shares (`member.rs`: the hand-out, the commit checks, the journal).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -11,25 +9,20 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::ApiKey;
 
 use super::consumer_group::Coordinator;
+use super::member::{MemberHandle, Shell, Steps};
 use super::memory_log::InMemoryLog;
-use super::Journal;
 use crate::group::assignor::RebalanceProtocol;
-use crate::group::commit::commit_offsets;
 use crate::group::consumer_group::mirror::Mirror;
 use crate::group::consumer_group::{ConsumerGroupConfig, ConsumerGroupMembership};
-use crate::group::handout::Handout;
-use crate::group::requests::MemberIdentity;
 use crate::group::session::{Shared, Timeouts};
-use crate::group::{
-    Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupConfig, GroupError,
-    LostHook, Membership, MembershipView,
-};
-use crate::guard::SessionBound;
-use crate::wire::{CommitIdentity, KafkaCode, OffsetCommitEntry, RecordSource, WireError};
-use crate::TopicPartition;
+use crate::group::{CommitResults, GroupConfig, LostHook, Membership};
+use crate::wire::{CommitIdentity, KafkaCode, OffsetCommitEntry, WireError};
 
 /// The ConsumerGroupHeartbeat version the in-memory coordinator is found with.
 const HEARTBEAT_VERSION: i16 = 1;
+
+/// How many leave heartbeats a closing member sends at most (the first is answered).
+const LEAVE_TURNS: usize = 5;
 
 /// The in-memory KIP-848 group a test's members share: one coordinator and one log.
 #[derive(Clone)]
@@ -77,7 +70,7 @@ impl Kip848Group {
         &self,
         config: GroupConfig,
         hook: LostHook,
-    ) -> (Box<dyn Membership>, Kip848Handle) {
+    ) -> (Box<dyn Membership>, MemberHandle) {
         let shared = Arc::new(Shared::new(
             hook,
             Timeouts {
@@ -96,65 +89,41 @@ impl Kip848Group {
             retry_backoff: Duration::from_millis(1),
             retry_backoff_max: Duration::from_millis(10),
         });
-        let inner = Arc::new(Mutex::new(Inner {
+        let steps = Kip848Steps {
             group: self.clone(),
             mirror: Mirror::new(shared.clone(), config.group_id.clone(), machine),
             shared,
             config,
-            handout: Handout::default(),
-            journal: Arc::default(),
-            paced_answer: None,
-        }));
-        let member = InMemoryKip848Member {
-            inner: inner.clone(),
-            log: self.log.clone(),
         };
-        (Box::new(member), Kip848Handle(inner))
+        Shell::member(steps, self.log.clone())
     }
 }
 
-/// What a test holds of a KIP-848 member the consumer owns.
-#[derive(Clone)]
-pub struct Kip848Handle(Arc<Mutex<Inner>>);
-
-impl Kip848Handle {
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// One step of the membership thread, while the poll thread is inside a batch.
-    pub fn step(&self) {
-        self.inner().step();
-    }
-
-    /// The member's identity now (the member epoch as generation).
-    pub fn identity(&self) -> MemberIdentity {
-        self.inner().shared.lock().identity().clone()
-    }
-
-    /// Everything the member did so far, in order (see [`Journal`]).
-    pub fn journal(&self) -> Vec<Journal> {
-        self.inner()
-            .journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-struct Inner {
+/// The KIP-848 side of an in-memory member: the machine, mirrored into the session.
+pub(crate) struct Kip848Steps {
     group: Kip848Group,
     mirror: Mirror,
     shared: Arc<Shared>,
     config: GroupConfig,
-    handout: Handout,
-    journal: Arc<Mutex<Vec<Journal>>>,
-    /// A paced commit's answer not taken yet (paced commits are answered at once here).
-    paced_answer: Option<Result<CommitResults, CommitError>>,
 }
 
-impl Inner {
-    /// The membership thread's turn, as `thread.rs` takes it, with the coordinator in memory.
+impl Steps for Kip848Steps {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// Incremental, as cooperative: only what moves is revoked.
+    fn rebalance_protocol(&self) -> RebalanceProtocol {
+        RebalanceProtocol::Cooperative
+    }
+
+    /// The membership thread's turn, as `consumer_group/thread.rs` takes it, with the
+    /// coordinator in memory: what the poll thread did goes in, the machine's timers run, the
+    /// coordinator is "found", topic ids named, and the heartbeats due are answered.
     fn step(&mut self) {
         let now = self.group.tick(self.mirror.machine.poll_timeout());
         if !self.mirror.look_at_the_session(now) {
@@ -172,8 +141,8 @@ impl Inner {
                 .machine
                 .on_metadata(now, names.iter().map(|(id, name)| (*id, name.as_str())));
         }
-        // A few heartbeats: one to send what changed, one more for an acknowledgement due at
-        // once.
+        // One heartbeat for what changed, and the ones due at once after it (an
+        // acknowledgement), bounded.
         for _ in 0..3 {
             let Some(request) = self.mirror.machine.poll_transmit(now) else {
                 break;
@@ -188,196 +157,33 @@ impl Inner {
         }
     }
 
-    fn commit_as(
-        &mut self,
-        identity: &MemberIdentity,
+    /// The coordinator's per-partition epoch check, then the log.
+    fn send_commit(
+        &self,
+        who: &CommitIdentity<'_>,
         offsets: &[OffsetCommitEntry],
-        kind: CommitKind,
-    ) -> Result<CommitResults, CommitError> {
-        let group = self.group.clone();
-        let journal = self.journal.clone();
-        commit_offsets(
-            &mut |who: &CommitIdentity<'_>, offsets: &[OffsetCommitEntry]| {
-                let codes = group.coordinator().commit_offsets(
-                    who.member_id,
-                    who.generation_id_or_member_epoch,
-                    offsets,
-                );
-                let results: CommitResults = codes
-                    .into_iter()
-                    .map(|(tp, code)| match code {
-                        KafkaCode::NONE => (tp, Ok(())),
-                        code => (tp, Err(WireError::kafka(ApiKey::OffsetCommit, code, ""))),
-                    })
-                    .collect();
-                journal
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Journal::committed(who, offsets, &results));
-                Ok(results)
-            },
-            &self.shared,
-            &self.config.group_id,
-            self.config.group_instance_id.as_deref(),
-            identity,
+    ) -> Result<CommitResults, WireError> {
+        let codes = self.group.coordinator().commit_offsets(
+            who.member_id,
+            who.generation_id_or_member_epoch,
             offsets,
-            kind,
-        )
-    }
-}
-
-/// The member the consumer owns, and its record source.
-struct InMemoryKip848Member {
-    inner: Arc<Mutex<Inner>>,
-    log: InMemoryLog,
-}
-
-impl InMemoryKip848Member {
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Membership for InMemoryKip848Member {
-    fn next_change(&mut self, _timeout: Duration) -> Result<Option<Change>, GroupError> {
-        let mut inner = self.inner();
-        let inner = &mut *inner;
-        let mut stepped = false;
-        loop {
-            inner.handout.take_reports(&inner.shared)?;
-            if let Some(loss) = inner.handout.next_loss() {
-                return Ok(Some(loss));
-            }
-            if let Some(fatal) = inner.handout.take_fatal() {
-                return Err(fatal);
-            }
-            if let Some(change) = inner.handout.next(&inner.shared) {
-                return Ok(Some(change));
-            }
-            if stepped {
-                return Ok(None);
-            }
-            inner.step();
-            stepped = true;
-        }
+        );
+        Ok(codes
+            .into_iter()
+            .map(|(tp, code)| match code {
+                KafkaCode::NONE => (tp, Ok(())),
+                code => (tp, Err(WireError::kafka(ApiKey::OffsetCommit, code, ""))),
+            })
+            .collect())
     }
 
-    fn acknowledge(&mut self, ack: Ack) {
-        let mut inner = self.inner();
-        let inner = &mut *inner;
-        inner
-            .journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Journal::acknowledged(&ack));
-        inner.handout.acknowledge(&inner.shared, ack);
-    }
-
-    fn closing(&mut self) -> Vec<Change> {
-        let mut inner = self.inner();
-        let inner = &mut *inner;
-        inner.handout.closing(&inner.shared)
-    }
-
-    fn leave(&mut self) -> Result<(), GroupError> {
-        let mut inner = self.inner();
-        inner.shared.lock().close();
-        // The membership thread's leave heartbeat (epoch -1, or -2 for a static member).
-        for _ in 0..5 {
-            if inner.mirror.done_leaving() {
+    /// The membership thread's leave heartbeat (epoch -1, or -2 for a static member).
+    fn leave(&mut self) {
+        for _ in 0..LEAVE_TURNS {
+            if self.mirror.done_leaving() {
                 break;
             }
-            inner.step();
+            self.step();
         }
-        Ok(())
-    }
-
-    fn commit_as(
-        &mut self,
-        identity: &MemberIdentity,
-        offsets: &[OffsetCommitEntry],
-        kind: CommitKind,
-    ) -> Result<CommitResults, CommitError> {
-        self.inner().commit_as(identity, offsets, kind)
-    }
-
-    fn commit_in_background(
-        &mut self,
-        offsets: Vec<OffsetCommitEntry>,
-    ) -> Result<(), Vec<OffsetCommitEntry>> {
-        // Paced commits are answered at once here: the classic in-memory member holds them
-        // when a test asks for a commit in flight.
-        let mut inner = self.inner();
-        if inner.paced_answer.is_some() {
-            return Err(offsets);
-        }
-        let identity = inner.shared.lock().identity().clone();
-        let answer = inner.commit_as(&identity, &offsets, CommitKind::Paced);
-        inner.paced_answer = Some(answer);
-        Ok(())
-    }
-
-    fn commit_answer(&mut self) -> Option<Result<CommitResults, CommitError>> {
-        self.inner().paced_answer.take()
-    }
-
-    fn settle_commit(&mut self) {}
-
-    fn commit_in_flight(&self) -> bool {
-        self.inner().paced_answer.is_some()
-    }
-
-    fn records(&mut self) -> &mut dyn RecordSource {
-        &mut self.log
-    }
-
-    fn identity(&self) -> MemberIdentity {
-        self.inner().shared.lock().identity().clone()
-    }
-
-    fn owned(&self) -> Vec<TopicPartition> {
-        self.inner().shared.lock().owned().to_vec()
-    }
-
-    fn rebalance_protocol(&self) -> RebalanceProtocol {
-        RebalanceProtocol::Cooperative
-    }
-
-    fn may_fetch(&self) -> bool {
-        self.inner().shared.lock().may_fetch()
-    }
-
-    fn batch_boundary_due(&self) -> bool {
-        self.inner().shared.lock().boundary_due()
-    }
-
-    fn enter_poll(&self) {
-        self.inner().shared.lock().enter_poll();
-    }
-
-    fn leave_poll(&self) {
-        self.inner().shared.lock().leave_poll(Instant::now());
-    }
-
-    fn wait_while_session_lapsed(&self, _bound: &SessionBound, _timeout: Duration) {}
-
-    fn view(&self) -> MembershipView {
-        let shared = self.inner().shared.clone();
-        MembershipView::new(move || {
-            let state = shared.lock();
-            (state.identity().clone(), state.owned().to_vec())
-        })
-    }
-
-    fn bound_session(&self, bound: Arc<SessionBound>) {
-        self.inner().shared.lock().bound_session(bound);
-    }
-
-    fn fence_revocations_with(&self, hook: FenceHook) {
-        self.inner().shared.lock().fence_revocations_with(hook);
-    }
-
-    fn panic_membership_thread(&self) {
-        self.inner().shared.request_panic();
     }
 }

@@ -13,6 +13,10 @@
 //! - [`classic::Coordinator`] and [`consumer_group::Coordinator`]: the broker's group rules for
 //!   the classic protocol and for KIP-848, with time passed in, whose commits can be stored in
 //!   an attached [`InMemoryLog`].
+//! - `member.rs`: what every in-memory member shares, whatever its protocol: the
+//!   [`Membership`](crate::group::Membership) the consumer drives (the real hand-out and commit
+//!   checks, a paced commit a test may hold in flight, a [`Journal`]), and the [`MemberHandle`]
+//!   a test keeps;
 //! - [`ClassicGroup`] (`classic_member.rs`): members that run the real session, hand-out and
 //!   commit checks of the classic protocol against the classic coordinator, for
 //!   `Consumer::with_membership`: the whole consumer in memory.
@@ -26,10 +30,12 @@ pub mod classic;
 mod classic_member;
 pub mod consumer_group;
 mod consumer_group_member;
+mod member;
 mod memory_log;
 
-pub use classic_member::{ClassicGroup, ClassicHandle, Journal};
-pub use consumer_group_member::{Kip848Group, Kip848Handle};
+pub use classic_member::ClassicGroup;
+pub use consumer_group_member::Kip848Group;
+pub use member::{Journal, MemberHandle};
 pub use memory_log::{InMemoryLog, DEFAULT_MAX_FETCH_RECORDS};
 
 #[cfg(test)]
