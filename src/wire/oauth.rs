@@ -54,7 +54,7 @@ type Callback = dyn Fn() -> TokenResult + Send + Sync;
 /// runs the others do not wait on it: one that finds the current token still valid (past its
 /// refresh point, before its expiry) uses it at once; one that has no valid token waits for
 /// that call, but no longer than its own bound (the connection's request timeout), and then
-/// gets [`TokenError::Unavailable`], a retriable error; when the call ends it is woken and
+/// gets an unavailable-token error (retriable); when the call ends it is woken and
 /// shares its outcome (a callback that fails is called again by the next connection attempt,
 /// not by every waiter in turn). A callback that never returns therefore holds only its own
 /// thread.
