@@ -78,8 +78,12 @@ struct Node {
 }
 
 fn kip848_node(group: &Kip848Group, name: &str) -> Node {
+    kip848_node_with(group, name, &[])
+}
+
+fn kip848_node_with(group: &Kip848Group, name: &str, extra: &[(&str, &str)]) -> Node {
     let mut handle = None;
-    let consumer = Consumer::with_membership(config("g", &[]), &[TOPIC], |settings, hook| {
+    let consumer = Consumer::with_membership(config("g", extra), &[TOPIC], |settings, hook| {
         let (member, h) = group.member(settings, hook);
         handle = Some(h);
         Ok(member)
@@ -402,16 +406,7 @@ fn a_paced_commit_in_flight_lands_before_the_handoffs_commit() {
         nodes[1].consumer.assignment().len() == 2
     });
     assert!(!a.handle.paced_in_flight());
-    let mut last: BTreeMap<TopicPartition, i64> = BTreeMap::new();
-    for entry in log.commit_history("g") {
-        let previous = last.insert(entry.tp.clone(), entry.offset);
-        assert!(
-            previous.map_or(true, |p| p <= entry.offset),
-            "{}: commit moved back from {previous:?} to {}",
-            entry.tp,
-            entry.offset
-        );
-    }
+    assert_commits_never_move_back(&log);
     assert_eq!(repeats(&processed), vec![], "a record was processed twice");
 }
 
@@ -524,4 +519,61 @@ fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
     // It joins again (epoch 0, then a new epoch) and gets the partitions back.
     drive(&mut [&mut a], &processed, 100, |p, _| count(p) >= 80);
     assert!(a.handle.identity().generation_id > 0);
+}
+
+/// Every partition's commits only move forward.
+fn assert_commits_never_move_back(log: &InMemoryLog) {
+    let mut last: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    for entry in log.commit_history("g") {
+        let previous = last.insert(entry.tp.clone(), entry.offset);
+        assert!(
+            previous.map_or(true, |p| p <= entry.offset),
+            "{}: commit moved back from {previous:?} to {}",
+            entry.tp,
+            entry.offset
+        );
+    }
+}
+
+/// KIP-848: a paced commit read at one member epoch, still in flight while the member lost its
+/// partitions (its session lapsed), another member processed and committed them further, and
+/// the first got two of them back at a newer epoch, is refused STALE_MEMBER_EPOCH when it
+/// arrives and never sent again with the newer epoch: its positions predate the loss, and
+/// sending them would move the partitions' commits back.
+#[test]
+fn a_kip848_paced_commit_from_before_a_loss_is_never_sent_again_with_a_newer_epoch() {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    let processed = Processed::default();
+    let mut a = kip848_node_with(&group, "a", &[("commit.interval.ms", "200")]);
+    a.handle.hold_paced();
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    thread::sleep(Duration::from_millis(250));
+    a.turn(&processed);
+    assert!(
+        a.handle.paced_in_flight(),
+        "a's paced commit at 10 is in flight"
+    );
+    // a goes silent; b joins and, once the coordinator expired a, takes everything.
+    let mut b = kip848_node(&group, "b");
+    drive(&mut [&mut b], &processed, 300, |_, nodes| {
+        nodes[0].consumer.assignment().len() == PARTITIONS as usize
+    });
+    produce(&log, 10);
+    drive(&mut [&mut b], &processed, 300, |p, _| {
+        (0..PARTITIONS).all(|q| by(p, "b").contains(&(tp(q), 19)))
+    });
+    b.consumer.commit().expect("b commits");
+    assert_all_committed_at(&log, 20);
+    // a hears its membership is over, joins again, and gets two partitions back.
+    drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
+        nodes[0].consumer.assignment().len() == 2 && nodes[1].consumer.assignment().len() == 2
+    });
+    assert!(
+        a.handle.paced_in_flight(),
+        "the old paced commit is still in flight"
+    );
+    a.handle.release_paced();
+    assert_all_committed_at(&log, 20);
+    assert_commits_never_move_back(&log);
 }
