@@ -507,7 +507,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         match consumer.commit() {
             Ok(_) => {}
             Err(ConsumerError::Commit(e)) => {
-                println!("commit-refused name={name} error={e}");
+                println!("commit-refused name={name} error={}", ErrorChain(&e));
             }
             Err(e) => eprintln!("order_worker {name}: commit failed: {}", ErrorChain(&e)),
         }
@@ -526,7 +526,9 @@ fn print_handoff_failures(name: &str, consumer: &mut Consumer) {
             failure.generation_id,
             failure.tp.partition,
             failure.stage,
-            failure.error.replace(' ', "_")
+            rebalance_guard::ErrorChain(failure.error.as_ref())
+                .to_string()
+                .replace(' ', "_")
         );
     }
 }
@@ -673,7 +675,10 @@ fn finish(
         // The group was left (or, static, kept); only the final position was not committed, so
         // the next owner redoes the records after the last committed one.
         Err(ConsumerError::Commit(e)) => {
-            println!("closed name={name} final-commit-refused error={e}")
+            println!(
+                "closed name={name} final-commit-refused error={}",
+                ErrorChain(&e)
+            )
         }
         Err(e) => return Err(e.into()),
     }

@@ -160,7 +160,7 @@ fn lost_fences_and_discards_without_flush_or_commit() {
 }
 
 // A failing flush prevents that partition's commit while unaffected partitions
-// still commit, and the OffsetCommitError names only the failed ones.
+// still commit, and the HandoffError names only the failed ones.
 #[test]
 fn failing_flush_blocks_only_its_partition() {
     let guard = guard();
@@ -1026,4 +1026,39 @@ fn a_partition_lost_and_assigned_back_during_a_handoff_is_left_to_its_new_assign
     let handed = guard.hand_back(awaiting, None);
     assert!(handed.partitions.is_empty());
     assert_eq!(guard.owned(), vec![tp(0)], "the new assignment goes on");
+}
+
+// A failed handoff chains to the caller's error: the handoff error names the partitions and
+// stages, its source is the first failed partition, whose source is the commit's own error.
+#[test]
+fn a_failed_handoff_chains_to_the_commit_error() {
+    use std::error::Error as _;
+    let guard = guard();
+    guard.assign(&[tp(0)]);
+    let lease = admit(&guard, 0, 1);
+    guard.complete(&lease).unwrap();
+    let calls = Mutex::new(Calls::default());
+    let mut refuse = |_: &[CommitOffset]| -> Result<(), CommitFailure> {
+        Err(CommitFailure::Partitions(vec![(
+            tp(0),
+            "OffsetCommit failed with RebalanceInProgress (27)".into(),
+        )]))
+    };
+    let error = guard
+        .revoke(&[tp(0)], &mut flush_ok(&calls), Some(&mut refuse))
+        .expect_err("the commit was refused");
+    assert_eq!(
+        error.to_string(),
+        "revocation handoff failed for orders-0 (commit)"
+    );
+    let partition = error.source().expect("the failed partition");
+    assert_eq!(
+        partition.to_string(),
+        "orders-0 handoff failed at its commit"
+    );
+    let cause = partition.source().expect("the commit's error");
+    assert_eq!(
+        cause.to_string(),
+        "OffsetCommit failed with RebalanceInProgress (27)"
+    );
 }

@@ -26,7 +26,7 @@ use crate::group::{
 use crate::guard::{
     BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, HandoffStage, StormStatus,
 };
-use crate::wire;
+use crate::wire::{self, ErrorChain};
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
@@ -49,8 +49,9 @@ pub struct HandoffFailure {
     pub generation_id: i32,
     /// Whether the flush or the commit failed.
     pub stage: HandoffStage,
-    /// The error, as text.
-    pub error: String,
+    /// The error: the caller's flush error, or the commit's (its `source()` chain reaches the
+    /// broker's code or the transport failure; `rebalance_guard::ErrorChain` prints it whole).
+    pub error: Arc<dyn std::error::Error + Send + Sync>,
 }
 
 /// What the handoff driver keeps across rebalances, owned by the consumer and lent to each
@@ -333,13 +334,16 @@ impl Driver<'_> {
                 // commit can undo work. The next owner resumes from the last durable position
                 // and the idempotent sink absorbs the repeat.
                 self.handoffs.counters.failed_handoffs += 1;
-                log::error!("revocation in generation {generation}: {error}");
-                for failure in &error.failures {
+                log::error!(
+                    "revocation in generation {generation}: {}",
+                    ErrorChain(&error)
+                );
+                for failure in error.failures {
                     self.handoffs.failures.push(HandoffFailure {
-                        tp: failure.tp.clone(),
+                        tp: failure.tp,
                         generation_id: generation,
                         stage: failure.stage,
-                        error: failure.error.to_string(),
+                        error: Arc::from(failure.error),
                     });
                 }
             }

@@ -243,11 +243,12 @@ pub enum CommitFailure {
 impl fmt::Display for CommitFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Request(e) => write!(f, "offset commit failed: {e}"),
+            Self::Request(_) => f.write_str("offset commit failed"),
             Self::Partitions(failed) => {
                 write!(f, "offset commit refused for")?;
-                for (partition, e) in failed {
-                    write!(f, " {partition} ({e})")?;
+                for (i, (partition, _)) in failed.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(f, "{sep}{partition}")?;
                 }
                 Ok(())
             }
@@ -255,7 +256,15 @@ impl fmt::Display for CommitFailure {
     }
 }
 
-impl Error for CommitFailure {}
+/// The request's error, or the first refused partition's (each partition's is in the variant).
+impl Error for CommitFailure {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            Self::Request(e) => Some(e.as_ref()),
+            Self::Partitions(failed) => failed.first().map(|(_, e)| e.as_ref() as _),
+        }
+    }
+}
 
 /// The stage at which a revoked partition's handoff failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +275,7 @@ pub enum HandoffStage {
     Commit,
 }
 
-/// One revoked partition whose handoff failed.
+/// One revoked partition whose handoff failed: where, and the caller's error as its source.
 #[derive(Debug)]
 pub struct PartitionFailure {
     /// The partition.
@@ -277,36 +286,65 @@ pub struct PartitionFailure {
     pub error: BoxError,
 }
 
-/// Revocation finished with failures. Raised only after every revoked partition was fenced and
-/// pruned; it names only the partitions that failed.
+impl fmt::Display for HandoffStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Flush => "flush",
+            Self::Commit => "commit",
+        })
+    }
+}
+
+impl fmt::Display for PartitionFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} handoff failed at its {}", self.tp, self.stage)
+    }
+}
+
+impl Error for PartitionFailure {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(self.error.as_ref())
+    }
+}
+
+/// A revocation's handoff finished with failures. Raised only after every revoked partition
+/// was fenced and pruned; it names only the partitions that failed, each with its stage and
+/// its error.
 #[derive(Debug)]
-pub struct OffsetCommitError {
+pub struct HandoffError {
     /// The failed partitions, in the order they were revoked.
     pub failures: Vec<PartitionFailure>,
 }
 
-impl OffsetCommitError {
+/// The name this error had before it was named for what it is (a handoff's, not only a
+/// commit's).
+#[deprecated(note = "renamed HandoffError")]
+pub type OffsetCommitError = HandoffError;
+
+impl HandoffError {
     /// The failed partitions.
     pub fn partitions(&self) -> Vec<TopicPartition> {
         self.failures.iter().map(|f| f.tp.clone()).collect()
     }
 }
 
-impl fmt::Display for OffsetCommitError {
+impl fmt::Display for HandoffError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "revocation handoff failed for")?;
-        for failure in &self.failures {
-            let stage = match failure.stage {
-                HandoffStage::Flush => "flush",
-                HandoffStage::Commit => "commit",
-            };
-            write!(f, " {} ({stage}: {})", failure.tp, failure.error)?;
+        for (i, failure) in self.failures.iter().enumerate() {
+            let sep = if i == 0 { " " } else { ", " };
+            write!(f, "{sep}{} ({})", failure.tp, failure.stage)?;
         }
         Ok(())
     }
 }
 
-impl Error for OffsetCommitError {}
+/// The first failed partition (each one's error is its own source).
+impl Error for HandoffError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.failures.first().map(|f| f as _)
+    }
+}
 
 /// The guard's configuration is invalid.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,7 +41,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::time::Instant;
 
-use super::error::{BoxError, CommitFailure, HandoffStage, OffsetCommitError, PartitionFailure};
+use super::error::{BoxError, CommitFailure, HandoffError, HandoffStage, PartitionFailure};
 use super::types::{
     CommitFn, CommitOffset, CommitRequest, FlushBatch, FlushFn, LostReport, OwnerStatus,
     RevokeReport,
@@ -122,7 +122,7 @@ pub struct HandedBack {
     /// The partitions handed back (the fenced ones not lost meanwhile).
     pub partitions: Vec<TopicPartition>,
     /// What the handoff committed, or the partitions whose flush or commit failed.
-    pub result: Result<RevokeReport, OffsetCommitError>,
+    pub result: Result<RevokeReport, HandoffError>,
 }
 
 /// A loss reason the guard did not get (the caller used [`RebalanceGuard::lost`]).
@@ -337,7 +337,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 storm,
             })
         } else {
-            Err(OffsetCommitError { failures })
+            Err(HandoffError { failures })
         };
         HandedBack { partitions, result }
     }
@@ -348,14 +348,14 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// the generation that owned the partitions; without it nothing is committed and a warning
     /// says so), [`hand_back`](Self::hand_back).
     ///
-    /// Returns an [`OffsetCommitError`] naming only the partitions whose flush or commit failed,
+    /// Returns an [`HandoffError`] naming only the partitions whose flush or commit failed,
     /// after every revoked partition was fenced and pruned.
     pub fn revoke(
         &self,
         partitions: &[TopicPartition],
         flush: &mut FlushFn<'_, M>,
         commit: Option<&mut CommitFn<'_>>,
-    ) -> Result<RevokeReport, OffsetCommitError> {
+    ) -> Result<RevokeReport, HandoffError> {
         let fenced = self.fence(partitions);
         let awaiting = self.prepare_commit(self.drain(fenced, flush));
         let answer = match commit {

@@ -26,7 +26,7 @@
 //! 3. **Revoke** fences *every* revoked partition before any I/O; then per partition flushes the
 //!    buffered and in-flight work through the caller's flush function and commits the contiguous
 //!    completed position (`last + 1`) only when that flush succeeded; failures are aggregated into
-//!    one [`OffsetCommitError`] naming only the failed partitions, raised after every partition was
+//!    one [`HandoffError`] naming only the failed partitions, raised after every partition was
 //!    fenced and pruned. Its fence step may run alone, earlier ([`fence`](RebalanceGuard::fence)),
 //!    from the thread that learns the partitions move; the revocation that follows fences nothing
 //!    new and hands them off as above.
@@ -54,7 +54,7 @@
 //!   [`Lease`] an admitted message carries, what a flush and a commit are handed, and the
 //!   reports and snapshots it gives back.
 //! - `error.rs`: why the guard refused something, one variant per reason the caller acts on
-//!   (fenced, duplicate, regression, ...), and the [`OffsetCommitError`] of a handoff.
+//!   (fenced, duplicate, regression, ...), and the [`HandoffError`] of a handoff.
 //! - `table.rs`: the per-partition entries, found by partition on every admission by any number
 //!   of threads at once, without a lock.
 //! - `partition_state.rs`: one partition's entry in that table: its owner status and epoch, its
@@ -100,9 +100,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
+#[allow(deprecated)]
+pub use error::OffsetCommitError;
 pub use error::{
-    AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffStage,
-    OffsetCommitError, PartitionFailure, RewindError,
+    AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,
+    HandoffStage, PartitionFailure, RewindError,
 };
 pub use handoff::{AwaitingCommit, Drained, Fenced, HandedBack};
 pub use idempotency_key::IdempotencyKey;
