@@ -552,7 +552,7 @@ fn a_refused_commit_is_reported_not_retried_mock() {
     mock.must("push_errors OffsetCommit ILLEGAL_GENERATION");
     match consumer.commit() {
         Err(ConsumerError::Commit(failure)) => {
-            let text = failure.to_string();
+            let text = rebalance_guard::ErrorChain(&failure).to_string();
             assert!(
                 text.contains("ILLEGAL_GENERATION") || text.contains("IllegalGeneration"),
                 "{text}"
@@ -600,7 +600,7 @@ const LATE_COMMIT_SETTINGS: [(&str, &str); 3] = [
 fn expect_refused(result: Result<Vec<CommitOffset>, ConsumerError>, code: &str, since: Instant) {
     match result {
         Err(ConsumerError::Commit(failure)) => {
-            let text = failure.to_string();
+            let text = rebalance_guard::ErrorChain(&failure).to_string();
             assert!(text.contains(code), "expected {code}: {text}");
         }
         other => panic!(

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::group::{CommitError, Membership};
 use crate::guard::CommitRequest;
-use crate::wire::KafkaCode;
+use crate::wire::{ErrorChain, KafkaCode};
 
 use super::context::Guard;
 use super::handoff::{commit_entries, commit_outcome};
@@ -157,8 +157,9 @@ impl CommitPacer {
         if let Err(failure) = outcome {
             self.refused += 1;
             log::error!(
-                "paced offset commit in generation {} failed: {failure}",
-                member.identity().generation_id
+                "paced offset commit in generation {} failed: {}",
+                member.identity().generation_id,
+                ErrorChain(&failure)
             );
         }
     }

@@ -16,7 +16,7 @@ use crate::group::{
     ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, Membership, RebalanceProtocol,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
-use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
+use crate::wire::{BrokerFailureDetection, ErrorChain, FetchConfig, Record};
 use crate::TopicPartition;
 
 use super::batch::{Batch, KeyFn};
@@ -330,8 +330,9 @@ impl Consumer {
             Err(failure) => {
                 self.commits_refused += 1;
                 log::error!(
-                    "offset commit in generation {} failed: {failure}",
-                    self.member.identity().generation_id
+                    "offset commit in generation {} failed: {}",
+                    self.member.identity().generation_id,
+                    ErrorChain(&failure)
                 );
                 Err(ConsumerError::Commit(failure))
             }
