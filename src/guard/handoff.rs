@@ -28,9 +28,8 @@
 //!    membership's acknowledgement (the cooperative follow-up JoinGroup, the KIP-848 heartbeat
 //!    that acknowledges the revocation, the eager JoinGroup).
 //!
-//! A loss takes the partitions away at any point ([`lost_because`](RebalanceGuard::lost_because),
-//! or [`lose`](RebalanceGuard::lose) with the token itself): it moves their epoch, so no later
-//! step of the handoff touches them. Commits of owned partitions outside a handoff (the paced
+//! A loss takes the partitions away at any point ([`lost_because`](RebalanceGuard::lost_because)):
+//! it moves their epoch, so no later step of the handoff touches them. Commits of owned partitions outside a handoff (the paced
 //! commit on the commit thread, the application's `commit`) use the same two halves:
 //! [`commit_request`](RebalanceGuard::commit_request) reads the positions with their epochs, and
 //! [`commit_answered`](RebalanceGuard::commit_answered) records only what is still owned under
@@ -50,9 +49,10 @@ use super::{lock, RebalanceGuard};
 use crate::TopicPartition;
 
 /// Partitions fenced for a handoff, each with the epoch it was fenced at: created where the
-/// decision to revoke is taken, consumed by [`RebalanceGuard::drain`] (or by
-/// [`RebalanceGuard::lose`] when the membership ends first). Carrying the epochs is what lets a
-/// later step tell "still the handoff I fenced" from "lost and perhaps assigned back since".
+/// decision to revoke is taken, consumed by [`RebalanceGuard::drain`] (or dropped with the
+/// voided change when the membership ends first: the loss moved its epochs). Carrying the epochs
+/// is what lets a later step tell "still the handoff I fenced" from "lost and perhaps assigned
+/// back since".
 #[must_use = "a fenced partition admits nothing until it is drained and handed back, or lost"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Fenced {
@@ -363,13 +363,6 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             _ => None,
         };
         self.hand_back(awaiting, answer).result
-    }
-
-    /// A loss of the partitions of a handoff not drained yet (the membership ended before the
-    /// poll thread reached its batch boundary): as [`lost_because`](Self::lost_because), for
-    /// exactly the partitions the token fenced.
-    pub fn lose(&self, fenced: Fenced, reason: &dyn fmt::Display) -> LostReport {
-        self.lost_because(&fenced.partitions(), reason)
     }
 
     /// Fences partitions taken away without a handoff, and discards their pending work; never
