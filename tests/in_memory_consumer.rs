@@ -194,6 +194,30 @@ fn assert_committed_before_acknowledged(
     }
 }
 
+/// Ends `node`'s membership (`end`, at the coordinator) while a batch is open, and lets the
+/// membership thread take its turn: the record already handed out reads stale, nothing more is
+/// handed out, and the next poll reports the loss.
+fn lose_mid_batch(node: &mut Node, end: impl FnOnce()) {
+    {
+        let mut batch = node.consumer.poll(Duration::ZERO).expect("poll");
+        let first = batch.next().expect("a record");
+        end();
+        node.handle.step();
+        assert!(
+            !batch.is_current(&first),
+            "the lease went stale with the loss"
+        );
+        assert!(
+            batch.next().is_none(),
+            "no record of a lost partition is handed out"
+        );
+        batch.complete(first);
+    }
+    node.consumer
+        .poll(Duration::ZERO)
+        .expect("poll after the loss");
+}
+
 fn count(processed: &Processed) -> usize {
     processed.lock().unwrap().len()
 }
@@ -315,28 +339,9 @@ fn a_loss_during_a_batch_commits_nothing_and_stops_the_batch() {
     a.consumer.commit().expect("commit");
     let before: Vec<Option<i64>> = (0..PARTITIONS).map(|p| committed(&log, p)).collect();
     let history_before = log.commit_history("g").len();
-    {
-        let mut batch = a.consumer.poll(Duration::ZERO).expect("poll");
-        let first = batch.next().expect("a record");
-        // The coordinator removes the member; its next heartbeat learns it (the membership
-        // thread's turn, while this batch is open): fenced at once.
-        let member_id = a.handle.identity().member_id;
-        group.coordinator().leave(&member_id);
-        a.handle.step();
-        assert!(
-            !batch.is_current(&first),
-            "the lease went stale with the loss"
-        );
-        assert!(
-            batch.next().is_none(),
-            "no record of a lost partition is handed out"
-        );
-        batch.complete(first);
-    }
-    let _ = a
-        .consumer
-        .poll(Duration::ZERO)
-        .expect("poll after the loss");
+    // The coordinator removes the member; its next heartbeat learns it.
+    let member_id = a.handle.identity().member_id;
+    lose_mid_batch(&mut a, || group.coordinator().leave(&member_id));
     let stats = a.consumer.stats();
     assert!(stats.counters.lost >= PARTITIONS as u64, "{stats}");
     let after: Vec<Option<i64>> = (0..PARTITIONS).map(|p| committed(&log, p)).collect();
@@ -487,28 +492,12 @@ fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
     a.consumer.commit().expect("commit");
     produce(&log, 10);
     let history = log.commit_history("g").len();
-    {
-        let mut batch = a.consumer.poll(Duration::ZERO).expect("poll");
-        let first = batch.next().expect("a record");
-        let member_id = a.handle.identity().member_id;
+    let member_id = a.handle.identity().member_id;
+    lose_mid_batch(&mut a, || {
         group
             .coordinator()
-            .inject(&member_id, KafkaCode::FENCED_MEMBER_EPOCH);
-        a.handle.step();
-        assert!(
-            !batch.is_current(&first),
-            "the lease went stale with the loss"
-        );
-        assert!(
-            batch.next().is_none(),
-            "no record of a lost partition is handed out"
-        );
-        batch.complete(first);
-    }
-    let _ = a
-        .consumer
-        .poll(Duration::ZERO)
-        .expect("poll after the loss");
+            .inject(&member_id, KafkaCode::FENCED_MEMBER_EPOCH)
+    });
     let stats = a.consumer.stats();
     assert!(stats.counters.lost >= PARTITIONS as u64, "{stats}");
     assert_eq!(

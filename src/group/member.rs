@@ -107,13 +107,7 @@ impl Parts {
         hook: LostHook,
     ) -> Result<Parts, GroupError> {
         let client = Client::connect(client_config.clone())?;
-        let shared = Arc::new(Shared::new(
-            hook,
-            Timeouts {
-                session_timeout: config.session_timeout,
-                max_poll_interval: config.max_poll_interval,
-            },
-        ));
+        let shared = Arc::new(Shared::new(hook, Timeouts::of(config)));
         let committer = Committer::new(
             shared.clone(),
             client_config,

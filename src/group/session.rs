@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{FenceHook, LostHook, Pending};
+use super::config::GroupConfig;
 use super::membership::{
     after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, RebalanceEvent,
     RebalancePlan,
@@ -65,6 +66,16 @@ pub(crate) struct Timeouts {
     pub(crate) session_timeout: Duration,
     /// `max.poll.interval.ms`: how long the application may keep control between polls.
     pub(crate) max_poll_interval: Duration,
+}
+
+impl Timeouts {
+    /// The clocks `config` sets (`session.timeout.ms`, `max.poll.interval.ms`).
+    pub(crate) fn of(config: &GroupConfig) -> Self {
+        Timeouts {
+            session_timeout: config.session_timeout,
+            max_poll_interval: config.max_poll_interval,
+        }
+    }
 }
 
 /// What the poll thread does next, as the session sees it.

@@ -10,14 +10,14 @@
 //! answer, after the other members had their turn.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 use super::classic::{Coordinator, JoinReply, JoinRequest};
-use super::member::{MemberHandle, PollTurn, Shell, Steps};
+use super::member::{lock, MemberHandle, PollTurn, Shell, Steps};
 use super::memory_log::InMemoryLog;
 use crate::group::assignor::{
     assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
@@ -53,9 +53,7 @@ impl ClassicGroup {
 
     /// The coordinator, for a test that injects what only it can (a rebalance, a clock jump).
     pub fn coordinator(&self) -> MutexGuard<'_, Coordinator> {
-        self.coordinator
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.coordinator)
     }
 
     /// A member of this group for a consumer built with `Consumer::with_membership`, and the
@@ -69,13 +67,7 @@ impl ClassicGroup {
         let protocol = assignor_for(strategy.name())
             .map(|a| a.protocol())
             .unwrap_or(RebalanceProtocol::Eager);
-        let shared = Arc::new(Shared::new(
-            hook,
-            Timeouts {
-                session_timeout: config.session_timeout,
-                max_poll_interval: config.max_poll_interval,
-            },
-        ));
+        let shared = Arc::new(Shared::new(hook, Timeouts::of(&config)));
         if protocol == RebalanceProtocol::Cooperative {
             shared.lock().run_rounds_beside();
         }

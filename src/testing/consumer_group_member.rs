@@ -3,13 +3,13 @@
 //! the in-memory KIP-848 [`Coordinator`] in place of the broker, over the shell every in-memory
 //! member shares (`member.rs`: the hand-out, the commit checks, the journal).
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 
 use super::consumer_group::Coordinator;
-use super::member::{MemberHandle, Shell, Steps};
+use super::member::{lock, MemberHandle, Shell, Steps};
 use super::memory_log::InMemoryLog;
 use crate::group::assignor::RebalanceProtocol;
 use crate::group::consumer_group::mirror::Mirror;
@@ -50,7 +50,7 @@ impl Kip848Group {
     /// The clock's reading for a step whose machine waits until `due`: never behind real time,
     /// and moved ahead to `due` (time passes at once, as in a simulation).
     fn tick(&self, due: Option<Instant>) -> Instant {
-        let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut clock = lock(&self.clock);
         *clock = (*clock).max(Instant::now());
         if let Some(due) = due {
             *clock = (*clock).max(due);
@@ -60,9 +60,7 @@ impl Kip848Group {
 
     /// The coordinator, for a test that injects what only it can (an error, an expiry).
     pub fn coordinator(&self) -> MutexGuard<'_, Coordinator> {
-        self.coordinator
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.coordinator)
     }
 
     /// A member of this group for `Consumer::with_membership`, and the test's handle on it.
@@ -71,13 +69,7 @@ impl Kip848Group {
         config: GroupConfig,
         hook: LostHook,
     ) -> (Box<dyn Membership>, MemberHandle) {
-        let shared = Arc::new(Shared::new(
-            hook,
-            Timeouts {
-                session_timeout: config.session_timeout,
-                max_poll_interval: config.max_poll_interval,
-            },
-        ));
+        let shared = Arc::new(Shared::new(hook, Timeouts::of(&config)));
         shared.lock().run_rounds_beside();
         let machine = ConsumerGroupMembership::new(ConsumerGroupConfig {
             group_id: config.group_id.clone(),

@@ -3,7 +3,9 @@
 //! in flight, a [`Journal`] of what the member did), over a protocol's [`Steps`] (its membership
 //! thread's turn, its OffsetCommit, its leave) against an in-memory coordinator.
 
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::memory_log::InMemoryLog;
@@ -109,12 +111,25 @@ pub(crate) trait Steps: Send + 'static {
     fn leave(&mut self);
 }
 
-/// A paced commit: sent (identity and offsets), then answered; held in flight on request.
+/// The paced commit: answered at once, or (held) in flight on a thread of its own as on the
+/// commit thread: checked against the session when sent, answered by the coordinator when
+/// released.
 #[derive(Default)]
 struct Paced {
-    sent: Option<(MemberIdentity, Vec<OffsetCommitEntry>)>,
+    /// The held commit's thread, and what lets its request reach the coordinator (dropped to
+    /// release it).
+    in_flight: Option<(JoinHandle<()>, Sender<()>)>,
     answer: Option<Result<CommitResults, CommitError>>,
     hold: bool,
+}
+
+/// Lets the held paced commit reach the coordinator and waits for its answer.
+fn release_paced<P>(shell: &Mutex<Shell<P>>) {
+    let in_flight = lock(shell).paced.in_flight.take();
+    if let Some((thread, release)) = in_flight {
+        drop(release);
+        let _ = thread.join();
+    }
 }
 
 /// A member's state behind the lock the consumer's member and the test's handle share.
@@ -145,22 +160,31 @@ impl<P: Steps> Shell<P> {
         self.steps.shared().clone()
     }
 
-    /// A commit through the real checks (`commit_offsets`), sent to the coordinator by the
-    /// protocol, and journaled.
+    /// One OffsetCommit sent to the coordinator by the protocol, and journaled.
+    fn send_and_journal(
+        &mut self,
+        who: &CommitIdentity<'_>,
+        offsets: &[OffsetCommitEntry],
+    ) -> Result<CommitResults, WireError> {
+        let results = self.steps.send_commit(who, offsets)?;
+        self.journal
+            .push(Journal::committed(who, offsets, &results));
+        Ok(results)
+    }
+
+    /// A commit through the real checks (`commit_offsets`), sent by [`send_and_journal`].
+    ///
+    /// [`send_and_journal`]: Self::send_and_journal
     fn commit_as(
         &mut self,
         identity: &MemberIdentity,
         offsets: &[OffsetCommitEntry],
         kind: CommitKind,
     ) -> Result<CommitResults, CommitError> {
-        let shared = self.shared();
-        let config = self.steps.config().clone();
-        let (steps, journal) = (&self.steps, &mut self.journal);
+        let (shared, config) = (self.shared(), self.steps.config().clone());
         commit_offsets(
             &mut |who: &CommitIdentity<'_>, offsets: &[OffsetCommitEntry]| {
-                let results = steps.send_commit(who, offsets)?;
-                journal.push(Journal::committed(who, offsets, &results));
-                Ok(results)
+                self.send_and_journal(who, offsets)
             },
             &shared,
             &config.group_id,
@@ -169,14 +193,6 @@ impl<P: Steps> Shell<P> {
             offsets,
             kind,
         )
-    }
-
-    /// The paced commit in flight gets its answer (checked against the coordinator now).
-    fn answer_paced(&mut self) {
-        if let Some((identity, offsets)) = self.paced.sent.take() {
-            let answer = self.commit_as(&identity, &offsets, CommitKind::Paced);
-            self.paced.answer = Some(answer);
-        }
     }
 }
 
@@ -207,20 +223,21 @@ impl<P: Steps> Handled for Mutex<Shell<P>> {
     }
 
     fn hold_paced(&self, hold: bool) {
-        let mut shell = lock(self);
-        shell.paced.hold = hold;
+        lock(self).paced.hold = hold;
         if !hold {
-            shell.answer_paced();
+            release_paced(self);
         }
     }
 
     fn paced_in_flight(&self) -> bool {
-        lock(self).paced.sent.is_some()
+        lock(self).paced.in_flight.is_some()
     }
 }
 
-fn lock<P>(shell: &Mutex<Shell<P>>) -> MutexGuard<'_, Shell<P>> {
-    shell.lock().unwrap_or_else(PoisonError::into_inner)
+/// Locks what a test and its members share (a coordinator, a member's shell): nothing runs
+/// under these locks that can leave them half-changed, so a poisoned one is still sound.
+pub(crate) fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl MemberHandle {
@@ -335,10 +352,9 @@ impl<P: Steps> Membership for InMemoryMember<P> {
         offsets: &[OffsetCommitEntry],
         kind: CommitKind,
     ) -> Result<CommitResults, CommitError> {
-        let mut shell = self.shell();
         // A synchronous commit waits for the paced one in flight: it is answered first.
-        shell.answer_paced();
-        shell.commit_as(identity, offsets, kind)
+        release_paced(&self.shell);
+        self.shell().commit_as(identity, offsets, kind)
     }
 
     fn commit_in_background(
@@ -346,14 +362,41 @@ impl<P: Steps> Membership for InMemoryMember<P> {
         offsets: Vec<OffsetCommitEntry>,
     ) -> Result<(), Vec<OffsetCommitEntry>> {
         let mut shell = self.shell();
-        if shell.paced.sent.is_some() || shell.paced.answer.is_some() {
+        if shell.paced.in_flight.is_some() || shell.paced.answer.is_some() {
             return Err(offsets);
         }
         let identity = shell.shared().lock().identity().clone();
-        shell.paced.sent = Some((identity, offsets));
         if !shell.paced.hold {
-            shell.answer_paced();
+            let answer = shell.commit_as(&identity, &offsets, CommitKind::Paced);
+            shell.paced.answer = Some(answer);
+            return Ok(());
         }
+        // Held: sent now on a thread of its own, as the commit thread sends it (the session's
+        // check passes or refuses it now); its request reaches the coordinator when released.
+        let (shared, config) = (shell.shared(), shell.steps.config().clone());
+        drop(shell);
+        let (sent_tx, sent_rx) = mpsc::channel::<()>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let member = self.shell.clone();
+        let thread = thread::spawn(move || {
+            let answer = commit_offsets(
+                &mut |who: &CommitIdentity<'_>, offsets: &[OffsetCommitEntry]| {
+                    let _ = sent_tx.send(());
+                    let _ = release_rx.recv();
+                    lock(&member).send_and_journal(who, offsets)
+                },
+                &shared,
+                &config.group_id,
+                config.group_instance_id.as_deref(),
+                &identity,
+                &offsets,
+                CommitKind::Paced,
+            );
+            lock(&member).paced.answer = Some(answer);
+        });
+        // On its way (or refused by the session at once) before this returns.
+        let _ = sent_rx.recv();
+        self.shell().paced.in_flight = Some((thread, release_tx));
         Ok(())
     }
 
@@ -362,12 +405,12 @@ impl<P: Steps> Membership for InMemoryMember<P> {
     }
 
     fn settle_commit(&mut self) {
-        self.shell().answer_paced();
+        release_paced(&self.shell);
     }
 
     fn commit_in_flight(&self) -> bool {
         let shell = self.shell();
-        shell.paced.sent.is_some() || shell.paced.answer.is_some()
+        shell.paced.in_flight.is_some() || shell.paced.answer.is_some()
     }
 
     fn records(&mut self) -> &mut dyn RecordSource {
