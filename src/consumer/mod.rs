@@ -48,6 +48,8 @@
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
 //! - `failure_detection.rs`: the check at subscribe that the lease bound outlasts the
 //!   cluster's `broker.session.timeout.ms` (one DescribeConfigs, a warning if not).
+//! - `wake.rs`: the [`Waker`] that ends a blocked poll from another thread, over the nudges
+//!   of the waits below (the membership's, the fetch's).
 //! - `stats`: per-partition signals, [`RebalanceCounters`] and the stats line.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
@@ -65,6 +67,7 @@ mod pacer;
 mod poll_loop;
 mod sizer;
 mod stats;
+mod wake;
 mod workers;
 
 pub use batch::{Batch, Delivery, KeyFn};
@@ -78,3 +81,4 @@ pub use handoff::{HandoffFailure, StormHook};
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;
 pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};
+pub use wake::Waker;

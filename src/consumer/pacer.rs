@@ -14,9 +14,11 @@
 //! failure holds the coordinator's writes, that round trip is what grows, not the stall of the
 //! poll thread.
 //!
-//! Revocation, close and application commits do not go through the pacer: they are synchronous,
-//! and the group sends each only after the paced commit in flight was answered, so commits
-//! reach the coordinator in the order they were made.
+//! Revocation, close and application commits are synchronous, and the group sends each only
+//! after the paced commit in flight was answered, so commits reach the coordinator in the order
+//! they were made. The application's ([`CommitPacer::commit_now`], from the consumer or from
+//! inside a batch) is made here too, so that it settles the paced one first and restarts the
+//! interval.
 //!
 //! [`RebalanceGuard::commit_request`]: crate::RebalanceGuard::commit_request
 //! [`RebalanceGuard::commit_answered`]: crate::RebalanceGuard::commit_answered
@@ -25,11 +27,12 @@
 use std::time::{Duration, Instant};
 
 use crate::group::{CommitError, Membership};
-use crate::guard::CommitRequest;
+use crate::guard::{CommitOffset, CommitRequest};
 use crate::wire::{ErrorChain, KafkaCode};
 
 use super::context::Guard;
-use super::handoff::{commit_entries, commit_outcome};
+use super::error::ConsumerError;
+use super::handoff::{commit_entries, commit_outcome, commit_through};
 
 /// When the next paced commit is due, the one in flight, and how many were refused.
 #[derive(Debug)]
@@ -41,7 +44,7 @@ pub(crate) struct CommitPacer {
     next: Option<Instant>,
     /// The guard's request of the commit on the commit thread, until its answer is applied.
     in_flight: Option<CommitRequest>,
-    /// Paced commits refused (reported in the stats with the consumer's own refusals).
+    /// Commits refused outside revocations: paced and the application's.
     pub(crate) refused: u64,
 }
 
@@ -85,6 +88,43 @@ impl CommitPacer {
         match member.commit_in_background(commit_entries(request.offsets())) {
             Ok(()) => self.in_flight = Some(request),
             Err(_) => log::debug!("paced commit not sent: a commit is still in flight"),
+        }
+    }
+
+    /// Commits the contiguous completed prefix of every owned partition now, synchronously, in
+    /// the current generation, after the paced commit in flight (if any) was answered; the next
+    /// paced commit is an interval after this one returned. A refusal is counted and returned,
+    /// never retried.
+    pub(crate) fn commit_now(
+        &mut self,
+        guard: &Guard,
+        member: &mut dyn Membership,
+    ) -> Result<Vec<CommitOffset>, ConsumerError> {
+        // A paced commit in flight is answered (and applied) first: commits land in order.
+        self.settle(guard, member);
+        let result = {
+            let mut commit =
+                |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
+            guard.commit_progress(&mut commit)
+        };
+        // The next paced commit is an interval after this one returned (it may have blocked).
+        self.committed_at(Instant::now());
+        match result {
+            Ok(committed) => {
+                for c in &committed {
+                    log::debug!("{}: committed next offset {}", c.tp, c.next_offset);
+                }
+                Ok(committed)
+            }
+            Err(failure) => {
+                self.refused += 1;
+                log::error!(
+                    "offset commit in generation {} failed: {}",
+                    member.identity().generation_id,
+                    ErrorChain(&failure)
+                );
+                Err(ConsumerError::Commit(failure))
+            }
         }
     }
 

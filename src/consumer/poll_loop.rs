@@ -16,7 +16,7 @@ use crate::group::{
     ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, Membership, RebalanceProtocol,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
-use crate::wire::{BrokerFailureDetection, ErrorChain, FetchConfig, Record};
+use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
 use crate::TopicPartition;
 
 use super::batch::{Batch, KeyFn};
@@ -24,11 +24,12 @@ use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::ConsumerError;
 use super::failure_detection;
-use super::handoff::{self, commit_through, Drain, Driver, HandoffFailure, Handoffs};
+use super::handoff::{self, Drain, Driver, HandoffFailure, Handoffs};
 use super::intake::{FetchWait, Intake};
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
 use super::stats::ConsumerStats;
+use super::wake::Waker;
 use super::workers::{self, WorkSource};
 
 /// A synchronous, rebalance-safe Kafka consumer.
@@ -42,7 +43,6 @@ pub struct Consumer {
     key_fn: Option<KeyFn>,
     /// The handoff driver's state: storm hook, rebalance counters, the workers' drain, failed handoffs.
     handoffs: Handoffs,
-    commits_refused: u64,
     /// `commit.interval.ms`: commits during a batch and between hand-offs to the workers.
     pacer: CommitPacer,
     stats_interval: Duration,
@@ -50,6 +50,8 @@ pub struct Consumer {
     /// What the cluster reported at subscribe about its failure detection (`None`: refused or
     /// failed; the consumer runs without the check).
     failure_detection: Option<BrokerFailureDetection>,
+    /// Ends a blocked poll from another thread ([`Consumer::waker`]).
+    waker: Waker,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -116,7 +118,10 @@ impl Consumer {
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),
         };
-        let member = membership(group, handoff::lost_hook(&guard))?;
+        let mut member = membership(group, handoff::lost_hook(&guard))?;
+        // The waker ends each wait of a poll: the membership's and the fetch's.
+        let mut nudges = vec![member.nudge()];
+        nudges.extend(member.records().nudge());
         // Leases also expire by time: past the last answered heartbeat's send time plus
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.
@@ -132,10 +137,10 @@ impl Consumer {
             intake: Intake::default(),
             key_fn: None,
             handoffs: Handoffs::default(),
-            commits_refused: 0,
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
             failure_detection: None,
+            waker: Waker::new(nudges),
         })
     }
 
@@ -198,6 +203,12 @@ impl Consumer {
     /// one which generation owns it).
     pub fn membership_view(&self) -> crate::group::MembershipView {
         self.member.view()
+    }
+
+    /// A handle that ends a blocked [`poll`](Self::poll) or [`run`](Self::run) at once from
+    /// another thread (Java: `KafkaConsumer::wakeup`). See [`Waker`].
+    pub fn waker(&self) -> Waker {
+        self.waker.clone()
     }
 
     /// A handle that reads the guard's per-partition state from any thread (a metrics
@@ -263,9 +274,16 @@ impl Consumer {
     /// sync run inside this call.
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
+        // Woken before this poll began: the group's changes are applied all the same, without
+        // waiting for more.
+        let timeout = if self.waker.is_woken() {
+            Duration::ZERO
+        } else {
+            timeout
+        };
         self.drive_group(timeout)?;
         let bound = self.guard.session_bound();
-        if bound.is_expired(Instant::now()) {
+        if bound.is_expired(Instant::now()) && !self.waker.is_woken() {
             // Every admission would be refused (SessionExpired) until a heartbeat is answered:
             // wait for that, or for the membership's news, as long as the caller allows, instead
             // of handing out a batch that stops at once and polling again in a spin.
@@ -280,13 +298,16 @@ impl Consumer {
                 .resolve_positions(self.member.records(), &self.config, &self.guard)?;
             // Fetch whenever some partition ran dry, not only when all did: a partition with
             // new data must not wait behind another one's large buffer. With records still
-            // buffered elsewhere the fetch must not hold the batch up, so it does not wait.
-            if !self.intake.has_buffered() {
+            // buffered elsewhere (or a wake to answer) the fetch must not hold the batch up, so
+            // it does not wait.
+            if !self.intake.has_buffered() && !self.waker.is_woken() {
                 self.fetch_once(FetchWait::Block)?;
             } else if self.intake.has_dry_partition() {
                 self.fetch_once(FetchWait::DontWait)?;
             }
         }
+        // A wake ends at most this poll; one that comes later ends the next.
+        self.waker.take();
         Ok(Batch::begin(
             &mut self.intake,
             &mut self.sizer,
@@ -305,6 +326,7 @@ impl Consumer {
             wait,
             &self.config,
             &self.guard,
+            &self.waker,
         )
     }
 
@@ -313,30 +335,7 @@ impl Consumer {
     /// when the broker says the membership is over (the member was removed, the group moved on
     /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
-        // A paced commit in flight is answered (and applied) first: commits land in order.
-        self.pacer.settle(&self.guard, &mut *self.member);
-        let member = &mut *self.member;
-        let mut commit = |offsets: &[CommitOffset]| commit_through(|o| member.commit(o), offsets);
-        let result = self.guard.commit_progress(&mut commit);
-        // The next paced commit is an interval after this one returned (it may have blocked).
-        self.pacer.committed_at(Instant::now());
-        match result {
-            Ok(committed) => {
-                for c in &committed {
-                    log::debug!("{}: committed next offset {}", c.tp, c.next_offset);
-                }
-                Ok(committed)
-            }
-            Err(failure) => {
-                self.commits_refused += 1;
-                log::error!(
-                    "offset commit in generation {} failed: {}",
-                    self.member.identity().generation_id,
-                    ErrorChain(&failure)
-                );
-                Err(ConsumerError::Commit(failure))
-            }
-        }
+        self.pacer.commit_now(&self.guard, &mut *self.member)
     }
 
     /// Runs poll-process-commit until `stop` is set or an error occurs, then returns (call
@@ -359,7 +358,9 @@ impl Consumer {
         while !stop.load(Ordering::SeqCst) {
             let mut failure = None;
             {
-                let mut batch = self.poll(Duration::from_millis(100))?;
+                // No periodic check: the poll blocks until records, a change or a wake
+                // (`Waker`); `stop` is read when it returns, after each record and each batch.
+                let mut batch = self.poll(self.fetch.max_wait)?;
                 while let Some(delivery) = batch.next() {
                     let ctx = WorkContext::new(&guard, delivery.lease());
                     match handler(&delivery.record, &ctx) {
@@ -457,7 +458,7 @@ impl Consumer {
             rebalances: guard.rebalances,
             storm: guard.storm,
             counters: self.handoffs.counters.clone(),
-            commits_refused: self.commits_refused + self.pacer.refused,
+            commits_refused: self.pacer.refused,
             next_batch_size: self.sizer.next_size(),
             per_record_estimate: self.sizer.estimate(),
         }

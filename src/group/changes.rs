@@ -34,7 +34,7 @@ use super::error::{CommitError, GroupError};
 use super::membership::RebalancePlan;
 use super::requests::MemberIdentity;
 use crate::guard::{Fenced, SessionBound};
-use crate::wire::{OffsetCommitEntry, RecordSource};
+use crate::wire::{Nudge, OffsetCommitEntry, RecordSource};
 use crate::TopicPartition;
 
 use super::outcome::LostReason;
@@ -207,6 +207,12 @@ pub trait Membership: Send {
 
     /// Waits up to `timeout` while `bound` has lapsed and the membership has nothing new.
     fn wait_while_session_lapsed(&self, bound: &SessionBound, timeout: Duration);
+
+    /// Ends the poll thread's wait in [`next_change`](Self::next_change) or
+    /// [`wait_while_session_lapsed`](Self::wait_while_session_lapsed) from any thread (the
+    /// consumer's waker): the wait returns as if its time were up. An eager round running on
+    /// the poll thread is not interrupted (its requests are on the wire).
+    fn nudge(&self) -> Nudge;
 
     /// A handle that reads the identity and ownership from any thread.
     fn view(&self) -> MembershipView;

@@ -29,7 +29,7 @@ use super::listener::{close_with, poll_with, RebalanceListener};
 use super::requests::MemberIdentity;
 use super::session::{NextStep, Phase, Shared, Timeouts};
 use crate::guard::SessionBound;
-use crate::wire::{self, Client, ClientConfig, RecordSource};
+use crate::wire::{self, Client, ClientConfig, Nudge, RecordSource};
 use crate::TopicPartition;
 
 /// What differs between the group protocols for the poll thread: whether it runs the rounds
@@ -188,6 +188,9 @@ impl<P: Protocol> Member<P> {
                 || !matches!(state.next_step(), NextStep::Join(_))
             {
                 return true;
+            }
+            if self.shared.take_nudge() {
+                return false;
             }
             let wait = match deadline {
                 None => Duration::from_secs(1),
@@ -402,6 +405,7 @@ impl<P: Protocol> Membership for Member<P> {
                 || state.died().is_some()
                 || state.phase() == Phase::Closed
                 || self.shared.has_failure()
+                || self.shared.take_nudge()
             {
                 return;
             }
@@ -415,6 +419,11 @@ impl<P: Protocol> Membership for Member<P> {
             // A renewal does not wake the condvar: check the bound at least every 50 ms.
             state = self.shared.wait(state, left.min(Duration::from_millis(50)));
         }
+    }
+
+    fn nudge(&self) -> Nudge {
+        let shared = self.shared.clone();
+        Arc::new(move || shared.nudge())
     }
 
     fn view(&self) -> MembershipView {

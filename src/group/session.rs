@@ -737,6 +737,9 @@ pub(crate) struct Shared {
     /// Tests only: the membership thread panics at its next look at the session (see
     /// `GroupMember::panic_membership_thread`), so that its death can be tested end to end.
     panic_requested: std::sync::atomic::AtomicBool,
+    /// The consumer's waker asked the poll thread to stop waiting for the membership (see
+    /// [`Self::nudge`]); taken by the wait it ends.
+    nudged: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -746,6 +749,7 @@ impl Shared {
             wake: Condvar::new(),
             failure: Mutex::new(None),
             panic_requested: std::sync::atomic::AtomicBool::new(false),
+            nudged: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -815,6 +819,22 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
+    }
+
+    /// Ends the poll thread's wait for the membership from any thread (the consumer's waker).
+    /// The flag is set under the session's lock, so a wait that checked it and is about to
+    /// sleep cannot miss the notification.
+    pub(crate) fn nudge(&self) {
+        let _state = self.lock();
+        self.nudged
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.wake.notify_all();
+    }
+
+    /// True once after each [`Self::nudge`]: the poll thread's wait ends.
+    pub(crate) fn take_nudge(&self) -> bool {
+        self.nudged
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// No code that can panic runs while the lock is held, so a poisoned lock still guards a

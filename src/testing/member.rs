@@ -448,6 +448,11 @@ impl<P: Steps> Membership for InMemoryMember<P> {
     /// Nothing to wait for: the test drives every member's turns itself.
     fn wait_while_session_lapsed(&self, _bound: &SessionBound, _timeout: Duration) {}
 
+    fn nudge(&self) -> crate::wire::Nudge {
+        // Driven turn by turn: the poll thread never waits on an in-memory member.
+        std::sync::Arc::new(|| {})
+    }
+
     fn view(&self) -> MembershipView {
         let shared = self.shared();
         MembershipView::new(move || {

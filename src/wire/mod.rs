@@ -96,7 +96,7 @@ pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
-pub use source::RecordSource;
+pub use source::{Nudge, RecordSource};
 pub use tls::{TlsConfig, TlsFileError};
 #[doc(hidden)]
 pub use versions::{client_range, VersionRange};

@@ -9,12 +9,18 @@
 //! the same name).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::client::Client;
 use super::error::Result;
 use super::{CommittedOffset, OffsetSpec};
 use super::{FetchConfig, FetchPosition, IsolationLevel, LazyPartition};
 use crate::TopicPartition;
+
+/// Ends a wait of the poll thread early from any thread: a fetch waiting for its brokers, a
+/// wait for the membership's news. What a consumer's `Waker` calls; each layer that makes the
+/// poll thread wait hands one out.
+pub type Nudge = Arc<dyn Fn() + Send + Sync>;
 
 /// Where a consumer's poll thread gets its records and starting positions.
 ///
@@ -44,6 +50,12 @@ pub trait RecordSource {
         spec: OffsetSpec,
         isolation: IsolationLevel,
     ) -> Result<HashMap<TopicPartition, i64>>;
+
+    /// Ends a [`fetch_lazy`](Self::fetch_lazy) that waits for its brokers, from any thread: the
+    /// fetch returns what was answered so far. `None` when this source never waits.
+    fn nudge(&self) -> Option<Nudge> {
+        None
+    }
 }
 
 impl RecordSource for Client {
@@ -70,5 +82,9 @@ impl RecordSource for Client {
         isolation: IsolationLevel,
     ) -> Result<HashMap<TopicPartition, i64>> {
         Client::list_offsets(self, partitions, spec, isolation)
+    }
+
+    fn nudge(&self) -> Option<Nudge> {
+        Some(self.fetchers.nudge())
     }
 }

@@ -28,6 +28,7 @@ use super::config::ConsumerConfig;
 use super::context::Guard;
 use super::error::ConsumerError;
 use super::stats::PartitionStats;
+use super::wake::Waker;
 
 use buffer::{PartitionBuffer, Refill};
 use positions::{PendingPositions, Start};
@@ -181,6 +182,7 @@ impl Intake {
         wait: FetchWait,
         config: &ConsumerConfig,
         guard: &Guard,
+        waker: &Waker,
     ) -> Result<(), ConsumerError> {
         self.prune_dry();
         let positions: Vec<FetchPosition> = self
@@ -197,8 +199,10 @@ impl Intake {
             .collect();
         if positions.is_empty() {
             // Nothing to fetch: wait a little instead of spinning (the group keeps running on
-            // the heartbeat thread).
-            std::thread::sleep(fetch.max_wait.min(Duration::from_millis(100)));
+            // the heartbeat thread), unless woken.
+            if wait == FetchWait::Block {
+                waker.pause(fetch.max_wait.min(Duration::from_millis(100)));
+            }
             return Ok(());
         }
         let fetched = match wait {

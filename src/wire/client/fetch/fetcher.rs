@@ -75,6 +75,8 @@ enum Event {
         id: u64,
         result: Result<msg::FetchResponse>,
     },
+    /// The consumer's waker: the collecting thread stops waiting and returns what it has.
+    Wake,
 }
 
 /// One broker's answer to a job, as [`Fetchers::collect`] returns it.
@@ -224,6 +226,17 @@ impl Fetchers {
         })
     }
 
+    /// What ends a [`collect`](Self::collect) early from another thread (the consumer's
+    /// waker): a report of its own on the same channel, so no wake-up is lost between two
+    /// waits.
+    pub(in crate::wire) fn nudge(&self) -> crate::wire::Nudge {
+        let events = self.events_tx.clone();
+        std::sync::Arc::new(move || {
+            // The fetching side gone (the client dropped): nothing waits any more.
+            let _ = events.send(Event::Wake);
+        })
+    }
+
     /// Collects answers: waits until every job sent in this call (`fresh`) and, when `max_wait`
     /// is not zero, every earlier job still within its deadline has answered, but never past
     /// `start + max_wait + FETCH_ANSWER_MARGIN` once any broker has answered (nor past
@@ -238,8 +251,12 @@ impl Fetchers {
         let mut answers = Vec::new();
         loop {
             // Everything already reported first, without waiting.
+            let mut woken = false;
             while let Ok(event) = self.events_rx.try_recv() {
-                self.absorb(event, &mut answers);
+                woken |= self.absorb(event, &mut answers);
+            }
+            if woken {
+                break;
             }
             let now = Instant::now();
             let mut latest: Option<Instant> = None;
@@ -263,7 +280,11 @@ impl Fetchers {
                 break;
             }
             match self.events_rx.recv_timeout(until - now) {
-                Ok(event) => self.absorb(event, &mut answers),
+                Ok(event) => {
+                    if self.absorb(event, &mut answers) {
+                        break;
+                    }
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if latest.is_none() {
                         break;
@@ -291,7 +312,8 @@ impl Fetchers {
         answers
     }
 
-    fn absorb(&mut self, event: Event, answers: &mut Vec<Answer>) {
+    /// Applies one report; true when it was the waker's (the caller stops waiting).
+    fn absorb(&mut self, event: Event, answers: &mut Vec<Answer>) -> bool {
         match event {
             Event::Sent {
                 broker,
@@ -309,15 +331,16 @@ impl Fetchers {
                     busy.deadline = at + wait + FETCH_ANSWER_MARGIN;
                 }
             }
+            Event::Wake => return true,
             Event::Done { broker, id, result } => {
                 let Some(thread) = self.threads.get_mut(&broker) else {
-                    return;
+                    return false;
                 };
                 if thread.busy.as_ref().map_or(true, |b| b.id != id) {
-                    return;
+                    return false;
                 }
                 let Some(busy) = thread.busy.take() else {
-                    return;
+                    return false;
                 };
                 if busy.warned {
                     info!("fetch: broker {broker} answered its late fetch");
@@ -334,6 +357,7 @@ impl Fetchers {
                 });
             }
         }
+        false
     }
 }
 
