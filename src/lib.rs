@@ -54,7 +54,7 @@ pub use consumer::{
 pub use group::{GroupError, LostReason, Strategy};
 pub use guard::{
     AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, IdempotencyKey, Lease,
-    PartitionSnapshot, RebalanceGuard, RewindError, StormStatus,
+    PartitionSnapshot, RebalanceGuard, RewindError, SeekError, StormStatus,
 };
 pub use partition::TopicPartition;
 pub use wire::{

@@ -167,9 +167,13 @@ impl Batch<'_> {
                     self.intake.push_front(tp, record);
                     return None;
                 }
-                Err(error @ AdmitError::CompletedMapFull { .. }) => {
-                    // Backpressure: the partition waits (this batch) for its gap to close; the
-                    // record stays first in line, the other partitions go on.
+                Err(
+                    error @ (AdmitError::CompletedMapFull { .. }
+                    | AdmitError::SeekedWhileRunning { .. }),
+                ) => {
+                    // Backpressure: the partition waits (this batch) for its gap to close, or
+                    // for the handler a seek overtook; the record stays first in line, the
+                    // other partitions go on.
                     log::debug!("{error}");
                     self.intake.push_front(tp.clone(), record);
                     self.intake.hold(&tp);

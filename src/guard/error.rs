@@ -52,6 +52,15 @@ pub enum AdmitError {
         /// The commit position, the unfinished offset the gap starts at.
         position: i64,
     },
+    /// A seek took this offset's earlier admission away while its handler may still be running
+    /// it: the record is admitted again once that handler returned (it stays first in line;
+    /// two handlers never run one record of this member at once).
+    SeekedWhileRunning {
+        /// The partition.
+        tp: TopicPartition,
+        /// The offset read again.
+        offset: i64,
+    },
     /// This member already admitted the record in the current assignment, and it is queued,
     /// running or finished: the partition is being read again from an earlier record that was
     /// released (see `RebalanceGuard::release`), and this one needs nothing more.
@@ -108,6 +117,11 @@ impl fmt::Display for AdmitError {
                 "{partition} offset {offset} held back: the completed-offsets map above the \
                  unfinished offset {position} would outgrow the commit metadata"
             ),
+            Self::SeekedWhileRunning { tp, offset } => write!(
+                f,
+                "{tp} offset {offset} waits: a seek took its earlier admission away while its \
+                 handler may still be running it"
+            ),
             Self::AlreadyAdmitted { tp: partition, offset } => write!(
                 f,
                 "{partition} offset {offset} skipped: already admitted in this assignment"
@@ -154,6 +168,15 @@ pub enum CompleteError {
         /// The offset of the work that does not count.
         offset: i64,
     },
+    /// A seek of the partition took the record away while its handler ran (the application
+    /// moved the partition's reading; see `RebalanceGuard::seek`): the lease was not current
+    /// from that moment, and the work does not count.
+    Seeked {
+        /// The partition.
+        tp: TopicPartition,
+        /// The offset of the work that does not count.
+        offset: i64,
+    },
     /// The offset is not pending: already completed, rewound, or never admitted.
     NotPending {
         /// The partition.
@@ -183,6 +206,13 @@ impl fmt::Display for CompleteError {
                 f,
                 "{partition} offset {offset} finished after its handler was told the lease was \
                  not current: it does not count and is delivered again"
+            ),
+            Self::Seeked {
+                tp: partition,
+                offset,
+            } => write!(
+                f,
+                "{partition} offset {offset} finished after a seek took it away: it does not count"
             ),
             Self::NotPending {
                 tp: partition,
@@ -230,6 +260,37 @@ impl fmt::Display for RewindError {
 }
 
 impl Error for RewindError {}
+
+/// Why `seek` refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeekError {
+    /// The partition is not owned (never assigned, revoked, lost, or being handed back): only
+    /// the owner moves a partition's reading.
+    NotOwned {
+        /// The partition.
+        tp: TopicPartition,
+    },
+    /// Offsets start at zero.
+    Negative {
+        /// The partition.
+        tp: TopicPartition,
+        /// The offset asked for.
+        offset: i64,
+    },
+}
+
+impl fmt::Display for SeekError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwned { tp } => write!(f, "cannot seek {tp}: not owned by this member"),
+            Self::Negative { tp, offset } => {
+                write!(f, "cannot seek {tp} to {offset}: offsets start at 0")
+            }
+        }
+    }
+}
+
+impl Error for SeekError {}
 
 /// What the caller's commit function reports when it could not commit everything.
 #[derive(Debug)]

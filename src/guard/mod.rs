@@ -104,7 +104,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::OffsetCommitError;
 pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,
-    HandoffStage, PartitionFailure, RewindError,
+    HandoffStage, PartitionFailure, RewindError, SeekError,
 };
 pub use handoff::{AwaitingCommit, Drained, Fenced, HandedBack};
 pub use idempotency_key::IdempotencyKey;
@@ -366,6 +366,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 offset,
             }
         };
+        if state.progress.is_voided(offset) {
+            return Err(AdmitError::SeekedWhileRunning {
+                tp: partition.clone(),
+                offset,
+            });
+        }
         if state.progress.is_regression(offset) {
             match state.progress.state_of(offset) {
                 // Rule 7: read again after it was released.
@@ -470,6 +476,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 current_epoch: state.epoch,
             });
         }
+        if state.progress.end_voided(lease.offset) {
+            return Err(CompleteError::Seeked {
+                tp: lease.tp.clone(),
+                offset: lease.offset,
+            });
+        }
         if state.progress.told_stale(lease.offset) {
             return match self.release_locked(&mut state, lease.offset) {
                 true => Err(CompleteError::NotCurrent {
@@ -507,8 +519,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
             return false;
         }
-        self.partition(&lease.tp)
-            .is_some_and(|state| state.accepts_completions(lease.epoch))
+        self.partition(&lease.tp).is_some_and(|state| {
+            state.accepts_completions(lease.epoch) && !state.progress.is_voided(lease.offset)
+        })
     }
 
     /// A worker is about to start the leased message: allowed only while the partition is owned
@@ -530,6 +543,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         }
         match self.partition(&lease.tp) {
             Some(mut state) if state.epoch == lease.epoch && state.status == OwnerStatus::Owned => {
+                if state.progress.end_voided(lease.offset) {
+                    // A seek took it away before it started.
+                    return false;
+                }
                 if state.progress.behind_released(lease.offset) {
                     // Nothing overtakes a released record: this one comes again after it.
                     self.release_locked(&mut state, lease.offset);
@@ -561,6 +578,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 lease_epoch: lease.epoch,
                 current_epoch: state.epoch,
             });
+        }
+        if state.progress.end_voided(lease.offset) {
+            // A seek took it away: reading already moved, nothing to deliver again.
+            return Ok(());
         }
         match self.release_locked(&mut state, lease.offset) {
             true => Ok(()),
@@ -680,6 +701,46 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             }
         })?;
         self.keys.forget_unfinished(discarded);
+        Ok(())
+    }
+
+    /// The application moves an owned partition's reading to `offset` (Java's `seek`): a guard
+    /// event, because work already admitted must not be committed past or applied twice.
+    ///
+    /// - Work admitted at or after `offset` is taken away. A handler still running one of those
+    ///   records sees its lease not current from now on (`is_current` is false, its completion
+    ///   does not count), and the record is not admitted again until that handler returned, so
+    ///   one record never runs twice at once. Unfinished work's keys are forgotten (the record
+    ///   is read again); finished work's keys stay, so a keyed record whose effect this member
+    ///   applied is refused as a duplicate when read again.
+    /// - Work before `offset` stays: the commit still waits for it to finish.
+    /// - Once it finished, the commit position is `offset`: a seek forward skips the records in
+    ///   between on purpose (they are never committed as unfinished work, they are not work);
+    ///   a seek back makes the next commit carry `offset`, even below what was committed.
+    pub fn seek(&self, partition: &TopicPartition, offset: i64) -> Result<(), SeekError> {
+        if offset < 0 {
+            return Err(SeekError::Negative {
+                tp: partition.clone(),
+                offset,
+            });
+        }
+        let mut state = self
+            .partition(partition)
+            .filter(|state| state.status == OwnerStatus::Owned)
+            .ok_or_else(|| SeekError::NotOwned {
+                tp: partition.clone(),
+            })?;
+        let back = state.progress.commit_position().is_some_and(|at| offset < at)
+            || state
+                .last_committed
+                .is_some_and(|committed| offset < committed);
+        let discarded = state.progress.seek(offset, self.clock.now());
+        if back {
+            // The next commit carries the position read again from, below the committed one.
+            state.last_committed = None;
+        }
+        let discarded = self.keys.forget_unfinished(discarded);
+        log::info!("{partition}: seek to {offset} ({discarded} unfinished record(s) taken away)");
         Ok(())
     }
 

@@ -100,6 +100,10 @@ pub(crate) struct Progress<M> {
     /// How many pending entries are released, so that the check before each start costs
     /// nothing while none is.
     released: usize,
+    /// Offsets a seek took away while a handler may still be running them (see
+    /// [`Progress::seek`]): their leases are not current, their completions do not count, and
+    /// they are not admitted again until the handler returned. Few, and empty almost always.
+    voided: Vec<i64>,
 }
 
 impl<M> Default for Progress<M> {
@@ -112,6 +116,7 @@ impl<M> Default for Progress<M> {
             inherited: VecDeque::new(),
             redelivery_due: false,
             released: 0,
+            voided: Vec::new(),
         }
     }
 }
@@ -518,6 +523,60 @@ impl<M> Progress<M> {
         }
     }
 
+    /// The application moves the partition's reading to `offset`. Work admitted at or after it
+    /// is taken away: finished work there is forgotten (its keys stay, as for a rewind), and
+    /// work a handler may still be running is voided until that handler returns. Work before
+    /// it stays, and the commit waits for it as before. The monotonicity mark becomes
+    /// `offset - 1`, so reading resumes at `offset` and nothing earlier is admitted again; and
+    /// once the work before `offset` finished, the commit position is `offset`: a seek forward
+    /// skips the records between on purpose, a seek back reads again from there. Returns the
+    /// entries taken away, so the caller can forget the keys of the unfinished ones.
+    pub(crate) fn seek(&mut self, offset: i64, now: Instant) -> Vec<Admitted<M>> {
+        let split = self.pending.partition_point(|a| a.offset < offset);
+        let discarded: Vec<_> = self.pending.drain(split..).collect();
+        self.voided.extend(
+            discarded
+                .iter()
+                .filter(|a| a.state.is_unfinished())
+                .map(|a| a.offset),
+        );
+        match self.pending.back() {
+            // Nothing left to wait for: the position is the seek's.
+            None => self.completed_next = Some(offset),
+            // The commit reaches `offset` when the work before it finishes: a finished entry
+            // marks the skipped records (a gap of offsets, as compaction leaves).
+            Some(last) if last.offset < offset - 1 => self.pending.push_back(Admitted {
+                offset: offset - 1,
+                admitted_at: now,
+                key: None,
+                state: WorkState::Done,
+                told_stale: false,
+            }),
+            Some(_) => {}
+        }
+        self.high_water = Some(offset - 1).filter(|&o| o >= 0);
+        self.count_released();
+        discarded
+    }
+
+    /// True when a seek voided `offset` while its handler may still run it.
+    #[inline]
+    pub(crate) fn is_voided(&self, offset: i64) -> bool {
+        !self.voided.is_empty() && self.voided.contains(&offset)
+    }
+
+    /// The handler of a voided offset returned (completed, released, or refused its start):
+    /// the offset may be admitted again. True when it was voided.
+    pub(crate) fn end_voided(&mut self, offset: i64) -> bool {
+        match self.voided.iter().position(|&o| o == offset) {
+            Some(at) => {
+                self.voided.swap_remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Empties the partition, returning what was pending so the caller can forget its keys.
     pub(crate) fn clear(&mut self) -> VecDeque<Admitted<M>> {
         self.high_water = None;
@@ -526,6 +585,7 @@ impl<M> Progress<M> {
         self.inherited.clear();
         self.redelivery_due = false;
         self.released = 0;
+        self.voided.clear();
         std::mem::take(&mut self.pending)
     }
 
