@@ -10,14 +10,16 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::group::Membership;
-use crate::guard::{AdmitError, CompleteError, IdempotencyKey, Lease};
+use crate::guard::{AdmitError, CommitOffset, CompleteError, IdempotencyKey, Lease};
 use crate::wire::Record;
+use crate::TopicPartition;
 
 use super::context::Guard;
+use super::error::ConsumerError;
 use super::intake::Intake;
 use super::pacer::CommitPacer;
 use super::sizer::{BatchPlan, BatchSizer};
-use super::stats::RebalanceCounters;
+use super::stats::{ConsumerStats, RebalanceCounters};
 
 /// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
 /// has none. Never derive it from the Kafka record key alone unless that key identifies the
@@ -44,6 +46,12 @@ impl Delivery {
 }
 
 /// One bounded batch: hands out records until its size or its deadline is reached.
+///
+/// The batch holds the consumer's parts while it lives, and offers the calls a handler needs
+/// in the middle of it (Java's "commit in the middle of a big batch"): [`commit`](Self::commit),
+/// [`stats`](Self::stats), [`pause`](Self::pause)/[`resume`](Self::resume),
+/// [`seek`](Self::seek), [`position`](Self::position), [`assignment`](Self::assignment) and
+/// [`is_current`](Self::is_current).
 ///
 /// Dropping a batch with records handed out but neither completed nor failed rewinds their
 /// partitions, so they are fetched and delivered again; nothing is committed past them.
@@ -188,6 +196,58 @@ impl Batch<'_> {
         }
     }
 
+    /// Commits what finished so far, synchronously, without ending the batch (Java: a
+    /// `commitSync` between records of one `poll`): the contiguous completed prefix of every
+    /// owned partition, after the paced commit in flight was answered. As
+    /// [`Consumer::commit`](super::Consumer::commit).
+    pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
+        self.pacer.commit_now(self.guard, self.member)
+    }
+
+    /// The consumer's stats now, as [`Consumer::stats`](super::Consumer::stats).
+    pub fn stats(&self) -> ConsumerStats {
+        consumer_stats(
+            self.guard,
+            self.intake,
+            self.member,
+            self.counters,
+            self.pacer,
+            self.sizer,
+        )
+    }
+
+    /// Stops handing out records of these partitions, from this batch on (backpressure), as
+    /// [`Consumer::pause`](super::Consumer::pause).
+    pub fn pause(&mut self, partitions: &[TopicPartition]) {
+        self.intake.pause(partitions);
+    }
+
+    /// Resumes paused partitions, as [`Consumer::resume`](super::Consumer::resume).
+    pub fn resume(&mut self, partitions: &[TopicPartition]) {
+        self.intake.resume(partitions);
+    }
+
+    /// Reads an owned partition from `offset` next, as [`Consumer::seek`](super::Consumer::seek):
+    /// records of it already handed out by this batch at or after `offset` are taken away
+    /// (their leases are not current any more; completing them does not count).
+    pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> Result<(), ConsumerError> {
+        self.intake.seek_owned(self.guard, tp, offset)
+    }
+
+    /// The offset of the next record of `tp` to hand out, as
+    /// [`Consumer::position`](super::Consumer::position).
+    pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
+        if !self.guard.owned().contains(tp) {
+            return None;
+        }
+        self.intake.position(tp)
+    }
+
+    /// Partitions owned now.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.guard.owned()
+    }
+
     /// True while the delivery's partition is still ours under the assignment it was handed out
     /// in. A long handler checks it right before its external side effect.
     pub fn is_current(&self, delivery: &Delivery) -> bool {
@@ -282,5 +342,32 @@ impl Drop for Batch<'_> {
             self.sizer.record_processed(handed_at.elapsed());
         }
         self.sizer.end_batch();
+    }
+}
+
+/// The consumer's stats from its parts: one definition for the consumer and the batch.
+pub(crate) fn consumer_stats(
+    guard: &Guard,
+    intake: &Intake,
+    member: &dyn Membership,
+    counters: &RebalanceCounters,
+    pacer: &CommitPacer,
+    sizer: &BatchSizer,
+) -> ConsumerStats {
+    let snapshot = guard.snapshot();
+    let now = Instant::now();
+    ConsumerStats {
+        generation_id: member.identity().generation_id,
+        partitions: snapshot
+            .partitions
+            .iter()
+            .map(|p| intake.partition_stats(p, now))
+            .collect(),
+        rebalances: snapshot.rebalances,
+        storm: snapshot.storm,
+        counters: counters.clone(),
+        commits_refused: pacer.refused,
+        next_batch_size: sizer.next_size(),
+        per_record_estimate: sizer.estimate(),
     }
 }

@@ -4,7 +4,7 @@ use std::error::Error;
 use std::fmt;
 
 use crate::group::{CommitError, GroupError};
-use crate::guard::{CommitFailure, GuardConfigError};
+use crate::guard::{CommitFailure, GuardConfigError, SeekError};
 use crate::wire::{ErrorKind, WireError};
 use crate::TopicPartition;
 
@@ -66,6 +66,18 @@ pub enum ConsumerError {
     Unsupported(&'static str),
     /// A worker thread could not be started.
     Thread(std::io::Error),
+    /// A seek was refused (the partition is not this member's, or the offset is negative);
+    /// nothing moved.
+    Seek(SeekError),
+    /// The rebalance listener failed. The rebalance it was told about happened all the same
+    /// (a revocation's finished work was committed, an assignment started): the error reports
+    /// the listener's own failure, returned from the poll that ran it.
+    Listener {
+        /// Which call failed: `on_assigned`, `on_revoked` or `on_lost`.
+        callback: &'static str,
+        /// The listener's error.
+        error: Box<dyn Error + Send + Sync>,
+    },
 }
 
 impl ConsumerError {
@@ -84,7 +96,9 @@ impl ConsumerError {
             ConsumerError::Wire(e) => e.kind(),
             ConsumerError::NoOffset { .. }
             | ConsumerError::Guard(_)
+            | ConsumerError::Seek(_)
             | ConsumerError::Unsupported(_) => ErrorKind::Config,
+            ConsumerError::Listener { .. } => ErrorKind::Handler,
             ConsumerError::PositionUnknown { .. } => ErrorKind::Network,
             ConsumerError::Commit(failure) => commit_failure_kind(failure),
             ConsumerError::Handler { .. } | ConsumerError::HandlerPanicked { .. } => {
@@ -161,6 +175,10 @@ impl fmt::Display for ConsumerError {
             ConsumerError::Guard(e) => write!(f, "{e}"),
             ConsumerError::Unsupported(what) => write!(f, "not supported: {what}"),
             ConsumerError::Thread(_) => write!(f, "cannot start a worker thread"),
+            ConsumerError::Seek(e) => write!(f, "{e}"),
+            ConsumerError::Listener { callback, .. } => {
+                write!(f, "the rebalance listener's {callback} failed")
+            }
         }
     }
 }
@@ -178,7 +196,9 @@ impl Error for ConsumerError {
             ConsumerError::Commit(e) => Some(e),
             ConsumerError::Handler { error, .. } => Some(error.as_ref()),
             ConsumerError::Thread(e) => Some(e),
+            ConsumerError::Listener { error, .. } => Some(error.as_ref()),
             ConsumerError::NoOffset { .. }
+            | ConsumerError::Seek(_)
             | ConsumerError::PositionUnknown { .. }
             | ConsumerError::HandlerPanicked { .. }
             | ConsumerError::WorkerGone { .. }

@@ -31,6 +31,8 @@
 //!
 //! Dependencies point down this list; no file imports one above it.
 //!
+//! - `seeking.rs`: where the consumer stands and where it moves: `position`, `committed`,
+//!   `offsets_for_times`, `beginning_offsets`/`end_offsets`, `seek` (a guard event).
 //! - `poll_loop.rs`: the [`Consumer`]: subscribe, `poll`, `commit`, `run`, `run_with_workers`,
 //!   `close`, stats.
 //! - `workers.rs`: the worker pool of the decoupled mode, written against the narrow
@@ -65,6 +67,7 @@ mod handoff;
 mod intake;
 mod pacer;
 mod poll_loop;
+mod seeking;
 mod sizer;
 mod stats;
 mod wake;

@@ -19,7 +19,7 @@ use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormSta
 use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
 use crate::TopicPartition;
 
-use super::batch::{Batch, KeyFn};
+use super::batch::{consumer_stats, Batch, KeyFn};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::ConsumerError;
@@ -34,24 +34,24 @@ use super::workers::{self, WorkSource};
 
 /// A synchronous, rebalance-safe Kafka consumer.
 pub struct Consumer {
-    config: ConsumerConfig,
-    member: Box<dyn Membership>,
-    guard: Arc<Guard>,
-    intake: Intake,
-    sizer: BatchSizer,
-    fetch: FetchConfig,
-    key_fn: Option<KeyFn>,
+    pub(super) config: ConsumerConfig,
+    pub(super) member: Box<dyn Membership>,
+    pub(super) guard: Arc<Guard>,
+    pub(super) intake: Intake,
+    pub(super) sizer: BatchSizer,
+    pub(super) fetch: FetchConfig,
+    pub(super) key_fn: Option<KeyFn>,
     /// The handoff driver's state: storm hook, rebalance counters, the workers' drain, failed handoffs.
-    handoffs: Handoffs,
+    pub(super) handoffs: Handoffs,
     /// `commit.interval.ms`: commits during a batch and between hand-offs to the workers.
-    pacer: CommitPacer,
-    stats_interval: Duration,
-    last_stats: Instant,
+    pub(super) pacer: CommitPacer,
+    pub(super) stats_interval: Duration,
+    pub(super) last_stats: Instant,
     /// What the cluster reported at subscribe about its failure detection (`None`: refused or
     /// failed; the consumer runs without the check).
-    failure_detection: Option<BrokerFailureDetection>,
+    pub(super) failure_detection: Option<BrokerFailureDetection>,
     /// Ends a blocked poll from another thread ([`Consumer::waker`]).
-    waker: Waker,
+    pub(super) waker: Waker,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -445,23 +445,14 @@ impl Consumer {
     /// A snapshot of per-partition signals (what an operator needs to see a stuck partition) and
     /// counters.
     pub fn stats(&self) -> ConsumerStats {
-        let guard = self.guard.snapshot();
-        let now = Instant::now();
-        let partitions = guard
-            .partitions
-            .iter()
-            .map(|p| self.intake.partition_stats(p, now))
-            .collect();
-        ConsumerStats {
-            generation_id: self.member.identity().generation_id,
-            partitions,
-            rebalances: guard.rebalances,
-            storm: guard.storm,
-            counters: self.handoffs.counters.clone(),
-            commits_refused: self.pacer.refused,
-            next_batch_size: self.sizer.next_size(),
-            per_record_estimate: self.sizer.estimate(),
-        }
+        consumer_stats(
+            &self.guard,
+            &self.intake,
+            &*self.member,
+            &self.handoffs.counters,
+            &self.pacer,
+            &self.sizer,
+        )
     }
 
     fn maybe_log_stats(&mut self) {

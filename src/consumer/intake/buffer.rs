@@ -51,6 +51,11 @@ impl PartitionBuffer {
         self.line.len() + self.rest.as_ref().map_or(0, LazyRecords::remaining_records)
     }
 
+    /// The offset of the next record to hand out (the line is never empty while data is left).
+    pub(crate) fn front_offset(&self) -> Option<i64> {
+        self.line.front().map(|record| record.offset)
+    }
+
     /// The next record in line, if one is decoded (see [`PartitionBuffer::refill`]).
     #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<Record> {

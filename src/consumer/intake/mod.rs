@@ -408,6 +408,41 @@ impl Intake {
         }
     }
 
+    /// The application's seek of `tp` to `offset`: the guard first (it refuses a partition not
+    /// owned, and takes the work at or after `offset` away), then the fetch position. Shared
+    /// by the consumer, the batch and the rebalance listener's context.
+    pub(crate) fn seek_owned(
+        &mut self,
+        guard: &Guard,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        guard.seek(tp, offset).map_err(ConsumerError::Seek)?;
+        self.place(tp, offset);
+        Ok(())
+    }
+
+    /// The seek's fetch position: `tp` is read from `offset` next. Its buffered records go,
+    /// and a lookup of its starting position still pending is dropped: the seek is its
+    /// position.
+    fn place(&mut self, tp: &TopicPartition, offset: i64) {
+        self.pending.remove(tp);
+        self.buffers.remove(tp);
+        self.fetch_errors.remove(tp);
+        self.positions.insert(tp.clone(), offset);
+        self.dry.insert(tp.clone());
+    }
+
+    /// The offset of the next record of `tp` to hand out: the first one buffered, else where
+    /// the next fetch starts (Java's `position`). `None` while its starting position is not
+    /// known.
+    pub(crate) fn position(&self, tp: &TopicPartition) -> Option<i64> {
+        self.buffers
+            .get(tp)
+            .and_then(PartitionBuffer::front_offset)
+            .or_else(|| self.positions.get(tp).copied())
+    }
+
     /// Seeks every partition the guard released records of back to the lowest of them, so
     /// that each is delivered again before its partition's later records are handed out anew.
     pub(crate) fn redeliver_released(&mut self, guard: &Guard) {
