@@ -17,9 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+use rebalance_guard::consumer::{
+    AssignedContext, Consumer, ConsumerConfig, ConsumerError, ConsumerRebalanceListener,
+    RevokedPartition,
+};
 use rebalance_guard::group::Strategy;
-use rebalance_guard::guard::HandoffStage;
+use rebalance_guard::guard::{BoxError, HandoffStage};
 use rebalance_guard::testing::{ClassicGroup, InMemoryLog, Journal, Kip848Group, MemberHandle};
 use rebalance_guard::wire::KafkaCode;
 use rebalance_guard::TopicPartition;
@@ -565,4 +568,281 @@ fn a_kip848_paced_commit_from_before_a_loss_is_never_sent_again_with_a_newer_epo
     a.handle.release_paced();
     assert_all_committed_at(&log, 20);
     assert_commits_never_move_back(&log);
+}
+
+// The rebalance listener: the same calls, in the same places, under every protocol.
+
+/// What a [`Recorder`] saw, in order.
+#[derive(Debug, Clone, PartialEq)]
+enum Heard {
+    Assigned(Vec<TopicPartition>),
+    /// The partitions revoked, and what the group had committed for each at that moment.
+    Revoked(Vec<RevokedPartition>, Vec<Option<i64>>),
+    Lost(Vec<TopicPartition>),
+}
+
+/// A listener that records its calls, reads the committed offsets at `on_revoked` time, and
+/// optionally seeks in `on_assigned` or fails in `on_revoked`.
+#[derive(Clone)]
+struct Recorder {
+    heard: Arc<Mutex<Vec<Heard>>>,
+    log: InMemoryLog,
+    seek_on_assign: Option<(TopicPartition, i64)>,
+    fail_revoked: bool,
+}
+
+impl Recorder {
+    fn new(log: &InMemoryLog) -> Self {
+        Recorder {
+            heard: Arc::default(),
+            log: log.clone(),
+            seek_on_assign: None,
+            fail_revoked: false,
+        }
+    }
+
+    fn heard(&self) -> Vec<Heard> {
+        self.heard.lock().unwrap().clone()
+    }
+}
+
+impl ConsumerRebalanceListener for Recorder {
+    fn on_assigned(
+        &mut self,
+        partitions: &[TopicPartition],
+        context: &mut AssignedContext<'_>,
+    ) -> Result<(), BoxError> {
+        self.heard
+            .lock()
+            .unwrap()
+            .push(Heard::Assigned(partitions.to_vec()));
+        if let Some((tp, offset)) = &self.seek_on_assign {
+            if partitions.contains(tp) {
+                context.seek(tp, *offset)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_revoked(&mut self, partitions: &[RevokedPartition]) -> Result<(), BoxError> {
+        let committed = partitions
+            .iter()
+            .map(|r| self.log.committed("g", &r.tp))
+            .collect();
+        self.heard
+            .lock()
+            .unwrap()
+            .push(Heard::Revoked(partitions.to_vec(), committed));
+        if self.fail_revoked {
+            return Err("the application's own flush failed".into());
+        }
+        Ok(())
+    }
+
+    fn on_lost(&mut self, partitions: &[TopicPartition]) -> Result<(), BoxError> {
+        self.heard
+            .lock()
+            .unwrap()
+            .push(Heard::Lost(partitions.to_vec()));
+        Ok(())
+    }
+}
+
+fn listened(node: Node, recorder: &Recorder) -> Node {
+    Node {
+        consumer: node.consumer.with_rebalance_listener(recorder.clone()),
+        ..node
+    }
+}
+
+/// `a` owned every partition and finished 0..=9 of each (nothing committed: the interval is an
+/// hour); `b` joins. `a`'s listener heard the whole assignment first, then the revocation of
+/// exactly what moved, drained (last finished 9) and not committed yet (the group held nothing
+/// for them while it ran, the commit carried 10 right after).
+fn assert_listener_saw_the_handoff(a: &Recorder, moved: &[TopicPartition], log: &InMemoryLog) {
+    let heard = a.heard();
+    let mut assigned: Vec<TopicPartition> = match heard.first() {
+        Some(Heard::Assigned(partitions)) => partitions.clone(),
+        other => panic!("first call: {other:?} (all: {heard:?})"),
+    };
+    assigned.sort();
+    assert_eq!(assigned, (0..PARTITIONS).map(tp).collect::<Vec<_>>());
+    let (revoked, committed_then) = heard
+        .iter()
+        .find_map(|h| match h {
+            Heard::Revoked(r, c) => Some((r.clone(), c.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no on_revoked: {heard:?}"));
+    for tp in moved {
+        let at = revoked
+            .iter()
+            .position(|r| &r.tp == tp)
+            .unwrap_or_else(|| panic!("{tp} moved without on_revoked: {revoked:?}"));
+        assert_eq!(revoked[at].last_finished, Some(9), "{revoked:?}");
+        assert_eq!(revoked[at].committing, Some(10), "{revoked:?}");
+        assert_eq!(committed_then[at], None, "on_revoked ran after the commit");
+        assert_eq!(log.committed("g", tp), Some(10), "the commit after on_revoked");
+    }
+    assert!(
+        !heard.iter().any(|h| matches!(h, Heard::Lost(_))),
+        "{heard:?}"
+    );
+}
+
+#[test]
+fn the_listener_hears_an_eager_handoff_drained_and_before_its_commit() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let recorder = Recorder::new(&log);
+    let mut a = listened(classic_node(&group, "a", Strategy::Range, &[]), &recorder);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let mut b = classic_node(&group, "b", Strategy::Range, &[]);
+    second_member_takes_half(&mut a, &mut b, &log, &processed);
+    let moved = b.consumer.assignment();
+    assert_listener_saw_the_handoff(&recorder, &moved, &log);
+    // Eager: everything was revoked, and what a keeps was assigned again.
+    let heard = recorder.heard();
+    let Some(Heard::Revoked(revoked, _)) = heard.get(1) else {
+        panic!("{heard:?}")
+    };
+    assert_eq!(revoked.len(), PARTITIONS as usize, "eager revokes all");
+    assert!(matches!(heard.get(2), Some(Heard::Assigned(kept)) if kept.len() == 2));
+}
+
+#[test]
+fn the_listener_hears_only_what_moves_in_a_cooperative_handoff() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let recorder = Recorder::new(&log);
+    let strategy = Strategy::CooperativeSticky;
+    let mut a = listened(classic_node(&group, "a", strategy, &[]), &recorder);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let mut b = classic_node(&group, "b", strategy, &[]);
+    second_member_takes_half(&mut a, &mut b, &log, &processed);
+    let moved = b.consumer.assignment();
+    assert_listener_saw_the_handoff(&recorder, &moved, &log);
+    let revoked: Vec<TopicPartition> = recorder
+        .heard()
+        .iter()
+        .filter_map(|h| match h {
+            Heard::Revoked(r, _) => Some(r.iter().map(|r| r.tp.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(revoked.len(), 2, "only what moved: {revoked:?}");
+}
+
+#[test]
+fn the_listener_hears_a_kip848_revocation_before_its_commit_and_a_loss_without_one() {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    let processed = Processed::default();
+    let recorder = Recorder::new(&log);
+    let mut a = listened(kip848_node(&group, "a"), &recorder);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let mut b = kip848_node(&group, "b");
+    second_member_takes_half(&mut a, &mut b, &log, &processed);
+    let moved = b.consumer.assignment();
+    assert_listener_saw_the_handoff(&recorder, &moved, &log);
+    // Then a fenced epoch: on_lost, with nothing committed after it.
+    produce(&log, 10);
+    let history = log.commit_history("g").len();
+    let member_id = a.handle.identity().member_id;
+    let kept = a.consumer.assignment();
+    lose_mid_batch(&mut a, || {
+        group
+            .coordinator()
+            .inject(&member_id, KafkaCode::FENCED_MEMBER_EPOCH)
+    });
+    let heard = recorder.heard();
+    let lost: Vec<TopicPartition> = heard
+        .iter()
+        .filter_map(|h| match h {
+            Heard::Lost(l) => Some(l.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for tp in &kept {
+        assert!(lost.contains(tp), "{tp} lost without on_lost: {heard:?}");
+    }
+    assert_eq!(log.commit_history("g").len(), history, "nothing committed");
+    assert!(
+        !matches!(heard.last(), Some(Heard::Revoked(..))),
+        "a loss is never a revocation: {heard:?}"
+    );
+}
+
+#[test]
+fn a_seek_in_on_assigned_is_where_reading_starts() {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    let processed = Processed::default();
+    let mut recorder = Recorder::new(&log);
+    recorder.seek_on_assign = Some((tp(0), 7));
+    let mut a = listened(kip848_node(&group, "a"), &recorder);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 33);
+    let first: Vec<i64> = by(&processed, "a")
+        .into_iter()
+        .filter(|(t, _)| *t == tp(0))
+        .map(|(_, o)| o)
+        .collect();
+    assert_eq!(first, vec![7, 8, 9], "read from the listener's seek");
+    a.consumer.commit().expect("commit");
+    assert_eq!(committed(&log, 0), Some(10));
+}
+
+#[test]
+fn a_failing_on_revoked_is_returned_and_the_handoff_still_commits() {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    let processed = Processed::default();
+    let mut recorder = Recorder::new(&log);
+    recorder.fail_revoked = true;
+    let mut a = listened(kip848_node(&group, "a"), &recorder);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let mut b = kip848_node(&group, "b");
+    let mut reported = None;
+    for _ in 0..300 {
+        b.turn(&processed);
+        match a.consumer.poll(Duration::ZERO) {
+            Ok(mut batch) => {
+                while let Some(d) = batch.next() {
+                    batch.complete(d);
+                }
+            }
+            Err(error) => {
+                reported = Some(error);
+                break;
+            }
+        }
+    }
+    let error = reported.expect("the listener's error reached the caller");
+    assert!(
+        matches!(
+            error,
+            ConsumerError::Listener {
+                callback: "on_revoked",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let moved: Vec<TopicPartition> = recorder
+        .heard()
+        .iter()
+        .filter_map(|h| match h {
+            Heard::Revoked(r, _) => Some(r.iter().map(|r| r.tp.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(!moved.is_empty());
+    for tp in &moved {
+        assert_eq!(log.committed("g", tp), Some(10), "committed all the same");
+    }
 }

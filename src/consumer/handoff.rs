@@ -24,7 +24,8 @@ use crate::group::{
     MemberIdentity, Membership,
 };
 use crate::guard::{
-    BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, HandoffStage, StormStatus,
+    AwaitingCommit, BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, HandoffStage,
+    StormStatus,
 };
 use crate::wire::{self, ErrorChain};
 use crate::TopicPartition;
@@ -33,6 +34,7 @@ use super::config::ConsumerConfig;
 use super::context::Guard;
 use super::error::ConsumerError;
 use super::intake::Intake;
+use super::listener::{listener_error, AssignedContext, ConsumerRebalanceListener, RevokedPartition};
 use super::stats::RebalanceCounters;
 
 /// Called when the guard reports a rebalance storm.
@@ -66,6 +68,8 @@ pub(crate) struct Handoffs {
     pub(crate) drain: Option<Drain>,
     /// Failed handoffs, kept for the application to report.
     pub(crate) failures: Vec<HandoffFailure>,
+    /// The application's rebalance listener, if it set one.
+    pub(crate) listener: Option<Box<dyn ConsumerRebalanceListener>>,
 }
 
 /// Applies the membership's changes to the consumer's parts, borrowed for one call: the one
@@ -260,11 +264,11 @@ impl Driver<'_> {
                 fenced,
                 ack,
             } => {
-                self.hand_off(&identity, &partitions, fenced);
+                let listened = self.hand_off(&identity, &partitions, fenced);
                 // The hand-back each protocol needs: the cooperative follow-up JoinGroup, the
                 // KIP-848 heartbeat that acknowledges the revocation, the eager JoinGroup.
                 self.member.acknowledge(ack);
-                Ok(())
+                listened
             }
             Change::Assign {
                 identity,
@@ -276,23 +280,22 @@ impl Driver<'_> {
                 self.member.acknowledge(ack);
                 started
             }
-            Change::Lost { partitions, reason } => {
-                self.lose(&partitions, &reason);
-                Ok(())
-            }
+            Change::Lost { partitions, reason } => self.lose(&partitions, &reason),
         }
     }
 
     /// The handoff of revoked partitions, in order: the fetched records nobody was handed go
     /// back, the guard's fence (taken when the revocation was decided) is drained, the one state
     /// check reads the positions, the commit goes out synchronously in the generation that owned
-    /// the partitions, and the guard hands them back with the commit's answer.
+    /// the partitions, and the guard hands them back with the commit's answer. The listener's
+    /// `on_revoked` runs between the state check and the commit; its error is returned after
+    /// the handoff completed.
     fn hand_off(
         &mut self,
         identity: &MemberIdentity,
         partitions: &[TopicPartition],
         fenced: Option<Fenced>,
-    ) {
+    ) -> Result<(), ConsumerError> {
         // 1. Fetched records of these partitions were never handed out: they are the next
         //    owner's.
         for tp in partitions {
@@ -305,6 +308,8 @@ impl Driver<'_> {
         let drained = self.guard.drain(fenced, &mut self.flush());
         // 4. The state check: a partition lost since its fence leaves the handoff here.
         let awaiting = self.guard.prepare_commit(drained);
+        //    The application's listener: drained, not committed, not acknowledged.
+        let listened = self.tell_revoked(partitions, &awaiting);
         // 5. The commit of `last + 1`, synchronously, as the identity that owns the partitions.
         let generation = identity.generation_id;
         let answer = (!awaiting.offsets().is_empty()).then(|| {
@@ -348,6 +353,39 @@ impl Driver<'_> {
                 }
             }
         }
+        listened
+    }
+
+    /// The listener's `on_revoked`, with each partition's last finished offset and the
+    /// position the commit about to be sent carries.
+    fn tell_revoked(
+        &mut self,
+        partitions: &[TopicPartition],
+        awaiting: &AwaitingCommit,
+    ) -> Result<(), ConsumerError> {
+        let Some(listener) = self.handoffs.listener.as_mut() else {
+            return Ok(());
+        };
+        let snapshot = self.guard.snapshot();
+        let revoked: Vec<RevokedPartition> = partitions
+            .iter()
+            .map(|tp| RevokedPartition {
+                tp: tp.clone(),
+                last_finished: snapshot
+                    .partitions
+                    .iter()
+                    .find(|p| &p.tp == tp)
+                    .and_then(|p| p.contiguous_completed),
+                committing: awaiting
+                    .offsets()
+                    .iter()
+                    .find(|o| &o.tp == tp)
+                    .map(|o| o.next_offset),
+            })
+            .collect();
+        listener
+            .on_revoked(&revoked)
+            .map_err(|error| listener_error("on_revoked", error))
     }
 
     /// How the drain waits for a revoked partition's admitted work. Synchronous loop: every
@@ -387,14 +425,32 @@ impl Driver<'_> {
             identity.generation_id
         );
         self.intake.assigned(partitions, Instant::now());
+        // The listener sees them owned and not started: a seek there is where reading starts.
+        let listened = match self.handoffs.listener.as_mut() {
+            None => Ok(()),
+            Some(listener) => {
+                let mut context = AssignedContext {
+                    guard: self.guard,
+                    intake: self.intake,
+                };
+                listener
+                    .on_assigned(partitions, &mut context)
+                    .map_err(|error| listener_error("on_assigned", error))
+            }
+        };
         self.intake
-            .resolve_positions(self.member.records(), self.config, self.guard)
+            .resolve_positions(self.member.records(), self.config, self.guard)?;
+        listened
     }
 
     /// Partitions taken away without a handoff: fenced already by the lost hook when the loss
     /// was detected (this is idempotent); their records and positions are dropped. Nothing is
-    /// flushed or committed.
-    fn lose(&mut self, partitions: &[TopicPartition], reason: &LostReason) {
+    /// flushed or committed; the listener's `on_lost` is told after.
+    fn lose(
+        &mut self,
+        partitions: &[TopicPartition],
+        reason: &LostReason,
+    ) -> Result<(), ConsumerError> {
         let report = self.guard.lost_because(partitions, reason);
         for tp in partitions {
             self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
@@ -406,6 +462,12 @@ impl Driver<'_> {
             report.discarded
         );
         self.storm(report.storm);
+        match self.handoffs.listener.as_mut() {
+            Some(listener) => listener
+                .on_lost(partitions)
+                .map_err(|error| listener_error("on_lost", error)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -45,6 +45,8 @@
 //!   sent without stopping the poll thread.
 //! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
 //!   drains, [`HandoffFailure`]s, and `commit_through` for every commit.
+//! - `listener.rs`: the application's [`ConsumerRebalanceListener`] and what holds when each of
+//!   its calls runs.
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and
 //!   (`intake/positions.rs`) the starting-position lookups, retried until found.
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
@@ -65,6 +67,7 @@ mod error;
 mod failure_detection;
 mod handoff;
 mod intake;
+mod listener;
 mod pacer;
 mod poll_loop;
 mod seeking;
@@ -81,6 +84,7 @@ pub use config::{
 pub use context::{GuardView, WorkContext};
 pub use error::ConsumerError;
 pub use handoff::{HandoffFailure, StormHook};
+pub use listener::{AssignedContext, ConsumerRebalanceListener, RevokedPartition};
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;
 pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};

@@ -26,6 +26,7 @@ use super::error::ConsumerError;
 use super::failure_detection;
 use super::handoff::{self, Drain, Driver, HandoffFailure, Handoffs};
 use super::intake::{FetchWait, Intake};
+use super::listener::ConsumerRebalanceListener;
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
 use super::stats::ConsumerStats;
@@ -161,6 +162,18 @@ impl Consumer {
     /// (pause intake, widen quotes, page someone) instead of scraping logs.
     pub fn on_storm(mut self, hook: impl FnMut(&StormStatus) + Send + 'static) -> Self {
         self.handoffs.storm_hook = Some(Box::new(hook));
+        self
+    }
+
+    /// Calls `listener` at each rebalance, on the poll thread (Java:
+    /// `subscribe(topics, ConsumerRebalanceListener)`; rust-rdkafka: a `ConsumerContext`'s
+    /// `pre_rebalance`/`post_rebalance`). See [`ConsumerRebalanceListener`] for when each call
+    /// runs and what holds then.
+    pub fn with_rebalance_listener(
+        mut self,
+        listener: impl ConsumerRebalanceListener + 'static,
+    ) -> Self {
+        self.handoffs.listener = Some(Box::new(listener));
         self
     }
 
