@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, Membership, RebalanceProtocol,
+    ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, ManualAssignment, Membership,
+    RebalanceProtocol,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
 use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
@@ -53,6 +54,9 @@ pub struct Consumer {
     pub(super) failure_detection: Option<BrokerFailureDetection>,
     /// Ends a blocked poll from another thread ([`Consumer::waker`]).
     pub(super) waker: Waker,
+    /// False for a consumer made by [`Consumer::assign`]: it commits only when the application
+    /// calls `commit` (not at close, not after a handler's failure, never paced).
+    pub(super) in_group: bool,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -142,7 +146,38 @@ impl Consumer {
             last_stats: Instant::now(),
             failure_detection: None,
             waker: Waker::new(nudges),
+            in_group: true,
         })
+    }
+
+    /// Reads `partitions` without joining a group (Java: `assign`; rust-rdkafka: `assign` with
+    /// a `TopicPartitionList`): for tools, replays and a reader that owns its partitions by
+    /// design. Nothing can take them away, so no lease goes stale by a rebalance and there is
+    /// no session to renew; the guard's other rules hold (offset order, idempotency keys,
+    /// seeks). Reading starts at `group.id`'s committed offsets (else `auto.offset.reset`), or
+    /// wherever [`seek`](Self::seek) says. Nothing is committed unless the application calls
+    /// [`commit`](Self::commit) (not at close, not paced); that commit is sent from outside any
+    /// group (generation -1), which the coordinator accepts only while no group of that
+    /// `group.id` is running.
+    pub fn assign(
+        config: ConsumerConfig,
+        partitions: &[TopicPartition],
+    ) -> Result<Consumer, ConsumerError> {
+        let client_config = config.client_config();
+        let group_id = config.group_id().to_string();
+        let mut topics: Vec<&str> = partitions.iter().map(|tp| &*tp.topic).collect();
+        topics.sort_unstable();
+        topics.dedup();
+        let mut consumer = Consumer::with_membership(config, &topics, |_, _| {
+            Ok(Box::new(ManualAssignment::new(
+                client_config,
+                &group_id,
+                partitions,
+            )?))
+        })?;
+        consumer.in_group = false;
+        consumer.pacer = CommitPacer::new(Duration::MAX);
+        Ok(consumer)
     }
 
     /// Sets how each record's idempotency key is derived (see [`KeyFn`]). Without it, only the
@@ -404,7 +439,11 @@ impl Consumer {
                 }
                 continue;
             };
-            // Everything before the failed record is committed before the error is returned.
+            // Everything before the failed record is committed before the error is returned
+            // (in a group; a reader outside one commits only when asked).
+            if !self.in_group {
+                return Err(failure);
+            }
             match self.commit() {
                 Ok(_) | Err(ConsumerError::Commit(_)) => {}
                 Err(other) => return Err(other),
@@ -443,7 +482,10 @@ impl Consumer {
     /// group unless the member is static.
     pub fn close(mut self) -> Result<(), ConsumerError> {
         self.intake.clear_buffers();
-        let committed = self.commit();
+        let committed = match self.in_group {
+            true => self.commit(),
+            false => Ok(Vec::new()),
+        };
         self.driver().close()?;
         committed.map(|_| ())
     }
@@ -484,6 +526,10 @@ impl WorkSource for Consumer {
     }
 
     fn commit(&mut self) -> Result<(), ConsumerError> {
+        if !self.in_group {
+            // Outside a group, only the application's own `commit` commits.
+            return Ok(());
+        }
         Consumer::commit(self).map(|_| ())
     }
 

@@ -57,6 +57,8 @@
 //!   checks it against the session right before the request and feeds a refusal back; and the
 //!   commit thread (`Committer`): paced commits travel on a thread and a coordinator connection
 //!   of their own, so that a slow `__consumer_offsets` write does not stop the poll thread;
+//! - `manual.rs`: [`ManualAssignment`], the member of no group (Java's `assign`): its one
+//!   change is the assignment, and it commits only when asked, from outside any group;
 //! - `failover.rs`: coordinator failover for the membership threads: short, capped retries of
 //!   the look-up and bounded connects, so that a moved coordinator is found before the session
 //!   runs out;
@@ -80,6 +82,7 @@ mod error;
 mod failover;
 pub(crate) mod handout;
 mod listener;
+mod manual;
 pub(crate) mod member;
 pub(crate) mod membership;
 mod outcome;
@@ -102,6 +105,7 @@ pub use consumer_group::ConsumerGroupMember;
 pub use error::{CommitError, GroupError};
 #[doc(hidden)]
 pub use listener::{close_with, poll_with, GroupContext, RebalanceListener};
+pub use manual::ManualAssignment;
 #[doc(hidden)]
 pub use member::{Member, MemberIo, Protocol, Step};
 pub use outcome::{ErrorAction, FatalError, GroupApi, LostReason};
