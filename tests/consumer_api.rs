@@ -32,8 +32,8 @@ fn kafka() -> &'static Kafka {
 fn topic_with(partitions: u32, count: i64) -> String {
     let topic = unique_name("api");
     kafka().create_topic(&topic, partitions);
-    let mut client = Client::connect(ClientConfig::from_bootstrap_str(kafka().bootstrap()))
-        .expect("client");
+    let mut client =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka().bootstrap())).expect("client");
     for p in (0..partitions as i32).filter(|_| count > 0) {
         let records: Vec<ProduceRecord> = (0..count)
             .map(|i| ProduceRecord {
@@ -43,7 +43,12 @@ fn topic_with(partitions: u32, count: i64) -> String {
                 timestamp: Some(BASE_TIME + i * 1000),
             })
             .collect();
-        produce_until_accepted(&mut client, &TopicPartition::new(topic.as_str(), p), &records, "produce");
+        produce_until_accepted(
+            &mut client,
+            &TopicPartition::new(topic.as_str(), p),
+            &records,
+            "produce",
+        );
     }
     topic
 }
@@ -59,7 +64,10 @@ fn consume_until(
 ) {
     let deadline = Instant::now() + WAIT;
     while !done(seen) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}: {seen:?}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {seen:?}"
+        );
         let mut batch = consumer.poll(Duration::from_millis(200)).expect("poll");
         while let Some(d) = batch.next() {
             seen.push((d.record.partition, d.record.offset));
@@ -73,13 +81,22 @@ fn positions_lookups_and_seeks_on_owned_partitions() {
     let topic = topic_with(2, 20);
     let group = unique_name("api-group");
     let mut consumer = Consumer::subscribe(
-        config(kafka().bootstrap(), &group, &[("commit.interval.ms", "3600000")]),
+        config(
+            kafka().bootstrap(),
+            &group,
+            &[("commit.interval.ms", "3600000")],
+        ),
         &[&topic],
     )
     .expect("subscribe");
-    let tps = [TopicPartition::new(topic.as_str(), 0), TopicPartition::new(topic.as_str(), 1)];
+    let tps = [
+        TopicPartition::new(topic.as_str(), 0),
+        TopicPartition::new(topic.as_str(), 1),
+    ];
     let mut seen = Vec::new();
-    consume_until(&mut consumer, "the first records", &mut seen, |s| s.len() >= 10);
+    consume_until(&mut consumer, "the first records", &mut seen, |s| {
+        s.len() >= 10
+    });
     assert_eq!(
         consumer.beginning_offsets(&tps).expect("beginning")[&tps[0]],
         0
@@ -88,7 +105,11 @@ fn positions_lookups_and_seeks_on_owned_partitions() {
     let found = consumer
         .offsets_for_times(&[(tps[0].clone(), BASE_TIME + 7_500)])
         .expect("offsets for times");
-    assert_eq!(found[&tps[0]], Some(8), "the first record at or after 7.5 s");
+    assert_eq!(
+        found[&tps[0]],
+        Some(8),
+        "the first record at or after 7.5 s"
+    );
     let late = consumer
         .offsets_for_times(&[(tps[1].clone(), BASE_TIME + 3_600_000)])
         .expect("offsets for times");
@@ -99,9 +120,12 @@ fn positions_lookups_and_seeks_on_owned_partitions() {
     consumer.seek(&tps[0], 15).expect("seek");
     assert_eq!(consumer.position(&tps[0]), Some(15));
     let mut again = Vec::new();
-    consume_until(&mut consumer, "the records after the seek", &mut again, |s| {
-        s.len() >= 5
-    });
+    consume_until(
+        &mut consumer,
+        "the records after the seek",
+        &mut again,
+        |s| s.len() >= 5,
+    );
     assert_eq!(again, (15..20).map(|o| (0, o)).collect::<Vec<_>>());
     consumer.commit().expect("commit");
     let committed_now = consumer.committed(&tps).expect("committed");
@@ -130,11 +154,18 @@ fn assign_reads_without_a_group_and_commits_only_when_asked() {
     let group = unique_name("api-assign");
     let tp = TopicPartition::new(topic.as_str(), 1);
     let mut consumer = Consumer::assign(
-        config(kafka().bootstrap(), &group, &[("commit.interval.ms", "100")]),
+        config(
+            kafka().bootstrap(),
+            &group,
+            &[("commit.interval.ms", "100")],
+        ),
         std::slice::from_ref(&tp),
     )
     .expect("assign");
-    assert!(consumer.assignment().is_empty(), "handed out at the first poll");
+    assert!(
+        consumer.assignment().is_empty(),
+        "handed out at the first poll"
+    );
     let mut seen = Vec::new();
     consume_until(&mut consumer, "partition 1", &mut seen, |s| s.len() >= 10);
     assert!(seen.iter().all(|(p, _)| *p == 1), "only what was assigned");
@@ -154,7 +185,10 @@ fn assign_reads_without_a_group_and_commits_only_when_asked() {
     consume_until(&mut consumer, "the replay", &mut replay, |s| s.len() >= 6);
     assert_eq!(replay.first(), Some(&(1, 4)));
     consumer.commit().expect("commit from outside a group");
-    assert_eq!(committed(kafka().bootstrap(), &group, &topic, 2)[&1], Some(10));
+    assert_eq!(
+        committed(kafka().bootstrap(), &group, &topic, 2)[&1],
+        Some(10)
+    );
     consumer.seek(&tp, 2).expect("seek back");
     consumer.close().expect("close");
     assert_eq!(
@@ -170,7 +204,11 @@ fn the_waker_ends_a_blocked_poll_and_run_at_once() {
     let group = unique_name("api-wake");
     // A fetch that would wait 20 s at the broker, and a poll allowed a minute.
     let mut consumer = Consumer::subscribe(
-        config(kafka().bootstrap(), &group, &[("fetch.max.wait.ms", "20000")]),
+        config(
+            kafka().bootstrap(),
+            &group,
+            &[("fetch.max.wait.ms", "20000")],
+        ),
         &[&topic],
     )
     .expect("subscribe");
@@ -221,7 +259,10 @@ fn a_handler_commits_in_the_middle_of_a_batch() {
         config(
             kafka().bootstrap(),
             &group,
-            &[("commit.interval.ms", "3600000"), ("max.poll.records", "50")],
+            &[
+                ("commit.interval.ms", "3600000"),
+                ("max.poll.records", "50"),
+            ],
         ),
         &[&topic],
     )
@@ -244,16 +285,22 @@ fn a_handler_commits_in_the_middle_of_a_batch() {
         }
     }
     assert_eq!(committed_mid_batch, Some(25));
-    assert_eq!(committed(kafka().bootstrap(), &group, &topic, 1)[&0], Some(25));
+    assert_eq!(
+        committed(kafka().bootstrap(), &group, &topic, 1)[&0],
+        Some(25)
+    );
     consumer.close().expect("close");
 }
+
+/// A revoked partition, and the group's committed offset when `on_revoked` ran.
+type RevokedThen = (RevokedPartition, Option<i64>);
 
 /// What a listener heard, with the group's committed offset read (on a client of its own) at
 /// the moment `on_revoked` ran.
 #[derive(Clone)]
 struct Heard {
     calls: Arc<Mutex<Vec<String>>>,
-    revoked: Arc<Mutex<Vec<(RevokedPartition, Option<i64>)>>>,
+    revoked: Arc<Mutex<Vec<RevokedThen>>>,
     group: String,
 }
 
@@ -338,11 +385,18 @@ fn listener_hears_the_handoff(config_of: impl Fn(&str) -> ConsumerConfig) {
     for (r, committed_then) in &revoked {
         assert_eq!(r.last_finished, Some(9), "{r:?}");
         assert_eq!(r.committing, Some(10), "{r:?}");
-        assert_eq!(*committed_then, None, "on_revoked ran after its commit: {r:?}");
+        assert_eq!(
+            *committed_then, None,
+            "on_revoked ran after its commit: {r:?}"
+        );
         assert_eq!(after[&r.tp.partition], Some(10), "{r:?}");
     }
     let calls = heard.calls.lock().unwrap().clone();
-    assert_eq!(calls.first().map(String::as_str), Some("assigned 4"), "{calls:?}");
+    assert_eq!(
+        calls.first().map(String::as_str),
+        Some("assigned 4"),
+        "{calls:?}"
+    );
     assert!(!calls.iter().any(|c| c.starts_with("lost")), "{calls:?}");
     a.close().expect("close a");
     stop.store(true, Ordering::SeqCst);
@@ -366,6 +420,10 @@ fn the_listener_hears_a_cooperative_handoff_before_its_commit() {
 #[test]
 fn the_listener_hears_a_kip848_revocation_before_its_commit() {
     listener_hears_the_handoff(|group| {
-        consumer_protocol_config(kafka().bootstrap(), group, &[("commit.interval.ms", "3600000")])
+        consumer_protocol_config(
+            kafka().bootstrap(),
+            group,
+            &[("commit.interval.ms", "3600000")],
+        )
     });
 }

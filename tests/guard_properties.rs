@@ -199,6 +199,9 @@ proptest! {
                         Err(AdmitError::SessionExpired { .. }) => {
                             prop_assert!(false, "no session bound is set in this model")
                         }
+                        Err(error @ AdmitError::SeekedWhileRunning { .. }) => {
+                            prop_assert!(false, "the model never seeks: {error}")
+                        }
                         Err(error @ (AdmitError::AlreadyCompleted { .. }
                         | AdmitError::CompletedMapFull { .. })) => {
                             prop_assert!(false, "no map is resumed in this model: {error}")

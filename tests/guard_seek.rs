@@ -45,7 +45,10 @@ fn a_seek_forward_skips_on_purpose_but_never_commits_past_work_still_running_bef
     let finished = admit(&guard, 11);
     guard.complete(&finished).expect("11 finished");
     guard.seek(&tp(), 50).expect("owned");
-    assert!(guard.is_current(&running), "work before the seek point stays current");
+    assert!(
+        guard.is_current(&running),
+        "work before the seek point stays current"
+    );
     assert!(
         commit(&guard).map_or(true, |at| at <= 10),
         "10 has not finished: nothing past it may be committed"
@@ -104,13 +107,17 @@ fn a_seek_back_takes_running_work_away_and_its_record_never_runs_twice_at_once()
 fn a_seek_back_with_nothing_running_makes_the_next_commit_carry_the_seek_point() {
     let guard = guard_owning_from(0);
     for offset in 0..8 {
-        let lease = guard.process_message(&tp(), offset, None, ()).expect("admitted");
+        let lease = guard
+            .process_message(&tp(), offset, None, ())
+            .expect("admitted");
         guard.complete(&lease).expect("finished");
     }
     assert_eq!(commit(&guard), Some(8));
     guard.seek(&tp(), 2).expect("owned");
     assert_eq!(commit(&guard), Some(2), "Java's seek then commitSync");
-    let lease = guard.process_message(&tp(), 2, None, ()).expect("read again");
+    let lease = guard
+        .process_message(&tp(), 2, None, ())
+        .expect("read again");
     guard.complete(&lease).expect("finished");
     assert_eq!(commit(&guard), Some(3));
 }
@@ -139,7 +146,9 @@ fn a_worker_refuses_to_start_a_record_a_seek_took_away_and_a_release_ends_it_qui
     let handed = admit(&guard, 1);
     guard.seek(&tp(), 0).expect("owned");
     assert!(!guard.start(&queued), "taken away before it started");
-    guard.release(&handed).expect("a release of taken-away work is quiet");
+    guard
+        .release(&handed)
+        .expect("a release of taken-away work is quiet");
     let again = admit(&guard, 0);
     guard.complete(&again).expect("finished");
     assert_eq!(commit(&guard), Some(1));

@@ -682,7 +682,11 @@ fn assert_listener_saw_the_handoff(a: &Recorder, moved: &[TopicPartition], log: 
         assert_eq!(revoked[at].last_finished, Some(9), "{revoked:?}");
         assert_eq!(revoked[at].committing, Some(10), "{revoked:?}");
         assert_eq!(committed_then[at], None, "on_revoked ran after the commit");
-        assert_eq!(log.committed("g", tp), Some(10), "the commit after on_revoked");
+        assert_eq!(
+            log.committed("g", tp),
+            Some(10),
+            "the commit after on_revoked"
+        );
     }
     assert!(
         !heard.iter().any(|h| matches!(h, Heard::Lost(_))),

@@ -34,7 +34,9 @@ use super::config::ConsumerConfig;
 use super::context::Guard;
 use super::error::ConsumerError;
 use super::intake::Intake;
-use super::listener::{listener_error, AssignedContext, ConsumerRebalanceListener, RevokedPartition};
+use super::listener::{
+    listener_error, AssignedContext, ConsumerRebalanceListener, RevokedPartition,
+};
 use super::stats::RebalanceCounters;
 
 /// Called when the guard reports a rebalance storm.

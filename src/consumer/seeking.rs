@@ -103,7 +103,10 @@ impl Consumer {
     }
 
     /// Seeks each partition to the first offset of its log (Java: `seekToBeginning`).
-    pub fn seek_to_beginning(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+    pub fn seek_to_beginning(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<(), ConsumerError> {
         let offsets = self.beginning_offsets(partitions)?;
         self.seek_each(partitions, &offsets)
     }

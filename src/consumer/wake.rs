@@ -110,7 +110,10 @@ mod tests {
             other.wake();
         });
         waker.pause(Duration::from_secs(30));
-        assert!(started.elapsed() < Duration::from_secs(10), "woken, not timed out");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "woken, not timed out"
+        );
         thread.join().expect("the waking thread");
         assert_eq!(nudged.load(Ordering::SeqCst), 1);
         assert!(waker.take());

@@ -18,9 +18,7 @@ use super::commit::{CommitKind, CommitResults};
 use super::error::{CommitError, GroupError};
 use super::requests::MemberIdentity;
 use crate::guard::SessionBound;
-use crate::wire::{
-    Client, ClientConfig, CommitIdentity, Nudge, OffsetCommitEntry, RecordSource,
-};
+use crate::wire::{Client, ClientConfig, CommitIdentity, Nudge, OffsetCommitEntry, RecordSource};
 use crate::TopicPartition;
 
 /// The member of no group: it owns the partitions it was given, for as long as it runs.

@@ -826,15 +826,13 @@ impl Shared {
     /// sleep cannot miss the notification.
     pub(crate) fn nudge(&self) {
         let _state = self.lock();
-        self.nudged
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.nudged.store(true, std::sync::atomic::Ordering::SeqCst);
         self.wake.notify_all();
     }
 
     /// True once after each [`Self::nudge`]: the poll thread's wait ends.
     pub(crate) fn take_nudge(&self) -> bool {
-        self.nudged
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        self.nudged.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// No code that can panic runs while the lock is held, so a poisoned lock still guards a

@@ -730,7 +730,10 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             .ok_or_else(|| SeekError::NotOwned {
                 tp: partition.clone(),
             })?;
-        let back = state.progress.commit_position().is_some_and(|at| offset < at)
+        let back = state
+            .progress
+            .commit_position()
+            .is_some_and(|at| offset < at)
             || state
                 .last_committed
                 .is_some_and(|committed| offset < committed);
