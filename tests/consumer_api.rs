@@ -427,3 +427,17 @@ fn the_listener_hears_a_kip848_revocation_before_its_commit() {
         )
     });
 }
+
+#[test]
+fn the_listener_hears_an_eager_revocation_before_its_commit() {
+    listener_hears_the_handoff(|group| {
+        config(
+            kafka().bootstrap(),
+            group,
+            &[
+                ("partition.assignment.strategy", "range"),
+                ("commit.interval.ms", "3600000"),
+            ],
+        )
+    });
+}
