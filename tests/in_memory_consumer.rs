@@ -850,3 +850,52 @@ fn a_failing_on_revoked_is_returned_and_the_handoff_still_commits() {
         assert_eq!(log.committed("g", tp), Some(10), "committed all the same");
     }
 }
+
+/// A close commits once, through the revocation of everything it owns: every finished record,
+/// in the current generation.
+#[test]
+fn a_close_commits_everything_finished_in_one_commit() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let history = log.commit_history("g").len();
+    a.consumer.close().expect("close");
+    assert_all_committed_at(&log, 10);
+    assert_eq!(
+        log.commit_history("g").len(),
+        history + PARTITIONS as usize,
+        "one commit at close, of each partition once"
+    );
+}
+
+/// A partition the close could not commit (refused with a code that ends the generation: the
+/// group began to re-form) is named in the close's error; the others are committed.
+#[test]
+fn a_close_that_could_not_commit_a_partition_names_it() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    log.refuse_commits(&tp(0), KafkaCode::REBALANCE_IN_PROGRESS, 1);
+    let error = a
+        .consumer
+        .close()
+        .expect_err("partition 0 was not committed");
+    let ConsumerError::Handoff(failures) = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(failures.len(), 1, "{error}");
+    assert_eq!(failures[0].tp, tp(0));
+    assert_eq!(
+        error.kind(),
+        rebalance_guard::ErrorKind::GenerationOver,
+        "{error}"
+    );
+    assert_eq!(committed(&log, 0), None);
+    for p in 1..PARTITIONS {
+        assert_eq!(committed(&log, p), Some(10));
+    }
+}

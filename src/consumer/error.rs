@@ -66,6 +66,9 @@ pub enum ConsumerError {
     Unsupported(&'static str),
     /// A worker thread could not be started.
     Thread(std::io::Error),
+    /// The close's handoff could not commit (or flush) these partitions: their records
+    /// finished since the last commit will be processed again by their next owner.
+    Handoff(Vec<super::handoff::HandoffFailure>),
     /// A seek was refused (the partition is not this member's, or the offset is negative);
     /// nothing moved.
     Seek(SeekError),
@@ -101,6 +104,16 @@ impl ConsumerError {
             ConsumerError::Listener { .. } => ErrorKind::Handler,
             ConsumerError::PositionUnknown { .. } => ErrorKind::Network,
             ConsumerError::Commit(failure) => commit_failure_kind(failure),
+            ConsumerError::Handoff(failures) => {
+                let over = failures
+                    .iter()
+                    .any(|f| kind_of(f.error.as_ref()) == Some(ErrorKind::GenerationOver));
+                if over {
+                    ErrorKind::GenerationOver
+                } else {
+                    ErrorKind::Refused
+                }
+            }
             ConsumerError::Handler { .. } | ConsumerError::HandlerPanicked { .. } => {
                 ErrorKind::Handler
             }
@@ -109,16 +122,19 @@ impl ConsumerError {
     }
 }
 
+/// The kind of one commit's error, when it is the group's or the wire's.
+fn kind_of(error: &(dyn Error + 'static)) -> Option<ErrorKind> {
+    if let Some(e) = error.downcast_ref::<CommitError>() {
+        Some(e.kind())
+    } else {
+        error.downcast_ref::<WireError>().map(WireError::kind)
+    }
+}
+
 /// The kind of a commit failure, from the group's or the wire's error inside it (the guard's
 /// failure type holds them boxed, as the caller's commit function returned them).
 fn commit_failure_kind(failure: &CommitFailure) -> ErrorKind {
-    fn of(error: &(dyn Error + 'static)) -> Option<ErrorKind> {
-        if let Some(e) = error.downcast_ref::<CommitError>() {
-            Some(e.kind())
-        } else {
-            error.downcast_ref::<WireError>().map(WireError::kind)
-        }
-    }
+    let of = kind_of;
     match failure {
         CommitFailure::Request(e) => of(e.as_ref()).unwrap_or(ErrorKind::Refused),
         CommitFailure::Partitions(refused) => {
@@ -176,6 +192,20 @@ impl fmt::Display for ConsumerError {
             ConsumerError::Unsupported(what) => write!(f, "not supported: {what}"),
             ConsumerError::Thread(_) => write!(f, "cannot start a worker thread"),
             ConsumerError::Seek(e) => write!(f, "{e}"),
+            ConsumerError::Handoff(failures) => {
+                write!(f, "the close could not commit")?;
+                for (i, failure) in failures.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(
+                        f,
+                        "{sep}{} ({:?}: {})",
+                        failure.tp,
+                        failure.stage,
+                        crate::wire::ErrorChain(failure.error.as_ref())
+                    )?;
+                }
+                Ok(())
+            }
             ConsumerError::Listener { callback, .. } => {
                 write!(f, "the rebalance listener's {callback} failed")
             }
@@ -199,6 +229,7 @@ impl Error for ConsumerError {
             ConsumerError::Listener { error, .. } => Some(error.as_ref()),
             ConsumerError::NoOffset { .. }
             | ConsumerError::Seek(_)
+            | ConsumerError::Handoff(_)
             | ConsumerError::PositionUnknown { .. }
             | ConsumerError::HandlerPanicked { .. }
             | ConsumerError::WorkerGone { .. }

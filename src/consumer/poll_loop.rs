@@ -477,17 +477,23 @@ impl Consumer {
         workers::run(self, stop, workers, queue, handler)
     }
 
-    /// Graceful shutdown: stops intake, commits the completed prefix, hands every partition back
-    /// through a revocation (which commits again in the current generation), and leaves the
-    /// group unless the member is static.
+    /// Graceful shutdown: stops intake, hands every partition back through a revocation (its
+    /// drain, then its commit of the completed prefix in the current generation), and leaves
+    /// the group unless the member is static. [`ConsumerError::Handoff`] names the partitions
+    /// whose finished work could not be committed.
     pub fn close(mut self) -> Result<(), ConsumerError> {
         self.intake.clear_buffers();
-        let committed = match self.in_group {
-            true => self.commit(),
-            false => Ok(Vec::new()),
-        };
+        // One commit: the revocation's, in the current generation (a commit before it would
+        // add nothing, and its refusal by a group that began to re-form would report a failure
+        // the revocation then repairs). A reader outside a group commits nothing here.
+        let before = self.handoffs.failures.len();
         self.driver().close()?;
-        committed.map(|_| ())
+        let failed = self.handoffs.failures.split_off(before);
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(ConsumerError::Handoff(failed))
+        }
     }
 
     /// Makes the membership thread panic. Hidden: it exists only so that tests can check what a
