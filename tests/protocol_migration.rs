@@ -15,9 +15,13 @@
 //! classic members use a 6 s (ours) or 3 s (Java) session with 500 ms heartbeats.
 //!
 //! Steps: all four start classic; each member in turn (ours-1, ours-2, ours-3, java) moves to the
-//! consumer protocol; then each in turn moves back to classic. After every step the group must
-//! be stable (every partition owned exactly once, every member owning some) and the restarted
-//! member must have applied records.
+//! consumer protocol; then each in turn (java, ours-1, ours-2, ours-3) moves back to classic, so
+//! that our member's join converts the group and our member's leave converts it back. After
+//! every step the group must be stable (every partition owned exactly once, every member owning
+//! some) and the restarted member must have applied records. The first step proves the
+//! conversion: Kafka refuses a consumer-protocol member into a classic group it does not
+//! convert, so ours-1 owning partitions next to three classic members means the group is a
+//! consumer group.
 //!
 //! What is checked, over every record produced:
 //! - **lost = 0**: every produced record was applied by some member.
@@ -146,20 +150,31 @@ struct Ours {
 }
 
 impl Ours {
-    fn start(name: &str, bootstrap: &str, group: &str, topic: &str, protocol: Protocol) -> Ours {
+    fn start(
+        name: &str,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        protocol: Protocol,
+        strategy: PeerStrategy,
+    ) -> Ours {
         let _ = env_logger::builder().is_test(true).try_init();
         let config = match protocol {
             Protocol::Classic => config(
                 bootstrap,
                 group,
-                &[("partition.assignment.strategy", "cooperative-sticky")],
+                &[("partition.assignment.strategy", strategy.name())],
             ),
             Protocol::Consumer => consumer_protocol_config(bootstrap, group, &[]),
         };
         let log = SharedLog::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (member_log, halt, member, topic) =
-            (log.clone(), stop.clone(), name.to_string(), topic.to_string());
+        let (member_log, halt, member, topic) = (
+            log.clone(),
+            stop.clone(),
+            name.to_string(),
+            topic.to_string(),
+        );
         let thread = thread::spawn(move || {
             let protocol_config = config.consumer_group_config(&[&topic]);
             let client_config = config.client_config();
@@ -262,6 +277,8 @@ struct Life {
 }
 
 struct Group {
+    /// The assignor of the classic members (ours and Java alike).
+    strategy: PeerStrategy,
     bootstrap: String,
     group: String,
     topic: String,
@@ -278,7 +295,7 @@ impl Group {
                 &self.bootstrap,
                 &self.group,
                 &[&self.topic],
-                PeerStrategy::CooperativeSticky,
+                self.strategy,
                 &name,
             );
             let mut spec = match protocol {
@@ -294,6 +311,7 @@ impl Group {
                 &self.group,
                 &self.topic,
                 protocol,
+                self.strategy,
             ))
         }
     }
@@ -461,13 +479,14 @@ fn end(name: &str, running: Running) -> Life {
     }
 }
 
-#[test]
-fn rolling_migration_classic_to_consumer_and_back_kafka() {
+/// The migration with classic members of `strategy` (ours and Java alike).
+fn rolling_migration(strategy: PeerStrategy) {
     let started = Instant::now();
     let kafka = Kafka::shared(KafkaVersion::Newest);
     let topic = unique_name("migration");
     kafka.create_topic(&topic, PARTITIONS as u32);
     let mut group = Group {
+        strategy,
         bootstrap: kafka.bootstrap().to_string(),
         group: unique_name("migration-group"),
         topic: topic.clone(),
@@ -484,9 +503,18 @@ fn rolling_migration_classic_to_consumer_and_back_kafka() {
     ] {
         group.add(base, java);
     }
-    let mut steps = vec![("all classic".to_string(), group.settle("all classic", Some(3)))];
-    for protocol in [Protocol::Consumer, Protocol::Classic] {
-        for slot in 0..group.slots.len() {
+    let mut steps = vec![(
+        "all classic".to_string(),
+        group.settle("all classic", Some(3)),
+    )];
+    // Forward ours first and the Java member last, back the Java member first and ours last:
+    // one of ours is the first consumer-protocol member (its join converts the classic group)
+    // and one of ours the last (its leave converts the group back).
+    for (protocol, order) in [
+        (Protocol::Consumer, [0, 1, 2, 3]),
+        (Protocol::Classic, [3, 0, 1, 2]),
+    ] {
+        for slot in order {
             let stage = format!("{} to {}", group.slots[slot].base, protocol.name());
             group.restart(slot, protocol);
             let took = group.settle(&stage, Some(slot));
@@ -510,7 +538,13 @@ fn rolling_migration_classic_to_consumer_and_back_kafka() {
         );
         thread::sleep(Duration::from_millis(100));
     }
-    for slot in std::mem::take(&mut group.slots) {
+    // The Java member closes first, while the group is stable: Java's close reports its
+    // partitions lost instead of revoked when the group is rebalancing (which the leaves of the
+    // others would start), without a commit. Ours then close one right after the other, the
+    // later ones inside the rebalance the earlier leaves started.
+    let mut slots = std::mem::take(&mut group.slots);
+    slots.rotate_right(1);
+    for slot in slots {
         let life = end(&slot.name, slot.running);
         group.lives.push(life);
     }
@@ -560,8 +594,9 @@ fn rolling_migration_classic_to_consumer_and_back_kafka() {
     let tenures = check_tenures(&logs);
 
     eprintln!(
-        "migration: records={} applied={} lost={} repeats={} handovers={} min_gap_ms={:.1} \
+        "migration ({}): records={} applied={} lost={} repeats={} handovers={} min_gap_ms={:.1} \
          members_lives={} duration={:.1?}",
+        strategy.name(),
         everything.len(),
         applications.values().map(Vec::len).sum::<usize>(),
         lost.len(),
@@ -584,10 +619,16 @@ fn rolling_migration_classic_to_consumer_and_back_kafka() {
     }
     for life in &group.lives {
         for (p, e) in &life.commit_failures {
-            eprintln!("migration: {} commit failure on partition {p}: {e}", life.name);
+            eprintln!(
+                "migration: {} commit failure on partition {p}: {e}",
+                life.name
+            );
         }
     }
-    assert!(producer.count.load(Ordering::SeqCst) > 0, "nothing produced");
+    assert!(
+        producer.count.load(Ordering::SeqCst) > 0,
+        "nothing produced"
+    );
     assert!(lost.is_empty(), "lost {} records: {lost:?}", lost.len());
     assert!(
         unexplained.is_empty(),
@@ -600,4 +641,59 @@ fn rolling_migration_classic_to_consumer_and_back_kafka() {
         "partitions lost: {losses:?}\n{java_logs}"
     );
     tenures.unwrap_or_else(|e| panic!("ownership overlaps:\n{e}"));
+}
+
+/// Classic members on the incremental protocol (`cooperative-sticky`): in the mixed group the
+/// broker revokes only what moves from them.
+#[test]
+fn rolling_migration_cooperative_sticky_kafka() {
+    rolling_migration(PeerStrategy::CooperativeSticky);
+}
+
+/// Classic members on the eager protocol (`range`): each of their rebalances revokes everything
+/// and joins again, inside the consumer group as in the classic one.
+#[test]
+fn rolling_migration_range_kafka() {
+    rolling_migration(PeerStrategy::Range);
+}
+
+/// The ownership check fails on the overlaps it exists for: a handover whose next tenure starts
+/// a microsecond before the previous one ended, one that starts at the very instant it ended, a
+/// tenure that never ended, and a record applied after its member's tenure ended.
+#[test]
+fn tenure_check_fails_on_any_overlap() {
+    let tp: Tp = ("t".to_string(), 0);
+    let tenure = |member: &str, start: f64, end: Option<f64>| support::tenure::Tenure {
+        member: member.to_string(),
+        tp: tp.clone(),
+        start,
+        end,
+    };
+    let log = |tenures: Vec<support::tenure::Tenure>, applied: Vec<Applied>| MemberLog {
+        tenures,
+        applied,
+        lost: Vec::new(),
+    };
+    let handover = |b_start: f64| {
+        check_tenures(&[
+            log(vec![tenure("a", 1.0, Some(2.0))], Vec::new()),
+            log(vec![tenure("b", b_start, Some(3.0))], Vec::new()),
+        ])
+    };
+    let report = handover(2.000_001).expect("a strict handover passes");
+    assert_eq!(report.handovers, 1);
+    assert!(handover(1.999_999).is_err(), "an overlap of 1 µs");
+    assert!(handover(2.0).is_err(), "no gap at all");
+    assert!(check_tenures(&[
+        log(vec![tenure("a", 1.0, None)], Vec::new()),
+        log(vec![tenure("b", 2.0, Some(3.0))], Vec::new()),
+    ])
+    .is_err());
+    let late = Applied {
+        member: "a".to_string(),
+        tp: tp.clone(),
+        offset: 7,
+        t: 2.000_001,
+    };
+    assert!(check_tenures(&[log(vec![tenure("a", 1.0, Some(2.0))], vec![late])]).is_err());
 }

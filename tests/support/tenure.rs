@@ -88,11 +88,7 @@ impl MemberLog {
     }
 
     fn start(&mut self, member: &str, tp: Tp, at: f64) {
-        if !self
-            .tenures
-            .iter()
-            .any(|t| t.tp == tp && t.end.is_none())
-        {
+        if !self.tenures.iter().any(|t| t.tp == tp && t.end.is_none()) {
             self.tenures.push(Tenure {
                 member: member.to_string(),
                 tp,
@@ -293,8 +289,7 @@ pub fn peer_log(member: &str, events: &[MemberEvent]) -> MemberLog {
     let mut last_t = 0.0;
     for e in events {
         last_t = e.t;
-        if let (MemberEventKind::Record, Some((topic, partition, offset))) = (&e.kind, &e.record)
-        {
+        if let (MemberEventKind::Record, Some((topic, partition, offset))) = (&e.kind, &e.record) {
             log.applied.push(Applied {
                 member: member.to_string(),
                 tp: (topic.clone(), *partition),
