@@ -139,14 +139,17 @@ impl Producer {
     }
 }
 
+/// (partition, error) of every commit failure a member reported.
+type CommitFailures = Vec<(i32, String)>;
+
 /// One of our consumers, running `Consumer::run` on a thread of its own, its membership wrapped
 /// in a [`Recording`] so that its tenures are stamped where the poll thread applies them.
 struct Ours {
     name: String,
     log: SharedLog,
     stop: Arc<AtomicBool>,
-    /// The commit failures of its handoffs (`partition: error`), or why it failed.
-    thread: Option<JoinHandle<Result<Vec<(i32, String)>, String>>>,
+    /// The commit failures of its handoffs, or why it failed.
+    thread: Option<JoinHandle<Result<CommitFailures, String>>>,
 }
 
 impl Ours {
@@ -205,7 +208,7 @@ impl Ours {
                 }
                 Ok::<(), std::io::Error>(())
             });
-            let mut failures: Vec<(i32, String)> = consumer
+            let mut failures: CommitFailures = consumer
                 .take_handoff_failures()
                 .iter()
                 .map(|f| (f.tp.partition, ErrorChain(&*f.error).to_string()))
@@ -225,7 +228,7 @@ impl Ours {
     }
 
     /// Closes it (revoke with commit, leave) and returns its log and handoff failures.
-    fn close(&mut self) -> (MemberLog, Vec<(i32, String)>) {
+    fn close(&mut self) -> (MemberLog, CommitFailures) {
         self.stop.store(true, Ordering::SeqCst);
         let ended = self
             .thread
@@ -270,8 +273,7 @@ struct Slot {
 struct Life {
     name: String,
     log: MemberLog,
-    /// (partition, error) of every commit failure it reported.
-    commit_failures: Vec<(i32, String)>,
+    commit_failures: CommitFailures,
     /// The Java member's event lines, for messages.
     events: String,
 }
