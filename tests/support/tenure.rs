@@ -72,9 +72,9 @@ pub struct Applied {
 pub struct MemberLog {
     pub tenures: Vec<Tenure>,
     pub applied: Vec<Applied>,
-    /// Partitions taken away without a handoff (with the reason), which a graceful migration
-    /// should never see.
-    pub lost: Vec<(Tp, String)>,
+    /// Partitions taken away without a handoff, with the reason and when: what the member
+    /// applied of them since its last commit is redone by the next owner.
+    pub lost: Vec<Loss>,
 }
 
 impl MemberLog {
@@ -112,6 +112,15 @@ impl MemberLog {
             t.end.get_or_insert(at);
         }
     }
+}
+
+/// A partition taken from a member without a handoff.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loss {
+    pub tp: Tp,
+    pub reason: String,
+    /// When the member took notice (the end of its tenure).
+    pub t: f64,
 }
 
 /// A shared, growing [`MemberLog`].
@@ -157,7 +166,11 @@ impl Recording {
             Change::Lost { partitions, reason } => {
                 for tp in partitions {
                     log.end(&tp_of(tp), now);
-                    log.lost.push((tp_of(tp), format!("{reason:?}")));
+                    log.lost.push(Loss {
+                        tp: tp_of(tp),
+                        reason: format!("{reason:?}"),
+                        t: now,
+                    });
                 }
             }
         }
@@ -304,7 +317,11 @@ pub fn peer_log(member: &str, events: &[MemberEvent]) -> MemberLog {
         for tp in owned.difference(now) {
             log.end(tp, e.t);
             if e.kind == MemberEventKind::Lost {
-                log.lost.push((tp.clone(), "lost".to_string()));
+                log.lost.push(Loss {
+                    tp: tp.clone(),
+                    reason: "lost".to_string(),
+                    t: e.t,
+                });
             }
         }
         owned = now.clone();
