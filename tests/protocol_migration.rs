@@ -557,9 +557,12 @@ fn rolling_migration(strategy: PeerStrategy, pace: Pace) {
     ] {
         group.add(base, java);
     }
+    // Each step: its name, how long it took to be ready, when it began (on the tenures' clock).
+    let first_began = monotonic_now();
     let mut steps = vec![(
         "all classic".to_string(),
         group.settle("all classic", Some(3)),
+        first_began,
     )];
     // Forward ours first and the Java member last, back the Java member first and ours last:
     // one of ours is the first consumer-protocol member (its join converts the classic group)
@@ -570,9 +573,10 @@ fn rolling_migration(strategy: PeerStrategy, pace: Pace) {
     ] {
         for slot in order {
             let stage = format!("{} to {}", group.slots[slot].base, protocol.name());
+            let began = monotonic_now();
             group.restart(slot, protocol);
             let took = group.settle(&stage, Some(slot));
-            steps.push((stage.clone(), took));
+            steps.push((stage.clone(), took, began));
             // The first consumer-protocol member's join converted the group, the last one's
             // leave converted it back.
             let converted = match (protocol, steps.len()) {
@@ -628,12 +632,16 @@ fn rolling_migration(strategy: PeerStrategy, pace: Pace) {
         .filter(|r| !applications.contains_key(r))
         .collect();
     let mut repeats: BTreeMap<String, usize> = BTreeMap::new();
+    // Repeats by the step in which the record was applied again.
+    let mut repeats_in_step = vec![0usize; steps.len()];
     let mut unexplained = Vec::new();
     for ((partition, offset), mut by) in applications.clone() {
         by.sort_by(|a, b| a.1.total_cmp(&b.1));
         for pair in by.windows(2) {
-            let ((first, applied_at), again) = (pair[0], pair[1].0);
+            let ((first, applied_at), (again, again_at)) = (pair[0], pair[1]);
             *repeats.entry(format!("{first} -> {again}")).or_default() += 1;
+            let step = steps.iter().rposition(|s| s.2 <= again_at).unwrap_or(0);
+            repeats_in_step[step] += 1;
             // A refused commit of that partition, or its loss after the record was applied.
             let explained = group
                 .lives
@@ -685,8 +693,8 @@ fn rolling_migration(strategy: PeerStrategy, pace: Pace) {
         group.lives.len(),
         started.elapsed()
     );
-    for (stage, took) in &steps {
-        eprintln!("migration: step {stage}: {took:.1?}");
+    for ((stage, took, _), repeated) in steps.iter().zip(&repeats_in_step) {
+        eprintln!("migration: step {stage}: ready in {took:.1?}, repeats {repeated}");
     }
     for (handover, count) in &repeats {
         eprintln!("migration: repeats {handover}: {count}");
