@@ -401,9 +401,24 @@ impl Group {
     /// Waits until the group is stable and `slot`'s member applied records.
     fn settle(&self, stage: &str, slot: Option<usize>) -> Duration {
         let started = Instant::now();
+        let spawned = monotonic_now();
         if let Some(Running::Java(p)) = slot.map(|s| &self.slots[s].running) {
             p.wait_ready(SETTLE)
                 .unwrap_or_else(|e| panic!("{stage}: {e}"));
+            // The Java member's `t` and our stamps are one clock (the tenures are compared
+            // across the two): it became ready after it was spawned and before we heard of it.
+            let ready = p
+                .events()
+                .iter()
+                .find(|e| e.kind == MemberEventKind::Ready)
+                .map(|e| e.t)
+                .expect("a ready event");
+            let heard = monotonic_now();
+            assert!(
+                spawned < ready && ready < heard,
+                "{stage}: the Java member's clock is not ours: ready at {ready}, spawned at \
+                 {spawned}, heard at {heard}"
+            );
         }
         let owned = match self.pace {
             Pace::Settled => {
