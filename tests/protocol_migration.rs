@@ -69,7 +69,8 @@ use support::members::{
     PeerStrategy, Stability, Tp,
 };
 use support::tenure::{
-    check_tenures, monotonic_now, peer_log, Applied, MemberLog, Recording, SharedLog,
+    check_tenures, monotonic_now, peer_log, recording_lost_hook, Applied, MemberLog, Recording,
+    SharedLog,
 };
 use support::{peer, unique_name, Broker, Kafka, KafkaVersion};
 
@@ -208,6 +209,7 @@ impl Ours {
             let client_config = config.client_config();
             let recording_log = member_log.clone();
             let mut consumer = Consumer::with_membership(config, &[&topic], |group, hook| {
+                let hook = recording_lost_hook(hook, recording_log.clone());
                 let inner: Box<dyn Membership> = match protocol {
                     Protocol::Classic => Box::new(ClassicMember::new(group, client_config, hook)?),
                     Protocol::Consumer => Box::new(ConsumerGroupMember::new(

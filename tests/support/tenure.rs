@@ -11,7 +11,7 @@
 //!   poll returns records of the partition);
 //! - it ends when the member can apply nothing more of it and has committed (our member: when
 //!   the poll thread acknowledges the `Revoke` change, after the drain and the synchronous
-//!   commit, or when it takes the `Lost` change, after the loss fenced the guard; the Java peer:
+//!   commit, or, for a loss, right after the lost hook fenced the guard; the Java peer:
 //!   its `revoked` line is printed after `commitSync` in `onPartitionsRevoked`).
 //!
 //! The handover between two members is a chain of causes: the old owner ends its tenure, then
@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rebalance_guard::group::{
-    Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupError, MemberIdentity,
-    Membership, MembershipView, RebalanceProtocol,
+    Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupError, LostHook,
+    LostReason, MemberIdentity, Membership, MembershipView, RebalanceProtocol,
 };
 use rebalance_guard::guard::SessionBound;
 use rebalance_guard::wire::{OffsetCommitEntry, RecordSource};
@@ -106,6 +106,15 @@ impl MemberLog {
         }
     }
 
+    /// Ends the open tenure of `tp` as lost at `at`, once: the lost hook (the moment the guard
+    /// fenced it) and the `Lost` change handed to the poll thread afterwards both report it.
+    pub fn lose(&mut self, tp: Tp, reason: String, at: f64) {
+        if self.tenures.iter().any(|t| t.tp == tp && t.end.is_none()) {
+            self.end(&tp, at);
+            self.lost.push(Loss { tp, reason, t: at });
+        }
+    }
+
     /// Ends every tenure still open (the member is gone).
     pub fn end_all(&mut self, at: f64) {
         for t in self.tenures.iter_mut() {
@@ -128,6 +137,20 @@ pub type SharedLog = Arc<Mutex<MemberLog>>;
 
 fn tp_of(tp: &TopicPartition) -> Tp {
     (tp.topic.to_string(), tp.partition)
+}
+
+/// The lost hook to build the product's member with: `hook` (the consumer's, which fences the
+/// guard), then the loss stamped in `log`, so that a tenure lost on the heartbeat or membership
+/// thread ends when the guard stopped it, not when the poll thread next looks.
+pub fn recording_lost_hook(hook: LostHook, log: SharedLog) -> LostHook {
+    Arc::new(move |partitions: &[TopicPartition], reason: &LostReason| {
+        hook(partitions, reason);
+        let now = monotonic_now();
+        let mut log = log.lock().unwrap();
+        for tp in partitions {
+            log.lose(tp_of(tp), format!("{reason:?}"), now);
+        }
+    })
 }
 
 /// The product's membership with its tenures recorded: every method goes to `inner`; the
@@ -165,12 +188,7 @@ impl Recording {
             }
             Change::Lost { partitions, reason } => {
                 for tp in partitions {
-                    log.end(&tp_of(tp), now);
-                    log.lost.push(Loss {
-                        tp: tp_of(tp),
-                        reason: format!("{reason:?}"),
-                        t: now,
-                    });
+                    log.lose(tp_of(tp), format!("{reason:?}"), now);
                 }
             }
         }
