@@ -17,6 +17,10 @@ message on stderr when it fails.
                 topic settings)
   delete-topic  delete a topic through the Admin API and wait until it is gone
                 from metadata
+  group-type    describe a consumer group through the Admin API and print
+                ``type <classic|consumer> state <state> members <n>``: which
+                protocol the broker runs the group under (Kafka converts a group
+                between the two when members of the other protocol join or leave)
   kafka-python-metadata
                 bootstrap kafka-python against the cluster and print
                 ``partitions <topic> <n>``: a check that this second peer
@@ -309,6 +313,20 @@ def cmd_delete_topic(opts):
     print("deleted %s" % opts.topic)
 
 
+def cmd_group_type(opts):
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "client.id": "peer-admin"})
+    futures = admin.describe_consumer_groups([opts.group], request_timeout=opts.timeout_s)
+    try:
+        group = futures[opts.group].result(timeout=opts.timeout_s)
+    except Exception as e:
+        fail("describe group %s: %r" % (opts.group, e))
+    kind = getattr(group.type, "name", str(group.type)).lower()
+    state = getattr(group.state, "name", str(group.state)).lower()
+    print("type %s state %s members %d" % (kind, state, len(group.members)))
+
+
 def cmd_kafka_python_metadata(opts):
     from kafka import KafkaConsumer
 
@@ -388,6 +406,12 @@ def main():
     p = sub.add_parser("delete-topic", help="delete a topic with the Admin API")
     common(p)
     p.set_defaults(func=cmd_delete_topic)
+
+    p = sub.add_parser("group-type", help="the protocol a consumer group runs under")
+    p.add_argument("--bootstrap", required=True, help="bootstrap list host:port[,host:port]")
+    p.add_argument("--group", required=True)
+    p.add_argument("--timeout-s", type=float, default=30.0, help="overall deadline in seconds")
+    p.set_defaults(func=cmd_group_type)
 
     p = sub.add_parser("kafka-python-metadata", help="check that kafka-python can bootstrap")
     common(p)

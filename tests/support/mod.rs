@@ -22,7 +22,8 @@
 //!
 //! Integration tests include it with `mod support;`. Each test binary uses a
 //! subset, hence the `dead_code` allowance. Beyond std it uses only serde_json
-//! (a dev-dependency) to read the peers' JSON lines.
+//! (a dev-dependency) to read the peers' JSON lines, and libc's `clock_gettime` to stamp our
+//! members' ownership on the peers' clock ([`tenure`]).
 #![allow(dead_code)]
 
 pub mod certs;
@@ -35,6 +36,7 @@ pub mod log_lines;
 pub mod members;
 pub mod ours;
 pub mod proxy;
+pub mod tenure;
 
 pub use kafka::{Kafka, KafkaVersion};
 
