@@ -293,6 +293,10 @@ impl Membership for Recording {
         self.inner.wait_while_session_lapsed(bound, timeout)
     }
 
+    fn nudge(&self) -> rebalance_guard::wire::Nudge {
+        self.inner.nudge()
+    }
+
     fn view(&self) -> MembershipView {
         self.inner.view()
     }
