@@ -309,6 +309,24 @@ def cmd_delete_topic(opts):
     print("deleted %s" % opts.topic)
 
 
+def cmd_create_partitions(opts):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "client.id": "peer-admin"})
+    futures = admin.create_partitions([NewPartitions(opts.topic, opts.total)],
+                                      operation_timeout=opts.timeout_s, request_timeout=opts.timeout_s)
+    try:
+        futures[opts.topic].result(timeout=opts.timeout_s)
+    except Exception as e:
+        fail("create partitions of %s: %r" % (opts.topic, e))
+    deadline = time.monotonic() + opts.timeout_s
+    while len(topic_partitions(admin, opts.topic, opts.timeout_s)) != opts.total:
+        if time.monotonic() >= deadline:
+            fail("topic %s does not have %d partitions after %.0f s" % (opts.topic, opts.total, opts.timeout_s))
+        time.sleep(0.1)
+    print("grown %s %d" % (opts.topic, opts.total))
+
+
 def cmd_kafka_python_metadata(opts):
     from kafka import KafkaConsumer
 
@@ -388,6 +406,11 @@ def main():
     p = sub.add_parser("delete-topic", help="delete a topic with the Admin API")
     common(p)
     p.set_defaults(func=cmd_delete_topic)
+
+    p = sub.add_parser("create-partitions", help="grow a topic to a total partition count (CreatePartitions)")
+    common(p)
+    p.add_argument("--total", type=int, required=True, help="the partition count after")
+    p.set_defaults(func=cmd_create_partitions)
 
     p = sub.add_parser("kafka-python-metadata", help="check that kafka-python can bootstrap")
     common(p)

@@ -621,6 +621,16 @@ pub(crate) fn select_protocol(
     if subscription.topics.is_empty() {
         return Err(JoinProtocolError::NoTopics);
     }
+    protocols_for(strategies, subscription)
+}
+
+/// [`select_protocol`] without the empty-list check, for a pattern subscription: its pattern may
+/// match no topic yet, and then the member joins with an empty list (as Java's does), to be
+/// assigned nothing until a matching topic appears and it rejoins.
+pub(crate) fn protocols_for(
+    strategies: &[Strategy],
+    subscription: &Subscription,
+) -> Result<JoinProtocols, JoinProtocolError> {
     let rebalance_protocol = check_strategies(strategies)?;
     let metadata = encode_subscription(subscription, SUBSCRIPTION_VERSION)
         .map_err(JoinProtocolError::Encode)?;
