@@ -624,9 +624,7 @@ pub(crate) fn select_protocol(
     protocols_for(strategies, subscription)
 }
 
-/// [`select_protocol`] without the empty-list check, for a pattern subscription: its pattern may
-/// match no topic yet, and then the member joins with an empty list (as Java's does), to be
-/// assigned nothing until a matching topic appears and it rejoins.
+/// [`select_protocol`] for a pattern that may match no topic yet (Java joins with no topic then).
 pub(crate) fn protocols_for(
     strategies: &[Strategy],
     subscription: &Subscription,

@@ -35,6 +35,14 @@ struct JoinedRound {
     topics: Vec<String>,
 }
 
+/// What leading a round produced: each member's encoded assignment, and the partition count of
+/// every topic of the group's subscription it used (0: not assignable), which the leader then
+/// watches (`group/watch.rs`).
+struct Led {
+    assignments: Vec<(String, bytes::Bytes)>,
+    counts: BTreeMap<String, i32>,
+}
+
 /// The parts a round works with, borrowed from the thread that runs it.
 pub(crate) struct Round<'a> {
     pub(crate) client: &'a mut Client,
@@ -63,10 +71,10 @@ impl Round<'_> {
         self.still_open()?;
         let me = joined.identity.clone();
         let (assignments, counts) = if joined.leader {
-            let (assignments, counts) = self
+            let led = self
                 .lead(&joined.members, joined.protocol_name.as_deref())
                 .inspect_err(|_| self.shared.lock().round_failed(reason))?;
-            (assignments, Some(counts))
+            (led.assignments, Some(led.counts))
         } else {
             (Vec::new(), None)
         };
@@ -254,14 +262,12 @@ impl Round<'_> {
     }
 
     /// As leader: decode every member's subscription, learn the partition counts, run the
-    /// assignor the coordinator selected, and encode each member's assignment. Also returns
-    /// the count of every topic of the group's subscription (0: not assignable), for the
-    /// leader's watch on them.
+    /// assignor the coordinator selected, and encode each member's assignment.
     fn lead(
         &mut self,
         members: &[(String, Option<String>, bytes::Bytes)],
         protocol_name: Option<&str>,
-    ) -> Result<(Vec<(String, bytes::Bytes)>, BTreeMap<String, i32>), Step> {
+    ) -> Result<Led, Step> {
         let name = protocol_name.unwrap_or_default();
         let assignor = assignor_for(name)
             .ok_or_else(|| Step::Fail(GroupError::UnknownAssignor(name.to_string())))?;
@@ -330,7 +336,10 @@ impl Round<'_> {
             .iter()
             .map(|t| (t.clone(), partitions_per_topic.get(t).copied().unwrap_or(0)))
             .collect();
-        Ok((encoded.into_iter().collect(), counts))
+        Ok(Led {
+            assignments: encoded.into_iter().collect(),
+            counts,
+        })
     }
 }
 
