@@ -108,23 +108,7 @@ fn follows_the_cluster(
     });
 
     // Partitions added to a subscribed topic are assigned and consumed.
-    peer(&[
-        "create-partitions",
-        "--bootstrap",
-        &bootstrap,
-        "--topic",
-        &first,
-        "--total",
-        "4",
-    ]);
-    for p in 2..4 {
-        support::peer_produce(
-            &bootstrap,
-            &first,
-            RECORDS,
-            &["--partition", &p.to_string()],
-        );
-    }
+    grow(&bootstrap, &first, 2, 4);
     poll_until(
         &mut consumer,
         &mut seen,
@@ -134,6 +118,7 @@ fn follows_the_cluster(
 
     // A deleted topic's partitions are handed back; the others stay.
     let revoked_before = consumer.stats().counters.revoked;
+    let stable_generation = consumer.generation().generation_id;
     peer(&["delete-topic", "--bootstrap", &bootstrap, "--topic", &later]);
     // Fenced when the rebalance decided it, handed off (revoked) at the next batch boundary.
     poll_until(
@@ -144,12 +129,14 @@ fn follows_the_cluster(
     );
     assert_eq!(owns_topic(&consumer, &first), 4, "the other topic stays");
     if follow_up {
-        let handed_off_in = consumer.generation().generation_id;
+        // The generation after the stable one revokes, the next one is the follow-up.
         poll_until(
             &mut consumer,
             &mut seen,
             "the follow-up rebalance",
-            |c, _| c.generation().generation_id > handed_off_in && owns_topic(c, &first) == 4,
+            |c, _| {
+                c.generation().generation_id >= stable_generation + 2 && owns_topic(c, &first) == 4
+            },
         );
     }
     assert_eq!(consumer.stats().counters.lost, 0, "a handoff, not a loss");
@@ -159,6 +146,24 @@ fn follows_the_cluster(
         "a topic the pattern does not match"
     );
     consumer.close().expect("close");
+}
+
+/// Grows `topic` from `from` to `to` partitions (CreatePartitions) and produces [`RECORDS`] to
+/// each new one.
+fn grow(bootstrap: &str, topic: &str, from: i32, to: i32) {
+    let total = to.to_string();
+    peer(&[
+        "create-partitions",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--total",
+        &total,
+    ]);
+    for p in from..to {
+        support::peer_produce(bootstrap, topic, RECORDS, &["--partition", &p.to_string()]);
+    }
 }
 
 /// Classic protocol settings: the metadata refresh every 500 ms.
@@ -190,6 +195,33 @@ fn classic_cooperative_pattern_follows_created_grown_and_deleted_topics_on_kafka
 fn classic_eager_pattern_follows_created_grown_and_deleted_topics_on_kafka_3_9() {
     let kafka = Kafka::shared(KafkaVersion::Last3);
     follows_the_cluster(&kafka, false, classic(kafka.bootstrap(), "range"));
+}
+
+#[test]
+fn classic_topic_list_consumes_partitions_added_later_on_kafka_4() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let bootstrap = kafka.bootstrap();
+    let topic = unique_name("grown");
+    Broker::create_topic(&kafka, &topic, 1);
+    produce_to_each_partition(bootstrap, &topic, 1, RECORDS);
+    let config = classic(bootstrap, "cooperative-sticky")(&unique_name("grown-group"));
+    let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
+    let mut seen = BTreeSet::new();
+    poll_until(
+        &mut consumer,
+        &mut seen,
+        "the first partition",
+        |c, seen| owns_topic(c, &topic) == 1 && delivered(seen, &topic) == RECORDS,
+    );
+    grow(bootstrap, &topic, 1, 3);
+    poll_until(
+        &mut consumer,
+        &mut seen,
+        "the added partitions",
+        |c, seen| owns_topic(c, &topic) == 3 && delivered(seen, &topic) == 3 * RECORDS,
+    );
+    consumer.close().expect("close");
 }
 
 #[test]
