@@ -198,6 +198,33 @@ fn classic_eager_pattern_follows_created_grown_and_deleted_topics_on_kafka_3_9()
 }
 
 #[test]
+fn classic_pattern_that_matches_nothing_yet_joins_and_takes_the_first_matching_topic_on_kafka_4() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let bootstrap = kafka.bootstrap();
+    let prefix = unique_name("pattern-empty");
+    let config = classic(bootstrap, "cooperative-sticky")(&unique_name("pattern-group"));
+    let mut consumer =
+        Consumer::subscribe_pattern(config, &format!("{prefix}-.*")).expect("subscribe");
+    let mut seen = BTreeSet::new();
+    // Joined with an empty subscription (as Java does): a generation, and nothing assigned.
+    poll_until(&mut consumer, &mut seen, "the empty join", |c, _| {
+        c.generation().generation_id > 0
+    });
+    assert!(consumer.assignment().is_empty());
+    let topic = format!("{prefix}-orders");
+    Broker::create_topic(&kafka, &topic, 2);
+    produce_to_each_partition(bootstrap, &topic, 2, RECORDS);
+    poll_until(
+        &mut consumer,
+        &mut seen,
+        "the first matching topic",
+        |c, seen| owns_topic(c, &topic) == 2 && delivered(seen, &topic) == 2 * RECORDS,
+    );
+    consumer.close().expect("close");
+}
+
+#[test]
 fn classic_topic_list_consumes_partitions_added_later_on_kafka_4() {
     let _ = env_logger::builder().is_test(true).try_init();
     let kafka = Kafka::shared(KafkaVersion::Newest);
@@ -239,7 +266,12 @@ fn consumer_protocol_pattern_on_kafka_3_9_is_refused_at_subscribe() {
     let config = consumer_protocol_config(kafka.bootstrap(), &unique_name("pattern-group"), &[]);
     let err = Consumer::subscribe_pattern(config, "orders-.*").expect_err("no regex before 4.0");
     let text = rebalance_guard::ErrorChain(&err).to_string();
-    assert!(text.contains("ConsumerGroupHeartbeat"), "{text}");
+    // Kafka 3.9 speaks ConsumerGroupHeartbeat v0 only: the member says what it needs.
+    assert!(
+        text.contains("needs ConsumerGroupHeartbeat v1 (Kafka 4.0 or later)"),
+        "{text}"
+    );
+    assert!(text.contains("orders-.*"), "{text}");
 }
 
 #[test]
