@@ -16,7 +16,7 @@
 //! Sans I/O: the heartbeat thread fetches the metadata ([`TopicWatch::wanted`] says which) and
 //! feeds it in; the round records what it joined with and what it assigned.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::pattern::TopicPattern;
 
@@ -115,14 +115,14 @@ impl TopicWatch {
                 .collect();
             self.subscription = matched.into_iter().map(str::to_string).collect();
         }
+        // By name once: a pattern's answer lists every topic of the cluster.
+        let answered: HashMap<&str, Option<i32>> =
+            topics.iter().map(|t| (t.name, t.partitions)).collect();
         let counts = |names: &mut dyn Iterator<Item = &String>,
                       before: Option<&BTreeMap<String, i32>>| {
             names
                 .map(|name| {
-                    let now = topics
-                        .iter()
-                        .find(|t| t.name == name)
-                        .map_or(Some(0), |t| t.partitions);
+                    let now = answered.get(name.as_str()).copied().unwrap_or(Some(0));
                     let count = now
                         .or_else(|| before.and_then(|b| b.get(name).copied()))
                         .unwrap_or(0);
