@@ -325,6 +325,22 @@ def cmd_group_type(opts):
     kind = getattr(group.type, "name", str(group.type)).lower()
     state = getattr(group.state, "name", str(group.state)).lower()
     print("type %s state %s members %d" % (kind, state, len(group.members)))
+def cmd_create_partitions(opts):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "client.id": "peer-admin"})
+    futures = admin.create_partitions([NewPartitions(opts.topic, opts.total)],
+                                      operation_timeout=opts.timeout_s, request_timeout=opts.timeout_s)
+    try:
+        futures[opts.topic].result(timeout=opts.timeout_s)
+    except Exception as e:
+        fail("create partitions of %s: %r" % (opts.topic, e))
+    deadline = time.monotonic() + opts.timeout_s
+    while len(topic_partitions(admin, opts.topic, opts.timeout_s)) != opts.total:
+        if time.monotonic() >= deadline:
+            fail("topic %s does not have %d partitions after %.0f s" % (opts.topic, opts.total, opts.timeout_s))
+        time.sleep(0.1)
+    print("grown %s %d" % (opts.topic, opts.total))
 
 
 def cmd_kafka_python_metadata(opts):
@@ -412,6 +428,10 @@ def main():
     p.add_argument("--group", required=True)
     p.add_argument("--timeout-s", type=float, default=30.0, help="overall deadline in seconds")
     p.set_defaults(func=cmd_group_type)
+    p = sub.add_parser("create-partitions", help="grow a topic to a total partition count (CreatePartitions)")
+    common(p)
+    p.add_argument("--total", type=int, required=True, help="the partition count after")
+    p.set_defaults(func=cmd_create_partitions)
 
     p = sub.add_parser("kafka-python-metadata", help="check that kafka-python can bootstrap")
     common(p)

@@ -50,6 +50,7 @@ fn config(group: &str, topic: &str) -> ConsumerGroupConfig {
         group_id: group.to_string(),
         instance_id: None,
         topics: vec![topic.to_string()],
+        topic_regex: None,
         rebalance_timeout: Duration::from_secs(30),
         remote_assignor: None,
         session_bound: None,
@@ -390,6 +391,7 @@ fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged
         instance_id: None,
         rebalance_timeout_ms: -1,
         subscribed_topic_names: None,
+        subscribed_topic_regex: None,
         server_assignor: None,
         owned: None,
     };
@@ -704,6 +706,7 @@ fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance
         instance_id: None,
         rebalance_timeout_ms: 3000,
         subscribed_topic_names: Some(vec![topic.clone()]),
+        subscribed_topic_regex: None,
         server_assignor: None,
         owned: Some(Default::default()),
     };
@@ -721,6 +724,7 @@ fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance
         member_epoch: epoch,
         rebalance_timeout_ms: -1,
         subscribed_topic_names: None,
+        subscribed_topic_regex: None,
         owned: Some(assigned.clone()),
         ..join
     };

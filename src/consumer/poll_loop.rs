@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    ClassicMember, ConsumerGroupMember, GroupConfig, LostHook, ManualAssignment, Membership,
-    RebalanceProtocol,
+    ClassicMember, ConsumerGroupMember, GroupConfig, GroupError, LostHook, ManualAssignment,
+    Membership, RebalanceProtocol, TopicPattern,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
 use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
@@ -72,11 +72,37 @@ impl Consumer {
     ///
     /// [`poll`]: Consumer::poll
     pub fn subscribe(config: ConsumerConfig, topics: &[&str]) -> Result<Consumer, ConsumerError> {
-        let protocol_config = config.consumer_group_config(topics);
+        Consumer::subscribe_to(config, topics, None)
+    }
+
+    /// Connects and subscribes to every topic whose whole name matches the regular expression
+    /// `pattern` (Java: `subscribe(Pattern)`; rust-rdkafka: a topic name starting with `^`),
+    /// following topics created and deleted later. An invalid pattern is refused here. Classic
+    /// protocol: matched in the client, against the cluster's topics every
+    /// `metadata.max.age.ms`, internal topics left out (`exclude.internal.topics`); under
+    /// `group.protocol=consumer` the broker matches it (Kafka 4.0+). See [`TopicPattern`] for
+    /// the syntax and how it differs from Java's.
+    pub fn subscribe_pattern(
+        config: ConsumerConfig,
+        pattern: &str,
+    ) -> Result<Consumer, ConsumerError> {
+        let pattern = TopicPattern::new(pattern).map_err(GroupError::Pattern)?;
+        Consumer::subscribe_to(config, &[], Some(pattern))
+    }
+
+    /// [`subscribe`](Self::subscribe) to `topics`, or to what `pattern` matches.
+    fn subscribe_to(
+        config: ConsumerConfig,
+        topics: &[&str],
+        pattern: Option<TopicPattern>,
+    ) -> Result<Consumer, ConsumerError> {
+        let mut protocol_config = config.consumer_group_config(topics);
+        protocol_config.topic_regex = pattern.as_ref().map(|p| p.as_str().to_string());
         let client_config = config.client_config();
         let detection_config = config.clone();
         let mut failure_detection = None;
-        let mut consumer = Consumer::with_membership(config, topics, |group, hook| {
+        let mut consumer = Consumer::with_membership(config, topics, |mut group, hook| {
+            group.pattern = pattern;
             // group.protocol=consumer (KIP-848): the broker assigns, the membership thread
             // reconciles beside this loop; everything else reads the same for both protocols.
             // One request on the connection just opened warns if a broker failure would outlast
@@ -118,6 +144,9 @@ impl Consumer {
             group_id: config.group_id().to_string(),
             group_instance_id: config.group_instance_id().map(str::to_string),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            pattern: None,
+            exclude_internal_topics: config.exclude_internal_topics(),
+            metadata_max_age: config.metadata_max_age(),
             strategies: config.assignment_strategies().to_vec(),
             session_timeout: config.session_timeout(),
             heartbeat_interval: config.heartbeat_interval(),

@@ -621,6 +621,14 @@ pub(crate) fn select_protocol(
     if subscription.topics.is_empty() {
         return Err(JoinProtocolError::NoTopics);
     }
+    protocols_for(strategies, subscription)
+}
+
+/// [`select_protocol`] for a pattern that may match no topic yet (Java joins with no topic then).
+pub(crate) fn protocols_for(
+    strategies: &[Strategy],
+    subscription: &Subscription,
+) -> Result<JoinProtocols, JoinProtocolError> {
     let rebalance_protocol = check_strategies(strategies)?;
     let metadata = encode_subscription(subscription, SUBSCRIPTION_VERSION)
         .map_err(JoinProtocolError::Encode)?;

@@ -5,6 +5,7 @@ use std::fmt;
 
 use super::assignor::{JoinProtocolError, LeaderError};
 use super::outcome::FatalError;
+use super::pattern::PatternError;
 use super::subscription::DecodeError;
 use crate::wire::{ErrorKind, WireError};
 
@@ -20,6 +21,9 @@ pub enum GroupError {
     Wire(WireError),
     /// `partition.assignment.strategy` cannot be used with this subscription.
     Strategy(JoinProtocolError),
+    /// The subscription pattern (`Consumer::subscribe_pattern`) is not a valid regular
+    /// expression; refused at subscribe.
+    Pattern(PatternError),
     /// As leader, we could not compute or encode the assignment.
     Leader(LeaderError),
     /// The coordinator picked an assignor we did not offer.
@@ -47,7 +51,7 @@ impl GroupError {
         match self {
             GroupError::Fatal(e) => e.code.kind(),
             GroupError::Wire(e) => e.kind(),
-            GroupError::Strategy(_) => ErrorKind::Config,
+            GroupError::Strategy(_) | GroupError::Pattern(_) => ErrorKind::Config,
             GroupError::Leader(_) | GroupError::UnknownAssignor(_) | GroupError::Assignment(_) => {
                 ErrorKind::Protocol
             }
@@ -67,6 +71,7 @@ impl fmt::Display for GroupError {
             GroupError::Strategy(_) => {
                 write!(f, "partition.assignment.strategy cannot be used")
             }
+            GroupError::Pattern(_) => write!(f, "the subscription pattern cannot be used"),
             GroupError::Leader(_) => write!(f, "as group leader, the assignment failed"),
             GroupError::UnknownAssignor(name) => {
                 write!(
@@ -96,6 +101,7 @@ impl std::error::Error for GroupError {
             GroupError::Fatal(e) => e.source(),
             GroupError::Wire(e) => Some(e),
             GroupError::Strategy(e) => Some(e),
+            GroupError::Pattern(e) => Some(e),
             GroupError::Leader(e) => Some(e),
             GroupError::Assignment(e) => Some(e),
             GroupError::Thread(e) => Some(e),

@@ -33,6 +33,10 @@
 //!   protocol;
 //! - `config.rs`: what a group member needs to know beyond the connection settings, under either
 //!   protocol;
+//! - `pattern.rs`: [`TopicPattern`], a subscription by regular expression (whole topic names,
+//!   internal topics left out), and [`PatternError`], why one is refused at subscribe;
+//! - `watch.rs`: what the classic member's periodic metadata refresh changes: the topics a
+//!   pattern selects, and partition counts that moved (both ask for a rejoin);
 //! - `error.rs`: [`GroupError`] and [`CommitError`]: why the membership, or one of its commits,
 //!   cannot go on.
 //!
@@ -86,11 +90,13 @@ mod manual;
 pub(crate) mod member;
 pub(crate) mod membership;
 mod outcome;
+mod pattern;
 mod quirks;
 #[doc(hidden)]
 pub mod requests;
 pub(crate) mod session;
 pub(crate) mod subscription;
+pub(crate) mod watch;
 
 pub use assignor::{RebalanceProtocol, Strategy, StrategyError};
 pub use changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
@@ -109,6 +115,7 @@ pub use manual::ManualAssignment;
 #[doc(hidden)]
 pub use member::{Member, MemberIo, Protocol, Step};
 pub use outcome::{ErrorAction, FatalError, GroupApi, LostReason};
+pub use pattern::{PatternError, TopicPattern};
 
 pub(crate) use assignor::{check_strategies, AssignError};
 pub use requests::MemberIdentity;

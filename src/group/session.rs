@@ -31,6 +31,7 @@ use super::membership::{
 };
 use super::outcome::LostReason;
 use super::outcome::{FatalError, GroupApi};
+use super::watch::TopicWatch;
 // Re-exported for the poll thread (`member`), which reports losses to its listener.
 use super::requests::MemberIdentity;
 use crate::guard::{Fenced, SessionBound};
@@ -740,6 +741,9 @@ pub(crate) struct Shared {
     /// The consumer's waker asked the poll thread to stop waiting for the membership (see
     /// [`Self::nudge`]); taken by the wait it ends.
     nudged: std::sync::atomic::AtomicBool,
+    /// The classic member's subscription and what it knows of the cluster's topics (see
+    /// `watch.rs`): a lock of its own, never held with the session's.
+    topics: Mutex<TopicWatch>,
 }
 
 impl Shared {
@@ -750,7 +754,13 @@ impl Shared {
             failure: Mutex::new(None),
             panic_requested: std::sync::atomic::AtomicBool::new(false),
             nudged: std::sync::atomic::AtomicBool::new(false),
+            topics: Mutex::new(TopicWatch::default()),
         }
+    }
+
+    /// The classic member's subscription (see [`TopicWatch`]).
+    pub(crate) fn topics(&self) -> MutexGuard<'_, TopicWatch> {
+        self.topics.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `body`, the membership thread's loop, and turns its panic into the member's death

@@ -75,6 +75,7 @@ impl Kip848Group {
             group_id: config.group_id.clone(),
             instance_id: config.group_instance_id.clone(),
             topics: config.topics.clone(),
+            topic_regex: None,
             rebalance_timeout: config.max_poll_interval,
             remote_assignor: None,
             session_bound: None,

@@ -120,6 +120,7 @@ fn kip848_group(log: &InMemoryLog) -> (consumer_group::Coordinator, String, i32)
         instance_id: None,
         rebalance_timeout_ms: 5_000,
         subscribed_topic_names: Some(vec!["orders".to_string()]),
+        subscribed_topic_regex: None,
         server_assignor: None,
         owned: Some(IdAssignment::new()),
     };

@@ -174,6 +174,14 @@ impl ConsumerConfig {
     pub fn max_poll_interval(&self) -> Duration {
         self.max_poll_interval
     }
+    /// `metadata.max.age.ms`: how often a classic member refreshes its subscription's metadata.
+    pub fn metadata_max_age(&self) -> Duration {
+        self.metadata_max_age
+    }
+    /// `exclude.internal.topics`: a pattern never selects Kafka's internal topics.
+    pub fn exclude_internal_topics(&self) -> bool {
+        self.exclude_internal_topics
+    }
     /// `max.poll.records`: at least 1.
     pub fn max_poll_records(&self) -> usize {
         self.max_poll_records
@@ -365,6 +373,7 @@ impl ConsumerConfig {
             group_id: self.group_id.clone(),
             instance_id: self.group_instance_id.clone(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            topic_regex: None,
             rebalance_timeout: self.max_poll_interval,
             remote_assignor: self.group_remote_assignor,
             session_bound: self.session_bound,

@@ -206,6 +206,20 @@ settings! {
         set: |backoff: Duration| backoff,
         doc: "Cap on the exponential backoff for retries and reconnects. Java's default: a restarted broker is found again within a second.",
     }
+    metadata_max_age: Duration {
+        name: "metadata.max.age.ms",
+        default: "300000",
+        rule: checks::positive_ms,
+        set: |age: Duration| age,
+        doc: "How often a classic member refreshes its subscription's metadata (a pattern's: every topic's) to follow created and deleted topics and added partitions, rejoining when they changed. Java's default. Under `group.protocol=consumer` the broker follows them instead.",
+    }
+    exclude_internal_topics: bool {
+        name: "exclude.internal.topics",
+        default: "true",
+        rule: checks::any,
+        set: |exclude: bool| exclude,
+        doc: "A pattern subscription (`subscribe_pattern`) never selects Kafka's internal topics (`__consumer_offsets`, ...). Java's default. Under `group.protocol=consumer` the broker decides.",
+    }
     security_protocol: SecurityProtocol {
         name: "security.protocol",
         default: "PLAINTEXT",

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::refresh;
 use super::round::Round;
 use crate::group::assignor::RebalanceProtocol;
 use crate::group::config::GroupConfig;
@@ -42,6 +43,8 @@ pub(crate) struct HeartbeatSettings {
     pub(crate) interval: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) max_poll_interval: Duration,
+    /// `metadata.max.age.ms`: how often the subscription's metadata is refreshed (`refresh.rs`).
+    pub(crate) metadata_max_age: Duration,
     /// Set when this thread runs the rebalance rounds (cooperative): the group's configuration.
     pub(crate) rounds: Option<GroupConfig>,
 }
@@ -111,6 +114,7 @@ impl Heartbeater {
         let mut next = Instant::now();
         let mut round_backoff = ROUND_BACKOFF_MIN;
         let mut next_round = Instant::now();
+        let mut next_refresh = Instant::now() + self.settings.metadata_max_age;
         loop {
             let mut state = self.shared.lock();
             let mut round = None;
@@ -131,13 +135,14 @@ impl Heartbeater {
                         break;
                     }
                 }
-                if now >= next {
+                if now >= next || now >= next_refresh {
                     break;
                 }
                 let until = match due {
                     Some(_) => next.min(next_round),
                     None => next,
-                };
+                }
+                .min(next_refresh);
                 state = self
                     .shared
                     .wait(state, until.saturating_duration_since(now));
@@ -160,6 +165,19 @@ impl Heartbeater {
                 continue;
             }
             let now = Instant::now();
+            if now >= next_refresh {
+                drop(state);
+                next_refresh = now + self.settings.metadata_max_age;
+                let (group, shared) = (self.settings.group_id.clone(), self.shared.clone());
+                match self.client() {
+                    Ok(client) => refresh::refresh(&shared, client, &group),
+                    Err(e) => log::debug!(
+                        "group {group}: no client for the metadata refresh: {}",
+                        ErrorChain(&e)
+                    ),
+                }
+                continue;
+            }
             next = now + self.settings.interval;
             let me = match state.heartbeat_due(now) {
                 HeartbeatDue::Skip => continue,

@@ -7,14 +7,19 @@
 //!   under the cooperative protocol runs the rounds beside the poll loop.
 //! - `round.rs`: one JoinGroup/SyncGroup round (leading it when elected), on whichever thread
 //!   owns it, posting its decided change to the session.
+//! - `refresh.rs`: the periodic metadata refresh (`metadata.max.age.ms`) on the heartbeat
+//!   thread, which follows a pattern's topics and moved partition counts (`group/watch.rs`).
 
 mod heartbeat;
+mod refresh;
 mod round;
 
 use heartbeat::HeartbeatSettings;
 use round::Round;
 
-use super::assignor::{select_protocol, RebalanceProtocol};
+use super::assignor::{
+    protocols_for, select_protocol, JoinProtocolError, JoinProtocols, RebalanceProtocol,
+};
 use super::changes::LostHook;
 use super::config::GroupConfig;
 use super::error::GroupError;
@@ -41,13 +46,14 @@ impl Member<Classic> {
         client_config: ClientConfig,
         hook: LostHook,
     ) -> Result<ClassicMember, GroupError> {
-        let protocol = select_protocol(
-            &config.strategies,
-            &Subscription::new(config.topics.clone()),
-        )
-        .map_err(GroupError::Strategy)?
-        .rebalance_protocol;
-        let parts = Parts::connect(&config, &client_config, hook)?;
+        let mut parts = Parts::connect(&config, &client_config, hook)?;
+        // A pattern is matched once before the first join, as Java does, so that the first
+        // JoinGroup already carries the topics that exist.
+        let topics = refresh::first_watch(&config, &mut parts.client)?;
+        let protocol = join_protocols(&config, &Subscription::new(topics.subscription().to_vec()))
+            .map_err(GroupError::Strategy)?
+            .rebalance_protocol;
+        *parts.shared.topics() = topics;
         // Cooperative: the partitions a member keeps must flow on while the group rebalances, so
         // the rounds run on the membership thread, beside the poll loop. Eager: every partition
         // is revoked before the join anyway, so the poll thread runs the round itself.
@@ -64,11 +70,24 @@ impl Member<Classic> {
                 interval: config.heartbeat_interval,
                 session_timeout: config.session_timeout,
                 max_poll_interval: config.max_poll_interval,
+                metadata_max_age: config.metadata_max_age,
                 rounds: beside.then(|| config.clone()),
             },
         )
         .map_err(GroupError::Thread)?;
         Ok(Member::from_parts(config, parts, thread, Classic(protocol)))
+    }
+}
+
+/// The JoinGroup protocol list for `subscription`; a pattern member may have no topic yet.
+fn join_protocols(
+    config: &GroupConfig,
+    subscription: &Subscription,
+) -> Result<JoinProtocols, JoinProtocolError> {
+    if config.pattern.is_some() {
+        protocols_for(&config.strategies, subscription)
+    } else {
+        select_protocol(&config.strategies, subscription)
     }
 }
 

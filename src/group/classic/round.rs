@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use crate::group::assignor::{
-    assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
+    assign_and_encode, assignor_for, MemberSubscription, RebalanceProtocol,
 };
 use crate::group::config::GroupConfig;
 use crate::group::error::GroupError;
@@ -31,6 +31,16 @@ struct JoinedRound {
     leader: bool,
     protocol_name: Option<String>,
     members: Vec<(String, Option<String>, bytes::Bytes)>,
+    /// The topics the JoinGroup subscribed to.
+    topics: Vec<String>,
+}
+
+/// What leading a round produced: each member's encoded assignment, and the partition count of
+/// every topic of the group's subscription it used (0: not assignable), which the leader then
+/// watches (`group/watch.rs`).
+struct Led {
+    assignments: Vec<(String, bytes::Bytes)>,
+    counts: BTreeMap<String, i32>,
 }
 
 /// The parts a round works with, borrowed from the thread that runs it.
@@ -60,13 +70,18 @@ impl Round<'_> {
         let joined = self.send_join(&start, reason)?;
         self.still_open()?;
         let me = joined.identity.clone();
-        let assignments = if joined.leader {
-            self.lead(&joined.members, joined.protocol_name.as_deref())
-                .inspect_err(|_| self.shared.lock().round_failed(reason))?
+        let (assignments, counts) = if joined.leader {
+            let led = self
+                .lead(&joined.members, joined.protocol_name.as_deref())
+                .inspect_err(|_| self.shared.lock().round_failed(reason))?;
+            (led.assignments, Some(led.counts))
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         let assigned = self.send_sync(&me, joined.protocol_name.as_deref(), assignments, reason)?;
+        let assigned = only_subscribed(assigned, &joined.topics);
+        // The leader watches the partition counts its assignment used (see `watch.rs`).
+        self.shared.topics().led(counts);
         let plan = self.shared.lock().post_assignment(
             self.protocol,
             &me,
@@ -164,10 +179,11 @@ impl Round<'_> {
 
     /// Sends JoinGroup with our subscription (and, cooperative, what we still own).
     fn send_join(&mut self, start: &JoinStart, reason: &str) -> Result<JoinedRound, Step> {
-        let mut subscription = Subscription::new(self.config.topics.clone());
+        let topics = self.shared.topics().joining();
+        let mut subscription = Subscription::new(topics.clone());
         subscription.owned_partitions = start.owned.clone();
         subscription.generation_id = start.identity.generation_id;
-        let protocols = select_protocol(&self.config.strategies, &subscription)
+        let protocols = super::join_protocols(self.config, &subscription)
             .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
             .protocols;
         let group_id = self.config.group_id.clone();
@@ -208,11 +224,11 @@ impl Round<'_> {
             leader: joined.leader,
             protocol_name: outcome.protocol_name,
             members: outcome.members,
+            topics,
         })
     }
 
-    /// Sends SyncGroup (with the assignment when we lead) and returns our decoded assignment,
-    /// without the topics we did not subscribe to.
+    /// Sends SyncGroup (with the assignment when we lead) and returns our decoded assignment.
     fn send_sync(
         &mut self,
         me: &MemberIdentity,
@@ -242,18 +258,7 @@ impl Round<'_> {
             self.shared.lock().round_failed(reason);
             Step::Fail(GroupError::Assignment(e))
         })?;
-        let subscribed: BTreeSet<&str> = self.config.topics.iter().map(String::as_str).collect();
-        Ok(assignment
-            .partitions
-            .into_iter()
-            .filter(|tp| {
-                let ok = subscribed.contains(&*tp.topic);
-                if !ok {
-                    log::warn!("assigned {tp}, which we did not subscribe to: ignored");
-                }
-                ok
-            })
-            .collect())
+        Ok(assignment.partitions)
     }
 
     /// As leader: decode every member's subscription, learn the partition counts, run the
@@ -262,7 +267,7 @@ impl Round<'_> {
         &mut self,
         members: &[(String, Option<String>, bytes::Bytes)],
         protocol_name: Option<&str>,
-    ) -> Result<Vec<(String, bytes::Bytes)>, Step> {
+    ) -> Result<Led, Step> {
         let name = protocol_name.unwrap_or_default();
         let assignor = assignor_for(name)
             .ok_or_else(|| Step::Fail(GroupError::UnknownAssignor(name.to_string())))?;
@@ -327,6 +332,29 @@ impl Round<'_> {
         }
         let encoded = assign_and_encode(assignor, &subscriptions, &partitions_per_topic)
             .map_err(|e| Step::Fail(GroupError::Leader(e)))?;
-        Ok(encoded.into_iter().collect())
+        let counts = topics
+            .iter()
+            .map(|t| (t.clone(), partitions_per_topic.get(t).copied().unwrap_or(0)))
+            .collect();
+        Ok(Led {
+            assignments: encoded.into_iter().collect(),
+            counts,
+        })
     }
+}
+
+/// Our assignment without the topics our JoinGroup did not subscribe to (a leader that read an
+/// older subscription of ours, or a broken one).
+fn only_subscribed(assigned: Vec<TopicPartition>, topics: &[String]) -> Vec<TopicPartition> {
+    let subscribed: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
+    assigned
+        .into_iter()
+        .filter(|tp| {
+            let ok = subscribed.contains(&*tp.topic);
+            if !ok {
+                log::warn!("assigned {tp}, which we did not subscribe to: ignored");
+            }
+            ok
+        })
+        .collect()
 }

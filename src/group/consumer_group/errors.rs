@@ -8,13 +8,32 @@ pub use crate::group::outcome::ErrorAction;
 use crate::group::outcome::{FatalError, GroupApi};
 use crate::wire::KafkaCode;
 
-/// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas); this member
-/// subscribes by name, so it is only ever fatal.
+/// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas): the broker
+/// (RE2/J) refused the subscription pattern, which only the application can change: fatal.
 pub(crate) const INVALID_REGULAR_EXPRESSION: KafkaCode = KafkaCode(128);
 /// UNRELEASED_INSTANCE_ID: another member still holds our `group.instance.id`.
 pub(crate) const UNRELEASED_INSTANCE_ID: KafkaCode = KafkaCode(111);
 /// UNSUPPORTED_ASSIGNOR: the broker does not know `group.remote.assignor`.
 pub(crate) const UNSUPPORTED_ASSIGNOR: KafkaCode = KafkaCode(112);
+
+/// The first ConsumerGroupHeartbeat version with `SubscribedTopicRegex` (KIP-848's regular
+/// expressions, Kafka 4.0).
+pub(crate) const REGEX_VERSION: i16 = 1;
+
+/// Why a subscription by regular expression cannot go on a coordinator that speaks only
+/// ConsumerGroupHeartbeat `version` (below [`REGEX_VERSION`]: Kafka 3.7 to 3.9).
+pub(crate) fn regex_unsupported(regex: &str, version: i16) -> FatalError {
+    FatalError {
+        api: GroupApi::ConsumerGroupHeartbeat,
+        code: KafkaCode::UNSUPPORTED_VERSION,
+        reason: format!(
+            "the topic pattern {regex:?} needs ConsumerGroupHeartbeat v{REGEX_VERSION} (Kafka 4.0 \
+             or later) under group.protocol=consumer, and the broker speaks at most v{version}; \
+             upgrade the brokers, or subscribe with group.protocol=classic, which matches the \
+             pattern in the client"
+        ),
+    }
+}
 
 fn fatal(code: KafkaCode, what: &str, message: Option<&str>) -> ErrorAction {
     let reason = match message {

@@ -33,7 +33,10 @@ impl Member<ConsumerGroup> {
         client_config: ClientConfig,
         hook: LostHook,
     ) -> Result<ConsumerGroupMember, GroupError> {
-        let parts = Parts::connect(&config, &client_config, hook)?;
+        let mut parts = Parts::connect(&config, &client_config, hook)?;
+        if let Some(regex) = &protocol_config.topic_regex {
+            super::wire::check_regex_support(&mut parts.client, regex)?;
+        }
         parts.shared.lock().run_rounds_beside();
         let thread = thread::spawn(parts.shared.clone(), client_config, protocol_config)
             .map_err(GroupError::Thread)?;

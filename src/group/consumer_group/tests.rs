@@ -26,6 +26,7 @@ fn config(topics: &[&str], instance: Option<&str>) -> ConsumerGroupConfig {
         group_id: GROUP.to_string(),
         instance_id: instance.map(str::to_string),
         topics: topics.iter().map(|t| t.to_string()).collect(),
+        topic_regex: None,
         rebalance_timeout: REBALANCE_TIMEOUT,
         remote_assignor: None,
         session_bound: None,
@@ -1156,4 +1157,35 @@ fn a_release_answered_fenced_instance_id_is_fatal_and_never_touches_the_holder()
         h.round();
     }
     assert!(h.converged(&[first]));
+}
+
+#[test]
+fn a_pattern_member_sends_its_regex_instead_of_names_and_only_when_it_changed() {
+    let mut c = config(&[], None);
+    c.topic_regex = Some("orders-.*".to_string());
+    let mut m = ConsumerGroupMembership::new(c);
+    let now = Instant::now();
+    m.coordinator_found(1);
+    let join = m.poll_transmit(now).expect("join");
+    assert_eq!(join.subscribed_topic_regex.as_deref(), Some("orders-.*"));
+    assert_eq!(join.subscribed_topic_names, None);
+    assert!(join.is_full());
+}
+
+#[test]
+fn a_pattern_member_on_a_coordinator_without_regex_support_ends_with_a_clear_error() {
+    let mut c = config(&[], None);
+    c.topic_regex = Some("orders-.*".to_string());
+    let mut m = ConsumerGroupMembership::new(c);
+    m.coordinator_found(0);
+    assert_eq!(m.state(), MemberState::Fatal);
+    assert!(m.poll_transmit(Instant::now()).is_none(), "nothing is sent");
+    match m.poll_event() {
+        Some(Event::Fatal(f)) => {
+            assert_eq!(f.code, KafkaCode::UNSUPPORTED_VERSION);
+            assert!(f.reason.contains("orders-.*"), "{}", f.reason);
+            assert!(f.reason.contains("Kafka 4.0"), "{}", f.reason);
+        }
+        other => panic!("expected a fatal event, got {other:?}"),
+    }
 }

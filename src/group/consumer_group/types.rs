@@ -73,8 +73,12 @@ pub struct ConsumerGroupConfig {
     pub group_id: String,
     /// `group.instance.id`: a static member leaves with epoch -2.
     pub instance_id: Option<String>,
-    /// The subscribed topic names.
+    /// The subscribed topic names (empty with a [`topic_regex`](Self::topic_regex)).
     pub topics: Vec<String>,
+    /// A subscription by regular expression (`Consumer::subscribe_pattern`), sent as
+    /// `SubscribedTopicRegex` (ConsumerGroupHeartbeat v1+, Kafka 4.0+) instead of topic names: the
+    /// broker resolves it (RE2/J syntax, whole names) and follows topics created or deleted later.
+    pub topic_regex: Option<String>,
     /// `max.poll.interval.ms`: how long the broker waits for a revocation before fencing us.
     pub rebalance_timeout: Duration,
     /// `group.remote.assignor`, if set.
@@ -105,8 +109,11 @@ pub struct HeartbeatRequest {
     pub instance_id: Option<String>,
     /// `max.poll.interval.ms` in milliseconds, or -1 when unchanged.
     pub rebalance_timeout_ms: i32,
-    /// The subscription, or `None` when unchanged.
+    /// The subscription, or `None` when unchanged (or subscribed by regular expression).
     pub subscribed_topic_names: Option<Vec<String>>,
+    /// The subscription's regular expression (v1+), or `None` when unchanged or subscribed by
+    /// names.
+    pub subscribed_topic_regex: Option<String>,
     /// `group.remote.assignor`, or `None` when unset or unchanged.
     pub server_assignor: Option<String>,
     /// The partitions the member owns right now, or `None` when unchanged.
@@ -118,7 +125,7 @@ impl HeartbeatRequest {
     pub fn is_full(&self) -> bool {
         self.member_epoch == JOIN_EPOCH
             || (self.rebalance_timeout_ms != -1
-                && self.subscribed_topic_names.is_some()
+                && (self.subscribed_topic_names.is_some() || self.subscribed_topic_regex.is_some())
                 && self.owned.is_some())
     }
 

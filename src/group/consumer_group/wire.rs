@@ -11,8 +11,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::errors::{regex_unsupported, REGEX_VERSION};
 use super::ids::TopicId;
 use super::types::{HeartbeatRequest, HeartbeatResponse, IdAssignment};
+use crate::group::error::GroupError;
+use crate::wire::Client;
 use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
 /// The ConsumerGroupHeartbeat versions this crate speaks: v0 (the broker assigns the member id)
@@ -42,6 +45,7 @@ fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
                 .as_ref()
                 .map(|names| names.iter().map(|n| TopicName(str_bytes(n))).collect()),
         )
+        .with_subscribed_topic_regex(req.subscribed_topic_regex.as_deref().map(str_bytes))
         .with_server_assignor(req.server_assignor.as_deref().map(str_bytes))
         .with_topic_partitions(req.owned.as_ref().map(|owned| {
             owned
@@ -53,6 +57,22 @@ fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
                 })
                 .collect()
         }))
+}
+
+/// Checks, at subscribe, that the cluster can carry a subscription by regular expression
+/// (ConsumerGroupHeartbeat v1, Kafka 4.0+), on a broker `client` is connected to: a clear error
+/// then, rather than a membership that fails at its first heartbeat.
+pub(crate) fn check_regex_support(client: &mut Client, regex: &str) -> Result<(), GroupError> {
+    let node = client
+        .brokers()
+        .first()
+        .map(|b| b.node_id)
+        .ok_or(WireError::NoBrokerAvailable { tried: Vec::new() })?;
+    let version = heartbeat_version(client.connection(node)?)?;
+    if version < REGEX_VERSION {
+        return Err(GroupError::Fatal(regex_unsupported(regex, version)));
+    }
+    Ok(())
 }
 
 /// Turns the broker's answer into the machine's form. Bounded by what was decoded: nothing here
@@ -177,6 +197,7 @@ mod tests {
             instance_id: Some("i".into()),
             rebalance_timeout_ms: 300_000,
             subscribed_topic_names: Some(vec!["orders".into()]),
+            subscribed_topic_regex: None,
             server_assignor: Some("range".into()),
             owned: Some([(TopicId([7; 16]), vec![0, 2])].into()),
         }
@@ -206,6 +227,7 @@ mod tests {
             instance_id: None,
             rebalance_timeout_ms: -1,
             subscribed_topic_names: None,
+            subscribed_topic_regex: None,
             server_assignor: None,
             owned: None,
             ..full()
@@ -219,6 +241,27 @@ mod tests {
             encode(&full()).encode(&mut buf, v).expect("encodes");
             assert!(!buf.is_empty());
         }
+    }
+
+    #[test]
+    fn a_regex_reaches_the_wire_from_v1_and_cannot_be_encoded_at_v0() {
+        let req = HeartbeatRequest {
+            subscribed_topic_names: None,
+            subscribed_topic_regex: Some("orders-.*".into()),
+            ..full()
+        };
+        let m = encode(&req);
+        assert_eq!(
+            m.subscribed_topic_regex.as_ref().map(|s| s.as_str()),
+            Some("orders-.*")
+        );
+        assert_eq!(m.subscribed_topic_names, None);
+        let mut buf = BytesMut::new();
+        m.encode(&mut buf, 1).expect("v1 carries the regex");
+        assert!(
+            m.encode(&mut BytesMut::new(), 0).is_err(),
+            "v0 has no field for it: never sent silently without it"
+        );
     }
 
     #[test]

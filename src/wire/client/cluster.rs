@@ -62,6 +62,9 @@ pub struct TopicMetadata {
     pub error: Option<KafkaCode>,
     /// Partitions sorted by index.
     pub partitions: Vec<PartitionMetadata>,
+    /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...): a pattern
+    /// subscription leaves them out under `exclude.internal.topics`.
+    pub is_internal: bool,
 }
 
 /// The most brokers a Metadata response may list (checked before it is decoded, by
@@ -240,6 +243,7 @@ impl Client {
                 name: Arc::clone(&name),
                 error: KafkaCode::from_code(t.error_code),
                 partitions,
+                is_internal: t.is_internal,
             };
             for p in &meta.partitions {
                 let tp = TopicPartition::new(Arc::clone(&name), p.partition);

@@ -187,7 +187,7 @@ impl ConsumerGroupMembership {
         }
     }
 
-    fn fail(&mut self, fatal: FatalError) {
+    pub(super) fn fail(&mut self, fatal: FatalError) {
         warn!(
             "consumer group {}: membership ended: {fatal}",
             self.config.group_id

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
+use super::errors::{regex_unsupported, REGEX_VERSION};
 use super::ids::{generate_member_id, TopicId};
 use super::liveness::session_bound;
 use super::reconcile::{self, by_id, changes, named, resolve, Owned, StaleEpochRetry};
@@ -66,6 +67,7 @@ impl MemberState {
 struct Sent {
     rebalance_timeout_ms: Option<i32>,
     topics: Option<Vec<String>>,
+    regex: Option<String>,
     assignor: Option<String>,
     owned: Option<IdAssignment>,
 }
@@ -236,8 +238,18 @@ impl ConsumerGroupMembership {
     }
 
     /// A coordinator connection is up and speaks ConsumerGroupHeartbeat `version`. With v0 the
-    /// broker assigns the member id; from v1 the client's own is used.
+    /// broker assigns the member id; from v1 the client's own is used. A subscription by
+    /// regular expression needs v1 (Kafka 4.0+): on a coordinator that speaks only v0 (after a
+    /// failover to an older broker) the membership ends with a fatal error rather than
+    /// heartbeat without its subscription.
     pub fn coordinator_found(&mut self, version: i16) {
+        if version < REGEX_VERSION {
+            if let Some(regex) = &self.config.topic_regex {
+                let fatal = regex_unsupported(regex, version);
+                self.fail(fatal);
+                return;
+            }
+        }
         self.coordinator_known = true;
         self.broker_assigns_id = version == 0;
     }
@@ -379,6 +391,7 @@ impl ConsumerGroupMembership {
                 instance_id,
                 rebalance_timeout_ms: -1,
                 subscribed_topic_names: None,
+                subscribed_topic_regex: None,
                 server_assignor: None,
                 owned: None,
             };
@@ -394,11 +407,21 @@ impl ConsumerGroupMembership {
         } else {
             -1
         };
-        let subscribed_topic_names =
-            (self.sent.topics.as_ref() != Some(&self.config.topics)).then(|| {
-                self.sent.topics = Some(self.config.topics.clone());
-                self.config.topics.clone()
-            });
+        // A pattern member sends its regular expression instead of names (the broker takes
+        // either at the join); each only when it changed, as every field.
+        let subscribed_topic_regex = match &self.config.topic_regex {
+            Some(regex) if self.sent.regex.as_ref() != Some(regex) => {
+                self.sent.regex = Some(regex.clone());
+                Some(regex.clone())
+            }
+            _ => None,
+        };
+        let subscribed_topic_names = (self.config.topic_regex.is_none()
+            && self.sent.topics.as_ref() != Some(&self.config.topics))
+        .then(|| {
+            self.sent.topics = Some(self.config.topics.clone());
+            self.config.topics.clone()
+        });
         let assignor = self.config.remote_assignor.map(|a| a.as_str().to_string());
         let server_assignor = match assignor {
             Some(a) if self.sent.assignor.as_ref() != Some(&a) => {
@@ -428,6 +451,7 @@ impl ConsumerGroupMembership {
             instance_id,
             rebalance_timeout_ms,
             subscribed_topic_names,
+            subscribed_topic_regex,
             server_assignor,
             owned,
         }
