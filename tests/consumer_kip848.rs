@@ -474,3 +474,58 @@ fn closing_while_a_revocation_is_pending_leaves_at_once_and_the_other_member_tak
     );
     b.close();
 }
+
+/// On a broker without the consumer group protocol (Kafka before 4.0; the last 3.x as the tests
+/// run it, whose KIP-848 preview is off), `group.protocol=consumer` fails within the first
+/// polls with a named error: no version of ConsumerGroupHeartbeat in common. Never a silent
+/// fall back to the classic protocol, never an endless retry. Runs on the last 3.x in the
+/// normal run and on every older line of the version matrix (`scripts/test --versions`).
+#[test]
+fn the_consumer_protocol_on_a_broker_without_kip_848_fails_with_a_named_error() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let kafka = Kafka::shared(KafkaVersion::Last3);
+    let topic = unique_name("kip848-absent");
+    kafka.create_topic(&topic, 1);
+    let bootstrap = kafka.bootstrap().to_string();
+    let group = unique_name("kip848-absent-group");
+    let started = Instant::now();
+    let failure = match Consumer::subscribe(config(&bootstrap, &group, &[]), &[&topic]) {
+        Err(e) => e,
+        Ok(mut consumer) => loop {
+            match consumer.poll(Duration::from_millis(500)) {
+                Err(e) => break e,
+                Ok(mut batch) => {
+                    assert!(
+                        batch.next().is_none(),
+                        "Kafka {}: a consumer-protocol member was handed a record",
+                        KafkaVersion::Last3.version()
+                    );
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "Kafka {}: still polling after 30 s without the consumer protocol's refusal",
+                KafkaVersion::Last3.version()
+            );
+        },
+    };
+    let mut chain = failure.to_string();
+    let mut source = std::error::Error::source(&failure);
+    while let Some(e) = source {
+        chain.push_str(": ");
+        chain.push_str(&e.to_string());
+        source = e.source();
+    }
+    println!("Kafka {}: {chain}", KafkaVersion::Last3.version());
+    for needed in [
+        "ConsumerGroupHeartbeat",
+        "no common version",
+        "group.protocol=classic",
+    ] {
+        assert!(
+            chain.contains(needed),
+            "Kafka {}: the refusal lacks {needed:?}: {chain}",
+            KafkaVersion::Last3.version()
+        );
+    }
+}
