@@ -39,11 +39,19 @@ use rebalance_guard::group::consumer_group::{
 };
 use rebalance_guard::wire::{Client, ClientConfig, CommitIdentity, KafkaCode, OffsetCommitEntry};
 use rebalance_guard::TopicPartition;
+use support::kafka::require_kafka;
 use support::{unique_name, Kafka, KafkaVersion};
 
 /// Bound on each convergence: the broker's heartbeat interval is 500 ms in the test settings,
 /// and a handover takes a few heartbeats of each member.
 const CONVERGE: Duration = Duration::from_secs(60);
+
+/// The run's Kafka 4.x; fails at once, naming KIP-848, on an older line of the version matrix
+/// (`scripts/version-matrix.list` excludes these tests there).
+fn kip848_kafka() -> &'static Kafka {
+    require_kafka(KafkaVersion::Newest, (4, 0), "KIP-848, the consumer group protocol");
+    Kafka::shared(KafkaVersion::Newest)
+}
 
 fn config(group: &str, topic: &str) -> ConsumerGroupConfig {
     ConsumerGroupConfig {
@@ -299,7 +307,7 @@ fn converged(members: &[&mut Driven], all: &BTreeSet<TopicPartition>) -> bool {
 
 #[test]
 fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let topic = unique_name("kip848-topic");
     let group = unique_name("kip848-group");
     let mut admin =
@@ -405,7 +413,7 @@ fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged
 
 #[test]
 fn offset_commit_carries_the_member_epoch_and_refuses_epochs_outside_the_assignment_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let topic = unique_name("kip848-commit");
     let group = unique_name("kip848-commit-group");
     let mut admin =
@@ -515,7 +523,7 @@ fn lost_causes(m: &Driven) -> Vec<rebalance_guard::LostReason> {
 #[test]
 fn a_heartbeat_with_an_epoch_the_broker_never_gave_is_fenced_and_the_member_rejoins_with_epoch_0_kafka(
 ) {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let (topic, all) = new_topic(kafka, "kip848-fence", 2);
     let group = unique_name("kip848-fence-group");
     let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
@@ -561,7 +569,7 @@ fn a_heartbeat_with_an_epoch_the_broker_never_gave_is_fenced_and_the_member_rejo
 
 #[test]
 fn a_static_member_leaves_with_minus_2_and_its_return_gets_the_same_partitions_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let (topic, all) = new_topic(kafka, "kip848-static", 4);
     let group = unique_name("kip848-static-group");
     let instance = unique_name("static");
@@ -624,7 +632,7 @@ fn a_static_member_leaves_with_minus_2_and_its_return_gets_the_same_partitions_k
 
 #[test]
 fn a_member_that_does_not_revoke_within_its_rebalance_timeout_loses_its_partitions_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let (topic, all) = new_topic(kafka, "kip848-stuck", 2);
     let group = unique_name("kip848-stuck-group");
     let mut cfg = config(&group, &topic);
@@ -683,7 +691,7 @@ fn a_member_that_does_not_revoke_within_its_rebalance_timeout_loses_its_partitio
 /// and its next heartbeat is refused. `a` here is raw requests only, no machine.
 #[test]
 fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance_timeout_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let (topic, all) = new_topic(kafka, "kip848-raw", 2);
     let group = unique_name("kip848-raw-group");
     let mut client =
@@ -777,7 +785,7 @@ fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance
 
 #[test]
 fn three_members_join_and_leave_one_by_one_with_every_partition_owned_once_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let (topic, all) = new_topic(kafka, "kip848-three", 6);
     let group = unique_name("kip848-three-group");
     let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
@@ -844,7 +852,7 @@ fn three_members_join_and_leave_one_by_one_with_every_partition_owned_once_kafka
 /// owned partitions, and `stale_epoch_retry` retries only those).
 #[test]
 fn offset_commit_epochs_are_checked_per_partition_assignment_not_against_ownership_kafka() {
-    let kafka = Kafka::shared(KafkaVersion::Newest);
+    let kafka = kip848_kafka();
     let (topic, all) = new_topic(kafka, "kip848-epochs", 2);
     let group = unique_name("kip848-epochs-group");
     let mut a = Driven::new(kafka.bootstrap(), "a", config(&group, &topic));
