@@ -55,8 +55,9 @@ def pinned(key):
 
 
 def read_list():
-    """(run filtersets, [(min version, filterset, reason)]) from scripts/version-matrix.list."""
-    runs, below = [], []
+    """(run filtersets, [(excluded on this version?, filterset, reason)]) from
+    scripts/version-matrix.list."""
+    runs, exclusions = [], []
     with open(LIST) as f:
         for number, raw in enumerate(f, 1):
             line = raw.strip()
@@ -65,18 +66,23 @@ def read_list():
             word, _, rest = line.partition(" ")
             if word == "run" and rest.strip():
                 runs.append(rest.strip())
-            elif word == "below" and " -- " in rest:
+            elif word in ("below", "from") and " -- " in rest:
                 head, reason = rest.split(" -- ", 1)
-                minimum, _, filterset = head.strip().partition(" ")
+                bound, _, filterset = head.strip().partition(" ")
                 if not filterset.strip():
-                    sys.exit("%s:%d: below VERSION FILTERSET -- REASON" % (LIST, number))
-                below.append((version_tuple(minimum), filterset.strip(), reason.strip()))
+                    sys.exit("%s:%d: %s VERSION FILTERSET -- REASON" % (LIST, number, word))
+                bound = version_tuple(bound)
+                if word == "below":
+                    applies = lambda v, b=bound: version_tuple(v) < b
+                else:
+                    applies = lambda v, b=bound: version_tuple(v) >= b
+                exclusions.append((applies, filterset.strip(), reason.strip()))
             else:
-                sys.exit("%s:%d: expected 'run FILTERSET' or 'below VERSION FILTERSET -- REASON'"
-                         % (LIST, number))
+                sys.exit("%s:%d: expected 'run FILTERSET' or 'below|from VERSION FILTERSET -- "
+                         "REASON'" % (LIST, number))
     if not runs:
         sys.exit("%s selects no tests" % LIST)
-    return runs, below
+    return runs, exclusions
 
 
 def either(filtersets):
@@ -169,14 +175,14 @@ def main():
                     "KAFKA_MATRIX_VERSIONS); each must be installed by setup-test-env")
     opts = ap.parse_args()
     versions = (opts.versions or pinned("KAFKA_MATRIX_VERSIONS")).split(",")
-    runs, below = read_list()
+    runs, exclusions = read_list()
     os.makedirs(LOGS, exist_ok=True)
     selected = either(runs)
     say("building and listing the matrix's tests")
     total = count_tests(selected)
     rows = []
     for version in versions:
-        excluded = [(f, r) for (minimum, f, r) in below if version_tuple(version) < minimum]
+        excluded = [(f, r) for (applies, f, r) in exclusions if applies(version)]
         expression = selected
         skipped = 0
         if excluded:
