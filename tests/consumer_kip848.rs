@@ -22,8 +22,8 @@ use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use support::consumer::{
     committed, consumer_protocol_config, produce_to_each_partition, wait_until,
 };
-use support::proxy::Proxy;
 use support::kafka::require_kafka;
+use support::proxy::Proxy;
 use support::{unique_name, Broker, Kafka, KafkaVersion};
 
 const PARTITIONS: i32 = 6;
@@ -140,7 +140,11 @@ fn assert_once(processed: &Processed, per_partition: i64) {
 
 fn setup(prefix: &str) -> (&'static Kafka, String, String) {
     let _ = env_logger::builder().is_test(true).try_init();
-    require_kafka(KafkaVersion::Newest, (4, 0), "KIP-848, the consumer group protocol");
+    require_kafka(
+        KafkaVersion::Newest,
+        (4, 0),
+        "KIP-848, the consumer group protocol",
+    );
     let kafka = Kafka::shared(KafkaVersion::Newest);
     let topic = unique_name(prefix);
     kafka.create_topic(&topic, PARTITIONS as u32);

@@ -22,6 +22,7 @@ use rebalance_guard::wire::{
     Record,
 };
 use rebalance_guard::TopicPartition;
+use support::fetch::fetch_answered;
 use support::{peer_consume, peer_key, peer_produce, peer_value, unique_name, Broker, BrokerKind};
 
 fn client(broker: &dyn Broker) -> Client {
@@ -356,28 +357,15 @@ fn fetch_from_middle_of_batch(kind: BrokerKind) {
         .iter()
         .any(|b| b.min_offset < 37 && b.min_offset + i64::from(b.record_count) > 37);
     assert!(spanning, "{kind:?}: no batch spans offset 37: {batches:?}");
-    // And our fetch from 37 drops the batch's earlier records. A leader that has not answered
-    // within the call's bound (a busy broker on two cores) comes back with nothing and no
-    // error, its request still in flight: fetch again until it answers, within a bound.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let f = loop {
-        let f = c
-            .fetch(
-                &[FetchPosition {
-                    tp: tp.clone(),
-                    offset: 37,
-                }],
-                &fetch_cfg(),
-            )
-            .expect("fetch");
-        if f.len() != 1 || f[0].error.is_some() || !f[0].records.is_empty() {
-            break f;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{kind:?}: no answer to a fetch from 37 within 30 s"
-        );
-    };
+    // And our fetch from 37 drops the batch's earlier records.
+    let f = fetch_answered(
+        &mut c,
+        &[FetchPosition {
+            tp: tp.clone(),
+            offset: 37,
+        }],
+        &fetch_cfg(),
+    );
     assert_eq!(f.len(), 1);
     assert!(f[0].error.is_none(), "{:?}", f[0].error);
     assert_eq!(f[0].records.first().map(|r| r.offset), Some(37));
@@ -421,21 +409,20 @@ fn empty_partition_and_offsets(kind: BrokerKind) {
     assert_eq!(single_partition_offsets(&mut c, &p1), (0, 0), "{kind:?}");
 
     let started = Instant::now();
-    let f = c
-        .fetch(
-            &[
-                FetchPosition {
-                    tp: p1.clone(),
-                    offset: 0,
-                },
-                FetchPosition {
-                    tp: p0.clone(),
-                    offset: 29,
-                },
-            ],
-            &fetch_cfg(),
-        )
-        .expect("fetch");
+    let f = fetch_answered(
+        &mut c,
+        &[
+            FetchPosition {
+                tp: p1.clone(),
+                offset: 0,
+            },
+            FetchPosition {
+                tp: p0.clone(),
+                offset: 29,
+            },
+        ],
+        &fetch_cfg(),
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     let r1 = f.iter().find(|f| f.tp == p1).expect("p1 result");
     assert!(r1.error.is_none(), "{kind:?}: {:?}", r1.error);

@@ -34,6 +34,7 @@ use rebalance_guard::wire::{
     OffsetCommitEntry, OffsetSpec, ProduceRecord, VersionRange,
 };
 use rebalance_guard::TopicPartition;
+use support::fetch::fetch_answered;
 use support::proxy::{read_frame, write_frame, Proxy};
 use support::{unique_name, Kafka, KafkaVersion};
 
@@ -381,15 +382,14 @@ fn workload(proxy: &Proxy) {
         max_wait: Duration::from_millis(100),
         ..FetchConfig::default()
     };
-    let f = c
-        .fetch(
-            &[FetchPosition {
-                tp: tp.clone(),
-                offset: 0,
-            }],
-            &fetch,
-        )
-        .expect("fetch");
+    let f = fetch_answered(
+        &mut c,
+        &[FetchPosition {
+            tp: tp.clone(),
+            offset: 0,
+        }],
+        &fetch,
+    );
     assert_eq!(f[0].records.len(), 1, "{f:?}");
     let group = unique_name("versions-simple");
     let who = CommitIdentity {
