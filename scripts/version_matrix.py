@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Run the version matrix: a subset of the suite against each older Kafka line, in turn.
 
-Called by ``scripts/test --versions`` (after ``scripts/setup-test-env --matrix``), from the
-repository root, with cargo-nextest on PATH. For each version of KAFKA_MATRIX_VERSIONS
-(scripts/versions.env), or of --versions:
+Called by ``scripts/test --versions [V1,V2...]`` (after ``scripts/setup-test-env --matrix``),
+from the repository root, with cargo-nextest on PATH. For each version of KAFKA_MATRIX_VERSIONS
+(scripts/versions.env), or of the versions given:
 
   1. start the broker with scripts/kafka_broker.py (a line that does not start is recorded with
      the launcher's error line, and the run goes on to the next line);
@@ -171,8 +171,8 @@ def run_tests(version, bootstrap, expression, log_dir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--versions", help="comma-separated Kafka versions (default: the pinned "
-                    "KAFKA_MATRIX_VERSIONS); each must be installed by setup-test-env")
+    ap.add_argument("versions", nargs="?", help="comma-separated Kafka versions (default: the "
+                    "pinned KAFKA_MATRIX_VERSIONS); each must be installed by setup-test-env")
     opts = ap.parse_args()
     versions = (opts.versions or pinned("KAFKA_MATRIX_VERSIONS")).split(",")
     runs, exclusions = read_list()
