@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Run one Apache Kafka broker (KRaft, broker and controller in one JVM) on loopback.
 
+Kafka 2.8 (the oldest line of the version matrix) runs in ZooKeeper mode instead: the script
+first starts a ZooKeeper server in a JVM of its own, from the ZooKeeper jar on that broker's
+classpath, and stops it after the broker (see "Settings per version" below).
+
 The jars come from Maven Central through scripts/setup-test-env, which writes the classpath of
 each pinned version to .cache/kafka/<version>/classpath. This script:
 
@@ -43,6 +47,18 @@ If the broker does not answer within --timeout-s, or exits early, the script pri
 the broker log on stderr and exits 1. The broker never outlives this script: it is started with
 PR_SET_PDEATHSIG, so even a SIGKILL of this script ends it.
 
+Settings per version (what differs between the lines the tests use):
+  4.x, 3.9     KRaft; the controller found through controller.quorum.bootstrap.servers and the
+               storage formatted with ``--standalone`` (KIP-853, 3.9+)
+  3.0 to 3.8   KRaft with the static quorum of that time: controller.quorum.voters=1@HOST:PORT,
+               the storage formatted without --standalone (3.0's KRaft was early access, but
+               single-node groups, offsets and records work)
+  2.8          ZooKeeper mode: broker.id and zookeeper.connect, no process.roles, no storage
+               format; the ZooKeeper server (3.5.9, a dependency of Kafka 2.8) on a free port
+  < 4          log4j 1 (reload4j) configuration; 4.x log4j2
+  < 3.5        no --sasl-user (SCRAM credentials at format time came with 3.5)
+The cluster id is a random base64url UUID, the form every version's StorageTool accepts.
+
 Broker settings, and why:
   group.initial.rebalance.delay.ms=0     the first join of a group is not held back 3 s
   offsets.topic.num.partitions=1         one coordinator, created fast
@@ -75,6 +91,7 @@ import tempfile
 import threading
 import time
 import uuid
+import base64
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,6 +123,18 @@ log4j.logger.state.change.logger=WARN
 log4j.logger.org.apache.kafka.controller=WARN
 log4j.logger.org.apache.kafka.raft=WARN
 log4j.logger.kafka.server.metadata=WARN
+log4j.logger.org.apache.zookeeper=WARN
+log4j.logger.kafka.zookeeper=WARN
+"""
+
+# ZooKeeper for a 2.8 broker: loopback only, no admin HTTP server, a short tick.
+ZOOKEEPER_PROPERTIES = """\
+dataDir=%(data_dir)s
+clientPort=%(port)d
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+tickTime=500
+admin.enableServer=false
 """
 
 
@@ -243,16 +272,60 @@ def tls_listener_props(props, listener, tls_dir):
     props[prefix + "ssl.client.auth"] = "required" if listener == "MTLS" else "none"
 
 
-def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls_ports=None):
-    major = int(opts.version.split(".")[0])
+def version_tuple(version):
+    """(major, minor) of a version string such as 3.0.2."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def metadata_mode(version):
+    """How this version keeps its metadata: 'zookeeper' (2.x), 'kraft-voters' (3.0 to 3.8, a
+    static controller quorum) or 'kraft-standalone' (3.9+, KIP-853's dynamic quorum)."""
+    v = version_tuple(version)
+    if v < (3, 0):
+        return "zookeeper"
+    if v < (3, 9):
+        return "kraft-voters"
+    return "kraft-standalone"
+
+
+def random_cluster_id():
+    """A random UUID in Kafka's own text form (base64url, no padding, 22 characters): 3.0's
+    StorageTool refuses any other form."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+def metadata_props(version, port, controller_port, zookeeper_port):
+    """The settings that say how the broker finds its metadata (see metadata_mode)."""
+    mode = metadata_mode(version)
+    if mode == "zookeeper":
+        return {
+            "broker.id": "1",
+            "zookeeper.connect": "127.0.0.1:%d" % zookeeper_port,
+            "zookeeper.connection.timeout.ms": "30000",
+            "listeners": "PLAINTEXT://127.0.0.1:%d" % port,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+        }
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "controller.quorum.bootstrap.servers": "127.0.0.1:%d" % controller_port,
         "listeners": "PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d" % (port, controller_port),
-        "advertised.listeners": "PLAINTEXT://127.0.0.1:%d" % port,
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    }
+    if mode == "kraft-voters":
+        props["controller.quorum.voters"] = "1@127.0.0.1:%d" % controller_port
+    else:
+        props["controller.quorum.bootstrap.servers"] = "127.0.0.1:%d" % controller_port
+    return props
+
+
+def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls_ports=None,
+                      zookeeper_port=None):
+    major = int(opts.version.split(".")[0])
+    props = metadata_props(opts.version, port, controller_port, zookeeper_port)
+    props.update({
+        "advertised.listeners": "PLAINTEXT://127.0.0.1:%d" % port,
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": data_dir,
         "num.partitions": "1",
@@ -278,7 +351,7 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls
         "num.recovery.threads.per.data.dir": "1",
         "background.threads": "2",
         "log.cleaner.threads": "1",
-    }
+    })
     if sasl_port is not None:
         props["listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
         props["advertised.listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
@@ -375,6 +448,52 @@ def stop_broker(jvm, grace_s):
         jvm.wait()
 
 
+def start_zookeeper(java, jvm_flags, classpath, run_dir, log_path, deadline):
+    """Starts the ZooKeeper server a 2.8 broker needs (a JVM of its own, dying with this
+    script) and waits until it accepts connections; returns (process, port)."""
+    data_dir = os.path.join(run_dir, "zookeeper")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    os.makedirs(data_dir)
+    port = free_port()
+    config = os.path.join(run_dir, "zookeeper.properties")
+    with open(config, "w") as f:
+        f.write(ZOOKEEPER_PROPERTIES % {"data_dir": data_dir, "port": port})
+    with open(log_path, "ab") as log:
+        zk = subprocess.Popen(
+            [java] + jvm_flags + ["-cp", classpath,
+                                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", config],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
+    while not tcp_probe(port, timeout=0.5):
+        if zk.poll() is not None:
+            fail("ZooKeeper exited with %s during start-up; log %s:\n%s"
+                 % (zk.returncode, log_path, tail(log_path)))
+        if time.monotonic() > deadline:
+            stop_broker(zk, 1.0)
+            fail("ZooKeeper did not accept connections on 127.0.0.1:%d; log %s:\n%s"
+                 % (port, log_path, tail(log_path)))
+        time.sleep(0.05)
+    return zk, port
+
+
+def format_storage(java, jvm_flags, classpath, config, scram, log_path, version):
+    """Formats the KRaft storage (nothing to do in ZooKeeper mode)."""
+    mode = metadata_mode(version)
+    if mode == "zookeeper":
+        return
+    standalone = ["--standalone"] if mode == "kraft-standalone" else []
+    with open(log_path, "ab") as log:
+        fmt = subprocess.run(
+            [java] + jvm_flags + ["-cp", classpath, "kafka.tools.StorageTool", "format"]
+            + standalone + ["-t", random_cluster_id(), "-c", config] + scram,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    if fmt.returncode != 0:
+        fail("formatting the storage failed (exit %d); log %s:\n%s"
+             % (fmt.returncode, log_path, tail(log_path)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--version", required=True, help="a Kafka version installed by setup-test-env")
@@ -407,6 +526,8 @@ def main():
             if not os.path.isfile(os.path.join(opts.tls_dir, name)):
                 fail("--tls-dir %s lacks %s" % (opts.tls_dir, name))
     sasl_users(opts)  # refuse a malformed entry before anything starts
+    if sasl and version_tuple(opts.version) < (3, 5):
+        fail("--sasl-user needs Kafka 3.5 or newer (SCRAM credentials at format time)")
 
     classpath = read_classpath(opts.version)
     java = shutil.which("java")
@@ -430,6 +551,11 @@ def main():
     started = time.monotonic()
     jvm = None
     port = None
+    zookeeper, zookeeper_port = None, None
+    if metadata_mode(opts.version) == "zookeeper":
+        zookeeper, zookeeper_port = start_zookeeper(
+            java, jvm_options(opts.heap, False, log_flag), classpath, run_dir, log_path,
+            started + opts.timeout_s)
     # A port is free when picked but may be taken before the JVM binds it: try again then.
     for attempt in range(3):
         port = opts.port or free_port()
@@ -450,7 +576,8 @@ def main():
                     p = free_port()
                 taken.add(p)
                 tls_ports[listener] = p
-        props = server_properties(opts, data_dir, port, controller_port, sasl_port, tls_ports)
+        props = server_properties(opts, data_dir, port, controller_port, sasl_port, tls_ports,
+                                  zookeeper_port)
         config = os.path.join(run_dir, "server.properties")
         with open(config, "w") as f:
             for key in sorted(props):
@@ -461,16 +588,7 @@ def main():
         for name, password in (sasl_users(opts) if sasl else []):
             for mechanism in SASL_MECHANISMS[1:]:
                 scram += ["--add-scram", "%s=[name=%s,password=%s]" % (mechanism, name, password)]
-        with open(log_path, "ab") as log:
-            fmt = subprocess.run(
-                [java] + jvm_flags + ["-cp", classpath, "kafka.tools.StorageTool", "format",
-                                      "--standalone", "-t", str(uuid.uuid4()), "-c", config]
-                + scram,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )
-        if fmt.returncode != 0:
-            fail("formatting the storage failed (exit %d); log %s:\n%s"
-                 % (fmt.returncode, log_path, tail(log_path)))
+        format_storage(java, jvm_flags, classpath, config, scram, log_path, opts.version)
         log = open(log_path, "ab")
         jvm = subprocess.Popen(
             [java] + jvm_flags + ["-cp", classpath, "kafka.Kafka", config],
@@ -534,6 +652,9 @@ def main():
             stopper.stop("broker exited with %s" % jvm.returncode)
     crashed = jvm.poll() is not None
     stop_broker(jvm, opts.stop_grace_s)
+    if zookeeper is not None:
+        stop_broker(zookeeper, opts.stop_grace_s)
+        shutil.rmtree(os.path.join(run_dir, "zookeeper"), ignore_errors=True)
     shutil.rmtree(data_dir, ignore_errors=True)
     if crashed:
         fail("Kafka %s stopped by itself (%s); log %s:\n%s" % (opts.version, stopper.reason, log_path, tail(log_path)))

@@ -22,6 +22,7 @@ use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use support::consumer::{
     committed, consumer_protocol_config, produce_to_each_partition, wait_until,
 };
+use support::kafka::require_kafka;
 use support::proxy::Proxy;
 use support::{unique_name, Broker, Kafka, KafkaVersion};
 
@@ -139,6 +140,11 @@ fn assert_once(processed: &Processed, per_partition: i64) {
 
 fn setup(prefix: &str) -> (&'static Kafka, String, String) {
     let _ = env_logger::builder().is_test(true).try_init();
+    require_kafka(
+        KafkaVersion::Newest,
+        (4, 0),
+        "KIP-848, the consumer group protocol",
+    );
     let kafka = Kafka::shared(KafkaVersion::Newest);
     let topic = unique_name(prefix);
     kafka.create_topic(&topic, PARTITIONS as u32);
@@ -473,4 +479,62 @@ fn closing_while_a_revocation_is_pending_leaves_at_once_and_the_other_member_tak
         "B got everything {handed:?} after A closed"
     );
     b.close();
+}
+
+/// On a broker without the consumer group protocol, `group.protocol=consumer` fails within the
+/// first polls with one named error (ConsumerGroupHeartbeat, UNSUPPORTED_VERSION, use
+/// `group.protocol=classic`), whichever way the broker says no: Kafka 3.9 as the tests run it
+/// (KIP-848 preview off) advertises the API and answers UNSUPPORTED_VERSION; 3.6 and older do
+/// not advertise it at all, so no version is in common. Never a silent fall back to the classic
+/// protocol, never an endless retry (before the fix, the second case looked the coordinator up
+/// again for ever). Runs on the last 3.x in the normal run and on every line of the version
+/// matrix (`scripts/test --versions`).
+#[test]
+fn the_consumer_protocol_on_a_broker_without_kip_848_fails_with_a_named_error() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let kafka = Kafka::shared(KafkaVersion::Last3);
+    let topic = unique_name("kip848-absent");
+    kafka.create_topic(&topic, 1);
+    let bootstrap = kafka.bootstrap().to_string();
+    let group = unique_name("kip848-absent-group");
+    let started = Instant::now();
+    let failure = match Consumer::subscribe(config(&bootstrap, &group, &[]), &[&topic]) {
+        Err(e) => e,
+        Ok(mut consumer) => loop {
+            match consumer.poll(Duration::from_millis(500)) {
+                Err(e) => break e,
+                Ok(mut batch) => {
+                    assert!(
+                        batch.next().is_none(),
+                        "Kafka {}: a consumer-protocol member was handed a record",
+                        KafkaVersion::Last3.version()
+                    );
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "Kafka {}: still polling after 30 s without the consumer protocol's refusal",
+                KafkaVersion::Last3.version()
+            );
+        },
+    };
+    let mut chain = failure.to_string();
+    let mut source = std::error::Error::source(&failure);
+    while let Some(e) = source {
+        chain.push_str(": ");
+        chain.push_str(&e.to_string());
+        source = e.source();
+    }
+    println!("Kafka {}: {chain}", KafkaVersion::Last3.version());
+    for needed in [
+        "ConsumerGroupHeartbeat",
+        "UnsupportedVersion",
+        "group.protocol=classic",
+    ] {
+        assert!(
+            chain.contains(needed),
+            "Kafka {}: the refusal lacks {needed:?}: {chain}",
+            KafkaVersion::Last3.version()
+        );
+    }
 }

@@ -289,8 +289,27 @@ fn batch_sizing_keeps_a_slow_handler_in_the_group(kind: BrokerKind) {
         "{kind:?}: only the initial join: {stats}"
     );
     assert!(stats.next_batch_size <= 20, "{kind:?}: {stats}");
-    let offsets: Vec<i64> = log.lock().unwrap().iter().map(|p| p.offset).collect();
-    assert_eq!(offsets, (0..120).collect::<Vec<_>>(), "{kind:?}");
+    // Every record once, in order, among those the guard still held current when the handler
+    // finished. A record may come twice only if its first run was told it was no longer
+    // current (a heartbeat answered later than session.timeout.ms on a busy machine: the lease
+    // went stale, the record was released and comes again): an explained repeat, never a
+    // silent one. Seen once on the version matrix under a load average of 40.
+    let log = log.lock().unwrap();
+    let current: Vec<i64> = log
+        .iter()
+        .filter(|p| p.current_after)
+        .map(|p| p.offset)
+        .collect();
+    assert_eq!(current, (0..120).collect::<Vec<_>>(), "{kind:?}");
+    let stale: Vec<i64> = log
+        .iter()
+        .filter(|p| !p.current_after)
+        .map(|p| p.offset)
+        .collect();
+    if !stale.is_empty() {
+        println!("{kind:?}: processed after their lease went stale, then again: {stale:?}");
+    }
+    drop(log);
     a.close().unwrap();
 }
 

@@ -22,6 +22,7 @@ use rebalance_guard::wire::{
     Record,
 };
 use rebalance_guard::TopicPartition;
+use support::fetch::fetch_answered;
 use support::{peer_consume, peer_key, peer_produce, peer_value, unique_name, Broker, BrokerKind};
 
 fn client(broker: &dyn Broker) -> Client {
@@ -357,15 +358,14 @@ fn fetch_from_middle_of_batch(kind: BrokerKind) {
         .any(|b| b.min_offset < 37 && b.min_offset + i64::from(b.record_count) > 37);
     assert!(spanning, "{kind:?}: no batch spans offset 37: {batches:?}");
     // And our fetch from 37 drops the batch's earlier records.
-    let f = c
-        .fetch(
-            &[FetchPosition {
-                tp: tp.clone(),
-                offset: 37,
-            }],
-            &fetch_cfg(),
-        )
-        .expect("fetch");
+    let f = fetch_answered(
+        &mut c,
+        &[FetchPosition {
+            tp: tp.clone(),
+            offset: 37,
+        }],
+        &fetch_cfg(),
+    );
     assert_eq!(f.len(), 1);
     assert!(f[0].error.is_none(), "{:?}", f[0].error);
     assert_eq!(f[0].records.first().map(|r| r.offset), Some(37));
@@ -409,21 +409,20 @@ fn empty_partition_and_offsets(kind: BrokerKind) {
     assert_eq!(single_partition_offsets(&mut c, &p1), (0, 0), "{kind:?}");
 
     let started = Instant::now();
-    let f = c
-        .fetch(
-            &[
-                FetchPosition {
-                    tp: p1.clone(),
-                    offset: 0,
-                },
-                FetchPosition {
-                    tp: p0.clone(),
-                    offset: 29,
-                },
-            ],
-            &fetch_cfg(),
-        )
-        .expect("fetch");
+    let f = fetch_answered(
+        &mut c,
+        &[
+            FetchPosition {
+                tp: p1.clone(),
+                offset: 0,
+            },
+            FetchPosition {
+                tp: p0.clone(),
+                offset: 29,
+            },
+        ],
+        &fetch_cfg(),
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     let r1 = f.iter().find(|f| f.tp == p1).expect("p1 result");
     assert!(r1.error.is_none(), "{kind:?}: {:?}", r1.error);

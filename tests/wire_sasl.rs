@@ -21,6 +21,7 @@ use rebalance_guard::wire::{
 };
 use rebalance_guard::TopicPartition;
 use support::consumer::{produce_until_accepted, value_records};
+use support::fetch::fetch_answered;
 use support::kafka::{SaslKafka, SASL_REAUTH};
 use support::unique_name;
 
@@ -72,15 +73,14 @@ fn produce_fetch_and_offsets(mechanism: SaslMechanism) {
         )
         .expect("list offsets");
     assert_eq!(latest.get(&tp), Some(&5), "{mechanism}");
-    let fetched = client
-        .fetch(
-            &[FetchPosition {
-                tp: tp.clone(),
-                offset: 0,
-            }],
-            &FetchConfig::default(),
-        )
-        .expect("fetch");
+    let fetched = fetch_answered(
+        &mut client,
+        &[FetchPosition {
+            tp: tp.clone(),
+            offset: 0,
+        }],
+        &FetchConfig::default(),
+    );
     let values: Vec<Option<Bytes>> = fetched
         .iter()
         .flat_map(|p| p.records.iter().map(|r| r.value.clone()))

@@ -34,6 +34,7 @@ use rebalance_guard::wire::{
     OffsetCommitEntry, OffsetSpec, ProduceRecord, VersionRange,
 };
 use rebalance_guard::TopicPartition;
+use support::fetch::fetch_answered;
 use support::proxy::{read_frame, write_frame, Proxy};
 use support::{unique_name, Kafka, KafkaVersion};
 
@@ -381,15 +382,14 @@ fn workload(proxy: &Proxy) {
         max_wait: Duration::from_millis(100),
         ..FetchConfig::default()
     };
-    let f = c
-        .fetch(
-            &[FetchPosition {
-                tp: tp.clone(),
-                offset: 0,
-            }],
-            &fetch,
-        )
-        .expect("fetch");
+    let f = fetch_answered(
+        &mut c,
+        &[FetchPosition {
+            tp: tp.clone(),
+            offset: 0,
+        }],
+        &fetch,
+    );
     assert_eq!(f[0].records.len(), 1, "{f:?}");
     let group = unique_name("versions-simple");
     let who = CommitIdentity {
@@ -610,7 +610,8 @@ fn sent_versions_are_the_highest_common_kafka_3() {
 /// Kafka 4.x advertises exactly the KIP-896 minimums (as amended, see [`KIP_896_FLOORS`]) for
 /// the APIs we use, and nothing we send is below the floors: checked against the broker's own
 /// answer and against what went over the wire. Our declared minimums are at or above the
-/// floors too, so no broker can make us send less. Kafka 3.9 still has every version from 0.
+/// floors too, so no broker can make us send less. (Kafka 3.x still has every version from 0:
+/// `every_version_from_0_is_still_taken_kafka_3`.)
 #[test]
 fn nothing_sent_is_below_the_kip_896_floors_kafka_4() {
     let o = observe(KafkaVersion::Newest);
@@ -647,18 +648,25 @@ fn nothing_sent_is_below_the_kip_896_floors_kafka_4() {
         "Kafka {} refused Produce v3",
         o.kafka
     );
+}
 
+/// Before KIP-896 (Kafka 3.x and older), every API we use is advertised from v0 and Produce v2
+/// is still answered: the floors above are a 4.0 change, not a constant of the protocol.
+#[test]
+fn every_version_from_0_is_still_taken_kafka_3() {
     let old = Kafka::shared(KafkaVersion::Last3);
     let old_apis = broker_api_versions(old.bootstrap());
     for &(api, _, _) in KIP_896_FLOORS {
         assert_eq!(
             old_apis.get(&(api as i16)).map(|r| r.0),
             Some(0),
-            "Kafka 3.x: {api:?} min"
+            "Kafka {}: {api:?} min",
+            KafkaVersion::Last3.version()
         );
     }
     assert!(
         produce_is_answered(old.bootstrap(), 2),
-        "Kafka 3.x refused Produce v2"
+        "Kafka {} refused Produce v2",
+        KafkaVersion::Last3.version()
     );
 }

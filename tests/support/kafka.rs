@@ -19,6 +19,18 @@
 //! stops the shared broker. A test that needs a broker of its own (to stop it, or with other
 //! settings) starts one with [`Kafka::start`], which is stopped when the handle drops.
 //!
+//! # The version matrix
+//!
+//! `scripts/test --versions` runs a subset of the suite (`scripts/version-matrix.list`) against
+//! older Kafka lines, one at a time. It names the line under test in
+//! `RG_TEST_KAFKA_MATRIX_VERSION` (e.g. `3.0.2`) and hands over its broker in
+//! `RG_TEST_KAFKA_MATRIX_BOOTSTRAP`. While the version is set, every Kafka a test asks for, the
+//! newest and the last 3.x alike, shared or its own, is that version: the tests run unchanged,
+//! and a test whose feature the old line lacks is excluded by the matrix list with its reason
+//! or calls [`require_kafka`], which fails it loudly. With the version set and no bootstrap
+//! (`RG_TEST_KAFKA_MATRIX_VERSION=3.0.2 cargo test --test wire_offsets`), the first test starts
+//! that broker for its test binary, as for the shared ones.
+//!
 //! The broker settings (fast first join, one offsets partition, replication 1, no automatic
 //! topic creation, short minimum session timeouts) are listed in `scripts/kafka_broker.py`.
 
@@ -47,8 +59,12 @@ pub enum KafkaVersion {
 }
 
 impl KafkaVersion {
-    /// The pinned version string, e.g. `4.4.0`.
+    /// The pinned version string, e.g. `4.4.0`; the matrix's version under
+    /// `scripts/test --versions` (see the module documentation).
     pub fn version(self) -> String {
+        if let Some(version) = matrix_version() {
+            return version;
+        }
         let key = match self {
             KafkaVersion::Newest => "KAFKA_4_VERSION",
             KafkaVersion::Last3 => "KAFKA_3_VERSION",
@@ -58,6 +74,9 @@ impl KafkaVersion {
 
     /// The variable in which `scripts/test` hands over the run's shared broker.
     pub fn env_var(self) -> &'static str {
+        if matrix_version().is_some() {
+            return "RG_TEST_KAFKA_MATRIX_BOOTSTRAP";
+        }
         match self {
             KafkaVersion::Newest => "RG_TEST_KAFKA_4_BOOTSTRAP",
             KafkaVersion::Last3 => "RG_TEST_KAFKA_3_BOOTSTRAP",
@@ -70,6 +89,39 @@ impl KafkaVersion {
             KafkaVersion::Last3 => BrokerKind::Kafka3,
         }
     }
+}
+
+/// The Kafka line under test when `scripts/test --versions` runs the matrix
+/// (`RG_TEST_KAFKA_MATRIX_VERSION`), else `None`.
+pub fn matrix_version() -> Option<String> {
+    std::env::var("RG_TEST_KAFKA_MATRIX_VERSION")
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// `(major, minor)` of a version string such as `3.0.2`.
+pub fn major_minor(version: &str) -> (u32, u32) {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => panic!("not a Kafka version: {version:?}"),
+    }
+}
+
+/// Fails the test at once, naming `feature`, when the Kafka under test (`version`'s pin, or the
+/// matrix's line) is older than `min`: a test of a feature an old broker lacks must never pass
+/// there by accident, nor be skipped silently. The matrix list excludes such tests with the
+/// same reason; this catches one it forgot.
+pub fn require_kafka(version: KafkaVersion, min: (u32, u32), feature: &str) {
+    let under_test = version.version();
+    assert!(
+        major_minor(&under_test) >= min,
+        "this test needs Kafka {}.{} or newer ({feature}), and runs on Kafka {under_test}: \
+         exclude it for this version in scripts/version-matrix.list",
+        min.0,
+        min.1
+    );
 }
 
 /// A value of `scripts/versions.env`, the one place where every pin is written.
@@ -113,7 +165,9 @@ impl Kafka {
     pub fn shared(version: KafkaVersion) -> &'static Kafka {
         static NEWEST: OnceLock<Kafka> = OnceLock::new();
         static LAST3: OnceLock<Kafka> = OnceLock::new();
+        static MATRIX: OnceLock<Kafka> = OnceLock::new();
         let cell = match version {
+            _ if matrix_version().is_some() => &MATRIX,
             KafkaVersion::Newest => &NEWEST,
             KafkaVersion::Last3 => &LAST3,
         };
@@ -177,7 +231,7 @@ impl Kafka {
         }
     }
 
-    /// Which release this is.
+    /// Which release this is (under the matrix, both stand for the matrix's line).
     pub fn version(&self) -> KafkaVersion {
         self.version
     }

@@ -11,6 +11,8 @@
 //! * [`MockCluster`]: librdkafka's mock cluster (`scripts/mock_cluster.py`),
 //!   with fault injection through [`MockCluster::command`].
 //! * [`Tansu`]: the tansu broker binary, memory storage, a second independent implementation.
+//! * [`fetch::fetch_answered`]: one fetch whose every partition the leader answered, for tests
+//!   that check what one answer holds on a busy machine.
 //! * [`peer`] / [`peer_consume`]: `scripts/peer.py`, confluent-kafka and
 //!   kafka-python helpers that produce and read records with no code of ours
 //!   on the wire.
@@ -30,6 +32,7 @@ pub mod certs;
 pub mod cluster;
 pub mod consumer;
 pub mod fault_member;
+pub mod fetch;
 pub mod kafka;
 pub mod log_capture;
 pub mod log_lines;

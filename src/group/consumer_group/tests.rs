@@ -1189,3 +1189,32 @@ fn a_pattern_member_on_a_coordinator_without_regex_support_ends_with_a_clear_err
         other => panic!("expected a fatal event, got {other:?}"),
     }
 }
+
+#[test]
+fn a_coordinator_without_the_heartbeat_api_ends_the_membership_instead_of_a_lookup_loop() {
+    // A broker before Kafka 4.0 does not advertise ConsumerGroupHeartbeat: the shell reports it
+    // (`on_unsupported`) and the membership ends, as on an UNSUPPORTED_VERSION answer.
+    let now = Instant::now();
+    let mut m = ConsumerGroupMembership::with_member_id(config(&["orders"], None), "m".into());
+    assert!(m.needs_coordinator());
+    m.on_unsupported("no common version for ConsumerGroupHeartbeat");
+    let mut events = Vec::new();
+    while let Some(e) = m.poll_event() {
+        events.push(e);
+    }
+    let fatal = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Fatal(f) => Some(f),
+            _ => None,
+        })
+        .expect("a fatal event");
+    assert_eq!(fatal.code, KafkaCode::UNSUPPORTED_VERSION);
+    assert!(fatal.reason.contains("group.protocol=classic"), "{fatal}");
+    assert!(fatal.reason.contains("no common version"), "{fatal}");
+    assert_eq!(m.poll_transmit(now + Duration::from_secs(5)), None);
+    assert_eq!(m.poll_timeout(), None, "nothing more to do");
+    // Reported once: a second report changes nothing.
+    m.on_unsupported("again");
+    assert!(m.poll_event().is_none());
+}

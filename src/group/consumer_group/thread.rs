@@ -30,7 +30,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::mirror::Mirror;
-use super::wire::{heartbeat_version, resolve_topic_ids, send_heartbeat};
+use super::wire::{heartbeat_unsupported, heartbeat_version, resolve_topic_ids, send_heartbeat};
 use super::{ConsumerGroupConfig, ConsumerGroupMembership};
 use crate::group::failover::{bound_membership_client, Failover};
 use crate::group::session::{Phase, Shared};
@@ -151,6 +151,13 @@ impl Driver {
                 Ok(version) => {
                     self.mirror.machine.coordinator_found(version);
                     self.connect_retry = None;
+                }
+                Err(error) if heartbeat_unsupported(&error) => {
+                    // Not an outage: this coordinator will never take the heartbeat.
+                    self.mirror
+                        .machine
+                        .on_unsupported(&ErrorChain(&error).to_string());
+                    return;
                 }
                 Err(error) => {
                     // One line per outage, not one per look-up: the look-ups are fast.

@@ -187,6 +187,19 @@ impl ConsumerGroupMembership {
         }
     }
 
+    /// The coordinator has no ConsumerGroupHeartbeat version in common with us (`detail` says
+    /// what each side offers). Fatal, like the broker's own UNSUPPORTED_VERSION answer: retrying
+    /// cannot make the API appear, and falling back to the classic protocol unasked would
+    /// change how the group assigns and fences.
+    pub fn on_unsupported(&mut self, detail: &str) {
+        if matches!(self.state, MemberState::Fatal | MemberState::Left) {
+            return;
+        }
+        if let ErrorAction::Fatal(fatal) = classify(KafkaCode::UNSUPPORTED_VERSION, Some(detail)) {
+            self.fail(fatal);
+        }
+    }
+
     pub(super) fn fail(&mut self, fatal: FatalError) {
         warn!(
             "consumer group {}: membership ended: {fatal}",
