@@ -115,6 +115,7 @@ impl Consumer {
             session_timeout: config.session_timeout(),
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),
+            rack: config.client_rack().map(str::to_string),
         };
         let member = membership(group, handoff::lost_hook(&guard))?;
         // Leases also expire by time: past the last answered heartbeat's send time plus
@@ -460,6 +461,7 @@ impl Consumer {
             commits_refused: self.commits_refused + self.pacer.refused,
             next_batch_size: self.sizer.next_size(),
             per_record_estimate: self.sizer.estimate(),
+            fetch: self.member.fetch_stats(),
         }
     }
 

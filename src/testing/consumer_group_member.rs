@@ -77,6 +77,7 @@ impl Kip848Group {
             topics: config.topics.clone(),
             rebalance_timeout: config.max_poll_interval,
             remote_assignor: None,
+            rack: config.rack.clone(),
             session_bound: None,
             retry_backoff: Duration::from_millis(1),
             retry_backoff_max: Duration::from_millis(10),

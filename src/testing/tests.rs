@@ -121,6 +121,7 @@ fn kip848_group(log: &InMemoryLog) -> (consumer_group::Coordinator, String, i32)
         rebalance_timeout_ms: 5_000,
         subscribed_topic_names: Some(vec!["orders".to_string()]),
         server_assignor: None,
+        rack_id: None,
         owned: Some(IdAssignment::new()),
     };
     let answer = c.heartbeat(now, &join);

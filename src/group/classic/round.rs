@@ -167,6 +167,7 @@ impl Round<'_> {
         let mut subscription = Subscription::new(self.config.topics.clone());
         subscription.owned_partitions = start.owned.clone();
         subscription.generation_id = start.identity.generation_id;
+        subscription.rack_id = self.config.rack.clone();
         let protocols = select_protocol(&self.config.strategies, &subscription)
             .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
             .protocols;

@@ -28,6 +28,7 @@ fn config(topics: &[&str], instance: Option<&str>) -> ConsumerGroupConfig {
         topics: topics.iter().map(|t| t.to_string()).collect(),
         rebalance_timeout: REBALANCE_TIMEOUT,
         remote_assignor: None,
+        rack: None,
         session_bound: None,
         retry_backoff: Duration::from_millis(100),
         retry_backoff_max: Duration::from_secs(1),
@@ -1156,4 +1157,22 @@ fn a_release_answered_fenced_instance_id_is_fatal_and_never_touches_the_holder()
         h.round();
     }
     assert!(h.converged(&[first]));
+}
+
+/// `client.rack` goes with the join and again only after the member starts over (a later
+/// heartbeat says "unchanged" with null), as the other full-heartbeat fields do.
+#[test]
+fn the_rack_is_sent_on_joining_and_null_while_unchanged() {
+    let mut h = Harness::new(&[("orders", 2)]);
+    let mut cfg = config(&["orders"], None);
+    cfg.rack = Some("zone-b".to_string());
+    let a = h.add(cfg, "member-a");
+    h.run_until(50, |h| h.converged(&[a]) && h.members[a].sent.len() > 2);
+    let sent = &h.members[a].sent;
+    assert_eq!(sent[0].rack_id.as_deref(), Some("zone-b"));
+    assert!(sent[1..].iter().all(|r| r.rack_id.is_none()), "{sent:?}");
+    let mut h = Harness::new(&[("orders", 2)]);
+    let b = h.add(config(&["orders"], None), "member-b");
+    h.run_until(10, |h| h.converged(&[b]));
+    assert!(h.members[b].sent.iter().all(|r| r.rack_id.is_none()));
 }

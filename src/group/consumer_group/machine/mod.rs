@@ -67,6 +67,7 @@ struct Sent {
     rebalance_timeout_ms: Option<i32>,
     topics: Option<Vec<String>>,
     assignor: Option<String>,
+    rack: Option<String>,
     owned: Option<IdAssignment>,
 }
 
@@ -380,6 +381,7 @@ impl ConsumerGroupMembership {
                 rebalance_timeout_ms: -1,
                 subscribed_topic_names: None,
                 server_assignor: None,
+                rack_id: None,
                 owned: None,
             };
         }
@@ -407,6 +409,14 @@ impl ConsumerGroupMembership {
             }
             _ => None,
         };
+        // As the assignor: sent on joining (and after any full resend), `None` while unchanged.
+        let rack_id = match &self.config.rack {
+            Some(rack) if self.sent.rack.as_ref() != Some(rack) => {
+                self.sent.rack = Some(rack.clone());
+                Some(rack.clone())
+            }
+            _ => None,
+        };
         let owned_now = by_id(&self.owned);
         let owned = (self.sent.owned.as_ref() != Some(&owned_now)).then(|| {
             self.sent.owned = Some(owned_now.clone());
@@ -429,6 +439,7 @@ impl ConsumerGroupMembership {
             rebalance_timeout_ms,
             subscribed_topic_names,
             server_assignor,
+            rack_id,
             owned,
         }
     }
