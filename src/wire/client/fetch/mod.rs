@@ -511,11 +511,20 @@ impl Client {
                 .iter()
                 .filter_map(|p| Some((p.tp.clone(), *self.leader_epochs.get(&p.tp)?)))
                 .collect();
+            let mut job_cfg = cfg.clone();
+            let now = Instant::now();
+            if group
+                .iter()
+                .any(|p| self.read_replicas.falling_back(&p.tp, now))
+            {
+                // A partition back from a failed replica: the leader must serve it itself.
+                job_cfg.client_rack = None;
+            }
             let job = Job {
                 id: 0,
                 positions: group,
                 epochs,
-                cfg: cfg.clone(),
+                cfg: job_cfg,
                 max_bytes,
             };
             let positions = job.positions.clone();

@@ -175,6 +175,14 @@ impl ReadReplicas {
         false
     }
 
+    /// Whether `tp` went back to its leader because its replica failed it, and stays there
+    /// now. Its leader is then asked without `client.rack`: a leader that still counts the
+    /// failed replica in its ISR (a dead broker is fenced only after `broker.session.timeout.ms`)
+    /// would otherwise keep naming it and answer with no records.
+    pub(super) fn falling_back(&self, tp: &TopicPartition, now: Instant) -> bool {
+        matches!(self.preferred.get(tp), Some(Preference::Leader { until }) if *until > now)
+    }
+
     /// A follower that answered for `tp` names another replica (a follower itself names none:
     /// only the leader chooses).
     pub(super) fn follower_named(&mut self, tp: &TopicPartition, follower: i32, replica: i32) {
@@ -262,11 +270,13 @@ mod tests {
         let t0 = Instant::now();
         r.leader_named(&tp(), 1, 2, t0, |_| true);
         r.fall_back(&tp(), 2, t0, "test");
+        assert!(r.falling_back(&tp(), t0));
         assert_eq!(r.route(&tp(), 1, t0, |_| true), 1);
         // The leader names it again at once: ignored until the retry time.
         r.leader_named(&tp(), 1, 2, t0, |_| true);
         assert_eq!(r.route(&tp(), 1, t0, |_| true), 1);
         let later = t0 + REPLICA_RETRY_AFTER;
+        assert!(!r.falling_back(&tp(), later));
         r.leader_named(&tp(), 1, 2, later, |_| true);
         assert_eq!(r.route(&tp(), 1, later, |_| true), 2);
         assert_eq!(r.stats().fallbacks, 1);

@@ -1,0 +1,306 @@
+//! Fetching from followers (KIP-392, issue 23 item 9) on a three-node Kafka 4.x cluster whose
+//! nodes are in racks of their own (`broker.rack=rack-ID`) and whose leaders choose a consumer's
+//! read replica by rack (`RackAwareReplicaSelector`).
+//!
+//! A consumer with `client.rack` set to a follower's rack must read (nearly) every byte from that
+//! follower, one without `client.rack` every byte from the leader; and when the follower it reads
+//! from dies, it must go back to the leader without losing or repeating a record. The bytes per
+//! broker come from the consumer's own stats (`ConsumerStats::fetch`), and each test prints them.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerStats};
+use rebalance_guard::wire::FetchStats;
+use support::cluster::{KafkaCluster, NodeId};
+use support::consumer::{config, consumer_protocol_config, wait_until};
+use support::fault_member::produce_live;
+use support::{peer, unique_name};
+
+/// Bound on reading everything, and on each wait below.
+const WAIT: Duration = Duration::from_secs(90);
+/// The members' session: above the ~9 s for which the coordinator's `__consumer_offsets` writes
+/// (and, on Kafka 4.x, its heartbeat answers) wait while a replica of the offsets topic is dead
+/// and not fenced yet.
+const SESSION_MS: &str = "20000";
+
+/// One consumer on a thread of its own, `poll`-ing until told to stop, with what it processed
+/// (partition, offset, key) and its stats after every batch.
+struct Reader {
+    processed: Arc<Mutex<Vec<(i32, i64, String)>>>,
+    stats: Arc<Mutex<Option<ConsumerStats>>>,
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<Result<(), String>>,
+}
+
+impl Reader {
+    fn start(config: ConsumerConfig, topic: &str) -> Reader {
+        let processed: Arc<Mutex<Vec<(i32, i64, String)>>> = Arc::default();
+        let stats: Arc<Mutex<Option<ConsumerStats>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (log, seen, halt, topic) = (
+            processed.clone(),
+            stats.clone(),
+            stop.clone(),
+            topic.to_string(),
+        );
+        let thread = thread::spawn(move || {
+            let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
+            while !halt.load(Ordering::SeqCst) {
+                let mut batch = consumer
+                    .poll(Duration::from_millis(200))
+                    .map_err(|e| format!("poll: {e}"))?;
+                while let Some(delivery) = batch.next() {
+                    let r = &delivery.record;
+                    let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default());
+                    log.lock()
+                        .unwrap()
+                        .push((r.partition, r.offset, key.into_owned()));
+                    batch.complete(delivery);
+                }
+                drop(batch);
+                consumer.commit().map_err(|e| format!("commit: {e}"))?;
+                *seen.lock().unwrap() = Some(consumer.stats());
+            }
+            consumer.close().map_err(|e| format!("close: {e}"))
+        });
+        Reader {
+            processed,
+            stats,
+            stop,
+            thread,
+        }
+    }
+
+    fn fetch(&self) -> FetchStats {
+        self.stats
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|s| s.fetch.clone())
+            .unwrap_or_default()
+    }
+
+    fn keys(&self) -> BTreeSet<String> {
+        let processed = self.processed.lock().unwrap();
+        processed.iter().map(|(_, _, k)| k.clone()).collect()
+    }
+
+    /// Stops and closes it; returns its last stats and how many records it processed more than
+    /// once (by partition and offset).
+    fn finish(self, name: &str) -> (ConsumerStats, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("{name}: {e}"),
+            Err(_) => panic!("{name}: the reader panicked"),
+        }
+        let processed = self.processed.lock().unwrap();
+        let distinct: BTreeSet<(i32, i64)> = processed.iter().map(|(p, o, _)| (*p, *o)).collect();
+        let stats = self
+            .stats
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("stats after a poll");
+        (stats, processed.len() - distinct.len())
+    }
+}
+
+fn settings<'a>(rack: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    let mut s = vec![
+        ("session.timeout.ms", SESSION_MS),
+        ("heartbeat.interval.ms", "1000"),
+        ("max.poll.interval.ms", "60000"),
+        ("request.timeout.ms", "5000"),
+    ];
+    if let Some(rack) = rack {
+        s.push(("client.rack", rack));
+    }
+    s
+}
+
+fn everything(count: usize) -> BTreeSet<String> {
+    (0..count).map(|i| format!("k-{i}")).collect()
+}
+
+fn describe(fetch: &FetchStats) -> String {
+    let per: Vec<String> = fetch
+        .brokers
+        .iter()
+        .map(|(b, s)| format!("node {b}: {} B in {} answers", s.bytes, s.answers))
+        .collect();
+    format!(
+        "{} (total {} B, partitions on a replica now {}, fallbacks {})",
+        per.join(", "),
+        fetch.total_bytes(),
+        fetch.from_replicas,
+        fetch.fallbacks
+    )
+}
+
+/// One partition (leader L) with records already written, read three times in three groups:
+/// without `client.rack` (every byte from L), and with the rack of a follower F under the classic
+/// protocol and under KIP-848 (at least 90% of the bytes from F: the first fetch of the partition
+/// goes to L, which answers with no records and names F). Each reads every record once.
+#[test]
+fn a_consumer_in_a_followers_rack_reads_from_that_follower_kafka_cluster() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let cluster = KafkaCluster::start_with_racks(3, &[]);
+    let bootstrap = cluster.bootstrap().to_string();
+    let topic = unique_name("rack");
+    cluster.create_topic(&topic, 1);
+    const COUNT: usize = 20_000;
+    let produced = peer(&[
+        "produce",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--count",
+        &COUNT.to_string(),
+        "--size",
+        "200",
+    ]);
+    assert!(
+        produced.contains(&format!("produced {COUNT}")),
+        "{produced}"
+    );
+    let leader = cluster.leaders(&topic)[&0];
+    let follower: NodeId = (1..=3).find(|&n| n != leader).expect("a follower");
+    let rack = KafkaCluster::rack_of(follower);
+    eprintln!("partition 0: leader node {leader}; follower read from: node {follower} ({rack})");
+
+    let readers: [(&str, ConsumerConfig); 3] = [
+        (
+            "no client.rack (classic)",
+            config(&bootstrap, &unique_name("rack-none"), &settings(None)),
+        ),
+        (
+            "client.rack of the follower (classic)",
+            config(
+                &bootstrap,
+                &unique_name("rack-classic"),
+                &settings(Some(&rack)),
+            ),
+        ),
+        (
+            "client.rack of the follower (KIP-848)",
+            consumer_protocol_config(&bootstrap, &unique_name("rack-848"), &{
+                let mut s = settings(Some(&rack));
+                s.retain(|(k, _)| !matches!(*k, "session.timeout.ms" | "heartbeat.interval.ms"));
+                s
+            }),
+        ),
+    ];
+    let all = everything(COUNT);
+    let mut results = Vec::new();
+    for (name, config) in readers {
+        let reader = Reader::start(config, &topic);
+        wait_until(&format!("{name}: every record read"), WAIT, || {
+            reader.keys().len() == COUNT
+        });
+        assert_eq!(reader.keys(), all, "{name}");
+        let (stats, repeats) = reader.finish(name);
+        eprintln!("{name}: {}; repeats {repeats}", describe(&stats.fetch));
+        assert_eq!(repeats, 0, "{name}: records processed twice");
+        results.push((name, stats.fetch));
+    }
+    let (name, none) = &results[0];
+    assert!(
+        none.total_bytes() >= (COUNT * 200) as u64,
+        "{name}: {none:?}"
+    );
+    assert_eq!(
+        none.bytes_from(leader),
+        none.total_bytes(),
+        "{name}: {none:?}"
+    );
+    assert_eq!(none.from_replicas, 0, "{name}");
+    for (name, fetch) in &results[1..] {
+        assert!(
+            fetch.total_bytes() >= (COUNT * 200) as u64,
+            "{name}: {fetch:?}"
+        );
+        assert!(
+            fetch.bytes_from(follower) * 10 >= fetch.total_bytes() * 9,
+            "{name}: less than 90% of the bytes from the follower in its rack: {}",
+            describe(fetch)
+        );
+        assert_eq!(fetch.from_replicas, 1, "{name}: {}", describe(fetch));
+        assert_eq!(fetch.fallbacks, 0, "{name}: {}", describe(fetch));
+    }
+}
+
+/// A consumer reading a live-produced partition from the follower F in its rack; F is killed
+/// (kill -9) while it serves: the consumer must go back to the leader L and read on from there,
+/// every record once (none lost, none repeated), no partition lost by the group, and the bytes
+/// after the kill from L. F is neither the leader nor the group's coordinator, so that the kill
+/// fails only the read replica.
+#[test]
+fn a_dead_preferred_replica_sends_fetching_back_to_the_leader_kafka_cluster() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let cluster = KafkaCluster::start_with_racks(3, &[]);
+    let bootstrap = cluster.bootstrap().to_string();
+    let topic = unique_name("rack-fail");
+    cluster.create_topic(&topic, 1);
+    let group = unique_name("rack-fail");
+    let leader = cluster.leaders(&topic)[&0];
+    let coordinator = cluster.coordinator_of(&group);
+    let follower: NodeId = (1..=3)
+        .find(|&n| n != leader && n != coordinator)
+        .expect("a node that neither leads nor coordinates");
+    let rack = KafkaCluster::rack_of(follower);
+    eprintln!(
+        "partition 0: leader node {leader}, coordinator node {coordinator}; read replica: \
+         node {follower} ({rack}), to be killed"
+    );
+    const COUNT: usize = 3000;
+    let producer = produce_live(&bootstrap, &topic, COUNT, 150, 80);
+    let reader = Reader::start(config(&bootstrap, &group, &settings(Some(&rack))), &topic);
+    wait_until("reading from the follower", WAIT, || {
+        let f = reader.fetch();
+        f.from_replicas == 1 && f.bytes_from(follower) > 20_000
+    });
+    let before = reader.fetch();
+    let read_before = reader.keys().len();
+    eprintln!(
+        "before the kill ({read_before} records read): {}",
+        describe(&before)
+    );
+    assert!(
+        read_before < COUNT,
+        "the kill must come while records are produced"
+    );
+    let killed_at = Instant::now();
+    cluster.kill(follower);
+    wait_until("reading from the leader again", WAIT, || {
+        reader.fetch().bytes_from(leader) > before.bytes_from(leader)
+    });
+    let back_after = killed_at.elapsed();
+    let produced = producer.join().expect("producer");
+    assert!(
+        produced.contains(&format!("produced {COUNT}")),
+        "{produced}"
+    );
+    let all = everything(COUNT);
+    wait_until("every record read", WAIT, || {
+        reader.keys().is_superset(&all)
+    });
+    let (stats, repeats) = reader.finish("reader");
+    eprintln!(
+        "after the kill: {}; first bytes from the leader {back_after:?} after the kill; \
+         partitions lost {}, repeats {repeats}",
+        describe(&stats.fetch),
+        stats.counters.lost
+    );
+    assert!(stats.fetch.fallbacks >= 1, "{}", describe(&stats.fetch));
+    assert_eq!(stats.fetch.from_replicas, 0, "{}", describe(&stats.fetch));
+    assert_eq!(stats.counters.lost, 0, "no partition lost by the group");
+    assert_eq!(repeats, 0, "records processed twice");
+}
