@@ -10,7 +10,7 @@
 //! module's child `fetcher.rs`; which replica each partition is read from (the leader, or the
 //! preferred read replica the leader named for `client.rack`, KIP-392) and the bytes each broker
 //! sent are kept by the child `replicas.rs`; this file builds the requests and decodes the
-//! answers.
+//! answers (`tests.rs`: fetching from a preferred replica against fake brokers).
 
 pub(in crate::wire) mod fetcher;
 pub(in crate::wire) mod replicas;
@@ -832,3 +832,6 @@ fn failed(pos: &FetchPosition, error: WireError) -> LazyPartition {
         ..untouched(pos)
     }
 }
+
+#[cfg(test)]
+mod tests;
