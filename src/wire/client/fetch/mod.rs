@@ -552,7 +552,7 @@ impl Client {
                     self.metadata_stale = true;
                     let now = Instant::now();
                     for asked in &asked {
-                        if self.is_follower(&asked.tp, broker) {
+                        if self.is_follower(&asked.tp, broker, cfg) {
                             // Read from the leader next time; the partition just has nothing
                             // new now (it stays in `wanted`).
                             self.read_replicas.avoid(broker, now);
@@ -618,7 +618,7 @@ impl Client {
         let now = Instant::now();
         if let Some(code) = KafkaCode::from_code(resp.error_code) {
             for pos in positions {
-                if self.is_follower(&pos.tp, broker) {
+                if self.is_follower(&pos.tp, broker, cfg) {
                     // A follower's refusal is never the caller's: the leader is asked next.
                     let why = format!("{code} for the whole request");
                     self.read_replicas.fall_back(&pos.tp, broker, now, &why);
@@ -649,7 +649,7 @@ impl Client {
             let name = self.intern(topic.topic.as_str());
             for p in topic.partitions {
                 let key = TopicPartition::new(Arc::clone(&name), p.partition_index);
-                let from_follower = self.is_follower(&key, broker);
+                let from_follower = self.is_follower(&key, broker, cfg);
                 let Some(pos) = take(&key) else {
                     // A prefetched answer for a partition the caller no longer asks for.
                     debug!("fetch: ignoring data of unrequested partition {key}");
@@ -763,11 +763,12 @@ impl Client {
     }
 
     /// Whether an answer of `broker` for `tp` comes from a follower (a preferred read replica,
-    /// KIP-392): `broker` is not `tp`'s leader as cached. An unknown leader counts as a follower
-    /// too, so that the answer of a replica whose partition changed leader meanwhile is never
-    /// taken for the leader's word.
-    fn is_follower(&self, tp: &TopicPartition, broker: i32) -> bool {
-        self.leaders.get(tp) != Some(&broker)
+    /// KIP-392): `client.rack` is set and `broker` is not `tp`'s leader as cached. An unknown
+    /// leader counts as a follower too, so that the answer of a replica whose partition changed
+    /// leader meanwhile is never taken for the leader's word. Without `client.rack` every
+    /// answer is handled as a leader's, as it always was.
+    fn is_follower(&self, tp: &TopicPartition, broker: i32, cfg: &FetchConfig) -> bool {
+        cfg.client_rack.is_some() && self.leaders.get(tp) != Some(&broker)
     }
 
     /// Bytes received per broker, and how many partitions are read from a preferred read

@@ -158,6 +158,12 @@ impl ReadReplicas {
             _ => {}
         }
         if self.is_avoided(replica, now) {
+            // The leader sent nothing (it never does when it names another replica): the
+            // partition must be asked for without the rack until the broker may be used again.
+            if let Some(&until) = self.avoided.get(&replica) {
+                self.preferred
+                    .insert(tp.clone(), Preference::Leader { until });
+            }
             return false;
         }
         if !known(replica) {
@@ -297,6 +303,15 @@ mod tests {
             r.route(&other, 1, t0, |_| true),
             1,
             "an avoided broker is not taken"
+        );
+        assert!(
+            r.falling_back(&other, t0),
+            "its leader is asked without the rack, else it names the avoided broker again"
+        );
+        assert_eq!(
+            r.stats().fallbacks,
+            1,
+            "no fallback: it never read from broker 3"
         );
     }
 
