@@ -113,7 +113,7 @@ impl Reader {
     }
 }
 
-fn settings<'a>(rack: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+fn settings(rack: Option<&str>) -> Vec<(&str, &str)> {
     let mut s = vec![
         ("session.timeout.ms", SESSION_MS),
         ("heartbeat.interval.ms", "1000"),
