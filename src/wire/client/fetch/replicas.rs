@@ -47,7 +47,9 @@ pub const REPLICA_RETRY_AFTER: Duration = Duration::from_secs(30);
 pub struct FetchStats {
     /// Per broker id: what its Fetch answers carried.
     pub brokers: BTreeMap<i32, BrokerFetchStats>,
-    /// Partitions now read from a preferred read replica rather than their leader.
+    /// Partitions read from a preferred read replica rather than their leader: those with a
+    /// preference in force (younger than [`PREFERENCE_MAX_AGE`]; a partition this client no
+    /// longer fetches counts until its preference ages out).
     pub from_replicas: usize,
     /// Times a partition went back from its preferred read replica to its leader because the
     /// replica failed it (not counting preferences that merely aged out).
@@ -239,10 +241,16 @@ impl ReadReplicas {
     /// The counters now.
     pub(super) fn stats(&self) -> FetchStats {
         let mut stats = self.stats.clone();
+        let now = Instant::now();
         stats.from_replicas = self
             .preferred
             .values()
-            .filter(|p| matches!(p, Preference::Replica { .. }))
+            .filter(|p| match p {
+                Preference::Replica { since, .. } => {
+                    now.saturating_duration_since(*since) < PREFERENCE_MAX_AGE
+                }
+                Preference::Leader { .. } => false,
+            })
             .count();
         stats
     }
