@@ -15,8 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Buf;
+use kafka_protocol::messages::{
+    ApiKey, ConsumerProtocolSubscription, DescribeGroupsRequest, GroupId,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerStats};
-use rebalance_guard::wire::FetchStats;
+use rebalance_guard::wire::{Client, ClientConfig, FetchStats};
 use support::cluster::{KafkaCluster, NodeId};
 use support::consumer::{config, consumer_protocol_config, wait_until};
 use support::fault_member::produce_live;
@@ -202,11 +207,17 @@ fn a_consumer_in_a_followers_rack_reads_from_that_follower_kafka_cluster() {
     let all = everything(COUNT);
     let mut results = Vec::new();
     for (name, config) in readers {
+        let classic_rack = (name.contains("classic") && config.client_rack().is_some())
+            .then(|| config.group_id().to_string());
         let reader = Reader::start(config, &topic);
         wait_until(&format!("{name}: every record read"), WAIT, || {
             reader.keys().len() == COUNT
         });
         assert_eq!(reader.keys(), all, "{name}");
+        if let Some(group) = classic_rack {
+            // The classic member's JoinGroup subscription (v3) carries the rack too.
+            assert_eq!(subscribed_racks(&cluster, &group), vec![Some(rack.clone())]);
+        }
         let (stats, repeats) = reader.finish(name);
         eprintln!("{name}: {}; repeats {repeats}", describe(&stats.fetch));
         assert_eq!(repeats, 0, "{name}: records processed twice");
@@ -236,6 +247,31 @@ fn a_consumer_in_a_followers_rack_reads_from_that_follower_kafka_cluster() {
         assert_eq!(fetch.from_replicas, 1, "{name}: {}", describe(fetch));
         assert_eq!(fetch.fallbacks, 0, "{name}: {}", describe(fetch));
     }
+}
+
+/// The `rack_id` of every member's subscription in classic `group`, as its coordinator keeps it
+/// (DescribeGroups: the metadata the member sent in JoinGroup).
+fn subscribed_racks(cluster: &KafkaCluster, group: &str) -> Vec<Option<String>> {
+    let mut client =
+        Client::connect(ClientConfig::from_bootstrap_str(cluster.bootstrap())).expect("client");
+    let node = client.find_coordinator(group).expect("coordinator").node_id;
+    let conn = client.connection(node).expect("connection");
+    let version = conn.version_for(ApiKey::DescribeGroups).expect("version");
+    let request = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
+    let answer = conn.send(&request, version).expect("DescribeGroups");
+    answer.groups[0]
+        .members
+        .iter()
+        .map(|m| {
+            let mut metadata = m.member_metadata.clone();
+            let version = metadata.get_i16();
+            ConsumerProtocolSubscription::decode(&mut metadata, version)
+                .expect("a consumer subscription")
+                .rack_id
+                .map(|r| r.to_string())
+        })
+        .collect()
 }
 
 /// How the read replica fails.
