@@ -1,6 +1,8 @@
 //! Reads `--count` records of a topic with the whole consumer (`Consumer::run` in a group, a
 //! no-op handler, paced commits on the commit thread) and prints one line for `scripts/bench`:
-//! `reader=NAME records=N join_s=J first_to_last_s=T`.
+//! `reader=NAME records=N join_s=J first_to_last_s=T bytes_by_node=ID:BYTES,...
+//! from_replicas=R` (the record bytes each broker sent, and the partitions read from a preferred
+//! read replica at the end: where the data came from, for `scripts/bench --rack`).
 //!
 //! ```text
 //! cargo run --release --example consume_throughput -- --bootstrap 127.0.0.1:9092 \
@@ -128,13 +130,22 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         }
         Ok::<(), std::convert::Infallible>(())
     })?;
+    let fetch = consumer.stats().fetch;
     consumer.close()?;
     let first = first.unwrap_or(last);
+    let by_node: Vec<String> = fetch
+        .brokers
+        .iter()
+        .map(|(node, b)| format!("{node}:{}", b.bytes))
+        .collect();
     Ok(format!(
-        "reader=ours-{} records={seen} join_s={:.3} first_to_last_s={:.3}",
+        "reader=ours-{} records={seen} join_s={:.3} first_to_last_s={:.3} bytes_by_node={} \
+         from_replicas={}",
         if args.keyed { "keyed" } else { "run" },
         first.duration_since(started).as_secs_f64(),
-        last.duration_since(first).as_secs_f64()
+        last.duration_since(first).as_secs_f64(),
+        by_node.join(","),
+        fetch.from_replicas
     ))
 }
 

@@ -103,6 +103,7 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         max_partition_bytes: args.max_partition_bytes,
         isolation: IsolationLevel::ReadUncommitted,
         prefetch: args.prefetch,
+        client_rack: None,
     };
     // The settings in force, for scripts/bench to print beside its table.
     println!(

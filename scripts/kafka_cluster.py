@@ -30,6 +30,11 @@ commands on stdin, one a line, and answers each with one line on stdout, ``ok [V
   start-all   start every stopped or killed node at once, answered once all of them are ready
               (a node started alone after all were down cannot rejoin: the quorum needs two)
 
+With ``--racks`` every node is in a rack of its own, ``broker.rack=rack-ID``, and the leaders
+choose where a consumer reads with ``replica.selector.class=org.apache.kafka.common.replica.
+RackAwareReplicaSelector``: a consumer that sends ``client.rack=rack-ID`` is pointed at node ID's
+replica of a partition (fetching from followers, KIP-392).
+
 Every port is chosen at start and kept, so a restarted node comes back at the same address.
 It stops on EOF on stdin (the test closed the pipe, or died), SIGTERM or SIGINT: then it kills
 every node it started, by PID (SIGKILL: the data is thrown away, nothing needs flushing, and a
@@ -39,7 +44,7 @@ script ends them. Node logs are DIR/node-ID.log; a temporary run directory (no -
 removed whole.
 
 Usage:
-  kafka_cluster.py --version 4.4.0 [--nodes 3] [--dir DIR] [--set key=value ...]
+  kafka_cluster.py --version 4.4.0 [--nodes 3] [--dir DIR] [--set key=value ...] [--racks]
                    [--heap 256m] [--timeout-s 120] [--stop-timeout-s 60]
 Only the standard library is used; run it with any Python 3.8+.
 """
@@ -58,6 +63,10 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kafka_broker as kb  # noqa: E402  (the single broker's settings and helpers)
+
+
+# The leader's choice of a consumer's read replica by rack (KIP-392), shipped with the broker.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
 def say(msg):
@@ -163,6 +172,9 @@ class Cluster:
         if "share.coordinator.state.topic.replication.factor" in props:
             props["share.coordinator.state.topic.replication.factor"] = replication
             props["share.coordinator.state.topic.min.isr"] = min_isr
+        if self.opts.racks:
+            props["broker.rack"] = "rack-%d" % node.id
+            props["replica.selector.class"] = RACK_AWARE_SELECTOR
         for item in self.opts.set:
             key, sep, value = item.partition("=")
             if not sep:
@@ -307,6 +319,8 @@ def main():
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--dir", help="run directory (default: a fresh temporary one)")
     ap.add_argument("--set", action="append", default=[], help="extra setting key=value, every node")
+    ap.add_argument("--racks", action="store_true",
+                    help="node ID in broker.rack=rack-ID, leaders choose read replicas by rack")
     ap.add_argument("--heap", default="256m", help="JVM -Xmx of each node (default 256m)")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="start-up bound (default 120)")
     ap.add_argument("--stop-timeout-s", type=float, default=60.0)

@@ -65,6 +65,7 @@ fn config(group: &str, topic: &str) -> ConsumerGroupConfig {
         topic_regex: None,
         rebalance_timeout: Duration::from_secs(30),
         remote_assignor: None,
+        rack: None,
         session_bound: None,
         retry_backoff: Duration::from_millis(100),
         retry_backoff_max: Duration::from_secs(1),
@@ -405,6 +406,7 @@ fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged
         subscribed_topic_names: None,
         subscribed_topic_regex: None,
         server_assignor: None,
+        rack_id: None,
         owned: None,
     };
     let node = a
@@ -720,6 +722,7 @@ fn the_broker_fences_a_member_that_heartbeats_but_never_revokes_at_its_rebalance
         subscribed_topic_names: Some(vec![topic.clone()]),
         subscribed_topic_regex: None,
         server_assignor: None,
+        rack_id: None,
         owned: Some(Default::default()),
     };
     let resp = send(&mut client, &join);

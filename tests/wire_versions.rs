@@ -424,6 +424,7 @@ fn workload(proxy: &Proxy) {
         session_timeout: Duration::from_secs(6),
         heartbeat_interval: Duration::from_millis(100),
         max_poll_interval: Duration::from_secs(30),
+        rack: None,
     };
     let mut member = ClassicMember::new(
         config,

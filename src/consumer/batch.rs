@@ -369,5 +369,6 @@ pub(crate) fn consumer_stats(
         commits_refused: pacer.refused,
         next_batch_size: sizer.next_size(),
         per_record_estimate: sizer.estimate(),
+        fetch: member.fetch_stats(),
     }
 }

@@ -4,6 +4,7 @@ use std::error::Error;
 use std::fmt;
 
 use crate::group::{CommitError, GroupError};
+use crate::guard::HandoffStage;
 use crate::guard::{CommitFailure, GuardConfigError, SeekError};
 use crate::wire::{ErrorKind, WireError};
 use crate::TopicPartition;
@@ -68,7 +69,7 @@ pub enum ConsumerError {
     Thread(std::io::Error),
     /// The close's handoff could not commit (or flush) these partitions: their records
     /// finished since the last commit will be processed again by their next owner.
-    Handoff(Vec<super::handoff::HandoffFailure>),
+    Handoff(Vec<HandoffFailure>),
     /// A seek was refused (the partition is not this member's, or the offset is negative);
     /// nothing moved.
     Seek(SeekError),
@@ -248,6 +249,22 @@ impl From<WireError> for ConsumerError {
     fn from(e: WireError) -> Self {
         ConsumerError::Wire(e)
     }
+}
+
+/// One revoked partition whose handoff failed: its flush or its commit. The records processed
+/// since its last commit will be processed again by its next owner; an operator (or a checker)
+/// uses this to explain those repeats.
+#[derive(Debug, Clone)]
+pub struct HandoffFailure {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The generation the revocation committed in.
+    pub generation_id: i32,
+    /// Whether the flush or the commit failed.
+    pub stage: HandoffStage,
+    /// The error: the caller's flush error, or the commit's (its `source()` chain reaches the
+    /// broker's code or the transport failure; `rebalance_guard::ErrorChain` prints it whole).
+    pub error: std::sync::Arc<dyn Error + Send + Sync>,
 }
 
 #[cfg(test)]

@@ -24,15 +24,14 @@ use crate::group::{
     MemberIdentity, Membership,
 };
 use crate::guard::{
-    AwaitingCommit, BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, HandoffStage,
-    StormStatus,
+    AwaitingCommit, BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, StormStatus,
 };
 use crate::wire::{self, ErrorChain};
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
 use super::context::Guard;
-use super::error::ConsumerError;
+use super::error::{ConsumerError, HandoffFailure};
 use super::intake::Intake;
 use super::listener::{
     listener_error, AssignedContext, ConsumerRebalanceListener, RevokedPartition,
@@ -41,22 +40,6 @@ use super::stats::RebalanceCounters;
 
 /// Called when the guard reports a rebalance storm.
 pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
-
-/// One revoked partition whose handoff failed: its flush or its commit. The records processed
-/// since its last commit will be processed again by its next owner; an operator (or a checker)
-/// uses this to explain those repeats.
-#[derive(Debug, Clone)]
-pub struct HandoffFailure {
-    /// The partition.
-    pub tp: TopicPartition,
-    /// The generation the revocation committed in.
-    pub generation_id: i32,
-    /// Whether the flush or the commit failed.
-    pub stage: HandoffStage,
-    /// The error: the caller's flush error, or the commit's (its `source()` chain reaches the
-    /// broker's code or the transport failure; `rebalance_guard::ErrorChain` prints it whole).
-    pub error: Arc<dyn std::error::Error + Send + Sync>,
-}
 
 /// What the handoff driver keeps across rebalances, owned by the consumer and lent to each
 /// [`Driver`].

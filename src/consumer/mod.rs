@@ -82,8 +82,8 @@ pub use config::{
     ProcessingOrder, SecurityProtocol, Strategy,
 };
 pub use context::{GuardView, WorkContext};
-pub use error::ConsumerError;
-pub use handoff::{HandoffFailure, StormHook};
+pub use error::{ConsumerError, HandoffFailure};
+pub use handoff::StormHook;
 pub use listener::{AssignedContext, ConsumerRebalanceListener, RevokedPartition};
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;

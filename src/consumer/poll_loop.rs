@@ -23,9 +23,9 @@ use crate::TopicPartition;
 use super::batch::{consumer_stats, Batch, KeyFn};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
-use super::error::ConsumerError;
+use super::error::{ConsumerError, HandoffFailure};
 use super::failure_detection;
-use super::handoff::{self, Drain, Driver, HandoffFailure, Handoffs};
+use super::handoff::{self, Drain, Driver, Handoffs};
 use super::intake::{FetchWait, Intake};
 use super::listener::ConsumerRebalanceListener;
 use super::pacer::CommitPacer;
@@ -151,6 +151,7 @@ impl Consumer {
             session_timeout: config.session_timeout(),
             heartbeat_interval: config.heartbeat_interval(),
             max_poll_interval: config.max_poll_interval(),
+            rack: config.client_rack().map(str::to_string),
         };
         let mut member = membership(group, handoff::lost_hook(&guard))?;
         // The waker ends each wait of a poll: the membership's and the fetch's.

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::guard::{PartitionSnapshot, StormStatus};
+use crate::wire::FetchStats;
 
 /// Counters of what rebalances did, for the stats line.
 #[derive(Debug, Default, Clone)]
@@ -64,6 +65,9 @@ pub struct ConsumerStats {
     pub next_batch_size: usize,
     /// The measured processing time per record.
     pub per_record_estimate: Option<Duration>,
+    /// Where fetched bytes came from: per broker, and how many partitions are read from a
+    /// preferred read replica (`client.rack`, KIP-392) rather than their leader.
+    pub fetch: FetchStats,
 }
 
 impl fmt::Display for ConsumerStats {
@@ -85,6 +89,15 @@ impl fmt::Display for ConsumerStats {
             self.next_batch_size,
             self.per_record_estimate,
         )?;
+        write!(
+            f,
+            " from_replicas={} replica_fallbacks={} fetched_bytes=",
+            self.fetch.from_replicas, self.fetch.fallbacks
+        )?;
+        for (i, (broker, b)) in self.fetch.brokers.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            write!(f, "{sep}{broker}:{}", b.bytes)?;
+        }
         for p in &self.partitions {
             let g = &p.guard;
             write!(

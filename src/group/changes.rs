@@ -34,7 +34,7 @@ use super::error::{CommitError, GroupError};
 use super::membership::RebalancePlan;
 use super::requests::MemberIdentity;
 use crate::guard::{Fenced, SessionBound};
-use crate::wire::{Nudge, OffsetCommitEntry, RecordSource};
+use crate::wire::{FetchStats, Nudge, OffsetCommitEntry, RecordSource};
 use crate::TopicPartition;
 
 use super::outcome::LostReason;
@@ -182,6 +182,12 @@ pub trait Membership: Send {
     /// Where the poll thread reads records and positions: the member's wire client (an
     /// in-memory log in tests).
     fn records(&mut self) -> &mut dyn RecordSource;
+
+    /// Bytes fetched per broker and the partitions read from preferred read replicas (KIP-392),
+    /// for the consumer's stats; empty for a membership whose records come from no broker.
+    fn fetch_stats(&self) -> FetchStats {
+        FetchStats::default()
+    }
 
     /// The generation (or member epoch) and member id now.
     fn identity(&self) -> MemberIdentity;

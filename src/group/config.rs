@@ -32,4 +32,6 @@ pub struct GroupConfig {
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms`, also the rebalance timeout (as in Java).
     pub max_poll_interval: Duration,
+    /// `client.rack`: sent in the JoinGroup subscription (v3+) for rack-aware assignors.
+    pub rack: Option<String>,
 }

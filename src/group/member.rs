@@ -29,7 +29,7 @@ use super::listener::{close_with, poll_with, RebalanceListener};
 use super::requests::MemberIdentity;
 use super::session::{NextStep, Phase, Shared, Timeouts};
 use crate::guard::SessionBound;
-use crate::wire::{self, Client, ClientConfig, Nudge, RecordSource};
+use crate::wire::{self, Client, ClientConfig, FetchStats, Nudge, RecordSource};
 use crate::TopicPartition;
 
 /// What differs between the group protocols for the poll thread: whether it runs the rounds
@@ -364,6 +364,10 @@ impl<P: Protocol> Membership for Member<P> {
 
     fn records(&mut self) -> &mut dyn RecordSource {
         &mut self.client
+    }
+
+    fn fetch_stats(&self) -> FetchStats {
+        self.client.fetch_stats()
     }
 
     fn identity(&self) -> MemberIdentity {

@@ -78,6 +78,7 @@ impl Kip848Group {
             topic_regex: None,
             rebalance_timeout: config.max_poll_interval,
             remote_assignor: None,
+            rack: config.rack.clone(),
             session_bound: None,
             retry_backoff: Duration::from_millis(1),
             retry_backoff_max: Duration::from_millis(10),

@@ -122,6 +122,7 @@ fn kip848_group(log: &InMemoryLog) -> (consumer_group::Coordinator, String, i32)
         subscribed_topic_names: Some(vec!["orders".to_string()]),
         subscribed_topic_regex: None,
         server_assignor: None,
+        rack_id: None,
         owned: Some(IdAssignment::new()),
     };
     let answer = c.heartbeat(now, &join);

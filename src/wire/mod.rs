@@ -83,6 +83,9 @@ pub use client::configs::{
     GROUP_CONSUMER_SESSION_TIMEOUT_MS,
 };
 pub use client::fetch::fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
+pub use client::fetch::replicas::{
+    BrokerFetchStats, FetchStats, PREFERENCE_MAX_AGE, REPLICA_RETRY_AFTER,
+};
 pub use client::fetch::{
     FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
 };

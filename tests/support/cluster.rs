@@ -66,6 +66,23 @@ impl KafkaCluster {
     /// [`start`](Self::start) with extra node settings (`--set key=value` on every node), for a
     /// test that needs faster failure detection or longer group sessions than the defaults.
     pub fn start_with(nodes: u32, settings: &[(&str, &str)]) -> KafkaCluster {
+        KafkaCluster::launch(nodes, settings, false)
+    }
+
+    /// [`start_with`](Self::start_with) with every node in a rack of its own, node `id` in
+    /// [`rack_of(id)`](Self::rack_of), and leaders that point a consumer sending that rack as
+    /// its `client.rack` at node `id`'s replica (`RackAwareReplicaSelector`, KIP-392).
+    pub fn start_with_racks(nodes: u32, settings: &[(&str, &str)]) -> KafkaCluster {
+        KafkaCluster::launch(nodes, settings, true)
+    }
+
+    /// The `broker.rack` of node `id` in a cluster started by
+    /// [`start_with_racks`](Self::start_with_racks).
+    pub fn rack_of(id: NodeId) -> String {
+        format!("rack-{id}")
+    }
+
+    fn launch(nodes: u32, settings: &[(&str, &str)], racks: bool) -> KafkaCluster {
         let started = Instant::now();
         let version = KafkaVersion::Newest.version();
         let dir = scratch_dir().join(unique_name("kafka-cluster"));
@@ -83,6 +100,9 @@ impl KafkaCluster {
             .arg(&dir);
         for (key, value) in settings {
             cmd.arg("--set").arg(format!("{key}={value}"));
+        }
+        if racks {
+            cmd.arg("--racks");
         }
         let (mut child, answers) = spawn_launcher(&mut cmd, "scripts/kafka_cluster.py", stderr);
         let bootstrap = match answers.recv_timeout(STARTUP_TIMEOUT) {

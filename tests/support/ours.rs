@@ -163,6 +163,7 @@ impl OurMember {
             session_timeout: Duration::from_millis(spec.session_timeout_ms),
             heartbeat_interval: Duration::from_millis(spec.heartbeat_interval_ms),
             max_poll_interval: Duration::from_millis(spec.max_poll_interval_ms),
+            rack: None,
         };
         let client = ClientConfig::from_bootstrap_str(&spec.bootstrap);
         let (thread_observed, thread_stop, thread_pause) =
@@ -176,6 +177,7 @@ impl OurMember {
                     topic_regex: None,
                     rebalance_timeout: Duration::from_millis(spec.max_poll_interval_ms),
                     remote_assignor: None,
+                    rack: None,
                     session_bound: None,
                     retry_backoff: Duration::from_millis(100),
                     retry_backoff_max: Duration::from_secs(1),
@@ -362,6 +364,7 @@ pub fn direct_member(
         session_timeout: Duration::from_millis(u64::from(super::FAST_REBALANCE.session_timeout_ms)),
         heartbeat_interval: DEADLINE_HEARTBEAT,
         max_poll_interval,
+        rack: None,
     };
     let hook = Arc::new(move |_: &[TopicPartition], _: &LostReason| {
         counter.fetch_add(1, Ordering::SeqCst);

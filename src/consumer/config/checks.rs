@@ -257,3 +257,29 @@ pub(super) fn instance_id(name: &'static str, id: String) -> Result<String, Conf
         None => Ok(id),
     }
 }
+
+/// `client.rack`: compared byte for byte with the brokers' `broker.rack`, so it must be a name
+/// the brokers could have: not empty (unset means no rack), no surrounding spaces or control
+/// characters (a value with them matches no broker and shows garbled in logs), and short enough
+/// for a Kafka string.
+pub(super) fn rack(name: &'static str, rack: String) -> Result<String, ConfigError> {
+    let rule = if rack.is_empty() {
+        Some("must not be empty (leave it unset when the consumer has no rack)")
+    } else if rack.trim() != rack {
+        Some("must not start or end with whitespace (it is compared exactly with `broker.rack`)")
+    } else if rack.chars().any(char::is_control) {
+        Some("must not contain control characters")
+    } else if rack.len() > 255 {
+        Some("must be at most 255 bytes")
+    } else {
+        None
+    };
+    match rule {
+        Some(rule) => Err(ConfigError::OutOfRange {
+            name,
+            value: format!("{rack:?}"),
+            rule,
+        }),
+        None => Ok(rack),
+    }
+}

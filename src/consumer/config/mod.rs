@@ -234,6 +234,10 @@ impl ConsumerConfig {
     pub fn isolation_level(&self) -> IsolationLevel {
         self.isolation_level
     }
+    /// `client.rack`, if set.
+    pub fn client_rack(&self) -> Option<&str> {
+        self.client_rack.as_deref()
+    }
     /// `request.timeout.ms`.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
@@ -376,6 +380,7 @@ impl ConsumerConfig {
             topic_regex: None,
             rebalance_timeout: self.max_poll_interval,
             remote_assignor: self.group_remote_assignor,
+            rack: self.client_rack.clone(),
             session_bound: self.session_bound,
             retry_backoff: self.retry_backoff,
             retry_backoff_max: self.reconnect_backoff_max.max(self.retry_backoff),
@@ -391,6 +396,7 @@ impl ConsumerConfig {
             max_bytes: self.fetch_max_bytes,
             max_partition_bytes: self.max_partition_fetch_bytes,
             isolation: self.isolation_level,
+            client_rack: self.client_rack.clone(),
             // Fields the wire layer adds later keep its defaults.
             ..FetchConfig::default()
         }

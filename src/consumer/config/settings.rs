@@ -178,6 +178,13 @@ settings! {
         set: |level: IsolationLevel| level,
         doc: "`read_uncommitted` or `read_committed` (only committed transactional records, up to the last stable offset). Java's default.",
     }
+    client_rack: String {
+        name: "client.rack",
+        default: none,
+        rule: checks::rack,
+        set: |rack: impl Into<String>| rack.into(),
+        doc: "The rack (zone) this consumer runs in, matched against the brokers' `broker.rack`: sent in every Fetch so that a leader with a rack-aware `replica.selector.class` can name a replica in the same rack to read from (KIP-392, less cross-zone traffic), and to the group (JoinGroup subscription, KIP-848 heartbeat) for rack-aware assignors. Unset: partitions are read from their leaders.",
+    }
     request_timeout: Duration {
         name: "request.timeout.ms",
         default: "30000",

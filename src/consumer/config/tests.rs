@@ -1121,3 +1121,27 @@ fn the_consumer_group_machine_gets_its_settings_from_the_configuration() {
     assert_eq!(g.retry_backoff, Duration::from_millis(50));
     assert_eq!(g.retry_backoff_max, Duration::from_secs(2));
 }
+
+#[test]
+fn client_rack_reaches_fetch_and_both_group_protocols_and_bad_racks_are_refused() {
+    let c = props(&[("client.rack", "eu-west-1b")]).unwrap();
+    assert_eq!(c.client_rack(), Some("eu-west-1b"));
+    assert_eq!(c.fetch_config().client_rack.as_deref(), Some("eu-west-1b"));
+    assert_eq!(
+        c.consumer_group_config(&["orders"]).rack.as_deref(),
+        Some("eu-west-1b")
+    );
+    assert!(c
+        .to_properties()
+        .iter()
+        .any(|(k, v)| *k == "client.rack" && v == "eu-west-1b"));
+    let unset = base().build().unwrap();
+    assert_eq!(unset.client_rack(), None);
+    assert_eq!(unset.fetch_config().client_rack, None);
+    for bad in ["", " zone-a", "zone-a\t", "zone\u{7}a", &"r".repeat(256)] {
+        let err = base().client_rack(bad).build().unwrap_err();
+        assert_eq!(err.setting(), Some("client.rack"), "{bad:?}");
+    }
+    let err = props(&[("client.rack", "")]).unwrap_err();
+    assert!(err.to_string().contains("leave it unset"), "{err}");
+}

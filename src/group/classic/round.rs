@@ -183,6 +183,7 @@ impl Round<'_> {
         let mut subscription = Subscription::new(topics.clone());
         subscription.owned_partitions = start.owned.clone();
         subscription.generation_id = start.identity.generation_id;
+        subscription.rack_id = self.config.rack.clone();
         let protocols = super::join_protocols(self.config, &subscription)
             .map_err(|e| Step::Fail(GroupError::Strategy(e)))?
             .protocols;

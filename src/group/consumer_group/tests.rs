@@ -29,6 +29,7 @@ fn config(topics: &[&str], instance: Option<&str>) -> ConsumerGroupConfig {
         topic_regex: None,
         rebalance_timeout: REBALANCE_TIMEOUT,
         remote_assignor: None,
+        rack: None,
         session_bound: None,
         retry_backoff: Duration::from_millis(100),
         retry_backoff_max: Duration::from_secs(1),
@@ -1217,4 +1218,22 @@ fn a_coordinator_without_the_heartbeat_api_ends_the_membership_instead_of_a_look
     // Reported once: a second report changes nothing.
     m.on_unsupported("again");
     assert!(m.poll_event().is_none());
+}
+
+/// `client.rack` goes with the join and again only after the member starts over (a later
+/// heartbeat says "unchanged" with null), as the other full-heartbeat fields do.
+#[test]
+fn the_rack_is_sent_on_joining_and_null_while_unchanged() {
+    let mut h = Harness::new(&[("orders", 2)]);
+    let mut cfg = config(&["orders"], None);
+    cfg.rack = Some("zone-b".to_string());
+    let a = h.add(cfg, "member-a");
+    h.run_until(50, |h| h.converged(&[a]) && h.members[a].sent.len() > 2);
+    let sent = &h.members[a].sent;
+    assert_eq!(sent[0].rack_id.as_deref(), Some("zone-b"));
+    assert!(sent[1..].iter().all(|r| r.rack_id.is_none()), "{sent:?}");
+    let mut h = Harness::new(&[("orders", 2)]);
+    let b = h.add(config(&["orders"], None), "member-b");
+    h.run_until(10, |h| h.converged(&[b]));
+    assert!(h.members[b].sent.iter().all(|r| r.rack_id.is_none()));
 }

@@ -83,6 +83,9 @@ pub struct ConsumerGroupConfig {
     pub rebalance_timeout: Duration,
     /// `group.remote.assignor`, if set.
     pub remote_assignor: Option<RemoteAssignor>,
+    /// `client.rack`, sent as the member's `rack_id` on joining, for rack-aware broker-side
+    /// assignors.
+    pub rack: Option<String>,
     /// A user-set session bound; `None` derives it from the broker's heartbeat interval.
     pub session_bound: Option<Duration>,
     /// First delay before resending after a retriable error; doubles per failure.
@@ -116,6 +119,8 @@ pub struct HeartbeatRequest {
     pub subscribed_topic_regex: Option<String>,
     /// `group.remote.assignor`, or `None` when unset or unchanged.
     pub server_assignor: Option<String>,
+    /// `client.rack`, or `None` when unset or unchanged.
+    pub rack_id: Option<String>,
     /// The partitions the member owns right now, or `None` when unchanged.
     pub owned: Option<IdAssignment>,
 }

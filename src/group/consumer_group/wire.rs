@@ -46,7 +46,7 @@ fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
         .with_member_id(str_bytes(&req.member_id))
         .with_member_epoch(req.member_epoch)
         .with_instance_id(req.instance_id.as_deref().map(str_bytes))
-        .with_rack_id(None)
+        .with_rack_id(req.rack_id.as_deref().map(str_bytes))
         .with_rebalance_timeout_ms(req.rebalance_timeout_ms)
         .with_subscribed_topic_names(
             req.subscribed_topic_names
@@ -207,6 +207,7 @@ mod tests {
             subscribed_topic_names: Some(vec!["orders".into()]),
             subscribed_topic_regex: None,
             server_assignor: Some("range".into()),
+            rack_id: Some("zone-b".into()),
             owned: Some([(TopicId([7; 16]), vec![0, 2])].into()),
         }
     }
@@ -218,7 +219,7 @@ mod tests {
         assert_eq!(m.member_id.as_str(), "m");
         assert_eq!(m.member_epoch, 0);
         assert_eq!(m.instance_id.as_ref().map(|s| s.as_str()), Some("i"));
-        assert_eq!(m.rack_id, None);
+        assert_eq!(m.rack_id.as_ref().map(|s| s.as_str()), Some("zone-b"));
         assert_eq!(m.rebalance_timeout_ms, 300_000);
         assert_eq!(m.subscribed_topic_names.as_ref().map(Vec::len), Some(1));
         assert_eq!(m.subscribed_topic_regex, None, "v0 has no regex field");
@@ -237,9 +238,11 @@ mod tests {
             subscribed_topic_names: None,
             subscribed_topic_regex: None,
             server_assignor: None,
+            rack_id: None,
             owned: None,
             ..full()
         });
+        assert_eq!(short.rack_id, None);
         assert_eq!(short.rebalance_timeout_ms, -1);
         assert_eq!(short.subscribed_topic_names, None);
         assert_eq!(short.server_assignor, None);

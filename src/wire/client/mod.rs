@@ -6,7 +6,8 @@
 //! other):
 //! - `cluster.rs`: metadata, leaders, coordinators, topic creation;
 //! - `pool.rs`: connections per broker, backoff after failures, any-broker requests;
-//! - `fetch/`: Fetch (`fetch/mod.rs`) and the per-broker fetch threads (`fetch/fetcher.rs`);
+//! - `fetch/`: Fetch (`fetch/mod.rs`), the per-broker fetch threads (`fetch/fetcher.rs`) and
+//!   the preferred read replicas with the bytes per broker (`fetch/replicas.rs`);
 //! - `offsets.rs`: ListOffsets, OffsetFetch and OffsetCommit;
 //! - `produce.rs`: Produce, for tests and tools;
 //! - `configs.rs`: the cluster's failure-detection settings (DescribeConfigs);
@@ -38,6 +39,7 @@ use crate::wire::records::DecodeBudget;
 use crate::TopicPartition;
 use cluster::{BrokerInfo, TopicMetadata};
 use fetch::fetcher::Fetchers;
+use fetch::replicas::ReadReplicas;
 use pool::BrokerState;
 
 /// Settings of a [`Client`].
@@ -114,6 +116,9 @@ pub struct Client {
     // threads, see `fetch/fetcher.rs`).
     pub(super) fetchers: Fetchers,
     pub(super) fetch_rotation: usize,
+    /// Preferred read replicas (KIP-392) and bytes fetched per broker (owned by
+    /// `fetch/replicas.rs`).
+    pub(super) read_replicas: ReadReplicas,
 }
 
 impl Client {
@@ -144,6 +149,7 @@ impl Client {
             coordinators: HashMap::new(),
             controller: None,
             fetch_rotation: 0,
+            read_replicas: ReadReplicas::default(),
         }
     }
 

@@ -69,6 +69,7 @@ struct Sent {
     topics: Option<Vec<String>>,
     regex: Option<String>,
     assignor: Option<String>,
+    rack: Option<String>,
     owned: Option<IdAssignment>,
 }
 
@@ -393,6 +394,7 @@ impl ConsumerGroupMembership {
                 subscribed_topic_names: None,
                 subscribed_topic_regex: None,
                 server_assignor: None,
+                rack_id: None,
                 owned: None,
             };
         }
@@ -430,6 +432,14 @@ impl ConsumerGroupMembership {
             }
             _ => None,
         };
+        // As the assignor: sent on joining (and after any full resend), `None` while unchanged.
+        let rack_id = match &self.config.rack {
+            Some(rack) if self.sent.rack.as_ref() != Some(rack) => {
+                self.sent.rack = Some(rack.clone());
+                Some(rack.clone())
+            }
+            _ => None,
+        };
         let owned_now = by_id(&self.owned);
         let owned = (self.sent.owned.as_ref() != Some(&owned_now)).then(|| {
             self.sent.owned = Some(owned_now.clone());
@@ -453,6 +463,7 @@ impl ConsumerGroupMembership {
             subscribed_topic_names,
             subscribed_topic_regex,
             server_assignor,
+            rack_id,
             owned,
         }
     }

@@ -7,9 +7,13 @@
 //! the caller then asks for exactly those positions.
 //!
 //! The fetch threads, one per broker, that send these requests and read the answers are this
-//! module's child `fetcher.rs`; this file builds the requests and decodes the answers.
+//! module's child `fetcher.rs`; which replica each partition is read from (the leader, or the
+//! preferred read replica the leader named for `client.rack`, KIP-392) and the bytes each broker
+//! sent are kept by the child `replicas.rs`; this file builds the requests and decodes the
+//! answers (`tests.rs`: fetching from a preferred replica against fake brokers).
 
 pub(in crate::wire) mod fetcher;
+pub(in crate::wire) mod replicas;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -28,6 +32,7 @@ use crate::wire::error::{KafkaCode, Result, WireError};
 use crate::wire::records::{self, AbortedTxn, Allowance, PartitionDecoder, PartitionInput, Record};
 use crate::TopicPartition;
 use fetcher::{Answer, Job};
+use replicas::FetchStats;
 
 /// Kafka's `isolation.level`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,6 +74,11 @@ pub struct FetchConfig {
     /// calls keep asking for different positions (not the `next_offset`s it was given) pays a
     /// reconnect each time and should turn this off.
     pub prefetch: bool,
+    /// `client.rack`: the rack (zone) this consumer runs in, sent in every Fetch (v11+) so that
+    /// a leader with a rack-aware replica selector can name a replica in the same rack to read
+    /// from (KIP-392); the client then follows that preference (see `replicas.rs`). `None`:
+    /// every partition is read from its leader.
+    pub client_rack: Option<String>,
 }
 
 impl Default for FetchConfig {
@@ -80,6 +90,7 @@ impl Default for FetchConfig {
             max_partition_bytes: 1024 * 1024,
             isolation: IsolationLevel::ReadUncommitted,
             prefetch: true,
+            client_rack: None,
         }
     }
 }
@@ -106,7 +117,8 @@ pub struct FetchedPartition {
     /// beyond the last visible record when control or aborted batches were skipped), or
     /// `fetch_offset` when nothing was returned or on error.
     pub next_offset: i64,
-    /// High watermark reported by the leader (-1 if unknown).
+    /// High watermark reported by the replica fetched from (-1 if unknown): the leader's, or a
+    /// preferred read replica's, which may trail the leader's by what it has not learnt yet.
     pub high_watermark: i64,
     /// Last stable offset (-1 if unknown).
     pub last_stable_offset: i64,
@@ -127,7 +139,8 @@ pub struct LazyPartition {
     pub fetch_offset: i64,
     /// The records at or after `fetch_offset`, decoded as they are wanted (nothing on error).
     pub records: LazyRecords,
-    /// High watermark reported by the leader (-1 if unknown).
+    /// High watermark reported by the replica fetched from (-1 if unknown; see
+    /// [`FetchedPartition::high_watermark`]).
     pub high_watermark: i64,
     /// Last stable offset (-1 if unknown).
     pub last_stable_offset: i64,
@@ -326,6 +339,9 @@ pub(super) fn build_request(
         .with_max_bytes(max_bytes)
         .with_isolation_level(cfg.isolation.code())
         .with_topics(topics)
+        .with_rack_id(StrBytes::from_string(
+            cfg.client_rack.clone().unwrap_or_default(),
+        ))
 }
 
 pub(super) fn position_key(group: &[FetchPosition]) -> Vec<(TopicPartition, i64)> {
@@ -421,10 +437,20 @@ impl Client {
         // only guarantee progress (KIP-74) for the first partition when a batch exceeds limits.
         self.fetch_rotation = self.fetch_rotation.wrapping_add(1);
         let start = self.fetch_rotation % positions.len();
+        // Each partition goes to its leader, or to the replica the leader named (KIP-392) while
+        // that broker is known and not overdue: a replica hung on an earlier request sends its
+        // partitions back to their leaders rather than hold them.
+        let now = Instant::now();
+        let (brokers, fetchers) = (&self.brokers, &self.fetchers);
+        let usable =
+            |b: i32| brokers.contains_key(&b) && !(fetchers.is_busy(b) && fetchers.is_troubled(b));
         let mut by_leader: BTreeMap<i32, Vec<&FetchPosition>> = BTreeMap::new();
         for pos in positions[start..].iter().chain(&positions[..start]) {
             match self.leaders.get(&pos.tp) {
-                Some(&leader) if leader >= 0 => by_leader.entry(leader).or_default().push(pos),
+                Some(&leader) if leader >= 0 => {
+                    let broker = self.read_replicas.route(&pos.tp, leader, now, usable);
+                    by_leader.entry(broker).or_default().push(pos)
+                }
                 Some(_) => results.push(failed(
                     pos,
                     WireError::kafka(
@@ -485,11 +511,20 @@ impl Client {
                 .iter()
                 .filter_map(|p| Some((p.tp.clone(), *self.leader_epochs.get(&p.tp)?)))
                 .collect();
+            let mut job_cfg = cfg.clone();
+            let now = Instant::now();
+            if group
+                .iter()
+                .any(|p| self.read_replicas.falling_back(&p.tp, now))
+            {
+                // A partition back from a failed replica: the leader must serve it itself.
+                job_cfg.client_rack = None;
+            }
             let job = Job {
                 id: 0,
                 positions: group,
                 epochs,
-                cfg: cfg.clone(),
+                cfg: job_cfg,
                 max_bytes,
             };
             let positions = job.positions.clone();
@@ -515,7 +550,20 @@ impl Client {
                 Err(e) => {
                     warn!("fetch from broker {broker} failed: {e}");
                     self.metadata_stale = true;
+                    let now = Instant::now();
                     for asked in &asked {
+                        if self.is_follower(&asked.tp, broker, cfg) {
+                            // Read from the leader next time; the partition just has nothing
+                            // new now (it stays in `wanted`).
+                            self.read_replicas.avoid(broker, now);
+                            self.read_replicas.fall_back(
+                                &asked.tp,
+                                broker,
+                                now,
+                                "its answer failed",
+                            );
+                            continue;
+                        }
                         if wanted
                             .get(&asked.tp)
                             .is_some_and(|w| w.offset == asked.offset)
@@ -559,8 +607,23 @@ impl Client {
         // One decode budget for the whole response, however many partitions and batches it
         // holds (see `DecodeBudget`).
         let allowance = Arc::new(Mutex::new(Allowance::new(self.config.fetch_decode_budget)));
+        let bytes: usize = resp
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter_map(|p| p.records.as_ref().map(bytes::Bytes::len))
+            .sum();
+        self.read_replicas
+            .count(broker, u64::try_from(bytes).unwrap_or(u64::MAX));
+        let now = Instant::now();
         if let Some(code) = KafkaCode::from_code(resp.error_code) {
             for pos in positions {
+                if self.is_follower(&pos.tp, broker, cfg) {
+                    // A follower's refusal is never the caller's: the leader is asked next.
+                    let why = format!("{code} for the whole request");
+                    self.read_replicas.fall_back(&pos.tp, broker, now, &why);
+                    continue;
+                }
                 if let Some(pos) = take(&pos.tp) {
                     results.push(failed(
                         &pos,
@@ -586,11 +649,40 @@ impl Client {
             let name = self.intern(topic.topic.as_str());
             for p in topic.partitions {
                 let key = TopicPartition::new(Arc::clone(&name), p.partition_index);
+                let from_follower = self.is_follower(&key, broker, cfg);
                 let Some(pos) = take(&key) else {
                     // A prefetched answer for a partition the caller no longer asks for.
                     debug!("fetch: ignoring data of unrequested partition {key}");
                     continue;
                 };
+                let diverged = p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0;
+                if from_follower {
+                    if p.error_code != 0 || diverged {
+                        // Whatever the follower says (it left the replica set, it lags behind
+                        // this position, its epoch differs), the leader decides: no error for
+                        // the caller, nothing new now, the leader next time.
+                        let code = KafkaCode(p.error_code);
+                        if code.is_stale_metadata() {
+                            self.metadata_stale = true;
+                        }
+                        let why = format!("{code} at offset {}", pos.offset);
+                        self.read_replicas.fall_back(&pos.tp, broker, now, &why);
+                        results.push(untouched(&pos));
+                        continue;
+                    }
+                    self.read_replicas
+                        .follower_named(&pos.tp, broker, p.preferred_read_replica.0);
+                } else if p.error_code == 0 {
+                    let brokers = &self.brokers;
+                    let unknown = self.read_replicas.leader_named(
+                        &pos.tp,
+                        broker,
+                        p.preferred_read_replica.0,
+                        now,
+                        |b| brokers.contains_key(&b),
+                    );
+                    self.metadata_stale |= unknown;
+                }
                 if let Some(code) = KafkaCode::from_code(p.error_code) {
                     if code.is_stale_metadata() {
                         self.leader_moved(&pos.tp, broker, code, &p.current_leader);
@@ -610,7 +702,7 @@ impl Client {
                     results.push(r);
                     continue;
                 }
-                if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
+                if diverged {
                     // KIP-320 truncation: only sent when the request carries the last fetched
                     // epoch (this client does not), but never skipped silently: the partition
                     // goes through the caller's out-of-range path.
@@ -670,6 +762,21 @@ impl Client {
         }
     }
 
+    /// Whether an answer of `broker` for `tp` comes from a follower (a preferred read replica,
+    /// KIP-392): `client.rack` is set and `broker` is not `tp`'s leader as cached. An unknown
+    /// leader counts as a follower too, so that the answer of a replica whose partition changed
+    /// leader meanwhile is never taken for the leader's word. Without `client.rack` every
+    /// answer is handled as a leader's, as it always was.
+    fn is_follower(&self, tp: &TopicPartition, broker: i32, cfg: &FetchConfig) -> bool {
+        cfg.client_rack.is_some() && self.leaders.get(tp) != Some(&broker)
+    }
+
+    /// Bytes received per broker, and how many partitions are read from a preferred read
+    /// replica now: where the fetched data came from (see [`FetchStats`]).
+    pub fn fetch_stats(&self) -> FetchStats {
+        self.read_replicas.stats()
+    }
+
     /// `broker` no longer leads `tp` (or our epoch for it is out of date). When the answer
     /// names the current leader (KIP-951) with a newer epoch and a broker we can reach, the next
     /// fetch goes there directly; otherwise the next fetch refreshes metadata first.
@@ -726,3 +833,6 @@ fn failed(pos: &FetchPosition, error: WireError) -> LazyPartition {
         ..untouched(pos)
     }
 }
+
+#[cfg(test)]
+mod tests;
