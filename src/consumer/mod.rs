@@ -48,7 +48,8 @@
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
 //! - `failure_detection.rs`: the check at subscribe that the lease bound outlasts the
 //!   cluster's `broker.session.timeout.ms` (one DescribeConfigs, a warning if not).
-//! - `stats`: per-partition signals, [`RebalanceCounters`] and the stats line.
+//! - `stats`: per-partition signals (lag among them), [`RebalanceCounters`], the stats line,
+//!   and the [`StatsHandle`] that reads them from another thread.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
 //! - [`config`], `error.rs`: settings under Kafka's names, and [`ConsumerError`].
@@ -77,4 +78,4 @@ pub use error::ConsumerError;
 pub use handoff::{HandoffFailure, StormHook};
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;
-pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};
+pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters, StatsHandle};

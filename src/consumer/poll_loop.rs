@@ -28,7 +28,7 @@ use super::handoff::{self, commit_through, Drain, Driver, HandoffFailure, Handof
 use super::intake::{FetchWait, Intake};
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
-use super::stats::ConsumerStats;
+use super::stats::{ConsumerStats, StatsHandle, StatsPublisher};
 use super::workers::{self, WorkSource};
 
 /// A synchronous, rebalance-safe Kafka consumer.
@@ -47,6 +47,8 @@ pub struct Consumer {
     pacer: CommitPacer,
     stats_interval: Duration,
     last_stats: Instant,
+    /// What [`StatsHandle`]s read, published by `poll`.
+    published: StatsPublisher,
     /// What the cluster reported at subscribe about its failure detection (`None`: refused or
     /// failed; the consumer runs without the check).
     failure_detection: Option<BrokerFailureDetection>,
@@ -123,6 +125,7 @@ impl Consumer {
         member.bound_session(guard.session_bound());
         member.fence_revocations_with(handoff::fence_hook(&guard));
         Ok(Consumer {
+            published: StatsPublisher::new(guard.storm_status()),
             sizer: BatchSizer::from_config(&config),
             pacer: CommitPacer::new(config.commit_interval()),
             fetch: config.fetch_config(),
@@ -263,6 +266,7 @@ impl Consumer {
     /// sync run inside this call.
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
+        self.publish_stats();
         self.drive_group(timeout)?;
         let bound = self.guard.session_bound();
         if bound.is_expired(Instant::now()) {
@@ -460,6 +464,22 @@ impl Consumer {
             commits_refused: self.commits_refused + self.pacer.refused,
             next_batch_size: self.sizer.next_size(),
             per_record_estimate: self.sizer.estimate(),
+        }
+    }
+
+    /// A handle that reads this consumer's [`stats`](Self::stats) from any thread, while this
+    /// consumer is busy in `run`, `run_with_workers` or a batch (Java: `metrics()`; librdkafka:
+    /// the statistics callback).
+    pub fn stats_handle(&self) -> StatsHandle {
+        self.published.handle(self.guard.clone(), self.intake.marks())
+    }
+
+    /// Publishes the stats for the [`StatsHandle`]s when due (at most every 100 ms).
+    fn publish_stats(&mut self) {
+        let now = Instant::now();
+        if self.published.due(now) {
+            let stats = self.stats();
+            self.published.publish(stats, now);
         }
     }
 
