@@ -471,7 +471,8 @@ impl Consumer {
     /// consumer is busy in `run`, `run_with_workers` or a batch (Java: `metrics()`; librdkafka:
     /// the statistics callback).
     pub fn stats_handle(&self) -> StatsHandle {
-        self.published.handle(self.guard.clone(), self.intake.marks())
+        self.published
+            .handle(self.guard.clone(), self.intake.marks())
     }
 
     /// Publishes the stats for the [`StatsHandle`]s when due (at most every 100 ms).

@@ -4,8 +4,8 @@
 //! Also the [`RebalanceCounters`] the handoff driver and the batch count into, so the stats line can say
 //! what rebalances cost.
 
-use std::fmt;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -80,7 +80,10 @@ impl PartitionStats {
         self.last_stable_offset = mark.last_stable_offset;
         let committed = self.guard.last_committed.or(mark.started_at);
         self.lag = mark.end.zip(committed).map(|(end, at)| end - at);
-        self.fetch_lag = mark.end.zip(self.next_fetch_offset).map(|(end, at)| end - at);
+        self.fetch_lag = mark
+            .end
+            .zip(self.next_fetch_offset)
+            .map(|(end, at)| end - at);
         self
     }
 }
@@ -328,7 +331,10 @@ impl StatsPublisher {
     /// Publishes `stats`, built at `now`, for every handle.
     pub(crate) fn publish(&mut self, stats: ConsumerStats, now: Instant) {
         self.next = now + PUBLISH_INTERVAL;
-        *self.published.lock().unwrap_or_else(PoisonError::into_inner) = stats;
+        *self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = stats;
     }
 
     /// A handle over the consumer's guard and intake marks.
