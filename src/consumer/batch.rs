@@ -18,6 +18,7 @@ use super::intake::Intake;
 use super::pacer::CommitPacer;
 use super::sizer::{BatchPlan, BatchSizer};
 use super::stats::RebalanceCounters;
+use crate::metrics::ConsumerMetrics;
 
 /// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
 /// has none. Never derive it from the Kafka record key alone unless that key identifies the
@@ -54,6 +55,8 @@ pub struct Batch<'a> {
     member: &'a mut dyn Membership,
     key_fn: Option<&'a KeyFn>,
     counters: &'a mut RebalanceCounters,
+    /// The guard's refusals, counted by kind (`metrics` feature).
+    metrics: &'a ConsumerMetrics,
     /// `commit.interval.ms`: what finished is committed during the batch too.
     pacer: &'a mut CommitPacer,
     plan: BatchPlan,
@@ -77,6 +80,7 @@ impl<'a> Batch<'a> {
         member: &'a mut dyn Membership,
         key_fn: Option<&'a KeyFn>,
         counters: &'a mut RebalanceCounters,
+        metrics: &'a ConsumerMetrics,
         pacer: &'a mut CommitPacer,
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
@@ -89,6 +93,7 @@ impl<'a> Batch<'a> {
             member,
             key_fn,
             counters,
+            metrics,
             pacer,
             plan,
             handed: 0,
@@ -141,10 +146,13 @@ impl Batch<'_> {
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));
-            match self
+            let admitted = self
                 .guard
-                .process_message_at(now, &tp, record.offset, key, ())
-            {
+                .process_message_at(now, &tp, record.offset, key, ());
+            if let Err(error) = &admitted {
+                self.metrics.refused(&tp, error);
+            }
+            match admitted {
                 Ok(lease) => {
                     self.handed += 1;
                     self.outstanding.push_back(lease.clone());

@@ -123,7 +123,8 @@ impl Consumer {
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.
         member.bound_session(guard.session_bound());
-        member.fence_revocations_with(handoff::fence_hook(&guard));
+        let handoffs = Handoffs::new(config.group_id());
+        member.fence_revocations_with(handoff::fence_hook(&guard, &handoffs));
         Ok(Consumer {
             published: StatsPublisher::new(guard.storm_status()),
             sizer: BatchSizer::from_config(&config),
@@ -134,7 +135,7 @@ impl Consumer {
             guard,
             intake: Intake::default(),
             key_fn: None,
-            handoffs: Handoffs::default(),
+            handoffs,
             commits_refused: 0,
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
@@ -298,6 +299,7 @@ impl Consumer {
             &mut *self.member,
             self.key_fn.as_ref(),
             &mut self.handoffs.counters,
+            &self.handoffs.metrics,
             &mut self.pacer,
         ))
     }
@@ -480,6 +482,7 @@ impl Consumer {
         let now = Instant::now();
         if self.published.due(now) {
             let stats = self.stats();
+            self.handoffs.metrics.lags(&stats);
             self.published.publish(stats, now);
         }
     }

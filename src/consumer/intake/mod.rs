@@ -20,6 +20,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
+use crate::metrics;
 use crate::partition::{PartitionMap, PartitionSet};
 use crate::wire::{
     self, ErrorChain, FetchConfig, FetchPosition, IsolationLevel, KafkaCode, Record, RecordSource,
@@ -259,6 +260,11 @@ impl Intake {
                 log::debug!("{}: fetched while records are buffered; dropped", part.tp);
                 continue;
             }
+            let (bytes, records) = (
+                part.records.remaining_bytes(),
+                part.records.remaining_records(),
+            );
+            metrics::fetched(config.group_id(), &part.tp.topic, bytes, records);
             self.buffer_fetched(&part.tp, part.records);
         }
         if !reset.is_empty() {
