@@ -109,7 +109,6 @@ mod on {
     use metrics::{counter, gauge, histogram};
 
     use super::names::*;
-    use crate::consumer::ConsumerStats;
     use crate::guard::{AdmitError, OwnerStatus};
     use crate::TopicPartition;
 
@@ -204,9 +203,14 @@ mod on {
             }
         }
 
-        /// `partitions` were lost without a handoff.
+        /// `partitions` were lost without a handoff (a fence not handed back yet is void: its
+        /// change goes with the membership).
         pub(crate) fn lost(&mut self, partitions: usize) {
             counter!(PARTITIONS_LOST, &self.group()).increment(partitions as u64);
+            self.fenced_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             self.unassigned_at.get_or_insert_with(Instant::now);
         }
 
@@ -229,25 +233,30 @@ mod on {
             counter!(REFUSALS, &labels).increment(1);
         }
 
-        /// The lag gauges of every partition in `stats` (called when the stats are published).
-        pub(crate) fn lags(&self, stats: &ConsumerStats) {
-            for p in &stats.partitions {
-                let labels = [
-                    ("group", self.group.clone()),
-                    ("topic", p.guard.tp.topic.clone()),
-                    ("partition", Arc::from(p.guard.tp.partition.to_string())),
-                ];
-                let owned = p.guard.status == OwnerStatus::Owned;
-                gauge!(OWNED, &labels).set(if owned { 1.0 } else { 0.0 });
-                if !owned {
-                    continue;
-                }
-                if let Some(lag) = p.lag {
-                    gauge!(LAG, &labels).set(lag as f64);
-                }
-                if let Some(lag) = p.fetch_lag {
-                    gauge!(FETCH_LAG, &labels).set(lag as f64);
-                }
+        /// One partition's lag gauges, as the stats were published: its lags are set while it
+        /// is owned (`status`), left as they were after.
+        pub(crate) fn lags(
+            &self,
+            tp: &TopicPartition,
+            status: OwnerStatus,
+            lag: Option<i64>,
+            fetch_lag: Option<i64>,
+        ) {
+            let labels = [
+                ("group", self.group.clone()),
+                ("topic", tp.topic.clone()),
+                ("partition", Arc::from(tp.partition.to_string())),
+            ];
+            let owned = status == OwnerStatus::Owned;
+            gauge!(OWNED, &labels).set(if owned { 1.0 } else { 0.0 });
+            if !owned {
+                return;
+            }
+            if let Some(lag) = lag {
+                gauge!(LAG, &labels).set(lag as f64);
+            }
+            if let Some(lag) = fetch_lag {
+                gauge!(FETCH_LAG, &labels).set(lag as f64);
             }
         }
     }
@@ -259,8 +268,7 @@ mod off {
 
     use std::sync::Arc;
 
-    use crate::consumer::ConsumerStats;
-    use crate::guard::AdmitError;
+    use crate::guard::{AdmitError, OwnerStatus};
     use crate::TopicPartition;
 
     #[derive(Debug, Clone, Copy)]
@@ -300,6 +308,13 @@ mod off {
         #[inline(always)]
         pub(crate) fn refused(&self, _: &TopicPartition, _: &AdmitError) {}
         #[inline(always)]
-        pub(crate) fn lags(&self, _: &ConsumerStats) {}
+        pub(crate) fn lags(
+            &self,
+            _: &TopicPartition,
+            _: OwnerStatus,
+            _: Option<i64>,
+            _: Option<i64>,
+        ) {
+        }
     }
 }

@@ -14,11 +14,10 @@ use crate::guard::{AdmitError, CompleteError, IdempotencyKey, Lease};
 use crate::wire::Record;
 
 use super::context::Guard;
+use super::handoff::Handoffs;
 use super::intake::Intake;
 use super::pacer::CommitPacer;
 use super::sizer::{BatchPlan, BatchSizer};
-use super::stats::RebalanceCounters;
-use crate::metrics::ConsumerMetrics;
 
 /// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
 /// has none. Never derive it from the Kafka record key alone unless that key identifies the
@@ -54,9 +53,9 @@ pub struct Batch<'a> {
     guard: &'a Guard,
     member: &'a mut dyn Membership,
     key_fn: Option<&'a KeyFn>,
-    counters: &'a mut RebalanceCounters,
-    /// The guard's refusals, counted by kind (`metrics` feature).
-    metrics: &'a ConsumerMetrics,
+    /// Where the dropped records are counted (and, with the `metrics` feature, the guard's
+    /// refusals by kind).
+    handoffs: &'a mut Handoffs,
     /// `commit.interval.ms`: what finished is committed during the batch too.
     pacer: &'a mut CommitPacer,
     plan: BatchPlan,
@@ -79,8 +78,7 @@ impl<'a> Batch<'a> {
         guard: &'a Guard,
         member: &'a mut dyn Membership,
         key_fn: Option<&'a KeyFn>,
-        counters: &'a mut RebalanceCounters,
-        metrics: &'a ConsumerMetrics,
+        handoffs: &'a mut Handoffs,
         pacer: &'a mut CommitPacer,
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
@@ -92,8 +90,7 @@ impl<'a> Batch<'a> {
             guard,
             member,
             key_fn,
-            counters,
-            metrics,
+            handoffs,
             pacer,
             plan,
             handed: 0,
@@ -150,7 +147,7 @@ impl Batch<'_> {
                 .guard
                 .process_message_at(now, &tp, record.offset, key, ());
             if let Err(error) = &admitted {
-                self.metrics.refused(&tp, error);
+                self.handoffs.metrics.refused(&tp, error);
             }
             match admitted {
                 Ok(lease) => {
@@ -165,7 +162,7 @@ impl Batch<'_> {
                 Err(AdmitError::Fenced { .. }) => {
                     // Revoked or lost under us: none of its records may be processed.
                     let dropped = self.intake.drop_fenced(&tp) + 1;
-                    self.counters.dropped_records += dropped as u64;
+                    self.handoffs.counters.dropped_records += dropped as u64;
                     log::warn!("{tp} is fenced: {dropped} fetched record(s) dropped unprocessed");
                 }
                 Err(error @ AdmitError::SessionExpired { .. }) => {

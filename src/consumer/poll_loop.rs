@@ -298,8 +298,7 @@ impl Consumer {
             &self.guard,
             &mut *self.member,
             self.key_fn.as_ref(),
-            &mut self.handoffs.counters,
-            &self.handoffs.metrics,
+            &mut self.handoffs,
             &mut self.pacer,
         ))
     }
@@ -482,7 +481,7 @@ impl Consumer {
         let now = Instant::now();
         if self.published.due(now) {
             let stats = self.stats();
-            self.handoffs.metrics.lags(&stats);
+            stats.export_lags(&self.handoffs.metrics);
             self.published.publish(stats, now);
         }
     }

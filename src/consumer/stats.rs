@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::guard::{PartitionSnapshot, StormStatus};
+use crate::metrics::ConsumerMetrics;
 use crate::partition::PartitionMap;
 use crate::TopicPartition;
 
@@ -168,6 +169,15 @@ pub struct ConsumerStats {
     pub next_batch_size: usize,
     /// The measured processing time per record.
     pub per_record_estimate: Option<Duration>,
+}
+
+impl ConsumerStats {
+    /// Sets every partition's lag gauges (`metrics` feature; nothing without it).
+    pub(crate) fn export_lags(&self, metrics: &ConsumerMetrics) {
+        for p in &self.partitions {
+            metrics.lags(&p.guard.tp, p.guard.status, p.lag, p.fetch_lag);
+        }
+    }
 }
 
 impl fmt::Display for ConsumerStats {
