@@ -11,15 +11,15 @@ mod recorder;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
+use std::sync::{Arc, OnceLock};
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use metrics::{counter, describe_counter, gauge, histogram};
 use rebalance_guard::consumer::Consumer;
 use rebalance_guard::metrics::names;
 use rebalance_guard::wire::{Client, ClientConfig};
-use rebalance_guard::TopicPartition;
+use rebalance_guard::{IdempotencyKey, TopicPartition};
 use recorder::TextRecorder;
 use support::consumer::wait_until;
 use support::consumer::{broker_with_topic, config, produce_until_accepted, value_records};
@@ -96,14 +96,35 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     })
 }
 
+/// The process's recorder (the facade takes one per process; every test here shares it, each
+/// with groups and topics of its own) and the address of its `/metrics` endpoint.
+fn endpoint() -> SocketAddr {
+    static ENDPOINT: OnceLock<SocketAddr> = OnceLock::new();
+    *ENDPOINT.get_or_init(|| {
+        let recorder = TextRecorder::default();
+        metrics::set_global_recorder(recorder.clone()).expect("the only global recorder");
+        rebalance_guard::metrics::describe();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        recorder.serve(listener);
+        addr
+    })
+}
+
+/// Runs `consumer` on a thread of its own (no-op handler) until `stop` is set.
+fn spawn_run(mut consumer: Consumer, stop: &Arc<AtomicBool>) -> JoinHandle<Consumer> {
+    let stop = stop.clone();
+    thread::spawn(move || {
+        consumer
+            .run(&stop, |_, _| Ok::<(), std::io::Error>(()))
+            .expect("run");
+        consumer
+    })
+}
+
 #[test]
 fn the_consumers_signals_reach_the_recorder_and_its_endpoint() {
-    let recorder = TextRecorder::default();
-    metrics::set_global_recorder(recorder.clone()).expect("the only global recorder");
-    rebalance_guard::metrics::describe();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    recorder.serve(listener);
+    let addr = endpoint();
 
     let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "metrics", 2);
     let bootstrap = broker.bootstrap();
@@ -116,17 +137,9 @@ fn the_consumers_signals_reach_the_recorder_and_its_endpoint() {
     }
     let group = unique_name("metrics-group");
     let settings = config(&bootstrap, &group, &[("commit.interval.ms", "100")]);
-    let mut consumer = Consumer::subscribe(settings, &[&topic]).expect("subscribe");
+    let consumer = Consumer::subscribe(settings, &[&topic]).expect("subscribe");
     let stop = Arc::new(AtomicBool::new(false));
-    let runner = {
-        let stop = stop.clone();
-        thread::spawn(move || {
-            consumer
-                .run(&stop, |_, _| Ok::<(), std::io::Error>(()))
-                .expect("run");
-            consumer
-        })
-    };
+    let runner = spawn_run(consumer, &stop);
     let g = group.as_str();
     let t = topic.as_str();
     let lag = |text: &str, p: &str| {
@@ -187,5 +200,61 @@ fn the_consumers_signals_reach_the_recorder_and_its_endpoint() {
     assert_eq!(
         sample(&text, "rebalance_guard_drain_seconds_count", group_only),
         Some(1.0)
+    );
+}
+
+/// Records whose idempotency key was seen before are refused as duplicates, one count each by
+/// topic and reason; a second member joining makes the first hand its partitions back (a
+/// handoff, timed from the fence) and wait for its new assignment (a rebalance, timed from the
+/// revocation).
+#[test]
+fn refusals_handoffs_and_rebalances_are_counted() {
+    let addr = endpoint();
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "metrics-refusals", 2);
+    let bootstrap = broker.bootstrap();
+    let mut client = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap)).unwrap();
+    // Ten records, five keys: the second half repeats the first.
+    let records = value_records((0..10).map(|i| format!("order-{}", i % 5)));
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    produce_until_accepted(&mut client, &tp, &records, "produce");
+    let group = unique_name("metrics-refusals-group");
+    let (g, t) = (group.as_str(), topic.as_str());
+    let settings = config(&bootstrap, g, &[("commit.interval.ms", "100")]);
+    let first = Consumer::subscribe(settings.clone(), &[t])
+        .expect("subscribe")
+        .with_idempotency_key(|record| record.value.as_deref().map(IdempotencyKey::from));
+    let stop = Arc::new(AtomicBool::new(false));
+    let first = spawn_run(first, &stop);
+    let duplicates = &[("group", g), ("topic", t), ("reason", "duplicate")];
+    wait_until("five duplicates refused", WAIT, || {
+        sample(&scrape(addr), names::REFUSALS, duplicates) == Some(5.0)
+    });
+
+    let second = spawn_run(
+        Consumer::subscribe(settings, &[t]).expect("subscribe"),
+        &stop,
+    );
+    let group_only = &[("group", g)];
+    wait_until("a handoff and a rebalance timed", WAIT, || {
+        let text = scrape(addr);
+        let count = |name: &str| sample(&text, name, group_only).unwrap_or(0.0);
+        count("rebalance_guard_handoff_seconds_count") >= 1.0
+            && count("rebalance_guard_rebalance_seconds_count") >= 1.0
+            // The first member's two assignments and the second's first.
+            && count(names::REBALANCES) >= 3.0
+    });
+    stop.store(true, Ordering::SeqCst);
+    for member in [first, second] {
+        member.join().expect("a run thread").close().expect("close");
+    }
+    let text = scrape(addr);
+    assert_eq!(
+        sample(&text, names::REFUSALS, duplicates),
+        Some(5.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, names::PARTITIONS_REVOKED, group_only).is_some_and(|n| n >= 2.0),
+        "{text}"
     );
 }
