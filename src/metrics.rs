@@ -177,7 +177,7 @@ mod on {
 
         /// `partitions` were handed back; the handoff began at `began` (or at the fence before
         /// it).
-        pub(crate) fn handed_back(&mut self, partitions: usize, began: Timer) {
+        pub(crate) fn handed_back(&mut self, partitions: &[TopicPartition], began: Timer) {
             let fenced = self
                 .fenced_at
                 .lock()
@@ -185,8 +185,9 @@ mod on {
                 .take();
             let from = fenced.map_or(began.0, |at| at.min(began.0));
             histogram!(HANDOFF_SECONDS, &self.group()).record(from.elapsed());
-            counter!(PARTITIONS_REVOKED, &self.group()).increment(partitions as u64);
+            counter!(PARTITIONS_REVOKED, &self.group()).increment(partitions.len() as u64);
             self.unassigned_at.get_or_insert(from);
+            self.disowned(partitions);
         }
 
         /// A handoff's drain, begun at `began`, is over.
@@ -205,13 +206,30 @@ mod on {
 
         /// `partitions` were lost without a handoff (a fence not handed back yet is void: its
         /// change goes with the membership).
-        pub(crate) fn lost(&mut self, partitions: usize) {
-            counter!(PARTITIONS_LOST, &self.group()).increment(partitions as u64);
+        pub(crate) fn lost(&mut self, partitions: &[TopicPartition]) {
+            counter!(PARTITIONS_LOST, &self.group()).increment(partitions.len() as u64);
+            self.disowned(partitions);
             self.fenced_at
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take();
             self.unassigned_at.get_or_insert_with(Instant::now);
+        }
+
+        /// `partitions` are no longer this consumer's: their owned gauges drop to 0 at once
+        /// (the stats are published only at the next poll).
+        fn disowned(&self, partitions: &[TopicPartition]) {
+            for tp in partitions {
+                gauge!(OWNED, &self.partition_labels(tp)).set(0.0);
+            }
+        }
+
+        fn partition_labels(&self, tp: &TopicPartition) -> [(&'static str, Arc<str>); 3] {
+            [
+                ("group", self.group.clone()),
+                ("topic", tp.topic.clone()),
+                ("partition", Arc::from(tp.partition.to_string())),
+            ]
         }
 
         /// The guard refused a record of `tp`.
@@ -242,11 +260,7 @@ mod on {
             lag: Option<i64>,
             fetch_lag: Option<i64>,
         ) {
-            let labels = [
-                ("group", self.group.clone()),
-                ("topic", tp.topic.clone()),
-                ("partition", Arc::from(tp.partition.to_string())),
-            ];
+            let labels = self.partition_labels(tp);
             let owned = status == OwnerStatus::Owned;
             gauge!(OWNED, &labels).set(if owned { 1.0 } else { 0.0 });
             if !owned {
@@ -298,13 +312,13 @@ mod off {
         #[inline(always)]
         pub(crate) fn fenced(&self) {}
         #[inline(always)]
-        pub(crate) fn handed_back(&mut self, _: usize, _: Timer) {}
+        pub(crate) fn handed_back(&mut self, _: &[TopicPartition], _: Timer) {}
         #[inline(always)]
         pub(crate) fn drained(&self, _: Timer) {}
         #[inline(always)]
         pub(crate) fn assigned(&mut self, _: usize) {}
         #[inline(always)]
-        pub(crate) fn lost(&mut self, _: usize) {}
+        pub(crate) fn lost(&mut self, _: &[TopicPartition]) {}
         #[inline(always)]
         pub(crate) fn refused(&self, _: &TopicPartition, _: &AdmitError) {}
         #[inline(always)]

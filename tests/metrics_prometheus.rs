@@ -193,6 +193,14 @@ fn the_consumers_signals_reach_the_recorder_and_its_endpoint() {
         Some(2.0),
         "{text}"
     );
+    for p in ["0", "1"] {
+        let owned = &[("group", g), ("topic", t), ("partition", p)];
+        assert_eq!(
+            sample(&text, names::OWNED, owned),
+            Some(0.0),
+            "handed back: {text}"
+        );
+    }
     assert_eq!(
         sample(&text, "rebalance_guard_handoff_seconds_count", group_only),
         Some(1.0)

@@ -65,9 +65,9 @@ impl TextRecorder {
     }
 
     fn describe(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        let help = match unit {
-            Some(unit) => format!("{description} ({})", unit.as_canonical_label()),
-            None => description.to_string(),
+        let help = match unit.map(|unit| unit.as_canonical_label()) {
+            Some(unit) if !unit.is_empty() => format!("{description} ({unit})"),
+            _ => description.to_string(),
         };
         self.store().help.insert(key.as_str().to_string(), help);
     }

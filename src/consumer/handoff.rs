@@ -340,7 +340,7 @@ impl Driver<'_> {
         // 6. The guard hands the partitions back with the answer.
         let handed = self.guard.hand_back(awaiting, answer);
         self.handoffs.counters.revoked += partitions.len() as u64;
-        self.handoffs.metrics.handed_back(partitions.len(), began);
+        self.handoffs.metrics.handed_back(partitions, began);
         match handed.result {
             Ok(report) => {
                 for c in &report.committed {
@@ -424,7 +424,7 @@ impl Driver<'_> {
             self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
         self.handoffs.counters.lost += partitions.len() as u64;
-        self.handoffs.metrics.lost(partitions.len());
+        self.handoffs.metrics.lost(partitions);
         log::warn!(
             "lost {} partition(s) ({reason}) without commit; {} admitted record(s) discarded",
             partitions.len(),
