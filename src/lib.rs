@@ -26,8 +26,10 @@
 //!   on a loss, leases that go stale when their partition moves or the session could have
 //!   expired, storm detection.
 //!
-//! Besides the layers: `partition` holds [`TopicPartition`]; hidden from the documentation and
-//! not part of the API, `fuzzing` holds the checks behind the fuzz targets and `testing` the
+//! Besides the layers: `partition` holds [`TopicPartition`]; `metrics` the hooks through which
+//! the consumer and the group publish their operational signals to the `metrics` crate (public,
+//! with its names, under the cargo feature `metrics`; empty without it); hidden from the
+//! documentation and not part of the API, `fuzzing` holds the checks behind the fuzz targets and `testing` the
 //! in-memory cluster (a record log with committed offsets, group coordinators for both
 //! protocols, and members that run the real session against them) that tests drive the whole
 //! consumer against without a broker.
@@ -41,6 +43,10 @@ pub mod consumer;
 pub mod fuzzing;
 pub mod group;
 pub mod guard;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod partition;
 #[doc(hidden)]
 pub mod testing;
@@ -49,7 +55,7 @@ pub mod wire;
 pub use consumer::{
     Batch, BatchPlan, ConfigError, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerError,
     ConsumerStats, Delivery, GuardView, HandoffFailure, PartitionStats, RebalanceCounters,
-    SecurityProtocol, WorkContext,
+    SecurityProtocol, StatsHandle, WorkContext,
 };
 pub use group::{GroupError, LostReason, Strategy};
 pub use guard::{

@@ -16,6 +16,7 @@ use crate::TopicPartition;
 
 use super::context::Guard;
 use super::error::ConsumerError;
+use super::handoff::Handoffs;
 use super::intake::Intake;
 use super::pacer::CommitPacer;
 use super::sizer::{BatchPlan, BatchSizer};
@@ -61,7 +62,9 @@ pub struct Batch<'a> {
     guard: &'a Guard,
     member: &'a mut dyn Membership,
     key_fn: Option<&'a KeyFn>,
-    counters: &'a mut RebalanceCounters,
+    /// Where the dropped records are counted (and, with the `metrics` feature, the guard's
+    /// refusals by kind).
+    handoffs: &'a mut Handoffs,
     /// `commit.interval.ms`: what finished is committed during the batch too.
     pacer: &'a mut CommitPacer,
     plan: BatchPlan,
@@ -84,7 +87,7 @@ impl<'a> Batch<'a> {
         guard: &'a Guard,
         member: &'a mut dyn Membership,
         key_fn: Option<&'a KeyFn>,
-        counters: &'a mut RebalanceCounters,
+        handoffs: &'a mut Handoffs,
         pacer: &'a mut CommitPacer,
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
@@ -96,7 +99,7 @@ impl<'a> Batch<'a> {
             guard,
             member,
             key_fn,
-            counters,
+            handoffs,
             pacer,
             plan,
             handed: 0,
@@ -149,10 +152,13 @@ impl Batch<'_> {
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));
-            match self
+            let admitted = self
                 .guard
-                .process_message_at(now, &tp, record.offset, key, ())
-            {
+                .process_message_at(now, &tp, record.offset, key, ());
+            if let Err(error) = &admitted {
+                self.handoffs.metrics.refused(&tp, error);
+            }
+            match admitted {
                 Ok(lease) => {
                     self.handed += 1;
                     self.outstanding.push_back(lease.clone());
@@ -165,7 +171,7 @@ impl Batch<'_> {
                 Err(AdmitError::Fenced { .. }) => {
                     // Revoked or lost under us: none of its records may be processed.
                     let dropped = self.intake.drop_fenced(&tp) + 1;
-                    self.counters.dropped_records += dropped as u64;
+                    self.handoffs.counters.dropped_records += dropped as u64;
                     log::warn!("{tp} is fenced: {dropped} fetched record(s) dropped unprocessed");
                 }
                 Err(error @ AdmitError::SessionExpired { .. }) => {
@@ -210,7 +216,7 @@ impl Batch<'_> {
             self.guard,
             self.intake,
             self.member,
-            self.counters,
+            &self.handoffs.counters,
             self.pacer,
             self.sizer,
         )

@@ -26,6 +26,7 @@ use crate::group::{
 use crate::guard::{
     AwaitingCommit, BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, StormStatus,
 };
+use crate::metrics::{self, ConsumerMetrics};
 use crate::wire::{self, ErrorChain};
 use crate::TopicPartition;
 
@@ -43,7 +44,6 @@ pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
 
 /// What the handoff driver keeps across rebalances, owned by the consumer and lent to each
 /// [`Driver`].
-#[derive(Default)]
 pub(crate) struct Handoffs {
     /// Called when the guard reports a rebalance storm.
     pub(crate) storm_hook: Option<StormHook>,
@@ -55,6 +55,22 @@ pub(crate) struct Handoffs {
     pub(crate) failures: Vec<HandoffFailure>,
     /// The application's rebalance listener, if it set one.
     pub(crate) listener: Option<Box<dyn ConsumerRebalanceListener>>,
+    /// The rebalance signals of the `metrics` feature (nothing without it).
+    pub(crate) metrics: ConsumerMetrics,
+}
+
+impl Handoffs {
+    /// Nothing handed off yet, in `group`.
+    pub(crate) fn new(group: &str) -> Self {
+        Handoffs {
+            storm_hook: None,
+            counters: RebalanceCounters::default(),
+            drain: None,
+            failures: Vec::new(),
+            listener: None,
+            metrics: ConsumerMetrics::new(group),
+        }
+    }
 }
 
 /// Applies the membership's changes to the consumer's parts, borrowed for one call: the one
@@ -198,9 +214,13 @@ pub(crate) fn lost_hook(guard: &Arc<Guard>) -> LostHook {
 /// SyncGroup answer, KIP-848's reconciliation, on the membership thread): the partitions stop
 /// there and then, and the token travels with the change to [`Driver::hand_off`] at the poll
 /// thread's next batch boundary.
-pub(crate) fn fence_hook(guard: &Arc<Guard>) -> FenceHook {
+pub(crate) fn fence_hook(guard: &Arc<Guard>, handoffs: &Handoffs) -> FenceHook {
     let guard = guard.clone();
-    Arc::new(move |partitions: &[TopicPartition]| guard.fence(partitions))
+    let metrics = handoffs.metrics.clone();
+    Arc::new(move |partitions: &[TopicPartition]| {
+        metrics.fenced();
+        guard.fence(partitions)
+    })
 }
 
 impl Driver<'_> {
@@ -281,6 +301,7 @@ impl Driver<'_> {
         partitions: &[TopicPartition],
         fenced: Option<Fenced>,
     ) -> Result<(), ConsumerError> {
+        let began = metrics::Timer::start();
         // 1. Fetched records of these partitions were never handed out: they are the next
         //    owner's.
         for tp in partitions {
@@ -290,7 +311,9 @@ impl Driver<'_> {
         let fenced = fenced.unwrap_or_else(|| self.guard.fence(partitions));
         // 3. The drain: every admitted record finishes (or the flush fails and nothing of the
         //    partition is committed).
+        let draining = metrics::Timer::start();
         let drained = self.guard.drain(fenced, &mut self.flush());
+        self.handoffs.metrics.drained(draining);
         // 4. The state check: a partition lost since its fence leaves the handoff here.
         let awaiting = self.guard.prepare_commit(drained);
         //    The application's listener: drained, not committed, not acknowledged.
@@ -308,6 +331,7 @@ impl Driver<'_> {
         // 6. The guard hands the partitions back with the answer.
         let handed = self.guard.hand_back(awaiting, answer);
         self.handoffs.counters.revoked += partitions.len() as u64;
+        self.handoffs.metrics.handed_back(partitions, began);
         match handed.result {
             Ok(report) => {
                 for c in &report.committed {
@@ -401,6 +425,7 @@ impl Driver<'_> {
         let status = self.guard.assign(partitions);
         self.storm(status);
         self.handoffs.counters.assigned += partitions.len() as u64;
+        self.handoffs.metrics.assigned(partitions.len());
         if partitions.is_empty() {
             return Ok(());
         }
@@ -441,6 +466,7 @@ impl Driver<'_> {
             self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
         self.handoffs.counters.lost += partitions.len() as u64;
+        self.handoffs.metrics.lost(partitions);
         log::warn!(
             "lost {} partition(s) ({reason}) without commit; {} admitted record(s) discarded",
             partitions.len(),

@@ -54,7 +54,8 @@
 //!   cluster's `broker.session.timeout.ms` (one DescribeConfigs, a warning if not).
 //! - `wake.rs`: the [`Waker`] that ends a blocked poll from another thread, over the nudges
 //!   of the waits below (the membership's, the fetch's).
-//! - `stats`: per-partition signals, [`RebalanceCounters`] and the stats line.
+//! - `stats`: per-partition signals (lag among them), [`RebalanceCounters`], the stats line,
+//!   and the [`StatsHandle`] that reads them from another thread.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
 //! - [`config`], `error.rs`: settings under Kafka's names, and [`ConsumerError`].
@@ -87,5 +88,5 @@ pub use handoff::StormHook;
 pub use listener::{AssignedContext, ConsumerRebalanceListener, RevokedPartition};
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;
-pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters};
+pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters, StatsHandle};
 pub use wake::Waker;

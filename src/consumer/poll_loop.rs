@@ -30,7 +30,7 @@ use super::intake::{FetchWait, Intake};
 use super::listener::ConsumerRebalanceListener;
 use super::pacer::CommitPacer;
 use super::sizer::BatchSizer;
-use super::stats::ConsumerStats;
+use super::stats::{ConsumerStats, StatsHandle, StatsPublisher};
 use super::wake::Waker;
 use super::workers::{self, WorkSource};
 
@@ -49,6 +49,8 @@ pub struct Consumer {
     pub(super) pacer: CommitPacer,
     pub(super) stats_interval: Duration,
     pub(super) last_stats: Instant,
+    /// What [`StatsHandle`]s read, published by `poll`.
+    pub(super) published: StatsPublisher,
     /// What the cluster reported at subscribe about its failure detection (`None`: refused or
     /// failed; the consumer runs without the check).
     pub(super) failure_detection: Option<BrokerFailureDetection>,
@@ -161,8 +163,10 @@ impl Consumer {
         // session.timeout.ms the coordinator may have evicted us, and the thread that asks
         // must see that without waiting for the heartbeat thread.
         member.bound_session(guard.session_bound());
-        member.fence_revocations_with(handoff::fence_hook(&guard));
+        let handoffs = Handoffs::new(config.group_id());
+        member.fence_revocations_with(handoff::fence_hook(&guard, &handoffs));
         Ok(Consumer {
+            published: StatsPublisher::new(guard.storm_status()),
             sizer: BatchSizer::from_config(&config),
             pacer: CommitPacer::new(config.commit_interval()),
             fetch: config.fetch_config(),
@@ -171,7 +175,7 @@ impl Consumer {
             guard,
             intake: Intake::default(),
             key_fn: None,
-            handoffs: Handoffs::default(),
+            handoffs,
             stats_interval: Duration::from_secs(30),
             last_stats: Instant::now(),
             failure_detection: None,
@@ -352,6 +356,7 @@ impl Consumer {
     /// sync run inside this call.
     pub fn poll(&mut self, timeout: Duration) -> Result<Batch<'_>, ConsumerError> {
         self.maybe_log_stats();
+        self.publish_stats();
         // Woken before this poll began: the group's changes are applied all the same, without
         // waiting for more.
         let timeout = if self.waker.is_woken() {
@@ -392,7 +397,7 @@ impl Consumer {
             &self.guard,
             &mut *self.member,
             self.key_fn.as_ref(),
-            &mut self.handoffs.counters,
+            &mut self.handoffs,
             &mut self.pacer,
         ))
     }
@@ -544,6 +549,24 @@ impl Consumer {
             &self.pacer,
             &self.sizer,
         )
+    }
+
+    /// A handle that reads this consumer's [`stats`](Self::stats) from any thread, while this
+    /// consumer is busy in `run`, `run_with_workers` or a batch (Java: `metrics()`; librdkafka:
+    /// the statistics callback).
+    pub fn stats_handle(&self) -> StatsHandle {
+        self.published
+            .handle(self.guard.clone(), self.intake.marks())
+    }
+
+    /// Publishes the stats for the [`StatsHandle`]s when due (at most every 100 ms).
+    fn publish_stats(&mut self) {
+        let now = Instant::now();
+        if self.published.due(now) {
+            let stats = self.stats();
+            stats.export_lags(&self.handoffs.metrics);
+            self.published.publish(stats, now);
+        }
     }
 
     fn maybe_log_stats(&mut self) {

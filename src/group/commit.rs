@@ -34,6 +34,7 @@ use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
 use super::session::{membership_refusal, CommitRefusal, Shared};
+use crate::metrics;
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
@@ -65,6 +66,15 @@ impl CommitKind {
     /// Between polls, a refusal that ends the membership loses the assignment at once.
     fn between_polls(self) -> bool {
         !matches!(self, CommitKind::Handoff)
+    }
+
+    /// Its name in the commit metrics' `kind` label.
+    fn label(self) -> &'static str {
+        match self {
+            CommitKind::Handoff => "handoff",
+            CommitKind::Application => "application",
+            CommitKind::Paced => "paced",
+        }
     }
 }
 
@@ -107,7 +117,13 @@ pub(crate) fn commit_offsets(
         member_id: &identity.member_id,
         group_instance_id: instance_id,
     };
-    let mut results = send(&who, offsets).map_err(CommitError::Wire)?;
+    let timer = metrics::Timer::start();
+    let sent = send(&who, offsets);
+    let failed = sent
+        .as_ref()
+        .map_or(true, |r| r.iter().any(|(_, r)| r.is_err()));
+    metrics::commit_answered(group_id, kind.label(), timer, failed);
+    let mut results = sent.map_err(CommitError::Wire)?;
     if kind != CommitKind::Paced {
         retry_stale_epoch(send, shared, &who, offsets, &mut results)?;
     }

@@ -20,14 +20,17 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
+use crate::metrics;
 use crate::partition::{PartitionMap, PartitionSet};
-use crate::wire::{self, ErrorChain, FetchConfig, FetchPosition, KafkaCode, Record, RecordSource};
+use crate::wire::{
+    self, ErrorChain, FetchConfig, FetchPosition, IsolationLevel, KafkaCode, Record, RecordSource,
+};
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
 use super::context::Guard;
 use super::error::ConsumerError;
-use super::stats::PartitionStats;
+use super::stats::{PartitionStats, SharedMarks};
 use super::wake::Waker;
 
 use buffer::{PartitionBuffer, Refill};
@@ -70,6 +73,9 @@ pub(crate) struct Intake {
     /// some that no longer qualify (discarded when next looked at): kept as buffers run dry and
     /// positions are set, so that a poll costs O(dry partitions), not O(owned partitions).
     dry: PartitionSet,
+    /// The watermarks of the fetch answers and where reading started, per owned partition: the
+    /// inputs of the lag, shared with the stats handle.
+    marks: SharedMarks,
 }
 
 /// How many consecutive records one partition hands out before the next partition's turn.
@@ -220,6 +226,13 @@ impl Intake {
                 client.fetch_lazy(&positions, &config)?
             }
         };
+        let read_committed = config.isolation_level() == IsolationLevel::ReadCommitted;
+        self.marks.fetched(
+            fetched
+                .iter()
+                .map(|p| (&p.tp, p.high_watermark, p.last_stable_offset)),
+            read_committed,
+        );
         let mut reset: Vec<TopicPartition> = Vec::new();
         for part in fetched {
             // Only keep data for the position we still want (a rebalance may have moved it).
@@ -251,6 +264,11 @@ impl Intake {
                 log::debug!("{}: fetched while records are buffered; dropped", part.tp);
                 continue;
             }
+            let (bytes, records) = (
+                part.records.remaining_bytes(),
+                part.records.remaining_records(),
+            );
+            metrics::fetched(config.group_id(), &part.tp.topic, bytes, records);
             self.buffer_fetched(&part.tp, part.records);
         }
         if !reset.is_empty() {
@@ -348,6 +366,7 @@ impl Intake {
         self.pending.remove(tp);
         self.paused.remove(tp);
         self.dry.remove(tp);
+        self.marks.forget(tp);
         self.buffers.remove(tp).map_or(0, |b| b.len())
     }
 
@@ -392,6 +411,7 @@ impl Intake {
             }
             self.buffers.remove(&tp);
             self.dry.insert(tp.clone());
+            self.marks.started(&tp, offset);
             self.positions.insert(tp, offset);
         }
         error.map_or(Ok(()), Err)
@@ -541,7 +561,17 @@ impl Intake {
                     .clone()
                     .map(|error| (error, lookup.failures))
             }),
+            high_watermark: None,
+            last_stable_offset: None,
+            lag: None,
+            fetch_lag: None,
         }
+        .with_marks(&self.marks)
+    }
+
+    /// The lag's inputs, for a stats handle read on another thread.
+    pub(crate) fn marks(&self) -> SharedMarks {
+        self.marks.clone()
     }
 }
 

@@ -220,6 +220,11 @@ impl PartitionDecoder {
         next_offset_after(&self.data, self.fetch_offset)
     }
 
+    /// Record data not decoded yet, in bytes.
+    pub fn remaining_bytes(&self) -> usize {
+        self.data.len().saturating_sub(self.pos)
+    }
+
     /// Records not decoded yet, as their batch headers count them (control batches, aborted
     /// transactions and records before the fetch offset included, so at most this many come).
     pub fn remaining_records(&self) -> usize {

@@ -230,6 +230,11 @@ impl LazyRecords {
         self.decoder.remaining_records()
     }
 
+    /// Record data not decoded yet, in bytes (all of it before the first decode).
+    pub fn remaining_bytes(&self) -> usize {
+        self.decoder.remaining_bytes()
+    }
+
     /// Whether the response's decode budget stopped decoding before the data ended.
     pub fn stopped_by_budget(&self) -> bool {
         self.decoder.summary().stopped_by_budget
