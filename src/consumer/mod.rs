@@ -39,6 +39,9 @@
 //!   the poll thread and the workers.
 //! - `batch.rs`: a [`Batch`] and its [`Delivery`]s: records leave the intake and are admitted
 //!   through the guard one at a time.
+//! - `retry.rs`: the failure policy of `run` and the workers: `processing.retries` with its
+//!   backoff (the partition held back in the intake, the poll loop going on) and the
+//!   dead-letter callback.
 //! - `pacer.rs`: `commit.interval.ms`: the paced commits of what finished while records flow,
 //!   sent without stopping the poll thread.
 //! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
@@ -63,6 +66,7 @@ mod handoff;
 mod intake;
 mod pacer;
 mod poll_loop;
+mod retry;
 mod sizer;
 mod stats;
 mod workers;
