@@ -11,8 +11,9 @@
 //! and the intake reads its partition again from it), its partition is paused in the intake
 //! until the backoff has passed ([`Retries::hold_back`], on the poll thread at every poll), and
 //! the record is handed out again first; the other partitions go on meanwhile and the poll loop
-//! keeps polling. While a record waits, later records of its partition that reach a handler are
-//! given back too ([`Admission::Wait`]), so they never overtake it.
+//! keeps polling. Later records of its partition already handed to a worker never overtake it:
+//! the guard starts nothing behind a released record (it gives them back too), and in key order
+//! they are parked behind it.
 //!
 //! What the guard says comes first: a record whose partition is no longer owned under its lease
 //! (revoked, lost, being handed back, or the session may have expired) is neither retried nor
@@ -99,8 +100,8 @@ struct State {
 pub(crate) enum Admission {
     /// Yes, as this attempt (1 the first time).
     Run(u32),
-    /// Not now: it is a waiting record whose backoff has not passed, or a later record of its
-    /// partition. The caller releases it; it is handed out again after the waiting one.
+    /// Not now: it is a waiting record whose backoff has not passed (handed out before its
+    /// partition was paused). The caller releases it; it comes again once the backoff passed.
     Wait,
 }
 
@@ -170,12 +171,15 @@ impl Retries {
             }
             return Admission::Run(1);
         }
-        match lease.offset.cmp(&waiting.lease.offset) {
-            std::cmp::Ordering::Equal if now >= waiting.due => {
-                Admission::Run(waiting.failures.saturating_add(1))
-            }
-            std::cmp::Ordering::Less => Admission::Run(1),
-            _ => Admission::Wait,
+        if lease.offset != waiting.lease.offset {
+            // Another record of the partition: the guard orders it (nothing starts behind a
+            // released record; the parked keys wait for theirs).
+            return Admission::Run(1);
+        }
+        if now >= waiting.due {
+            Admission::Run(waiting.failures.saturating_add(1))
+        } else {
+            Admission::Wait
         }
     }
 
@@ -377,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_record_runs_again_once_due_and_holds_back_the_later_ones() {
+    fn a_waiting_record_runs_again_once_due_as_its_next_attempt() {
         let retries = Retries::new(policy(3, 100, 1000));
         let now = Instant::now();
         retries.state().waiting.insert(
@@ -389,11 +393,9 @@ mod tests {
             },
         );
         assert_eq!(retries.admit(&lease(5, 1), now), Admission::Wait);
-        assert_eq!(retries.admit(&lease(6, 1), now), Admission::Wait);
         assert_eq!(retries.admit(&lease(4, 1), now), Admission::Run(1));
         let later = now + Duration::from_millis(100);
         assert_eq!(retries.admit(&lease(5, 1), later), Admission::Run(3));
-        assert_eq!(retries.admit(&lease(6, 1), later), Admission::Wait);
         assert_eq!(
             retries.admit(&lease(6, 2), later),
             Admission::Run(1),
