@@ -51,6 +51,8 @@
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
 //! - `failure_detection.rs`: the check at subscribe that the lease bound outlasts the
 //!   cluster's `broker.session.timeout.ms` (one DescribeConfigs, a warning if not).
+//! - [`dead_letter`]: a dead-letter topic for the dead-letter callback ([`DeadLetterTopic`]) and
+//!   the copy of a failed record it writes, with why and where from in its headers.
 //! - `stats`: per-partition signals, [`RebalanceCounters`] and the stats line.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
@@ -59,6 +61,7 @@
 mod batch;
 pub mod config;
 mod context;
+pub mod dead_letter;
 mod dispatch;
 mod error;
 mod failure_detection;
@@ -77,6 +80,7 @@ pub use config::{
     ProcessingOrder, SecurityProtocol, Strategy,
 };
 pub use context::{GuardView, WorkContext};
+pub use dead_letter::DeadLetterTopic;
 pub use error::ConsumerError;
 pub use handoff::{HandoffFailure, StormHook};
 pub use poll_loop::Consumer;
