@@ -171,7 +171,10 @@ fn assert_retried_and_committed(s: &Setup, calls: &Calls, stats: &rebalance_guar
     assert_eq!(attempts_of(calls, (0, 4)), [1, 2, 3]);
     let seen = successes(calls);
     assert_eq!(seen.len(), s.all(), "a record was lost: {seen:?}");
-    assert!(seen.values().all(|n| *n == 1), "a record repeated: {seen:?}");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "a record repeated: {seen:?}"
+    );
     let calls_made = calls.lock().unwrap().len();
     assert_eq!(calls_made, s.all() + 2, "only the two retries were repeats");
     assert_eq!((stats.retries, stats.dead_lettered), (2, 0), "{stats}");
@@ -223,7 +226,10 @@ fn record_at(bootstrap: &str, topic: &str, partition: i32, offset: i64) -> Recor
     };
     let deadline = Instant::now() + WAIT;
     loop {
-        assert!(Instant::now() < deadline, "nothing at {topic}-{partition} {offset}");
+        assert!(
+            Instant::now() < deadline,
+            "nothing at {topic}-{partition} {offset}"
+        );
         let position = FetchPosition {
             tp: TopicPartition::new(topic, partition),
             offset,
@@ -283,7 +289,10 @@ fn a_poison_record_is_dead_lettered_once_to_a_topic_and_committed_past_kafka() {
     assert_eq!(attempts_of(&calls, (1, 6)), [1, 2]);
     let seen = successes(&calls);
     assert_eq!(seen.len(), s.all() - 1, "{seen:?}");
-    assert!(seen.values().all(|n| *n == 1), "a record repeated: {seen:?}");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "a record repeated: {seen:?}"
+    );
     assert_eq!((stats.retries, stats.dead_lettered), (1, 1), "{stats}");
     assert_eq!(s.committed()[&1], Some(RECORDS as i64), "committed past it");
     let copy = record_at(&s.broker.bootstrap(), &dlq, 0, 0);

@@ -845,3 +845,78 @@ fn workers_retry_without_holding_up_the_other_partitions_of_the_worker() {
         released_of(&stats, 0)
     );
 }
+
+/// `run` with a dead-letter callback and no retries: the handler fails on a record after the
+/// member lost its partitions (the coordinator removed it mid-record), so the record is neither
+/// dead-lettered nor retried by this assignment; after the member rejoins it comes again as a
+/// first attempt and succeeds, and no record is lost (what was not committed before the loss is
+/// processed again, as after any loss).
+#[test]
+fn run_does_not_dead_letter_a_record_whose_partition_was_lost_under_it() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let a = classic_node(&group, "a", Strategy::Range, &[("processing.retries", "0")]);
+    let letters: Arc<Mutex<Vec<(i32, i64, u32)>>> = Arc::default();
+    let letter_log = letters.clone();
+    let mut consumer = a.consumer.on_dead_letter(move |record, _, attempts| {
+        letter_log
+            .lock()
+            .unwrap()
+            .push((record.partition, record.offset, attempts));
+        Ok::<(), std::io::Error>(())
+    });
+    let (handle, stop) = (a.handle.clone(), AtomicBool::new(false));
+    let tries = Tries::default();
+    let lost_under_it = AtomicBool::new(false);
+    consumer
+        .run(&stop, |record, ctx| {
+            let mut all = tries.lock().unwrap();
+            let first = !all.iter().any(|t| (t.0, t.1) == (0, 3));
+            let fail = (record.partition, record.offset) == (0, 3) && first;
+            if fail {
+                group.coordinator().leave(&handle.identity().member_id);
+                handle.step();
+                lost_under_it.store(!ctx.is_current(), Ordering::SeqCst);
+            }
+            all.push((
+                record.partition,
+                record.offset,
+                ctx.attempt(),
+                Instant::now(),
+                !fail,
+            ));
+            // Every record succeeded since the loss (what was not committed before it comes again).
+            let since_loss = all.iter().position(|t| !t.4).map_or(0, |at| at + 1);
+            let distinct: std::collections::BTreeSet<(i32, i64)> = all[since_loss..]
+                .iter()
+                .filter(|t| t.4)
+                .map(|t| (t.0, t.1))
+                .collect();
+            if distinct.len() >= 40 {
+                stop.store(true, Ordering::SeqCst);
+            }
+            match fail {
+                true => Err(std::io::Error::other("failed after the loss")),
+                false => Ok(()),
+            }
+        })
+        .expect("run");
+    consumer.close().expect("close");
+    assert!(
+        lost_under_it.load(Ordering::SeqCst),
+        "the loss reached the lease"
+    );
+    assert_eq!(*letters.lock().unwrap(), [], "dead-lettered after the loss");
+    assert_eq!(
+        attempts_of(&tries, (0, 3))
+            .iter()
+            .map(|a| a.0)
+            .collect::<Vec<_>>(),
+        [1, 1],
+        "handed out again after the rejoin as a first attempt"
+    );
+    let seen = successes(&tries);
+    assert_eq!(seen.len(), 40, "{seen:?}");
+    assert_eq!(seen[&(0, 3)], 1, "{seen:?}");
+    assert_all_committed_at(&log, 10);
+}
