@@ -20,7 +20,9 @@ use rebalance_guard::consumer::dead_letter::{
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError, DeadLetterTopic};
 use rebalance_guard::wire::{Client, ClientConfig, FetchConfig, FetchPosition, Record};
 use rebalance_guard::{TopicPartition, WorkContext};
-use support::consumer::{committed, config, produce_to_each_partition, wait_until};
+use support::consumer::{
+    broker_with_topic, committed, config, produce_to_each_partition, wait_until, within,
+};
 use support::{unique_name, Broker, BrokerKind};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -40,9 +42,7 @@ struct Setup {
 
 fn setup(partitions: i32) -> Setup {
     let _ = env_logger::builder().is_test(true).try_init();
-    let broker = BrokerKind::Kafka.start();
-    let topic = unique_name("retries");
-    broker.create_topic(&topic, partitions as u32);
+    let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "retries", partitions as u32);
     produce_to_each_partition(&broker.bootstrap(), &topic, partitions, RECORDS);
     Setup {
         broker,
@@ -127,16 +127,6 @@ fn letter_box<E>(
     }
 }
 
-/// Runs `f` on a thread and waits for it at most `bound`.
-fn within<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(bound)
-        .unwrap_or_else(|_| panic!("did not return within {bound:?}"))
-}
-
 /// The successful calls per record.
 fn successes(calls: &Calls) -> BTreeMap<(i32, i64), usize> {
     let mut seen = BTreeMap::new();
@@ -185,14 +175,20 @@ fn assert_retried_and_committed(s: &Setup, calls: &Calls, stats: &rebalance_guar
     );
 }
 
-#[test]
-fn run_retries_a_failing_record_then_commits_it_kafka() {
+/// A consumer with `RETRY_TWICE` runs until every record succeeded, with `run` or with two
+/// workers, while (0, 4) fails twice.
+fn retried_and_committed(workers: bool) {
     let s = setup(2);
     let (calls, letters, stop) = (Calls::default(), Letters::default(), Arc::default());
     let handler = handler((0, 4), 2, s.all(), &calls, &letters, &stop);
     let mut consumer = s.consumer(RETRY_TWICE);
     let stats = within(WAIT, move || {
-        consumer.run(&stop, handler).expect("run");
+        let result = if workers {
+            consumer.run_with_workers(&stop, 2, 4, handler)
+        } else {
+            consumer.run(&stop, handler)
+        };
+        result.expect("run");
         let stats = consumer.stats();
         consumer.close().expect("close");
         stats
@@ -201,20 +197,13 @@ fn run_retries_a_failing_record_then_commits_it_kafka() {
 }
 
 #[test]
+fn run_retries_a_failing_record_then_commits_it_kafka() {
+    retried_and_committed(false);
+}
+
+#[test]
 fn workers_retry_a_failing_record_then_commit_it_kafka() {
-    let s = setup(2);
-    let (calls, letters, stop) = (Calls::default(), Letters::default(), Arc::default());
-    let handler = handler((0, 4), 2, s.all(), &calls, &letters, &stop);
-    let mut consumer = s.consumer(RETRY_TWICE);
-    let stats = within(WAIT, move || {
-        consumer
-            .run_with_workers(&stop, 2, 4, handler)
-            .expect("run with workers");
-        let stats = consumer.stats();
-        consumer.close().expect("close");
-        stats
-    });
-    assert_retried_and_committed(&s, &calls, &stats);
+    retried_and_committed(true);
 }
 
 /// The record at `offset` of `topic`'s `partition`, read until it is there (bounded).

@@ -571,6 +571,9 @@ fn a_kip848_paced_commit_from_before_a_loss_is_never_sent_again_with_a_newer_epo
 /// the handler succeeded.
 type Tries = Arc<Mutex<Vec<(i32, i64, u32, Instant, bool)>>>;
 
+/// Every dead-letter callback call: partition, offset, attempts, the error's text.
+type Letters = Arc<Mutex<Vec<(i32, i64, u32, String)>>>;
+
 /// A handler for `run` or the workers that fails the first `failures` tries of `poison` (all of
 /// them with `u32::MAX`), records every call in `tries`, and sets `stop` once every record of
 /// the log (`PARTITIONS` × `records`) succeeded or was given to the dead-letter callback
@@ -580,7 +583,7 @@ fn failing_handler(
     failures: u32,
     records: usize,
     tries: &Tries,
-    dead: &Arc<Mutex<Vec<(i32, i64, u32, String)>>>,
+    dead: &Letters,
     stop: &Arc<AtomicBool>,
 ) -> impl Fn(&rebalance_guard::Record, &rebalance_guard::WorkContext<'_>) -> Result<(), std::io::Error>
        + Send
@@ -604,6 +607,39 @@ fn failing_handler(
         if fail {
             return Err(std::io::Error::other(format!("no (try {})", ctx.attempt())));
         }
+        Ok(())
+    }
+}
+
+/// Checks that `count` records succeeded, each exactly once.
+fn assert_each_succeeded_once(tries: &Tries, count: usize) {
+    let seen = successes(tries);
+    assert_eq!(seen.len(), count, "every record succeeded: {seen:?}");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "a record repeated: {seen:?}"
+    );
+}
+
+/// A dead-letter callback that records its calls in `letters` and succeeds.
+fn recording_letters(
+    letters: &Letters,
+) -> impl Fn(
+    &rebalance_guard::Record,
+    &(dyn std::error::Error + Send + Sync + 'static),
+    u32,
+) -> Result<(), std::io::Error>
+       + Send
+       + Sync
+       + 'static {
+    let letters = letters.clone();
+    move |record, error, attempts| {
+        letters.lock().unwrap().push((
+            record.partition,
+            record.offset,
+            attempts,
+            error.to_string(),
+        ));
         Ok(())
     }
 }
@@ -674,12 +710,7 @@ fn run_retries_a_failing_record_after_its_backoff_while_the_other_partitions_go_
         others_meanwhile > 0,
         "no other partition was processed during the backoff"
     );
-    let seen = successes(&tries);
-    assert_eq!(seen.len(), 40, "every record succeeded: {seen:?}");
-    assert!(
-        seen.values().all(|n| *n == 1),
-        "a record repeated: {seen:?}"
-    );
+    assert_each_succeeded_once(&tries, 40);
     assert_all_committed_at(&log, 10);
     assert_eq!((stats.retries, stats.dead_lettered), (2, 0), "{stats}");
     assert_eq!(
@@ -698,28 +729,60 @@ fn released_of(stats: &rebalance_guard::ConsumerStats, partition: i32) -> u64 {
         .map_or(0, |p| p.guard.released)
 }
 
+/// A poison-record test's log and node, and what its handler and callback record.
+struct PoisonRun {
+    log: InMemoryLog,
+    node: Node,
+    tries: Tries,
+    dead: Letters,
+    stop: Arc<AtomicBool>,
+}
+
+/// A node with `processing.retries=1` (1 ms backoff), and a handler that always fails on
+/// (1, 5).
+fn poison_run() -> (
+    PoisonRun,
+    impl Fn(
+            &rebalance_guard::Record,
+            &rebalance_guard::WorkContext<'_>,
+        ) -> Result<(), std::io::Error>
+        + Send
+        + Sync
+        + 'static,
+) {
+    let (log, node) = retry_node(&[
+        ("processing.retries", "1"),
+        ("processing.retry.backoff.ms", "1"),
+        ("processing.retry.backoff.max.ms", "1"),
+    ]);
+    let (tries, dead, stop) = (Tries::default(), Letters::default(), Arc::default());
+    let handler = failing_handler((1, 5), u32::MAX, 10, &tries, &dead, &stop);
+    let run = PoisonRun {
+        log,
+        node,
+        tries,
+        dead,
+        stop,
+    };
+    (run, handler)
+}
+
 /// `run` with a poison record: after `processing.retries + 1` failures the dead-letter callback
 /// takes it once, with the last error and the attempt count; it then counts as finished, so the
 /// commit passes it, and the stats count one dead letter and the retries.
 #[test]
 fn run_dead_letters_a_poison_record_once_and_commits_past_it() {
-    let (log, a) = retry_node(&[
-        ("processing.retries", "1"),
-        ("processing.retry.backoff.ms", "1"),
-        ("processing.retry.backoff.max.ms", "1"),
-    ]);
-    let (tries, dead, stop) = (Tries::default(), Arc::default(), Arc::default());
-    let handler = failing_handler((1, 5), u32::MAX, 10, &tries, &dead, &stop);
-    let letters = dead.clone();
-    let mut consumer = a.consumer.on_dead_letter(move |record, error, attempts| {
-        letters.lock().unwrap().push((
-            record.partition,
-            record.offset,
-            attempts,
-            error.to_string(),
-        ));
-        Ok::<(), std::io::Error>(())
-    });
+    let (
+        PoisonRun {
+            log,
+            node: a,
+            tries,
+            dead,
+            stop,
+        },
+        handler,
+    ) = poison_run();
+    let mut consumer = a.consumer.on_dead_letter(recording_letters(&dead));
     consumer.run(&stop, handler).expect("run");
     let stats = consumer.stats();
     consumer.close().expect("close");
@@ -728,12 +791,7 @@ fn run_dead_letters_a_poison_record_once_and_commits_past_it() {
         [(1, 5, 2, "no (try 2)".to_string())],
         "called once, with the last error and attempts = retries + 1"
     );
-    let seen = successes(&tries);
-    assert_eq!(seen.len(), 39, "every other record succeeded: {seen:?}");
-    assert!(
-        seen.values().all(|n| *n == 1),
-        "a record repeated: {seen:?}"
-    );
+    assert_each_succeeded_once(&tries, 39);
     assert_all_committed_at(&log, 10);
     assert_eq!((stats.retries, stats.dead_lettered), (1, 1), "{stats}");
 }
@@ -742,13 +800,12 @@ fn run_dead_letters_a_poison_record_once_and_commits_past_it() {
 /// is committed past the record.
 #[test]
 fn run_stops_when_the_dead_letter_callback_fails_and_commits_nothing_past_the_record() {
-    let (log, a) = retry_node(&[
-        ("processing.retries", "1"),
-        ("processing.retry.backoff.ms", "1"),
-        ("processing.retry.backoff.max.ms", "1"),
-    ]);
-    let (tries, dead, stop) = (Tries::default(), Arc::default(), Arc::default());
-    let handler = failing_handler((1, 5), u32::MAX, 10, &tries, &dead, &stop);
+    let (
+        PoisonRun {
+            log, node: a, stop, ..
+        },
+        handler,
+    ) = poison_run();
     let mut consumer = a
         .consumer
         .on_dead_letter(|_, _, _| Err(std::io::Error::other("the dead-letter topic is down")));
@@ -817,12 +874,7 @@ fn workers_retry_without_holding_up_the_other_partitions_of_the_worker() {
         .filter(|t| t.0 != 0 && t.3 > attempts[0].1 && t.3 < attempts[1].1)
         .count();
     assert!(others_meanwhile > 0, "the worker waited out the backoff");
-    let seen = successes(&tries);
-    assert_eq!(seen.len(), 40, "every record succeeded: {seen:?}");
-    assert!(
-        seen.values().all(|n| *n == 1),
-        "a record repeated: {seen:?}"
-    );
+    assert_each_succeeded_once(&tries, 40);
     let later_of_0: Vec<i64> = tries
         .lock()
         .unwrap()
@@ -856,15 +908,8 @@ fn run_does_not_dead_letter_a_record_whose_partition_was_lost_under_it() {
     let log = log_with(10);
     let group = ClassicGroup::new(log.clone(), SESSION);
     let a = classic_node(&group, "a", Strategy::Range, &[("processing.retries", "0")]);
-    let letters: Arc<Mutex<Vec<(i32, i64, u32)>>> = Arc::default();
-    let letter_log = letters.clone();
-    let mut consumer = a.consumer.on_dead_letter(move |record, _, attempts| {
-        letter_log
-            .lock()
-            .unwrap()
-            .push((record.partition, record.offset, attempts));
-        Ok::<(), std::io::Error>(())
-    });
+    let letters = Letters::default();
+    let mut consumer = a.consumer.on_dead_letter(recording_letters(&letters));
     let (handle, stop) = (a.handle.clone(), AtomicBool::new(false));
     let tries = Tries::default();
     let lost_under_it = AtomicBool::new(false);
