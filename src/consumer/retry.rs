@@ -17,8 +17,9 @@
 //!
 //! What the guard says comes first: a record whose partition is no longer owned under its lease
 //! (revoked, lost, being handed back, or the session may have expired) is neither retried nor
-//! dead-lettered here; it is released, and the partition's next owner reads it. A record handed
-//! out again after a rebalance starts counting from one.
+//! dead-lettered here; it is released, and the partition's next owner reads it, while the run
+//! goes on (without a policy, no retries and no callback, the failure stops the run as any
+//! failure always did). A record handed out again after a rebalance starts counting from one.
 //!
 //! A dead-lettered record counts as finished (its offset may be committed) only once the
 //! callback returned `Ok`; if the callback fails, the run stops with
@@ -200,8 +201,21 @@ impl Retries {
             }
             Err(error) => error,
         };
+        let callback = self
+            .dead_letter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if !(guard.owns(lease) && guard.is_current(lease)) {
             self.forget(lease);
+            if self.policy.retries == 0 && callback.is_none() {
+                // No policy: every failure stops the run, as before retries existed.
+                return Settled::Stop(ConsumerError::Handler {
+                    tp: lease.tp.clone(),
+                    offset: lease.offset,
+                    error,
+                });
+            }
             log::info!(
                 "{} offset {}: the handler failed (attempt {attempt}) after the partition moved; \
                  neither retried nor dead-lettered here, its next owner reads it: {}",
@@ -242,11 +256,6 @@ impl Retries {
             return Settled::Release;
         }
         self.forget(lease);
-        let callback = self
-            .dead_letter
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
         let Some(callback) = callback else {
             return Settled::Stop(ConsumerError::Handler {
                 tp: lease.tp.clone(),
