@@ -349,6 +349,24 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(handler.kind(), ErrorKind::Handler);
+        let dead_letter = ConsumerError::DeadLetter {
+            tp: tp(),
+            offset: 7,
+            attempts: 3,
+            handler_error: "the exchange said no".into(),
+            error: "the dead-letter topic is down".into(),
+        };
+        assert_eq!(dead_letter.kind(), ErrorKind::Handler);
+        let text = dead_letter.to_string();
+        assert!(
+            text.contains("offset 7") && text.contains("3 time(s)") && text.contains("said no"),
+            "{text}"
+        );
+        assert_eq!(
+            dead_letter.source().map(|e| e.to_string()).as_deref(),
+            Some("the dead-letter topic is down"),
+            "the callback's error is the source"
+        );
         assert_eq!(
             ConsumerError::NoOffset { tp: tp() }.kind(),
             ErrorKind::Config
