@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -123,6 +123,10 @@ pub(crate) struct Retries {
     policy: RetryPolicy,
     dead_letter: Mutex<Option<DeadLetterFn>>,
     state: Mutex<State>,
+    /// How many records wait (`State::waiting`'s length, written under its lock): while none
+    /// does, the handlers' threads never take the lock, so partitions on different workers do
+    /// not wait for each other here (as in the guard).
+    waiting: AtomicUsize,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
 }
@@ -134,6 +138,7 @@ impl Retries {
             policy,
             dead_letter: Mutex::new(None),
             state: Mutex::new(State::default()),
+            waiting: AtomicUsize::new(0),
             retried: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
         }
@@ -158,8 +163,23 @@ impl Retries {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// True when no record waits for a retry. A record's own wait is always seen: it was
+    /// recorded (under the lock, with a release store) before the record was given back, and
+    /// the record comes again only after that.
+    fn none_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
+    }
+
+    /// Publishes the number of waiting records; called with the lock held after a change.
+    fn count_waiting(&self, state: &State) {
+        self.waiting.store(state.waiting.len(), Ordering::Release);
+    }
+
     /// Whether the record admitted under `lease` may run now, and as which attempt.
     pub(crate) fn admit(&self, lease: &Lease, now: Instant) -> Admission {
+        if self.none_waiting() {
+            return Admission::Run(1);
+        }
         let mut state = self.state();
         let Some(waiting) = state.waiting.get(&lease.tp) else {
             return Admission::Run(1);
@@ -169,6 +189,7 @@ impl Retries {
             // refused by the guard anyway).
             if lease.epoch > waiting.lease.epoch {
                 state.waiting.remove(&lease.tp);
+                self.count_waiting(&state);
             }
             return Admission::Run(1);
         }
@@ -244,6 +265,7 @@ impl Retries {
                     due: now + delay,
                 },
             );
+            self.count_waiting(&state);
             drop(state);
             self.retried.fetch_add(1, Ordering::Relaxed);
             log::warn!(
@@ -287,6 +309,9 @@ impl Retries {
     /// The record under `lease` is done with (finished, stopped, or its partition moved): its
     /// partition's wait ends if it was the waiting one.
     fn forget(&self, lease: &Lease) {
+        if self.none_waiting() {
+            return;
+        }
         let mut state = self.state();
         if state
             .waiting
@@ -294,6 +319,7 @@ impl Retries {
             .is_some_and(|w| w.lease.epoch == lease.epoch && w.lease.offset == lease.offset)
         {
             state.waiting.remove(&lease.tp);
+            self.count_waiting(&state);
         }
     }
 
@@ -313,6 +339,7 @@ impl Retries {
         }
         let State { waiting, paused } = &mut *state;
         waiting.retain(|_, w| guard.owns(&w.lease));
+        self.waiting.store(waiting.len(), Ordering::Release);
         let mut next_due: Option<Instant> = None;
         for (tp, w) in waiting.iter() {
             if now < w.due {
@@ -393,7 +420,8 @@ mod tests {
     fn a_waiting_record_runs_again_once_due_as_its_next_attempt() {
         let retries = Retries::new(policy(3, 100, 1000));
         let now = Instant::now();
-        retries.state().waiting.insert(
+        let mut state = retries.state();
+        state.waiting.insert(
             lease(5, 1).tp,
             Waiting {
                 lease: lease(5, 1),
@@ -401,6 +429,8 @@ mod tests {
                 due: now + Duration::from_millis(100),
             },
         );
+        retries.count_waiting(&state);
+        drop(state);
         assert_eq!(retries.admit(&lease(5, 1), now), Admission::Wait);
         assert_eq!(retries.admit(&lease(4, 1), now), Admission::Run(1));
         let later = now + Duration::from_millis(100);
