@@ -344,7 +344,9 @@ impl Retries {
         for (tp, w) in waiting.iter() {
             if now < w.due {
                 next_due = Some(next_due.map_or(w.due, |d| d.min(w.due)));
-                if paused.insert(tp.clone()) {
+                // A partition the application paused stays the application's to resume.
+                if !paused.contains(tp) && !intake.is_paused(tp) {
+                    paused.insert(tp.clone());
                     intake.pause(std::slice::from_ref(tp));
                 }
             }
