@@ -175,8 +175,9 @@ impl Retries {
         self.waiting.store(state.waiting.len(), Ordering::Release);
     }
 
-    /// Whether the record admitted under `lease` may run now, and as which attempt.
-    pub(crate) fn admit(&self, lease: &Lease, now: Instant) -> Admission {
+    /// Whether the record admitted under `lease` may run now, and as which attempt. `now` is
+    /// read only when some record waits (a record costs no clock read here otherwise).
+    pub(crate) fn admit(&self, lease: &Lease, now: impl FnOnce() -> Instant) -> Admission {
         if self.none_waiting() {
             return Admission::Run(1);
         }
@@ -198,7 +199,7 @@ impl Retries {
             // released record; the parked keys wait for theirs).
             return Admission::Run(1);
         }
-        if now >= waiting.due {
+        if now() >= waiting.due {
             Admission::Run(waiting.failures.saturating_add(1))
         } else {
             Admission::Wait
@@ -213,7 +214,6 @@ impl Retries {
         lease: &Lease,
         attempt: u32,
         result: Result<(), BoxError>,
-        now: Instant,
     ) -> Settled {
         let error = match result {
             Ok(()) => {
@@ -262,7 +262,7 @@ impl Retries {
                 Waiting {
                     lease: lease.clone(),
                     failures: attempt,
-                    due: now + delay,
+                    due: Instant::now() + delay,
                 },
             );
             self.count_waiting(&state);
@@ -378,7 +378,7 @@ pub(crate) fn handle<E>(
 where
     E: Into<BoxError>,
 {
-    let attempt = match retries.admit(lease, Instant::now()) {
+    let attempt = match retries.admit(lease, Instant::now) {
         Admission::Run(attempt) => attempt,
         Admission::Wait => return Some(Settled::Release),
     };
@@ -387,7 +387,7 @@ where
     }
     let ctx = WorkContext::new(guard, lease).on_attempt(attempt);
     let result = handler(record, &ctx).map_err(Into::into);
-    Some(retries.settle(guard, record, lease, attempt, result, Instant::now()))
+    Some(retries.settle(guard, record, lease, attempt, result))
 }
 
 #[cfg(test)]
@@ -433,15 +433,15 @@ mod tests {
         );
         retries.count_waiting(&state);
         drop(state);
-        assert_eq!(retries.admit(&lease(5, 1), now), Admission::Wait);
-        assert_eq!(retries.admit(&lease(4, 1), now), Admission::Run(1));
+        assert_eq!(retries.admit(&lease(5, 1), || now), Admission::Wait);
+        assert_eq!(retries.admit(&lease(4, 1), || now), Admission::Run(1));
         let later = now + Duration::from_millis(100);
-        assert_eq!(retries.admit(&lease(5, 1), later), Admission::Run(3));
+        assert_eq!(retries.admit(&lease(5, 1), || later), Admission::Run(3));
         assert_eq!(
-            retries.admit(&lease(6, 2), later),
+            retries.admit(&lease(6, 2), || later),
             Admission::Run(1),
             "a new assignment starts afresh"
         );
-        assert_eq!(retries.admit(&lease(5, 2), later), Admission::Run(1));
+        assert_eq!(retries.admit(&lease(5, 2), || later), Admission::Run(1));
     }
 }
