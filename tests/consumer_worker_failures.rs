@@ -7,7 +7,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,7 +16,8 @@ use rebalance_guard::guard::OwnerStatus;
 use rebalance_guard::wire::{Client, ClientConfig, Record};
 use rebalance_guard::TopicPartition;
 use support::consumer::{
-    committed, config, produce_to_each_partition, produce_until_accepted, value_records, wait_until,
+    committed, config, produce_to_each_partition, produce_until_accepted, value_records,
+    wait_until, within,
 };
 use support::{unique_name, Broker, BrokerKind};
 
@@ -57,17 +57,6 @@ impl Setup {
             partitions,
         )
     }
-}
-
-/// Runs `f` on a thread and waits for it at most `bound`: a run that never returns fails the test
-/// instead of hanging it.
-fn within<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(bound)
-        .unwrap_or_else(|_| panic!("did not return within {bound:?}"))
 }
 
 /// A handler error at partition 0 offset 4: nothing later of partition 0 is processed in that

@@ -648,6 +648,83 @@ impl ConsumerRebalanceListener for Recorder {
     }
 }
 
+/// Every handler call of the failure-policy tests: partition, offset, attempt, when, and whether
+/// the handler succeeded.
+type Tries = Arc<Mutex<Vec<(i32, i64, u32, Instant, bool)>>>;
+
+/// Every dead-letter callback call: partition, offset, attempts, the error's text.
+type Letters = Arc<Mutex<Vec<(i32, i64, u32, String)>>>;
+
+/// A handler for `run` or the workers that fails the first `failures` tries of `poison` (all of
+/// them with `u32::MAX`), records every call in `tries`, and sets `stop` once every record of
+/// the log (`PARTITIONS` × `records`) succeeded or was given to the dead-letter callback
+/// (counted in `dead`).
+fn failing_handler(
+    poison: (i32, i64),
+    failures: u32,
+    records: usize,
+    tries: &Tries,
+    dead: &Letters,
+    stop: &Arc<AtomicBool>,
+) -> impl Fn(&rebalance_guard::Record, &rebalance_guard::WorkContext<'_>) -> Result<(), std::io::Error>
+       + Send
+       + Sync
+       + 'static {
+    let (tries, dead, stop) = (tries.clone(), dead.clone(), stop.clone());
+    move |record, ctx| {
+        let fail = (record.partition, record.offset) == poison && ctx.attempt() <= failures;
+        let mut all = tries.lock().unwrap();
+        all.push((
+            record.partition,
+            record.offset,
+            ctx.attempt(),
+            Instant::now(),
+            !fail,
+        ));
+        let finished = all.iter().filter(|t| t.4).count() + dead.lock().unwrap().len();
+        if finished >= PARTITIONS as usize * records {
+            stop.store(true, Ordering::SeqCst);
+        }
+        if fail {
+            return Err(std::io::Error::other(format!("no (try {})", ctx.attempt())));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `count` records succeeded, each exactly once.
+fn assert_each_succeeded_once(tries: &Tries, count: usize) {
+    let seen = successes(tries);
+    assert_eq!(seen.len(), count, "every record succeeded: {seen:?}");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "a record repeated: {seen:?}"
+    );
+}
+
+/// A dead-letter callback that records its calls in `letters` and succeeds.
+fn recording_letters(
+    letters: &Letters,
+) -> impl Fn(
+    &rebalance_guard::Record,
+    &(dyn std::error::Error + Send + Sync + 'static),
+    u32,
+) -> Result<(), std::io::Error>
+       + Send
+       + Sync
+       + 'static {
+    let letters = letters.clone();
+    move |record, error, attempts| {
+        letters.lock().unwrap().push((
+            record.partition,
+            record.offset,
+            attempts,
+            error.to_string(),
+        ));
+        Ok(())
+    }
+}
+
 fn listened(node: Node, recorder: &Recorder) -> Node {
     Node {
         consumer: node.consumer.with_rebalance_listener(recorder.clone()),
@@ -898,4 +975,337 @@ fn a_close_that_could_not_commit_a_partition_names_it() {
     for p in 1..PARTITIONS {
         assert_eq!(committed(&log, p), Some(10));
     }
+}
+
+/// The successful calls per (partition, offset).
+fn successes(tries: &Tries) -> BTreeMap<(i32, i64), usize> {
+    let mut seen = BTreeMap::new();
+    for (p, o, _, _, ok) in tries.lock().unwrap().iter() {
+        if *ok {
+            *seen.entry((*p, *o)).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// The attempts the handler was told for `record`, in call order, with when each started.
+fn attempts_of(tries: &Tries, record: (i32, i64)) -> Vec<(u32, Instant)> {
+    tries
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| (t.0, t.1) == record)
+        .map(|t| (t.2, t.3))
+        .collect()
+}
+
+fn retry_node(extra: &[(&str, &str)]) -> (InMemoryLog, Node) {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let node = classic_node(&group, "a", Strategy::Range, extra);
+    (log, node)
+}
+
+/// `run` with `processing.retries=2`: a record failing twice succeeds on its third try, told
+/// attempts 1, 2, 3, each after its backoff; its partition waits meanwhile but the others are
+/// processed (the poll loop goes on); every record succeeds exactly once and all is committed.
+#[test]
+fn run_retries_a_failing_record_after_its_backoff_while_the_other_partitions_go_on() {
+    let (log, mut a) = retry_node(&[
+        ("processing.retries", "2"),
+        ("processing.retry.backoff.ms", "150"),
+        ("processing.retry.backoff.max.ms", "1000"),
+    ]);
+    let (tries, dead, stop) = (Tries::default(), Arc::default(), Arc::default());
+    let handler = failing_handler((0, 3), 2, 10, &tries, &dead, &stop);
+    a.consumer.run(&stop, handler).expect("run");
+    let stats = a.consumer.stats();
+    a.consumer.close().expect("close");
+    let attempts = attempts_of(&tries, (0, 3));
+    assert_eq!(
+        attempts.iter().map(|a| a.0).collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{attempts:?}"
+    );
+    let waits: Vec<Duration> = attempts.windows(2).map(|w| w[1].1 - w[0].1).collect();
+    assert!(
+        waits[0] >= Duration::from_millis(150) && waits[1] >= Duration::from_millis(300),
+        "the backoff doubles from 150 ms: {waits:?}"
+    );
+    let first_failure = attempts[0].1;
+    let others_meanwhile = tries
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| t.0 != 0 && t.3 > first_failure && t.3 < attempts[1].1)
+        .count();
+    assert!(
+        others_meanwhile > 0,
+        "no other partition was processed during the backoff"
+    );
+    assert_each_succeeded_once(&tries, 40);
+    assert_all_committed_at(&log, 10);
+    assert_eq!((stats.retries, stats.dead_lettered), (2, 0), "{stats}");
+    assert_eq!(
+        released_of(&stats, 0),
+        2,
+        "the record waits paused, not handed out and given back again and again: {stats}"
+    );
+}
+
+/// How many records of `partition` the guard released (given back without their effect).
+fn released_of(stats: &rebalance_guard::ConsumerStats, partition: i32) -> u64 {
+    stats
+        .partitions
+        .iter()
+        .find(|p| p.guard.tp == tp(partition))
+        .map_or(0, |p| p.guard.released)
+}
+
+/// A poison-record test's log and node, and what its handler and callback record.
+struct PoisonRun {
+    log: InMemoryLog,
+    node: Node,
+    tries: Tries,
+    dead: Letters,
+    stop: Arc<AtomicBool>,
+}
+
+/// A node with `processing.retries=1` (1 ms backoff), and a handler that always fails on
+/// (1, 5).
+fn poison_run() -> (
+    PoisonRun,
+    impl Fn(
+            &rebalance_guard::Record,
+            &rebalance_guard::WorkContext<'_>,
+        ) -> Result<(), std::io::Error>
+        + Send
+        + Sync
+        + 'static,
+) {
+    let (log, node) = retry_node(&[
+        ("processing.retries", "1"),
+        ("processing.retry.backoff.ms", "1"),
+        ("processing.retry.backoff.max.ms", "1"),
+    ]);
+    let (tries, dead, stop) = (Tries::default(), Letters::default(), Arc::default());
+    let handler = failing_handler((1, 5), u32::MAX, 10, &tries, &dead, &stop);
+    let run = PoisonRun {
+        log,
+        node,
+        tries,
+        dead,
+        stop,
+    };
+    (run, handler)
+}
+
+/// `run` with a poison record: after `processing.retries + 1` failures the dead-letter callback
+/// takes it once, with the last error and the attempt count; it then counts as finished, so the
+/// commit passes it, and the stats count one dead letter and the retries.
+#[test]
+fn run_dead_letters_a_poison_record_once_and_commits_past_it() {
+    let (
+        PoisonRun {
+            log,
+            node: a,
+            tries,
+            dead,
+            stop,
+        },
+        handler,
+    ) = poison_run();
+    let mut consumer = a.consumer.on_dead_letter(recording_letters(&dead));
+    consumer.run(&stop, handler).expect("run");
+    let stats = consumer.stats();
+    consumer.close().expect("close");
+    assert_eq!(
+        *dead.lock().unwrap(),
+        [(1, 5, 2, "no (try 2)".to_string())],
+        "called once, with the last error and attempts = retries + 1"
+    );
+    assert_each_succeeded_once(&tries, 39);
+    assert_all_committed_at(&log, 10);
+    assert_eq!((stats.retries, stats.dead_lettered), (1, 1), "{stats}");
+}
+
+/// A dead-letter callback that fails stops `run` with the error naming the record, and nothing
+/// is committed past the record.
+#[test]
+fn run_stops_when_the_dead_letter_callback_fails_and_commits_nothing_past_the_record() {
+    let (
+        PoisonRun {
+            log, node: a, stop, ..
+        },
+        handler,
+    ) = poison_run();
+    let mut consumer = a
+        .consumer
+        .on_dead_letter(|_, _, _| Err(std::io::Error::other("the dead-letter topic is down")));
+    match consumer.run(&stop, handler) {
+        Err(rebalance_guard::ConsumerError::DeadLetter {
+            tp: partition,
+            offset,
+            attempts,
+            ..
+        }) => assert_eq!((partition, offset, attempts), (tp(1), 5, 2)),
+        other => panic!("the run must stop on the callback's failure, got {other:?}"),
+    }
+    assert!(
+        committed(&log, 1).is_some_and(|c| c <= 5),
+        "committed past the record: {:?}",
+        committed(&log, 1)
+    );
+    assert_eq!(consumer.stats().dead_lettered, 0);
+}
+
+/// The decoupled mode with one worker: a record failing twice is retried after its backoff
+/// without the worker waiting it out (the other partitions' records run on the same worker
+/// meanwhile); every record succeeds once and all is committed. In partition order no later
+/// record of its partition runs before its last try.
+#[test]
+fn workers_retry_without_holding_up_the_other_partitions_of_the_worker() {
+    for order in ["partition", "key", "unordered"] {
+        workers_retry_in(order);
+    }
+}
+
+fn workers_retry_in(order: &str) {
+    eprintln!("processing.order={order}");
+    let (log, mut a) = retry_node(&[
+        ("processing.retries", "2"),
+        ("processing.retry.backoff.ms", "200"),
+        ("processing.retry.backoff.max.ms", "200"),
+        ("commit.interval.ms", "5"),
+        ("processing.order", order),
+    ]);
+    let (tries, dead, stop) = (Tries::default(), Arc::default(), Arc::default());
+    let handler = failing_handler((0, 3), 2, 10, &tries, &dead, &stop);
+    let run_stop = stop.clone();
+    let runner = thread::spawn(move || {
+        let result = a.consumer.run_with_workers(&run_stop, 1, 4, handler);
+        let stats = a.consumer.stats();
+        a.consumer.close().expect("close");
+        (result, stats)
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stop.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "not done: {:?}",
+            successes(&tries)
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (result, stats) = runner.join().expect("runner");
+    result.expect("run with workers");
+    let attempts = attempts_of(&tries, (0, 3));
+    assert_eq!(
+        attempts.iter().map(|a| a.0).collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{attempts:?}"
+    );
+    assert!(
+        attempts[1].1 - attempts[0].1 >= Duration::from_millis(200),
+        "{attempts:?}"
+    );
+    let others_meanwhile = tries
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| t.0 != 0 && t.3 > attempts[0].1 && t.3 < attempts[1].1)
+        .count();
+    assert!(others_meanwhile > 0, "the worker waited out the backoff");
+    assert_each_succeeded_once(&tries, 40);
+    let later_of_0: Vec<i64> = tries
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| t.0 == 0 && t.1 > 3 && t.3 < attempts[2].1)
+        .map(|t| t.1)
+        .collect();
+    if order == "partition" {
+        assert_eq!(
+            later_of_0,
+            Vec::<i64>::new(),
+            "later records overtook the retry"
+        );
+    }
+    assert_all_committed_at(&log, 10);
+    assert_eq!((stats.retries, stats.dead_lettered), (2, 0), "{stats}");
+    // Each failure gives back the record and at most the later records of its partition
+    // already handed to the worker (10 records in all).
+    assert!(
+        released_of(&stats, 0) <= 2 * 10,
+        "the record waits paused, not handed out and given back again and again: {} {stats}",
+        released_of(&stats, 0)
+    );
+}
+
+/// `run` with a dead-letter callback and no retries: the handler fails on a record after the
+/// member lost its partitions (the coordinator removed it mid-record), so the record is neither
+/// dead-lettered nor retried by this assignment; after the member rejoins it comes again as a
+/// first attempt and succeeds, and no record is lost (what was not committed before the loss is
+/// processed again, as after any loss).
+#[test]
+fn run_does_not_dead_letter_a_record_whose_partition_was_lost_under_it() {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let a = classic_node(&group, "a", Strategy::Range, &[("processing.retries", "0")]);
+    let letters = Letters::default();
+    let mut consumer = a.consumer.on_dead_letter(recording_letters(&letters));
+    let (handle, stop) = (a.handle.clone(), AtomicBool::new(false));
+    let tries = Tries::default();
+    let lost_under_it = AtomicBool::new(false);
+    consumer
+        .run(&stop, |record, ctx| {
+            let mut all = tries.lock().unwrap();
+            let first = !all.iter().any(|t| (t.0, t.1) == (0, 3));
+            let fail = (record.partition, record.offset) == (0, 3) && first;
+            if fail {
+                group.coordinator().leave(&handle.identity().member_id);
+                handle.step();
+                lost_under_it.store(!ctx.is_current(), Ordering::SeqCst);
+            }
+            all.push((
+                record.partition,
+                record.offset,
+                ctx.attempt(),
+                Instant::now(),
+                !fail,
+            ));
+            // Every record succeeded since the loss (what was not committed before it comes again).
+            let since_loss = all.iter().position(|t| !t.4).map_or(0, |at| at + 1);
+            let distinct: std::collections::BTreeSet<(i32, i64)> = all[since_loss..]
+                .iter()
+                .filter(|t| t.4)
+                .map(|t| (t.0, t.1))
+                .collect();
+            if distinct.len() >= 40 {
+                stop.store(true, Ordering::SeqCst);
+            }
+            match fail {
+                true => Err(std::io::Error::other("failed after the loss")),
+                false => Ok(()),
+            }
+        })
+        .expect("run");
+    consumer.close().expect("close");
+    assert!(
+        lost_under_it.load(Ordering::SeqCst),
+        "the loss reached the lease"
+    );
+    assert_eq!(*letters.lock().unwrap(), [], "dead-lettered after the loss");
+    assert_eq!(
+        attempts_of(&tries, (0, 3))
+            .iter()
+            .map(|a| a.0)
+            .collect::<Vec<_>>(),
+        [1, 1],
+        "handed out again after the rejoin as a first attempt"
+    );
+    let seen = successes(&tries);
+    assert_eq!(seen.len(), 40, "{seen:?}");
+    assert_eq!(seen[&(0, 3)], 1, "{seen:?}");
+    assert_all_committed_at(&log, 10);
 }

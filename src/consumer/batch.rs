@@ -19,6 +19,7 @@ use super::error::ConsumerError;
 use super::handoff::Handoffs;
 use super::intake::Intake;
 use super::pacer::CommitPacer;
+use super::retry::Retries;
 use super::sizer::{BatchPlan, BatchSizer};
 use super::stats::{ConsumerStats, RebalanceCounters};
 
@@ -67,6 +68,8 @@ pub struct Batch<'a> {
     handoffs: &'a mut Handoffs,
     /// `commit.interval.ms`: what finished is committed during the batch too.
     pacer: &'a mut CommitPacer,
+    /// The failure policy's counters, for [`Batch::stats`].
+    retries: &'a Retries,
     plan: BatchPlan,
     handed: usize,
     /// Handed-out records not completed yet, in the order handed out. Few at a time (one in
@@ -80,7 +83,10 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    /// Plans a batch (its size and deadline from the sizer) over the consumer's parts.
+    /// Plans a batch (its size and deadline from the sizer) over the consumer's parts. Each
+    /// part is borrowed on its own (not the consumer whole), so that the consumer's other
+    /// fields stay usable beside the batch.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn begin(
         intake: &'a mut Intake,
         sizer: &'a mut BatchSizer,
@@ -89,11 +95,13 @@ impl<'a> Batch<'a> {
         key_fn: Option<&'a KeyFn>,
         handoffs: &'a mut Handoffs,
         pacer: &'a mut CommitPacer,
+        retries: &'a Retries,
     ) -> Self {
         let plan = sizer.begin_batch(Instant::now());
         // Partitions held back by their completed-offsets map are tried again in every batch.
         intake.release_held();
         Batch {
+            retries,
             intake,
             sizer,
             guard,
@@ -219,6 +227,7 @@ impl Batch<'_> {
             &self.handoffs.counters,
             self.pacer,
             self.sizer,
+            self.retries,
         )
     }
 
@@ -359,6 +368,7 @@ pub(crate) fn consumer_stats(
     counters: &RebalanceCounters,
     pacer: &CommitPacer,
     sizer: &BatchSizer,
+    retries: &Retries,
 ) -> ConsumerStats {
     let snapshot = guard.snapshot();
     let now = Instant::now();
@@ -373,6 +383,8 @@ pub(crate) fn consumer_stats(
         storm: snapshot.storm,
         counters: counters.clone(),
         commits_refused: pacer.refused,
+        retries: retries.retried(),
+        dead_lettered: retries.dead_lettered(),
         next_batch_size: sizer.next_size(),
         per_record_estimate: sizer.estimate(),
         fetch: member.fetch_stats(),

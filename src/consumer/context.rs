@@ -17,12 +17,23 @@ pub(crate) type Guard = RebalanceGuard<IdempotencyKey, ()>;
 pub struct WorkContext<'a> {
     guard: &'a Guard,
     lease: &'a Lease,
+    attempt: u32,
 }
 
 impl<'a> WorkContext<'a> {
     /// The context of the record admitted under `lease`.
     pub(crate) fn new(guard: &'a Guard, lease: &'a Lease) -> Self {
-        WorkContext { guard, lease }
+        WorkContext {
+            guard,
+            lease,
+            attempt: 1,
+        }
+    }
+
+    /// The same context for the `attempt`-th try of the record (see [`WorkContext::attempt`]).
+    pub(crate) fn on_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
     }
 
     /// True while the record's partition is still this member's under the assignment the record
@@ -39,6 +50,13 @@ impl<'a> WorkContext<'a> {
     /// The record's lease.
     pub fn lease(&self) -> &'a Lease {
         self.lease
+    }
+
+    /// Which try of the record this is: 1 the first time, 2 on the first retry, up to
+    /// `processing.retries + 1` (a handler can log it, or give up on a side effect that is
+    /// not worth retrying). A record delivered again after a rebalance starts at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 }
 

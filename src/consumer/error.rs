@@ -56,6 +56,21 @@ pub enum ConsumerError {
         /// The panic's message, when it had one.
         message: String,
     },
+    /// The handler failed on a record `attempts` times (`processing.retries` exhausted) and the
+    /// dead-letter callback failed too. Everything before the record was committed; the record
+    /// and the rest of its partition will be delivered again.
+    DeadLetter {
+        /// The record's partition.
+        tp: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// How many times the handler ran on it.
+        attempts: u32,
+        /// The handler's last error.
+        handler_error: Box<dyn Error + Send + Sync>,
+        /// The dead-letter callback's error (the source).
+        error: Box<dyn Error + Send + Sync>,
+    },
     /// A worker thread is gone without reporting why (decoupled mode).
     WorkerGone {
         /// The worker's index.
@@ -115,9 +130,9 @@ impl ConsumerError {
                     ErrorKind::Refused
                 }
             }
-            ConsumerError::Handler { .. } | ConsumerError::HandlerPanicked { .. } => {
-                ErrorKind::Handler
-            }
+            ConsumerError::Handler { .. }
+            | ConsumerError::HandlerPanicked { .. }
+            | ConsumerError::DeadLetter { .. } => ErrorKind::Handler,
             ConsumerError::WorkerGone { .. } | ConsumerError::Thread(_) => ErrorKind::Internal,
         }
     }
@@ -185,6 +200,18 @@ impl fmt::Display for ConsumerError {
                 f,
                 "handler panicked on {partition} offset {offset}: {message}; it will be redelivered"
             ),
+            ConsumerError::DeadLetter {
+                tp: partition,
+                offset,
+                attempts,
+                handler_error,
+                ..
+            } => write!(
+                f,
+                "the dead-letter callback failed on {partition} offset {offset} after the \
+                 handler failed {attempts} time(s) (last: {handler_error}); it will be \
+                 redelivered"
+            ),
             ConsumerError::WorkerGone { worker } => {
                 write!(f, "worker thread {worker} exited without reporting why")
             }
@@ -225,7 +252,9 @@ impl Error for ConsumerError {
             ConsumerError::Wire(e) => e.source(),
             ConsumerError::Guard(e) => e.source(),
             ConsumerError::Commit(e) => Some(e),
-            ConsumerError::Handler { error, .. } => Some(error.as_ref()),
+            ConsumerError::Handler { error, .. } | ConsumerError::DeadLetter { error, .. } => {
+                Some(error.as_ref())
+            }
             ConsumerError::Thread(e) => Some(e),
             ConsumerError::Listener { error, .. } => Some(error.as_ref()),
             ConsumerError::NoOffset { .. }
@@ -388,6 +417,24 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(handler.kind(), ErrorKind::Handler);
+        let dead_letter = ConsumerError::DeadLetter {
+            tp: tp(),
+            offset: 7,
+            attempts: 3,
+            handler_error: "the exchange said no".into(),
+            error: "the dead-letter topic is down".into(),
+        };
+        assert_eq!(dead_letter.kind(), ErrorKind::Handler);
+        let text = dead_letter.to_string();
+        assert!(
+            text.contains("offset 7") && text.contains("3 time(s)") && text.contains("said no"),
+            "{text}"
+        );
+        assert_eq!(
+            dead_letter.source().map(|e| e.to_string()).as_deref(),
+            Some("the dead-letter topic is down"),
+            "the callback's error is the source"
+        );
         assert_eq!(
             ConsumerError::NoOffset { tp: tp() }.kind(),
             ErrorKind::Config

@@ -41,6 +41,9 @@
 //!   the poll thread and the workers.
 //! - `batch.rs`: a [`Batch`] and its [`Delivery`]s: records leave the intake and are admitted
 //!   through the guard one at a time.
+//! - `retry.rs`: the failure policy of `run` and the workers: `processing.retries` with its
+//!   backoff (the partition held back in the intake, the poll loop going on) and the
+//!   dead-letter callback.
 //! - `pacer.rs`: `commit.interval.ms`: the paced commits of what finished while records flow,
 //!   sent without stopping the poll thread.
 //! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
@@ -52,6 +55,8 @@
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
 //! - `failure_detection.rs`: the check at subscribe that the lease bound outlasts the
 //!   cluster's `broker.session.timeout.ms` (one DescribeConfigs, a warning if not).
+//! - [`dead_letter`]: a dead-letter topic for the dead-letter callback ([`DeadLetterTopic`]) and
+//!   the copy of a failed record it writes, with why and where from in its headers.
 //! - `wake.rs`: the [`Waker`] that ends a blocked poll from another thread, over the nudges
 //!   of the waits below (the membership's, the fetch's).
 //! - `stats`: per-partition signals (lag among them), [`RebalanceCounters`], the stats line,
@@ -63,6 +68,7 @@
 mod batch;
 pub mod config;
 mod context;
+pub mod dead_letter;
 mod dispatch;
 mod error;
 mod failure_detection;
@@ -71,6 +77,7 @@ mod intake;
 mod listener;
 mod pacer;
 mod poll_loop;
+mod retry;
 mod seeking;
 mod sizer;
 mod stats;
@@ -83,6 +90,7 @@ pub use config::{
     ProcessingOrder, SecurityProtocol, Strategy,
 };
 pub use context::{GuardView, WorkContext};
+pub use dead_letter::DeadLetterTopic;
 pub use error::{ConsumerError, HandoffFailure};
 pub use handoff::StormHook;
 pub use listener::{AssignedContext, ConsumerRebalanceListener, RevokedPartition};

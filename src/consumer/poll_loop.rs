@@ -29,6 +29,7 @@ use super::handoff::{self, Drain, Driver, Handoffs};
 use super::intake::{FetchWait, Intake};
 use super::listener::ConsumerRebalanceListener;
 use super::pacer::CommitPacer;
+use super::retry::{self, DeadLetterFn, Retries, RetryPolicy, Settled};
 use super::sizer::BatchSizer;
 use super::stats::{ConsumerStats, StatsHandle, StatsPublisher};
 use super::wake::Waker;
@@ -59,6 +60,8 @@ pub struct Consumer {
     /// False for a consumer made by [`Consumer::assign`]: it commits only when the application
     /// calls `commit` (not at close, not after a handler's failure, never paced).
     pub(super) in_group: bool,
+    /// `processing.retries`: the waiting retries, the dead-letter callback, their counters.
+    pub(super) retries: Arc<Retries>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -168,6 +171,7 @@ impl Consumer {
         Ok(Consumer {
             published: StatsPublisher::new(guard.storm_status()),
             sizer: BatchSizer::from_config(&config),
+            retries: Arc::new(Retries::new(RetryPolicy::from_config(&config))),
             pacer: CommitPacer::new(config.commit_interval()),
             fetch: config.fetch_config(),
             config,
@@ -243,6 +247,37 @@ impl Consumer {
         listener: impl ConsumerRebalanceListener + 'static,
     ) -> Self {
         self.handoffs.listener = Some(Box::new(listener));
+        self
+    }
+
+    /// Calls `callback` with a record whose handler failed `processing.retries + 1` times in
+    /// [`run`](Self::run) or [`run_with_workers`](Self::run_with_workers), with the handler's
+    /// last error and the number of attempts, so the record can be parked (a dead-letter topic,
+    /// a table) instead of stopping the run. Once it returns `Ok`, the record counts as finished
+    /// and its offset may be committed; if it fails, the run stops as a handler failure did
+    /// (nothing committed past the record, which comes again). It runs where the handler ran
+    /// (the poll thread or a worker), before anything later of the record's partition; make it
+    /// synchronous (wait for the dead-letter write to be acknowledged). It is not called for a
+    /// record whose partition was revoked or lost meanwhile (its next owner handles it), and may
+    /// be called again for the same record if the partition moves right after it returned,
+    /// before the commit.
+    ///
+    /// What Spring Kafka's `DeadLetterPublishingRecoverer` is to its `DefaultErrorHandler`; the
+    /// Java and librdkafka consumers have no built-in equivalent.
+    pub fn on_dead_letter<E>(
+        self,
+        callback: impl Fn(&Record, &(dyn std::error::Error + Send + Sync + 'static), u32) -> Result<(), E>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self
+    where
+        E: Into<retry::BoxError>,
+    {
+        let callback: DeadLetterFn = Arc::new(move |record, error, attempts| {
+            callback(record, error, attempts).map_err(Into::into)
+        });
+        self.retries.set_dead_letter(callback);
         self
     }
 
@@ -376,6 +411,9 @@ impl Consumer {
         // Records released without their effect are read again before anything new of their
         // partitions is fetched.
         self.intake.redeliver_released(&self.guard);
+        // A record waiting for its retry holds its partition back until its backoff passed.
+        self.retries
+            .hold_back(&mut self.intake, &self.guard, Instant::now());
         if self.member.may_fetch() {
             self.intake
                 .resolve_positions(self.member.records(), &self.config, &self.guard)?;
@@ -399,6 +437,7 @@ impl Consumer {
             self.key_fn.as_ref(),
             &mut self.handoffs,
             &mut self.pacer,
+            &self.retries,
         ))
     }
 
@@ -426,9 +465,12 @@ impl Consumer {
     /// [`WorkContext`] to check its lease right before an external effect. What finished is
     /// committed every `commit.interval.ms`, during and after batches, on the commit thread
     /// (the loop never waits for a paced commit; [`close`](Self::close) commits the rest). A
-    /// handler error stops the loop after committing everything before the failed record
-    /// (synchronously), which will be delivered again. Refused commits are logged and the loop
-    /// goes on: the next poll rejoins.
+    /// handler error is tried again up to `processing.retries` times (its partition waits out
+    /// the backoff while the others and the polls go on; [`WorkContext::attempt`] says which
+    /// try it is), then goes to the [`on_dead_letter`](Self::on_dead_letter) callback; without
+    /// one (and by default, with no retries) it stops the loop after committing everything
+    /// before the failed record (synchronously), which will be delivered again. Refused
+    /// commits are logged and the loop goes on: the next poll rejoins.
     pub fn run<E>(
         &mut self,
         stop: &AtomicBool,
@@ -437,7 +479,7 @@ impl Consumer {
     where
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let guard = self.guard.clone();
+        let (guard, retries) = (self.guard.clone(), self.retries.clone());
         while !stop.load(Ordering::SeqCst) {
             let mut failure = None;
             {
@@ -445,18 +487,25 @@ impl Consumer {
                 // (`Waker`); `stop` is read when it returns, after each record and each batch.
                 let mut batch = self.poll(self.fetch.max_wait)?;
                 while let Some(delivery) = batch.next() {
-                    let ctx = WorkContext::new(&guard, delivery.lease());
-                    match handler(&delivery.record, &ctx) {
-                        Ok(()) => batch.complete(delivery),
-                        Err(error) => {
-                            let (partition, offset) =
-                                (delivery.lease().tp.clone(), delivery.record.offset);
+                    let settled = retry::handle(
+                        &retries,
+                        &guard,
+                        &delivery.record,
+                        delivery.lease(),
+                        || true,
+                        &mut handler,
+                    );
+                    match settled.unwrap_or(Settled::Release) {
+                        Settled::Complete => batch.complete(delivery),
+                        Settled::Release => {
+                            // Its retry is due later (the next polls hold its partition back
+                            // until then), or its partition moved: read again from it.
                             batch.fail(delivery);
-                            failure = Some(ConsumerError::Handler {
-                                tp: partition,
-                                offset,
-                                error: error.into(),
-                            });
+                            break;
+                        }
+                        Settled::Stop(error) => {
+                            batch.fail(delivery);
+                            failure = Some(error);
                             break;
                         }
                     }
@@ -491,13 +540,15 @@ impl Consumer {
     /// Runs the decoupled mode with `workers` threads until `stop` is set or a handler fails,
     /// then stops (bounded), commits, and returns (call [`close`](Consumer::close) afterwards).
     ///
-    /// `queue` bounds each worker's queue. A handler error or panic stops the run: the failed
-    /// record and the rest of its partition are not started, everything before it that finished
-    /// is committed, and the error (naming the partition and offset) is returned; the failed
-    /// record comes again on the next run. Stopping cancels the queued records that have not
-    /// started (they come again too) and waits for the started ones for at most
-    /// `revoke.drain.timeout.ms`; a handler still running then is left to finish on its own
-    /// thread, and its record is not committed.
+    /// `queue` bounds each worker's queue. A handler error is tried again and dead-lettered as
+    /// in [`run`](Self::run) (the backoff holds back only the record's partition, no worker
+    /// waits it out). A panic, or an error past the retries without a dead-letter callback (or
+    /// whose callback failed), stops the run: the failed record and the rest of its partition
+    /// are not started, everything before it that finished is committed, and the error (naming
+    /// the partition and offset) is returned; the failed record comes again on the next run.
+    /// Stopping cancels the queued records that have not started (they come again too) and
+    /// waits for the started ones for at most `revoke.drain.timeout.ms`; a handler still
+    /// running then is left to finish on its own thread, and its record is not committed.
     pub fn run_with_workers<E, H>(
         &mut self,
         stop: &AtomicBool,
@@ -548,6 +599,7 @@ impl Consumer {
             &self.handoffs.counters,
             &self.pacer,
             &self.sizer,
+            &self.retries,
         )
     }
 
@@ -613,5 +665,9 @@ impl WorkSource for Consumer {
 
     fn settings(&self) -> &ConsumerConfig {
         &self.config
+    }
+
+    fn retries(&self) -> Arc<Retries> {
+        self.retries.clone()
     }
 }

@@ -166,6 +166,10 @@ pub struct ConsumerStats {
     pub counters: RebalanceCounters,
     /// Offset commits refused outside revocations.
     pub commits_refused: u64,
+    /// Retries of failed records scheduled (`processing.retries`).
+    pub retries: u64,
+    /// Records the dead-letter callback took after their retries ran out.
+    pub dead_lettered: u64,
     /// The size the next batch will have.
     pub next_batch_size: usize,
     /// The measured processing time per record.
@@ -189,7 +193,8 @@ impl fmt::Display for ConsumerStats {
         write!(
             f,
             "stats gen={} rebalances={} storm={}/{} assigned={} revoked={} lost={} \
-             failed_handoffs={} dropped={} commits_refused={} next_batch={} per_record={:?}",
+             failed_handoffs={} dropped={} commits_refused={} retries={} dead_lettered={} \
+             next_batch={} per_record={:?}",
             self.generation_id,
             self.rebalances,
             self.storm.rebalances_in_window,
@@ -200,6 +205,8 @@ impl fmt::Display for ConsumerStats {
             self.counters.failed_handoffs,
             self.counters.dropped_records,
             self.commits_refused,
+            self.retries,
+            self.dead_lettered,
             self.next_batch_size,
             self.per_record_estimate,
         )?;
@@ -336,6 +343,8 @@ impl StatsPublisher {
             storm,
             counters: RebalanceCounters::default(),
             commits_refused: 0,
+            retries: 0,
+            dead_lettered: 0,
             next_batch_size: 0,
             per_record_estimate: None,
             fetch: FetchStats::default(),

@@ -31,7 +31,11 @@
 //! committed. A worker asks the guard before starting each record, so nothing of a revoked or
 //! lost partition starts afterwards.
 //!
-//! A handler that fails (an error or a panic, caught on the worker) stops its partition: the
+//! A handler error goes through the failure policy first (`retry.rs`): with retries left the
+//! record is released and comes again after its backoff (its partition held back on the poll
+//! thread, no worker waiting), and past them the dead-letter callback may take it. A handler
+//! that fails for good (a panic, caught on the worker, or an error the policy gives up on)
+//! stops its partition: the
 //! record is released in the guard at once (so neither a commit nor a drain waits for it, and
 //! the position can never pass it, whatever enters the guard after it), nothing later of that
 //! partition starts (each is released too), and the run ends with the error naming the
@@ -56,6 +60,7 @@ use super::context::{Guard, WorkContext};
 use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::error::ConsumerError;
 use super::handoff::Drain;
+use super::retry::{self, Retries, Settled};
 
 /// What the pool needs from the consumer that feeds it: its public `poll` and `commit`, and
 /// three things the public API deliberately cannot express. The consumer implements it; the pool
@@ -85,6 +90,10 @@ pub(crate) trait WorkSource {
     fn set_drain(&mut self, drain: Option<Drain>);
     /// The consumer's configuration: `processing.order` and its per-partition bound.
     fn settings(&self) -> &ConsumerConfig;
+    /// The failure policy the workers apply to a failed record (`processing.retries`, the
+    /// dead-letter callback), shared with the poll thread, which holds back the partitions of
+    /// the records waiting for a retry.
+    fn retries(&self) -> Arc<Retries>;
 }
 
 /// What the workers tell the poll thread, and what they share with it.
@@ -170,6 +179,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 struct Worker<H> {
     order: ProcessingOrder,
     guard: Arc<Guard>,
+    retries: Arc<Retries>,
     pool: Arc<Pool>,
     handler: Arc<H>,
 }
@@ -184,11 +194,12 @@ where
     let Worker {
         order,
         guard,
+        retries,
         pool,
         handler,
     } = worker;
     while let Some((record, lease)) = inbox.recv(&pool.parking) {
-        run_one(&record, &lease, &guard, &pool, &*handler);
+        run_one(&record, &lease, &guard, &retries, &pool, &*handler);
         inbox.done(&pool.parking, order, &lease, &record);
         pool.signal();
     }
@@ -196,46 +207,56 @@ where
     pool.signal();
 }
 
-/// Runs one record's handler, if its partition is still ours and nothing of it failed.
-fn run_one<E, H>(record: &Record, lease: &Lease, guard: &Guard, pool: &Pool, handler: &H)
-where
+/// Runs one record's handler, if its partition is still ours and nothing of it failed, under
+/// the failure policy (`retry.rs`): a failure with retries left releases the record (it comes
+/// again after its backoff), a record past its retries is dead-lettered or stops the run.
+fn run_one<E, H>(
+    record: &Record,
+    lease: &Lease,
+    guard: &Guard,
+    retries: &Retries,
+    pool: &Pool,
+    handler: &H,
+) where
     H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    {
-        if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.tp) {
-            Pool::not_started(guard, lease);
-        } else if guard.start(lease) {
-            let ctx = WorkContext::new(guard, lease);
-            let outcome = panic::catch_unwind(AssertUnwindSafe(|| handler(record, &ctx)));
-            let failure = match outcome {
-                Ok(Ok(())) => {
-                    if let Err(error) = guard.complete(lease) {
-                        log::warn!("{error}");
-                    }
-                    None
-                }
-                Ok(Err(error)) => Some(ConsumerError::Handler {
-                    tp: lease.tp.clone(),
-                    offset: lease.offset,
-                    error: error.into(),
-                }),
-                Err(payload) => Some(ConsumerError::HandlerPanicked {
-                    tp: lease.tp.clone(),
-                    offset: lease.offset,
-                    message: panic_message(payload.as_ref()),
-                }),
-            };
-            if let Some(error) = failure {
-                pool.fail(guard, lease, error);
+    if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.tp) {
+        Pool::not_started(guard, lease);
+        return;
+    }
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        retry::handle(
+            retries,
+            guard,
+            record,
+            lease,
+            || guard.start(lease),
+            handler,
+        )
+    }));
+    match outcome {
+        Ok(Some(Settled::Complete)) => {
+            if let Err(error) = guard.complete(lease) {
+                log::warn!("{error}");
             }
-        } else {
-            log::debug!(
-                "{} offset {}: not started, its partition was revoked or lost",
-                lease.tp,
-                lease.offset
-            );
         }
+        Ok(Some(Settled::Release)) => Pool::not_started(guard, lease),
+        Ok(Some(Settled::Stop(error))) => pool.fail(guard, lease, error),
+        Ok(None) => log::debug!(
+            "{} offset {}: not started, its partition was revoked or lost",
+            lease.tp,
+            lease.offset
+        ),
+        Err(payload) => pool.fail(
+            guard,
+            lease,
+            ConsumerError::HandlerPanicked {
+                tp: lease.tp.clone(),
+                offset: lease.offset,
+                message: panic_message(payload.as_ref()),
+            },
+        ),
     }
 }
 
@@ -284,6 +305,7 @@ where
         let worker = Worker {
             order,
             guard: source.guard(),
+            retries: source.retries(),
             pool: pool.clone(),
             handler: handler.clone(),
         };

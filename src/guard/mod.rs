@@ -524,6 +524,16 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         })
     }
 
+    /// True while the lease's partition is owned under the lease's assignment and not being
+    /// handed back: unlike [`is_current`](Self::is_current), a partition draining for a
+    /// revocation does not count, and the session bound is not consulted (ask `is_current` as
+    /// well for that). For decisions that start new work on a record (a retry, a dead letter):
+    /// a partition on its way out leaves them to its next owner.
+    pub fn owns(&self, lease: &Lease) -> bool {
+        self.partition(&lease.tp)
+            .is_some_and(|state| state.epoch == lease.epoch && state.status == OwnerStatus::Owned)
+    }
+
     /// A worker is about to start the leased message: allowed only while the partition is owned
     /// under the lease's epoch. Once a revocation has fenced the partition, queued work that has
     /// not started must not start (it is cancelled instead), so this refuses.

@@ -176,3 +176,14 @@ pub fn produce_until_accepted(
         }
     }
 }
+
+/// Runs `f` on a thread and waits for it at most `bound`: a run that never returns fails the test
+/// instead of hanging it.
+pub fn within<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(bound)
+        .unwrap_or_else(|_| panic!("did not return within {bound:?}"))
+}

@@ -132,6 +132,18 @@ pub(super) fn in_flight(name: &'static str, n: usize) -> Result<usize, ConfigErr
     Ok(n)
 }
 
+/// `processing.retries`: at most 1000, so that a typo cannot hold a poison record for days.
+pub(super) fn retries(name: &'static str, n: usize) -> Result<usize, ConfigError> {
+    if n > 1000 {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: n.to_string(),
+            rule: "must be between 0 and 1000",
+        });
+    }
+    Ok(n)
+}
+
 /// A fraction strictly between 0 and 1 (so NaN and infinities are refused too).
 pub(super) fn fraction(name: &'static str, f: f64) -> Result<f64, ConfigError> {
     if !(f > 0.0 && f < 1.0) {

@@ -36,7 +36,7 @@ pub(super) fn default_drain_timeout(max_poll_interval: Duration) -> Duration {
 /// (`classic_only_set`: the first [`CLASSIC_ONLY`] setting given explicitly), settings only the
 /// consumer protocol uses (`group.remote.assignor`, `session.bound.ms`), heartbeat against
 /// session, poll interval against session (both classic only), drain against poll interval,
-/// then the security settings ([`check_security`]).
+/// the retry backoff against its cap, then the security settings ([`check_security`]).
 /// A `fetch.max.bytes` below `max.partition.fetch.bytes` is allowed, as in Java, and logged.
 pub(super) fn check(
     config: &ConsumerConfig,
@@ -103,6 +103,20 @@ pub(super) fn check(
                 "revoke.drain.timeout.ms ({drain}) must be below max.poll.interval.ms \
                  ({max_poll}): a drain that outlasts the poll interval gets the member evicted \
                  while it still holds the work it is draining"
+            ),
+        });
+    }
+    let (backoff, backoff_max) = (
+        config.processing_retry_backoff.as_millis(),
+        config.processing_retry_backoff_max.as_millis(),
+    );
+    if backoff > backoff_max {
+        return Err(ConfigError::Conflict {
+            name: "processing.retry.backoff.ms",
+            other: "processing.retry.backoff.max.ms",
+            rule: format!(
+                "processing.retry.backoff.ms ({backoff}) must not be above \
+                 processing.retry.backoff.max.ms ({backoff_max}), the cap of the doubling backoff"
             ),
         });
     }

@@ -336,6 +336,21 @@ impl ConsumerConfig {
         self.max_in_flight_per_partition
     }
 
+    /// `processing.retries`: how many times a failed record is tried again.
+    pub fn processing_retries(&self) -> usize {
+        self.processing_retries
+    }
+
+    /// `processing.retry.backoff.ms`: the wait before the first retry.
+    pub fn processing_retry_backoff(&self) -> Duration {
+        self.processing_retry_backoff
+    }
+
+    /// `processing.retry.backoff.max.ms`: the cap of the doubling retry backoff.
+    pub fn processing_retry_backoff_max(&self) -> Duration {
+        self.processing_retry_backoff_max
+    }
+
     /// The guard's settings (idempotency cache, storm window and threshold, map limit).
     pub fn guard_config(&self) -> GuardConfig {
         GuardConfig {

@@ -367,4 +367,25 @@ settings! {
         set: |records: usize| records,
         doc: "Decoupled mode with `processing.order` `key` or `unordered`: records of one partition running or queued at once, at least 1. Bounds what one revocation drains and what one gap can hold back.",
     }
+    processing_retries: usize {
+        name: "processing.retries",
+        default: "0",
+        rule: checks::retries,
+        set: |retries: usize| retries,
+        doc: "`run` and the decoupled mode: how many times a record whose handler fails is tried again before it is dead-lettered (`Consumer::on_dead_letter`) or, without a dead-letter callback, stops the run. 0 (at most 1000): the first failure does, as before retries existed.",
+    }
+    processing_retry_backoff: Duration {
+        name: "processing.retry.backoff.ms",
+        default: "100",
+        rule: checks::positive_ms,
+        set: |backoff: Duration| backoff,
+        doc: "Wait before the first retry of a failed record; doubles per retry up to `processing.retry.backoff.max.ms`. Its partition waits (paused, later records held back), the others go on, and the poll loop keeps polling.",
+    }
+    processing_retry_backoff_max: Duration {
+        name: "processing.retry.backoff.max.ms",
+        default: "10000",
+        rule: checks::positive_ms,
+        set: |backoff: Duration| backoff,
+        doc: "Cap on the doubling retry backoff; at least `processing.retry.backoff.ms`. Ten seconds: a broken dependency is not hammered, a record is not held for minutes.",
+    }
 }

@@ -1145,3 +1145,64 @@ fn client_rack_reaches_fetch_and_both_group_protocols_and_bad_racks_are_refused(
     let err = props(&[("client.rack", "")]).unwrap_err();
     assert!(err.to_string().contains("leave it unset"), "{err}");
 }
+
+#[test]
+fn retry_settings_are_read_checked_and_default_to_no_retries() {
+    let c = base().build().unwrap();
+    assert_eq!(
+        c.processing_retries(),
+        0,
+        "default: a failure stops the run"
+    );
+    assert_eq!(c.processing_retry_backoff(), Duration::from_millis(100));
+    assert_eq!(c.processing_retry_backoff_max(), Duration::from_secs(10));
+    let c = props(&[
+        ("processing.retries", "3"),
+        ("processing.retry.backoff.ms", "50"),
+        ("processing.retry.backoff.max.ms", "50"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.processing_retries(), c.processing_retry_backoff()),
+        (3, Duration::from_millis(50))
+    );
+    let err = props(&[("processing.retries", "1001")]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::OutOfRange {
+                name: "processing.retries",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = props(&[("processing.retry.backoff.ms", "0")]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::OutOfRange {
+                name: "processing.retry.backoff.ms",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = base()
+        .processing_retry_backoff(Duration::from_secs(2))
+        .processing_retry_backoff_max(Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Conflict {
+                name: "processing.retry.backoff.ms",
+                other: "processing.retry.backoff.max.ms",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("2000"), "{err}");
+}

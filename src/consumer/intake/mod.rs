@@ -114,6 +114,11 @@ impl Intake {
         }
     }
 
+    /// True while `tp` is paused.
+    pub(crate) fn is_paused(&self, tp: &TopicPartition) -> bool {
+        self.paused.contains_key(tp)
+    }
+
     /// Resumes paused partitions.
     pub(crate) fn resume(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {

@@ -1,0 +1,153 @@
+//! A dead-letter topic for [`Consumer::on_dead_letter`](super::Consumer::on_dead_letter): the
+//! failed record copied there with why and where from in its headers, written synchronously
+//! through the wire client's produce path.
+//!
+//! Why a ready-made one: the callback must not return `Ok` before the copy is acknowledged (the
+//! record's offset is committed past right after), and every user would otherwise rebuild the
+//! same headers. Why these headers: whoever drains the dead-letter topic needs the error, how
+//! often it was tried, and the source topic, partition and offset to find, replay or skip it.
+//!
+//! The copy keeps the record's key, value, timestamp and headers (the dead-letter headers come
+//! after them). It goes to the dead-letter topic's partition `source partition % its partition
+//! count`, so one source partition's dead letters stay in order. A produce retried after a lost
+//! answer may write a copy twice: readers of the topic key on the source coordinates.
+
+use std::error::Error;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+use crate::wire::{Client, ClientConfig, ErrorChain, ProduceRecord, Record, WireError};
+use crate::TopicPartition;
+
+/// Header: the handler's last error, with its causes (`error: cause: cause`).
+pub const HEADER_ERROR: &str = "dead-letter.error";
+/// Header: how many times the handler ran on the record, in decimal.
+pub const HEADER_ATTEMPTS: &str = "dead-letter.attempts";
+/// Header: the topic the record was read from.
+pub const HEADER_TOPIC: &str = "dead-letter.topic";
+/// Header: the partition it was read from, in decimal.
+pub const HEADER_PARTITION: &str = "dead-letter.partition";
+/// Header: its offset there, in decimal.
+pub const HEADER_OFFSET: &str = "dead-letter.offset";
+
+/// The copy of `record` that goes to a dead-letter topic: its key, value, timestamp and headers,
+/// then the dead-letter headers ([`HEADER_ERROR`], [`HEADER_ATTEMPTS`], [`HEADER_TOPIC`],
+/// [`HEADER_PARTITION`], [`HEADER_OFFSET`]).
+pub fn dead_letter_record(
+    record: &Record,
+    error: &(dyn Error + 'static),
+    attempts: u32,
+) -> ProduceRecord {
+    let text = |s: String| Some(Bytes::from(s));
+    let mut headers = record.headers.clone();
+    headers.extend([
+        (
+            HEADER_ERROR.to_string(),
+            text(ErrorChain(error).to_string()),
+        ),
+        (HEADER_ATTEMPTS.to_string(), text(attempts.to_string())),
+        (HEADER_TOPIC.to_string(), text(record.topic.to_string())),
+        (
+            HEADER_PARTITION.to_string(),
+            text(record.partition.to_string()),
+        ),
+        (HEADER_OFFSET.to_string(), text(record.offset.to_string())),
+    ]);
+    ProduceRecord {
+        key: record.key.clone(),
+        value: record.value.clone(),
+        headers,
+        timestamp: Some(record.timestamp),
+    }
+}
+
+/// A dead-letter topic written through its own wire client (shared by the workers, one produce
+/// at a time). Its [`send`](Self::send) is what an `on_dead_letter` callback calls.
+pub struct DeadLetterTopic {
+    topic: String,
+    partitions: i32,
+    client: Mutex<Client>,
+}
+
+impl std::fmt::Debug for DeadLetterTopic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetterTopic")
+            .field("topic", &self.topic)
+            .field("partitions", &self.partitions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadLetterTopic {
+    /// Connects (with `config`, e.g. the consumer's
+    /// [`client_config`](super::ConsumerConfig::client_config), so the same credentials apply)
+    /// and reads how many partitions `topic` has; the topic must exist.
+    pub fn connect(config: ClientConfig, topic: &str) -> Result<DeadLetterTopic, WireError> {
+        let mut client = Client::connect(config)?;
+        let partitions = client.partitions(topic)?.len();
+        Ok(DeadLetterTopic {
+            topic: topic.to_string(),
+            partitions: i32::try_from(partitions).unwrap_or(i32::MAX).max(1),
+            client: Mutex::new(client),
+        })
+    }
+
+    /// Writes the [`dead_letter_record`] of `record` and waits for the acknowledgement (acks=all);
+    /// returns the offset it got in the dead-letter topic.
+    pub fn send(
+        &self,
+        record: &Record,
+        error: &(dyn Error + 'static),
+        attempts: u32,
+    ) -> Result<i64, WireError> {
+        let tp = TopicPartition::new(
+            self.topic.as_str(),
+            record.partition.rem_euclid(self.partitions),
+        );
+        let copy = dead_letter_record(record, error, attempts);
+        let mut client = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        client.produce(&tp, std::slice::from_ref(&copy))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::TimestampType;
+
+    #[test]
+    fn the_copy_keeps_the_record_and_says_why_and_where_from() {
+        let record = Record {
+            topic: "orders".into(),
+            partition: 3,
+            offset: 42,
+            timestamp: 1_700_000_000_000,
+            timestamp_type: TimestampType::CreateTime,
+            key: Some(Bytes::from_static(b"acct-7")),
+            value: Some(Bytes::from_static(b"buy 10")),
+            headers: vec![("trace".to_string(), Some(Bytes::from_static(b"t1")))],
+        };
+        let error = std::io::Error::other("the exchange said no");
+        let copy = dead_letter_record(&record, &error, 4);
+        assert_eq!(copy.key, record.key);
+        assert_eq!(copy.value, record.value);
+        assert_eq!(copy.timestamp, Some(record.timestamp));
+        let headers: Vec<(&str, &[u8])> = copy
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("trace", &b"t1"[..]),
+                (HEADER_ERROR, b"the exchange said no"),
+                (HEADER_ATTEMPTS, b"4"),
+                (HEADER_TOPIC, b"orders"),
+                (HEADER_PARTITION, b"3"),
+                (HEADER_OFFSET, b"42"),
+            ]
+        );
+    }
+}
