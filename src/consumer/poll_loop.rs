@@ -667,6 +667,10 @@ impl WorkSource for Consumer {
         &self.config
     }
 
+    fn waker(&self) -> Waker {
+        self.waker.clone()
+    }
+
     fn retries(&self) -> Arc<Retries> {
         self.retries.clone()
     }

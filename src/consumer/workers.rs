@@ -61,6 +61,7 @@ use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::error::ConsumerError;
 use super::handoff::Drain;
 use super::retry::{self, Retries, Settled};
+use super::wake::Waker;
 
 /// What the pool needs from the consumer that feeds it: its public `poll` and `commit`, and
 /// three things the public API deliberately cannot express. The consumer implements it; the pool
@@ -94,6 +95,9 @@ pub(crate) trait WorkSource {
     /// dead-letter callback), shared with the poll thread, which holds back the partitions of
     /// the records waiting for a retry.
     fn retries(&self) -> Arc<Retries>;
+    /// The consumer's [`Waker`]: a worker's failure ends the poll thread's blocked poll, so the
+    /// run stops at once instead of after the fetch's wait.
+    fn waker(&self) -> Waker;
 }
 
 /// What the workers tell the poll thread, and what they share with it.
@@ -113,6 +117,8 @@ struct Pool {
     failed_partitions: Mutex<HashSet<TopicPartition>>,
     /// Set once `failed_partitions` is not empty, so the common case reads one atomic.
     any_failed: AtomicBool,
+    /// Ends the poll thread's blocked poll when the run must stop (a failure).
+    waker: Waker,
 }
 
 impl Pool {
@@ -154,8 +160,12 @@ impl Pool {
             log::warn!("{e}");
         }
         log::error!("{}", ErrorChain(&error));
-        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        failure.get_or_insert(error);
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(error);
+        // The poll thread may be blocked in a fetch: the run stops now, not after it.
+        self.waker.wake();
     }
 
     fn failed(&self) -> bool {
@@ -294,6 +304,7 @@ where
         parking,
         failed_partitions: Mutex::new(HashSet::new()),
         any_failed: AtomicBool::new(false),
+        waker: source.waker(),
     });
     source.set_drain(Some(Drain {
         finished: pool.finished.clone(),
@@ -380,10 +391,13 @@ fn feed_workers<S: WorkSource>(
     dispatch: &mut Dispatch,
     pool: &Pool,
 ) -> Result<(), ConsumerError> {
+    let poll_wait = source.settings().fetch_config().max_wait;
     while !stop.load(Ordering::SeqCst) && !pool.failed() {
         let mut backpressure = false;
         {
-            let mut batch = source.poll(Duration::from_millis(100))?;
+            // No periodic check: a worker's failure wakes this poll (as the application's
+            // `Waker` does after setting `stop`); otherwise it returns within the fetch's wait.
+            let mut batch = source.poll(poll_wait)?;
             while let Some(delivery) = batch.next() {
                 match dispatch.send(batch.hand_off(delivery)) {
                     Ok(()) => {}
