@@ -161,6 +161,17 @@ fn drive(
     );
 }
 
+/// A classic group over a log of ten records per partition, and its first member `a` after it
+/// processed all forty (nothing committed yet: the commit interval is an hour).
+fn classic_a_after_forty(strategy: Strategy) -> (InMemoryLog, ClassicGroup, Processed, Node) {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    let processed = Processed::default();
+    let mut a = classic_node(&group, "a", strategy, &[]);
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    (log, group, processed, a)
+}
+
 /// Closes `a`, lets `b` take the whole group over (the coordinator refuses commits while the
 /// group re-forms after a's leave), then closes `b`.
 fn close_both(a: Node, mut b: Node, processed: &Processed) {
@@ -296,11 +307,7 @@ fn assert_all_committed_at(log: &InMemoryLog, offset: i64) {
 /// the second starts exactly there: every record processed once, commits at the log end.
 #[test]
 fn an_eager_rebalance_commits_last_plus_one_before_the_join_and_nothing_repeats() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
-    let mut a = classic_node(&group, "a", Strategy::Range, &[]);
-    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let (log, group, processed, mut a) = classic_a_after_forty(Strategy::Range);
     let mut b = classic_node(&group, "b", Strategy::Range, &[]);
     second_member_takes_half(&mut a, &mut b, &log, &processed);
     close_both(a, b, &processed);
@@ -312,11 +319,7 @@ fn an_eager_rebalance_commits_last_plus_one_before_the_join_and_nothing_repeats(
 /// before the membership is acknowledged (the follow-up round that gives it away).
 #[test]
 fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_repeats() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
-    let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
-    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let (log, group, processed, mut a) = classic_a_after_forty(Strategy::CooperativeSticky);
     let mut b = classic_node(&group, "b", Strategy::CooperativeSticky, &[]);
     second_member_takes_half(&mut a, &mut b, &log, &processed);
     let a_stats = a.consumer.stats();
@@ -361,11 +364,7 @@ fn a_loss_during_a_batch_commits_nothing_and_stops_the_batch() {
 /// by the failure report).
 #[test]
 fn a_refused_handoff_commit_is_reported_and_the_other_partitions_are_committed() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
-    let mut a = classic_node(&group, "a", Strategy::Range, &[]);
-    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let (log, group, processed, mut a) = classic_a_after_forty(Strategy::Range);
     log.refuse_commits(&tp(1), KafkaCode::OFFSET_METADATA_TOO_LARGE, 1);
     let mut b = classic_node(&group, "b", Strategy::Range, &[]);
     drive(&mut [&mut a, &mut b], &processed, 200, |_, nodes| {
@@ -932,11 +931,7 @@ fn a_failing_on_revoked_is_returned_and_the_handoff_still_commits() {
 /// in the current generation.
 #[test]
 fn a_close_commits_everything_finished_in_one_commit() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
-    let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
-    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let (log, _group, _processed, a) = classic_a_after_forty(Strategy::CooperativeSticky);
     let history = log.commit_history("g").len();
     a.consumer.close().expect("close");
     assert_all_committed_at(&log, 10);
@@ -951,11 +946,7 @@ fn a_close_commits_everything_finished_in_one_commit() {
 /// group began to re-form) is named in the close's error; the others are committed.
 #[test]
 fn a_close_that_could_not_commit_a_partition_names_it() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
-    let mut a = classic_node(&group, "a", Strategy::CooperativeSticky, &[]);
-    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let (log, _group, _processed, a) = classic_a_after_forty(Strategy::CooperativeSticky);
     log.refuse_commits(&tp(0), KafkaCode::REBALANCE_IN_PROGRESS, 1);
     let error = a
         .consumer

@@ -74,11 +74,7 @@ impl Consumer {
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<HashMap<TopicPartition, i64>, ConsumerError> {
-        let isolation = self.config.isolation_level();
-        Ok(self
-            .member
-            .records()
-            .list_offsets(partitions, OffsetSpec::Earliest, isolation)?)
+        self.list_offsets(partitions, OffsetSpec::Earliest)
     }
 
     /// The end of each partition's log as this consumer may read it: the high watermark, or
@@ -87,11 +83,20 @@ impl Consumer {
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<HashMap<TopicPartition, i64>, ConsumerError> {
+        self.list_offsets(partitions, OffsetSpec::Latest)
+    }
+
+    /// One ListOffsets of `partitions` at `spec`, under this consumer's `isolation.level`.
+    fn list_offsets(
+        &mut self,
+        partitions: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<HashMap<TopicPartition, i64>, ConsumerError> {
         let isolation = self.config.isolation_level();
         Ok(self
             .member
             .records()
-            .list_offsets(partitions, OffsetSpec::Latest, isolation)?)
+            .list_offsets(partitions, spec, isolation)?)
     }
 
     /// Reads `tp` from `offset` next (Java: `seek`), a partition this member owns. Work
