@@ -397,18 +397,7 @@ fn two_members_converge_through_a_revocation_committed_before_it_is_acknowledged
         assert!(m.events.iter().all(|e| !matches!(e, Event::Lost { .. })));
     }
     // A heartbeat in a's old name is now refused: the broker no longer knows the member.
-    let probe = HeartbeatRequest {
-        group_id: group.clone(),
-        member_id: a.m.member_id().to_string(),
-        member_epoch: epoch_alone + 1,
-        instance_id: None,
-        rebalance_timeout_ms: -1,
-        subscribed_topic_names: None,
-        subscribed_topic_regex: None,
-        server_assignor: None,
-        rack_id: None,
-        owned: None,
-    };
+    let probe = HeartbeatRequest::unchanged(&group, a.m.member_id(), epoch_alone + 1);
     let node = a
         .client
         .find_coordinator(&group)

@@ -161,12 +161,26 @@ fn drive(
     );
 }
 
+/// A classic group (in-memory coordinator) over a log of ten records per partition, and an
+/// empty record of what its members process.
+fn classic_group() -> (InMemoryLog, ClassicGroup, Processed) {
+    let log = log_with(10);
+    let group = ClassicGroup::new(log.clone(), SESSION);
+    (log, group, Processed::default())
+}
+
+/// A KIP-848 group (in-memory coordinator) over a log of ten records per partition, and an
+/// empty record of what its members process.
+fn kip848_group() -> (InMemoryLog, Kip848Group, Processed) {
+    let log = log_with(10);
+    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
+    (log, group, Processed::default())
+}
+
 /// A classic group over a log of ten records per partition, and its first member `a` after it
 /// processed all forty (nothing committed yet: the commit interval is an hour).
 fn classic_a_after_forty(strategy: Strategy) -> (InMemoryLog, ClassicGroup, Processed, Node) {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
+    let (log, group, processed) = classic_group();
     let mut a = classic_node(&group, "a", strategy, &[]);
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     (log, group, processed, a)
@@ -336,9 +350,7 @@ fn a_cooperative_handoff_commits_before_the_partition_is_given_away_and_nothing_
 /// after the loss (the new owner redoes what was not committed).
 #[test]
 fn a_loss_during_a_batch_commits_nothing_and_stops_the_batch() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
+    let (log, group, processed) = classic_group();
     let mut a = classic_node(&group, "a", Strategy::Range, &[("max.poll.records", "5")]);
     // Joined, and one committed batch.
     drive(&mut [&mut a], &processed, 20, |p, _| count(p) >= 5);
@@ -389,9 +401,7 @@ fn a_refused_handoff_commit_is_reported_and_the_other_partitions_are_committed()
 /// commits only move forward and end at `last + 1`.
 #[test]
 fn a_paced_commit_in_flight_lands_before_the_handoffs_commit() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
+    let (log, group, processed) = classic_group();
     let mut a = classic_node(
         &group,
         "a",
@@ -468,9 +478,7 @@ fn workers_are_drained_by_the_revocation_and_nothing_repeats() {
 /// starts exactly at that commit.
 #[test]
 fn a_kip848_revocation_commits_with_the_member_epoch_before_it_is_acknowledged() {
-    let log = log_with(10);
-    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
-    let processed = Processed::default();
+    let (log, group, processed) = kip848_group();
     let mut a = kip848_node(&group, "a");
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     let mut b = kip848_node(&group, "b");
@@ -486,9 +494,7 @@ fn a_kip848_revocation_commits_with_the_member_epoch_before_it_is_acknowledged()
 /// is committed after the loss, and the member joins again with epoch 0.
 #[test]
 fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
-    let log = log_with(10);
-    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
-    let processed = Processed::default();
+    let (log, group, processed) = kip848_group();
     let mut a = kip848_node(&group, "a");
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
     a.consumer.commit().expect("commit");
@@ -533,9 +539,7 @@ fn assert_commits_never_move_back(log: &InMemoryLog) {
 /// sending them would move the partitions' commits back.
 #[test]
 fn a_kip848_paced_commit_from_before_a_loss_is_never_sent_again_with_a_newer_epoch() {
-    let log = log_with(10);
-    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
-    let processed = Processed::default();
+    let (log, group, processed) = kip848_group();
     let mut a = kip848_node_with(&group, "a", &[("commit.interval.ms", "200")]);
     a.handle.hold_paced();
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
@@ -772,9 +776,7 @@ fn assert_listener_saw_the_handoff(a: &Recorder, moved: &[TopicPartition], log: 
 
 #[test]
 fn the_listener_hears_an_eager_handoff_drained_and_before_its_commit() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
+    let (log, group, processed) = classic_group();
     let recorder = Recorder::new(&log);
     let mut a = listened(classic_node(&group, "a", Strategy::Range, &[]), &recorder);
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
@@ -793,9 +795,7 @@ fn the_listener_hears_an_eager_handoff_drained_and_before_its_commit() {
 
 #[test]
 fn the_listener_hears_only_what_moves_in_a_cooperative_handoff() {
-    let log = log_with(10);
-    let group = ClassicGroup::new(log.clone(), SESSION);
-    let processed = Processed::default();
+    let (log, group, processed) = classic_group();
     let recorder = Recorder::new(&log);
     let strategy = Strategy::CooperativeSticky;
     let mut a = listened(classic_node(&group, "a", strategy, &[]), &recorder);
@@ -818,9 +818,7 @@ fn the_listener_hears_only_what_moves_in_a_cooperative_handoff() {
 
 #[test]
 fn the_listener_hears_a_kip848_revocation_before_its_commit_and_a_loss_without_one() {
-    let log = log_with(10);
-    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
-    let processed = Processed::default();
+    let (log, group, processed) = kip848_group();
     let recorder = Recorder::new(&log);
     let mut a = listened(kip848_node(&group, "a"), &recorder);
     drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
@@ -859,9 +857,7 @@ fn the_listener_hears_a_kip848_revocation_before_its_commit_and_a_loss_without_o
 
 #[test]
 fn a_seek_in_on_assigned_is_where_reading_starts() {
-    let log = log_with(10);
-    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
-    let processed = Processed::default();
+    let (log, group, processed) = kip848_group();
     let mut recorder = Recorder::new(&log);
     recorder.seek_on_assign = Some((tp(0), 7));
     let mut a = listened(kip848_node(&group, "a"), &recorder);
@@ -878,9 +874,7 @@ fn a_seek_in_on_assigned_is_where_reading_starts() {
 
 #[test]
 fn a_failing_on_revoked_is_returned_and_the_handoff_still_commits() {
-    let log = log_with(10);
-    let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
-    let processed = Processed::default();
+    let (log, group, processed) = kip848_group();
     let mut recorder = Recorder::new(&log);
     recorder.fail_revoked = true;
     let mut a = listened(kip848_node(&group, "a"), &recorder);

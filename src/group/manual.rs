@@ -44,10 +44,6 @@ impl ManualAssignment {
             handed_out: false,
         })
     }
-
-    fn identity_outside() -> MemberIdentity {
-        MemberIdentity::unjoined()
-    }
 }
 
 impl Membership for ManualAssignment {
@@ -56,7 +52,7 @@ impl Membership for ManualAssignment {
             return Ok(None);
         }
         self.handed_out = true;
-        let identity = Self::identity_outside();
+        let identity = MemberIdentity::unjoined();
         Ok(Some(Change::Assign {
             identity: identity.clone(),
             partitions: self.partitions.clone(),
@@ -117,7 +113,7 @@ impl Membership for ManualAssignment {
     }
 
     fn identity(&self) -> MemberIdentity {
-        Self::identity_outside()
+        MemberIdentity::unjoined()
     }
 
     fn owned(&self) -> Vec<TopicPartition> {
@@ -153,7 +149,7 @@ impl Membership for ManualAssignment {
 
     fn view(&self) -> MembershipView {
         let partitions = self.partitions.clone();
-        MembershipView::new(move || (Self::identity_outside(), partitions.clone()))
+        MembershipView::new(move || (MemberIdentity::unjoined(), partitions.clone()))
     }
 
     /// No session: the bound is never armed, and leases go stale only by the guard's own events.

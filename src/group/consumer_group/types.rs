@@ -126,6 +126,23 @@ pub struct HeartbeatRequest {
 }
 
 impl HeartbeatRequest {
+    /// A heartbeat of `member_id` at `member_epoch` that changes nothing else (every optional
+    /// field "unchanged"): a leave, or a probe of the epoch.
+    pub fn unchanged(group_id: &str, member_id: &str, member_epoch: i32) -> Self {
+        HeartbeatRequest {
+            group_id: group_id.to_string(),
+            member_id: member_id.to_string(),
+            member_epoch,
+            instance_id: None,
+            rebalance_timeout_ms: -1,
+            subscribed_topic_names: None,
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            rack_id: None,
+            owned: None,
+        }
+    }
+
     /// Whether this is the full form: the broker answers it with the whole assignment.
     pub fn is_full(&self) -> bool {
         self.member_epoch == JOIN_EPOCH

@@ -231,17 +231,7 @@ mod tests {
         assert_eq!(owned[0].topic_id, TopicId([7; 16]).to_uuid());
         assert_eq!(owned[0].partitions, vec![0, 2]);
 
-        let short = encode(&HeartbeatRequest {
-            member_epoch: 5,
-            instance_id: None,
-            rebalance_timeout_ms: -1,
-            subscribed_topic_names: None,
-            subscribed_topic_regex: None,
-            server_assignor: None,
-            rack_id: None,
-            owned: None,
-            ..full()
-        });
+        let short = encode(&HeartbeatRequest::unchanged("g", "m", 5));
         assert_eq!(short.rack_id, None);
         assert_eq!(short.rebalance_timeout_ms, -1);
         assert_eq!(short.subscribed_topic_names, None);

@@ -386,16 +386,8 @@ impl ConsumerGroupMembership {
                 LEAVE_EPOCH
             };
             return HeartbeatRequest {
-                group_id: self.config.group_id.clone(),
-                member_id: self.member_id.clone(),
-                member_epoch: epoch,
                 instance_id,
-                rebalance_timeout_ms: -1,
-                subscribed_topic_names: None,
-                subscribed_topic_regex: None,
-                server_assignor: None,
-                rack_id: None,
-                owned: None,
+                ..HeartbeatRequest::unchanged(&self.config.group_id, &self.member_id, epoch)
             };
         }
         let joining = self.state == MemberState::Joining;
