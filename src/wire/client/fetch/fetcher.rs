@@ -516,7 +516,7 @@ fn not_connected(addr: &str) -> WireError {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     use std::sync::Arc;
 
@@ -554,19 +554,7 @@ mod tests {
 
     fn serve(mut s: TcpStream, behaviour: Fake, partition: i32) {
         let mut held = Vec::new();
-        loop {
-            let mut len = [0u8; 4];
-            if s.read_exact(&mut len).is_err() {
-                return;
-            }
-            let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
-            if s.read_exact(&mut req).is_err() || req.len() < 8 {
-                return;
-            }
-            let (key, version) = (
-                i16::from_be_bytes([req[0], req[1]]),
-                i16::from_be_bytes([req[2], req[3]]),
-            );
+        while let Some((key, version, req)) = super::super::tests::read_request(&mut s) {
             let body = match (behaviour, key) {
                 (Fake::Silent, _) => {
                     held.push(req);

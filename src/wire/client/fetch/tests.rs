@@ -42,20 +42,23 @@ fn fake_broker(role: Role) -> String {
     addr
 }
 
+/// One request frame a fake broker reads from its client: the api key, the version and the
+/// request's bytes (header included; `req[4..8]` is the correlation id), or `None` once the
+/// client is gone or sent something too short to be a request.
+pub(super) fn read_request(s: &mut TcpStream) -> Option<(i16, i16, Vec<u8>)> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+    if s.read_exact(&mut req).is_err() || req.len() < 8 {
+        return None;
+    }
+    let key = i16::from_be_bytes([req[0], req[1]]);
+    let version = i16::from_be_bytes([req[2], req[3]]);
+    Some((key, version, req))
+}
+
 fn serve(mut s: TcpStream, role: Role) {
-    loop {
-        let mut len = [0u8; 4];
-        if s.read_exact(&mut len).is_err() {
-            return;
-        }
-        let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
-        if s.read_exact(&mut req).is_err() || req.len() < 8 {
-            return;
-        }
-        let (key, version) = (
-            i16::from_be_bytes([req[0], req[1]]),
-            i16::from_be_bytes([req[2], req[3]]),
-        );
+    while let Some((key, version, req)) = read_request(&mut s) {
         let mut frame = BytesMut::new();
         frame.put_slice(&req[4..8]); // correlation id
         if key == 18 {
