@@ -26,6 +26,11 @@
 //!   on a loss, leases that go stale when their partition moves or the session could have
 //!   expired, storm detection.
 //!
+//! Beside [`consumer`], on the same layers: [`share`], the member of a share group (KIP-932,
+//! Kafka's queues): [`share::ShareConsumer`] acquires records under time-limited locks and
+//! acknowledges each by its outcome; the lock guard (`guard::locks`) ends every record's lease
+//! before the broker's lock can, so no effect is applied once another member may hold the record.
+//!
 //! Besides the layers: `partition` holds [`TopicPartition`]; `metrics` the hooks through which
 //! the consumer and the group publish their operational signals to the `metrics` crate (public,
 //! with its names, under the cargo feature `metrics`; empty without it); hidden from the
@@ -48,6 +53,7 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 mod partition;
+pub mod share;
 #[doc(hidden)]
 pub mod testing;
 pub mod wire;

@@ -97,6 +97,15 @@ pub enum ConfigError {
         /// The setting.
         name: &'static str,
     },
+    /// A consumer-group setting given to a share consumer, where the broker's share group (or
+    /// the group's own configuration) decides it: refused rather than ignored, as Java's
+    /// `KafkaShareConsumer` does.
+    NotForShareGroups {
+        /// The setting.
+        name: &'static str,
+        /// What decides it in a share group instead.
+        instead: &'static str,
+    },
     /// A `.properties` file could not be read.
     File {
         /// The file.
@@ -130,7 +139,8 @@ impl ConfigError {
             | ConfigError::Unavailable { name, .. }
             | ConfigError::InvalidSecret { name, .. }
             | ConfigError::TlsFile { name, .. }
-            | ConfigError::ClassicOnly { name } => Some(name),
+            | ConfigError::ClassicOnly { name }
+            | ConfigError::NotForShareGroups { name, .. } => Some(name),
             ConfigError::AutoCommitRefused => Some("enable.auto.commit"),
             ConfigError::Strategies(_) => Some("partition.assignment.strategy"),
             ConfigError::File { .. } | ConfigError::Syntax { .. } => None,
@@ -150,6 +160,9 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::UnsupportedSetting { name, reason } => {
                 write!(f, "setting `{name}` is not supported: {reason}")
+            }
+            ConfigError::NotForShareGroups { name, instead } => {
+                write!(f, "setting `{name}` does not apply to a share consumer: {instead}")
             }
             ConfigError::Missing { name } => write!(f, "setting `{name}` is required"),
             ConfigError::InvalidValue {

@@ -1,0 +1,446 @@
+//! The [`ShareConsumer`]: one poll thread that turns the share group's parts into a blocking
+//! poll-process-acknowledge loop.
+//!
+//! One turn of the poll thread, in this order (`turn`): the outcomes the handlers reported are
+//! turned into acknowledgements by the lock guard (accept only what finished inside its lease);
+//! the membership's latest assignment goes to the fetcher; records still running at half their
+//! lock are renewed; then one ShareFetch round to every leader, carrying the acknowledgements,
+//! whose acquired records enter the lock guard (a record whose idempotency key this member
+//! already applied is accepted at once, never run again) and the buffer. Records whose lease ran
+//! out in the buffer are released, never handed out.
+//!
+//! Nothing here waits for an acknowledgement before the next fetch: the broker's answer to an
+//! acknowledgement only says whether the lock was still held, and a failed one is counted (the
+//! record comes back after its lock and the idempotency key refuses it), never resent as ACCEPT.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use log::{debug, info, warn};
+
+use super::config::ShareConfig;
+use super::context::{Finished, ShareDelivery, ShareFailure};
+use super::stats::ShareStats;
+use super::ShareContext;
+use crate::group::share::{ShareMembership, ShareMembershipConfig};
+use crate::guard::locks::{Acquired, LockConfig, LockGuard, LockLease, Outcome};
+use crate::guard::IdempotencyKey;
+use crate::wire::share::{AckResult, AckType, ShareAck, ShareFetchSettings, ShareFetcher};
+use crate::wire::Record;
+use crate::TopicPartition;
+
+use super::error::ShareError;
+
+/// The idempotency key of a record, derived by the application (an order id): a redelivered
+/// record whose key this member already applied is accepted without running again.
+pub type ShareKeyFn = Box<dyn Fn(&Record) -> Option<IdempotencyKey> + Send>;
+
+/// Told of every acknowledgement the broker refused or that was lost with its request: the
+/// partition, the offset, what was sent and why it failed.
+pub type AckFailureHook = Box<dyn FnMut(&TopicPartition, i64, AckType, &str) + Send>;
+
+/// How long `close` waits for the last acknowledgements and the leave.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A member of a share group (KIP-932): records of the subscribed topics are acquired under a
+/// lock, handed out in bounded batches, and acknowledged one by one by what their handler did
+/// and whether their lock could still be held.
+pub struct ShareConsumer {
+    pub(super) config: ShareConfig,
+    membership: Option<ShareMembership>,
+    pub(super) fetcher: Option<ShareFetcher>,
+    pub(super) locks: LockGuard,
+    key_fn: Option<ShareKeyFn>,
+    on_ack_failure: Option<AckFailureHook>,
+    assignment_epoch: Option<i32>,
+    buffer: VecDeque<(Record, LockLease)>,
+    done_tx: Sender<Finished>,
+    done_rx: Receiver<Finished>,
+    pub(super) stats: ShareStats,
+    /// Handed out and not yet reported back.
+    pub(super) outstanding: usize,
+}
+
+impl ShareConsumer {
+    /// Joins the share group `config.group_id()` subscribed to `topics` and opens the fetcher;
+    /// returns once the broker answered the first heartbeat. Records start flowing with the
+    /// first [`poll`](Self::poll).
+    pub fn subscribe(config: ShareConfig, topics: &[&str]) -> Result<ShareConsumer, ShareError> {
+        let base = config.consumer();
+        let membership = ShareMembership::join(ShareMembershipConfig {
+            client: config.client_config(),
+            group_id: config.group_id().to_string(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            rack: base.client_rack().map(str::to_string),
+            request_timeout: base.request_timeout(),
+        })?;
+        let settings = ShareFetchSettings {
+            max_wait: base.fetch_max_wait(),
+            min_bytes: base.fetch_min_bytes(),
+            max_bytes: base.fetch_max_bytes(),
+            max_records: base.max_poll_records().min(i32::MAX as usize) as i32,
+            batch_size: base.max_poll_records().min(i32::MAX as usize) as i32,
+            acquire_mode: config.acquire_mode().wire_value(),
+        };
+        let fetcher = ShareFetcher::new(
+            config.client_config(),
+            config.group_id(),
+            membership.member_id(),
+            settings,
+        )?;
+        let locks = LockGuard::new(LockConfig {
+            safety_margin: config.lock_safety_margin(),
+            renew: config.lock_renew() && fetcher.supports_renew(),
+            retries: base.processing_retries() as u32,
+            applied_keys_capacity: base.idempotency_cache_size(),
+        })?;
+        info!(
+            "share consumer: member {} of share group {} subscribed to {:?}",
+            membership.member_id(),
+            config.group_id(),
+            topics
+        );
+        let (done_tx, done_rx) = channel();
+        Ok(ShareConsumer {
+            config,
+            membership: Some(membership),
+            fetcher: Some(fetcher),
+            locks,
+            key_fn: None,
+            on_ack_failure: None,
+            assignment_epoch: None,
+            buffer: VecDeque::new(),
+            done_tx,
+            done_rx,
+            stats: ShareStats::default(),
+            outstanding: 0,
+        })
+    }
+
+    /// Derives each record's idempotency key (an order id): a redelivered record whose effect
+    /// this member already applied is accepted without running again.
+    pub fn with_idempotency_key(
+        mut self,
+        key: impl Fn(&Record) -> Option<IdempotencyKey> + Send + 'static,
+    ) -> Self {
+        self.key_fn = Some(Box::new(key));
+        self
+    }
+
+    /// Calls `hook` for every acknowledgement that failed (the lock was lost, the session or the
+    /// connection with it): an operator's record of which effects may repeat elsewhere.
+    pub fn on_ack_failure(
+        mut self,
+        hook: impl FnMut(&TopicPartition, i64, AckType, &str) + Send + 'static,
+    ) -> Self {
+        self.on_ack_failure = Some(Box::new(hook));
+        self
+    }
+
+    /// The member id this consumer generated (KIP-932 members name themselves).
+    pub fn member_id(&self) -> &str {
+        self.membership.as_ref().map_or("", |m| m.member_id())
+    }
+
+    /// The partitions the broker assigned to this member (others may be assigned the same ones:
+    /// a share group shares partitions).
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.membership
+            .as_ref()
+            .map(|m| m.assignment().partitions.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The counters so far: acquired, accepted, released, rejected, acknowledgement failures,
+    /// renewals, effects refused by their key.
+    pub fn stats(&self) -> ShareStats {
+        let mut stats = self.stats.clone();
+        stats.locks = self.locks.stats();
+        stats.buffered = self.buffer.len();
+        stats.outstanding = self.outstanding;
+        stats
+    }
+
+    /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first. Each
+    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is
+    /// acknowledged on a later poll.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
+        let until = Instant::now() + timeout;
+        loop {
+            let want = self.config.consumer().max_poll_records();
+            let out = self.hand_out(want);
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            if Instant::now() >= until {
+                return Ok(Vec::new());
+            }
+            self.turn(true)?;
+        }
+    }
+
+    /// Processes records on this thread until `stop` is set: each record runs `handler`, whose
+    /// `Ok` accepts it (or releases it, when the handler was told its lease ran out: check
+    /// [`ShareContext::is_current`] right before the effect) and whose `Err` releases or rejects
+    /// it (see [`ShareFailure`]). Returns on `stop` or on a fatal error; call
+    /// [`close`](Self::close) after.
+    pub fn run<F>(&mut self, stop: &AtomicBool, mut handler: F) -> Result<(), ShareError>
+    where
+        F: FnMut(&Record, &ShareContext) -> Result<(), ShareFailure>,
+    {
+        let wait = self.config.consumer().fetch_max_wait();
+        while !stop.load(Ordering::Relaxed) {
+            for delivery in self.poll(wait)? {
+                let result = handler(delivery.record(), delivery.context());
+                if let Err(failure) = &result {
+                    debug!(
+                        "share consumer: handler failed on {}-{}@{} (delivery {}): {}",
+                        delivery.record().topic,
+                        delivery.record().partition,
+                        delivery.record().offset,
+                        delivery.context().delivery_count(),
+                        failure.error()
+                    );
+                }
+                delivery.finish_with(&result);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases whatever is still held, sends the last acknowledgements, closes the share
+    /// sessions and leaves the group. Records handed out and never reported are released (a
+    /// delivery not yet dropped reports later into nothing: its lock runs out).
+    pub fn close(mut self) -> Result<(), ShareError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), ShareError> {
+        let now = Instant::now();
+        while let Some((record, _lease)) = self.buffer.pop_front() {
+            let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
+            self.decide(tp, record.offset, Outcome::Skipped, now);
+        }
+        self.drain_finished();
+        let mut result = Ok(());
+        if let Some(fetcher) = self.fetcher.take() {
+            let results = fetcher.close(CLOSE_TIMEOUT);
+            self.ack_results(&results);
+        }
+        if let Some(membership) = self.membership.take() {
+            if let Err(e) = membership.leave(CLOSE_TIMEOUT) {
+                warn!("share consumer: leaving the group failed: {e}");
+                result = Err(ShareError::Group(e));
+            }
+        }
+        info!("share consumer closed: {}", self.stats());
+        result
+    }
+
+    /// Hands out up to `want` buffered records whose lease is still current; the others are
+    /// released.
+    pub(super) fn hand_out(&mut self, want: usize) -> Vec<ShareDelivery> {
+        let mut out = Vec::new();
+        let now = Instant::now();
+        while out.len() < want {
+            let Some((record, lease)) = self.buffer.pop_front() else {
+                break;
+            };
+            if !lease.is_current() {
+                let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
+                self.stats.expired_in_buffer += 1;
+                self.decide(tp, record.offset, Outcome::Skipped, now);
+                continue;
+            }
+            self.outstanding += 1;
+            out.push(ShareDelivery::new(record, lease, self.done_tx.clone()));
+        }
+        out
+    }
+
+    /// Records acquired and waiting to be handed out.
+    pub(super) fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// One turn of the poll thread (see the module text). `fetch` false skips the ShareFetch
+    /// (the decoupled mode's poll thread when every worker is busy still acknowledges and
+    /// renews).
+    pub(super) fn turn(&mut self, fetch: bool) -> Result<(), ShareError> {
+        if let Some(membership) = &self.membership {
+            membership.status()?;
+        }
+        self.drain_finished();
+        self.follow_assignment();
+        self.renew_due();
+        self.release_expired();
+        if fetch {
+            self.fetch_round()?;
+        } else if let Some(fetcher) = self.fetcher.as_mut() {
+            // Nothing fetched, but what finished is not kept waiting for the next fetch.
+            let results = fetcher.flush_acks(self.config.consumer().request_timeout());
+            self.ack_results(&results);
+        }
+        Ok(())
+    }
+
+    /// Applies every outcome the handlers reported so far.
+    pub(super) fn drain_finished(&mut self) {
+        while let Ok(done) = self.done_rx.try_recv() {
+            self.outstanding = self.outstanding.saturating_sub(1);
+            self.decide(done.tp, done.offset, done.outcome, done.at);
+        }
+    }
+
+    /// Waits up to `timeout` for one reported outcome (the decoupled mode's idle wait).
+    pub(super) fn wait_finished(&mut self, timeout: Duration) {
+        if let Ok(done) = self.done_rx.recv_timeout(timeout) {
+            self.outstanding = self.outstanding.saturating_sub(1);
+            self.decide(done.tp, done.offset, done.outcome, done.at);
+        }
+    }
+
+    fn decide(&mut self, tp: TopicPartition, offset: i64, outcome: Outcome, at: Instant) {
+        if let Some(kind) = self.locks.finished(&tp, offset, outcome, at) {
+            self.queue_ack(tp, offset, kind);
+        }
+    }
+
+    fn queue_ack(&mut self, tp: TopicPartition, offset: i64, kind: AckType) {
+        if let Some(fetcher) = self.fetcher.as_mut() {
+            fetcher.acknowledge([ShareAck { tp, offset, kind }]);
+        }
+    }
+
+    fn follow_assignment(&mut self) {
+        let (Some(membership), Some(fetcher)) = (&self.membership, self.fetcher.as_mut()) else {
+            return;
+        };
+        let assignment = membership.assignment();
+        if self.assignment_epoch != Some(assignment.epoch) {
+            info!(
+                "share consumer: assignment epoch {}: {} partition(s)",
+                assignment.epoch,
+                assignment.partitions.len()
+            );
+            fetcher.assign(&assignment.partitions);
+            self.assignment_epoch = Some(assignment.epoch);
+            self.stats.assignment_epoch = assignment.epoch;
+            self.stats.assigned = assignment.partitions.len();
+        }
+    }
+
+    fn renew_due(&mut self) {
+        let now = Instant::now();
+        let due = self.locks.due_for_renewal(now);
+        if due.is_empty() {
+            return;
+        }
+        let Some(fetcher) = self.fetcher.as_mut() else {
+            return;
+        };
+        self.locks.renew_sent(&due, now);
+        let renewed = fetcher.renew(&due, self.config.consumer().request_timeout());
+        for result in &renewed.results {
+            for (offset, _) in &result.acks {
+                match (&result.outcome, renewed.lock_duration) {
+                    (Ok(()), Some(lock)) => {
+                        self.locks.renewed(&result.tp, *offset, renewed.sent_at, lock)
+                    }
+                    _ => self.locks.renew_failed(&result.tp, *offset),
+                }
+            }
+        }
+        self.stats.renew_round_trips += 1;
+    }
+
+    /// Releases the buffered records whose lease ran out, so that the broker redelivers them
+    /// now rather than when their lock ends.
+    fn release_expired(&mut self) {
+        let now = Instant::now();
+        let before = self.buffer.len();
+        let mut kept = VecDeque::with_capacity(before);
+        while let Some((record, lease)) = self.buffer.pop_front() {
+            if lease.is_current() {
+                kept.push_back((record, lease));
+            } else {
+                let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
+                self.stats.expired_in_buffer += 1;
+                self.decide(tp, record.offset, Outcome::Skipped, now);
+            }
+        }
+        self.buffer = kept;
+    }
+
+    fn fetch_round(&mut self) -> Result<(), ShareError> {
+        let Some(fetcher) = self.fetcher.as_mut() else {
+            return Ok(());
+        };
+        let round = fetcher.fetch()?;
+        self.stats.fetch_round_trips += 1;
+        for (tp, code) in &round.errors {
+            debug!("share consumer: ShareFetch for {tp}: {code}");
+            self.stats.fetch_errors += 1;
+        }
+        self.ack_results(&round.ack_results);
+        for batch in round.batches {
+            for acquired in batch.records {
+                let record = acquired.record;
+                let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
+                let key = self.key_fn.as_ref().and_then(|f| f(&record));
+                self.stats.acquired += 1;
+                match self.locks.acquired(
+                    tp.clone(),
+                    record.offset,
+                    acquired.delivery_count,
+                    key,
+                    batch.sent_at,
+                    batch.lock_duration,
+                ) {
+                    Acquired::Run(lease) => self.buffer.push_back((record, lease)),
+                    Acquired::AlreadyApplied => {
+                        debug!(
+                            "share consumer: {tp}@{} delivered again (delivery {}) after this \
+                             member applied its key: accepted without running",
+                            record.offset, acquired.delivery_count
+                        );
+                        self.queue_ack(tp, record.offset, AckType::Accept);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn ack_results(&mut self, results: &[AckResult]) {
+        for result in results {
+            let ok = result.outcome.is_ok();
+            if !ok {
+                warn!(
+                    "share consumer: acknowledgement of {} record(s) of {} failed: {:?} (the lock \
+                     may be lost: counted, never resent as ACCEPT)",
+                    result.acks.len(),
+                    result.tp,
+                    result.outcome
+                );
+            }
+            for (offset, kind) in &result.acks {
+                self.locks.ack_result(&result.tp, *offset, *kind, ok);
+                if let (Err(error), Some(hook)) = (&result.outcome, self.on_ack_failure.as_mut()) {
+                    hook(&result.tp, *offset, *kind, &error.to_string());
+                }
+            }
+        }
+        self.stats.acknowledgements += results.iter().map(|r| r.acks.len() as u64).sum::<u64>();
+    }
+}
+
+impl Drop for ShareConsumer {
+    fn drop(&mut self) {
+        if self.membership.is_some() || self.fetcher.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}

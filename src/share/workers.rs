@@ -1,0 +1,119 @@
+//! The decoupled mode of the share consumer: handlers on worker threads, the poll thread
+//! fetching, acknowledging and renewing beside them.
+//!
+//! Why simpler than the consumer group's workers: a share group promises no order, so any
+//! worker may take any record, and a record's lease is its own (its lock), not its partition's,
+//! so nothing waits for a drain. What stays bounded: the records this member holds
+//! (`max.poll.records`, at least one per worker), because every one of them is a lock ticking at
+//! the broker.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use log::error;
+
+use super::consumer::ShareConsumer;
+use super::context::{ShareContext, ShareDelivery, ShareFailure};
+use super::error::ShareError;
+use crate::wire::Record;
+
+/// How long the poll thread waits for a worker's outcome when it holds as many records as it
+/// may (it then neither fetches nor hands out).
+const FULL_WAIT: Duration = Duration::from_millis(20);
+
+impl ShareConsumer {
+    /// Runs `handler` on `threads` worker threads until `stop` is set (or a fatal error, or a
+    /// handler's panic), with the same outcomes as [`run`](Self::run). Records queued for a
+    /// worker when `stop` is set are released, not run. Call [`close`](Self::close) after.
+    pub fn run_with_workers<F>(
+        &mut self,
+        stop: &AtomicBool,
+        threads: usize,
+        handler: F,
+    ) -> Result<(), ShareError>
+    where
+        F: Fn(&Record, &ShareContext) -> Result<(), ShareFailure> + Sync,
+    {
+        let threads = threads.max(1);
+        let cap = self.config.consumer().max_poll_records().max(threads);
+        let (work_tx, work_rx) = sync_channel::<ShareDelivery>(cap);
+        let work_rx = Mutex::new(work_rx);
+        let panicked: Mutex<Option<String>> = Mutex::new(None);
+        let result = std::thread::scope(|scope| {
+            // Owned by this closure, so that every way out of it (an early error included)
+            // closes the queue before the scope joins the workers.
+            let work_tx = work_tx;
+            for index in 0..threads {
+                let (work_rx, panicked, handler) = (&work_rx, &panicked, &handler);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("share-worker-{index}"))
+                    .spawn_scoped(scope, move || loop {
+                        let next = match work_rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok(delivery) = next else { return };
+                        if stop.load(Ordering::Relaxed) {
+                            delivery.skipped();
+                            continue;
+                        }
+                        let run = catch_unwind(AssertUnwindSafe(|| {
+                            handler(delivery.record(), delivery.context())
+                        }));
+                        match run {
+                            Ok(result) => delivery.finish_with(&result),
+                            Err(panic) => {
+                                let message = panic_message(panic.as_ref());
+                                error!("share worker {index}: handler panicked: {message}");
+                                delivery.skipped();
+                                if let Ok(mut slot) = panicked.lock() {
+                                    slot.get_or_insert(message);
+                                }
+                            }
+                        }
+                    });
+                if let Err(e) = spawned {
+                    return Err(ShareError::Group(crate::group::GroupError::Thread(e)));
+                }
+            }
+            let result = loop {
+                if stop.load(Ordering::Relaxed) {
+                    break Ok(());
+                }
+                if let Some(message) = panicked.lock().ok().and_then(|mut s| s.take()) {
+                    break Err(ShareError::HandlerPanicked { message });
+                }
+                while self.outstanding < cap && self.buffered() > 0 {
+                    for delivery in self.hand_out(1) {
+                        // The channel holds `cap` and at most `cap` are outstanding: never full.
+                        if work_tx.try_send(delivery).is_err() {
+                            break;
+                        }
+                    }
+                }
+                let room = self.outstanding + self.buffered() < cap;
+                if let Err(e) = self.turn(room) {
+                    break Err(e);
+                }
+                if !room {
+                    self.wait_finished(FULL_WAIT);
+                }
+            };
+            drop(work_tx);
+            result
+        });
+        self.drain_finished();
+        result
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
+}
