@@ -74,6 +74,10 @@
 //! - `session_bound.rs`: the [`SessionBound`]: ownership that expires by time, renewed by the
 //!   membership's answered requests, so a member frozen past its session stops trusting its
 //!   leases.
+//! - `locks/`: the [`LockGuard`] of a share group (KIP-932), beside the rebalance guard and
+//!   independent of it: each acquired record runs under a [`LockLease`] that ends before the
+//!   broker's record lock can, renewals move it forward, and its finish decides the
+//!   acknowledgement ([`AckType`]): never ACCEPT once the lock may have ended.
 //! - `storm.rs`: rebalance storm detection, counted on the monotonic clock ([`StormStatus`]).
 //! - `clock.rs`: that monotonic [`Clock`], a trait so tests drive time by hand.
 
@@ -85,6 +89,7 @@ mod hash_index;
 mod idempotency_key;
 mod key_hash;
 mod key_set;
+mod locks;
 mod partition_state;
 mod progress;
 mod recent;
@@ -108,6 +113,9 @@ pub use error::{
 };
 pub use handoff::{AwaitingCommit, Drained, Fenced, HandedBack};
 pub use idempotency_key::IdempotencyKey;
+pub use locks::{
+    AckFailures, AckType, Acquired, LockGuard, LockGuardConfig, LockLease, LockStats, Outcome,
+};
 pub use session_bound::SessionBound;
 pub use storm::StormStatus;
 pub use types::{

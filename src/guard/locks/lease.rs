@@ -1,0 +1,177 @@
+//! The handle a worker holds on one acquired record: its lock's deadline as this member may
+//! trust it, read against the monotonic clock by whoever asks.
+//!
+//! The deadline lives in one atomic shared by every clone of the handle, so that a renewal the
+//! poll thread records (the broker answered a RENEW) reaches the worker already holding the
+//! record, and a voided lease (the broker gave the record to us again, under a new
+//! acquisition) reads "not current" everywhere at once. No lock is taken to ask.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::guard::{Clock, IdempotencyKey};
+use crate::TopicPartition;
+
+/// The encoded deadline of a voided lease: never current again.
+const VOID: u64 = 0;
+
+/// A handle on the lock of one acquired record: cheap to clone (one reference count), shared
+/// with the worker that runs the record's handler.
+///
+/// A handler asks [`is_current`](Self::is_current) right before it applies the record's effect
+/// and skips the effect when the answer is no: past the deadline the broker may already have
+/// given the record to another member. The deadline moves forward when a renewal of the lock is
+/// answered, and the lease is voided for good when the broker hands the same record to this
+/// member again under a new acquisition.
+#[derive(Clone)]
+pub struct LockLease(Arc<Cell>);
+
+struct Cell {
+    tp: TopicPartition,
+    offset: i64,
+    delivery_count: i16,
+    /// Which acquisition of the record this is, unique within its guard: a voided lease's late
+    /// finish is told apart from the finish of the acquisition that replaced it.
+    acquisition: u64,
+    key: Option<IdempotencyKey>,
+    clock: Arc<dyn Clock>,
+    /// The instant that deadlines are counted from (the guard's creation).
+    base: Instant,
+    /// Nanoseconds after `base` at which the lease ends, plus one; [`VOID`] once voided.
+    deadline: AtomicU64,
+    /// Set by the first finish, so that a second one (a caller's mistake) produces no second
+    /// acknowledgement.
+    finished: AtomicBool,
+}
+
+/// The clock leases read and the instant their deadlines are counted from, as the guard hands
+/// them to each lease.
+pub(super) struct Timebase {
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) base: Instant,
+}
+
+/// Nanoseconds from `base` to `at`, plus one, saturating; an instant before `base` encodes as
+/// `base` itself, which is earlier than any `now` the guard's clock reads after its creation.
+fn encode(base: Instant, at: Instant) -> u64 {
+    let nanos = at.saturating_duration_since(base).as_nanos();
+    u64::try_from(nanos)
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
+
+impl LockLease {
+    pub(super) fn new(
+        acquisition: u64,
+        tp: TopicPartition,
+        offset: i64,
+        delivery_count: i16,
+        key: Option<IdempotencyKey>,
+        time: &Timebase,
+        deadline: Instant,
+    ) -> Self {
+        LockLease(Arc::new(Cell {
+            tp,
+            offset,
+            delivery_count,
+            acquisition,
+            key,
+            clock: time.clock.clone(),
+            base: time.base,
+            deadline: AtomicU64::new(encode(time.base, deadline)),
+            finished: AtomicBool::new(false),
+        }))
+    }
+
+    /// True while the record's lock is certainly still this member's: the handler may apply its
+    /// effect. Reads the monotonic clock itself, so a worker that was stalled (a frozen process,
+    /// a starved thread) gets "no" as soon as it asks, whatever the poll thread has done since.
+    pub fn is_current(&self) -> bool {
+        self.is_current_at(self.0.clock.now())
+    }
+
+    /// [`is_current`](Self::is_current) at an instant the caller read from the guard's clock.
+    pub fn is_current_at(&self, now: Instant) -> bool {
+        let deadline = self.0.deadline.load(Ordering::Acquire);
+        deadline != VOID && encode(self.0.base, now) < deadline
+    }
+
+    /// How long the lease has left now (zero once it is not current), for a handler that bounds
+    /// its own work (a call's timeout) by the lock.
+    pub fn time_left(&self) -> Duration {
+        let now = self.0.clock.now();
+        match self.deadline() {
+            Some(deadline) if self.is_current_at(now) => deadline.saturating_duration_since(now),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The instant the lease ends (moved forward by renewals); `None` once voided. An instant
+    /// before the guard was created reads as the guard's creation.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.0.deadline.load(Ordering::Acquire) {
+            VOID => None,
+            encoded => self.0.base.checked_add(Duration::from_nanos(encoded - 1)),
+        }
+    }
+
+    /// How many times the broker has delivered this record (1 on its first delivery), for the
+    /// failure policy and for a handler that treats a repeated delivery with suspicion.
+    pub fn delivery_count(&self) -> i16 {
+        self.0.delivery_count
+    }
+
+    /// The record's partition.
+    pub fn tp(&self) -> &TopicPartition {
+        &self.0.tp
+    }
+
+    /// The record's offset.
+    pub fn offset(&self) -> i64 {
+        self.0.offset
+    }
+
+    pub(super) fn acquisition(&self) -> u64 {
+        self.0.acquisition
+    }
+
+    pub(super) fn key(&self) -> Option<&IdempotencyKey> {
+        self.0.key.as_ref()
+    }
+
+    /// Moves the deadline to `to` if that is later; never moves it back and never revives a
+    /// voided lease. True when it moved.
+    pub(super) fn extend(&self, to: Instant) -> bool {
+        let to = encode(self.0.base, to);
+        self.0
+            .deadline
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |at| {
+                (at != VOID && to > at).then_some(to)
+            })
+            .is_ok()
+    }
+
+    /// Ends the lease for good: it never reads current again.
+    pub(super) fn void(&self) {
+        self.0.deadline.store(VOID, Ordering::Release);
+    }
+
+    /// Marks the lease finished; false when it already was.
+    pub(super) fn finish(&self) -> bool {
+        !self.0.finished.swap(true, Ordering::AcqRel)
+    }
+}
+
+impl fmt::Debug for LockLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockLease")
+            .field("tp", &self.0.tp)
+            .field("offset", &self.0.offset)
+            .field("delivery_count", &self.0.delivery_count)
+            .field("acquisition", &self.0.acquisition)
+            .field("deadline", &self.deadline())
+            .finish_non_exhaustive()
+    }
+}
