@@ -227,7 +227,7 @@ impl Effects {
             );
             return Ok(());
         }
-        let deadline_ns = instant_mono_ns(ctx.deadline());
+        let deadline_ns = ctx.deadline().map_or(0, instant_mono_ns);
         if let Some(file) = &self.file {
             let mut file = file
                 .lock()

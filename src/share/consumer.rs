@@ -25,9 +25,8 @@ use super::context::{Finished, ShareDelivery, ShareFailure};
 use super::stats::ShareStats;
 use super::ShareContext;
 use crate::group::share::{ShareMembership, ShareMembershipConfig};
-use crate::guard::locks::{Acquired, LockConfig, LockGuard, LockLease, Outcome};
-use crate::guard::IdempotencyKey;
-use crate::wire::share::{AckResult, AckType, ShareAck, ShareFetchSettings, ShareFetcher};
+use crate::guard::{AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome};
+use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
 use crate::wire::Record;
 use crate::TopicPartition;
 
@@ -90,11 +89,19 @@ impl ShareConsumer {
             membership.member_id(),
             settings,
         )?;
-        let locks = LockGuard::new(LockConfig {
-            safety_margin: config.lock_safety_margin(),
-            renew: config.lock_renew() && fetcher.supports_renew(),
-            retries: base.processing_retries() as u32,
-            applied_keys_capacity: base.idempotency_cache_size(),
+        let defaults = LockGuardConfig::default();
+        let locks = LockGuard::new(LockGuardConfig {
+            // A margin set by the operator is the margin (at most half the lock); otherwise the
+            // guard's: a tenth of the lock, at least a second.
+            margin_floor: config.lock_safety_margin().unwrap_or(defaults.margin_floor),
+            margin_percent: if config.lock_safety_margin().is_some() {
+                0
+            } else {
+                defaults.margin_percent
+            },
+            retries: base.processing_retries(),
+            applied_keys: base.idempotency_cache_size(),
+            renewal: config.lock_renew() && fetcher.supports_renew(),
         })?;
         info!(
             "share consumer: member {} of share group {} subscribed to {:?}",
@@ -219,9 +226,8 @@ impl ShareConsumer {
 
     fn shutdown(&mut self) -> Result<(), ShareError> {
         let now = Instant::now();
-        while let Some((record, _lease)) = self.buffer.pop_front() {
-            let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
-            self.decide(tp, record.offset, Outcome::Skipped, now);
+        while let Some((_record, lease)) = self.buffer.pop_front() {
+            self.decide(&lease, Outcome::Skipped, now);
         }
         self.drain_finished();
         let mut result = Ok(());
@@ -249,9 +255,8 @@ impl ShareConsumer {
                 break;
             };
             if !lease.is_current() {
-                let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
                 self.stats.expired_in_buffer += 1;
-                self.decide(tp, record.offset, Outcome::Skipped, now);
+                self.decide(&lease, Outcome::Skipped, now);
                 continue;
             }
             self.outstanding += 1;
@@ -290,7 +295,7 @@ impl ShareConsumer {
     pub(super) fn drain_finished(&mut self) {
         while let Ok(done) = self.done_rx.try_recv() {
             self.outstanding = self.outstanding.saturating_sub(1);
-            self.decide(done.tp, done.offset, done.outcome, done.at);
+            self.decide(&done.lease, done.outcome, done.at);
         }
     }
 
@@ -298,13 +303,13 @@ impl ShareConsumer {
     pub(super) fn wait_finished(&mut self, timeout: Duration) {
         if let Ok(done) = self.done_rx.recv_timeout(timeout) {
             self.outstanding = self.outstanding.saturating_sub(1);
-            self.decide(done.tp, done.offset, done.outcome, done.at);
+            self.decide(&done.lease, done.outcome, done.at);
         }
     }
 
-    fn decide(&mut self, tp: TopicPartition, offset: i64, outcome: Outcome, at: Instant) {
-        if let Some(kind) = self.locks.finished(&tp, offset, outcome, at) {
-            self.queue_ack(tp, offset, kind);
+    fn decide(&mut self, lease: &LockLease, outcome: Outcome, at: Instant) {
+        if let Some(kind) = self.locks.finished(lease, outcome, at) {
+            self.queue_ack(lease.tp().clone(), lease.offset(), kind);
         }
     }
 
@@ -341,7 +346,9 @@ impl ShareConsumer {
         let Some(fetcher) = self.fetcher.as_mut() else {
             return;
         };
-        self.locks.renew_sent(&due, now);
+        for (tp, offset) in &due {
+            self.locks.renew_sent(tp, *offset);
+        }
         let renewed = fetcher.renew(&due, self.config.consumer().request_timeout());
         for result in &renewed.results {
             for (offset, _) in &result.acks {
@@ -366,12 +373,13 @@ impl ShareConsumer {
             if lease.is_current() {
                 kept.push_back((record, lease));
             } else {
-                let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
                 self.stats.expired_in_buffer += 1;
-                self.decide(tp, record.offset, Outcome::Skipped, now);
+                self.decide(&lease, Outcome::Skipped, now);
             }
         }
         self.buffer = kept;
+        // Forgets the records whose acknowledgement answer never came once their lock ended.
+        let _ = self.locks.expired(now);
     }
 
     fn fetch_round(&mut self) -> Result<(), ShareError> {
@@ -392,7 +400,7 @@ impl ShareConsumer {
                 let key = self.key_fn.as_ref().and_then(|f| f(&record));
                 self.stats.acquired += 1;
                 match self.locks.acquired(
-                    tp.clone(),
+                    &tp,
                     record.offset,
                     acquired.delivery_count,
                     key,
@@ -400,13 +408,14 @@ impl ShareConsumer {
                     batch.lock_duration,
                 ) {
                     Acquired::Run(lease) => self.buffer.push_back((record, lease)),
-                    Acquired::AlreadyApplied => {
+                    refused => {
                         debug!(
-                            "share consumer: {tp}@{} delivered again (delivery {}) after this \
-                             member applied its key: accepted without running",
+                            "share consumer: {tp}@{} (delivery {}) not run: {refused:?}",
                             record.offset, acquired.delivery_count
                         );
-                        self.queue_ack(tp, record.offset, AckType::Accept);
+                        if let Some(kind) = refused.ack() {
+                            self.queue_ack(tp, record.offset, kind);
+                        }
                     }
                 }
             }

@@ -14,14 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
-use crate::guard::locks::{LockLease, Outcome};
+use crate::guard::{LockLease, Outcome};
 use crate::wire::Record;
-use crate::TopicPartition;
 
 /// How one record ended, on its way from the handler's thread to the poll thread.
 pub(crate) struct Finished {
-    pub(crate) tp: TopicPartition,
-    pub(crate) offset: i64,
+    /// The lease it ran under: names this acquisition, not an earlier one of the same offset.
+    pub(crate) lease: LockLease,
     pub(crate) outcome: Outcome,
     pub(crate) at: Instant,
 }
@@ -57,12 +56,13 @@ impl ShareContext {
     /// How many times the broker has delivered this record, this time included (1 the first
     /// time). A failure policy reads it: the broker archives a record after the group's
     /// `share.delivery.count.limit` deliveries.
-    pub fn delivery_count(&self) -> u16 {
+    pub fn delivery_count(&self) -> i16 {
         self.lease.delivery_count()
     }
 
-    /// When the lease ends (it may move later when the lock is renewed).
-    pub fn deadline(&self) -> Instant {
+    /// When the lease ends (later once the lock is renewed); `None` once it was voided (the
+    /// broker delivered the record again while this handler still ran).
+    pub fn deadline(&self) -> Option<Instant> {
         self.lease.deadline()
     }
 
@@ -203,8 +203,7 @@ impl ShareDelivery {
             // The consumer gone means nothing can be acknowledged any more; the lock simply
             // runs out and the broker redelivers the record.
             let _ = done.send(Finished {
-                tp: TopicPartition::new(self.record.topic.as_ref(), self.record.partition),
-                offset: self.record.offset,
+                lease: self.context.lease.clone(),
                 outcome,
                 at: Instant::now(),
             });

@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::consumer::ConfigError;
 use crate::group::GroupError;
-use crate::guard::locks::LockConfigError;
+use crate::guard::GuardConfigError;
 use crate::wire::WireError;
 
 /// Why a share consumer call failed. A failed call acknowledges nothing it was not sure of: the
@@ -17,7 +17,7 @@ pub enum ShareError {
     /// The configuration was refused (the setting is named).
     Config(ConfigError),
     /// The lock guard's settings are invalid.
-    Locks(LockConfigError),
+    Locks(GuardConfigError),
     /// The share group membership failed for good (authorization, a broker without share
     /// groups, the member removed for good): nothing more is fetched.
     Group(GroupError),
@@ -75,8 +75,8 @@ impl From<WireError> for ShareError {
     }
 }
 
-impl From<LockConfigError> for ShareError {
-    fn from(e: LockConfigError) -> Self {
+impl From<GuardConfigError> for ShareError {
+    fn from(e: GuardConfigError) -> Self {
         ShareError::Locks(e)
     }
 }

@@ -58,7 +58,7 @@ mod stats;
 mod workers;
 
 pub use config::{AcquireMode, ShareConfig, ShareConfigBuilder, ShareSettingDoc, SHARE_SETTINGS};
-pub use crate::wire::share::AckType;
+pub use crate::guard::AckType;
 pub use consumer::{AckFailureHook, ShareConsumer, ShareKeyFn};
 pub use context::{ShareContext, ShareDelivery, ShareFailure};
 pub use error::ShareError;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::guard::locks::LockStats;
+use crate::guard::LockStats;
 
 /// A snapshot of the share consumer's counters ([`ShareConsumer::stats`]).
 ///

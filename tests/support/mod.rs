@@ -13,6 +13,8 @@
 //! * [`Tansu`]: the tansu broker binary, memory storage, a second independent implementation.
 //! * [`fetch::fetch_answered`]: one fetch whose every partition the leader answered, for tests
 //!   that check what one answer holds on a busy machine.
+//! * [`share`]: a share group on the shared Kafka 4.4 broker (its group configuration set) and
+//!   our share worker example as a process of its own, to kill or freeze.
 //! * [`peer`] / [`peer_consume`]: `scripts/peer.py`, confluent-kafka and
 //!   kafka-python helpers that produce and read records with no code of ours
 //!   on the wire.
@@ -39,6 +41,7 @@ pub mod log_lines;
 pub mod members;
 pub mod ours;
 pub mod proxy;
+pub mod share;
 pub mod tenure;
 
 pub use kafka::{Kafka, KafkaVersion};

@@ -1,0 +1,187 @@
+//! Share-group members that die or freeze, on real Kafka 4.4: our share worker runs as a process
+//! of its own (the `share_worker` example), so it can be killed with SIGKILL or frozen with
+//! SIGSTOP while it holds locks.
+//!
+//! What must hold: no order is lost; an order applied twice was first applied by the member that
+//! was killed (and never acknowledged) or by a member whose lock ran out while it was frozen (its
+//! ACCEPT then failed); and no effect is ever applied after its lease ended, the frozen member's
+//! included once it resumes.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use support::share::{applications, worker_dir, Effect, ShareSetup, WorkerProcess};
+
+const BOUND: Duration = Duration::from_secs(60);
+
+/// CLOCK_MONOTONIC in ns, the clock of the workers' effect stamps.
+fn mono_ns() -> u128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
+}
+
+fn all_effects(workers: &[&WorkerProcess]) -> Vec<Effect> {
+    workers.iter().flat_map(|w| w.effects()).collect()
+}
+
+/// Waits until every order in `ids` was applied by someone.
+fn wait_all_applied(workers: &[&WorkerProcess], ids: &BTreeSet<String>, what: &str) {
+    let until = Instant::now() + BOUND;
+    loop {
+        let applied: BTreeSet<String> = all_effects(workers).into_iter().map(|e| e.order).collect();
+        let missing = ids.difference(&applied).count();
+        if missing == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{what}: {missing} order(s) never applied within {BOUND:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// No effect after its lease: every effect's applied stamp is before its lease's end.
+fn assert_no_effect_after_lease(effects: &[Effect]) {
+    let late: Vec<_> = effects
+        .iter()
+        .filter(|e| e.applied_ns >= e.deadline_ns)
+        .collect();
+    assert!(late.is_empty(), "effects applied after their lease ended: {late:?}");
+}
+
+/// A member killed with locks held: its records come back to the other member after the lock
+/// duration and are applied there; an order is applied twice only when the killed member applied
+/// it first (and died before its ACCEPT went out), never twice by the live member.
+#[test]
+fn a_killed_members_records_come_back_to_the_others_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let setup = ShareSetup::new("share-kill", 2, 3_000);
+    let ids: BTreeSet<String> = setup.produce_orders(2, 200).into_iter().collect();
+    let dir = worker_dir("share-kill");
+    let mut victim = WorkerProcess::start(&setup, &dir, "victim", 2, 20, &[]);
+    let mut survivor = WorkerProcess::start(&setup, &dir, "survivor", 2, 20, &[]);
+    let until = Instant::now() + BOUND;
+    while victim.effects().len() < 30 {
+        assert!(Instant::now() < until, "the victim applied nothing: {}", victim.output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    victim.signal("KILL");
+    let killed_at = mono_ns();
+    victim.kill();
+    wait_all_applied(&[&victim, &survivor], &ids, "after the kill");
+    assert!(survivor.stop(Duration::from_secs(20)), "{}", survivor.output());
+    let effects = all_effects(&[&victim, &survivor]);
+    assert_no_effect_after_lease(&effects);
+    let mut repeats = 0;
+    for (order, applied) in applications(&effects) {
+        if applied.len() < 2 {
+            continue;
+        }
+        repeats += 1;
+        assert_eq!(applied.len(), 2, "{order} applied {} times: {applied:?}", applied.len());
+        let (first, second) = (&applied[0], &applied[1]);
+        let (first, second) = if first.applied_ns <= second.applied_ns {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        assert_eq!(first.worker, "victim", "{order}: {applied:?}");
+        assert_eq!(second.worker, "survivor", "{order}: {applied:?}");
+        assert!(first.applied_ns < killed_at, "{order}: {applied:?}");
+        assert!(second.delivery_count >= 2, "{order}: {applied:?}");
+    }
+    // The kill cost at most what the victim held: two workers' records in flight.
+    eprintln!("killed member: {} orders, {repeats} repeat(s)", ids.len());
+}
+
+/// A member frozen (SIGSTOP) for longer than the lock: the others take its records over; once it
+/// resumes it applies nothing whose lease ended (its handlers find `is_current` false), and an
+/// order it applied right before the freeze and could not ACCEPT is the only kind of repeat.
+#[test]
+fn a_frozen_member_applies_nothing_after_it_resumes_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let lock = Duration::from_millis(3_000);
+    let setup = ShareSetup::new("share-freeze", 2, lock.as_millis() as u64);
+    let ids: BTreeSet<String> = setup.produce_orders(2, 150).into_iter().collect();
+    let dir = worker_dir("share-freeze");
+    // Slow handlers, so that the freeze catches records in the middle of their work.
+    let mut frozen = WorkerProcess::start(&setup, &dir, "frozen", 2, 100, &[]);
+    let mut other = WorkerProcess::start(&setup, &dir, "other", 2, 20, &[]);
+    let until = Instant::now() + BOUND;
+    while frozen.effects().len() < 5 {
+        assert!(Instant::now() < until, "the member applied nothing: {}", frozen.output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    frozen.signal("STOP");
+    let stopped_at = mono_ns();
+    std::thread::sleep(lock * 2);
+    frozen.signal("CONT");
+    let resumed_at = mono_ns();
+    wait_all_applied(&[&frozen, &other], &ids, "after the freeze");
+    assert!(frozen.stop(Duration::from_secs(20)), "{}", frozen.output());
+    assert!(other.stop(Duration::from_secs(20)), "{}", other.output());
+    let effects = all_effects(&[&frozen, &other]);
+    assert_no_effect_after_lease(&effects);
+    // What the frozen member held across the freeze: no effect of it between the stop and the
+    // resume (it was stopped), and after the resume only records acquired after it.
+    let after_resume: Vec<_> = effects
+        .iter()
+        .filter(|e| e.worker == "frozen" && e.applied_ns >= stopped_at)
+        .collect();
+    for e in &after_resume {
+        assert!(
+            e.applied_ns >= resumed_at && e.deadline_ns > resumed_at,
+            "the frozen member applied a record held across the freeze: {e:?}"
+        );
+    }
+    let output = frozen.output();
+    let expired_lines = output.lines().filter(|l| l.starts_with("lease_expired")).count();
+    let ack_failed: BTreeSet<(i32, i64)> = output
+        .lines()
+        .filter(|l| l.starts_with("ack_failed"))
+        .filter_map(|l| {
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|f| f.strip_prefix(k))
+                    .and_then(|v| v.parse::<i64>().ok())
+            };
+            Some((field("partition=")? as i32, field("offset=")?))
+        })
+        .collect();
+    let mut repeats = 0;
+    for (order, applied) in applications(&effects) {
+        if applied.len() < 2 {
+            continue;
+        }
+        repeats += 1;
+        let first = applied.iter().min_by_key(|e| e.applied_ns).expect("two");
+        assert_eq!(first.worker, "frozen", "{order}: {applied:?}");
+        assert!(
+            first.applied_ns < stopped_at,
+            "{order}: repeated, first applied after the freeze: {applied:?}"
+        );
+        // Explained by the freeze: that lease ended while the member was stopped, and the
+        // redelivery came after it.
+        assert!(
+            first.deadline_ns < resumed_at,
+            "{order}: repeated though its first lease outlived the freeze: {applied:?}"
+        );
+        let second = applied.iter().find(|e| !std::ptr::eq(*e, first)).expect("two");
+        assert!(second.delivery_count >= 2, "{order}: {applied:?}");
+        assert!(second.applied_ns > first.deadline_ns, "{order}: {applied:?}");
+    }
+    eprintln!(
+        "frozen member: {} orders; {expired_lines} effect(s) skipped after the resume \
+         (lease_expired); {} failed acknowledgement(s); {repeats} repeat(s)",
+        ids.len(),
+        ack_failed.len()
+    );
+}

@@ -1,0 +1,320 @@
+//! Share groups for the tests: a fresh topic and share group on the shared Kafka 4.4 broker, with
+//! the group's configuration set (where it starts, how long a lock lasts), records produced with
+//! one order id each, and our share worker run as a process of its own (to be killed or frozen).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::share::{ShareConfig, ShareConsumer};
+use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord};
+use rebalance_guard::TopicPartition;
+
+use super::consumer::produce_until_accepted;
+use super::{repo_root, unique_name, BrokerKind};
+
+/// A share group on a fresh topic of the shared Kafka 4.4 broker.
+pub struct ShareSetup {
+    /// The broker's bootstrap address.
+    pub bootstrap: String,
+    /// The topic (fresh, `partitions` partitions).
+    pub topic: String,
+    /// The share group (fresh), reading from the earliest offset.
+    pub group: String,
+    rounds: std::sync::atomic::AtomicUsize,
+    _broker: Option<Box<dyn super::Broker>>,
+}
+
+impl ShareSetup {
+    /// A topic of `partitions` partitions and a share group that starts at the earliest offset
+    /// and locks records for `lock_ms`.
+    pub fn new(prefix: &str, partitions: u32, lock_ms: u64) -> ShareSetup {
+        let broker = BrokerKind::Kafka.start();
+        let topic = unique_name(prefix);
+        broker.create_topic(&topic, partitions);
+        ShareSetup::on(broker.bootstrap(), topic, prefix, lock_ms, Some(broker))
+    }
+
+    /// A share group for `topic` (created by the caller) on the cluster at `bootstrap`,
+    /// starting at the earliest offset, locking records for `lock_ms`.
+    pub fn on(
+        bootstrap: String,
+        topic: String,
+        prefix: &str,
+        lock_ms: u64,
+        broker: Option<Box<dyn super::Broker>>,
+    ) -> ShareSetup {
+        let group = unique_name(&format!("{prefix}-share"));
+        let mut client = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap))
+            .expect("connect to the broker");
+        client
+            .alter_group_configs(
+                &group,
+                &[
+                    ("share.auto.offset.reset", "earliest"),
+                    ("share.record.lock.duration.ms", &lock_ms.to_string()),
+                ],
+            )
+            .expect("set the share group's configuration");
+        ShareSetup {
+            bootstrap,
+            topic,
+            group,
+            rounds: Default::default(),
+            _broker: broker,
+        }
+    }
+
+    /// A share consumer configuration for this group, with `extra` settings.
+    pub fn config(&self, extra: &[(&str, &str)]) -> ShareConfig {
+        let mut builder = ShareConfig::builder()
+            .bootstrap_servers([self.bootstrap.as_str()])
+            .group_id(&self.group);
+        for (k, v) in extra {
+            builder = builder.set(k, v);
+        }
+        builder.build().expect("valid share configuration")
+    }
+
+    /// A share consumer of this group subscribed to the topic.
+    pub fn consumer(&self, extra: &[(&str, &str)]) -> ShareConsumer {
+        ShareConsumer::subscribe(self.config(extra), &[&self.topic]).expect("subscribe")
+    }
+
+    /// Produces `per_partition` orders to each of `partitions` partitions, values
+    /// `order_id=<partition>-<n>;...` (`<round>.<partition>-<n>` from the second call on, so
+    /// that every order id is new); returns every order id.
+    pub fn produce_orders(&self, partitions: i32, per_partition: usize) -> Vec<String> {
+        let round = self.rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tag = if round == 0 { String::new() } else { format!("{round}.") };
+        let mut client = Client::connect(ClientConfig::from_bootstrap_str(&self.bootstrap))
+            .expect("connect to the shared broker");
+        let mut ids = Vec::new();
+        for p in 0..partitions {
+            let tp = TopicPartition::new(self.topic.as_str(), p);
+            let records: Vec<ProduceRecord> = (0..per_partition)
+                .map(|n| {
+                    let id = format!("{tag}{p}-{n}");
+                    ids.push(id.clone());
+                    ProduceRecord {
+                        key: Some(id.clone().into()),
+                        value: Some(format!("order_id={id};amount=1").into()),
+                        headers: Vec::new(),
+                        timestamp: None,
+                    }
+                })
+                .collect();
+            produce_until_accepted(&mut client, &tp, &records, "produce orders");
+        }
+        ids
+    }
+}
+
+/// The order id of a value `order_id=<id>;...`.
+pub fn order_id(value: Option<&[u8]>) -> Option<String> {
+    let text = std::str::from_utf8(value?).ok()?;
+    text.split(';')
+        .find_map(|f| f.strip_prefix("order_id="))
+        .map(str::to_string)
+}
+
+/// The share worker example, built once per test binary (`cargo build --example`, the test's
+/// own profile and features) unless `scripts/test` built it before the run.
+pub fn share_worker_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let root = repo_root();
+        let binary = root.join("target/debug/examples/share_worker");
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--quiet", "--features", "tls", "--example", "share_worker"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo build --example share_worker");
+        assert!(status.success(), "building the share worker failed");
+        assert!(binary.exists(), "{} missing after the build", binary.display());
+        binary
+    })
+}
+
+/// One effect line of the share worker's effect log.
+#[derive(Clone, Debug)]
+pub struct Effect {
+    /// The order id.
+    pub order: String,
+    /// The record's partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// The delivery count the broker gave.
+    pub delivery_count: u32,
+    /// The lease's end on CLOCK_MONOTONIC (ns).
+    pub deadline_ns: u128,
+    /// When the effect was applied, on CLOCK_MONOTONIC (ns).
+    pub applied_ns: u128,
+    /// Which worker applied it.
+    pub worker: String,
+}
+
+/// A share worker process (the example), with its effect log.
+pub struct WorkerProcess {
+    /// Its name.
+    pub name: String,
+    child: Option<Child>,
+    /// Its effect log.
+    pub effects: PathBuf,
+    /// Its stdout.
+    pub stdout: PathBuf,
+}
+
+impl WorkerProcess {
+    /// Starts a share worker of `setup`'s group, `threads` worker threads, `process_ms` per
+    /// order, effects and output under `dir`.
+    pub fn start(
+        setup: &ShareSetup,
+        dir: &Path,
+        name: &str,
+        threads: usize,
+        process_ms: u64,
+        settings: &[&str],
+    ) -> WorkerProcess {
+        let effects = dir.join(format!("{name}.effects"));
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.err"));
+        let mut command = Command::new(share_worker_binary());
+        command
+            .args(["--bootstrap", &setup.bootstrap, "--group", &setup.group])
+            .args(["--topic", &setup.topic, "--name", name])
+            .args(["--workers", &threads.to_string()])
+            .args(["--process-ms", &process_ms.to_string()])
+            .arg("--effects")
+            .arg(&effects)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .env("RUST_LOG", "info");
+        for s in settings {
+            command.args(["--set", s]);
+        }
+        let child = command.spawn().expect("start the share worker");
+        WorkerProcess {
+            name: name.to_string(),
+            child: Some(child),
+            effects,
+            stdout,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    /// Stops it gracefully (SIGTERM) and waits up to `bound` for its exit; true on status 0.
+    pub fn stop(&mut self, bound: Duration) -> bool {
+        self.signal("TERM");
+        self.wait(bound)
+    }
+
+    /// Waits up to `bound` for its exit; true on status 0 (a kill is not).
+    pub fn wait(&mut self, bound: Duration) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
+        let until = Instant::now() + bound;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.child = None;
+                    return status.success();
+                }
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    self.child = None;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Its effects so far.
+    pub fn effects(&self) -> Vec<Effect> {
+        read_effects(&self.effects, &self.name)
+    }
+
+    /// Its stdout so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            // A frozen worker must be thawed to die cleanly.
+            let _ = Command::new("kill")
+                .args(["-CONT".to_string(), child.id().to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// Reads an effect log (`effect_key order partition offset at_ms delivery deadline_ns
+/// applied_ns`).
+pub fn read_effects(path: &Path, worker: &str) -> Vec<Effect> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 {
+                return None;
+            }
+            Some(Effect {
+                order: f[1].to_string(),
+                partition: f[2].parse().ok()?,
+                offset: f[3].parse().ok()?,
+                delivery_count: f[5].parse().ok()?,
+                deadline_ns: f[6].parse().ok()?,
+                applied_ns: f[7].parse().ok()?,
+                worker: worker.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// How many times each order was applied, over every worker's effects.
+pub fn applications(effects: &[Effect]) -> BTreeMap<String, Vec<Effect>> {
+    let mut out: BTreeMap<String, Vec<Effect>> = BTreeMap::new();
+    for e in effects {
+        out.entry(e.order.clone()).or_default().push(e.clone());
+    }
+    out
+}
+
+/// A scratch directory for one test's worker files.
+pub fn worker_dir(test: &str) -> PathBuf {
+    let dir = super::scratch_dir().join(unique_name(test));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
