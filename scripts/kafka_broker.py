@@ -320,6 +320,24 @@ def metadata_props(version, port, controller_port, zookeeper_port):
     return props
 
 
+# Share groups (KIP-932, Kafka 4.x; a freshly formatted 4.4 node has share.version=2, so they
+# need no feature setting): short sessions, heartbeats and record locks, so that a killed
+# member's partitions and the records it had acquired move on within seconds (the module doc
+# says why each value). Kafka's defaults: a 45 s session (and 45 s minimum), a 5 s heartbeat
+# (and minimum), a 30 s record lock (15 s minimum), 50 share-state partitions, and 30 s between
+# retries of a share partition's initialisation.
+SHARE_GROUP_SETTINGS = {
+    "group.share.min.session.timeout.ms": "1000",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.heartbeat.interval.ms": "100",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.record.lock.duration.ms": "6000",
+    "group.share.initialize.retry.interval.ms": "1000",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+
+
 def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls_ports=None,
                       zookeeper_port=None):
     major = int(opts.version.split(".")[0])
@@ -370,6 +388,7 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls
     if major >= 4:
         props["share.coordinator.state.topic.replication.factor"] = "1"
         props["share.coordinator.state.topic.min.isr"] = "1"
+        props.update(SHARE_GROUP_SETTINGS)
     for item in opts.set:
         if "=" not in item:
             fail("--set %r: expected key=value" % item)
