@@ -66,6 +66,23 @@ Broker settings, and why:
   auto.create.topics.enable=false        a test that uses a topic it did not create fails
   group.min.session.timeout.ms=1000      classic members may use short sessions
   group.consumer.* (KIP-848)             short sessions and heartbeats for consumer-protocol groups
+  group.share.* (KIP-932, 4.x only)      share groups that move on within seconds (a freshly
+                                         formatted 4.4 node has share.version=2: share groups
+                                         on, no feature setting needed):
+      group.share.session.timeout.ms=6000 (floor .min.=1000)   a killed member's partitions
+          go to the others 6 s after its last heartbeat (Kafka: 45 s, floor 45 s); a test
+          shortens it for its own group with the group config share.session.timeout.ms
+      group.share.heartbeat.interval.ms=500 (floor 100)        (Kafka: 5 s, floor 5 s); the
+          broker also computes a new target assignment at a member's heartbeat, so this
+          bounds how fast a leave or a join reaches the others
+      group.share.record.lock.duration.ms=6000 (floor 1000)    records a killed member had
+          acquired come back within the same 6 s (Kafka: 30 s, floor 15 s); lock-expiry
+          tests set share.record.lock.duration.ms on their group, down to 1 s
+      group.share.assignment.interval.ms=100                   (Kafka: 1 s)
+      group.share.initialize.retry.interval.ms=1000            a share partition whose state
+          could not be initialised is retried after 1 s (Kafka: 30 s)
+      share.coordinator.state.topic.num.partitions=1           one share-state partition,
+          created fast (Kafka: 50)
   a heap of --heap (256m by default)     two cores, several JVMs at once
 
 Usage:
@@ -334,6 +351,7 @@ SHARE_GROUP_SETTINGS = {
     "group.share.min.record.lock.duration.ms": "1000",
     "group.share.record.lock.duration.ms": "6000",
     "group.share.initialize.retry.interval.ms": "1000",
+    "group.share.assignment.interval.ms": "100",
     "share.coordinator.state.topic.num.partitions": "1",
 }
 

@@ -306,7 +306,8 @@ impl ShareGroupMachine {
             return;
         }
         if answer.heartbeat_interval_ms > 0 {
-            self.interval = Duration::from_millis(answer.heartbeat_interval_ms.unsigned_abs().into());
+            self.interval =
+                Duration::from_millis(answer.heartbeat_interval_ms.unsigned_abs().into());
         }
         if self.state == ShareState::Leaving {
             // Answered at all (even UNKNOWN_MEMBER_ID: the broker holds nothing of us): out.
@@ -403,7 +404,11 @@ impl ShareGroupMachine {
     }
 
     /// Metadata named these topic ids (or none of them: `named` empty after a failure).
-    pub fn on_metadata<'a>(&mut self, now: Instant, named: impl IntoIterator<Item = (TopicId, &'a str)>) {
+    pub fn on_metadata<'a>(
+        &mut self,
+        now: Instant,
+        named: impl IntoIterator<Item = (TopicId, &'a str)>,
+    ) {
         for (id, name) in named {
             self.names.insert(id, name.to_string());
         }

@@ -172,7 +172,11 @@ impl ShareMembership {
 
     /// Waits until the assignment's epoch differs from `since_epoch`, the membership failed,
     /// or `timeout` passed, and returns the assignment then.
-    pub fn wait_for_assignment_change(&self, since_epoch: i32, timeout: Duration) -> ShareAssignment {
+    pub fn wait_for_assignment_change(
+        &self,
+        since_epoch: i32,
+        timeout: Duration,
+    ) -> ShareAssignment {
         let deadline = Instant::now() + timeout;
         let mut s = self.shared.lock();
         loop {

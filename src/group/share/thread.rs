@@ -332,9 +332,17 @@ impl Driver {
     /// One warning per outage, debug lines for the retries inside it.
     fn outage_line(&self, what: &str, error: &WireError) {
         if self.failover.in_outage() {
-            log::debug!("share group {}: {what}: {}", self.group_id, ErrorChain(error));
+            log::debug!(
+                "share group {}: {what}: {}",
+                self.group_id,
+                ErrorChain(error)
+            );
         } else {
-            log::warn!("share group {}: {what}: {}", self.group_id, ErrorChain(error));
+            log::warn!(
+                "share group {}: {what}: {}",
+                self.group_id,
+                ErrorChain(error)
+            );
         }
     }
 

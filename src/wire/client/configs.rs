@@ -174,7 +174,11 @@ impl Client {
         ]);
         let sent = conn.send(&req, version);
         let resp = self.failed_if_broken(node, sent)?;
-        let names = configs.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+        let names = configs
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ");
         let result = resp
             .responses
             .into_iter()
