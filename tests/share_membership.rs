@@ -309,3 +309,47 @@ fn a_group_id_of_a_consumer_group_is_a_fatal_error_for_a_share_member() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_broker_without_share_groups_refuses_the_join_naming_share_version_kafka_3() {
+    // Kafka 3.9 does not advertise ShareGroupHeartbeat (KIP-932 was early access there).
+    let kafka = Kafka::shared(KafkaVersion::Last3);
+    let t = unique_name("share-old");
+    let started = Instant::now();
+    let err = ShareMembership::join(config(kafka, &unique_name("share-old"), &[&t]))
+        .expect_err("no share groups before Kafka 4.1");
+    println!("{err}");
+    match &err {
+        GroupError::Fatal(f) => {
+            assert_eq!(f.code, KafkaCode::UNSUPPORTED_VERSION, "{f}");
+            assert!(f.to_string().contains("share.version"), "{f}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not retried"
+    );
+}
+
+#[test]
+fn with_more_members_than_partitions_a_partition_is_assigned_to_several_members() {
+    let kafka = kafka();
+    let t = topic(kafka, 2);
+    let group = unique_name("share-shared");
+    let members: Vec<ShareMembership> = (0..3).map(|_| join(kafka, &group, &[&t])).collect();
+    let refs: Vec<&ShareMembership> = members.iter().collect();
+    let (took, seen) = wait_until(Duration::from_secs(20), &refs, |s| {
+        s.iter().all(|a| !a.partitions.is_empty())
+    });
+    println!("three members on two partitions after {took:?}: {seen:?}");
+    let union: BTreeSet<_> = seen
+        .iter()
+        .flat_map(|a| a.partitions.iter().cloned())
+        .collect();
+    assert_eq!(union, all(&t, 2), "{seen:?}");
+    // Three non-empty assignments out of two partitions: some partition is in two of them
+    // (Kafka 4.4's SimpleAssignor, measured: one member gets both, the others one each).
+    let total: usize = seen.iter().map(|a| a.partitions.len()).sum();
+    assert!(total > 2, "{seen:?}");
+}

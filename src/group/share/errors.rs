@@ -47,10 +47,11 @@ pub(crate) fn share_groups_unsupported(detail: &str) -> FatalError {
         api: GroupApi::ShareGroupHeartbeat,
         code: KafkaCode::UNSUPPORTED_VERSION,
         reason: format!(
-            "the cluster does not support share groups: they need Kafka 4.1 or later \
-             (ShareGroupHeartbeat v1) with the feature share.version at 1 or more (a freshly \
-             formatted 4.2+ node has it; an upgraded cluster enables it with kafka-features.sh \
-             upgrade --feature share.version=2) ({detail})"
+            "the cluster does not support share groups: they need brokers that speak \
+             ShareGroupHeartbeat v1 (Kafka 4.1 or later, production-ready from 4.2) with the \
+             feature share.version enabled (a freshly formatted 4.4 node has share.version=2; \
+             an upgraded cluster enables it with kafka-features.sh upgrade --feature \
+             share.version=2) ({detail})"
         ),
     }
 }
