@@ -66,6 +66,23 @@ Broker settings, and why:
   auto.create.topics.enable=false        a test that uses a topic it did not create fails
   group.min.session.timeout.ms=1000      classic members may use short sessions
   group.consumer.* (KIP-848)             short sessions and heartbeats for consumer-protocol groups
+  group.share.* (KIP-932, 4.x only)      share groups that move on within seconds (a freshly
+                                         formatted 4.4 node has share.version=2: share groups
+                                         on, no feature setting needed):
+      group.share.session.timeout.ms=6000 (floor .min.=1000)   a killed member's partitions
+          go to the others 6 s after its last heartbeat (Kafka: 45 s, floor 45 s); a test
+          shortens it for its own group with the group config share.session.timeout.ms
+      group.share.heartbeat.interval.ms=500 (floor 100)        (Kafka: 5 s, floor 5 s); the
+          broker also computes a new target assignment at a member's heartbeat, so this
+          bounds how fast a leave or a join reaches the others
+      group.share.record.lock.duration.ms=6000 (floor 1000)    records a killed member had
+          acquired come back within the same 6 s (Kafka: 30 s, floor 15 s); lock-expiry
+          tests set share.record.lock.duration.ms on their group, down to 1 s
+      group.share.assignment.interval.ms=100                   (Kafka: 1 s)
+      group.share.initialize.retry.interval.ms=1000            a share partition whose state
+          could not be initialised is retried after 1 s (Kafka: 30 s)
+      share.coordinator.state.topic.num.partitions=1           one share-state partition,
+          created fast (Kafka: 50)
   a heap of --heap (256m by default)     two cores, several JVMs at once
 
 Usage:
@@ -320,6 +337,25 @@ def metadata_props(version, port, controller_port, zookeeper_port):
     return props
 
 
+# Share groups (KIP-932, Kafka 4.x; a freshly formatted 4.4 node has share.version=2, so they
+# need no feature setting): short sessions, heartbeats and record locks, so that a killed
+# member's partitions and the records it had acquired move on within seconds (the module doc
+# says why each value). Kafka's defaults: a 45 s session (and 45 s minimum), a 5 s heartbeat
+# (and minimum), a 30 s record lock (15 s minimum), 50 share-state partitions, and 30 s between
+# retries of a share partition's initialisation.
+SHARE_GROUP_SETTINGS = {
+    "group.share.min.session.timeout.ms": "1000",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.heartbeat.interval.ms": "100",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.record.lock.duration.ms": "6000",
+    "group.share.initialize.retry.interval.ms": "1000",
+    "group.share.assignment.interval.ms": "100",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+
+
 def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls_ports=None,
                       zookeeper_port=None):
     major = int(opts.version.split(".")[0])
@@ -370,6 +406,7 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls
     if major >= 4:
         props["share.coordinator.state.topic.replication.factor"] = "1"
         props["share.coordinator.state.topic.min.isr"] = "1"
+        props.update(SHARE_GROUP_SETTINGS)
     for item in opts.set:
         if "=" not in item:
             fail("--set %r: expected key=value" % item)

@@ -10,7 +10,10 @@ and changes what a cluster needs:
     formatted with one cluster id and no ``--standalone`` (that is for a dynamic quorum);
   * ``__consumer_offsets`` (and the transaction and share-state topics) with replication N
     (at most 3) and ``min.insync.replicas`` 2, and the same as the default for new topics, so a
-    test topic created without a replication factor is replicated like a production one.
+    test topic created without a replication factor is replicated like a production one;
+  * the single broker's share-group settings (``group.share.*``: 6 s session, 500 ms
+    heartbeat, 6 s record locks, one share-state partition; see kafka_broker.py) on every node,
+    so a share member that dies (or whose node does) is replaced within seconds here too.
 
 Once every node answers ApiVersions and the cluster's metadata lists all N brokers (registered
 and unfenced: a topic with replication 3 can be created), it prints the bootstrap list, every

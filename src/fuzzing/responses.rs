@@ -18,7 +18,7 @@ use crate::wire::versions::client_range;
 use crate::wire::WireError;
 
 /// The APIs whose responses the client decodes, in selector order.
-pub const APIS: [ApiKey; 18] = [
+pub const APIS: [ApiKey; 20] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Fetch,
@@ -37,6 +37,8 @@ pub const APIS: [ApiKey; 18] = [
     ApiKey::DescribeGroups,
     ApiKey::ConsumerGroupHeartbeat,
     ApiKey::DescribeConfigs,
+    ApiKey::IncrementalAlterConfigs,
+    ApiKey::ShareGroupHeartbeat,
 ];
 
 /// The versions of `api` the client can negotiate.
@@ -75,6 +77,8 @@ fn decode(api: ApiKey, version: i16, body: Bytes) -> Result<(), WireError> {
         DescribeGroups => DescribeGroupsResponse,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
         DescribeConfigs => DescribeConfigsResponse,
+        IncrementalAlterConfigs => IncrementalAlterConfigsResponse,
+        ShareGroupHeartbeat => ShareGroupHeartbeatResponse,
     )
 }
 

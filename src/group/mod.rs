@@ -55,6 +55,9 @@
 //!   sans-I/O state machine over ConsumerGroupHeartbeat, with its own in-memory coordinator
 //!   tests, its membership thread (`consumer_group/thread.rs`: heartbeats, topic-id resolution,
 //!   reconciliation) and its member (`ConsumerGroupMember`);
+//! - [`share`]: share-group membership (KIP-932, ShareGroupHeartbeat): the broker assigns, a
+//!   partition may be shared; a sans-I/O machine, its heartbeat thread and [`ShareMembership`],
+//!   which the share consumer holds;
 //! - `requests.rs`: the four classic-protocol group requests, each built at the highest version
 //!   both sides speak (static membership must fail loudly where a broker cannot carry it);
 //! - `commit.rs`: offset commits bound to a generation: the one place that sends a group commit,
@@ -95,6 +98,7 @@ mod quirks;
 #[doc(hidden)]
 pub mod requests;
 pub(crate) mod session;
+pub mod share;
 pub(crate) mod subscription;
 pub(crate) mod watch;
 
@@ -119,3 +123,4 @@ pub use pattern::{PatternError, TopicPattern};
 
 pub(crate) use assignor::{check_strategies, AssignError};
 pub use requests::MemberIdentity;
+pub use share::{ShareAssignment, ShareMembership, ShareMembershipConfig};

@@ -29,6 +29,8 @@ pub enum GroupApi {
     OffsetCommit,
     /// ConsumerGroupHeartbeat (the consumer group protocol, KIP-848).
     ConsumerGroupHeartbeat,
+    /// ShareGroupHeartbeat (share groups, KIP-932).
+    ShareGroupHeartbeat,
 }
 
 impl fmt::Display for GroupApi {
@@ -40,6 +42,7 @@ impl fmt::Display for GroupApi {
             GroupApi::LeaveGroup => "LeaveGroup",
             GroupApi::OffsetCommit => "OffsetCommit",
             GroupApi::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
+            GroupApi::ShareGroupHeartbeat => "ShareGroupHeartbeat",
         })
     }
 }

@@ -648,6 +648,58 @@ pub(super) static DESCRIBE_CONFIGS: Schema = Schema {
     ],
 };
 
+/// IncrementalAlterConfigs response (API 44), versions 0-1.
+pub(super) static INCREMENTAL_ALTER_CONFIGS: Schema = Schema {
+    api: ApiKey::IncrementalAlterConfigs,
+    versions: (0, 1),
+    flexible_from: 1,
+    fields: &[
+        f("ThrottleTimeMs", K::I32, 0, MAX),
+        f(
+            "Responses",
+            K::Array(&K::Struct(&[
+                f("ErrorCode", K::I16, 0, MAX),
+                f("ErrorMessage", K::Str, 0, MAX),
+                f("ResourceType", K::I8, 0, MAX),
+                f("ResourceName", K::Str, 0, MAX),
+            ])),
+            0,
+            MAX,
+        ),
+    ],
+};
+
+/// ShareGroupHeartbeat response (API 76), version 1 (v0 was KIP-932's early access, gone from
+/// Kafka 4.1).
+pub(super) static SHARE_GROUP_HEARTBEAT: Schema = Schema {
+    api: ApiKey::ShareGroupHeartbeat,
+    versions: (1, 1),
+    flexible_from: 0,
+    fields: &[
+        f("ThrottleTimeMs", K::I32, 0, MAX),
+        f("ErrorCode", K::I16, 0, MAX),
+        f("ErrorMessage", K::Str, 0, MAX),
+        f("MemberId", K::Str, 0, MAX),
+        f("MemberEpoch", K::I32, 0, MAX),
+        f("HeartbeatIntervalMs", K::I32, 0, MAX),
+        f(
+            "Assignment",
+            K::Struct(&[f(
+                "TopicPartitions",
+                K::Array(&K::Struct(&[
+                    f("TopicId", K::Uuid, 0, MAX),
+                    f("Partitions", K::Array(&K::I32), 0, MAX),
+                ])),
+                0,
+                MAX,
+            )]),
+            0,
+            MAX,
+        )
+        .nullable_struct(0, MAX),
+    ],
+};
+
 /// Every schema, for lookup by API key.
 pub(super) static ALL: &[&Schema] = &[
     &API_VERSIONS,
@@ -668,4 +720,6 @@ pub(super) static ALL: &[&Schema] = &[
     &DESCRIBE_GROUPS,
     &CONSUMER_GROUP_HEARTBEAT,
     &DESCRIBE_CONFIGS,
+    &INCREMENTAL_ALTER_CONFIGS,
+    &SHARE_GROUP_HEARTBEAT,
 ];

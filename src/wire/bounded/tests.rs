@@ -91,6 +91,8 @@ fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
     cases += exercise::<msg::DescribeGroupsResponse>(ApiKey::DescribeGroups);
     cases += exercise::<msg::ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat);
     cases += exercise::<msg::DescribeConfigsResponse>(ApiKey::DescribeConfigs);
+    cases += exercise::<msg::IncrementalAlterConfigsResponse>(ApiKey::IncrementalAlterConfigs);
+    cases += exercise::<msg::ShareGroupHeartbeatResponse>(ApiKey::ShareGroupHeartbeat);
     assert!(cases > 300, "only {cases} cases ran");
 }
 

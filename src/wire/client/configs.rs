@@ -8,13 +8,24 @@
 //! loses its lease on every broker crash, and the whole group rebalances. The consumer reads the
 //! value once at start to warn about such a setting (`consumer/poll_loop.rs`).
 //!
+//! Group configuration (KIP-848's and KIP-932's per-group settings, Kafka 4.0+): written with
+//! IncrementalAlterConfigs and read back with DescribeConfigs on the GROUP resource. A share
+//! group takes its `share.auto.offset.reset` (latest unless set!), record lock duration,
+//! session timeout, heartbeat interval and delivery count limit from there, and a consumer
+//! group its session timeout and heartbeat interval; the broker's `group.share.*` /
+//! `group.consumer.*` settings are the defaults and bounds.
+//!
 //! One attempt, never retried here: the check must not delay startup by more than one request,
 //! and a broker that refuses it (an authorizer without DESCRIBE_CONFIGS on the cluster) refuses
 //! every retry the same way.
 
 use std::time::Duration;
 
-use kafka_protocol::messages::{self as msg, describe_configs_request, ApiKey};
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::{
+    self as msg, describe_configs_request, incremental_alter_configs_request, ApiKey,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::Client;
@@ -22,6 +33,12 @@ use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
 
 /// DescribeConfigs resource type of a broker (Kafka's `ConfigResource.Type.BROKER`).
 const RESOURCE_BROKER: i8 = 4;
+
+/// Config resource type of a group (Kafka's `ConfigResource.Type.GROUP`, Kafka 4.0+).
+const RESOURCE_GROUP: i8 = 32;
+
+/// IncrementalAlterConfigs operation SET (Kafka's `AlterConfigOp.OpType.SET`).
+const OP_SET: i8 = 0;
 
 /// The controller fences a broker that has not heartbeaten for this long (KRaft).
 pub const BROKER_SESSION_TIMEOUT_MS: &str = "broker.session.timeout.ms";
@@ -60,14 +77,7 @@ impl Client {
     /// [`WireError::is_authorization_refused`]. A value that is not a positive number of
     /// milliseconds is a [`WireError::Protocol`].
     pub fn broker_failure_detection(&mut self) -> Result<BrokerFailureDetection> {
-        // A broker we already talk to, else the lowest id we know of.
-        let node = self
-            .conns
-            .keys()
-            .min()
-            .or_else(|| self.brokers.keys().next())
-            .copied()
-            .ok_or(WireError::NoBrokerAvailable { tried: Vec::new() })?;
+        let node = self.any_known_node()?;
         let conn = self.connection(node)?;
         let version = conn.version_for(ApiKey::DescribeConfigs)?;
         let keys = [
@@ -126,6 +136,125 @@ impl Client {
             };
         }
         Ok(out)
+    }
+}
+
+impl Client {
+    /// Sets group-level configuration of `group` (each `(name, value)` with operation SET, the
+    /// others left as they are) with one IncrementalAlterConfigs request (resource type GROUP,
+    /// Kafka 4.0+), sent to a broker we already talk to (Kafka forwards it to the controller).
+    ///
+    /// Why a client call: share groups read their per-group settings (`share.auto.offset.reset`,
+    /// `share.record.lock.duration.ms`, `share.session.timeout.ms`,
+    /// `share.heartbeat.interval.ms`, `share.delivery.count.limit`, ...) from here, not from the
+    /// consumer. Kafka 4.4 accepts the names of its `GroupConfig` (the `consumer.*`, `share.*`
+    /// and `streams.*` families and `errors.deadletterqueue.*`). A name it does not know, or a
+    /// value outside the broker's `group.share.min.*`/`max.*` bounds, is refused with
+    /// INVALID_CONFIG and the broker's message naming it; the error also lists the names sent.
+    /// Not retried: a refusal is final and a lost answer may have applied.
+    pub fn alter_group_configs(&mut self, group: &str, configs: &[(&str, &str)]) -> Result<()> {
+        let node = self.any_known_node()?;
+        let conn = self.connection(node)?;
+        let version = conn.version_for(ApiKey::IncrementalAlterConfigs)?;
+        let req = msg::IncrementalAlterConfigsRequest::default().with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(RESOURCE_GROUP)
+                .with_resource_name(StrBytes::from_string(group.to_string()))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(name, value)| {
+                            incremental_alter_configs_request::AlterableConfig::default()
+                                .with_name(StrBytes::from_string((*name).to_string()))
+                                .with_config_operation(OP_SET)
+                                .with_value(Some(StrBytes::from_string((*value).to_string())))
+                        })
+                        .collect(),
+                ),
+        ]);
+        let sent = conn.send(&req, version);
+        let resp = self.failed_if_broken(node, sent)?;
+        let names = configs
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let result = resp
+            .responses
+            .into_iter()
+            .find(|r| r.resource_type == RESOURCE_GROUP && r.resource_name.as_str() == group)
+            .ok_or_else(|| {
+                WireError::Protocol(format!(
+                    "IncrementalAlterConfigs response lacks group {group:?}"
+                ))
+            })?;
+        if let Some(code) = KafkaCode::from_code(result.error_code) {
+            let text = result
+                .error_message
+                .map(|m| broker_text(m.as_str()))
+                .unwrap_or_default();
+            return Err(WireError::kafka(
+                ApiKey::IncrementalAlterConfigs,
+                code,
+                format!("configuration of group {group:?} ({names}): {text}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the configuration of `group` (resource type GROUP) with one DescribeConfigs
+    /// request: every group config the broker reports, by name, with its effective value
+    /// (`None` for a null value). Values not set on the group come back too, with the broker's
+    /// default. Not retried, like [`Client::alter_group_configs`].
+    pub fn describe_group_configs(
+        &mut self,
+        group: &str,
+    ) -> Result<BTreeMap<String, Option<String>>> {
+        let node = self.any_known_node()?;
+        let conn = self.connection(node)?;
+        let version = conn.version_for(ApiKey::DescribeConfigs)?;
+        let req = msg::DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_GROUP)
+                .with_resource_name(StrBytes::from_string(group.to_string()))
+                .with_configuration_keys(None),
+        ]);
+        let sent = conn.send(&req, version);
+        let resp = self.failed_if_broken(node, sent)?;
+        let result = resp
+            .results
+            .into_iter()
+            .find(|r| r.resource_type == RESOURCE_GROUP && r.resource_name.as_str() == group)
+            .ok_or_else(|| {
+                WireError::Protocol(format!("DescribeConfigs response lacks group {group:?}"))
+            })?;
+        if let Some(code) = KafkaCode::from_code(result.error_code) {
+            let text = result
+                .error_message
+                .map(|m| broker_text(m.as_str()))
+                .unwrap_or_default();
+            return Err(WireError::kafka(
+                ApiKey::DescribeConfigs,
+                code,
+                format!("configuration of group {group:?}: {text}"),
+            ));
+        }
+        Ok(result
+            .configs
+            .into_iter()
+            .map(|c| (c.name.to_string(), c.value.map(|v| v.to_string())))
+            .collect())
+    }
+
+    /// A broker we already talk to, else the lowest id we know of: where a request that any
+    /// broker answers goes.
+    fn any_known_node(&self) -> Result<i32> {
+        self.conns
+            .keys()
+            .min()
+            .or_else(|| self.brokers.keys().next())
+            .copied()
+            .ok_or(WireError::NoBrokerAvailable { tried: Vec::new() })
     }
 }
 

@@ -10,7 +10,8 @@
 //!   the preferred read replicas with the bytes per broker (`fetch/replicas.rs`);
 //! - `offsets.rs`: ListOffsets, OffsetFetch and OffsetCommit;
 //! - `produce.rs`: Produce, for tests and tools;
-//! - `configs.rs`: the cluster's failure-detection settings (DescribeConfigs);
+//! - `configs.rs`: the cluster's failure-detection settings (DescribeConfigs), and group
+//!   configuration (IncrementalAlterConfigs and DescribeConfigs on a group);
 //! - this file: [`ClientConfig`], the fields of [`Client`], and the retry loop they all use.
 //!
 //! Requests that must go to a partition leader are routed with a leader cache that is refreshed

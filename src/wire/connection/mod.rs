@@ -99,6 +99,8 @@ wire_requests! {
     ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse: ConsumerGroupHeartbeat,
     CreateTopicsRequest => CreateTopicsResponse: CreateTopics,
     DescribeConfigsRequest => DescribeConfigsResponse: DescribeConfigs,
+    IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse: IncrementalAlterConfigs,
+    ShareGroupHeartbeatRequest => ShareGroupHeartbeatResponse: ShareGroupHeartbeat,
     SaslHandshakeRequest => SaslHandshakeResponse: SaslHandshake,
     SaslAuthenticateRequest => SaslAuthenticateResponse: SaslAuthenticate,
 }
