@@ -24,7 +24,7 @@ use super::config::ShareConfig;
 use super::context::{Finished, ShareDelivery, ShareFailure};
 use super::stats::ShareStats;
 use super::ShareContext;
-use crate::group::share::{ShareMembership, ShareMembershipConfig};
+use crate::group::{ShareMembership, ShareMembershipConfig};
 use crate::guard::{AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome};
 use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
 use crate::wire::Record;
@@ -68,13 +68,11 @@ impl ShareConsumer {
     /// first [`poll`](Self::poll).
     pub fn subscribe(config: ShareConfig, topics: &[&str]) -> Result<ShareConsumer, ShareError> {
         let base = config.consumer();
-        let membership = ShareMembership::join(ShareMembershipConfig {
-            client: config.client_config(),
-            group_id: config.group_id().to_string(),
-            topics: topics.iter().map(|t| t.to_string()).collect(),
-            rack: base.client_rack().map(str::to_string),
-            request_timeout: base.request_timeout(),
-        })?;
+        let mut membership_config =
+            ShareMembershipConfig::new(config.client_config(), config.group_id(), topics);
+        membership_config.rack = base.client_rack().map(str::to_string);
+        membership_config.request_timeout = base.request_timeout();
+        let membership = ShareMembership::join(membership_config)?;
         let settings = ShareFetchSettings {
             max_wait: base.fetch_max_wait(),
             min_bytes: base.fetch_min_bytes(),
