@@ -52,7 +52,8 @@ fn raw<Req: Encodable + HeaderVersion, Resp: Decodable + HeaderVersion>(
     req: &Req,
 ) -> Resp {
     let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(15))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
     let mut body = BytesMut::new();
     RequestHeader::default()
         .with_request_api_key(key as i16)
@@ -96,7 +97,11 @@ fn set_group_configs(addr: &str, group: &str, configs: &[(&str, &str)]) {
     let resp: msg::IncrementalAlterConfigsResponse =
         raw(addr, ApiKey::IncrementalAlterConfigs, 1, &req);
     for r in resp.responses {
-        assert_eq!(r.error_code, 0, "alter group configs: {:?}", r.error_message);
+        assert_eq!(
+            r.error_code, 0,
+            "alter group configs: {:?}",
+            r.error_message
+        );
     }
 }
 
@@ -111,9 +116,9 @@ fn join(coordinator: &str, group: &str, topic: &str, partitions: usize) -> Strin
             .with_group_id(StrBytes::from_string(group.to_string()).into())
             .with_member_id(StrBytes::from_string(member.clone()))
             .with_member_epoch(epoch)
-            .with_subscribed_topic_names((epoch == 0).then(|| {
-                vec![TopicName(StrBytes::from_string(topic.to_string()))]
-            }));
+            .with_subscribed_topic_names(
+                (epoch == 0).then(|| vec![TopicName(StrBytes::from_string(topic.to_string()))]),
+            );
         let resp: msg::ShareGroupHeartbeatResponse =
             raw(coordinator, ApiKey::ShareGroupHeartbeat, 1, &req);
         // The coordinator may still be loading or electing on a fresh broker.
@@ -180,7 +185,11 @@ fn setup(n: usize) -> Setup {
 fn fetch_until(
     f: &mut ShareFetcher,
     want: usize,
-) -> (Vec<AcquiredRecord>, Instant, Vec<rebalance_guard::wire::share::AckResult>) {
+) -> (
+    Vec<AcquiredRecord>,
+    Instant,
+    Vec<rebalance_guard::wire::share::AckResult>,
+) {
     let mut got = Vec::new();
     let mut acks = Vec::new();
     let mut sent_at = Instant::now();
@@ -189,7 +198,10 @@ fn fetch_until(
         assert!(round.errors.is_empty(), "{:?}", round.errors);
         acks.extend(round.ack_results);
         for b in round.batches {
-            assert!(b.lock_duration <= LOCK && !b.lock_duration.is_zero(), "{b:?}");
+            assert!(
+                b.lock_duration <= LOCK && !b.lock_duration.is_zero(),
+                "{b:?}"
+            );
             sent_at = b.sent_at;
             got.extend(b.records);
         }
@@ -233,7 +245,11 @@ fn acquire_accept_release_reject_and_flush() {
         .iter()
         .map(|r| (r.record.offset, r.delivery_count))
         .collect();
-    assert_eq!(back, vec![(4, 2)], "the released record comes back, the rejected one not");
+    assert_eq!(
+        back,
+        vec![(4, 2)],
+        "the released record comes back, the rejected one not"
+    );
     fetcher.acknowledge([ack(&tp, 4, AckType::Accept)]);
     let ok = fetcher.flush_acks(Duration::from_secs(10));
     assert!(ok.iter().all(|a| a.outcome.is_ok()), "{ok:?}");
@@ -252,21 +268,34 @@ fn renew_keeps_a_lock_past_its_first_duration() {
     let Setup { mut fetcher, tp } = setup(2);
     let (got, sent_at, _) = fetch_until(&mut fetcher, 2);
     assert_eq!(got.len(), 2);
-    assert!(fetcher.supports_renew(), "Kafka 4.4 speaks ShareAcknowledge v2");
+    assert!(
+        fetcher.supports_renew(),
+        "Kafka 4.4 speaks ShareAcknowledge v2"
+    );
     // Renew record 0 halfway through its lock; leave record 1 alone.
     thread::sleep((sent_at + LOCK / 2).saturating_duration_since(Instant::now()));
     let renewed = fetcher.renew(&[(tp.clone(), 0)], Duration::from_secs(5));
-    assert!(renewed.results.iter().all(|r| r.outcome.is_ok()), "{renewed:?}");
+    assert!(
+        renewed.results.iter().all(|r| r.outcome.is_ok()),
+        "{renewed:?}"
+    );
     let lock = renewed.lock_duration.expect("v2 answers the lock duration");
     assert_eq!(lock, LOCK);
     // Past the first lock (plus a second for the broker's timer), before the renewed one ends.
     let first_end = sent_at + LOCK + Duration::from_millis(500);
     thread::sleep(first_end.saturating_duration_since(Instant::now()));
-    assert!(Instant::now() < renewed.sent_at + lock, "the test ran too slowly to tell");
+    assert!(
+        Instant::now() < renewed.sent_at + lock,
+        "the test ran too slowly to tell"
+    );
     fetcher.acknowledge([ack(&tp, 0, AckType::Accept)]);
     let kept = fetcher.flush_acks(Duration::from_secs(5));
     assert_eq!(kept.len(), 1);
-    assert_eq!(kept[0].outcome, Ok(()), "the renewed lock outlived the first: {kept:?}");
+    assert_eq!(
+        kept[0].outcome,
+        Ok(()),
+        "the renewed lock outlived the first: {kept:?}"
+    );
     // The control: the unrenewed record's lock expired, so accepting it is refused.
     let expired = sent_at + LOCK + Duration::from_millis(1000);
     thread::sleep(expired.saturating_duration_since(Instant::now()));
@@ -286,8 +315,8 @@ fn a_session_replaced_behind_our_back_resets_and_fails_its_acks() {
     assert_eq!(got.len(), 3);
     // Open a new session for the same member on another connection: ours is gone.
     let kafka = kafka();
-    let mut client = Client::connect(ClientConfig::from_bootstrap_str(kafka.bootstrap()))
-        .expect("connect");
+    let mut client =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka.bootstrap())).expect("connect");
     let leader = client.leader(&tp).expect("leader");
     let addr = client.broker(leader).expect("broker").addr();
     let (group, member) = fetcher.identity();
@@ -305,7 +334,11 @@ fn a_session_replaced_behind_our_back_resets_and_fails_its_acks() {
     fetcher.acknowledge([ack(&tp, 0, AckType::Accept)]);
     let round = fetcher.fetch().expect("fetch");
     println!("after the replacement: {:?}", round.ack_results);
-    let failed: Vec<_> = round.ack_results.iter().map(|a| a.outcome.clone()).collect();
+    let failed: Vec<_> = round
+        .ack_results
+        .iter()
+        .map(|a| a.outcome.clone())
+        .collect();
     assert_eq!(failed.len(), 1);
     assert!(
         matches!(failed[0], Err(AckError::Kafka(KafkaCode(122 | 123)))),

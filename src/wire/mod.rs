@@ -69,11 +69,11 @@ pub(crate) mod error;
 pub(crate) use error::broker_text;
 mod oauth;
 mod quirks;
-pub mod share;
 #[doc(hidden)]
 pub mod records;
 pub(crate) mod scram;
 pub(crate) mod secret;
+pub mod share;
 mod source;
 mod stream;
 mod tls;

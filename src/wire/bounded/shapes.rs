@@ -670,12 +670,7 @@ pub(super) static SHARE_FETCH: Schema = Schema {
                         f("ErrorMessage", K::Str, 0, MAX),
                         f("AcknowledgeErrorCode", K::I16, 0, MAX),
                         f("AcknowledgeErrorMessage", K::Str, 0, MAX),
-                        f(
-                            "CurrentLeader",
-                            LEADER,
-                            0,
-                            MAX,
-                        ),
+                        f("CurrentLeader", LEADER, 0, MAX),
                         f("Records", K::Records, 0, MAX),
                         f(
                             "AcquiredRecords",

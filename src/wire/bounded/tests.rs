@@ -105,7 +105,10 @@ fn share_v2_shapes_refuse_every_cut_and_every_huge_count() {
         let (body, g) = Gen::body(schema, 2, None);
         check(api, 2, &body).unwrap_or_else(|e| panic!("{api:?} v2: {e}"));
         for cut in 0..body.len() {
-            assert!(check(api, 2, &body[..cut]).is_err(), "{api:?} v2 cut at {cut}");
+            assert!(
+                check(api, 2, &body[..cut]).is_err(),
+                "{api:?} v2 cut at {cut}"
+            );
         }
         let mut bombs = 0;
         for index in 0.. {

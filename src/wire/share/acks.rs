@@ -39,7 +39,10 @@ pub(crate) fn coalesce(acks: &[(i64, AckType)]) -> Vec<AckBatch> {
         run.clear();
     };
     for (offset, kind) in by_offset {
-        if run.last().is_some_and(|&(prev, _)| prev.checked_add(1) != Some(offset)) {
+        if run
+            .last()
+            .is_some_and(|&(prev, _)| prev.checked_add(1) != Some(offset))
+        {
             flush(&mut run, &mut out);
         }
         run.push((offset, kind));
@@ -54,7 +57,11 @@ pub(crate) fn expand(batches: &[AckBatch]) -> Vec<(i64, i8)> {
     let mut out = Vec::new();
     for b in batches {
         for (i, offset) in (b.first..=b.last).enumerate() {
-            let t = if b.types.len() == 1 { b.types[0] } else { b.types[i] };
+            let t = if b.types.len() == 1 {
+                b.types[0]
+            } else {
+                b.types[i]
+            };
             out.push((offset, t));
         }
     }
@@ -81,7 +88,13 @@ mod tests {
 
     #[test]
     fn mixed_runs_carry_a_type_per_offset_and_holes_split_batches() {
-        let b = coalesce(&[(5, Accept), (6, Gap), (7, Release), (9, Reject), (10, Reject)]);
+        let b = coalesce(&[
+            (5, Accept),
+            (6, Gap),
+            (7, Release),
+            (9, Reject),
+            (10, Reject),
+        ]);
         assert_eq!(
             b,
             vec![
@@ -97,10 +110,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(
-            expand(&b),
-            vec![(5, 1), (6, 0), (7, 2), (9, 3), (10, 3)]
-        );
+        assert_eq!(expand(&b), vec![(5, 1), (6, 0), (7, 2), (9, 3), (10, 3)]);
     }
 
     #[test]

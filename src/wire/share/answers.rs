@@ -280,3 +280,161 @@ pub(super) fn acknowledge_answer(
         .collect();
     d
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use kafka_protocol::messages::share_fetch_response as r;
+
+    use super::*;
+    use crate::wire::records::tests::batches;
+
+    fn answer(
+        records: Bytes,
+        acquired: &[(i64, i64, i16)],
+        ack_error: i16,
+    ) -> (msg::ShareFetchResponse, HashMap<Uuid, Arc<str>>) {
+        let id = Uuid::from_u128(7);
+        let partition = r::PartitionData::default()
+            .with_partition_index(0)
+            .with_acknowledge_error_code(ack_error)
+            .with_records(Some(records))
+            .with_acquired_records(
+                acquired
+                    .iter()
+                    .map(|&(first, last, count)| {
+                        r::AcquiredRecords::default()
+                            .with_first_offset(first)
+                            .with_last_offset(last)
+                            .with_delivery_count(count)
+                    })
+                    .collect(),
+            );
+        let resp = msg::ShareFetchResponse::default()
+            .with_acquisition_lock_timeout_ms(30_000)
+            .with_responses(vec![r::ShareFetchableTopicResponse::default()
+                .with_topic_id(id)
+                .with_partitions(vec![partition])]);
+        (resp, HashMap::from([(id, Arc::from("t"))]))
+    }
+
+    fn request_with_acks() -> SessionRequest {
+        let tp = TopicPartition::new("t", 0);
+        SessionRequest {
+            epoch: 3,
+            listed: BTreeSet::from([tp.clone()]),
+            acks: AckMap::from([(tp, vec![(9, AckType::Accept)])]),
+            ..SessionRequest::default()
+        }
+    }
+
+    #[test]
+    fn only_acquired_records_come_out_and_holes_in_the_batches_are_owed_a_gap() {
+        // Records 0..=1 and 4..=5 (2 and 3 compacted away); acquired 1..=5 and 7..=8, where
+        // 7 and 8 lie past the decoded batches.
+        let (resp, names) = answer(batches(&[(0, 1), (4, 5)]), &[(7, 8, 2), (1, 5, 1)], 0);
+        let at = Instant::now();
+        let d = fetch_answer(
+            resp,
+            &request_with_acks(),
+            at,
+            &names,
+            DecodeBudget::default(),
+        );
+        assert_eq!(d.batches.len(), 1);
+        let b = &d.batches[0];
+        assert_eq!(b.sent_at, at);
+        assert_eq!(b.lock_duration, Duration::from_secs(30));
+        let got: Vec<(i64, u16)> = b
+            .records
+            .iter()
+            .map(|r| (r.record.offset, r.delivery_count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, 1), (4, 1), (5, 1)],
+            "record 0 was not acquired"
+        );
+        let owed = &d.owed[&TopicPartition::new("t", 0)];
+        assert_eq!(
+            owed,
+            &vec![
+                (2, AckType::Gap),
+                (3, AckType::Gap),
+                (7, AckType::Release),
+                (8, AckType::Release)
+            ]
+        );
+        assert_eq!(d.acks.len(), 1);
+        assert_eq!(d.acks[0].outcome, Ok(()));
+    }
+
+    #[test]
+    fn acknowledge_errors_and_top_level_errors_fail_the_carried_acks() {
+        let (resp, names) = answer(Bytes::new(), &[], INVALID_RECORD_STATE_CODE);
+        let d = fetch_answer(
+            resp,
+            &request_with_acks(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+        );
+        assert_eq!(d.acks[0].outcome, Err(AckError::Kafka(KafkaCode(121))));
+        let (resp, names) = answer(Bytes::new(), &[], 0);
+        let resp = resp.with_error_code(122);
+        let d = fetch_answer(
+            resp,
+            &request_with_acks(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+        );
+        assert_eq!(d.top_error, Some(KafkaCode(122)));
+        assert_eq!(d.acks[0].outcome, Err(AckError::Kafka(KafkaCode(122))));
+        assert!(d.batches.is_empty());
+    }
+
+    #[test]
+    fn a_range_of_billions_of_offsets_owes_a_bounded_number_of_gaps() {
+        let (resp, names) = answer(batches(&[(0, 0)]), &[(0, i64::MAX, 1)], 0);
+        let d = fetch_answer(
+            resp,
+            &SessionRequest::default(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+        );
+        let owed = &d.owed[&TopicPartition::new("t", 0)];
+        assert_eq!(owed.len(), MAX_GAPS_PER_PARTITION);
+        assert_eq!(d.batches[0].records.len(), 1);
+    }
+
+    #[test]
+    fn a_moved_leader_is_named_from_the_answer() {
+        let id = Uuid::from_u128(7);
+        let resp = msg::ShareFetchResponse::default().with_responses(vec![
+            r::ShareFetchableTopicResponse::default()
+                .with_topic_id(id)
+                .with_partitions(vec![r::PartitionData::default()
+                    .with_error_code(6)
+                    .with_current_leader(
+                        r::LeaderIdAndEpoch::default()
+                            .with_leader_id(2)
+                            .with_leader_epoch(5),
+                    )]),
+        ]);
+        let names = HashMap::from([(id, Arc::from("t"))]);
+        let d = fetch_answer(
+            resp,
+            &SessionRequest::default(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+        );
+        assert_eq!(d.leaders, vec![(TopicPartition::new("t", 0), 2)]);
+        assert_eq!(d.errors, vec![(TopicPartition::new("t", 0), KafkaCode(6))]);
+    }
+
+    const INVALID_RECORD_STATE_CODE: i16 = 121;
+}

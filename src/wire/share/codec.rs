@@ -279,7 +279,10 @@ mod tests {
         let body = bounded::sample_body(ApiKey::ShareAcknowledge, 2).expect("shape");
         for cut in 0..body.len() {
             let mut b = Bytes::copy_from_slice(&body[..cut]);
-            assert!(ShareAcknowledgeAnswer::decode(&mut b, 2).is_err(), "cut {cut}");
+            assert!(
+                ShareAcknowledgeAnswer::decode(&mut b, 2).is_err(),
+                "cut {cut}"
+            );
         }
     }
 }

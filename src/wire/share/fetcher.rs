@@ -557,7 +557,10 @@ impl ShareFetcher {
     fn collect(&mut self, ids: &[u64], until: Instant, wakeable: bool) {
         let mut answered = false;
         loop {
-            let open: Vec<&u64> = ids.iter().filter(|id| self.in_flight.contains_key(id)).collect();
+            let open: Vec<&u64> = ids
+                .iter()
+                .filter(|id| self.in_flight.contains_key(id))
+                .collect();
             if open.is_empty() {
                 break;
             }
@@ -627,13 +630,7 @@ impl ShareFetcher {
         }
     }
 
-    fn absorb(
-        &mut self,
-        broker: i32,
-        id: u64,
-        version: Option<i16>,
-        result: Result<Incoming>,
-    ) {
+    fn absorb(&mut self, broker: i32, id: u64, version: Option<i16>, result: Result<Incoming>) {
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
@@ -724,7 +721,11 @@ impl ShareFetcher {
         if !self.stale && !missing {
             return Ok(());
         }
-        let topics: BTreeSet<Arc<str>> = self.assigned.iter().map(|tp| Arc::clone(&tp.topic)).collect();
+        let topics: BTreeSet<Arc<str>> = self
+            .assigned
+            .iter()
+            .map(|tp| Arc::clone(&tp.topic))
+            .collect();
         if topics.is_empty() {
             self.stale = false;
             return Ok(());

@@ -114,7 +114,11 @@ impl ShareSession {
 
     /// The next ShareFetch: fetch `wanted`, carrying what it can of `acks` (taken out of the
     /// map; none when the session opens, since epoch 0 carries no acknowledgements).
-    pub fn fetch(&mut self, wanted: &BTreeSet<TopicPartition>, acks: &mut AckMap) -> SessionRequest {
+    pub fn fetch(
+        &mut self,
+        wanted: &BTreeSet<TopicPartition>,
+        acks: &mut AckMap,
+    ) -> SessionRequest {
         let epoch = self.epoch;
         if epoch == 0 {
             self.members = wanted.clone();
@@ -192,8 +196,8 @@ impl ShareSession {
         let Some(code) = error else {
             return Verdict::Continue;
         };
-        let session_gone = req.epoch == 0
-            || matches!(code, SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH);
+        let session_gone =
+            req.epoch == 0 || matches!(code, SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH);
         if !session_gone {
             return Verdict::Continue;
         }
@@ -297,7 +301,10 @@ mod tests {
         let reopen = s.fetch(&tps(&[0]), &mut AckMap::new());
         assert_eq!(reopen.epoch, 0);
         // The request queued behind `a` fails too, but says nothing of the new session.
-        assert_eq!(s.answered(&b, Some(SHARE_SESSION_NOT_FOUND)), Verdict::Reset);
+        assert_eq!(
+            s.answered(&b, Some(SHARE_SESSION_NOT_FOUND)),
+            Verdict::Reset
+        );
         assert_eq!(s.epoch(), 1);
         assert_eq!(s.answered(&reopen, None), Verdict::Continue);
         // Other errors leave an open session alone; a failed opening resets.

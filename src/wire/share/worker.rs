@@ -257,7 +257,6 @@ impl Worker {
         Ok(answer)
     }
 
-
     /// After a failed job: a broken connection is dropped and the next connect waits an
     /// exponential backoff.
     fn failed(&mut self, e: &WireError) {
