@@ -107,7 +107,7 @@ fn set_group_configs(addr: &str, group: &str, configs: &[(&str, &str)]) {
 
 /// A member of `group` subscribed to `topic`, heartbeating until it is assigned `partitions`
 /// partitions; returns its member id.
-fn join(coordinator: &str, group: &str, topic: &str, partitions: usize) -> String {
+fn join(coordinator: &str, group: &str, topic: &str, partitions: usize) -> (String, i32) {
     let member = format!("m{}", unique_name("x").replace(['-', '_', '.'], ""));
     let mut epoch = 0;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -133,7 +133,7 @@ fn join(coordinator: &str, group: &str, topic: &str, partitions: usize) -> Strin
             .map(|a| a.topic_partitions.iter().map(|t| t.partitions.len()).sum())
             .unwrap_or(0);
         if assigned == partitions {
-            return member;
+            return (member, epoch);
         }
         thread::sleep(Duration::from_millis(200));
     }
@@ -143,6 +143,8 @@ fn join(coordinator: &str, group: &str, topic: &str, partitions: usize) -> Strin
 struct Setup {
     fetcher: ShareFetcher,
     tp: TopicPartition,
+    coordinator: String,
+    epoch: i32,
 }
 
 /// A topic of one partition with `n` records and a member of a new share group assigned it.
@@ -171,14 +173,19 @@ fn setup(n: usize) -> Setup {
         ],
     );
     let coordinator = client.find_coordinator(&group).expect("coordinator").addr();
-    let member = join(&coordinator, &group, &topic, 1);
+    let (member, epoch) = join(&coordinator, &group, &topic, 1);
     let settings = ShareFetchSettings {
         max_wait: Duration::from_millis(300),
         ..ShareFetchSettings::default()
     };
     let mut fetcher = ShareFetcher::new(cfg, &group, &member, settings).expect("fetcher");
     fetcher.assign(&BTreeSet::from([tp.clone()]));
-    Setup { fetcher, tp }
+    Setup {
+        fetcher,
+        tp,
+        coordinator,
+        epoch,
+    }
 }
 
 /// Fetch rounds until `want` records came (at most 40 rounds), with every ack outcome seen.
@@ -222,7 +229,9 @@ fn ack(tp: &TopicPartition, offset: i64, kind: AckType) -> ShareAck {
 
 #[test]
 fn acquire_accept_release_reject_and_flush() {
-    let Setup { mut fetcher, tp } = setup(6);
+    let Setup {
+        mut fetcher, tp, ..
+    } = setup(6);
     let (got, _, _) = fetch_until(&mut fetcher, 6);
     let offsets: Vec<i64> = got.iter().map(|r| r.record.offset).collect();
     assert_eq!(offsets, vec![0, 1, 2, 3, 4, 5]);
@@ -265,7 +274,9 @@ fn acquire_accept_release_reject_and_flush() {
 
 #[test]
 fn renew_keeps_a_lock_past_its_first_duration() {
-    let Setup { mut fetcher, tp } = setup(2);
+    let Setup {
+        mut fetcher, tp, ..
+    } = setup(2);
     let (got, sent_at, _) = fetch_until(&mut fetcher, 2);
     assert_eq!(got.len(), 2);
     assert!(
@@ -310,7 +321,9 @@ fn renew_keeps_a_lock_past_its_first_duration() {
 
 #[test]
 fn a_session_replaced_behind_our_back_resets_and_fails_its_acks() {
-    let Setup { mut fetcher, tp } = setup(3);
+    let Setup {
+        mut fetcher, tp, ..
+    } = setup(3);
     let (got, _, _) = fetch_until(&mut fetcher, 3);
     assert_eq!(got.len(), 3);
     // Open a new session for the same member on another connection: ours is gone.
@@ -351,4 +364,96 @@ fn a_session_replaced_behind_our_back_resets_and_fails_its_acks() {
     let again = fetcher.flush_acks(Duration::from_secs(10));
     println!("after reopening: {again:?}");
     assert!(again.iter().all(|a| a.outcome.is_ok()), "{again:?}");
+}
+
+/// One heartbeat of `member` (epoch -1: it leaves); returns the error and the new epoch.
+fn heartbeat(
+    coordinator: &str,
+    group: &str,
+    member: &str,
+    epoch: i32,
+    topics: Option<Vec<String>>,
+) -> (i16, i32) {
+    let req = msg::ShareGroupHeartbeatRequest::default()
+        .with_group_id(StrBytes::from_string(group.to_string()).into())
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_member_epoch(epoch)
+        .with_subscribed_topic_names(topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| TopicName(StrBytes::from_string(t)))
+                .collect()
+        }));
+    let resp: msg::ShareGroupHeartbeatResponse =
+        raw(coordinator, ApiKey::ShareGroupHeartbeat, 1, &req);
+    (resp.error_code, resp.member_epoch)
+}
+
+/// Fetch rounds (at most 10) until one acquires something; returns the records acquired and
+/// every acknowledgement outcome seen.
+fn fetch_some(f: &mut ShareFetcher) -> (usize, Vec<rebalance_guard::wire::share::AckResult>) {
+    let mut acks = Vec::new();
+    for _ in 0..10 {
+        let round = f.fetch().expect("fetch");
+        assert!(round.errors.is_empty(), "{:?}", round.errors);
+        acks.extend(round.ack_results);
+        let n: usize = round.batches.iter().map(|b| b.records.len()).sum();
+        if n > 0 {
+            return (n, acks);
+        }
+    }
+    (0, acks)
+}
+
+/// Measured on 4.4: a member's share session goes on acquiring records of a partition after
+/// its assignment lost it, and even after the member left the group; so whether to fetch a
+/// partition is the client's to decide (`ShareFetcher::assign`). And a ShareAcknowledge
+/// cannot open a session: at epoch 0 it is refused with INVALID_SHARE_SESSION_EPOCH.
+#[test]
+fn the_broker_does_not_hold_a_session_to_the_assignment() {
+    let Setup {
+        mut fetcher,
+        tp,
+        coordinator,
+        epoch,
+    } = setup(2);
+    let (got, _, _) = fetch_until(&mut fetcher, 2);
+    assert_eq!(got.len(), 2);
+    let (group, member) = {
+        let (g, m) = fetcher.identity();
+        (g.to_string(), m.to_string())
+    };
+    let mut client =
+        Client::connect(ClientConfig::from_bootstrap_str(kafka().bootstrap())).expect("connect");
+    let more = [ProduceRecord {
+        value: Some(Bytes::from_static(b"later")),
+        ..ProduceRecord::default()
+    }];
+    // Unsubscribed: the assignment is empty, the session still acquires and acknowledges.
+    let (err, epoch) = heartbeat(&coordinator, &group, &member, epoch, Some(vec![]));
+    assert_eq!(err, 0);
+    client.produce(&tp, &more).expect("produce");
+    fetcher.acknowledge([ack(&tp, 0, AckType::Accept)]);
+    let (n, acks) = fetch_some(&mut fetcher);
+    assert_eq!(n, 1, "the unassigned partition's new record");
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].outcome, Ok(()), "{acks:?}");
+    // Left the group: the same.
+    let (err, _) = heartbeat(&coordinator, &group, &member, -1, None);
+    assert_eq!(err, 0);
+    assert!(epoch > 0);
+    client.produce(&tp, &more).expect("produce");
+    fetcher.acknowledge([ack(&tp, 1, AckType::Accept)]);
+    let (n, acks) = fetch_some(&mut fetcher);
+    assert_eq!(n, 1, "a record acquired by a member that left");
+    assert_eq!(acks[0].outcome, Ok(()), "{acks:?}");
+    let closed = fetcher.close(Duration::from_secs(5));
+    assert!(closed.is_empty(), "{closed:?}");
+    let leader = client.leader(&tp).expect("leader");
+    let addr = client.broker(leader).expect("broker").addr();
+    let req = msg::ShareAcknowledgeRequest::default()
+        .with_group_id(Some(StrBytes::from_string(group).into()))
+        .with_member_id(Some(StrBytes::from_string(member)))
+        .with_share_session_epoch(0);
+    let resp: msg::ShareAcknowledgeResponse = raw(&addr, ApiKey::ShareAcknowledge, 1, &req);
+    assert_eq!(resp.error_code, 123, "INVALID_SHARE_SESSION_EPOCH");
 }
