@@ -122,7 +122,7 @@ fn join(coordinator: &str, group: &str, topic: &str, partitions: usize) -> (Stri
         let resp: msg::ShareGroupHeartbeatResponse =
             raw(coordinator, ApiKey::ShareGroupHeartbeat, 1, &req);
         // The coordinator may still be loading or electing on a fresh broker.
-        if matches!(resp.error_code, 14 | 15 | 16) {
+        if (14..=16).contains(&resp.error_code) {
             thread::sleep(Duration::from_millis(200));
             continue;
         }
