@@ -331,6 +331,12 @@ impl ShareFetcher {
     /// (every open session when closing). Acknowledgements with no leader or no session are
     /// reported failed.
     fn send_acks(&mut self, purpose: Purpose, renew: bool) -> Vec<u64> {
+        if self.pending.keys().any(|tp| !self.leaders.contains_key(tp)) {
+            self.stale = true;
+            if let Err(e) = self.refresh_metadata_for(self.pending.keys().cloned().collect()) {
+                debug!("share: no metadata for the acknowledgements: {e}");
+            }
+        }
         let mut ids = Vec::new();
         let mut brokers: BTreeSet<i32> = self
             .pending
@@ -721,11 +727,13 @@ impl ShareFetcher {
         if !self.stale && !missing {
             return Ok(());
         }
-        let topics: BTreeSet<Arc<str>> = self
-            .assigned
-            .iter()
-            .map(|tp| Arc::clone(&tp.topic))
-            .collect();
+        self.refresh_metadata_for(self.assigned.clone())
+    }
+
+    /// Metadata for the topics of `partitions`.
+    fn refresh_metadata_for(&mut self, partitions: BTreeSet<TopicPartition>) -> Result<()> {
+        let topics: BTreeSet<Arc<str>> =
+            partitions.iter().map(|tp| Arc::clone(&tp.topic)).collect();
         if topics.is_empty() {
             self.stale = false;
             return Ok(());
@@ -789,5 +797,275 @@ impl ShareFetcher {
             }
         }
         self.stale = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+    use std::thread;
+
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::{metadata_response as md, share_fetch_response as sf};
+    use kafka_protocol::messages::{BrokerId, RequestHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+    use crate::wire::records::tests::batches;
+
+    const TOPIC_ID: Uuid = Uuid::from_u128(0x5eed);
+
+    /// How a fake broker answers ShareFetch.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fake {
+        /// Records 0..=2 of every partition it leads, acquired, each time.
+        Serving,
+        /// Never (a stopped broker whose connection stays open).
+        Silent,
+        /// Closes the connection instead of answering the second ShareFetch.
+        DropsTheSecond,
+    }
+
+    /// The epochs of the ShareFetch requests each fake broker saw.
+    type Seen = Arc<Mutex<Vec<(i32, i32)>>>;
+
+    /// Two fake brokers: 1 leads t-0, 2 leads t-1.
+    fn cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen) {
+        let listeners: Vec<TcpListener> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+            .collect();
+        let addrs: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("addr").to_string())
+            .collect();
+        let seen: Seen = Arc::default();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let (addrs, seen) = (addrs.clone(), Arc::clone(&seen));
+            let fake = behaviour[i];
+            thread::spawn(move || {
+                let fetches = Arc::new(AtomicU32::new(0));
+                for conn in listener.incoming() {
+                    let Ok(conn) = conn else { return };
+                    let (addrs, seen, fetches) =
+                        (addrs.clone(), Arc::clone(&seen), Arc::clone(&fetches));
+                    thread::spawn(move || serve(conn, i as i32 + 1, fake, &addrs, &seen, &fetches));
+                }
+            });
+        }
+        (addrs, seen)
+    }
+
+    fn serve(
+        mut s: TcpStream,
+        node: i32,
+        fake: Fake,
+        addrs: &[String],
+        seen: &Seen,
+        fetches: &AtomicU32,
+    ) {
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                return;
+            }
+            let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+            if s.read_exact(&mut req).is_err() || req.len() < 8 {
+                return;
+            }
+            let key = i16::from_be_bytes([req[0], req[1]]);
+            let version = i16::from_be_bytes([req[2], req[3]]);
+            let mut out = BytesMut::new();
+            out.put_slice(&req[4..8]);
+            match key {
+                18 => {
+                    out.put_i16(if version > 0 { 35 } else { 0 });
+                    out.put_i32(4);
+                    for (k, lo, hi) in [(18i16, 0i16, 0i16), (3, 12, 12), (78, 1, 1), (79, 1, 1)] {
+                        out.put_i16(k);
+                        out.put_i16(lo);
+                        out.put_i16(hi);
+                    }
+                }
+                3 => {
+                    out.put_u8(0);
+                    let brokers = addrs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| {
+                            let (host, port) = a.rsplit_once(':').expect("host:port");
+                            md::MetadataResponseBroker::default()
+                                .with_node_id(BrokerId(i as i32 + 1))
+                                .with_host(StrBytes::from_string(host.to_string()))
+                                .with_port(port.parse().expect("port"))
+                        })
+                        .collect();
+                    let partitions = (0..2)
+                        .map(|p| {
+                            md::MetadataResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_leader_id(BrokerId(p + 1))
+                        })
+                        .collect();
+                    msg::MetadataResponse::default()
+                        .with_brokers(brokers)
+                        .with_topics(vec![md::MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+                            .with_topic_id(TOPIC_ID)
+                            .with_partitions(partitions)])
+                        .encode(&mut out, 12)
+                        .expect("metadata");
+                }
+                78 => {
+                    let nth = fetches.fetch_add(1, Ordering::SeqCst) + 1;
+                    let mut body = Bytes::from(req);
+                    let _ = RequestHeader::decode(&mut body, 2).expect("header");
+                    let fetch = msg::ShareFetchRequest::decode(&mut body, 1).expect("request");
+                    seen.lock()
+                        .expect("seen")
+                        .push((node, fetch.share_session_epoch));
+                    match fake {
+                        Fake::Silent => {
+                            thread::sleep(Duration::from_secs(30));
+                            return;
+                        }
+                        Fake::DropsTheSecond if nth == 2 => return,
+                        _ => {}
+                    }
+                    out.put_u8(0);
+                    let partition = sf::PartitionData::default()
+                        .with_partition_index(node - 1)
+                        .with_records(Some(batches(&[(0, 2)])))
+                        .with_acquired_records(vec![sf::AcquiredRecords::default()
+                            .with_first_offset(0)
+                            .with_last_offset(2)
+                            .with_delivery_count(1)]);
+                    msg::ShareFetchResponse::default()
+                        .with_acquisition_lock_timeout_ms(1000)
+                        .with_responses(vec![sf::ShareFetchableTopicResponse::default()
+                            .with_topic_id(TOPIC_ID)
+                            .with_partitions(vec![partition])])
+                        .encode(&mut out, 1)
+                        .expect("share fetch");
+                }
+                _ => return,
+            }
+            let mut frame = (out.len() as i32).to_be_bytes().to_vec();
+            frame.extend_from_slice(&out);
+            if s.write_all(&frame).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn fetcher(addrs: &[String], partitions: &[i32]) -> ShareFetcher {
+        let mut config = ClientConfig::new([addrs[0].clone()]);
+        config.connection.request_timeout = Duration::from_secs(20);
+        let settings = ShareFetchSettings {
+            max_wait: Duration::from_millis(100),
+            ..ShareFetchSettings::default()
+        };
+        let mut f = ShareFetcher::new(config, "g", "m", settings).expect("fetcher");
+        f.assign(
+            &partitions
+                .iter()
+                .map(|p| TopicPartition::new("t", *p))
+                .collect(),
+        );
+        f
+    }
+
+    #[test]
+    fn a_hung_leader_holds_only_its_own_partitions() {
+        let (addrs, seen) = cluster([Fake::Serving, Fake::Silent]);
+        let mut f = fetcher(&addrs, &[0, 1]);
+        let bound = Duration::from_millis(100) + FETCH_ANSWER_MARGIN + Duration::from_millis(400);
+        for round in 0..4 {
+            let started = Instant::now();
+            let got = f.fetch().expect("fetch");
+            let took = started.elapsed();
+            assert!(took < bound, "round {round} took {took:?}");
+            assert_eq!(got.batches.len(), 1, "round {round}: {got:?}");
+            let b = &got.batches[0];
+            assert_eq!(b.tp, TopicPartition::new("t", 0));
+            assert_eq!(b.records.len(), 3);
+            assert!(b.sent_at >= started);
+            assert_eq!(b.lock_duration, Duration::from_secs(1));
+        }
+        let seen = seen.lock().expect("seen").clone();
+        let epochs: Vec<i32> = seen.iter().filter(|s| s.0 == 1).map(|s| s.1).collect();
+        assert_eq!(epochs, vec![0, 1, 2, 3]);
+        assert_eq!(
+            seen.iter().filter(|s| s.0 == 2).count(),
+            1,
+            "one request left in flight"
+        );
+    }
+
+    #[test]
+    fn a_broken_connection_fails_its_acks_and_reopens_the_session() {
+        let (addrs, seen) = cluster([Fake::DropsTheSecond, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        let first = f.fetch().expect("fetch");
+        assert_eq!(first.batches.len(), 1);
+        f.acknowledge([ShareAck {
+            tp: tp.clone(),
+            offset: 0,
+            kind: AckType::Accept,
+        }]);
+        let second = f.fetch().expect("fetch");
+        assert_eq!(second.ack_results.len(), 1, "{second:?}");
+        assert_eq!(second.ack_results[0].acks, vec![(0, AckType::Accept)]);
+        assert!(
+            matches!(second.ack_results[0].outcome, Err(AckError::Transport(_))),
+            "{second:?}"
+        );
+        let mut third = f.fetch().expect("fetch");
+        for _ in 0..5 {
+            if !third.batches.is_empty() {
+                break;
+            }
+            third = f.fetch().expect("fetch");
+        }
+        assert_eq!(third.batches.len(), 1, "{third:?}");
+        assert!(third.ack_results.is_empty(), "the failed ack is not resent");
+        let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
+        assert_eq!(epochs, vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn renew_and_acknowledge_refuse_what_they_cannot_send() {
+        let (addrs, _seen) = cluster([Fake::Serving, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        f.acknowledge([ShareAck {
+            tp: tp.clone(),
+            offset: 1,
+            kind: AckType::Renew,
+        }]);
+        // No session yet: a flush cannot send.
+        f.acknowledge([ShareAck {
+            tp: tp.clone(),
+            offset: 2,
+            kind: AckType::Accept,
+        }]);
+        let flushed = f.flush_acks(Duration::from_secs(1));
+        let outcomes: Vec<_> = flushed.iter().map(|r| r.outcome.clone()).collect();
+        assert_eq!(
+            outcomes,
+            vec![Err(AckError::RenewUnsupported), Err(AckError::NoSession)]
+        );
+        let _ = f.fetch().expect("fetch");
+        assert!(
+            !f.supports_renew(),
+            "the fake speaks ShareAcknowledge v1 only"
+        );
+        let renewed = f.renew(&[(tp, 0)], Duration::from_secs(5));
+        assert_eq!(renewed.lock_duration, None);
+        assert_eq!(renewed.results.len(), 1);
+        assert_eq!(renewed.results[0].outcome, Err(AckError::RenewUnsupported));
     }
 }
