@@ -24,7 +24,7 @@ use super::acks::coalesce;
 use super::answers::{self, Digest};
 use super::codec::{ShareAcknowledgeV2, ShareFetchV2};
 use super::session::{AckMap, SessionRequest, ShareSession, Verdict};
-use super::worker::{Event, Incoming, Outgoing, Workers};
+use super::worker::{Event, Incoming, Outgoing, Workers, SHARE_VERSIONS};
 use super::{
     AckError, AckResult, AckType, RenewResult, ShareAck, ShareFetchRound, ShareFetchSettings,
 };
@@ -101,7 +101,17 @@ impl ShareFetcher {
         member_id: &str,
         settings: ShareFetchSettings,
     ) -> Result<Self> {
-        let client = Client::connect(config.clone())?;
+        let mut client = Client::connect(config.clone())?;
+        // What the brokers speak, as far as one connection tells before any share request.
+        let mut renew_versions = BTreeMap::new();
+        if let Some(node) = client.brokers().first().map(|b| b.node_id) {
+            if let Ok(conn) = client.connection(node) {
+                let v = conn
+                    .version_within(ApiKey::ShareAcknowledge, SHARE_VERSIONS)
+                    .unwrap_or(0);
+                renew_versions.insert(node, v);
+            }
+        }
         let workers = Workers::new(
             config.connection.clone(),
             config.retry_backoff,
@@ -125,7 +135,7 @@ impl ShareFetcher {
             workers,
             stash: ShareFetchRound::default(),
             renewed: HashMap::new(),
-            renew_versions: BTreeMap::new(),
+            renew_versions,
         })
     }
 
@@ -168,13 +178,10 @@ impl ShareFetcher {
         }
     }
 
-    /// Whether the cluster speaks ShareAcknowledge v2 (RENEW): asked of the leaders this
-    /// fetcher talked to, else of any broker.
+    /// Whether the cluster speaks ShareAcknowledge v2 (RENEW): every broker this fetcher
+    /// negotiated with (the first one at [`new`](Self::new), then each leader) does.
     pub fn supports_renew(&self) -> bool {
-        if !self.renew_versions.is_empty() {
-            return self.renew_versions.values().all(|v| *v >= 2);
-        }
-        false
+        !self.renew_versions.is_empty() && self.renew_versions.values().all(|v| *v >= 2)
     }
 
     /// The waker of [`fetch`](Self::fetch): calling it from any thread ends the current or next
