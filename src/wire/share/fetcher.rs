@@ -834,6 +834,8 @@ mod tests {
         Silent,
         /// Closes the connection instead of answering the second ShareFetch.
         DropsTheSecond,
+        /// Answers NOT_LEADER_OR_FOLLOWER naming broker 2 as the leader, with its endpoint.
+        Moved,
     }
 
     /// The epochs of the ShareFetch requests each fake broker saw.
@@ -942,18 +944,47 @@ mod tests {
                         _ => {}
                     }
                     out.put_u8(0);
-                    let partition = sf::PartitionData::default()
-                        .with_partition_index(node - 1)
-                        .with_records(Some(batches(&[(0, 2)])))
-                        .with_acquired_records(vec![sf::AcquiredRecords::default()
-                            .with_first_offset(0)
-                            .with_last_offset(2)
-                            .with_delivery_count(1)]);
+                    let mut asked: Vec<i32> = fetch
+                        .topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+                        .collect();
+                    if asked.is_empty() {
+                        asked.push(node - 1);
+                    }
+                    let partitions = asked
+                        .into_iter()
+                        .map(|p| {
+                            let data = sf::PartitionData::default().with_partition_index(p);
+                            if fake == Fake::Moved {
+                                return data.with_error_code(6).with_current_leader(
+                                    sf::LeaderIdAndEpoch::default()
+                                        .with_leader_id(2)
+                                        .with_leader_epoch(1),
+                                );
+                            }
+                            data.with_records(Some(batches(&[(0, 2)])))
+                                .with_acquired_records(vec![sf::AcquiredRecords::default()
+                                    .with_first_offset(0)
+                                    .with_last_offset(2)
+                                    .with_delivery_count(1)])
+                        })
+                        .collect();
+                    let (host, port) = addrs[1].rsplit_once(':').expect("host:port");
+                    let endpoints = if fake == Fake::Moved {
+                        vec![sf::NodeEndpoint::default()
+                            .with_node_id(BrokerId(2))
+                            .with_host(StrBytes::from_string(host.to_string()))
+                            .with_port(port.parse().expect("port"))]
+                    } else {
+                        Vec::new()
+                    };
                     msg::ShareFetchResponse::default()
                         .with_acquisition_lock_timeout_ms(1000)
                         .with_responses(vec![sf::ShareFetchableTopicResponse::default()
                             .with_topic_id(TOPIC_ID)
-                            .with_partitions(vec![partition])])
+                            .with_partitions(partitions)])
+                        .with_node_endpoints(endpoints)
                         .encode(&mut out, 1)
                         .expect("share fetch");
                 }
@@ -1041,6 +1072,32 @@ mod tests {
         assert!(third.ack_results.is_empty(), "the failed ack is not resent");
         let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn a_partition_whose_leader_moved_goes_to_the_new_leaders_session() {
+        let (addrs, seen) = cluster([Fake::Moved, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        let first = f.fetch().expect("fetch");
+        assert_eq!(
+            first.errors,
+            vec![(tp.clone(), KafkaCode::NOT_LEADER_OR_FOLLOWER)]
+        );
+        let mut batches = Vec::new();
+        for _ in 0..5 {
+            batches = f.fetch().expect("fetch").batches;
+            if !batches.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].tp, tp);
+        let seen = seen.lock().expect("seen").clone();
+        // Broker 2 opened a session for t-0; broker 1's session forgets it.
+        assert!(seen.contains(&(2, 0)), "{seen:?}");
+        assert_eq!(seen.first(), Some(&(1, 0)));
+        assert!(seen.contains(&(1, 1)), "the forgetting request: {seen:?}");
     }
 
     #[test]
