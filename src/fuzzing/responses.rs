@@ -14,11 +14,12 @@ use bytes::Bytes;
 use kafka_protocol::messages::{self as msg, ApiKey};
 
 use crate::wire::bounded;
+use crate::wire::share::codec::{ShareAcknowledgeAnswer, ShareFetchAnswer};
 use crate::wire::versions::client_range;
 use crate::wire::WireError;
 
 /// The APIs whose responses the client decodes, in selector order.
-pub const APIS: [ApiKey; 20] = [
+pub const APIS: [ApiKey; 22] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Fetch,
@@ -39,11 +40,17 @@ pub const APIS: [ApiKey; 20] = [
     ApiKey::DescribeConfigs,
     ApiKey::IncrementalAlterConfigs,
     ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
 ];
 
 /// The versions of `api` the client can negotiate.
 pub(crate) fn negotiable(api: ApiKey) -> (i16, i16) {
     let ours = client_range(api);
+    if matches!(api, ApiKey::ShareFetch | ApiKey::ShareAcknowledge) {
+        // Decoded past kafka-protocol's v1 by `wire::share::codec`.
+        return (ours.min, ours.max);
+    }
     let codec = api.valid_versions();
     (ours.min.max(codec.min), ours.max.min(codec.max))
 }
@@ -79,7 +86,14 @@ fn decode(api: ApiKey, version: i16, body: Bytes) -> Result<(), WireError> {
         DescribeConfigs => DescribeConfigsResponse,
         IncrementalAlterConfigs => IncrementalAlterConfigsResponse,
         ShareGroupHeartbeat => ShareGroupHeartbeatResponse,
-    )
+    )?;
+    match api {
+        ApiKey::ShareFetch => bounded::decode::<ShareFetchAnswer>(api, version, &mut b).map(drop),
+        ApiKey::ShareAcknowledge => {
+            bounded::decode::<ShareAcknowledgeAnswer>(api, version, &mut b).map(drop)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Runs target (c) on one input.

@@ -28,7 +28,10 @@
 //!   `kafka-protocol` decodes it;
 //! - `compression.rs`: pure-Rust decompression of record batches;
 //! - `error.rs`: [`WireError`] and the [`KafkaCode`] table every layer uses;
-//! - `quirks.rs`: where the client works around a broker that deviates from Kafka.
+//! - `quirks.rs`: where the client works around a broker that deviates from Kafka;
+//! - [`share`] (`share/`): share groups (KIP-932): ShareFetch and ShareAcknowledge at v1-v2,
+//!   a share session per broker, one share fetch thread per broker, piggybacked
+//!   acknowledgements and RENEW, behind [`share::ShareFetcher`].
 //!
 //! Threads: everything here is blocking and owned by one thread at a time. A [`Client`] keeps
 //! one request connection per broker; its fetches run on one fetch thread per broker
@@ -70,6 +73,7 @@ mod quirks;
 pub mod records;
 pub(crate) mod scram;
 pub(crate) mod secret;
+pub mod share;
 mod source;
 mod stream;
 mod tls;

@@ -60,6 +60,8 @@ pub fn client_range(api: ApiKey) -> VersionRange {
         ApiKey::Produce => VersionRange::new(3, 9),
         // v0 is gone from Kafka 4.0 (KIP-896); v1 is in 2.1.
         ApiKey::DescribeConfigs => VersionRange::new(1, 4),
+        // v2 (RENEW, the acquire mode) is encoded by `wire::share`, past kafka-protocol's v1.
+        ApiKey::ShareFetch | ApiKey::ShareAcknowledge => VersionRange::new(1, 2),
         other => {
             let r = other.valid_versions();
             VersionRange::new(r.min, r.max)

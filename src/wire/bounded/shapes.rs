@@ -700,6 +700,112 @@ pub(super) static SHARE_GROUP_HEARTBEAT: Schema = Schema {
     ],
 };
 
+/// ShareFetch response (API 78), versions 1-2 (v2 is laid out as v1; KIP-932).
+pub(super) static SHARE_FETCH: Schema = Schema {
+    api: ApiKey::ShareFetch,
+    versions: (1, 2),
+    flexible_from: 0,
+    fields: &[
+        f("ThrottleTimeMs", K::I32, 0, MAX),
+        f("ErrorCode", K::I16, 0, MAX),
+        f("ErrorMessage", K::Str, 0, MAX),
+        f("AcquisitionLockTimeoutMs", K::I32, 1, MAX),
+        f(
+            "Responses",
+            K::Array(&K::Struct(&[
+                f("TopicId", K::Uuid, 0, MAX),
+                f(
+                    "Partitions",
+                    K::Array(&K::Struct(&[
+                        f("PartitionIndex", K::I32, 0, MAX),
+                        f("ErrorCode", K::I16, 0, MAX),
+                        f("ErrorMessage", K::Str, 0, MAX),
+                        f("AcknowledgeErrorCode", K::I16, 0, MAX),
+                        f("AcknowledgeErrorMessage", K::Str, 0, MAX),
+                        f("CurrentLeader", LEADER, 0, MAX),
+                        f("Records", K::Records, 0, MAX),
+                        f(
+                            "AcquiredRecords",
+                            K::Array(&K::Struct(&[
+                                f("FirstOffset", K::I64, 0, MAX),
+                                f("LastOffset", K::I64, 0, MAX),
+                                f("DeliveryCount", K::I16, 0, MAX),
+                            ])),
+                            0,
+                            MAX,
+                        ),
+                    ])),
+                    0,
+                    MAX,
+                ),
+            ])),
+            0,
+            MAX,
+        ),
+        f(
+            "NodeEndpoints",
+            K::Array(&K::Struct(&[
+                f("NodeId", K::I32, 0, MAX),
+                f("Host", K::Str, 0, MAX),
+                f("Port", K::I32, 0, MAX),
+                f("Rack", K::Str, 0, MAX),
+            ])),
+            0,
+            MAX,
+        ),
+    ],
+};
+
+/// ShareAcknowledge response (API 79), versions 1-2 (v2 adds AcquisitionLockTimeoutMs).
+pub(super) static SHARE_ACKNOWLEDGE: Schema = Schema {
+    api: ApiKey::ShareAcknowledge,
+    versions: (1, 2),
+    flexible_from: 0,
+    fields: &[
+        f("ThrottleTimeMs", K::I32, 0, MAX),
+        f("ErrorCode", K::I16, 0, MAX),
+        f("ErrorMessage", K::Str, 0, MAX),
+        f("AcquisitionLockTimeoutMs", K::I32, 2, MAX),
+        f(
+            "Responses",
+            K::Array(&K::Struct(&[
+                f("TopicId", K::Uuid, 0, MAX),
+                f(
+                    "Partitions",
+                    K::Array(&K::Struct(&[
+                        f("PartitionIndex", K::I32, 0, MAX),
+                        f("ErrorCode", K::I16, 0, MAX),
+                        f("ErrorMessage", K::Str, 0, MAX),
+                        f("CurrentLeader", LEADER, 0, MAX),
+                    ])),
+                    0,
+                    MAX,
+                ),
+            ])),
+            0,
+            MAX,
+        ),
+        f(
+            "NodeEndpoints",
+            K::Array(&K::Struct(&[
+                f("NodeId", K::I32, 0, MAX),
+                f("Host", K::Str, 0, MAX),
+                f("Port", K::I32, 0, MAX),
+                f("Rack", K::Str, 0, MAX),
+            ])),
+            0,
+            MAX,
+        ),
+    ],
+};
+
+/// A partition's current leader in the share responses.
+const LEADER: K = K::Struct(&[
+    f("LeaderId", K::I32, 0, MAX),
+    f("LeaderEpoch", K::I32, 0, MAX),
+]);
+
+
 /// Every schema, for lookup by API key.
 pub(super) static ALL: &[&Schema] = &[
     &API_VERSIONS,
@@ -722,4 +828,6 @@ pub(super) static ALL: &[&Schema] = &[
     &DESCRIBE_CONFIGS,
     &INCREMENTAL_ALTER_CONFIGS,
     &SHARE_GROUP_HEARTBEAT,
+    &SHARE_FETCH,
+    &SHARE_ACKNOWLEDGE,
 ];

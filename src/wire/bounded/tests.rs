@@ -93,7 +93,37 @@ fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
     cases += exercise::<msg::DescribeConfigsResponse>(ApiKey::DescribeConfigs);
     cases += exercise::<msg::IncrementalAlterConfigsResponse>(ApiKey::IncrementalAlterConfigs);
     cases += exercise::<msg::ShareGroupHeartbeatResponse>(ApiKey::ShareGroupHeartbeat);
+    cases += exercise::<msg::ShareFetchResponse>(ApiKey::ShareFetch);
+    cases += exercise::<msg::ShareAcknowledgeResponse>(ApiKey::ShareAcknowledge);
     assert!(cases > 300, "only {cases} cases ran");
+}
+
+/// The share responses at v2, past `kafka-protocol`'s v1: decoded by `wire::share::codec`
+/// (whose tests compare them with the v1 codec), here every cut and every huge count refused.
+#[test]
+fn share_v2_shapes_refuse_every_cut_and_every_huge_count() {
+    for api in [ApiKey::ShareFetch, ApiKey::ShareAcknowledge] {
+        let schema = schema(api).expect("shape");
+        let (body, g) = Gen::body(schema, 2, None);
+        check(api, 2, &body).unwrap_or_else(|e| panic!("{api:?} v2: {e}"));
+        for cut in 0..body.len() {
+            assert!(
+                check(api, 2, &body[..cut]).is_err(),
+                "{api:?} v2 cut at {cut}"
+            );
+        }
+        let mut bombs = 0;
+        for index in 0.. {
+            let (bomb, g) = Gen::body(schema, 2, Some(index));
+            let Some(name) = g.huge_name else { break };
+            bombs += 1;
+            assert!(
+                matches!(check(api, 2, &bomb), Err(WireError::Malformed { ref field, .. }) if field.contains(name)),
+                "{api:?} v2 array {name}"
+            );
+        }
+        assert!(bombs >= 3 && g.arrays > 0, "{api:?}: {bombs} bombs");
+    }
 }
 
 #[test]

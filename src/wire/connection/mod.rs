@@ -103,6 +103,9 @@ wire_requests! {
     ShareGroupHeartbeatRequest => ShareGroupHeartbeatResponse: ShareGroupHeartbeat,
     SaslHandshakeRequest => SaslHandshakeResponse: SaslHandshake,
     SaslAuthenticateRequest => SaslAuthenticateResponse: SaslAuthenticate,
+    // v1 only; `wire::share::codec` sends v1 and v2 through its own request types.
+    ShareFetchRequest => ShareFetchResponse: ShareFetch,
+    ShareAcknowledgeRequest => ShareAcknowledgeResponse: ShareAcknowledge,
 }
 
 /// A request written to the socket whose response has not been read yet.

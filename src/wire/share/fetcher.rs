@@ -1,0 +1,1135 @@
+//! [`ShareFetcher`]: what the share consumer's poll thread calls. It routes the assigned
+//! partitions to their leaders (ShareFetch names topics by id, so the ids come from Metadata),
+//! keeps one [`ShareSession`] per leader, queues acknowledgements until the next request to
+//! that leader, and hands the requests to the per-broker threads of `worker.rs`.
+//!
+//! Every answer passes through one place (`absorb`), whichever call collects it, so an answer
+//! that arrives late (a fetch left in flight by an earlier call) is never lost: its records and
+//! outcomes are kept for the next [`ShareFetcher::fetch`] (or the outcomes for the next
+//! [`ShareFetcher::flush_acks`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{
+    self as msg, metadata_request, share_acknowledge_request as ackreq,
+    share_fetch_request as fetchreq, ApiKey, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use log::{debug, info, warn};
+use uuid::Uuid;
+
+use super::acks::coalesce;
+use super::answers::{self, Digest};
+use super::codec::{ShareAcknowledgeV2, ShareFetchV2};
+use super::session::{AckMap, SessionRequest, ShareSession, Verdict};
+use super::worker::{Event, Incoming, Outgoing, Workers, SHARE_VERSIONS};
+use super::{
+    AckError, AckResult, AckType, RenewResult, ShareAck, ShareFetchRound, ShareFetchSettings,
+};
+use crate::wire::error::{Result, WireError};
+use crate::wire::{Client, ClientConfig, KafkaCode, FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
+use crate::TopicPartition;
+
+/// What a request in flight was for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Fetch,
+    Acknowledge,
+    Renew,
+    Close,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    purpose: Purpose,
+    req: SessionRequest,
+    sent_at: Option<Instant>,
+}
+
+/// One leader's session.
+#[derive(Debug, Default)]
+struct Leader {
+    session: ShareSession,
+    /// A ShareFetch of this session is in flight (one at a time).
+    fetching: bool,
+}
+
+/// The share fetch engine of one member: see the module documentation.
+pub struct ShareFetcher {
+    client: Client,
+    config: ClientConfig,
+    group_id: String,
+    member_id: String,
+    settings: ShareFetchSettings,
+    assigned: BTreeSet<TopicPartition>,
+    ids: HashMap<Arc<str>, Uuid>,
+    names: HashMap<Uuid, Arc<str>>,
+    leaders: HashMap<TopicPartition, i32>,
+    addrs: HashMap<i32, String>,
+    stale: bool,
+    /// Acknowledgements waiting for the next request to their partition's leader.
+    pending: AckMap,
+    sessions: BTreeMap<i32, Leader>,
+    in_flight: HashMap<u64, InFlight>,
+    workers: Workers,
+    /// Answers collected but not handed out yet.
+    stash: ShareFetchRound,
+    /// The lock durations of answered renewals, by job.
+    renewed: HashMap<u64, Option<Duration>>,
+    renew_versions: BTreeMap<i32, i16>,
+}
+
+impl std::fmt::Debug for ShareFetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareFetcher")
+            .field("group_id", &self.group_id)
+            .field("member_id", &self.member_id)
+            .field("assigned", &self.assigned.len())
+            .field("sessions", &self.sessions.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ShareFetcher {
+    /// Connects to the cluster (bootstrap and Metadata) for member `member_id` of share group
+    /// `group_id`; nothing is fetched before [`ShareFetcher::assign`].
+    pub fn new(
+        config: ClientConfig,
+        group_id: &str,
+        member_id: &str,
+        settings: ShareFetchSettings,
+    ) -> Result<Self> {
+        let mut client = Client::connect(config.clone())?;
+        // What the brokers speak, as far as one connection tells before any share request.
+        let mut renew_versions = BTreeMap::new();
+        if let Some(node) = client.brokers().first().map(|b| b.node_id) {
+            if let Ok(conn) = client.connection(node) {
+                let v = conn
+                    .version_within(ApiKey::ShareAcknowledge, SHARE_VERSIONS)
+                    .unwrap_or(0);
+                renew_versions.insert(node, v);
+            }
+        }
+        let workers = Workers::new(
+            config.connection.clone(),
+            config.retry_backoff,
+            config.retry_backoff_max,
+        );
+        Ok(ShareFetcher {
+            client,
+            config,
+            group_id: group_id.to_string(),
+            member_id: member_id.to_string(),
+            settings,
+            assigned: BTreeSet::new(),
+            ids: HashMap::new(),
+            names: HashMap::new(),
+            leaders: HashMap::new(),
+            addrs: HashMap::new(),
+            stale: true,
+            pending: AckMap::new(),
+            sessions: BTreeMap::new(),
+            in_flight: HashMap::new(),
+            workers,
+            stash: ShareFetchRound::default(),
+            renewed: HashMap::new(),
+            renew_versions,
+        })
+    }
+
+    /// The partitions to fetch from now on (the member's assignment). Partitions that left are
+    /// forgotten by their session with the next fetch, after their queued acknowledgements.
+    pub fn assign(&mut self, partitions: &BTreeSet<TopicPartition>) {
+        if partitions.iter().any(|tp| !self.leaders.contains_key(tp)) {
+            self.stale = true;
+        }
+        self.assigned = partitions.clone();
+    }
+
+    /// The group and member this fetcher fetches for.
+    pub fn identity(&self) -> (&str, &str) {
+        (&self.group_id, &self.member_id)
+    }
+
+    /// The partitions fetched.
+    pub fn assigned(&self) -> &BTreeSet<TopicPartition> {
+        &self.assigned
+    }
+
+    /// Queues acknowledgements; each goes with the next ShareFetch (or
+    /// [`flush_acks`](Self::flush_acks)) to its partition's leader. A RENEW is refused here
+    /// (reported failed in the next round): renewals go through [`renew`](Self::renew).
+    pub fn acknowledge(&mut self, acks: impl IntoIterator<Item = ShareAck>) {
+        for ack in acks {
+            if ack.kind == AckType::Renew {
+                self.stash.ack_results.push(AckResult {
+                    tp: ack.tp,
+                    acks: vec![(ack.offset, ack.kind)],
+                    outcome: Err(AckError::RenewUnsupported),
+                });
+                continue;
+            }
+            self.pending
+                .entry(ack.tp)
+                .or_default()
+                .push((ack.offset, ack.kind));
+        }
+    }
+
+    /// Whether the cluster speaks ShareAcknowledge v2 (RENEW): every broker this fetcher
+    /// negotiated with (the first one at [`new`](Self::new), then each leader) does.
+    pub fn supports_renew(&self) -> bool {
+        !self.renew_versions.is_empty() && self.renew_versions.values().all(|v| *v >= 2)
+    }
+
+    /// The waker of [`fetch`](Self::fetch): calling it from any thread ends the current or next
+    /// wait for answers early.
+    pub fn nudge(&self) -> crate::wire::Nudge {
+        self.workers.nudge()
+    }
+
+    /// One round: a ShareFetch to every leader of assigned partitions that has none in flight
+    /// (carrying the acknowledgements queued for it), then the answers that arrive within
+    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`] (plus [`FETCH_CONNECT_GRACE`] while nothing
+    /// has answered and a request is not even sent). Late answers stay in flight and come with
+    /// a later round. Fails only when the cluster's metadata cannot be read.
+    pub fn fetch(&mut self) -> Result<ShareFetchRound> {
+        self.refresh_metadata()?;
+        let mut wanted: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
+        for tp in &self.assigned {
+            match self.leaders.get(tp) {
+                Some(&l) if l >= 0 => {
+                    wanted.entry(l).or_default().insert(tp.clone());
+                }
+                _ => self.stale = true,
+            }
+        }
+        // Leaders that lost every partition still forget them (and deliver their acks).
+        for (broker, leader) in &self.sessions {
+            if !leader.session.members().is_empty() {
+                wanted.entry(*broker).or_default();
+            }
+        }
+        let mut fresh = Vec::new();
+        for (broker, parts) in wanted {
+            if self.sessions.get(&broker).is_some_and(|l| l.fetching) {
+                continue;
+            }
+            let mut acks = self.take_pending(broker);
+            let leader = self.sessions.entry(broker).or_default();
+            let req = leader.session.fetch(&parts, &mut acks);
+            self.requeue(acks);
+            if req.epoch == 0 && parts.is_empty() {
+                continue;
+            }
+            if let Some(id) = self.submit_fetch(broker, req) {
+                fresh.push(id);
+            }
+        }
+        let bound = Instant::now() + self.settings.max_wait + FETCH_ANSWER_MARGIN;
+        self.collect(&fresh, bound, true);
+        Ok(std::mem::take(&mut self.stash))
+    }
+
+    /// Sends every queued acknowledgement now, in a ShareAcknowledge per leader (queued behind
+    /// a fetch in flight to it), and waits up to `timeout` for the outcomes. Returns every
+    /// outcome collected meanwhile (piggybacked ones included); acknowledgements not answered
+    /// in time are reported [`AckError::TimedOut`].
+    pub fn flush_acks(&mut self, timeout: Duration) -> Vec<AckResult> {
+        let deadline = Instant::now() + timeout;
+        let ids = self.send_acks(Purpose::Acknowledge, false);
+        self.collect(&ids, deadline, false);
+        self.time_out(&ids);
+        std::mem::take(&mut self.stash.ack_results)
+    }
+
+    /// Renews the locks of `records` (RENEW in a ShareAcknowledge v2 per leader) and waits up
+    /// to `timeout`. The new locks run from [`RenewResult::sent_at`] for
+    /// [`RenewResult::lock_duration`].
+    pub fn renew(&mut self, records: &[(TopicPartition, i64)], timeout: Duration) -> RenewResult {
+        let deadline = Instant::now() + timeout;
+        let sent_at = Instant::now();
+        let mut renewals = AckMap::new();
+        for (tp, offset) in records {
+            renewals
+                .entry(tp.clone())
+                .or_default()
+                .push((*offset, AckType::Renew));
+        }
+        // Renewals travel alone: the queued acknowledgements wait for their own request.
+        let queued = std::mem::replace(&mut self.pending, renewals);
+        let ids = self.send_acks(Purpose::Renew, true);
+        let unsent = std::mem::replace(&mut self.pending, queued);
+        let mut results: Vec<AckResult> = unsent
+            .into_iter()
+            .map(|(tp, acks)| AckResult {
+                tp,
+                acks,
+                outcome: Err(AckError::NoSession),
+            })
+            .collect();
+        self.collect(&ids, deadline, false);
+        self.time_out(&ids);
+        let mut lock: Option<Duration> = None;
+        for id in &ids {
+            if let Some(Some(l)) = self.renewed.remove(id) {
+                lock = Some(lock.map_or(l, |m| m.min(l)));
+            }
+        }
+        // The renewals' outcomes are this call's; other outcomes stay for the next round.
+        let mut rest = Vec::new();
+        for r in std::mem::take(&mut self.stash.ack_results) {
+            if r.acks.iter().all(|(_, k)| *k == AckType::Renew) {
+                results.push(r);
+            } else {
+                rest.push(r);
+            }
+        }
+        self.stash.ack_results = rest;
+        RenewResult {
+            sent_at,
+            lock_duration: lock,
+            results,
+        }
+    }
+
+    /// Sends the queued acknowledgements with the closing request (epoch -1) of every open
+    /// session, waits up to `timeout`, and returns every outcome not reported yet.
+    pub fn close(mut self, timeout: Duration) -> Vec<AckResult> {
+        let deadline = Instant::now() + timeout;
+        let ids = self.send_acks(Purpose::Close, false);
+        self.collect(&ids, deadline, false);
+        self.time_out(&ids);
+        let mut out = std::mem::take(&mut self.stash.ack_results);
+        for (tp, acks) in std::mem::take(&mut self.pending) {
+            out.push(AckResult {
+                tp,
+                acks,
+                outcome: Err(AckError::NoSession),
+            });
+        }
+        out
+    }
+
+    /// The acknowledgements queued for partitions `broker` leads, taken out of the queue.
+    fn take_pending(&mut self, broker: i32) -> AckMap {
+        let mine: Vec<TopicPartition> = self
+            .pending
+            .keys()
+            .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+            .cloned()
+            .collect();
+        mine.into_iter()
+            .filter_map(|tp| self.pending.remove_entry(&tp))
+            .collect()
+    }
+
+    fn requeue(&mut self, acks: AckMap) {
+        for (tp, mut list) in acks {
+            let entry = self.pending.entry(tp).or_default();
+            list.append(entry);
+            *entry = list;
+        }
+    }
+
+    /// A ShareAcknowledge (or the closing one) to every leader with queued acknowledgements
+    /// (every open session when closing). Acknowledgements with no leader or no session are
+    /// reported failed.
+    fn send_acks(&mut self, purpose: Purpose, renew: bool) -> Vec<u64> {
+        if self.pending.keys().any(|tp| !self.leaders.contains_key(tp)) {
+            self.stale = true;
+            if let Err(e) = self.refresh_metadata_for(self.pending.keys().cloned().collect()) {
+                debug!("share: no metadata for the acknowledgements: {e}");
+            }
+        }
+        let mut ids = Vec::new();
+        let mut brokers: BTreeSet<i32> = self
+            .pending
+            .keys()
+            .filter_map(|tp| self.leaders.get(tp).copied())
+            .filter(|l| *l >= 0)
+            .collect();
+        if purpose == Purpose::Close {
+            brokers.extend(
+                self.sessions
+                    .iter()
+                    .filter(|(_, l)| l.session.is_open())
+                    .map(|(b, _)| *b),
+            );
+        }
+        for broker in brokers {
+            let mut acks = self.take_pending(broker);
+            let leader = self.sessions.entry(broker).or_default();
+            let req = if purpose == Purpose::Close {
+                leader.session.close(&mut acks)
+            } else {
+                leader.session.acknowledge(&mut acks)
+            };
+            self.requeue(acks);
+            let Some(req) = req else { continue };
+            if let Some(id) = self.submit_ack(broker, req, purpose, renew) {
+                ids.push(id);
+            }
+        }
+        // What is left has no leader, or no open session with it.
+        for (tp, acks) in std::mem::take(&mut self.pending) {
+            let reason = if self.leaders.get(&tp).is_some_and(|l| *l >= 0) {
+                AckError::NoSession
+            } else {
+                AckError::NoLeader
+            };
+            self.stash.ack_results.push(AckResult {
+                tp,
+                acks,
+                outcome: Err(reason),
+            });
+        }
+        ids
+    }
+
+    fn topics<T>(
+        &self,
+        req: &SessionRequest,
+        make: impl Fn(i32, Vec<(i64, i64, Vec<i8>)>) -> T,
+    ) -> Vec<(Uuid, Vec<T>)> {
+        let mut by_topic: BTreeMap<Uuid, Vec<T>> = BTreeMap::new();
+        for tp in &req.listed {
+            let Some(id) = self.ids.get(&tp.topic) else {
+                continue;
+            };
+            let batches = req
+                .acks
+                .get(tp)
+                .map(|a| coalesce(a))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|b| (b.first, b.last, b.types))
+                .collect();
+            by_topic
+                .entry(*id)
+                .or_default()
+                .push(make(tp.partition, batches));
+        }
+        by_topic.into_iter().collect()
+    }
+
+    fn submit_fetch(&mut self, broker: i32, req: SessionRequest) -> Option<u64> {
+        let topics = self
+            .topics(&req, |p, batches| {
+                fetchreq::FetchPartition::default()
+                    .with_partition_index(p)
+                    .with_acknowledgement_batches(
+                        batches
+                            .into_iter()
+                            .map(|(first, last, types)| {
+                                fetchreq::AcknowledgementBatch::default()
+                                    .with_first_offset(first)
+                                    .with_last_offset(last)
+                                    .with_acknowledge_types(types)
+                            })
+                            .collect(),
+                    )
+            })
+            .into_iter()
+            .map(|(id, partitions)| {
+                fetchreq::FetchTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+        for tp in &req.forgotten {
+            if let Some(id) = self.ids.get(&tp.topic) {
+                forgotten.entry(*id).or_default().push(tp.partition);
+            }
+        }
+        let s = &self.settings;
+        let v1 = msg::ShareFetchRequest::default()
+            .with_group_id(Some(StrBytes::from_string(self.group_id.clone()).into()))
+            .with_member_id(Some(StrBytes::from_string(self.member_id.clone())))
+            .with_share_session_epoch(req.epoch)
+            .with_max_wait_ms(i32::try_from(s.max_wait.as_millis()).unwrap_or(i32::MAX))
+            .with_min_bytes(s.min_bytes)
+            .with_max_bytes(s.max_bytes)
+            .with_max_records(s.max_records)
+            .with_batch_size(s.batch_size)
+            .with_topics(topics)
+            .with_forgotten_topics_data(
+                forgotten
+                    .into_iter()
+                    .map(|(id, ps)| {
+                        fetchreq::ForgottenTopic::default()
+                            .with_topic_id(id)
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let out = Outgoing::Fetch(ShareFetchV2 {
+            v1,
+            acquire_mode: s.acquire_mode,
+            is_renew_ack: false,
+        });
+        let id = self.submit(broker, out, s.max_wait, Purpose::Fetch, req)?;
+        if let Some(l) = self.sessions.get_mut(&broker) {
+            l.fetching = true;
+        }
+        Some(id)
+    }
+
+    fn submit_ack(
+        &mut self,
+        broker: i32,
+        req: SessionRequest,
+        purpose: Purpose,
+        renew: bool,
+    ) -> Option<u64> {
+        let topics = self
+            .topics(&req, |p, batches| {
+                ackreq::AcknowledgePartition::default()
+                    .with_partition_index(p)
+                    .with_acknowledgement_batches(
+                        batches
+                            .into_iter()
+                            .map(|(first, last, types)| {
+                                ackreq::AcknowledgementBatch::default()
+                                    .with_first_offset(first)
+                                    .with_last_offset(last)
+                                    .with_acknowledge_types(types)
+                            })
+                            .collect(),
+                    )
+            })
+            .into_iter()
+            .map(|(id, partitions)| {
+                ackreq::AcknowledgeTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        let v1 = msg::ShareAcknowledgeRequest::default()
+            .with_group_id(Some(StrBytes::from_string(self.group_id.clone()).into()))
+            .with_member_id(Some(StrBytes::from_string(self.member_id.clone())))
+            .with_share_session_epoch(req.epoch)
+            .with_topics(topics);
+        let out = Outgoing::Acknowledge(ShareAcknowledgeV2 {
+            v1,
+            is_renew_ack: renew,
+        });
+        self.submit(broker, out, Duration::ZERO, purpose, req)
+    }
+
+    fn submit(
+        &mut self,
+        broker: i32,
+        out: Outgoing,
+        wait: Duration,
+        purpose: Purpose,
+        req: SessionRequest,
+    ) -> Option<u64> {
+        let addr = self
+            .addrs
+            .get(&broker)
+            .cloned()
+            .or_else(|| self.client.broker(broker).map(|b| b.addr()));
+        let submitted = match addr {
+            Some(addr) => self.workers.submit(broker, &addr, out, wait),
+            None => Err(WireError::UnknownBroker { node_id: broker }),
+        };
+        match submitted {
+            Ok(id) => {
+                self.in_flight.insert(
+                    id,
+                    InFlight {
+                        purpose,
+                        req,
+                        sent_at: None,
+                    },
+                );
+                Some(id)
+            }
+            Err(e) => {
+                warn!("share: cannot send to broker {broker}: {e}");
+                if let Some(l) = self.sessions.get_mut(&broker) {
+                    l.session.transport_failed(&req);
+                }
+                self.stale = true;
+                let err = AckError::Transport(e.to_string());
+                self.stash
+                    .ack_results
+                    .extend(answers::all_failed(&req, &err));
+                None
+            }
+        }
+    }
+
+    /// Absorbs reports until every job of `ids` answered or `until` passes (with the connect
+    /// grace while nothing answered and a job is unsent, for fetches). `wakeable`: the
+    /// nudge ends the wait.
+    fn collect(&mut self, ids: &[u64], until: Instant, wakeable: bool) {
+        let mut answered = false;
+        loop {
+            let open: Vec<&u64> = ids
+                .iter()
+                .filter(|id| self.in_flight.contains_key(id))
+                .collect();
+            if open.is_empty() {
+                break;
+            }
+            let unsent = open
+                .iter()
+                .any(|id| self.in_flight.get(id).is_some_and(|f| f.sent_at.is_none()));
+            let bound = if !answered && unsent && wakeable {
+                until + FETCH_CONNECT_GRACE
+            } else {
+                until
+            };
+            let Some(event) = self.workers.next_event(bound) else {
+                break;
+            };
+            match event {
+                Event::Wake if wakeable => break,
+                Event::Wake => {}
+                Event::Sent { id, at, .. } => {
+                    if let Some(f) = self.in_flight.get_mut(&id) {
+                        f.sent_at = Some(at);
+                    }
+                }
+                Event::Done {
+                    broker,
+                    id,
+                    version,
+                    result,
+                } => {
+                    answered = true;
+                    self.absorb(broker, id, version, result);
+                }
+            }
+        }
+        // Answers that came meanwhile for older jobs, without waiting.
+        while let Some(event) = self.workers.next_event(Instant::now()) {
+            match event {
+                Event::Sent { id, at, .. } => {
+                    if let Some(f) = self.in_flight.get_mut(&id) {
+                        f.sent_at = Some(at);
+                    }
+                }
+                Event::Done {
+                    broker,
+                    id,
+                    version,
+                    result,
+                } => self.absorb(broker, id, version, result),
+                Event::Wake => {}
+            }
+        }
+    }
+
+    /// Reports the acknowledgements of `ids` still unanswered as timed out (their answers,
+    /// when they come, update the session but are not reported again).
+    fn time_out(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(f) = self.in_flight.get_mut(id) {
+                let req = std::mem::take(&mut f.req.acks);
+                for (tp, acks) in req {
+                    self.stash.ack_results.push(AckResult {
+                        tp,
+                        acks,
+                        outcome: Err(AckError::TimedOut),
+                    });
+                }
+            }
+        }
+    }
+
+    fn absorb(&mut self, broker: i32, id: u64, version: Option<i16>, result: Result<Incoming>) {
+        let Some(flight) = self.in_flight.remove(&id) else {
+            return;
+        };
+        if flight.purpose == Purpose::Fetch {
+            if let Some(l) = self.sessions.get_mut(&broker) {
+                l.fetching = false;
+            }
+        }
+        if let Some(v) = version {
+            self.renew_versions.insert(broker, v);
+        }
+        let sent_at = flight.sent_at.unwrap_or_else(Instant::now);
+        let digest: Digest = match result {
+            Err(e) => {
+                debug!("share: request to broker {broker} failed: {e}");
+                let unsupported = matches!(e, WireError::UnsupportedVersion { .. });
+                if let Some(l) = self.sessions.get_mut(&broker) {
+                    if !unsupported {
+                        l.session.transport_failed(&flight.req);
+                    }
+                }
+                self.stale |= !unsupported;
+                let err = if unsupported {
+                    AckError::RenewUnsupported
+                } else {
+                    AckError::Transport(e.to_string())
+                };
+                self.stash
+                    .ack_results
+                    .extend(answers::all_failed(&flight.req, &err));
+                if flight.purpose == Purpose::Renew {
+                    self.renewed.insert(id, None);
+                }
+                return;
+            }
+            Ok(Incoming::Fetch(resp)) => answers::fetch_answer(
+                resp,
+                &flight.req,
+                sent_at,
+                &self.names,
+                self.config.fetch_decode_budget,
+            ),
+            Ok(Incoming::Acknowledge(a)) => {
+                answers::acknowledge_answer(&a.v1, a.lock_timeout_ms, &flight.req, &self.names)
+            }
+        };
+        if flight.purpose != Purpose::Close {
+            if let Some(l) = self.sessions.get_mut(&broker) {
+                if l.session.answered(&flight.req, digest.top_error) == Verdict::Reset {
+                    info!(
+                        "share: session with broker {broker} reset ({}); it reopens with the next fetch",
+                        digest.top_error.map(KafkaCode::name).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        if flight.purpose == Purpose::Renew {
+            self.renewed.insert(id, digest.lock);
+        }
+        for (node, addr) in digest.endpoints {
+            self.addrs.insert(node, addr);
+        }
+        for (tp, leader) in digest.leaders {
+            debug!("share: {tp} is led by broker {leader} now");
+            self.leaders.insert(tp, leader);
+        }
+        self.stale |= digest.stale;
+        // Owed acknowledgements go first, before anything the caller queued since.
+        for (tp, owed) in digest.owed {
+            let entry = self.pending.entry(tp).or_default();
+            let mut list = owed;
+            list.append(entry);
+            *entry = list;
+        }
+        // Timed-out jobs had their acks taken (reported already): nothing to report twice.
+        self.stash.ack_results.extend(digest.acks);
+        self.stash.batches.extend(digest.batches);
+        self.stash.errors.extend(digest.errors);
+    }
+
+    /// Metadata for the assigned topics when a leader or topic id is missing or a broker said
+    /// the cache is stale: leaders, broker addresses and topic ids (Metadata v10+).
+    fn refresh_metadata(&mut self) -> Result<()> {
+        let missing = self
+            .assigned
+            .iter()
+            .any(|tp| !self.leaders.contains_key(tp) || !self.ids.contains_key(&tp.topic));
+        if !self.stale && !missing {
+            return Ok(());
+        }
+        self.refresh_metadata_for(self.assigned.clone())
+    }
+
+    /// Metadata for the topics of `partitions`.
+    fn refresh_metadata_for(&mut self, partitions: BTreeSet<TopicPartition>) -> Result<()> {
+        let topics: BTreeSet<Arc<str>> =
+            partitions.iter().map(|tp| Arc::clone(&tp.topic)).collect();
+        if topics.is_empty() {
+            self.stale = false;
+            return Ok(());
+        }
+        let req = msg::MetadataRequest::default().with_topics(Some(
+            topics
+                .iter()
+                .map(|t| {
+                    metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
+                })
+                .collect(),
+        ));
+        let mut last = None;
+        let brokers: Vec<i32> = self.client.brokers().iter().map(|b| b.node_id).collect();
+        for node in brokers {
+            let sent = self.client.connection(node).and_then(|conn| {
+                let v = conn.version_for(ApiKey::Metadata)?;
+                if v < 10 {
+                    return Err(WireError::UnsupportedVersion {
+                        api: ApiKey::Metadata as i16,
+                        ours: (10, 12),
+                        broker: Some((0, v)),
+                    });
+                }
+                conn.send(&req, v)
+            });
+            match sent {
+                Ok(resp) => {
+                    self.apply_metadata(&resp);
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(WireError::Config("no broker known".to_string())))
+    }
+
+    fn apply_metadata(&mut self, resp: &msg::MetadataResponse) {
+        for b in &resp.brokers {
+            self.addrs
+                .insert(b.node_id.0, format!("{}:{}", b.host, b.port));
+        }
+        for t in &resp.topics {
+            let Some(name) = &t.name else { continue };
+            if t.error_code != 0 {
+                continue;
+            }
+            let name: Arc<str> = self
+                .ids
+                .get_key_value(name.as_str())
+                .map(|(k, _)| Arc::clone(k))
+                .unwrap_or_else(|| Arc::from(name.as_str()));
+            self.ids.insert(Arc::clone(&name), t.topic_id);
+            self.names.insert(t.topic_id, Arc::clone(&name));
+            for p in &t.partitions {
+                self.leaders.insert(
+                    TopicPartition::new(Arc::clone(&name), p.partition_index),
+                    p.leader_id.0,
+                );
+            }
+        }
+        self.stale = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+    use std::thread;
+
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::{metadata_response as md, share_fetch_response as sf};
+    use kafka_protocol::messages::{BrokerId, RequestHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+    use crate::wire::records::tests::batches;
+
+    const TOPIC_ID: Uuid = Uuid::from_u128(0x5eed);
+
+    /// How a fake broker answers ShareFetch.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fake {
+        /// Records 0..=2 of every partition it leads, acquired, each time.
+        Serving,
+        /// Never (a stopped broker whose connection stays open).
+        Silent,
+        /// Closes the connection instead of answering the second ShareFetch.
+        DropsTheSecond,
+        /// Answers NOT_LEADER_OR_FOLLOWER naming broker 2 as the leader, with its endpoint.
+        Moved,
+    }
+
+    /// The epochs of the ShareFetch requests each fake broker saw.
+    type Seen = Arc<Mutex<Vec<(i32, i32)>>>;
+
+    /// Two fake brokers: 1 leads t-0, 2 leads t-1.
+    fn cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen) {
+        let listeners: Vec<TcpListener> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+            .collect();
+        let addrs: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("addr").to_string())
+            .collect();
+        let seen: Seen = Arc::default();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let (addrs, seen) = (addrs.clone(), Arc::clone(&seen));
+            let fake = behaviour[i];
+            thread::spawn(move || {
+                let fetches = Arc::new(AtomicU32::new(0));
+                for conn in listener.incoming() {
+                    let Ok(conn) = conn else { return };
+                    let (addrs, seen, fetches) =
+                        (addrs.clone(), Arc::clone(&seen), Arc::clone(&fetches));
+                    thread::spawn(move || serve(conn, i as i32 + 1, fake, &addrs, &seen, &fetches));
+                }
+            });
+        }
+        (addrs, seen)
+    }
+
+    fn serve(
+        mut s: TcpStream,
+        node: i32,
+        fake: Fake,
+        addrs: &[String],
+        seen: &Seen,
+        fetches: &AtomicU32,
+    ) {
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                return;
+            }
+            let mut req = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+            if s.read_exact(&mut req).is_err() || req.len() < 8 {
+                return;
+            }
+            let key = i16::from_be_bytes([req[0], req[1]]);
+            let version = i16::from_be_bytes([req[2], req[3]]);
+            let mut out = BytesMut::new();
+            out.put_slice(&req[4..8]);
+            match key {
+                18 => {
+                    out.put_i16(if version > 0 { 35 } else { 0 });
+                    out.put_i32(4);
+                    for (k, lo, hi) in [(18i16, 0i16, 0i16), (3, 12, 12), (78, 1, 1), (79, 1, 1)] {
+                        out.put_i16(k);
+                        out.put_i16(lo);
+                        out.put_i16(hi);
+                    }
+                }
+                3 => {
+                    out.put_u8(0);
+                    let brokers = addrs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| {
+                            let (host, port) = a.rsplit_once(':').expect("host:port");
+                            md::MetadataResponseBroker::default()
+                                .with_node_id(BrokerId(i as i32 + 1))
+                                .with_host(StrBytes::from_string(host.to_string()))
+                                .with_port(port.parse().expect("port"))
+                        })
+                        .collect();
+                    let partitions = (0..2)
+                        .map(|p| {
+                            md::MetadataResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_leader_id(BrokerId(p + 1))
+                        })
+                        .collect();
+                    msg::MetadataResponse::default()
+                        .with_brokers(brokers)
+                        .with_topics(vec![md::MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+                            .with_topic_id(TOPIC_ID)
+                            .with_partitions(partitions)])
+                        .encode(&mut out, 12)
+                        .expect("metadata");
+                }
+                78 => {
+                    let nth = fetches.fetch_add(1, Ordering::SeqCst) + 1;
+                    let mut body = Bytes::from(req);
+                    let _ = RequestHeader::decode(&mut body, 2).expect("header");
+                    let fetch = msg::ShareFetchRequest::decode(&mut body, 1).expect("request");
+                    seen.lock()
+                        .expect("seen")
+                        .push((node, fetch.share_session_epoch));
+                    match fake {
+                        Fake::Silent => {
+                            thread::sleep(Duration::from_secs(30));
+                            return;
+                        }
+                        Fake::DropsTheSecond if nth == 2 => return,
+                        _ => {}
+                    }
+                    out.put_u8(0);
+                    let mut asked: Vec<i32> = fetch
+                        .topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+                        .collect();
+                    if asked.is_empty() {
+                        asked.push(node - 1);
+                    }
+                    let partitions = asked
+                        .into_iter()
+                        .map(|p| {
+                            let data = sf::PartitionData::default().with_partition_index(p);
+                            if fake == Fake::Moved {
+                                return data.with_error_code(6).with_current_leader(
+                                    sf::LeaderIdAndEpoch::default()
+                                        .with_leader_id(2)
+                                        .with_leader_epoch(1),
+                                );
+                            }
+                            data.with_records(Some(batches(&[(0, 2)])))
+                                .with_acquired_records(vec![sf::AcquiredRecords::default()
+                                    .with_first_offset(0)
+                                    .with_last_offset(2)
+                                    .with_delivery_count(1)])
+                        })
+                        .collect();
+                    let (host, port) = addrs[1].rsplit_once(':').expect("host:port");
+                    let endpoints = if fake == Fake::Moved {
+                        vec![sf::NodeEndpoint::default()
+                            .with_node_id(BrokerId(2))
+                            .with_host(StrBytes::from_string(host.to_string()))
+                            .with_port(port.parse().expect("port"))]
+                    } else {
+                        Vec::new()
+                    };
+                    msg::ShareFetchResponse::default()
+                        .with_acquisition_lock_timeout_ms(1000)
+                        .with_responses(vec![sf::ShareFetchableTopicResponse::default()
+                            .with_topic_id(TOPIC_ID)
+                            .with_partitions(partitions)])
+                        .with_node_endpoints(endpoints)
+                        .encode(&mut out, 1)
+                        .expect("share fetch");
+                }
+                _ => return,
+            }
+            let mut frame = (out.len() as i32).to_be_bytes().to_vec();
+            frame.extend_from_slice(&out);
+            if s.write_all(&frame).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn fetcher(addrs: &[String], partitions: &[i32]) -> ShareFetcher {
+        let mut config = ClientConfig::new([addrs[0].clone()]);
+        config.connection.request_timeout = Duration::from_secs(20);
+        let settings = ShareFetchSettings {
+            max_wait: Duration::from_millis(100),
+            ..ShareFetchSettings::default()
+        };
+        let mut f = ShareFetcher::new(config, "g", "m", settings).expect("fetcher");
+        f.assign(
+            &partitions
+                .iter()
+                .map(|p| TopicPartition::new("t", *p))
+                .collect(),
+        );
+        f
+    }
+
+    #[test]
+    fn a_hung_leader_holds_only_its_own_partitions() {
+        let (addrs, seen) = cluster([Fake::Serving, Fake::Silent]);
+        let mut f = fetcher(&addrs, &[0, 1]);
+        let bound = Duration::from_millis(100) + FETCH_ANSWER_MARGIN + Duration::from_millis(400);
+        for round in 0..4 {
+            let started = Instant::now();
+            let got = f.fetch().expect("fetch");
+            let took = started.elapsed();
+            assert!(took < bound, "round {round} took {took:?}");
+            assert_eq!(got.batches.len(), 1, "round {round}: {got:?}");
+            let b = &got.batches[0];
+            assert_eq!(b.tp, TopicPartition::new("t", 0));
+            assert_eq!(b.records.len(), 3);
+            assert!(b.sent_at >= started);
+            assert_eq!(b.lock_duration, Duration::from_secs(1));
+        }
+        let seen = seen.lock().expect("seen").clone();
+        let epochs: Vec<i32> = seen.iter().filter(|s| s.0 == 1).map(|s| s.1).collect();
+        assert_eq!(epochs, vec![0, 1, 2, 3]);
+        assert_eq!(
+            seen.iter().filter(|s| s.0 == 2).count(),
+            1,
+            "one request left in flight"
+        );
+    }
+
+    #[test]
+    fn a_broken_connection_fails_its_acks_and_reopens_the_session() {
+        let (addrs, seen) = cluster([Fake::DropsTheSecond, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        let first = f.fetch().expect("fetch");
+        assert_eq!(first.batches.len(), 1);
+        f.acknowledge([ShareAck {
+            tp: tp.clone(),
+            offset: 0,
+            kind: AckType::Accept,
+        }]);
+        let second = f.fetch().expect("fetch");
+        assert_eq!(second.ack_results.len(), 1, "{second:?}");
+        assert_eq!(second.ack_results[0].acks, vec![(0, AckType::Accept)]);
+        assert!(
+            matches!(second.ack_results[0].outcome, Err(AckError::Transport(_))),
+            "{second:?}"
+        );
+        let mut third = f.fetch().expect("fetch");
+        for _ in 0..5 {
+            if !third.batches.is_empty() {
+                break;
+            }
+            third = f.fetch().expect("fetch");
+        }
+        assert_eq!(third.batches.len(), 1, "{third:?}");
+        assert!(third.ack_results.is_empty(), "the failed ack is not resent");
+        let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
+        assert_eq!(epochs, vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn a_partition_whose_leader_moved_goes_to_the_new_leaders_session() {
+        let (addrs, seen) = cluster([Fake::Moved, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        let first = f.fetch().expect("fetch");
+        assert_eq!(
+            first.errors,
+            vec![(tp.clone(), KafkaCode::NOT_LEADER_OR_FOLLOWER)]
+        );
+        let mut batches = Vec::new();
+        for _ in 0..5 {
+            batches = f.fetch().expect("fetch").batches;
+            if !batches.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].tp, tp);
+        let seen = seen.lock().expect("seen").clone();
+        // Broker 2 opened a session for t-0; broker 1's session forgets it.
+        assert!(seen.contains(&(2, 0)), "{seen:?}");
+        assert_eq!(seen.first(), Some(&(1, 0)));
+        assert!(seen.contains(&(1, 1)), "the forgetting request: {seen:?}");
+    }
+
+    #[test]
+    fn renew_and_acknowledge_refuse_what_they_cannot_send() {
+        let (addrs, _seen) = cluster([Fake::Serving, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        f.acknowledge([ShareAck {
+            tp: tp.clone(),
+            offset: 1,
+            kind: AckType::Renew,
+        }]);
+        // No session yet: a flush cannot send.
+        f.acknowledge([ShareAck {
+            tp: tp.clone(),
+            offset: 2,
+            kind: AckType::Accept,
+        }]);
+        let flushed = f.flush_acks(Duration::from_secs(1));
+        let outcomes: Vec<_> = flushed.iter().map(|r| r.outcome.clone()).collect();
+        assert_eq!(
+            outcomes,
+            vec![Err(AckError::RenewUnsupported), Err(AckError::NoSession)]
+        );
+        let _ = f.fetch().expect("fetch");
+        assert!(
+            !f.supports_renew(),
+            "the fake speaks ShareAcknowledge v1 only"
+        );
+        let renewed = f.renew(&[(tp, 0)], Duration::from_secs(5));
+        assert_eq!(renewed.lock_duration, None);
+        assert_eq!(renewed.results.len(), 1);
+        assert_eq!(renewed.results[0].outcome, Err(AckError::RenewUnsupported));
+    }
+}

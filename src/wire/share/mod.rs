@@ -1,0 +1,185 @@
+//! Share groups (KIP-932) on the wire: ShareFetch and ShareAcknowledge, one share session per
+//! broker, one fetch thread per broker, acknowledgements piggybacked on the next fetch, RENEW.
+//!
+//! Why a layer of its own: a share group's records are not read from a position the consumer
+//! owns; each ShareFetch *acquires* records under a time lock (a lease: `sent_at` plus
+//! `AcquisitionLockTimeoutMs`), and each acquired record must be acknowledged (ACCEPT,
+//! RELEASE, REJECT) or renewed before its lock runs out, to the partition's leader, inside
+//! that broker's share session. This module turns those rules into a [`ShareFetcher`] the
+//! share consumer's poll thread drives; membership (ShareGroupHeartbeat) is `group::share`'s.
+//!
+//! The map:
+//! - this file: the vocabulary ([`AckType`], [`ShareAck`], [`AckResult`], [`AcquiredBatch`],
+//!   ...), shared by the children;
+//! - `acks.rs`: acknowledgements coalesced into AcknowledgementBatches, free of I/O;
+//! - `session.rs`: [`ShareSession`], one broker's session epochs, partitions and forgotten
+//!   partitions, and what an answer means, free of I/O;
+//! - `codec.rs`: the v1/v2 requests (v2 fields spliced into `kafka-protocol`'s v1 encoding)
+//!   and the v2 ShareAcknowledge response read down to v1;
+//! - `worker.rs`: the fetch threads, one per broker, each owning its connection, and the
+//!   collecting of their answers within a bound;
+//! - `answers.rs`: a broker's answer turned into acquired records, gap acknowledgements,
+//!   acknowledgement outcomes and leader hints;
+//! - `fetcher.rs`: [`ShareFetcher`], routing partitions to leaders (topic ids from Metadata),
+//!   the acknowledgement queue and the calls of the poll thread.
+//!
+//! Acknowledgements are never resent by this layer: one whose request failed (a session
+//! reset, a broken connection, a timeout) is reported failed with [`AckError`], and the caller
+//! decides (a record whose fate is unknown comes back after its lock expires anyway).
+
+mod acks;
+mod answers;
+pub(crate) mod codec;
+mod fetcher;
+mod session;
+mod worker;
+
+use std::time::{Duration, Instant};
+
+use crate::wire::{KafkaCode, Record};
+use crate::TopicPartition;
+
+pub use acks::MAX_ACKS_PER_PARTITION;
+pub use answers::MAX_GAPS_PER_PARTITION;
+pub use fetcher::ShareFetcher;
+pub use session::{
+    AckMap, SessionRequest, ShareSession, Verdict, ACKNOWLEDGE_ADVANCES_EPOCH,
+    INVALID_RECORD_STATE, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
+    SHARE_SESSION_NOT_FOUND,
+};
+
+/// How a record is acknowledged (the protocol's byte values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(i8)]
+pub enum AckType {
+    /// An acquired offset with no record (a control record, a compacted-away offset).
+    Gap = 0,
+    /// Processed: never delivered again.
+    Accept = 1,
+    /// Give it back: delivered again (to any member), its delivery count goes up.
+    Release = 2,
+    /// Unprocessable: never delivered again (archived).
+    Reject = 3,
+    /// Keep it: the lock starts again (needs ShareAcknowledge v2, KIP-1222).
+    Renew = 4,
+}
+
+/// One record's acknowledgement, as the caller hands it over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareAck {
+    /// The record's partition.
+    pub tp: TopicPartition,
+    /// The record's offset.
+    pub offset: i64,
+    /// What happens to it.
+    pub kind: AckType,
+}
+
+/// Why acknowledgements failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckError {
+    /// The broker refused them (INVALID_RECORD_STATE: the lock expired or they were
+    /// acknowledged already; NOT_LEADER_OR_FOLLOWER; a session error ...).
+    Kafka(KafkaCode),
+    /// The request or its answer was lost with the connection: outcome unknown.
+    Transport(String),
+    /// No answer within the caller's timeout: outcome unknown (the answer, if it comes, is
+    /// not reported again).
+    TimedOut,
+    /// No share session was open with the leader, so nothing was sent (a session opens with
+    /// a ShareFetch, which carries no acknowledgements).
+    NoSession,
+    /// The partition's leader or topic id is unknown, so nothing was sent.
+    NoLeader,
+    /// RENEW needs ShareAcknowledge v2, which the leader does not speak; or a RENEW was handed
+    /// to [`ShareFetcher::acknowledge`] (renewals go through [`ShareFetcher::renew`]).
+    RenewUnsupported,
+}
+
+/// The outcome of some acknowledgements of one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckResult {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The acknowledged offsets and how.
+    pub acks: Vec<(i64, AckType)>,
+    /// Whether the broker applied them.
+    pub outcome: Result<(), AckError>,
+}
+
+/// What [`ShareFetcher::fetch`] does besides its partitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareFetchSettings {
+    /// `MaxWaitMs`: how long a broker may hold a fetch for data.
+    pub max_wait: Duration,
+    /// `MinBytes`.
+    pub min_bytes: i32,
+    /// `MaxBytes`.
+    pub max_bytes: i32,
+    /// `MaxRecords`: the most records one fetch acquires per broker (batch boundaries may
+    /// exceed it in batch-optimized mode).
+    pub max_records: i32,
+    /// `BatchSize`: the preferred number of records per acquired batch.
+    pub batch_size: i32,
+    /// `ShareAcquireMode` (v2): 0 batch-optimized, 1 record-limit (never more than
+    /// `max_records`).
+    pub acquire_mode: i8,
+}
+
+impl Default for ShareFetchSettings {
+    fn default() -> Self {
+        ShareFetchSettings {
+            max_wait: Duration::from_millis(500),
+            min_bytes: 1,
+            max_bytes: 50 * 1024 * 1024,
+            max_records: 500,
+            batch_size: 500,
+            acquire_mode: 0,
+        }
+    }
+}
+
+/// One record acquired by this member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquiredRecord {
+    /// The record.
+    pub record: Record,
+    /// How often it was delivered, this time included (1 the first time).
+    pub delivery_count: u16,
+}
+
+/// The records one partition's answer acquired, under one lock.
+#[derive(Clone, Debug)]
+pub struct AcquiredBatch {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// When the request that acquired them was sent: their lock runs from (no later than)
+    /// here, so a lease measured from it never outlives the broker's.
+    pub sent_at: Instant,
+    /// `AcquisitionLockTimeoutMs`.
+    pub lock_duration: Duration,
+    /// The records, in offset order.
+    pub records: Vec<AcquiredRecord>,
+}
+
+/// What one [`ShareFetcher::fetch`] brought.
+#[derive(Clone, Debug, Default)]
+pub struct ShareFetchRound {
+    /// Acquired records, one batch per partition answer.
+    pub batches: Vec<AcquiredBatch>,
+    /// Outcomes of acknowledgements (piggybacked, gaps included) answered meanwhile.
+    pub ack_results: Vec<AckResult>,
+    /// Partition errors of the fetches (leader moves are handled here, and still reported).
+    pub errors: Vec<(TopicPartition, KafkaCode)>,
+}
+
+/// What [`ShareFetcher::renew`] did.
+#[derive(Clone, Debug)]
+pub struct RenewResult {
+    /// When the first renewal request was sent: the new locks run from no later than here.
+    pub sent_at: Instant,
+    /// The shortest `AcquisitionLockTimeoutMs` the leaders answered (`None`: none answered).
+    pub lock_duration: Option<Duration>,
+    /// The outcome per partition.
+    pub results: Vec<AckResult>,
+}

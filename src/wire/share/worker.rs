@@ -1,0 +1,277 @@
+//! The share fetch threads: one per broker, each owning that broker's connection, fed through
+//! a channel by the poll thread, which collects their answers within a bound.
+//!
+//! Why threads (as `client/fetch/fetcher.rs` for Fetch): a broker that hangs holds only its own
+//! partitions; the poll thread waits at most `max_wait` plus [`FETCH_ANSWER_MARGIN`] and leaves
+//! a late request in flight, its answer used when it comes. A thread serves its jobs in order
+//! on one connection, so a ShareAcknowledge queued behind a ShareFetch reaches the broker
+//! after it, as the session epochs require. Dropping [`Workers`] closes the job channels; each
+//! thread ends after its current request, never joined.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{self as msg, ApiKey};
+use log::debug;
+
+use super::codec::{ShareAcknowledgeAnswer, ShareAcknowledgeV2, ShareFetchV2};
+use crate::wire::connection::{Connection, ConnectionConfig};
+use crate::wire::error::{Result, WireError};
+use crate::wire::versions::VersionRange;
+
+/// The versions of ShareFetch and ShareAcknowledge this layer speaks.
+pub(super) const SHARE_VERSIONS: VersionRange = VersionRange::new(1, 2);
+
+/// A request for a broker's thread.
+#[derive(Debug)]
+pub(super) enum Outgoing {
+    Fetch(ShareFetchV2),
+    Acknowledge(ShareAcknowledgeV2),
+}
+
+/// A broker's answer.
+#[derive(Debug)]
+pub(super) enum Incoming {
+    Fetch(msg::ShareFetchResponse),
+    Acknowledge(ShareAcknowledgeAnswer),
+}
+
+#[derive(Debug)]
+struct Job {
+    id: u64,
+    out: Outgoing,
+    /// How long the broker may hold it (a fetch's `max_wait`), on top of the request timeout.
+    wait: Duration,
+}
+
+/// What a thread reports.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// Job `id` is on the wire since `at`.
+    Sent { id: u64, at: Instant },
+    /// Job `id` is over; `version` is what was negotiated (None: not connected).
+    Done {
+        broker: i32,
+        id: u64,
+        version: Option<i16>,
+        result: Result<Incoming>,
+    },
+    /// The caller's waker.
+    Wake,
+}
+
+#[derive(Debug)]
+struct Thread {
+    addr: String,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// The threads of one fetcher and the channel their reports come back on.
+#[derive(Debug)]
+pub(super) struct Workers {
+    threads: HashMap<i32, Thread>,
+    events_tx: mpsc::Sender<Event>,
+    events_rx: mpsc::Receiver<Event>,
+    config: ConnectionConfig,
+    backoff: (Duration, Duration),
+    next_id: u64,
+}
+
+impl Workers {
+    pub(super) fn new(config: ConnectionConfig, backoff: Duration, backoff_max: Duration) -> Self {
+        let (events_tx, events_rx) = mpsc::channel();
+        Workers {
+            threads: HashMap::new(),
+            events_tx,
+            events_rx,
+            config,
+            backoff: (backoff, backoff_max),
+            next_id: 0,
+        }
+    }
+
+    /// Queues `out` on `broker`'s thread (started, or restarted when its address changed);
+    /// returns the job's id.
+    pub(super) fn submit(
+        &mut self,
+        broker: i32,
+        addr: &str,
+        out: Outgoing,
+        wait: Duration,
+    ) -> Result<u64> {
+        self.next_id = self.next_id.wrapping_add(1);
+        let id = self.next_id;
+        if self.threads.get(&broker).is_some_and(|t| t.addr != addr) {
+            self.threads.remove(&broker);
+        }
+        let mut job = Some(Job { id, out, wait });
+        for _attempt in 0..2 {
+            let Some(j) = job.take() else { break };
+            if !self.threads.contains_key(&broker) {
+                let thread = self.spawn(broker, addr)?;
+                self.threads.insert(broker, thread);
+            }
+            let Some(thread) = self.threads.get(&broker) else {
+                break;
+            };
+            match thread.jobs.send(j) {
+                Ok(()) => return Ok(id),
+                Err(mpsc::SendError(j)) => {
+                    self.threads.remove(&broker);
+                    job = Some(j);
+                }
+            }
+        }
+        Err(WireError::io(std::io::Error::other(format!(
+            "share fetch thread of broker {broker} unavailable"
+        ))))
+    }
+
+    fn spawn(&self, broker: i32, addr: &str) -> Result<Thread> {
+        let (jobs_tx, jobs_rx) = mpsc::channel();
+        let worker = Worker {
+            broker,
+            addr: addr.to_string(),
+            config: self.config.clone(),
+            backoff: self.backoff,
+            conn: None,
+            failures: 0,
+            retry_at: None,
+            events: self.events_tx.clone(),
+        };
+        thread::Builder::new()
+            .name(format!("rg-share-{broker}"))
+            .spawn(move || worker.run(&jobs_rx))
+            .map_err(WireError::io)?;
+        Ok(Thread {
+            addr: addr.to_string(),
+            jobs: jobs_tx,
+        })
+    }
+
+    /// The next report, waiting until `until` at the latest.
+    pub(super) fn next_event(&self, until: Instant) -> Option<Event> {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return self.events_rx.try_recv().ok();
+        }
+        self.events_rx.recv_timeout(left).ok()
+    }
+
+    /// What ends a wait early from another thread.
+    pub(super) fn nudge(&self) -> crate::wire::Nudge {
+        let events = self.events_tx.clone();
+        std::sync::Arc::new(move || {
+            let _ = events.send(Event::Wake);
+        })
+    }
+}
+
+/// One broker's thread: its connection and its backoff after failures.
+struct Worker {
+    broker: i32,
+    addr: String,
+    config: ConnectionConfig,
+    backoff: (Duration, Duration),
+    conn: Option<Connection>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    events: mpsc::Sender<Event>,
+}
+
+impl Worker {
+    fn run(mut self, jobs: &mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.recv() {
+            let mut version = None;
+            let result = self.serve(&job, &mut version);
+            if let Err(e) = &result {
+                self.failed(e);
+            }
+            let done = Event::Done {
+                broker: self.broker,
+                id: job.id,
+                version,
+                result,
+            };
+            if self.events.send(done).is_err() {
+                break;
+            }
+        }
+        debug!("share: the fetch thread of broker {} ends", self.broker);
+    }
+
+    fn serve(&mut self, job: &Job, version: &mut Option<i16>) -> Result<Incoming> {
+        if self.conn.as_ref().is_some_and(Connection::is_broken) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            if let Some(at) = self.retry_at.take() {
+                let left = at.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    thread::sleep(left);
+                }
+            }
+            self.conn = Some(Connection::connect(&self.addr, &self.config)?);
+        }
+        let timeout = self.config.request_timeout + job.wait;
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(WireError::io(std::io::Error::other("not connected")));
+        };
+        let key = match &job.out {
+            Outgoing::Fetch(_) => ApiKey::ShareFetch,
+            Outgoing::Acknowledge(_) => ApiKey::ShareAcknowledge,
+        };
+        let v = conn.version_within(key, SHARE_VERSIONS)?;
+        *version = Some(v);
+        let renew = match &job.out {
+            Outgoing::Fetch(r) => r.is_renew_ack,
+            Outgoing::Acknowledge(r) => r.is_renew_ack,
+        };
+        if renew && v < 2 {
+            return Err(WireError::UnsupportedVersion {
+                api: key as i16,
+                ours: (2, 2),
+                broker: conn.versions().broker_range(key).map(|r| (r.min, r.max)),
+            });
+        }
+        let at = Instant::now();
+        let events = &self.events;
+        let sent = |id| {
+            let _ = events.send(Event::Sent { id, at });
+        };
+        let answer = match &job.out {
+            Outgoing::Fetch(r) => {
+                let pending = conn.send_request(r, v)?;
+                sent(job.id);
+                conn.receive(pending, timeout).map(|a| Incoming::Fetch(a.0))
+            }
+            Outgoing::Acknowledge(r) => {
+                let pending = conn.send_request(r, v)?;
+                sent(job.id);
+                conn.receive(pending, timeout).map(Incoming::Acknowledge)
+            }
+        }?;
+        self.failures = 0;
+        Ok(answer)
+    }
+
+    /// After a failed job: a broken connection is dropped and the next connect waits an
+    /// exponential backoff.
+    fn failed(&mut self, e: &WireError) {
+        let broken = e.breaks_connection() || self.conn.as_ref().is_some_and(Connection::is_broken);
+        if !broken && self.conn.is_some() {
+            return;
+        }
+        self.conn = None;
+        self.failures = self.failures.saturating_add(1);
+        let factor = 1u32 << self.failures.saturating_sub(1).min(16);
+        let delay = self.backoff.0.saturating_mul(factor).min(self.backoff.1);
+        self.retry_at = Some(Instant::now() + delay);
+        debug!(
+            "share: broker {} failed ({} in a row): {e}; next connect in {delay:?}",
+            self.broker, self.failures
+        );
+    }
+}
