@@ -352,9 +352,11 @@ impl ShareConsumer {
             for (offset, _) in &result.acks {
                 match (&result.outcome, renewed.lock_duration) {
                     (Ok(()), Some(lock)) => {
-                        self.locks.renewed(&result.tp, *offset, renewed.sent_at, lock)
+                        self.locks.renewed(&result.tp, *offset, renewed.sent_at, lock);
                     }
-                    _ => self.locks.renew_failed(&result.tp, *offset),
+                    _ => {
+                        self.locks.renew_failed(&result.tp, *offset);
+                    }
                 }
             }
         }
@@ -400,7 +402,7 @@ impl ShareConsumer {
                 match self.locks.acquired(
                     &tp,
                     record.offset,
-                    acquired.delivery_count,
+                    i16::try_from(acquired.delivery_count).unwrap_or(i16::MAX),
                     key,
                     batch.sent_at,
                     batch.lock_duration,

@@ -10,7 +10,7 @@ use crate::guard::GuardConfigError;
 /// `AcknowledgeTypes` of ShareFetch and ShareAcknowledge), so the wire layer sends
 /// [`as_i8`](Self::as_i8) as it is. Defined here, below the wire layer, because the guard is
 /// what decides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(i8)]
 pub enum AckType {
     /// The offset holds no record (a compacted gap or a control record): nothing to process.

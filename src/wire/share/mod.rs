@@ -48,21 +48,8 @@ pub use session::{
     SHARE_SESSION_NOT_FOUND,
 };
 
-/// How a record is acknowledged (the protocol's byte values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(i8)]
-pub enum AckType {
-    /// An acquired offset with no record (a control record, a compacted-away offset).
-    Gap = 0,
-    /// Processed: never delivered again.
-    Accept = 1,
-    /// Give it back: delivered again (to any member), its delivery count goes up.
-    Release = 2,
-    /// Unprocessable: never delivered again (archived).
-    Reject = 3,
-    /// Keep it: the lock starts again (needs ShareAcknowledge v2, KIP-1222).
-    Renew = 4,
-}
+/// How a record is acknowledged: one definition, the lock guard's, which decides it.
+pub use crate::guard::AckType;
 
 /// One record's acknowledgement, as the caller hands it over.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +81,19 @@ pub enum AckError {
     /// RENEW needs ShareAcknowledge v2, which the leader does not speak; or a RENEW was handed
     /// to [`ShareFetcher::acknowledge`] (renewals go through [`ShareFetcher::renew`]).
     RenewUnsupported,
+}
+
+impl std::fmt::Display for AckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckError::Kafka(code) => write!(f, "refused: {code}"),
+            AckError::Transport(why) => write!(f, "lost with the connection: {why}"),
+            AckError::TimedOut => write!(f, "no answer in time"),
+            AckError::NoSession => write!(f, "no share session with the leader"),
+            AckError::NoLeader => write!(f, "the partition's leader is unknown"),
+            AckError::RenewUnsupported => write!(f, "the leader does not speak RENEW"),
+        }
+    }
 }
 
 /// The outcome of some acknowledgements of one partition.
