@@ -50,8 +50,8 @@
  * (that many applied) or --stop-after-idle-ms (no record for that long once one arrived) close
  * the consumer: the records of the current poll not processed yet are RELEASEd (no event), the
  * pending acknowledgements are sent, the member leaves the group, "closed" is printed. Exit
- * status 0 (143 after SIGTERM, the JVM's), 2 on a usage error (message on stderr, no event), 1
- * after a fatal error.
+ * status 0 (after SIGTERM too), 2 on a usage error (message on stderr, no event), 1 after a
+ * fatal error.
  *
  * Client logs go to stderr at WARN (--debug: INFO, the share consumer internals at DEBUG).
  * Only the JDK and kafka-clients are used.
@@ -78,6 +78,7 @@ import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -101,6 +102,9 @@ public class SharePeer {
             new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
 
     static final AtomicBoolean STOP = new AtomicBoolean(false);
+
+    /** The exit status once run() returned (SIGTERM's shutdown hook exits with it too). */
+    static final AtomicInteger STATUS = new AtomicInteger(0);
 
     static final String USAGE =
             "usage: SharePeer.java --bootstrap B --group G [--topic T ...] [--name NAME]\n"
@@ -436,7 +440,10 @@ public class SharePeer {
                 c.wakeup();
             }
             try {
-                done.await(40, TimeUnit.SECONDS);
+                if (done.await(40, TimeUnit.SECONDS)) {
+                    // The close went through: exit with main's status, not the JVM's 143.
+                    Runtime.getRuntime().halt(STATUS.get());
+                }
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
@@ -460,19 +467,18 @@ public class SharePeer {
             stdin.start();
         }
 
-        int status = 0;
         long[] counts = new long[3];
         try {
             run(opts, ev, current, counts);
         } catch (Throwable e) {
             ev.error(e, true);
-            status = 1;
+            STATUS.set(1);
         } finally {
             ev.emit("closed", "applied", Long.toString(counts[0]), "released", Long.toString(counts[1]),
                     "rejected", Long.toString(counts[2]));
             done.countDown();
         }
-        System.exit(status);
+        System.exit(STATUS.get());
     }
 
     /** counts: applied, released, rejected (read by main for the closed line). */

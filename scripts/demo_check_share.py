@@ -22,9 +22,10 @@ Inputs:
 
   share --manifest M --broker B --worker SPEC... [--problem TEXT...] [--lock-ms L]
         [--duplicates-file F]
-      SPEC is ``name=W,effects=FILE,out=FILE[,killed=MONO_NS][,frozen=FROM_NS-TO_NS]``:
-      killed, CLOCK_MONOTONIC ns right before the worker got SIGKILL; frozen, CLOCK_MONOTONIC
-      ns right before its SIGSTOP and right after its SIGCONT. Prints the findings and, as the
+      SPEC is ``name=W,effects=FILE,out=FILE[,killed=FROM_NS-TO_NS][,frozen=FROM_NS-TO_NS]``:
+      killed, CLOCK_MONOTONIC ns right before the worker was sent SIGKILL and right after it was
+      reaped; frozen, right before its SIGSTOP and right after its SIGCONT. Prints the findings
+      and, as the
       very last line,
         orders=N applied=A duplicates=D lost=L redelivered_after_kill=K
         redelivered_after_expiry=E lease_skipped=S ack_failed=F released=R max_delivery_count=C
@@ -45,9 +46,10 @@ Definitions:
                 repeat of the one before it, and must come from a later delivery (a higher
                 delivery_count: two applications in one delivery mean two holders of one lock)
                 and be explained by what happened to the earlier one's worker W:
-                  kill    W was killed (SIGKILL) after the earlier application, and the repeat
-                          came after the kill: W applied it and its ACCEPT never reached the
-                          broker, so the lock ran out and the record went to the next consumer
+                  kill    W was killed (SIGKILL) and the earlier application came before W was
+                          gone, the repeat after the kill was sent: W applied it and its ACCEPT
+                          never reached the broker, so the lock ran out (or W's session ended)
+                          and the record went to the next consumer
                   expiry  W reported ``ack_failed`` for that partition and offset (its ACCEPT
                           came too late: the lock had run out after the effect), or W was frozen
                           (SIGSTOP) while the earlier application's lock still ran (deadline after
@@ -136,7 +138,8 @@ def parse_worker(spec):
     for item in spec.split(","):
         key, _, value = item.partition("=")
         if key == "killed" and value:
-            w["killed"] = int(value)
+            lo, _, hi = value.partition("-")
+            w["killed"] = (int(lo), int(hi or lo))
         elif key == "frozen" and "-" in value:
             lo, hi = value.split("-", 1)
             w["frozen"] = (int(lo), int(hi))
@@ -154,7 +157,7 @@ def explain(prev, cur, worker, ack_failed):
     if cur["delivery"] <= prev["delivery"]:
         return None
     killed = worker["killed"]
-    if killed is not None and prev["applied"] <= killed <= cur["applied"]:
+    if killed is not None and prev["applied"] <= killed[1] and cur["applied"] >= killed[0]:
         return "kill"
     if (prev["partition"], prev["offset"]) in ack_failed:
         return "expiry"
@@ -367,7 +370,7 @@ def _scenario(tmp, mutate=None):
     for i in range(7, 12):
         order, p, o = orders[i]
         files["w3.effects"].append(_effect(order, p, o, t + 50 * S + i, delivery=2 if i == 7 else 1))
-    specs = {"w1": ",killed=%d" % (t + 10 * S), "w2": ",frozen=%d-%d" % (t + 20 * S, t + 28 * S), "w3": ""}
+    specs = {"w1": ",killed=%d-%d" % (t + 10 * S, t + 10 * S + S // 10), "w2": ",frozen=%d-%d" % (t + 20 * S, t + 28 * S), "w3": ""}
     if mutate:
         mutate(files, specs)
     for name, content in files.items():
@@ -407,7 +410,7 @@ def self_test():
             # o6's refused ACCEPT not reported: nothing explains w3's repeat.
             "unexplained repeat": (lambda f, s: drop(f, "w2.out", 1), "UNEXPLAINED repeat o6 "),
             # The kill came after w3's repeat of o0..o3: the repeats are not the kill's.
-            "repeat before the kill": (lambda f, s: s.update(w1=",killed=%d" % (117 * S)),
+            "repeat before the kill": (lambda f, s: s.update(w1=",killed=%d-%d" % (117 * S, 118 * S)),
                                        "UNEXPLAINED repeat o0 "),
             # The same delivery applied twice (two holders of one lock), whatever happened.
             "same delivery": (lambda f, s: f["w3.effects"].__setitem__(
