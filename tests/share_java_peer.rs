@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::kafka::{require_kafka, Kafka, KafkaVersion};
-use support::share_peer::{set_share_group_config, SharePeer, SharePeerSpec, ShareEvent};
+use support::share_peer::{set_share_group_config, ShareEvent, SharePeer, SharePeerSpec};
 use support::{peer, unique_name};
 
 const RECORDS: usize = 60;
@@ -51,7 +51,11 @@ fn two_java_share_members_take_each_record_once_and_see_releases_come_back() {
         "--count",
         &RECORDS.to_string(),
     ]);
-    set_share_group_config(bootstrap, &group, &[("share.auto.offset.reset", "earliest")]);
+    set_share_group_config(
+        bootstrap,
+        &group,
+        &[("share.auto.offset.reset", "earliest")],
+    );
 
     // Both with the same rules: whichever gets k-3 first releases it, whichever gets k-5 rejects it.
     let member = |name: &str| {
@@ -105,10 +109,17 @@ fn two_java_share_members_take_each_record_once_and_see_releases_come_back() {
     assert_eq!(released[0].delivery_count, Some(1));
     let redone = by_key("applied", "k-3");
     assert_eq!(redone.len(), 1, "k-3 applied once: {redone:?}");
-    assert_eq!(redone[0].delivery_count, Some(2), "k-3 came back as its second delivery");
+    assert_eq!(
+        redone[0].delivery_count,
+        Some(2),
+        "k-3 came back as its second delivery"
+    );
     assert!(redone[0].mono_ns > released[0].mono_ns);
     assert_eq!(by_key("rejected", "k-5").len(), 1, "k-5 rejected once");
-    assert!(by_key("applied", "k-5").is_empty(), "a rejected record is not delivered again");
+    assert!(
+        by_key("applied", "k-5").is_empty(),
+        "a rejected record is not delivered again"
+    );
     // Every commitSync the members made was accepted.
     let refused: Vec<_> = events
         .iter()

@@ -99,7 +99,9 @@ impl ShareEvent {
         Ok(ShareEvent {
             event,
             topic: json["topic"].as_str().map(str::to_string),
-            partition: json["partition"].as_i64().and_then(|p| i32::try_from(p).ok()),
+            partition: json["partition"]
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok()),
             offset: json["offset"].as_i64(),
             key: json["key"].as_str().map(str::to_string),
             delivery_count: json["delivery_count"].as_i64(),
@@ -199,12 +201,18 @@ impl SharePeer {
     /// Every event so far.
     pub fn events(&self) -> Vec<ShareEvent> {
         let (lock, _) = &*self.shared;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).events.clone()
+        lock.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .events
+            .clone()
     }
 
     /// The events of one kind so far (`applied`, `released`, ...).
     pub fn events_of(&self, kind: &str) -> Vec<ShareEvent> {
-        self.events().into_iter().filter(|e| e.event == kind).collect()
+        self.events()
+            .into_iter()
+            .filter(|e| e.event == kind)
+            .collect()
     }
 
     /// Waits until `done` holds for the events so far; panics after `timeout`, or when the peer's
@@ -219,10 +227,17 @@ impl SharePeer {
             }
             let now = Instant::now();
             if s.eof || now >= deadline {
-                let why = if s.eof { "its output ended" } else { "timed out" };
+                let why = if s.eof {
+                    "its output ended"
+                } else {
+                    "timed out"
+                };
                 let summary = self.describe(&s);
                 drop(s);
-                panic!("share peer {}: {why} waiting for {what}\n{summary}", self.name);
+                panic!(
+                    "share peer {}: {why} waiting for {what}\n{summary}",
+                    self.name
+                );
             }
             s = cond
                 .wait_timeout(s, deadline - now)
@@ -290,8 +305,13 @@ impl Drop for SharePeer {
 /// broker reads the values back; panics when the broker refuses one.
 pub fn set_share_group_config(bootstrap: &str, group: &str, settings: &[(&str, &str)]) {
     let mut cmd = Command::new(venv_python());
-    cmd.arg(repo_root().join("scripts/share_group.py"))
-        .args(["set-config", "--bootstrap", bootstrap, "--group", group]);
+    cmd.arg(repo_root().join("scripts/share_group.py")).args([
+        "set-config",
+        "--bootstrap",
+        bootstrap,
+        "--group",
+        group,
+    ]);
     for (k, v) in settings {
         cmd.arg(format!("{k}={v}"));
     }
