@@ -32,7 +32,10 @@ def cmd_set_config(opts):
         if not eq or not name:
             sys.exit("share_group.py: %r is not NAME=VALUE" % item)
         want[name] = value
-    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "client.id": "share-group-config"})
+    # log_level 3: errors only (no info line about its background queue on exit).
+    admin = AdminClient(
+        {"bootstrap.servers": opts.bootstrap, "client.id": "share-group-config", "log_level": 3}
+    )
     entries = [
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in want.items()
     ]
