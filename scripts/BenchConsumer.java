@@ -27,6 +27,29 @@
  *   java -cp ... scripts/BenchConsumer.java --bootstrap B --topic T --group G \
  *        --faults-out FILE --commit sync|async --stop-file STOP [--set NAME=VALUE ...]
  *
+ * Share mode, for scripts/bench --share (KIP-932): with --share commitsync|piggyback it reads
+ * --count records of a topic as a member of the share group --group, with Apache Kafka's
+ * KafkaShareConsumer in explicit acknowledgement mode, ACCEPTing every record, and prints
+ *
+ *   reader=java-share-MODE records=N join_s=J first_to_last_s=T polls=P commits=C
+ *       share_fetch_requests=F acks_sent=A ack_errors=E ack_round_trips=R vmhwm_kb=K
+ *
+ * commitsync: commitSync() after each poll that returned records (one ShareAcknowledge per
+ * partition leader with acknowledgements, a round trip the poll loop waits for); piggyback: no
+ * commit call, the acknowledgements ride on the next poll's ShareFetch (and close() sends the
+ * last ones). F and A/E are the client's own metrics (fetch-total: ShareFetch requests;
+ * acknowledgements-send-total / -error-total: records acknowledged / refused); R, the round trips
+ * that carried acknowledgements, is C for commitsync and F for piggyback. K: VmHWM of
+ * /proc/self/status (peak RSS) at the end. The group's share.auto.offset.reset must be earliest
+ * already (scripts/share_group.py set-config). Before the result, the settings in force:
+ *
+ *   bench consume settings reader=java-share-MODE share.acknowledgement.mode=explicit
+ *       fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..
+ *       max.poll.records=..
+ *
+ *   java -cp ... scripts/BenchConsumer.java --bootstrap B --topic T --group G --count N \
+ *        --share commitsync|piggyback [--set NAME=VALUE ...]
+ *
  * Only the JDK and kafka-clients are used; client logs go to stderr at WARN.
  */
 
@@ -36,25 +59,34 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
+import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public class BenchConsumer {
     public static void main(String[] args) throws Exception {
         String bootstrap = null, topic = null, group = null;
         long count = 0;
-        String faultsOut = null, commit = "sync", stopFile = null;
+        String faultsOut = null, commit = "sync", stopFile = null, share = null;
         List<String[]> sets = new ArrayList<>();
         for (int i = 0; i + 1 < args.length; i += 2) {
             switch (args[i]) {
                 case "--faults-out": faultsOut = args[i + 1]; break;
                 case "--commit": commit = args[i + 1]; break;
                 case "--stop-file": stopFile = args[i + 1]; break;
+                case "--share": share = args[i + 1]; break;
                 case "--set": {
                     String[] kv = args[i + 1].split("=", 2);
                     if (kv.length != 2) {
@@ -82,7 +114,15 @@ public class BenchConsumer {
             System.err.println("usage: BenchConsumer --bootstrap B --topic T --group G --count N");
             System.exit(2);
         }
+        if (share != null && (faults || !(share.equals("commitsync") || share.equals("piggyback")))) {
+            System.err.println("BenchConsumer: --share takes commitsync or piggyback, and no --faults-out");
+            System.exit(2);
+        }
         System.setProperty("org.apache.logging.log4j.level", "WARN");
+        if (share != null) {
+            runShare(bootstrap, topic, group, count, share, sets);
+            return;
+        }
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
@@ -135,6 +175,105 @@ public class BenchConsumer {
         }
         System.out.printf("reader=java-commitsync records=%d join_s=%.3f first_to_last_s=%.3f%n",
                 seen, (first - started) / 1e9, (last - first) / 1e9);
+    }
+
+    /** The share mode (see the header): a share-group member that ACCEPTs every record. */
+    static void runShare(String bootstrap, String topic, String group, long count, String mode,
+            List<String[]> sets) throws Exception {
+        boolean sync = mode.equals("commitsync");
+        String reader = "java-share-" + mode;
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, reader);
+        props.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, "explicit");
+        props.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        for (String[] kv : sets) {
+            props.put(kv[0], kv[1]);
+        }
+        // Read back like the group reader's line; ConsumerConfig knows every share setting too.
+        Properties plain = new Properties();
+        plain.putAll(props);
+        plain.remove(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG);
+        ConsumerConfig effective = new ConsumerConfig(plain);
+        System.out.printf("bench consume settings reader=%s share.acknowledgement.mode=explicit"
+                + " fetch.min.bytes=%d fetch.max.wait.ms=%d max.partition.fetch.bytes=%d"
+                + " fetch.max.bytes=%d max.poll.records=%d%n", reader,
+                effective.getInt(ConsumerConfig.FETCH_MIN_BYTES_CONFIG),
+                effective.getInt(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG),
+                effective.getInt(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG),
+                effective.getInt(ConsumerConfig.FETCH_MAX_BYTES_CONFIG),
+                effective.getInt(ConsumerConfig.MAX_POLL_RECORDS_CONFIG));
+        long started = System.nanoTime();
+        long first = -1, last = -1, seen = 0, polls = 0, commits = 0;
+        long deadline = started + Duration.ofSeconds(300).toNanos();
+        double fetches, acks, ackErrors;
+        try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            while (seen < count) {
+                if (System.nanoTime() > deadline) {
+                    System.err.println("BenchConsumer: only " + seen + " of " + count + " records within 300 s");
+                    System.exit(1);
+                }
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
+                polls++;
+                if (records.isEmpty()) {
+                    continue;
+                }
+                if (first < 0) {
+                    first = System.nanoTime();
+                }
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                seen += records.count();
+                if (sync) {
+                    for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : consumer.commitSync().entrySet()) {
+                        if (e.getValue().isPresent()) {
+                            System.err.println("BenchConsumer: acknowledgement of " + e.getKey() + " failed: "
+                                    + e.getValue().get());
+                        }
+                    }
+                    commits++;
+                }
+                last = System.nanoTime();
+            }
+            fetches = metric(consumer.metrics(), "fetch-total");
+            acks = metric(consumer.metrics(), "acknowledgements-send-total");
+            ackErrors = metric(consumer.metrics(), "acknowledgements-error-total");
+        }
+        System.out.printf("reader=%s records=%d join_s=%.3f first_to_last_s=%.3f polls=%d commits=%d"
+                + " share_fetch_requests=%.0f acks_sent=%.0f ack_errors=%.0f ack_round_trips=%.0f"
+                + " vmhwm_kb=%d%n", reader, seen, (first - started) / 1e9, (last - first) / 1e9, polls,
+                commits, fetches, acks, ackErrors, sync ? (double) commits : fetches, vmHwmKb());
+    }
+
+    /** The sum of the client's metrics of that name (over their tags; NaN when none). */
+    static double metric(Map<MetricName, ? extends Metric> metrics, String name) {
+        double sum = Double.NaN;
+        for (Map.Entry<MetricName, ? extends Metric> e : metrics.entrySet()) {
+            if (e.getKey().name().equals(name) && e.getValue().metricValue() instanceof Number) {
+                double v = ((Number) e.getValue().metricValue()).doubleValue();
+                sum = Double.isNaN(sum) ? v : sum + v;
+            }
+        }
+        return sum;
+    }
+
+    /** Peak resident set size (VmHWM) of this process in kB, -1 when /proc does not say. */
+    static long vmHwmKb() {
+        try {
+            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", ""));
+                }
+            }
+        } catch (Exception e) {
+            // Not Linux: no number.
+        }
+        return -1;
     }
 
     /** The fault mode (see the header): every record's arrival, a commit after every poll. */

@@ -10,7 +10,8 @@ Run with the project's virtualenv (standard library only). Inputs:
   worker output the worker's stdout: ``assignment``, ``applied``, ``commit``, ``skipped`` lines
                 (see the doc comment of examples/order_worker.rs)
 
-Subcommands:
+Subcommands (``share`` and ``share-self-test``, for scripts/demo --share, are described in
+scripts/demo_check_share.py):
 
   progress --manifest M EFFECTS...
       print how many distinct orders of the manifest were applied so far
@@ -87,6 +88,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import demo_check_share  # noqa: E402  (the share mode: scripts/demo --share)
 import faults as fault_tools  # noqa: E402  (the fault windows and their gaps, one definition)
 
 OPERATION = "apply-order"
@@ -147,7 +149,8 @@ def cmd_progress(opts):
     for path in opts.effects:
         for _, line in read_effects(path):
             parts = line.split()
-            if len(parts) in (4, 5) and (orders is None or parts[1] in orders):
+            # 4 or 5 fields: the order workers; 8: the share workers (scripts/demo --share).
+            if len(parts) in (4, 5, 8) and (orders is None or parts[1] in orders):
                 seen.add(parts[1])
     print(len(seen))
 
@@ -675,6 +678,13 @@ def main():
     p.add_argument("--brokers", type=int, help="cluster size, printed in the verdict (with --faults)")
     p.add_argument("--faults", help="scripts/faults.py events file: measure the gaps of each fault")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("share", help="judge scripts/demo --share (scripts/demo_check_share.py)")
+    demo_check_share.add_arguments(p)
+    p.set_defaults(func=demo_check_share.cmd_share)
+
+    p = sub.add_parser("share-self-test", help="the share check on synthetic runs, no broker")
+    p.set_defaults(func=lambda _: demo_check_share.self_test())
 
     opts = parser.parse_args()
     opts.func(opts)

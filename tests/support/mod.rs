@@ -18,6 +18,8 @@
 //! * [`peer`] / [`peer_consume`]: `scripts/peer.py`, confluent-kafka and
 //!   kafka-python helpers that produce and read records with no code of ours
 //!   on the wire.
+//! * [`share_peer::SharePeer`]: Apache Kafka's share consumer (`scripts/SharePeer.java`), a
+//!   member of a share group beside ours, and the share group's configuration.
 //!
 //! Everything here needs `scripts/setup-test-env` to have run; a missing piece
 //! is a panic that says so, never a silent skip. Every broker listens on
@@ -42,6 +44,7 @@ pub mod members;
 pub mod ours;
 pub mod proxy;
 pub mod share;
+pub mod share_peer;
 pub mod tenure;
 
 pub use kafka::{Kafka, KafkaVersion};
