@@ -266,8 +266,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .with_idempotency_key(|record| order_id(record).map(IdempotencyKey::from))
         .on_ack_failure(move |tp, offset, kind, error| {
             println!(
-                "ack_failed name={printer} partition={} offset={offset} kind={kind:?} error={error}",
-                tp.partition
+                "ack_failed name={printer} partition={} offset={offset} kind={} error={error}",
+                tp.partition,
+                format!("{kind:?}").to_ascii_lowercase()
             );
         });
     let file = match &args.effects {

@@ -217,16 +217,18 @@ fn failures_release_until_the_retries_then_reject_kafka() {
 #[test]
 fn more_workers_than_partitions_apply_every_order_once_kafka() {
     let _ = env_logger::builder().is_test(true).try_init();
-    let setup = Arc::new(ShareSetup::new("share-fleet", 2, 15_000));
+    let setup = ShareSetup::new("share-fleet", 2, 15_000);
     let ids: BTreeSet<String> = setup.produce_orders(2, 300).into_iter().collect();
     let applied: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let members: Vec<_> = (0..3)
         .map(|m| {
-            let (setup, applied, stop) = (setup.clone(), applied.clone(), stop.clone());
+            let (applied, stop) = (applied.clone(), stop.clone());
+            let config = setup.config(&[("max.poll.records", "20")]);
+            let topic = setup.topic.clone();
             std::thread::spawn(move || {
-                let mut consumer = setup
-                    .consumer(&[("max.poll.records", "20")])
+                let mut consumer = ShareConsumer::subscribe(config, &[&topic])
+                    .expect("subscribe")
                     .with_idempotency_key(|r| {
                         order_id(r.value.as_deref()).map(|id| IdempotencyKey::from(id.as_str()))
                     });
