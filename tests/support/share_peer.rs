@@ -266,6 +266,13 @@ impl SharePeer {
         self.events()
     }
 
+    /// Kills the member (SIGKILL, by its PID) with whatever locks it holds, and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.join_reader();
+    }
+
     fn describe(&self, s: &State) -> String {
         let mut out = format!("--- {} events of {} ---\n", s.events.len(), self.name);
         for e in s.events.iter().rev().take(40).rev() {
