@@ -308,8 +308,12 @@ def metadata_mode(version):
 
 def random_cluster_id():
     """A random UUID in Kafka's own text form (base64url, no padding, 22 characters): 3.0's
-    StorageTool refuses any other form."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+    StorageTool refuses any other form. Never one that starts with '-' (one in 64 does): the
+    StorageTool's argument parser reads it as an option and refuses the format."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def metadata_props(version, port, controller_port, zookeeper_port):

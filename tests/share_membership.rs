@@ -18,6 +18,7 @@ use rebalance_guard::wire::{
 };
 use rebalance_guard::{GroupError, TopicPartition};
 use support::kafka::require_kafka;
+use support::share::set_group_configs;
 use support::{unique_name, Kafka, KafkaVersion};
 
 /// The session the tests that wait one out give their group (the broker's floor is 1 s).
@@ -207,7 +208,9 @@ fn group_configs_are_set_and_read_back() {
     let kafka = kafka();
     let group = unique_name("share-configs");
     let mut c = client(kafka);
-    c.alter_group_configs(
+    // Kafka applies group configs through its metadata log: read back until they show.
+    set_group_configs(
+        &mut c,
         &group,
         &[
             ("share.auto.offset.reset", "earliest"),
@@ -216,8 +219,7 @@ fn group_configs_are_set_and_read_back() {
             ("share.heartbeat.interval.ms", "400"),
             ("share.delivery.count.limit", "3"),
         ],
-    )
-    .expect("alter group configs");
+    );
     let read = c.describe_group_configs(&group).expect("describe");
     for (name, value) in [
         ("share.auto.offset.reset", "earliest"),
@@ -233,8 +235,7 @@ fn group_configs_are_set_and_read_back() {
         );
     }
     // SET leaves the others alone.
-    c.alter_group_configs(&group, &[("share.delivery.count.limit", "4")])
-        .expect("alter one");
+    set_group_configs(&mut c, &group, &[("share.delivery.count.limit", "4")]);
     let read = c.describe_group_configs(&group).expect("describe");
     assert_eq!(
         read.get("share.auto.offset.reset")
@@ -285,23 +286,31 @@ fn a_group_id_of_a_consumer_group_is_a_fatal_error_for_a_share_member() {
     let group = unique_name("share-taken");
     // A classic group with committed offsets holds the id.
     let mut c = client(kafka);
-    let results = c
-        .offset_commit(
-            &CommitIdentity {
-                group_id: &group,
-                generation_id_or_member_epoch: -1,
-                member_id: "",
-                group_instance_id: None,
-            },
-            &[OffsetCommitEntry {
-                tp: TopicPartition::new(t.as_str(), 0),
-                offset: 0,
-                leader_epoch: None,
-                metadata: None,
-            }],
-        )
-        .expect("commit");
-    assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
+    // The coordinator may not know the new topic yet (UNKNOWN_TOPIC_OR_PARTITION): retried.
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let results = c
+            .offset_commit(
+                &CommitIdentity {
+                    group_id: &group,
+                    generation_id_or_member_epoch: -1,
+                    member_id: "",
+                    group_instance_id: None,
+                },
+                &[OffsetCommitEntry {
+                    tp: TopicPartition::new(t.as_str(), 0),
+                    offset: 0,
+                    leader_epoch: None,
+                    metadata: None,
+                }],
+            )
+            .expect("commit");
+        if results.iter().all(|(_, r)| r.is_ok()) {
+            break;
+        }
+        assert!(Instant::now() < until, "{results:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let err = ShareMembership::join(config(kafka, &group, &[&t])).expect_err("refused");
     println!("{err}");
     match &err {

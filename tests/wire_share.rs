@@ -3,9 +3,9 @@
 //! `ShareFetcher` acquires, acknowledges (piggybacked and flushed), releases, rejects and
 //! renews records, and survives a share-session reset.
 //!
-//! The broker is this binary's own (one for all its tests), started with
-//! `group.share.min.record.lock.duration.ms=1000` so a group can lock records for 2 s and the
-//! RENEW test takes seconds, not the 15 s of Kafka's default minimum. Group configs are set
+//! The broker is the run's shared 4.4 broker, whose `group.share.min.record.lock.duration.ms`
+//! is 1000 (`scripts/kafka_broker.py`), so a group can lock records for 2 s and the RENEW test
+//! takes seconds, not the 15 s of Kafka's default minimum. Group configs are set
 //! with a raw IncrementalAlterConfigs (resource type 32, GROUP). Needs `scripts/setup-test-env`.
 
 mod support;
@@ -13,7 +13,6 @@ mod support;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -34,13 +33,7 @@ use support::{unique_name, Kafka, KafkaVersion};
 const LOCK: Duration = Duration::from_millis(2000);
 
 fn kafka() -> &'static Kafka {
-    static KAFKA: OnceLock<Kafka> = OnceLock::new();
-    KAFKA.get_or_init(|| {
-        Kafka::start(
-            KafkaVersion::Newest,
-            &["group.share.min.record.lock.duration.ms=1000"],
-        )
-    })
+    Kafka::shared(KafkaVersion::Newest)
 }
 
 /// One request over a fresh socket, encoded and decoded by kafka-protocol (the test's own

@@ -49,15 +49,14 @@ impl ShareSetup {
         let group = unique_name(&format!("{prefix}-share"));
         let mut client = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap))
             .expect("connect to the broker");
-        client
-            .alter_group_configs(
-                &group,
-                &[
-                    ("share.auto.offset.reset", "earliest"),
-                    ("share.record.lock.duration.ms", &lock_ms.to_string()),
-                ],
-            )
-            .expect("set the share group's configuration");
+        set_group_configs(
+            &mut client,
+            &group,
+            &[
+                ("share.auto.offset.reset", "earliest"),
+                ("share.record.lock.duration.ms", &lock_ms.to_string()),
+            ],
+        );
         ShareSetup {
             bootstrap,
             topic,
@@ -109,6 +108,35 @@ impl ShareSetup {
             produce_until_accepted(&mut client, &tp, &records, "produce orders");
         }
         ids
+    }
+}
+
+/// Sets `group`'s configuration and waits (bounded) until the broker reads every value back.
+/// Kafka applies a group config through its metadata log, so a DescribeConfigs (and a share
+/// partition initialised by a member's join) right after the IncrementalAlterConfigs may still
+/// see the old value: a share group meant to start at the earliest offset would start at the
+/// latest and skip the records produced before.
+pub fn set_group_configs(client: &mut Client, group: &str, settings: &[(&str, &str)]) {
+    client
+        .alter_group_configs(group, settings)
+        .unwrap_or_else(|e| panic!("set the configuration of {group}: {e}"));
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let read = client
+            .describe_group_configs(group)
+            .unwrap_or_else(|e| panic!("describe the configuration of {group}: {e}"));
+        let pending: Vec<_> = settings
+            .iter()
+            .filter(|(k, v)| read.get(*k).cloned().flatten().as_deref() != Some(*v))
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{group}: the broker still reads {pending:?} differently: {read:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
