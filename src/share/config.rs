@@ -308,6 +308,18 @@ mod tests {
         }
     }
 
+    /// README.md's share settings table has a row for every [`SHARE_SETTINGS`] entry, with its
+    /// default: the table is the operator's reference, so it must not drift from the code.
+    #[test]
+    fn the_readme_lists_every_share_setting_with_its_default() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).expect("README.md");
+        for s in SHARE_SETTINGS {
+            let row = format!("| `{}` | `{}` |", s.name, s.default);
+            assert!(readme.contains(&row), "README.md has no row {row}");
+        }
+    }
+
     #[test]
     fn bad_share_values_name_the_setting() {
         for (name, value) in [
