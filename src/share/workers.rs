@@ -38,7 +38,13 @@ impl ShareConsumer {
         F: Fn(&Record, &ShareContext) -> Result<(), ShareFailure> + Sync,
     {
         let threads = threads.max(1);
+        // How many records this member holds (acquired, queued or running): every one is a
+        // lock ticking at the broker.
         let cap = self.config.consumer().max_poll_records().max(threads);
+        // How many of them wait in the workers' queue: two per worker keeps every worker busy,
+        // and the rest stay in the buffer, where a record whose lease ran out is released
+        // without a worker ever seeing it.
+        let queued_cap = (threads * 2).min(cap);
         let (work_tx, work_rx) = sync_channel::<ShareDelivery>(cap);
         let work_rx = Mutex::new(work_rx);
         let panicked: Mutex<Option<String>> = Mutex::new(None);
@@ -86,9 +92,10 @@ impl ShareConsumer {
                 if let Some(message) = panicked.lock().ok().and_then(|mut s| s.take()) {
                     break Err(ShareError::HandlerPanicked { message });
                 }
-                while self.outstanding < cap && self.buffered() > 0 {
+                while self.outstanding < queued_cap && self.buffered() > 0 {
                     for delivery in self.hand_out(1) {
-                        // The channel holds `cap` and at most `cap` are outstanding: never full.
+                        // The channel holds `cap` and at most `queued_cap` are outstanding:
+                        // never full.
                         if work_tx.try_send(delivery).is_err() {
                             break;
                         }
@@ -99,6 +106,7 @@ impl ShareConsumer {
                     break Err(e);
                 }
                 if !room {
+                    // Everything this member may hold is held: wait for a worker's outcome.
                     self.wait_finished(FULL_WAIT);
                 }
             };
