@@ -102,8 +102,8 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
     let first = first.unwrap_or(last);
     let stats = consumer.stats();
     consumer.close()?;
-    // Every fetch round after the first carried acknowledgements, and close sent the rest.
-    let ack_round_trips = stats.fetch_round_trips.saturating_sub(1) + 1;
+    // The close sent the last ones (counted only after close, so counted here).
+    let ack_round_trips = stats.ack_round_trips + 1;
     Ok(format!(
         "reader=ours-share records={read} join_s={:.3} first_to_last_s={:.3} \
          ack_round_trips={ack_round_trips} fetches={} acks={} ack_failures={}",

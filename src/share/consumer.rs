@@ -60,6 +60,8 @@ pub struct ShareConsumer {
     pub(super) stats: ShareStats,
     /// Handed out and not yet reported back.
     pub(super) outstanding: usize,
+    /// Acknowledgements queued since the last request that could carry them.
+    acks_pending: bool,
 }
 
 impl ShareConsumer {
@@ -121,6 +123,7 @@ impl ShareConsumer {
             done_rx,
             stats: ShareStats::default(),
             outstanding: 0,
+            acks_pending: false,
         })
     }
 
@@ -230,6 +233,9 @@ impl ShareConsumer {
         self.drain_finished();
         let mut result = Ok(());
         if let Some(fetcher) = self.fetcher.take() {
+            if self.acks_pending {
+                self.stats.ack_round_trips += 1;
+            }
             let results = fetcher.close(CLOSE_TIMEOUT);
             self.ack_results(&results);
         }
@@ -281,10 +287,14 @@ impl ShareConsumer {
         self.release_expired();
         if fetch {
             self.fetch_round()?;
-        } else if let Some(fetcher) = self.fetcher.as_mut() {
-            // Nothing fetched, but what finished is not kept waiting for the next fetch.
-            let results = fetcher.flush_acks(self.config.consumer().request_timeout());
-            self.ack_results(&results);
+        } else if self.acks_pending {
+            if let Some(fetcher) = self.fetcher.as_mut() {
+                // Nothing fetched, but what finished is not kept waiting for the next fetch.
+                let results = fetcher.flush_acks(self.config.consumer().request_timeout());
+                self.acks_pending = false;
+                self.stats.ack_round_trips += 1;
+                self.ack_results(&results);
+            }
         }
         Ok(())
     }
@@ -314,6 +324,7 @@ impl ShareConsumer {
     fn queue_ack(&mut self, tp: TopicPartition, offset: i64, kind: AckType) {
         if let Some(fetcher) = self.fetcher.as_mut() {
             fetcher.acknowledge([ShareAck { tp, offset, kind }]);
+            self.acks_pending = true;
         }
     }
 
@@ -386,6 +397,25 @@ impl ShareConsumer {
         let Some(fetcher) = self.fetcher.as_mut() else {
             return Ok(());
         };
+        if fetcher.assigned().is_empty() {
+            // Nothing to fetch (the first heartbeat answer assigns nothing; a member may have
+            // more members beside it than there are partitions): wait for the assignment to
+            // change instead of spinning, and send what finished meanwhile.
+            if self.acks_pending {
+                let results = fetcher.flush_acks(self.config.consumer().request_timeout());
+                self.acks_pending = false;
+                self.stats.ack_round_trips += 1;
+                self.ack_results(&results);
+            }
+            if let Some(membership) = &self.membership {
+                let since = self.assignment_epoch.unwrap_or(i32::MIN);
+                membership.wait_for_assignment_change(since, self.config.consumer().fetch_max_wait());
+            }
+            return Ok(());
+        }
+        if std::mem::take(&mut self.acks_pending) {
+            self.stats.ack_round_trips += 1;
+        }
         let round = fetcher.fetch()?;
         self.stats.fetch_round_trips += 1;
         for (tp, code) in &round.errors {

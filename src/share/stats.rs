@@ -21,6 +21,9 @@ pub struct ShareStats {
     pub acknowledgements: u64,
     /// ShareFetch rounds (each carries the acknowledgements queued before it).
     pub fetch_round_trips: u64,
+    /// Requests that carried acknowledgements (a ShareFetch round with some queued before it, a
+    /// ShareAcknowledge of a flush or of the close).
+    pub ack_round_trips: u64,
     /// Renewal requests (ShareAcknowledge with RENEW).
     pub renew_round_trips: u64,
     /// Partition-level errors in ShareFetch answers.
@@ -37,13 +40,14 @@ impl fmt::Display for ShareStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "epoch={} assigned={} acquired={} expired_in_buffer={} acks={} fetches={} renews={} \
+            "epoch={} assigned={} acquired={} expired_in_buffer={} acks={} ack_round_trips={} fetches={} renews={} \
              fetch_errors={} buffered={} outstanding={} locks={:?}",
             self.assignment_epoch,
             self.assigned,
             self.acquired,
             self.expired_in_buffer,
             self.acknowledgements,
+            self.ack_round_trips,
             self.fetch_round_trips,
             self.renew_round_trips,
             self.fetch_errors,
