@@ -15,13 +15,19 @@ use crate::consumer::{ConfigError, ConsumerConfig};
 use crate::wire::ClientConfig;
 
 /// `share.acquire.mode` (KIP-1206): how the broker bounds the records one ShareFetch acquires.
+///
+/// Our default differs from Kafka's (`batch_optimized`): a record acquired and not started is a
+/// lock running out, and a lock that runs out spends one of the record's deliveries
+/// (`share.delivery.count.limit`, after which the broker archives it). A slow worker handed
+/// whole producer batches can burn a record's deliveries without ever starting it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AcquireMode {
-    /// Whole batches, possibly more than `max.poll.records` (Kafka's default): fewer requests.
-    #[default]
+    /// Whole batches, possibly more than asked for (Kafka's default): fewer requests.
     BatchOptimized,
-    /// At most `max.poll.records` records, splitting batches: no record is locked that this
-    /// member will not hand out soon, so fewer locks tick while they wait in a buffer.
+    /// At most the records asked for, splitting batches (our default): no record is locked
+    /// that this member will not start soon. Needs ShareFetch v2 (Kafka 4.2+); an older broker
+    /// acquires whole batches.
+    #[default]
     RecordLimit,
 }
 
@@ -93,9 +99,12 @@ pub const SHARE_SETTINGS: &[ShareSettingDoc] = &[
     },
     ShareSettingDoc {
         name: "share.acquire.mode",
-        default: "batch_optimized",
-        doc: "`batch_optimized` or `record_limit` (KIP-1206, ShareFetch v2): with `record_limit` \
-              the broker acquires at most `max.poll.records` records per fetch.",
+        default: "record_limit",
+        doc: "`record_limit` or `batch_optimized` (KIP-1206, ShareFetch v2). With `record_limit` \
+              the broker acquires at most what a fetch asks for (`max.poll.records` for `poll`, \
+              two per worker thread in the decoupled mode). Kafka's default is \
+              `batch_optimized` (whole batches); ours differs because an acquired record that \
+              waits past its lock spends one of its deliveries.",
     },
     ShareSettingDoc {
         name: "share.lock.safety.margin.ms",
@@ -282,18 +291,18 @@ mod tests {
     #[test]
     fn defaults_and_share_settings() {
         let config = minimal().build().expect("valid");
-        assert_eq!(config.acquire_mode(), AcquireMode::BatchOptimized);
+        assert_eq!(config.acquire_mode(), AcquireMode::RecordLimit);
         assert!(config.lock_renew());
         assert_eq!(config.lock_safety_margin(), None);
         let config = minimal()
-            .set("share.acquire.mode", "record_limit")
+            .set("share.acquire.mode", "batch_optimized")
             .set("share.lock.safety.margin.ms", "2500")
             .set("share.lock.renew", "false")
             .set("share.acknowledgement.mode", "explicit")
             .set("max.poll.records", "50")
             .build()
             .expect("valid");
-        assert_eq!(config.acquire_mode(), AcquireMode::RecordLimit);
+        assert_eq!(config.acquire_mode(), AcquireMode::BatchOptimized);
         assert_eq!(config.lock_safety_margin(), Some(Duration::from_millis(2500)));
         assert!(!config.lock_renew());
         assert_eq!(config.consumer().max_poll_records(), 50);

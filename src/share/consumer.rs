@@ -274,6 +274,14 @@ impl ShareConsumer {
         self.buffer.len()
     }
 
+    /// Bounds how many records one ShareFetch may acquire (with `share.acquire.mode`
+    /// `record_limit` the broker keeps to it; `batch_optimized` may hand out whole batches).
+    pub(super) fn set_records_per_fetch(&mut self, records: usize) {
+        if let Some(fetcher) = self.fetcher.as_mut() {
+            fetcher.set_max_records(i32::try_from(records).unwrap_or(i32::MAX));
+        }
+    }
+
     /// One turn of the poll thread (see the module text). `fetch` false skips the ShareFetch
     /// (the decoupled mode's poll thread when every worker is busy still acknowledges and
     /// renews).
@@ -283,6 +291,11 @@ impl ShareConsumer {
         }
         self.drain_finished();
         self.follow_assignment();
+        if let Some(fetcher) = &self.fetcher {
+            // Known once a leader answered: the cluster's versions are learnt as it is used.
+            let renewal = self.config.lock_renew() && fetcher.supports_renew();
+            self.locks.set_renewal(renewal);
+        }
         self.renew_due();
         self.release_expired();
         if fetch {

@@ -45,6 +45,9 @@ impl ShareConsumer {
         // and the rest stay in the buffer, where a record whose lease ran out is released
         // without a worker ever seeing it.
         let queued_cap = (threads * 2).min(cap);
+        // Each fetch acquires about what the workers start next; every record acquired and not
+        // started is a lock running out (and a delivery spent when it does).
+        self.set_records_per_fetch(queued_cap);
         let (work_tx, work_rx) = sync_channel::<ShareDelivery>(cap);
         let work_rx = Mutex::new(work_rx);
         let panicked: Mutex<Option<String>> = Mutex::new(None);
@@ -101,7 +104,8 @@ impl ShareConsumer {
                         }
                     }
                 }
-                let room = self.outstanding + self.buffered() < cap;
+                let room =
+                    self.buffered() < threads && self.outstanding + self.buffered() < cap;
                 if let Err(e) = self.turn(room) {
                     break Err(e);
                 }
@@ -114,6 +118,8 @@ impl ShareConsumer {
             result
         });
         self.drain_finished();
+        let per_poll = self.config.consumer().max_poll_records();
+        self.set_records_per_fetch(per_poll);
         result
     }
 }

@@ -178,6 +178,13 @@ impl ShareFetcher {
         }
     }
 
+    /// Sets `MaxRecords` for the next requests: the consumer asks for no more records than it
+    /// can start before their locks end (each acquired record is a lock ticking).
+    pub fn set_max_records(&mut self, max_records: i32) {
+        self.settings.max_records = max_records.max(1);
+        self.settings.batch_size = self.settings.batch_size.min(self.settings.max_records);
+    }
+
     /// Whether the cluster speaks ShareAcknowledge v2 (RENEW): every broker this fetcher
     /// negotiated with (the first one at [`new`](Self::new), then each leader) does.
     pub fn supports_renew(&self) -> bool {
