@@ -213,6 +213,9 @@ impl ShareConsumer {
                     );
                 }
                 delivery.finish_with(&result);
+                // A long batch on this thread: the records still waiting in it are renewed
+                // when half their lock has passed, not only between batches.
+                self.renew_due();
             }
         }
         Ok(())
