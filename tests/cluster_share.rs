@@ -97,8 +97,9 @@ fn a_share_group_survives_broker_failures_kafka_cluster() {
     cluster.pause(frozen);
     std::thread::sleep(Duration::from_secs(10));
     cluster.resume(frozen);
-    // 3. The share group's coordinator restarted.
+    // 3. The share group's coordinator restarted (a controlled shutdown, then started again).
     let coordinator = cluster.coordinator_of(&setup.group);
+    cluster.stop(coordinator);
     cluster.restart(coordinator);
     ids.extend(setup.produce_orders(PARTITIONS, 150));
 
