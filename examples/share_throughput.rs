@@ -39,7 +39,9 @@ fn parse_args() -> Result<Args, String> {
     let mut settings = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value\n{usage}"))?;
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{usage}"))?;
         match flag.as_str() {
             "--bootstrap" => bootstrap = Some(value),
             "--topic" => topic = Some(value),

@@ -91,8 +91,14 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value\n{}", usage()));
-        let number = |v: String| v.parse::<u64>().map_err(|_| format!("{flag}: not a number: {v}"));
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{}", usage()))
+        };
+        let number = |v: String| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
         match flag.as_str() {
             "--bootstrap" => args.bootstrap = value()?,
             "--group" => args.group = value()?,
@@ -110,7 +116,8 @@ fn parse_args() -> Result<Args, String> {
                 let (k, v) = item
                     .split_once('=')
                     .ok_or_else(|| format!("--set {item}: expected NAME=VALUE"))?;
-                args.settings.push((k.trim().to_string(), v.trim().to_string()));
+                args.settings
+                    .push((k.trim().to_string(), v.trim().to_string()));
             }
             _ => return Err(format!("unknown flag {flag}\n{}", usage())),
         }

@@ -12,10 +12,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use rebalance_guard::TopicPartition;
 use support::cluster::KafkaCluster;
 use support::share::{applications, worker_dir, Effect, ShareSetup, WorkerProcess};
 use support::unique_name;
-use rebalance_guard::TopicPartition;
 
 const BOUND: Duration = Duration::from_secs(90);
 const PARTITIONS: i32 = 3;
@@ -44,10 +44,19 @@ fn wait_all_applied(workers: &[&WorkerProcess], ids: &BTreeSet<String>, what: &s
 /// the number of repeats.
 fn check(effects: &[Effect], ids: &BTreeSet<String>, what: &str) -> usize {
     let applied: BTreeSet<&str> = effects.iter().map(|e| e.order.as_str()).collect();
-    let lost: Vec<_> = ids.iter().filter(|id| !applied.contains(id.as_str())).collect();
+    let lost: Vec<_> = ids
+        .iter()
+        .filter(|id| !applied.contains(id.as_str()))
+        .collect();
     assert!(lost.is_empty(), "{what}: lost {lost:?}");
-    let late: Vec<_> = effects.iter().filter(|e| e.applied_ns >= e.deadline_ns).collect();
-    assert!(late.is_empty(), "{what}: effects after their lease: {late:?}");
+    let late: Vec<_> = effects
+        .iter()
+        .filter(|e| e.applied_ns >= e.deadline_ns)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{what}: effects after their lease: {late:?}"
+    );
     let mut repeats = 0;
     for (order, applied) in applications(effects) {
         if applied.len() > 1 {
@@ -55,7 +64,10 @@ fn check(effects: &[Effect], ids: &BTreeSet<String>, what: &str) -> usize {
             let mut by_time = applied.clone();
             by_time.sort_by_key(|e| e.applied_ns);
             for later in &by_time[1..] {
-                assert!(later.delivery_count >= 2, "{what}: {order} repeated: {applied:?}");
+                assert!(
+                    later.delivery_count >= 2,
+                    "{what}: {order} repeated: {applied:?}"
+                );
             }
         }
     }
@@ -93,7 +105,9 @@ fn a_share_group_survives_broker_failures_kafka_cluster() {
     // 2. A broker that is neither that leader nor the coordinator frozen for longer than the
     // controller's failure detection, then resumed.
     let coordinator = cluster.coordinator_of(&setup.group);
-    let frozen = (1..=3).find(|n| *n != leader && *n != coordinator).unwrap_or(leader);
+    let frozen = (1..=3)
+        .find(|n| *n != leader && *n != coordinator)
+        .unwrap_or(leader);
     cluster.pause(frozen);
     std::thread::sleep(Duration::from_secs(10));
     cluster.resume(frozen);

@@ -26,7 +26,10 @@ fn poll_until(
 ) {
     let until = Instant::now() + BOUND;
     while !done() {
-        assert!(Instant::now() < until, "{what}: not reached within {BOUND:?}");
+        assert!(
+            Instant::now() < until,
+            "{what}: not reached within {BOUND:?}"
+        );
         let batch = consumer.poll(Duration::from_millis(500)).expect("poll");
         on_batch(batch);
     }
@@ -52,7 +55,12 @@ fn poll_acknowledges_each_record_by_its_outcome_kafka() {
                 let id = order_id(delivery.record().value.as_deref()).expect("an order");
                 let n: usize = id.rsplit('-').next().unwrap().parse().unwrap();
                 let count = delivery.context().delivery_count();
-                seen2.lock().unwrap().entry(id.clone()).or_default().push(count);
+                seen2
+                    .lock()
+                    .unwrap()
+                    .entry(id.clone())
+                    .or_default()
+                    .push(count);
                 match n % 3 {
                     0 => {
                         assert!(delivery.is_current());
@@ -117,10 +125,11 @@ fn a_record_whose_lease_ran_out_is_released_not_accepted_kafka() {
                 skipped.lock().unwrap().push(ctx.delivery_count());
                 return Ok(());
             }
-            effects
-                .lock()
-                .unwrap()
-                .push((ctx.delivery_count(), Instant::now(), ctx.deadline().expect("a live lease")));
+            effects.lock().unwrap().push((
+                ctx.delivery_count(),
+                Instant::now(),
+                ctx.deadline().expect("a live lease"),
+            ));
             stop.store(true, Ordering::SeqCst);
             Ok(())
         })
@@ -152,7 +161,10 @@ fn a_slow_record_keeps_its_lock_by_renewal_kafka() {
             deliveries.lock().unwrap().push(ctx.delivery_count());
             let first_deadline = ctx.deadline().expect("a live lease");
             std::thread::sleep(Duration::from_millis(3_000));
-            assert!(ctx.deadline().expect("a live lease") > first_deadline, "the lease was not extended");
+            assert!(
+                ctx.deadline().expect("a live lease") > first_deadline,
+                "the lease was not extended"
+            );
             assert!(ctx.is_current(), "renewed lease not current");
             stop.store(true, Ordering::SeqCst);
             Ok(())
@@ -161,7 +173,10 @@ fn a_slow_record_keeps_its_lock_by_renewal_kafka() {
     // Nothing comes back after the accept.
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
-        assert!(consumer.poll(Duration::from_millis(300)).expect("poll").is_empty());
+        assert!(consumer
+            .poll(Duration::from_millis(300))
+            .expect("poll")
+            .is_empty());
     }
     assert_eq!(*deliveries.lock().unwrap(), vec![1]);
     let stats = consumer.stats();
@@ -185,7 +200,9 @@ fn failures_release_until_the_retries_then_reject_kafka() {
         .run(&stop, |record, ctx| {
             let id = order_id(record.value.as_deref()).unwrap();
             let mut seen = seen.lock().unwrap();
-            seen.entry(id.clone()).or_default().push(ctx.delivery_count());
+            seen.entry(id.clone())
+                .or_default()
+                .push(ctx.delivery_count());
             let total: usize = seen.values().map(Vec::len).sum();
             if total >= 4 || started.elapsed() > BOUND {
                 stop.store(true, Ordering::SeqCst);
@@ -200,7 +217,10 @@ fn failures_release_until_the_retries_then_reject_kafka() {
     // Let anything that would still come back arrive.
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
-        assert!(consumer.poll(Duration::from_millis(300)).expect("poll").is_empty());
+        assert!(consumer
+            .poll(Duration::from_millis(300))
+            .expect("poll")
+            .is_empty());
     }
     let seen = seen.lock().unwrap();
     assert_eq!(seen.get("0-0"), Some(&vec![1, 2, 3]), "{seen:?}");
@@ -261,10 +281,16 @@ fn more_workers_than_partitions_apply_every_order_once_kafka() {
         *per_order.entry(id.as_str()).or_default() += 1;
         per_member[*m] += 1;
     }
-    let missing: Vec<_> = ids.iter().filter(|id| !per_order.contains_key(id.as_str())).collect();
+    let missing: Vec<_> = ids
+        .iter()
+        .filter(|id| !per_order.contains_key(id.as_str()))
+        .collect();
     assert!(missing.is_empty(), "lost: {missing:?}");
     let repeated: Vec<_> = per_order.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(repeated.is_empty(), "applied twice without a fault: {repeated:?}");
+    assert!(
+        repeated.is_empty(),
+        "applied twice without a fault: {repeated:?}"
+    );
     assert!(
         per_member.iter().filter(|n| **n > 0).count() >= 2,
         "the work was not shared: {per_member:?}"

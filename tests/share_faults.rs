@@ -54,7 +54,10 @@ fn assert_no_effect_after_lease(effects: &[Effect]) {
         .iter()
         .filter(|e| e.applied_ns >= e.deadline_ns)
         .collect();
-    assert!(late.is_empty(), "effects applied after their lease ended: {late:?}");
+    assert!(
+        late.is_empty(),
+        "effects applied after their lease ended: {late:?}"
+    );
 }
 
 /// A member killed with locks held: its records come back to the other member after the lock
@@ -70,14 +73,22 @@ fn a_killed_members_records_come_back_to_the_others_kafka() {
     let mut survivor = WorkerProcess::start(&setup, &dir, "survivor", 2, 20, &[]);
     let until = Instant::now() + BOUND;
     while victim.effects().len() < 30 {
-        assert!(Instant::now() < until, "the victim applied nothing: {}", victim.output());
+        assert!(
+            Instant::now() < until,
+            "the victim applied nothing: {}",
+            victim.output()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     victim.signal("KILL");
     let killed_at = mono_ns();
     victim.kill();
     wait_all_applied(&[&victim, &survivor], &ids, "after the kill");
-    assert!(survivor.stop(Duration::from_secs(20)), "{}", survivor.output());
+    assert!(
+        survivor.stop(Duration::from_secs(20)),
+        "{}",
+        survivor.output()
+    );
     let effects = all_effects(&[&victim, &survivor]);
     assert_no_effect_after_lease(&effects);
     let mut repeats = 0;
@@ -86,7 +97,12 @@ fn a_killed_members_records_come_back_to_the_others_kafka() {
             continue;
         }
         repeats += 1;
-        assert_eq!(applied.len(), 2, "{order} applied {} times: {applied:?}", applied.len());
+        assert_eq!(
+            applied.len(),
+            2,
+            "{order} applied {} times: {applied:?}",
+            applied.len()
+        );
         let (first, second) = (&applied[0], &applied[1]);
         let (first, second) = if first.applied_ns <= second.applied_ns {
             (first, second)
@@ -117,7 +133,11 @@ fn a_frozen_member_applies_nothing_after_it_resumes_kafka() {
     let mut other = WorkerProcess::start(&setup, &dir, "other", 2, 20, &[]);
     let until = Instant::now() + BOUND;
     while frozen.effects().len() < 5 {
-        assert!(Instant::now() < until, "the member applied nothing: {}", frozen.output());
+        assert!(
+            Instant::now() < until,
+            "the member applied nothing: {}",
+            frozen.output()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     frozen.signal("STOP");
@@ -143,7 +163,10 @@ fn a_frozen_member_applies_nothing_after_it_resumes_kafka() {
         );
     }
     let output = frozen.output();
-    let expired_lines = output.lines().filter(|l| l.starts_with("lease_expired")).count();
+    let expired_lines = output
+        .lines()
+        .filter(|l| l.starts_with("lease_expired"))
+        .count();
     let ack_failed: BTreeSet<(i32, i64)> = output
         .lines()
         .filter(|l| l.starts_with("ack_failed"))
@@ -174,9 +197,15 @@ fn a_frozen_member_applies_nothing_after_it_resumes_kafka() {
             first.deadline_ns < resumed_at,
             "{order}: repeated though its first lease outlived the freeze: {applied:?}"
         );
-        let second = applied.iter().find(|e| !std::ptr::eq(*e, first)).expect("two");
+        let second = applied
+            .iter()
+            .find(|e| !std::ptr::eq(*e, first))
+            .expect("two");
         assert!(second.delivery_count >= 2, "{order}: {applied:?}");
-        assert!(second.applied_ns > first.deadline_ns, "{order}: {applied:?}");
+        assert!(
+            second.applied_ns > first.deadline_ns,
+            "{order}: {applied:?}"
+        );
     }
     eprintln!(
         "frozen member: {} orders; {expired_lines} effect(s) skipped after the resume \

@@ -40,7 +40,10 @@ fn ours(
             });
         let until = Instant::now() + BOUND;
         while consumer.assignment().is_empty() {
-            assert!(Instant::now() < until, "{name}: no assignment within {BOUND:?}");
+            assert!(
+                Instant::now() < until,
+                "{name}: no assignment within {BOUND:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         joined.store(true, Ordering::SeqCst);
@@ -49,7 +52,12 @@ fn ours(
                 std::thread::sleep(Duration::from_millis(5));
                 if ctx.is_current() {
                     let id = order_id(record.value.as_deref()).expect("an order");
-                    applied.lock().unwrap().entry(id).or_default().push(name.to_string());
+                    applied
+                        .lock()
+                        .unwrap()
+                        .entry(id)
+                        .or_default()
+                        .push(name.to_string());
                 }
                 Ok(())
             })
@@ -67,7 +75,8 @@ fn java(setup: &ShareSetup, name: &str, process_ms: u64, small: bool) -> SharePe
     spec.process_ms = process_ms;
     if small {
         spec.settings.push(("max.poll.records".into(), "20".into()));
-        spec.settings.push(("share.acquire.mode".into(), "record_limit".into()));
+        spec.settings
+            .push(("share.acquire.mode".into(), "record_limit".into()));
     }
     SharePeer::start(spec)
 }
@@ -92,7 +101,12 @@ fn merge_java(applied: &Applied, events: &[ShareEvent], name: &str) {
 fn wait_all(ids: &[String], count: impl Fn() -> usize, what: &str) {
     let until = Instant::now() + BOUND;
     while count() < ids.len() {
-        assert!(Instant::now() < until, "{what}: {} of {} applied", count(), ids.len());
+        assert!(
+            Instant::now() < until,
+            "{what}: {} of {} applied",
+            count(),
+            ids.len()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -116,15 +130,29 @@ fn ours_and_java_share_one_group_and_apply_each_order_once_kafka() {
         });
     }
     let (joined1, joined2): (Arc<AtomicBool>, Arc<AtomicBool>) = Default::default();
-    let o1 = ours(&setup, "ours-1", applied.clone(), stop.clone(), joined1.clone());
-    let o2 = ours(&setup, "ours-2", applied.clone(), stop.clone(), joined2.clone());
+    let o1 = ours(
+        &setup,
+        "ours-1",
+        applied.clone(),
+        stop.clone(),
+        joined1.clone(),
+    );
+    let o2 = ours(
+        &setup,
+        "ours-2",
+        applied.clone(),
+        stop.clone(),
+        joined2.clone(),
+    );
     wait_joined(&[&joined1, &joined2]);
     ids.extend(setup.produce_orders(2, 400));
     let count = || {
         let mut all = applied.lock().unwrap().clone();
         for (peer, name) in [(&j1, "java-1"), (&j2, "java-2")] {
             for e in peer.events_of("applied") {
-                all.entry(e.key.clone().unwrap_or_default()).or_default().push(name.into());
+                all.entry(e.key.clone().unwrap_or_default())
+                    .or_default()
+                    .push(name.into());
             }
         }
         all.len()
@@ -133,14 +161,21 @@ fn ours_and_java_share_one_group_and_apply_each_order_once_kafka() {
     stop.store(true, Ordering::SeqCst);
     let stats = [o1.join().unwrap(), o2.join().unwrap()];
     let (e1, e2) = (j1.close(), j2.close());
-    let java_refused = e1.iter().chain(&e2).filter(|e| e.event == "ack_failed").count();
+    let java_refused = e1
+        .iter()
+        .chain(&e2)
+        .filter(|e| e.event == "ack_failed")
+        .count();
     merge_java(&applied, &e1, "java-1");
     merge_java(&applied, &e2, "java-2");
     let applied = applied.lock().unwrap();
     let twice: Vec<_> = applied.iter().filter(|(_, by)| by.len() > 1).collect();
     assert!(twice.is_empty(), "applied twice without a fault: {twice:?}");
     assert_eq!(applied.len(), ids.len());
-    let by_ours = applied.values().filter(|by| by[0].starts_with("ours")).count();
+    let by_ours = applied
+        .values()
+        .filter(|by| by[0].starts_with("ours"))
+        .count();
     let by_java = applied.len() - by_ours;
     assert!(by_ours > 0 && by_java > 0, "ours {by_ours}, java {by_java}");
     // Once ours joined, both clients kept taking records (not one of them idle).
@@ -149,12 +184,18 @@ fn ours_and_java_share_one_group_and_apply_each_order_once_kafka() {
         .chain(&e2)
         .filter(|e| e.event == "applied" && e.key.as_deref().is_some_and(|k| k.contains('.')))
         .count();
-    assert!(java_late > 0, "the Java members took none of the later orders");
+    assert!(
+        java_late > 0,
+        "the Java members took none of the later orders"
+    );
     for s in &stats {
         assert_eq!(s.locks.ack_failures.total(), 0, "{s}");
     }
     assert_eq!(java_refused, 0, "Java's acknowledgements refused");
-    eprintln!("interop: {} orders, ours applied {by_ours}, Java {by_java}", ids.len());
+    eprintln!(
+        "interop: {} orders, ours applied {by_ours}, Java {by_java}",
+        ids.len()
+    );
 }
 
 /// A Java member killed (SIGKILL) while it holds locks: its records come back to the others
@@ -172,10 +213,19 @@ fn a_killed_java_members_records_come_back_to_ours_kafka() {
     victim.wait_for("some records applied", BOUND, |events| {
         events.iter().filter(|e| e.event == "applied").count() >= 20
     });
-    let o1 = ours(&setup, "ours-1", applied.clone(), stop.clone(), Arc::default());
+    let o1 = ours(
+        &setup,
+        "ours-1",
+        applied.clone(),
+        stop.clone(),
+        Arc::default(),
+    );
     let until = Instant::now() + BOUND;
     while applied.lock().unwrap().is_empty() {
-        assert!(Instant::now() < until, "ours applied nothing beside the Java member");
+        assert!(
+            Instant::now() < until,
+            "ours applied nothing beside the Java member"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     victim.kill();

@@ -142,8 +142,7 @@ impl ShareConfig {
         let mut lock_renew = true;
         for (name, value) in properties {
             let (name, value) = (name.as_ref().trim(), value.as_ref().trim());
-            if let Some((refused, instead)) =
-                NOT_FOR_SHARE_GROUPS.iter().find(|(n, _)| *n == name)
+            if let Some((refused, instead)) = NOT_FOR_SHARE_GROUPS.iter().find(|(n, _)| *n == name)
             {
                 return Err(ConfigError::NotForShareGroups {
                     name: refused,
@@ -257,7 +256,10 @@ pub struct ShareConfigBuilder {
 impl ShareConfigBuilder {
     /// `bootstrap.servers`.
     pub fn bootstrap_servers<S: AsRef<str>>(self, servers: impl IntoIterator<Item = S>) -> Self {
-        let list: Vec<String> = servers.into_iter().map(|s| s.as_ref().to_string()).collect();
+        let list: Vec<String> = servers
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .collect();
         self.set("bootstrap.servers", &list.join(","))
     }
 
@@ -303,7 +305,10 @@ mod tests {
             .build()
             .expect("valid");
         assert_eq!(config.acquire_mode(), AcquireMode::BatchOptimized);
-        assert_eq!(config.lock_safety_margin(), Some(Duration::from_millis(2500)));
+        assert_eq!(
+            config.lock_safety_margin(),
+            Some(Duration::from_millis(2500))
+        );
         assert!(!config.lock_renew());
         assert_eq!(config.consumer().max_poll_records(), 50);
     }
@@ -313,7 +318,9 @@ mod tests {
         for (name, _) in NOT_FOR_SHARE_GROUPS {
             let err = minimal().set(name, "1").build().expect_err(name);
             assert_eq!(err.setting(), Some(*name), "{err}");
-            assert!(err.to_string().contains("does not apply to a share consumer"));
+            assert!(err
+                .to_string()
+                .contains("does not apply to a share consumer"));
         }
     }
 
@@ -342,9 +349,15 @@ mod tests {
             assert_eq!(err.setting(), Some(name), "{err}");
         }
         // The consumer's own rules still apply, with its messages.
-        let err = minimal().set("max.poll.records", "0").build().expect_err("0");
+        let err = minimal()
+            .set("max.poll.records", "0")
+            .build()
+            .expect_err("0");
         assert_eq!(err.setting(), Some("max.poll.records"));
-        let err = minimal().set("sesion.timeout.ms", "1").build().expect_err("typo");
+        let err = minimal()
+            .set("sesion.timeout.ms", "1")
+            .build()
+            .expect_err("typo");
         assert_eq!(err.setting(), Some("sesion.timeout.ms"));
     }
 }

@@ -25,7 +25,9 @@ use super::context::{Finished, ShareDelivery, ShareFailure};
 use super::stats::ShareStats;
 use super::ShareContext;
 use crate::group::{ShareMembership, ShareMembershipConfig};
-use crate::guard::{AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome};
+use crate::guard::{
+    AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome,
+};
 use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
 use crate::wire::Record;
 use crate::TopicPartition;
@@ -379,7 +381,8 @@ impl ShareConsumer {
             for (offset, _) in &result.acks {
                 match (&result.outcome, renewed.lock_duration) {
                     (Ok(()), Some(lock)) => {
-                        self.locks.renewed(&result.tp, *offset, renewed.sent_at, lock);
+                        self.locks
+                            .renewed(&result.tp, *offset, renewed.sent_at, lock);
                     }
                     _ => {
                         self.locks.renew_failed(&result.tp, *offset);
@@ -425,7 +428,8 @@ impl ShareConsumer {
             }
             if let Some(membership) = &self.membership {
                 let since = self.assignment_epoch.unwrap_or(i32::MIN);
-                membership.wait_for_assignment_change(since, self.config.consumer().fetch_max_wait());
+                membership
+                    .wait_for_assignment_change(since, self.config.consumer().fetch_max_wait());
             }
             return Ok(());
         }

@@ -39,7 +39,10 @@ impl fmt::Display for ShareError {
             ShareError::Group(e) => write!(f, "share group membership: {e}"),
             ShareError::Wire(e) => write!(f, "share consumer: {e}"),
             ShareError::HandlerPanicked { message } => {
-                write!(f, "a worker's handler panicked (record released): {message}")
+                write!(
+                    f,
+                    "a worker's handler panicked (record released): {message}"
+                )
             }
         }
     }

@@ -57,8 +57,8 @@ mod error;
 mod stats;
 mod workers;
 
-pub use config::{AcquireMode, ShareConfig, ShareConfigBuilder, ShareSettingDoc, SHARE_SETTINGS};
 pub use crate::guard::AckType;
+pub use config::{AcquireMode, ShareConfig, ShareConfigBuilder, ShareSettingDoc, SHARE_SETTINGS};
 pub use consumer::{AckFailureHook, ShareConsumer, ShareKeyFn};
 pub use context::{ShareContext, ShareDelivery, ShareFailure};
 pub use error::ShareError;

@@ -104,8 +104,7 @@ impl ShareConsumer {
                         }
                     }
                 }
-                let room =
-                    self.buffered() < threads && self.outstanding + self.buffered() < cap;
+                let room = self.buffered() < threads && self.outstanding + self.buffered() < cap;
                 if let Err(e) = self.turn(room) {
                     break Err(e);
                 }

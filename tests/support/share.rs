@@ -86,8 +86,14 @@ impl ShareSetup {
     /// `order_id=<partition>-<n>;...` (`<round>.<partition>-<n>` from the second call on, so
     /// that every order id is new); returns every order id.
     pub fn produce_orders(&self, partitions: i32, per_partition: usize) -> Vec<String> {
-        let round = self.rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let tag = if round == 0 { String::new() } else { format!("{round}.") };
+        let round = self
+            .rounds
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tag = if round == 0 {
+            String::new()
+        } else {
+            format!("{round}.")
+        };
         let mut client = Client::connect(ClientConfig::from_bootstrap_str(&self.bootstrap))
             .expect("connect to the shared broker");
         let mut ids = Vec::new();
@@ -156,12 +162,23 @@ pub fn share_worker_binary() -> &'static Path {
         let root = repo_root();
         let binary = root.join("target/debug/examples/share_worker");
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "--features", "tls", "--example", "share_worker"])
+            .args([
+                "build",
+                "--quiet",
+                "--features",
+                "tls",
+                "--example",
+                "share_worker",
+            ])
             .current_dir(&root)
             .status()
             .expect("run cargo build --example share_worker");
         assert!(status.success(), "building the share worker failed");
-        assert!(binary.exists(), "{} missing after the build", binary.display());
+        assert!(
+            binary.exists(),
+            "{} missing after the build",
+            binary.display()
+        );
         binary
     })
 }

@@ -162,7 +162,10 @@ impl fmt::Display for ConfigError {
                 write!(f, "setting `{name}` is not supported: {reason}")
             }
             ConfigError::NotForShareGroups { name, instead } => {
-                write!(f, "setting `{name}` does not apply to a share consumer: {instead}")
+                write!(
+                    f,
+                    "setting `{name}` does not apply to a share consumer: {instead}"
+                )
             }
             ConfigError::Missing { name } => write!(f, "setting `{name}` is required"),
             ConfigError::InvalidValue {

@@ -805,7 +805,6 @@ const LEADER: K = K::Struct(&[
     f("LeaderEpoch", K::I32, 0, MAX),
 ]);
 
-
 /// Every schema, for lookup by API key.
 pub(super) static ALL: &[&Schema] = &[
     &API_VERSIONS,
