@@ -14,31 +14,13 @@ use std::time::{Duration, Instant};
 
 use rebalance_guard::TopicPartition;
 use support::cluster::KafkaCluster;
-use support::share::{applications, worker_dir, Effect, ShareSetup, WorkerProcess};
+use support::share::{
+    all_effects, applications, wait_all_applied, worker_dir, Effect, ShareSetup, WorkerProcess,
+};
 use support::unique_name;
 
 const BOUND: Duration = Duration::from_secs(90);
 const PARTITIONS: i32 = 3;
-
-fn all_effects(workers: &[&WorkerProcess]) -> Vec<Effect> {
-    workers.iter().flat_map(|w| w.effects()).collect()
-}
-
-fn wait_all_applied(workers: &[&WorkerProcess], ids: &BTreeSet<String>, what: &str) {
-    let until = Instant::now() + BOUND;
-    loop {
-        let applied: BTreeSet<String> = all_effects(workers).into_iter().map(|e| e.order).collect();
-        let missing = ids.difference(&applied).count();
-        if missing == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "{what}: {missing} order(s) never applied within {BOUND:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// Checks the run: nothing lost, nothing after its lease, every repeat a redelivery. Returns
 /// the number of repeats.
@@ -94,7 +76,7 @@ fn a_share_group_survives_broker_failures_kafka_cluster() {
     let mut a = WorkerProcess::start(&setup, &dir, "a", 2, 5, &[]);
     let mut b = WorkerProcess::start(&setup, &dir, "b", 2, 5, &[]);
     let mut ids: BTreeSet<String> = setup.produce_orders(PARTITIONS, 150).into_iter().collect();
-    wait_all_applied(&[&a, &b], &ids, "before any fault");
+    wait_all_applied(&[&a, &b], &ids, BOUND, "before any fault");
 
     // 1. The leader of partition 0 killed while records flow, then restarted.
     let leader = cluster.leader_of(&TopicPartition::new(topic.as_str(), 0));
@@ -117,7 +99,7 @@ fn a_share_group_survives_broker_failures_kafka_cluster() {
     cluster.restart(coordinator);
     ids.extend(setup.produce_orders(PARTITIONS, 150));
 
-    wait_all_applied(&[&a, &b], &ids, "after the faults");
+    wait_all_applied(&[&a, &b], &ids, BOUND, "after the faults");
     assert!(a.stop(Duration::from_secs(30)), "{}", a.output());
     assert!(b.stop(Duration::from_secs(30)), "{}", b.output());
     let repeats = check(&all_effects(&[&a, &b]), &ids, "broker failures");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rebalance_guard::share::{ShareConsumer, ShareFailure};
 use rebalance_guard::IdempotencyKey;
-use support::share::{order_id, ShareSetup};
+use support::share::{assert_nothing_comes_back, order_id, ShareSetup};
 
 const BOUND: Duration = Duration::from_secs(40);
 
@@ -78,12 +78,7 @@ fn poll_acknowledges_each_record_by_its_outcome_kafka() {
         },
         || applied.lock().unwrap().len() == 20,
     );
-    // One more round: nothing comes back (accepted and rejected records are done).
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
-        let batch = consumer.poll(Duration::from_millis(300)).expect("poll");
-        assert!(batch.is_empty(), "records came back: {batch:?}");
-    }
+    assert_nothing_comes_back(&mut consumer, Duration::from_secs(3));
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), ids.len());
     for (id, counts) in seen.iter() {
@@ -171,13 +166,7 @@ fn a_slow_record_keeps_its_lock_by_renewal_kafka() {
         })
         .expect("run");
     // Nothing comes back after the accept.
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
-        assert!(consumer
-            .poll(Duration::from_millis(300))
-            .expect("poll")
-            .is_empty());
-    }
+    assert_nothing_comes_back(&mut consumer, Duration::from_secs(3));
     assert_eq!(*deliveries.lock().unwrap(), vec![1]);
     let stats = consumer.stats();
     assert!(stats.locks.renewals >= 1, "{stats}");
@@ -215,13 +204,7 @@ fn failures_release_until_the_retries_then_reject_kafka() {
         })
         .expect("run");
     // Let anything that would still come back arrive.
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
-        assert!(consumer
-            .poll(Duration::from_millis(300))
-            .expect("poll")
-            .is_empty());
-    }
+    assert_nothing_comes_back(&mut consumer, Duration::from_secs(3));
     let seen = seen.lock().unwrap();
     assert_eq!(seen.get("0-0"), Some(&vec![1, 2, 3]), "{seen:?}");
     assert_eq!(seen.get("0-1"), Some(&vec![1]), "{seen:?}");

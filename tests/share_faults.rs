@@ -12,7 +12,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use support::share::{applications, worker_dir, Effect, ShareSetup, WorkerProcess};
+use support::share::{
+    all_effects, applications, wait_all_applied, worker_dir, Effect, ShareSetup, WorkerProcess,
+};
 
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -25,27 +27,6 @@ fn mono_ns() -> u128 {
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
-}
-
-fn all_effects(workers: &[&WorkerProcess]) -> Vec<Effect> {
-    workers.iter().flat_map(|w| w.effects()).collect()
-}
-
-/// Waits until every order in `ids` was applied by someone.
-fn wait_all_applied(workers: &[&WorkerProcess], ids: &BTreeSet<String>, what: &str) {
-    let until = Instant::now() + BOUND;
-    loop {
-        let applied: BTreeSet<String> = all_effects(workers).into_iter().map(|e| e.order).collect();
-        let missing = ids.difference(&applied).count();
-        if missing == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "{what}: {missing} order(s) never applied within {BOUND:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// No effect after its lease: every effect's applied stamp is before its lease's end.
@@ -83,7 +64,7 @@ fn a_killed_members_records_come_back_to_the_others_kafka() {
     victim.signal("KILL");
     let killed_at = mono_ns();
     victim.kill();
-    wait_all_applied(&[&victim, &survivor], &ids, "after the kill");
+    wait_all_applied(&[&victim, &survivor], &ids, BOUND, "after the kill");
     assert!(
         survivor.stop(Duration::from_secs(20)),
         "{}",
@@ -145,7 +126,7 @@ fn a_frozen_member_applies_nothing_after_it_resumes_kafka() {
     std::thread::sleep(lock * 2);
     frozen.signal("CONT");
     let resumed_at = mono_ns();
-    wait_all_applied(&[&frozen, &other], &ids, "after the freeze");
+    wait_all_applied(&[&frozen, &other], &ids, BOUND, "after the freeze");
     assert!(frozen.stop(Duration::from_secs(20)), "{}", frozen.output());
     assert!(other.stop(Duration::from_secs(20)), "{}", other.output());
     let effects = all_effects(&[&frozen, &other]);

@@ -363,3 +363,41 @@ pub fn worker_dir(test: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
+
+/// Every effect of `workers` so far.
+pub fn all_effects(workers: &[&WorkerProcess]) -> Vec<Effect> {
+    workers.iter().flat_map(|w| w.effects()).collect()
+}
+
+/// Waits (up to `bound`) until every order in `ids` was applied by one of `workers`.
+pub fn wait_all_applied(
+    workers: &[&WorkerProcess],
+    ids: &std::collections::BTreeSet<String>,
+    bound: Duration,
+    what: &str,
+) {
+    let until = Instant::now() + bound;
+    loop {
+        let applied: std::collections::BTreeSet<String> =
+            all_effects(workers).into_iter().map(|e| e.order).collect();
+        let missing = ids.difference(&applied).count();
+        if missing == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{what}: {missing} order(s) never applied within {bound:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Polls for `window` and fails if any record comes: after every record was accepted or
+/// rejected, nothing may be delivered again.
+pub fn assert_nothing_comes_back(consumer: &mut ShareConsumer, window: Duration) {
+    let until = Instant::now() + window;
+    while Instant::now() < until {
+        let batch = consumer.poll(Duration::from_millis(300)).expect("poll");
+        assert!(batch.is_empty(), "records came back: {batch:?}");
+    }
+}

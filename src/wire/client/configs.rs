@@ -105,17 +105,12 @@ impl Client {
                     "DescribeConfigs response of broker {node} lacks its own resource"
                 ))
             })?;
-        if let Some(code) = KafkaCode::from_code(result.error_code) {
-            let text = result
-                .error_message
-                .map(|m| broker_text(m.as_str()))
-                .unwrap_or_default();
-            return Err(WireError::kafka(
-                ApiKey::DescribeConfigs,
-                code,
-                format!("configuration of broker {node} {text}"),
-            ));
-        }
+        resource_error(
+            ApiKey::DescribeConfigs,
+            result.error_code,
+            result.error_message,
+            |text| format!("configuration of broker {node} {text}"),
+        )?;
         let mut out = BrokerFailureDetection {
             node_id: node,
             broker_session_timeout: None,
@@ -188,17 +183,12 @@ impl Client {
                     "IncrementalAlterConfigs response lacks group {group:?}"
                 ))
             })?;
-        if let Some(code) = KafkaCode::from_code(result.error_code) {
-            let text = result
-                .error_message
-                .map(|m| broker_text(m.as_str()))
-                .unwrap_or_default();
-            return Err(WireError::kafka(
-                ApiKey::IncrementalAlterConfigs,
-                code,
-                format!("configuration of group {group:?} ({names}): {text}"),
-            ));
-        }
+        resource_error(
+            ApiKey::IncrementalAlterConfigs,
+            result.error_code,
+            result.error_message,
+            |text| format!("configuration of group {group:?} ({names}): {text}"),
+        )?;
         Ok(())
     }
 
@@ -228,17 +218,12 @@ impl Client {
             .ok_or_else(|| {
                 WireError::Protocol(format!("DescribeConfigs response lacks group {group:?}"))
             })?;
-        if let Some(code) = KafkaCode::from_code(result.error_code) {
-            let text = result
-                .error_message
-                .map(|m| broker_text(m.as_str()))
-                .unwrap_or_default();
-            return Err(WireError::kafka(
-                ApiKey::DescribeConfigs,
-                code,
-                format!("configuration of group {group:?}: {text}"),
-            ));
-        }
+        resource_error(
+            ApiKey::DescribeConfigs,
+            result.error_code,
+            result.error_message,
+            |text| format!("configuration of group {group:?}: {text}"),
+        )?;
         Ok(result
             .configs
             .into_iter()
@@ -266,6 +251,25 @@ fn millis(node: i32, key: &str, value: &str) -> Result<Duration> {
             "broker {node} reports {key}={} (not a positive number of milliseconds)",
             broker_text(value)
         ))),
+    }
+}
+
+/// The error of one resource in a configs answer (`DescribeConfigs`, `IncrementalAlterConfigs`),
+/// with the broker's text (escaped and bounded) in the context `what` builds from it.
+fn resource_error(
+    api: ApiKey,
+    error_code: i16,
+    error_message: Option<StrBytes>,
+    what: impl FnOnce(String) -> String,
+) -> Result<()> {
+    match KafkaCode::from_code(error_code) {
+        Some(code) => {
+            let text = error_message
+                .map(|m| broker_text(m.as_str()))
+                .unwrap_or_default();
+            Err(WireError::kafka(api, code, what(text)))
+        }
+        None => Ok(()),
     }
 }
 
