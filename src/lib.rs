@@ -69,6 +69,9 @@ pub use guard::{
     PartitionSnapshot, RebalanceGuard, RewindError, SeekError, StormStatus,
 };
 pub use partition::TopicPartition;
+pub use share::{
+    ShareConfig, ShareConsumer, ShareContext, ShareDelivery, ShareError, ShareFailure, ShareStats,
+};
 pub use wire::{
     Client, ClientConfig, ErrorChain, ErrorKind, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
     ProduceRecord, Record, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,

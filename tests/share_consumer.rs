@@ -282,3 +282,50 @@ fn more_workers_than_partitions_apply_every_order_once_kafka() {
         assert_eq!(s.locks.ack_failures.total(), 0, "{s}");
     }
 }
+
+/// A record whose effect this member applied and could not accept (the handler finished after
+/// its lease: released, not accepted) comes back to the same member with delivery count 2, and
+/// its idempotency key refuses it: accepted without being handed out again, never applied twice.
+#[test]
+fn a_redelivered_record_this_member_applied_is_accepted_without_running_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let setup = ShareSetup::new("share-keys", 1, 2_000);
+    setup.produce_orders(1, 1);
+    let mut consumer = setup
+        .consumer(&[
+            ("share.lock.renew", "false"),
+            ("share.lock.safety.margin.ms", "500"),
+        ])
+        .with_idempotency_key(|r| {
+            order_id(r.value.as_deref()).map(|id| IdempotencyKey::from(id.as_str()))
+        });
+    let until = Instant::now() + BOUND;
+    let delivery = loop {
+        assert!(Instant::now() < until, "the order never came");
+        if let Some(d) = consumer.poll(Duration::from_millis(500)).expect("poll").pop() {
+            break d;
+        }
+    };
+    assert_eq!(delivery.context().delivery_count(), 1);
+    // The effect is applied inside the lease ...
+    assert!(delivery.is_current());
+    // ... and the handler reports after it ended: that finish cannot be an ACCEPT.
+    std::thread::sleep(Duration::from_millis(2_200));
+    delivery.applied();
+    // The release brings it back (delivery 2) to this member, the only one: the key refuses it.
+    let until = Instant::now() + Duration::from_secs(15);
+    while consumer.stats().locks.refused_already_applied == 0 {
+        assert!(Instant::now() < until, "not refused: {}", consumer.stats());
+        let batch = consumer.poll(Duration::from_millis(300)).expect("poll");
+        assert!(batch.is_empty(), "handed out again: {batch:?}");
+    }
+    assert_nothing_comes_back(&mut consumer, Duration::from_secs(3));
+    let stats = consumer.stats();
+    assert_eq!(stats.locks.applied_after_expiry, 1, "{stats}");
+    assert_eq!(stats.locks.refused_already_applied, 1, "{stats}");
+    // The RELEASE came after the broker's lock too (2.2 s on a 2 s lock): refused, counted. The
+    // ACCEPT of the refused redelivery went through.
+    assert_eq!(stats.locks.ack_failures.accept, 0, "{stats}");
+    assert_eq!(stats.locks.accepted, 1, "{stats}");
+    consumer.close().expect("close");
+}
