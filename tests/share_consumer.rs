@@ -302,7 +302,11 @@ fn a_redelivered_record_this_member_applied_is_accepted_without_running_kafka() 
     let until = Instant::now() + BOUND;
     let delivery = loop {
         assert!(Instant::now() < until, "the order never came");
-        if let Some(d) = consumer.poll(Duration::from_millis(500)).expect("poll").pop() {
+        if let Some(d) = consumer
+            .poll(Duration::from_millis(500))
+            .expect("poll")
+            .pop()
+        {
             break d;
         }
     };
