@@ -154,29 +154,34 @@ pub fn order_id(value: Option<&[u8]>) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The share worker example, built once per test binary (`cargo build --example`, the test's
-/// own profile and features) unless `scripts/test` built it before the run.
+/// The share worker example. `scripts/test` builds every target with `tls` before the tests
+/// and says so (`RG_TEST_EXAMPLES_BUILT=1`): the binary is used as it is, since a `cargo build`
+/// of one example in the middle of the run resolves features anew and rebuilds the crate and
+/// its TLS dependencies for every later test binary. A plain `cargo test` builds it once per
+/// test binary (the test's own profile and features).
 pub fn share_worker_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
         let root = repo_root();
         let binary = root.join("target/debug/examples/share_worker");
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "--quiet",
-                "--features",
-                "tls",
-                "--example",
-                "share_worker",
-            ])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build --example share_worker");
-        assert!(status.success(), "building the share worker failed");
+        if std::env::var_os("RG_TEST_EXAMPLES_BUILT").is_none() {
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "build",
+                    "--quiet",
+                    "--features",
+                    "tls",
+                    "--example",
+                    "share_worker",
+                ])
+                .current_dir(&root)
+                .status()
+                .expect("run cargo build --example share_worker");
+            assert!(status.success(), "building the share worker failed");
+        }
         assert!(
             binary.exists(),
-            "{} missing after the build",
+            "{} missing (scripts/test builds it with every target)",
             binary.display()
         );
         binary
