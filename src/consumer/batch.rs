@@ -160,9 +160,10 @@ impl Batch<'_> {
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));
-            let admitted = self
-                .guard
-                .process_message_at(now, &tp, record.offset, key, ());
+            // Admitted at the guard's own reading, not `now`: the session bound is checked on
+            // the lease clock, which counts a suspend of the machine; `now` (the batch's
+            // deadline, pacing and sizing, durations of this process only) does not.
+            let admitted = self.guard.process_message(&tp, record.offset, key, ());
             if let Err(error) = &admitted {
                 self.handoffs.metrics.refused(&tp, error);
             }

@@ -401,7 +401,7 @@ impl Consumer {
         };
         self.drive_group(timeout)?;
         let bound = self.guard.session_bound();
-        if bound.is_expired(Instant::now()) && !self.waker.is_woken() {
+        if bound.is_expired_now() && !self.waker.is_woken() {
             // Every admission would be refused (SessionExpired) until a heartbeat is answered:
             // wait for that, or for the membership's news, as long as the caller allows, instead
             // of handing out a batch that stops at once and polling again in a spin.

@@ -28,7 +28,7 @@ use super::handout::Handout;
 use super::listener::{close_with, poll_with, RebalanceListener};
 use super::requests::MemberIdentity;
 use super::session::{NextStep, Phase, Shared, Timeouts};
-use crate::guard::SessionBound;
+use crate::guard::{lease_now, SessionBound};
 use crate::wire::{self, Client, ClientConfig, FetchStats, Nudge, RecordSource};
 use crate::TopicPartition;
 
@@ -395,7 +395,7 @@ impl<P: Protocol> Membership for Member<P> {
     }
 
     fn leave_poll(&self) {
-        self.shared.lock().leave_poll(Instant::now());
+        self.shared.lock().leave_poll(lease_now());
     }
 
     fn wait_while_session_lapsed(&self, bound: &SessionBound, timeout: Duration) {
@@ -403,7 +403,7 @@ impl<P: Protocol> Membership for Member<P> {
         let mut state = self.shared.lock();
         loop {
             let now = Instant::now();
-            if !bound.is_expired(now)
+            if !bound.is_expired_now()
                 || state.has_reports()
                 || state.pending().is_some()
                 || state.died().is_some()

@@ -34,7 +34,7 @@ use super::outcome::{FatalError, GroupApi};
 use super::watch::TopicWatch;
 // Re-exported for the poll thread (`member`), which reports losses to its listener.
 use super::requests::MemberIdentity;
-use crate::guard::{Fenced, SessionBound};
+use crate::guard::{lease_now, Fenced, SessionBound};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -749,7 +749,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(hook: LostHook, timeouts: Timeouts) -> Self {
         Shared {
-            state: Mutex::new(SessionState::new(hook, timeouts, Instant::now())),
+            state: Mutex::new(SessionState::new(hook, timeouts, lease_now())),
             wake: Condvar::new(),
             failure: Mutex::new(None),
             panic_requested: std::sync::atomic::AtomicBool::new(false),

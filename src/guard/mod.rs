@@ -79,7 +79,9 @@
 //!   broker's record lock can, renewals move it forward, and its finish decides the
 //!   acknowledgement ([`AckType`]): never ACCEPT once the lock may have ended.
 //! - `storm.rs`: rebalance storm detection, counted on the monotonic clock ([`StormStatus`]).
-//! - `clock.rs`: that monotonic [`Clock`], a trait so tests drive time by hand.
+//! - `clock.rs`: the [`Clock`] trait (so tests drive time by hand), the monotonic clock, and
+//!   the [`BootClock`] leases are read on: it counts the time the machine was suspended, as the
+//!   broker's clocks do.
 
 mod clock;
 mod completed_map;
@@ -104,7 +106,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
+pub(crate) use clock::lease_now;
+#[cfg(test)]
+pub(crate) use clock::Suspender;
 #[allow(deprecated)]
 pub use error::OffsetCommitError;
 pub use error::{
@@ -164,17 +169,20 @@ impl<K, M> fmt::Debug for RebalanceGuard<K, M> {
 }
 
 impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
-    /// A guard on the real monotonic clock.
+    /// A guard on the process's [`BootClock`]: its leases end by the session bound, which the
+    /// coordinator counts on a clock that keeps running while this machine is suspended.
     pub fn new(config: GuardConfig) -> Result<Self, GuardConfigError> {
-        Self::with_clock(config, Arc::new(MonotonicClock))
+        Self::with_clock(config, BootClock::shared())
     }
 
-    /// A guard on the given clock; tests use [`ManualClock`] to move time without sleeping.
+    /// A guard on the given clock (its session bound reads it too); tests use [`ManualClock`]
+    /// to move time without sleeping.
     pub fn with_clock(
         config: GuardConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, GuardConfigError> {
         config.validate()?;
+        let session = Arc::new(SessionBound::on_clock(clock.clone()));
         Ok(Self {
             partitions: PartitionTable::default(),
             keys: KeySet::new(config.idempotency_capacity, config.idempotency_shards),
@@ -183,7 +191,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 config.storm_threshold,
             )),
             clock,
-            session: Arc::new(SessionBound::unbounded()),
+            session,
             map_limit: config.completed_map_max_bytes,
             redeliveries_wanted: AtomicBool::new(false),
         })
@@ -197,7 +205,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     }
 
     fn session_expired(&self) -> bool {
-        self.session.expired_on(&|| self.clock.now())
+        self.session.is_expired_now()
     }
 
     /// The locked state of `tp`, if it was ever assigned.
@@ -331,11 +339,11 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
 
     /// [`process_message`](Self::process_message) with the admission time supplied by the caller.
     ///
-    /// Reading a monotonic clock costs tens of nanoseconds on virtual machines, more than the rest
-    /// of an admission: a caller that already read the clock (the consumer reads it for each
-    /// record, for its batch deadline) passes that instant instead of paying a second read.
-    /// `now` must come from the guard's clock ([`RebalanceGuard::now`]), and be fresh: it is also
-    /// the instant the [`SessionBound`] is checked against.
+    /// Reading a clock costs tens of nanoseconds on virtual machines, more than the rest of an
+    /// admission: a caller that already read the guard's clock passes that instant instead of
+    /// paying a second read. `now` must come from the guard's clock ([`RebalanceGuard::now`]),
+    /// not from `Instant::now()` (the guard's clock counts a suspend of the machine, `Instant`
+    /// does not), and be fresh: it is also the instant the [`SessionBound`] is checked against.
     pub fn process_message_at(
         &self,
         now: Instant,

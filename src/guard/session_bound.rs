@@ -15,20 +15,28 @@
 //! an admission) reads the clock itself and gets "no": it does not wait for the heartbeat
 //! thread, which may not have run since the process resumed.
 //!
-//! The clock is `std::time::Instant` (CLOCK_MONOTONIC on Linux), which keeps counting while the
-//! process is stopped or starved of CPU. It does not count while the whole machine is suspended
-//! (a VM paused by its host, a laptop asleep): such a stall is not detected by this bound.
+//! The bound is read on the guard's clock, by default the [`BootClock`](super::BootClock): it
+//! keeps counting while the process is stopped or starved of CPU *and* while the whole machine
+//! is suspended (a VM paused by its host, a laptop asleep), as the coordinator's session clock
+//! does. Renewals are still stamped with `Instant::now()` send times: the boot clock runs ahead
+//! of `Instant` by the suspended time, so such a bound ends early by a suspend, never late
+//! (docs/DESIGN.md, "Clocks"). Off Linux and Android the boot clock is `Instant` and a suspend
+//! goes undetected.
 //!
 //! Lock-free (two atomics), so it can be read under the guard's lock and written by the
 //! heartbeat thread under the membership's lock without ordering the two locks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use super::clock::{BootClock, Clock};
 
 /// How long ownership can be trusted: renewed by the membership, read by whoever is about to
 /// act on a lease. Starts unbounded (a guard used without a group membership).
-#[derive(Debug)]
 pub struct SessionBound {
+    /// The clock the bound is read on ([`is_expired_now`](Self::is_expired_now)).
+    clock: Arc<dyn Clock>,
     base: Instant,
     /// Nanoseconds after `base` at which the session may have expired, plus one; 0 means
     /// unbounded.
@@ -39,6 +47,14 @@ pub struct SessionBound {
     held: AtomicU64,
 }
 
+impl std::fmt::Debug for SessionBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionBound")
+            .field("valid_until", &self.valid_until())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Default for SessionBound {
     fn default() -> Self {
         Self::unbounded()
@@ -46,10 +62,20 @@ impl Default for SessionBound {
 }
 
 impl SessionBound {
-    /// No bound yet: leases expire only when their partition moves.
+    /// No bound yet, read on the process's [`BootClock`]: leases expire only when their
+    /// partition moves.
     pub fn unbounded() -> Self {
+        Self::on_clock(BootClock::shared())
+    }
+
+    /// No bound yet, read on `clock` (the guard's): leases expire only when their partition
+    /// moves.
+    pub fn on_clock(clock: Arc<dyn Clock>) -> Self {
         SessionBound {
-            base: Instant::now(),
+            // The earlier of the two, so that neither a renewal's `Instant` send time nor a
+            // reading of the clock comes before it (either would be clamped to it).
+            base: clock.now().min(Instant::now()),
+            clock,
             until: AtomicU64::new(0),
             held: AtomicU64::new(0),
         }
@@ -89,9 +115,14 @@ impl SessionBound {
         self.expired_on(&|| now)
     }
 
-    /// [`is_expired`](Self::is_expired) at the clock's current instant, read only when there is
-    /// a bound (an unbounded guard pays no clock read).
-    pub(crate) fn expired_on(&self, now: &dyn Fn() -> Instant) -> bool {
+    /// [`is_expired`](Self::is_expired) now, on the bound's clock (which counts a suspend of
+    /// the machine as the coordinator does); the clock is read only when there is a bound (an
+    /// unbounded guard pays no clock read).
+    pub fn is_expired_now(&self) -> bool {
+        self.expired_on(&|| self.clock.now())
+    }
+
+    fn expired_on(&self, now: &dyn Fn() -> Instant) -> bool {
         match self.until.load(Ordering::Acquire) {
             0 => false,
             until => {

@@ -365,7 +365,8 @@ impl ShareConsumer {
     }
 
     fn renew_due(&mut self) {
-        let now = Instant::now();
+        // The locks' clock (it counts a suspend of the machine, as the broker's lock does).
+        let now = self.locks.now();
         let due = self.locks.due_for_renewal(now);
         if due.is_empty() {
             return;
@@ -396,7 +397,7 @@ impl ShareConsumer {
     /// Releases the buffered records whose lease ran out, so that the broker redelivers them
     /// now rather than when their lock ends.
     fn release_expired(&mut self) {
-        let now = Instant::now();
+        let now = self.locks.now();
         let before = self.buffer.len();
         let mut kept = VecDeque::with_capacity(before);
         while let Some((record, lease)) = self.buffer.pop_front() {

@@ -21,7 +21,9 @@
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::guard::lease_now;
 
 use super::refresh;
 use super::round::Round;
@@ -111,10 +113,10 @@ impl Heartbeater {
     }
 
     fn run(mut self) {
-        let mut next = Instant::now();
+        let mut next = lease_now();
         let mut round_backoff = ROUND_BACKOFF_MIN;
-        let mut next_round = Instant::now();
-        let mut next_refresh = Instant::now() + self.settings.metadata_max_age;
+        let mut next_round = lease_now();
+        let mut next_refresh = lease_now() + self.settings.metadata_max_age;
         loop {
             let mut state = self.shared.lock();
             let mut round = None;
@@ -124,7 +126,7 @@ impl Heartbeater {
                     return;
                 }
                 self.shared.panic_if_requested();
-                let now = Instant::now();
+                let now = lease_now();
                 let due = match state.round_due() {
                     Some(_) if self.shared.has_failure() => None,
                     due => due,
@@ -153,18 +155,18 @@ impl Heartbeater {
                 // The heartbeat schedule restarts when the round ends (as the poll thread's
                 // rounds never stopped it): a retry within the backoff goes out before the next
                 // tick, and the session checks resume one interval later.
-                next = Instant::now() + self.settings.interval;
+                next = lease_now() + self.settings.interval;
                 match outcome {
                     None => round_backoff = ROUND_BACKOFF_MIN,
                     Some(why) => {
                         log::info!("group {}: {why}; retrying", self.settings.group_id);
-                        next_round = Instant::now() + round_backoff;
+                        next_round = lease_now() + round_backoff;
                         round_backoff = (round_backoff * 2).min(ROUND_BACKOFF_MAX);
                     }
                 }
                 continue;
             }
-            let now = Instant::now();
+            let now = lease_now();
             if now >= next_refresh {
                 drop(state);
                 next_refresh = now + self.settings.metadata_max_age;
@@ -230,15 +232,15 @@ impl Heartbeater {
                     self.forget_coordinator();
                     // Looked up again (FindCoordinator to any live broker) after a short
                     // backoff, not a whole heartbeat interval later.
-                    next = Instant::now() + self.failover.lost(now, self.coordinator);
+                    next = lease_now() + self.failover.lost(now, self.coordinator);
                 }
                 HeartbeatVerdict::Retry => {
                     // COORDINATOR_LOAD_IN_PROGRESS: the coordinator is there, loading the group;
                     // ask again soon rather than an interval later.
-                    next = Instant::now() + self.failover.lost(now, self.coordinator);
+                    next = lease_now() + self.failover.lost(now, self.coordinator);
                 }
                 HeartbeatVerdict::Renewed | HeartbeatVerdict::Rebalancing { .. } => {
-                    self.failover.accepted(Instant::now(), self.coordinator);
+                    self.failover.accepted(lease_now(), self.coordinator);
                     if let HeartbeatVerdict::Rebalancing { first: true } = verdict {
                         log::info!(
                             "group {} is rebalancing: rejoining at the next poll",

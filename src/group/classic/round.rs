@@ -9,7 +9,8 @@
 //! the session, which decides what comes next; the round itself keeps no state.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+
+use crate::guard::lease_now;
 
 use crate::group::assignor::{
     assign_and_encode, assignor_for, MemberSubscription, RebalanceProtocol,
@@ -198,7 +199,7 @@ impl Round<'_> {
             reason,
         };
         let identity = &start.identity;
-        let sent = Instant::now();
+        let sent = lease_now();
         // The coordinator keeps a member it holds in the join (and then in the sync) alive.
         self.shared.lock().hold_session(sent);
         let outcome = self.with_coordinator(reason, "JoinGroup", |conn| {
@@ -240,7 +241,7 @@ impl Round<'_> {
         let group_id = self.config.group_id.clone();
         let instance_id = self.config.group_instance_id.clone();
         let rebalance_timeout = self.config.max_poll_interval;
-        let sent = Instant::now();
+        let sent = lease_now();
         let (code, bytes) = self.with_coordinator(reason, "SyncGroup", |conn| {
             requests::sync_group(
                 conn,

@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::guard::lease_now;
+
 use super::{ConsumerGroupMembership, Event, MemberState, RevocationId};
 use crate::group::error::GroupError;
 use crate::group::membership::RebalanceEvent;
@@ -114,7 +116,7 @@ impl Mirror {
                     if self.leaving {
                         // Closing: the poll thread revoked and committed everything before it
                         // closed the session; the machine only needs to hear it is done.
-                        self.machine.revocation_done(Instant::now(), id);
+                        self.machine.revocation_done(lease_now(), id);
                     } else {
                         self.queue
                             .push_back((RebalanceEvent::Revoke(partitions), Some(id.0)));

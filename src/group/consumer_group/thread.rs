@@ -29,6 +29,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::guard::lease_now;
+
 use super::mirror::Mirror;
 use super::wire::{heartbeat_unsupported, heartbeat_version, resolve_topic_ids, send_heartbeat};
 use super::{ConsumerGroupConfig, ConsumerGroupMembership};
@@ -111,7 +113,7 @@ impl Driver {
     fn run(mut self) {
         loop {
             self.mirror.shared.panic_if_requested();
-            let now = Instant::now();
+            let now = lease_now();
             if !self.mirror.look_at_the_session(now) {
                 return;
             }
@@ -207,7 +209,7 @@ impl Driver {
                     );
                 }
                 if code == KafkaCode::NONE {
-                    self.failover.accepted(Instant::now(), self.coordinator);
+                    self.failover.accepted(lease_now(), self.coordinator);
                 } else if matches!(
                     code,
                     KafkaCode::NOT_COORDINATOR | KafkaCode::COORDINATOR_NOT_AVAILABLE
@@ -215,13 +217,13 @@ impl Driver {
                     // The machine wants the coordinator looked up again: paced, or a broker
                     // whose metadata still names the old coordinator would be asked in a loop.
                     let delay = self.failover.lost(now, self.coordinator);
-                    self.connect_retry = Some(Instant::now() + delay);
+                    self.connect_retry = Some(lease_now() + delay);
                 } else if code == KafkaCode::COORDINATOR_LOAD_IN_PROGRESS {
                     // The machine retries after its (capped) backoff; this starts the outage's
                     // clock.
                     self.failover.lost(now, self.coordinator);
                 }
-                self.mirror.machine.on_response(Instant::now(), answer);
+                self.mirror.machine.on_response(lease_now(), answer);
                 if let Some((at, bound)) = self.mirror.machine.session_renewal() {
                     if at >= now {
                         self.mirror.shared.lock().renew_bound(at, bound);
@@ -247,7 +249,7 @@ impl Driver {
                 }
                 self.failover.lost(now, self.coordinator);
                 self.forget_coordinator();
-                self.mirror.machine.on_transport_error(Instant::now());
+                self.mirror.machine.on_transport_error(lease_now());
             }
         }
     }
@@ -285,7 +287,7 @@ impl Driver {
 
     /// Sleeps until the machine has something to do, the poll thread woke us, or [`IDLE`].
     fn wait(&mut self) {
-        let now = Instant::now();
+        let now = lease_now();
         let until = self
             .mirror
             .machine

@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::guard::lease_now;
+
 use kafka_protocol::messages::{
     self as msg, metadata_request, share_acknowledge_request as ackreq,
     share_fetch_request as fetchreq, ApiKey, TopicName,
@@ -257,7 +259,7 @@ impl ShareFetcher {
     /// [`RenewResult::lock_duration`].
     pub fn renew(&mut self, records: &[(TopicPartition, i64)], timeout: Duration) -> RenewResult {
         let deadline = Instant::now() + timeout;
-        let sent_at = Instant::now();
+        let sent_at = lease_now();
         let mut renewals = AckMap::new();
         for (tp, offset) in records {
             renewals
@@ -662,7 +664,7 @@ impl ShareFetcher {
         if let Some(v) = version {
             self.renew_versions.insert(broker, v);
         }
-        let sent_at = flight.sent_at.unwrap_or_else(Instant::now);
+        let sent_at = flight.sent_at.unwrap_or_else(lease_now);
         let digest: Digest = match result {
             Err(e) => {
                 debug!("share: request to broker {broker} failed: {e}");

@@ -13,6 +13,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::guard::lease_now;
+
 use kafka_protocol::messages::{self as msg, ApiKey};
 use log::debug;
 
@@ -236,7 +238,8 @@ impl Worker {
                 broker: conn.versions().broker_range(key).map(|r| (r.min, r.max)),
             });
         }
-        let at = Instant::now();
+        // The send stamp that the records' lock leases are counted from: on the lease clock.
+        let at = lease_now();
         let events = &self.events;
         let sent = |id| {
             let _ = events.send(Event::Sent { id, at });
