@@ -81,3 +81,52 @@ impl std::fmt::Debug for GuardView {
         f.debug_struct("GuardView").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::guard::{GuardConfig, Suspender};
+    use crate::TopicPartition;
+
+    const SESSION: Duration = Duration::from_secs(45);
+
+    #[test]
+    fn a_suspend_of_the_machine_past_the_session_makes_the_work_contexts_lease_stale() {
+        // The coordinator's session clock runs on while this machine is suspended; `Instant`
+        // does not. The consumer's lease is read on the boot clock, which sees the suspend.
+        let suspender = Suspender::new();
+        let clock = suspender.clock();
+        let guard: Guard = RebalanceGuard::with_clock(GuardConfig::default(), clock.clone())
+            .expect("valid config");
+        let tp = TopicPartition::new("orders", 0);
+        guard.assign(std::slice::from_ref(&tp));
+        let lease = guard
+            .process_message(&tp, 0, None, ())
+            .expect("owned partition admits");
+        let bound = guard.session_bound();
+        // An answered heartbeat, stamped on the same clock as the membership stamps its sends.
+        bound.renew(guard.now(), SESSION);
+        let ctx = WorkContext::new(&guard, &lease);
+        assert!(ctx.is_current());
+        assert!(!bound.is_expired_now());
+        let instant_before = Instant::now();
+
+        suspender.suspend(SESSION);
+
+        assert!(
+            Instant::now() < instant_before + SESSION,
+            "Instant did not see the suspend"
+        );
+        assert!(
+            !ctx.is_current(),
+            "the lease outlived the coordinator's session"
+        );
+        assert!(bound.is_expired_now(), "what the poll loop asks");
+        assert!(
+            guard.process_message(&tp, 1, None, ()).is_err(),
+            "nothing more is admitted"
+        );
+    }
+}

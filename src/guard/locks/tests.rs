@@ -843,3 +843,36 @@ proptest! {
         check_sequence(steps)?;
     }
 }
+
+#[test]
+fn a_suspend_of_the_machine_past_the_lock_makes_the_lease_stale() {
+    // The broker's lock clock runs on while this machine is suspended; `Instant` does not. A
+    // lease read on the boot clock sees the suspend as elapsed time.
+    let suspender = crate::guard::Suspender::new();
+    let clock = suspender.clock();
+    let mut guard = LockGuard::with_clock(LockGuardConfig::default(), clock.clone())
+        .expect("valid config");
+    let sent_at = guard.now();
+    let lease = run(guard.acquired(&tp(0), 7, 1, key(7), sent_at, LOCK));
+    let waiting = run(guard.acquired(&tp(0), 8, 1, key(8), sent_at, LOCK));
+    assert!(lease.is_current() && waiting.is_current());
+    let instant_before = Instant::now();
+
+    suspender.suspend(LOCK);
+
+    assert!(
+        Instant::now() < instant_before + LOCK,
+        "Instant did not see the suspend"
+    );
+    assert!(!lease.is_current(), "the lease outlived the broker's lock");
+    assert!(!waiting.is_current());
+    assert_eq!(lease.time_left(), Duration::ZERO);
+    // The guard, asked on its clock, agrees: nothing to renew, both leases ended, and an effect
+    // reported as applied with a stale instant is not accepted.
+    assert!(guard.due_for_renewal(guard.now()).is_empty());
+    assert_eq!(guard.expired(guard.now()), vec![(tp(0), 7), (tp(0), 8)]);
+    assert_eq!(
+        guard.finished(&lease, Outcome::Applied, instant_before),
+        Some(AckType::Release)
+    );
+}
