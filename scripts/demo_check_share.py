@@ -21,17 +21,18 @@ Inputs:
                                                                   refused (or never answered)
 
   share --manifest M --broker B --worker SPEC... [--problem TEXT...] [--lock-ms L]
-        [--duplicates-file F]
+        [--broker-pause FROM_NS-TO_NS...] [--duplicates-file F]
       SPEC is ``name=W,effects=FILE,out=FILE[,killed=FROM_NS-TO_NS][,frozen=FROM_NS-TO_NS]``:
       killed, CLOCK_MONOTONIC ns right before the worker was sent SIGKILL and right after it was
-      reaped; frozen, right before its SIGSTOP and right after its SIGCONT. Prints the findings
-      and, as the
-      very last line,
+      reaped; frozen, right before its SIGSTOP and right after its SIGCONT. --broker-pause,
+      CLOCK_MONOTONIC ns when the broker (or all traffic to it) was paused and when it resumed.
+      Prints the findings and, as the very last line,
         orders=N applied=A duplicates=D lost=L redelivered_after_kill=K
         redelivered_after_expiry=E lease_skipped=S ack_failed=F released=R max_delivery_count=C
-        expired_effects=X workers=W mode=share broker=B
-      and exits 0 only when lost=0, expired_effects=0, every repeat is explained, every effect
-      names the partition and offset the manifest gives its order, and no --problem was given.
+        expired_effects=X after_release=Z workers=W mode=share broker=B
+      and exits 0 only when lost=0, expired_effects=0, after_release=0, every repeat is
+      explained, every effect names the partition and offset the manifest gives its order, and no
+      --problem was given.
 
 Definitions:
 
@@ -42,6 +43,20 @@ Definitions:
                 effect lines whose applied_mono_ns is at or after their lease_deadline_mono_ns:
                 work done on a record whose lock had run out, which another member may hold
                 already. Must be zero: the worker's lease check comes right before the effect.
+  after_release effect lines of a delivery d that the broker had certainly released when the
+                effect was applied: a higher delivery of the same record exists (an effect line,
+                or a worker's ``lease_expired ... delivery=D`` line, of its partition and offset)
+                and the effect came after a release moment the check knows of:
+                  kill    after its worker W was killed and reaped (W cannot hold d after that)
+                  freeze  after the end of a freeze of W that d was held through
+                  pause   after the end of a broker pause that d was held through
+                "Held through" an event from FROM to TO: TO - FROM exceeds the lock (--lock-ms;
+                without it only kills count), and d's lock was counted from before FROM: its
+                lease deadline minus half the lock (the most a lease ends before its lock) is
+                before FROM. Every lock held at FROM then ran out by TO, and the higher delivery
+                shows the broker did hand d on. An effect after that raced the next holder,
+                whatever the worker's own lease said; an ack_failed line does not explain it.
+                Must be zero.
   repeat        an order's applications in applied_mono_ns order; every one after the first is a
                 repeat of the one before it, and must come from a later delivery (a higher
                 delivery_count: two applications in one delivery mean two holders of one lock)
@@ -152,6 +167,55 @@ def parse_worker(spec):
     return w
 
 
+def parse_span(value):
+    """FROM_NS-TO_NS as a (from, to) pair."""
+    lo, sep, hi = value.partition("-")
+    try:
+        span = (int(lo), int(hi))
+    except ValueError:
+        raise argparse.ArgumentTypeError("bad span %r (want FROM_NS-TO_NS)" % value) from None
+    if not sep or span[1] < span[0]:
+        raise argparse.ArgumentTypeError("bad span %r (want FROM_NS-TO_NS)" % value)
+    return span
+
+
+# How long after its ShareFetch was sent the broker may still acquire records for it (the fetch's
+# wait, share fetch.max.wait.ms, 500 ms by default, and the trip): a lock counted from a send
+# before an event may start this much later.
+FETCH_ALLOWANCE_NS = 1_000_000_000
+
+
+def released_before(app, worker, pauses, lock_ns):
+    """The release moment the check knows of for app's delivery, if the effect came after it:
+    (moment, "kill"|"freeze"|"pause"), or None. Called only for a delivery that a higher delivery
+    of the same record shows the broker released.
+
+    A lease ends at most half the lock before the lock (the guard's margin is at most half), so
+    its lock was counted from a send no later than deadline - lock/2. Kill: the worker cannot
+    hold anything once reaped. Freeze: a frozen worker sends nothing, so a lease counted from a
+    send before the freeze's end was counted from before its start, and every such lock ended
+    within the freeze when the freeze outlasts the lock and the fetch's wait. Pause: the worker
+    keeps sending, so only a send before the pause (by the fetch's wait) counts as held through
+    it."""
+    killed = worker["killed"]
+    if killed is not None and app["applied"] > killed[1]:
+        return killed[1], "kill"
+    if not lock_ns:
+        return None
+    sent_by = app["deadline"] - lock_ns // 2
+    spans = []
+    if worker["frozen"] is not None:
+        start, end = worker["frozen"]
+        spans.append((start, end, sent_by < end, "freeze"))
+    for start, end in pauses:
+        spans.append((start, end, sent_by < start - FETCH_ALLOWANCE_NS, "pause"))
+    for start, end, counted_before, what in spans:
+        outlasted = end - start > lock_ns + FETCH_ALLOWANCE_NS
+        if outlasted and counted_before and app["applied"] > end:
+            return end, what
+    return None
+
+
 def explain(prev, cur, worker, ack_failed):
     """Why cur repeats prev ("kill" or "expiry"), or None."""
     if cur["delivery"] <= prev["delivery"]:
@@ -180,13 +244,24 @@ def judge(opts):
     lines = 0
     counts = defaultdict(int)
     ack_failed = defaultdict(set)  # worker -> {(partition, offset)} of refused ACCEPTs
+    # (partition, offset) -> the highest delivery count any worker saw of it
+    top_delivery = defaultdict(int)
     for name, w in workers.items():
         for a in read_effects(w["effects"], name):
             apps[a["order"]].append(a)
             lines += 1
+            where = (a["partition"], a["offset"])
+            top_delivery[where] = max(top_delivery[where], a["delivery"])
         for word, fields in read_events(w["out"]):
             if word == "lease_expired":
                 counts["lease_skipped"] += 1
+                try:
+                    where = (int(fields["partition"]), int(fields["offset"]))
+                    delivery = int(fields.get("delivery", "0"))
+                except (KeyError, ValueError):
+                    problems.append("%s: unreadable lease_expired line %r" % (name, fields))
+                    continue
+                top_delivery[where] = max(top_delivery[where], delivery)
             elif word == "released":
                 counts["released"] += 1
             elif word == "ack_failed":
@@ -198,6 +273,8 @@ def judge(opts):
                         problems.append("%s: unreadable ack_failed line %r" % (name, fields))
     out = []
     expired = []
+    after_release = []  # (app, moment, what)
+    lock_ns = (opts.lock_ms or 0) * 1_000_000
     unexplained = []
     explained = {"kill": [], "expiry": []}
     max_delivery = 0
@@ -215,6 +292,10 @@ def judge(opts):
                 )
             if a["applied"] >= a["deadline"]:
                 expired.append(a)
+            if top_delivery[(a["partition"], a["offset"])] > a["delivery"]:
+                known = released_before(a, workers[a["worker"]], opts.broker_pause or [], lock_ns)
+                if known is not None:
+                    after_release.append((a,) + known)
         for prev, cur in zip(items, items[1:]):
             why = explain(prev, cur, workers[prev["worker"]], ack_failed[prev["worker"]])
             if why is None:
@@ -273,6 +354,18 @@ def judge(opts):
             % (a["order"], a["partition"], a["offset"], a["worker"],
                (a["applied"] - a["deadline"]) / 1e6, a["where"])
         )
+    what_ended = {"kill": "its worker was killed", "freeze": "its worker's freeze ended",
+                  "pause": "the broker's pause ended"}
+    for a, moment, what in after_release[:20]:
+        out.append(
+            "demo: AFTER RELEASE effect %s (partition %d offset %d) by %s in delivery %d, applied "
+            "%.3f ms after %s (the lock had run out by then, and delivery %d exists) (%s)"
+            % (a["order"], a["partition"], a["offset"], a["worker"], a["delivery"],
+               (a["applied"] - moment) / 1e6, what_ended[what],
+               top_delivery[(a["partition"], a["offset"])], a["where"])
+        )
+    if len(after_release) > 20:
+        out.append("demo: ... and %d more effects after a release" % (len(after_release) - 20))
     for order, prev, cur in unexplained[:20]:
         out.append(
             "demo: UNEXPLAINED repeat %s (partition %d offset %d): applied by %s in delivery %d, "
@@ -290,14 +383,15 @@ def judge(opts):
         out.append("demo: PROBLEM %s" % p)
     if len(problems) > 20:
         out.append("demo: ... and %d more problems" % (len(problems) - 20))
-    ok = not lost and not expired and not unexplained and not problems
+    ok = not lost and not expired and not after_release and not unexplained and not problems
     out.append(
         "orders=%d applied=%d duplicates=%d lost=%d redelivered_after_kill=%d "
         "redelivered_after_expiry=%d lease_skipped=%d ack_failed=%d released=%d "
-        "max_delivery_count=%d expired_effects=%d workers=%d mode=share broker=%s"
+        "max_delivery_count=%d expired_effects=%d after_release=%d workers=%d mode=share broker=%s"
         % (len(orders), applied, lines - len(apps), len(lost), len(explained["kill"]),
            len(explained["expiry"]), counts["lease_skipped"], counts["ack_failed"],
-           counts["released"], max_delivery, len(expired), len(workers), opts.broker)
+           counts["released"], max_delivery, len(expired), len(after_release), len(workers),
+           opts.broker)
     )
     return ok, out
 
@@ -308,6 +402,8 @@ def add_arguments(p):
     p.add_argument("--worker", type=parse_worker, action="append", required=True)
     p.add_argument("--problem", action="append")
     p.add_argument("--lock-ms", type=int, help="the group's share.record.lock.duration.ms")
+    p.add_argument("--broker-pause", type=parse_span, action="append",
+                   help="FROM_NS-TO_NS (CLOCK_MONOTONIC) of a pause of the broker or its traffic")
     p.add_argument("--duplicates-file")
 
 
@@ -370,7 +466,8 @@ def _scenario(tmp, mutate=None):
     for i in range(7, 12):
         order, p, o = orders[i]
         files["w3.effects"].append(_effect(order, p, o, t + 50 * S + i, delivery=2 if i == 7 else 1))
-    specs = {"w1": ",killed=%d-%d" % (t + 10 * S, t + 10 * S + S // 10), "w2": ",frozen=%d-%d" % (t + 20 * S, t + 28 * S), "w3": ""}
+    specs = {"w1": ",killed=%d-%d" % (t + 10 * S, t + 10 * S + S // 10), "w2": ",frozen=%d-%d" % (t + 20 * S, t + 28 * S), "w3": "",
+             "pauses": []}
     if mutate:
         mutate(files, specs)
     for name, content in files.items():
@@ -386,9 +483,20 @@ def _scenario(tmp, mutate=None):
         ],
         problem=None,
         lock_ms=5000,
+        broker_pause=specs["pauses"],
         duplicates_file=None,
     )
     return judge(opts)
+
+
+def _after_the_freeze(deadline):
+    """w2 applies o4 (delivery 1) half a second after its freeze ended (t+28 s) under a lease
+    ending at deadline, its ACCEPT is refused (ack_failed), and w3 applies delivery 2 at t+34 s."""
+    def mutate(files, specs):
+        files["w2.effects"][0] = _effect("o4", 0, 2, 128 * S + S // 2, deadline=deadline)
+        files["w2.out"].append("ack_failed name=w2 partition=0 offset=2 kind=accept\n")
+        files["w3.effects"][4] = _effect("o4", 0, 2, 134 * S, delivery=2)
+    return mutate
 
 
 def self_test():
@@ -399,7 +507,7 @@ def self_test():
         assert ok, out
         assert verdict.startswith("orders=12 applied=12 duplicates=7 lost=0 redelivered_after_kill=4 "
                                   "redelivered_after_expiry=3 lease_skipped=1 ack_failed=1 "), verdict
-        assert verdict.endswith("expired_effects=0 workers=3 mode=share broker=kafka-test"), verdict
+        assert verdict.endswith("expired_effects=0 after_release=0 workers=3 mode=share broker=kafka-test"), verdict
 
         def drop(files, name, index):
             files[name] = [line for i, line in enumerate(files[name]) if i != index]
@@ -424,7 +532,26 @@ def self_test():
             # An effect at another offset than the manifest's.
             "wrong offset": (lambda f, s: f["w3.effects"].__setitem__(
                 9, _effect("o9", 1, 9, 150 * S + 9)), "PROBLEM w3.effects:10: order o9 at partition 1 offset 9"),
+            # w2 applies o4 after its freeze under a lease counted from before it (its deadline,
+            # t+29 s, minus half the lock is before the freeze's end): the broker had released
+            # delivery 1 (delivery 2 exists), whatever the lease said; the refused ACCEPT that
+            # follows does not excuse it.
+            "effect after the freeze released its delivery": (
+                _after_the_freeze(129 * S), "AFTER RELEASE effect o4 (partition 0 offset 2) by w2 in delivery 1"),
         }
+        passing = {
+            # The same effect right after the freeze, under a lease counted from a fetch sent
+            # after it (deadline t+33 s): that delivery was not released when it was applied,
+            # and its refused ACCEPT explains the repeat.
+            "effect after the freeze under a new lease": (_after_the_freeze(133 * S), " after_release=0 "),
+            # A broker pause longer than the lock, with effects before it and after it under
+            # leases counted from after it.
+            "broker pause": (lambda f, s: s.update(pauses=[(140 * S, 148 * S)]), " after_release=0 "),
+        }
+        for what, (mutate, expect) in passing.items():
+            ok, out = _scenario(tmp, mutate)
+            assert ok, "%s: the check failed:\n%s" % (what, "\n".join(out))
+            assert expect in out[-1], "%s: no %r in %s" % (what, expect, out[-1])
         for what, (mutate, expect) in cases.items():
             ok, out = _scenario(tmp, mutate)
             assert not ok, "%s: the check passed:\n%s" % (what, "\n".join(out))
@@ -434,9 +561,15 @@ def self_test():
                 assert " lost=0 " in out[-1], "%s: %s" % (what, out[-1])
             if what != "effect after the deadline":
                 assert "expired_effects=0 " in out[-1], "%s: %s" % (what, out[-1])
+            if not what.startswith("effect after the freeze"):
+                assert " after_release=0 " in out[-1], "%s: %s" % (what, out[-1])
+            else:
+                assert " after_release=1 " in out[-1] and not any("UNEXPLAINED" in line for line in out), \
+                    "%s: %s" % (what, "\n".join(out))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("demo_check.py share-self-test: passed (a clean run, and %d broken ones caught)" % len(cases))
+    print("demo_check.py share-self-test: passed (%d clean runs, and %d broken ones caught)"
+          % (1 + len(passing), len(cases)))
 
 
 def main():

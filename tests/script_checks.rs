@@ -1,6 +1,7 @@
 //! The demo's and the benchmark's own checkers, checked without a broker: the share demo's
 //! checker (`scripts/demo_check.py share-self-test`) must pass a clean synthetic run and fail
-//! each broken one (a lost order, an unexplained repeat, an effect after its lease, ...), and the
+//! each broken one (a lost order, an unexplained repeat, an effect after its lease, an effect
+//! after the broker released its delivery, ...), and the
 //! share benchmark's table (`scripts/bench_share.py --self-test`) must compute its medians and
 //! ratios. A checker that cannot fail would let the demo pass anything.
 
