@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 
 use rebalance_guard::share::{ShareConfig, ShareConsumer, ShareContext, ShareFailure};
 use rebalance_guard::wire::Record;
+use rebalance_guard::guard::BootClock;
 use rebalance_guard::{ErrorChain, IdempotencyKey};
 
 const OPERATION: &str = "apply-order";
@@ -176,10 +177,11 @@ fn mono_ns() -> u128 {
     ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
 }
 
-/// An `Instant` on CLOCK_MONOTONIC in nanoseconds (both clocks are the same on Linux; the
-/// difference to now is carried over, so the result does not depend on that).
+/// A lease's deadline (an `Instant` on the lease clock, `BootClock`, which runs ahead of
+/// `Instant` by the time the machine was suspended) on CLOCK_MONOTONIC in nanoseconds: the
+/// time left until it, read on the lease clock, is carried over to a CLOCK_MONOTONIC reading.
 fn instant_mono_ns(at: Instant) -> u128 {
-    let (now, now_ns) = (Instant::now(), mono_ns());
+    let (now, now_ns) = (BootClock::shared().now(), mono_ns());
     match at.checked_duration_since(now) {
         Some(ahead) => now_ns + ahead.as_nanos(),
         None => now_ns.saturating_sub(now.duration_since(at).as_nanos()),
