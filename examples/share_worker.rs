@@ -53,9 +53,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rebalance_guard::guard::BootClock;
 use rebalance_guard::share::{ShareConfig, ShareConsumer, ShareContext, ShareFailure};
 use rebalance_guard::wire::Record;
-use rebalance_guard::guard::BootClock;
 use rebalance_guard::{ErrorChain, IdempotencyKey};
 
 const OPERATION: &str = "apply-order";

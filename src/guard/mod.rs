@@ -106,10 +106,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
 pub(crate) use clock::lease_now;
 #[cfg(test)]
 pub(crate) use clock::Suspender;
+pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
 #[allow(deprecated)]
 pub use error::OffsetCommitError;
 pub use error::{

@@ -850,8 +850,8 @@ fn a_suspend_of_the_machine_past_the_lock_makes_the_lease_stale() {
     // lease read on the boot clock sees the suspend as elapsed time.
     let suspender = crate::guard::Suspender::new();
     let clock = suspender.clock();
-    let mut guard = LockGuard::with_clock(LockGuardConfig::default(), clock.clone())
-        .expect("valid config");
+    let mut guard =
+        LockGuard::with_clock(LockGuardConfig::default(), clock.clone()).expect("valid config");
     let sent_at = guard.now();
     let lease = run(guard.acquired(&tp(0), 7, 1, key(7), sent_at, LOCK));
     let waiting = run(guard.acquired(&tp(0), 8, 1, key(8), sent_at, LOCK));
