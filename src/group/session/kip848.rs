@@ -80,6 +80,7 @@ impl SessionState {
             },
             ack,
             fenced,
+            id: self.next_change_id(),
         });
         true
     }
