@@ -518,14 +518,13 @@ fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
     assert!(a.handle.identity().generation_id > 0);
 }
 
-/// What the coordinator holds for `node` (assigned and pending revocation), by name.
-fn held_by_coordinator(group: &Kip848Group, node: &Node) -> BTreeSet<TopicPartition> {
-    let member_id = node.handle.identity().member_id;
+/// What the coordinator holds for the member `member_id` (assigned and pending revocation), by name.
+fn held_by_coordinator(group: &Kip848Group, member_id: &str) -> BTreeSet<TopicPartition> {
     let coordinator = group.coordinator();
     let id = coordinator.topic_id(TOPIC);
     coordinator
         .held()
-        .get(&member_id)
+        .get(member_id)
         .map(|held| {
             held.iter()
                 .filter(|(t, _)| *t == id)
@@ -599,7 +598,10 @@ fn a_kip848_member_that_declared_its_own_loss_and_got_the_same_epoch_back_stays_
     let all: BTreeSet<TopicPartition> = (0..PARTITIONS).map(tp).collect();
     drive(&mut [&mut a], &processed, 50, |_, _| true);
     let member_id = a.handle.identity().member_id;
-    assert!(group.coordinator().is_member(&member_id), "the coordinator kept a");
+    assert!(
+        group.coordinator().is_member(&member_id),
+        "the coordinator kept a"
+    );
     for _ in 0..20 {
         a.turn(&processed);
     }
@@ -608,14 +610,14 @@ fn a_kip848_member_that_declared_its_own_loss_and_got_the_same_epoch_back_stays_
         "a declared its assignment lost itself: {}",
         a.consumer.stats()
     );
-    assert_eq!(held_by_coordinator(&group, &a), all);
+    assert_eq!(held_by_coordinator(&group, &member_id), all);
     assert_eq!(owned_by_member_and_guard(&a), (all.clone(), all.clone()));
     // A revocation: b takes two partitions.
     let mut b = kip848_node(&group, "b");
     drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
         nodes[1].consumer.assignment().len() == 2
     });
-    let a_held = held_by_coordinator(&group, &a);
+    let a_held = held_by_coordinator(&group, &member_id);
     assert_eq!(a_held.len(), 2, "{a_held:?}");
     assert_eq!(owned_by_member_and_guard(&a), (a_held.clone(), a_held));
     // A re-assignment: b leaves and a gets them back.
@@ -623,15 +625,52 @@ fn a_kip848_member_that_declared_its_own_loss_and_got_the_same_epoch_back_stays_
     for _ in 0..20 {
         a.turn(&processed);
     }
-    assert_eq!(held_by_coordinator(&group, &a), all);
+    assert_eq!(held_by_coordinator(&group, &member_id), all);
     assert_eq!(owned_by_member_and_guard(&a), (all.clone(), all));
     drive(&mut [&mut a], &processed, 300, |p, _| {
         (0..PARTITIONS).all(|q| times(p).contains_key(&(tp(q), 9)))
     });
     a.consumer.commit().expect("commit");
     for p in 0..PARTITIONS {
-        assert_eq!(committed(&log, p), Some(10), "partition {p} reached its end");
+        assert_eq!(
+            committed(&log, p),
+            Some(10),
+            "partition {p} reached its end"
+        );
     }
+}
+
+/// KIP-848, the ownership check (issue item 9): the consumer's session loses every partition
+/// on its own (an application commit refused UNKNOWN_MEMBER_ID between polls) while the
+/// membership, whose heartbeats go on being answered, and the broker keep them. After a few
+/// heartbeat intervals with nothing on the way, the member takes them back through the normal
+/// path (and says so in a warning) instead of leaving them assigned and consumed by nobody.
+#[test]
+fn a_kip848_consumer_that_dropped_partitions_its_membership_still_owns_takes_them_back() {
+    let (log, group, processed) = kip848_group();
+    let mut a = kip848_node(&group, "a");
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let member_id = a.handle.identity().member_id;
+    log.refuse_commits(&tp(0), KafkaCode::UNKNOWN_MEMBER_ID, 1);
+    assert!(a.consumer.commit().is_err(), "the commit was refused");
+    assert_eq!(
+        a.consumer.assignment(),
+        vec![],
+        "the session lost everything"
+    );
+    let all: BTreeSet<TopicPartition> = (0..PARTITIONS).map(tp).collect();
+    assert_eq!(
+        held_by_coordinator(&group, &member_id),
+        all,
+        "the broker kept them"
+    );
+    produce(&log, 10);
+    drive(&mut [&mut a], &processed, 300, |p, nodes| {
+        nodes[0].consumer.assignment().len() == PARTITIONS as usize
+            && (0..PARTITIONS).all(|q| times(p).contains_key(&(tp(q), 19)))
+    });
+    assert_eq!(held_by_coordinator(&group, &member_id), all);
+    assert_eq!(owned_by_member_and_guard(&a), (all.clone(), all));
 }
 
 /// Every partition's commits only move forward.

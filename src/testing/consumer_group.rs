@@ -392,7 +392,9 @@ impl Coordinator {
                 m.last_heard = now;
                 return self.answer(&req.member_id, STATIC_LEAVE_EPOCH, false, now);
             }
-            JOIN_EPOCH if req.instance_id.is_none() && self.members.contains_key(&req.member_id) => {
+            JOIN_EPOCH
+                if req.instance_id.is_none() && self.members.contains_key(&req.member_id) =>
+            {
                 // Kafka validates an epoch-0 heartbeat of a dynamic member it still holds like
                 // any other epoch: accepted only as the member's previous epoch (a member whose
                 // epoch has not moved since it joined) with a subset of its assignment, and then

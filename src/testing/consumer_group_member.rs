@@ -143,6 +143,7 @@ impl Steps for Kip848Steps {
         }
         self.mirror.machine.handle_timeout(now);
         self.mirror.take_events();
+        self.mirror.check_ownership(now);
         self.mirror.sync_session();
         if self.mirror.machine.needs_coordinator() {
             self.mirror.machine.coordinator_found(HEARTBEAT_VERSION);
