@@ -11,7 +11,7 @@
 //! the membership's acknowledgement last; a loss never commits; a paced commit in flight lands
 //! before the handoff's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -516,6 +516,161 @@ fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
     // It joins again (epoch 0, then a new epoch) and gets the partitions back.
     drive(&mut [&mut a], &processed, 100, |p, _| count(p) >= 80);
     assert!(a.handle.identity().generation_id > 0);
+}
+
+/// What the coordinator holds for the member `member_id` (assigned and pending revocation), by name.
+fn held_by_coordinator(group: &Kip848Group, member_id: &str) -> BTreeSet<TopicPartition> {
+    let coordinator = group.coordinator();
+    let id = coordinator.topic_id(TOPIC);
+    coordinator
+        .held()
+        .get(member_id)
+        .map(|held| {
+            held.iter()
+                .filter(|(t, _)| *t == id)
+                .map(|(_, p)| tp(*p))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What `node` owns by its membership and by its guard.
+fn owned_by_member_and_guard(node: &Node) -> (BTreeSet<TopicPartition>, BTreeSet<TopicPartition>) {
+    let (_, owned) = node.consumer.membership_view().read();
+    (
+        owned.into_iter().collect(),
+        node.consumer.assignment().into_iter().collect(),
+    )
+}
+
+/// A listener whose first `on_assigned` stands for the poll thread held while it starts its
+/// assignment (its offset lookup goes to the paused coordinator): meanwhile the coordinator's
+/// traffic is held past the member's session bound (three 500 ms intervals) and well within
+/// the coordinator's 6 s session, so the member declares its assignment lost itself, then the
+/// traffic is let through and the member's epoch-0 rejoin is answered.
+struct PauseWhileAssigning {
+    group: Kip848Group,
+    handle: MemberHandle,
+    fired: bool,
+}
+
+impl ConsumerRebalanceListener for PauseWhileAssigning {
+    fn on_assigned(
+        &mut self,
+        _: &[TopicPartition],
+        _: &mut AssignedContext<'_>,
+    ) -> Result<(), BoxError> {
+        if !std::mem::replace(&mut self.fired, true) {
+            self.group.hold_heartbeats(true);
+            self.handle.step();
+            self.group.advance(Duration::from_secs(2));
+            self.handle.step();
+            self.group.hold_heartbeats(false);
+            // The coordinator found again, then the rejoin after the retry backoff.
+            self.handle.step();
+            self.handle.step();
+        }
+        Ok(())
+    }
+}
+
+/// KIP-848, the member that declared its own loss (issue item 9): while the poll thread starts
+/// the member's assignment, its heartbeats go unanswered past its session bound (a paused
+/// coordinator) and the coordinator, whose session timeout is longer, keeps it; the member
+/// fences everything as lost, and its epoch-0 rejoin is answered with the same epoch and the
+/// same partitions, which it takes again through the normal path; a revocation (a second
+/// member joins) and a re-assignment (it leaves) follow. The member's owned set and its
+/// guard's must equal the coordinator's, and every partition is processed to its end.
+#[test]
+fn a_kip848_member_that_declared_its_own_loss_and_got_the_same_epoch_back_stays_in_step_with_the_coordinator(
+) {
+    let (log, group, processed) = kip848_group();
+    let a = kip848_node(&group, "a");
+    let pause = PauseWhileAssigning {
+        group: group.clone(),
+        handle: a.handle.clone(),
+        fired: false,
+    };
+    let mut a = Node {
+        consumer: a.consumer.with_rebalance_listener(pause),
+        ..a
+    };
+    let all: BTreeSet<TopicPartition> = (0..PARTITIONS).map(tp).collect();
+    drive(&mut [&mut a], &processed, 50, |_, _| true);
+    let member_id = a.handle.identity().member_id;
+    assert!(
+        group.coordinator().is_member(&member_id),
+        "the coordinator kept a"
+    );
+    for _ in 0..20 {
+        a.turn(&processed);
+    }
+    assert!(
+        a.consumer.stats().counters.lost >= PARTITIONS as u64,
+        "a declared its assignment lost itself: {}",
+        a.consumer.stats()
+    );
+    assert_eq!(held_by_coordinator(&group, &member_id), all);
+    assert_eq!(owned_by_member_and_guard(&a), (all.clone(), all.clone()));
+    // A revocation: b takes two partitions.
+    let mut b = kip848_node(&group, "b");
+    drive(&mut [&mut a, &mut b], &processed, 300, |_, nodes| {
+        nodes[1].consumer.assignment().len() == 2
+    });
+    let a_held = held_by_coordinator(&group, &member_id);
+    assert_eq!(a_held.len(), 2, "{a_held:?}");
+    assert_eq!(owned_by_member_and_guard(&a), (a_held.clone(), a_held));
+    // A re-assignment: b leaves and a gets them back.
+    b.consumer.close().expect("close b");
+    for _ in 0..20 {
+        a.turn(&processed);
+    }
+    assert_eq!(held_by_coordinator(&group, &member_id), all);
+    assert_eq!(owned_by_member_and_guard(&a), (all.clone(), all));
+    drive(&mut [&mut a], &processed, 300, |p, _| {
+        (0..PARTITIONS).all(|q| times(p).contains_key(&(tp(q), 9)))
+    });
+    a.consumer.commit().expect("commit");
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            committed(&log, p),
+            Some(10),
+            "partition {p} reached its end"
+        );
+    }
+}
+
+/// KIP-848, the ownership check (issue item 9): the consumer's session loses every partition
+/// on its own (an application commit refused UNKNOWN_MEMBER_ID between polls) while the
+/// membership, whose heartbeats go on being answered, and the broker keep them. After a few
+/// heartbeat intervals with nothing on the way, the member takes them back through the normal
+/// path (and says so in a warning) instead of leaving them assigned and consumed by nobody.
+#[test]
+fn a_kip848_consumer_that_dropped_partitions_its_membership_still_owns_takes_them_back() {
+    let (log, group, processed) = kip848_group();
+    let mut a = kip848_node(&group, "a");
+    drive(&mut [&mut a], &processed, 50, |p, _| count(p) == 40);
+    let member_id = a.handle.identity().member_id;
+    log.refuse_commits(&tp(0), KafkaCode::UNKNOWN_MEMBER_ID, 1);
+    assert!(a.consumer.commit().is_err(), "the commit was refused");
+    assert_eq!(
+        a.consumer.assignment(),
+        vec![],
+        "the session lost everything"
+    );
+    let all: BTreeSet<TopicPartition> = (0..PARTITIONS).map(tp).collect();
+    assert_eq!(
+        held_by_coordinator(&group, &member_id),
+        all,
+        "the broker kept them"
+    );
+    produce(&log, 10);
+    drive(&mut [&mut a], &processed, 300, |p, nodes| {
+        nodes[0].consumer.assignment().len() == PARTITIONS as usize
+            && (0..PARTITIONS).all(|q| times(p).contains_key(&(tp(q), 19)))
+    });
+    assert_eq!(held_by_coordinator(&group, &member_id), all);
+    assert_eq!(owned_by_member_and_guard(&a), (all.clone(), all));
 }
 
 /// Every partition's commits only move forward.

@@ -112,15 +112,20 @@ impl Ack {
 /// What an [`Ack`] acknowledges, for the member that issued it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AckKind {
-    /// A revocation of the decided change of `identity`.
+    /// A revocation of the decided change `change` of `identity`.
     Revoked {
         identity: MemberIdentity,
         partitions: Vec<TopicPartition>,
+        change: ChangeId,
     },
     /// An eager revocation of everything before the JoinGroup.
     RevokedBeforeJoin,
-    /// The assignment of the decided change of `identity`.
-    Assigned { identity: MemberIdentity },
+    /// The assignment of the decided change `change` of `identity` (`None`: an assignment no
+    /// membership decided, a manual one).
+    Assigned {
+        identity: MemberIdentity,
+        change: Option<ChangeId>,
+    },
     /// The hand-back of everything when closing: nothing to record.
     Closing,
 }
@@ -277,4 +282,16 @@ pub(crate) struct Pending {
     /// The guard's fence of what the change revokes, taken when it was decided; handed to the
     /// poll thread with the change's revocation.
     pub(crate) fenced: Option<Fenced>,
+    /// Which decided change this is ([`ChangeId`]): the acknowledgements of the poll thread
+    /// name it, so that they apply to this change only.
+    pub(crate) id: ChangeId,
 }
+
+/// Names one decided change for the life of a session, never reused. The identity alone cannot:
+/// after a loss the member may be given the same epoch and the same partitions again (KIP-848
+/// answers an epoch-0 rejoin of a member it still holds that way), and the acknowledgement of a
+/// change from before the loss, still in the poll thread's hands, must neither clear the change
+/// decided after it (which would never be handed out: the member would hold partitions the
+/// session, the guard and the poll loop know nothing of) nor change what the session owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub(crate) struct ChangeId(pub(crate) u64);

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{Ack, AckKind, Change};
+use super::changes::{Ack, AckKind, Change, ChangeId};
 use super::error::GroupError;
 use super::membership::{on_lost, RebalanceEvent, RebalancePlan};
 use super::outcome::LostReason;
@@ -26,6 +26,9 @@ use crate::TopicPartition;
 /// A decided change being handed out, one event at a time.
 #[derive(Debug)]
 struct Applying {
+    /// The decided change this is: an acknowledgement applies to it only while the session
+    /// still has it pending (a loss voids it, even if the same identity is decided again).
+    id: ChangeId,
     identity: MemberIdentity,
     leader: bool,
     plan: RebalancePlan,
@@ -96,6 +99,7 @@ impl Handout {
             let (lost, decided) = shared.lock().take_change();
             self.queue_losses(lost);
             self.applying = decided.map(|d| Applying {
+                id: d.id,
                 events: d.plan.events.iter().cloned().collect(),
                 identity: d.identity,
                 leader: d.leader,
@@ -108,18 +112,24 @@ impl Handout {
         }
         let applying = self.applying.as_mut()?;
         let me = applying.identity.clone();
+        let change = applying.id;
         match applying.events.pop_front() {
             Some(RebalanceEvent::Revoke(partitions)) => Some(Change::Revoke {
                 ack: Ack(AckKind::Revoked {
                     identity: me.clone(),
                     partitions: partitions.clone(),
+                    change,
                 }),
                 identity: me,
                 partitions,
                 fenced: applying.fenced.take(),
             }),
             Some(RebalanceEvent::Assign(partitions)) => {
-                if !shared.lock().assigning(&me, &applying.plan) {
+                let assigning = {
+                    let mut state = shared.lock();
+                    state.still_pending(change) && state.assigning(&me, &applying.plan)
+                };
+                if !assigning {
                     // Lost while the revocation ran: the loss is handed out instead.
                     applying.events.clear();
                     self.finish(shared);
@@ -129,7 +139,10 @@ impl Handout {
                     identity: me.clone(),
                     partitions,
                     leader: applying.leader,
-                    ack: Ack(AckKind::Assigned { identity: me }),
+                    ack: Ack(AckKind::Assigned {
+                        identity: me,
+                        change: Some(change),
+                    }),
                 })
             }
             Some(RebalanceEvent::Lost(partitions)) => Some(Change::Lost {
@@ -147,7 +160,9 @@ impl Handout {
     /// membership thread is woken for its next request.
     fn finish(&mut self, shared: &Shared) {
         if let Some(applying) = self.applying.take() {
-            shared.lock().changes_applied(&applying.identity);
+            shared
+                .lock()
+                .changes_applied(&applying.identity, applying.id);
             shared.wake.notify_all();
         }
     }
@@ -159,7 +174,15 @@ impl Handout {
             AckKind::Revoked {
                 identity,
                 partitions,
-            } => shared.lock().revoked(&identity, &partitions),
+                change,
+            } => {
+                let mut state = shared.lock();
+                // Voided by a loss since: the loss took everything, and what the session owns
+                // now was decided after it.
+                if state.still_pending(change) {
+                    state.revoked(&identity, &partitions);
+                }
+            }
             AckKind::RevokedBeforeJoin => {
                 self.revoking_before_join = false;
                 shared.lock().revoked_before_join();

@@ -57,7 +57,10 @@ impl Membership for ManualAssignment {
             identity: identity.clone(),
             partitions: self.partitions.clone(),
             leader: false,
-            ack: Ack(AckKind::Assigned { identity }),
+            ack: Ack(AckKind::Assigned {
+                identity,
+                change: None,
+            }),
         }))
     }
 

@@ -102,6 +102,11 @@ pub enum LostReason {
     /// The membership thread died: nothing renews the session or follows the group any more,
     /// so the coordinator will give the partitions to someone else.
     MembershipThreadDied,
+    /// The consumer group protocol: the consumer held partitions its membership does not own
+    /// (the broker did not assign them to this member) for several heartbeat intervals; found
+    /// by the membership's ownership check, which fences them rather than let two members
+    /// work on one partition.
+    NotOwnedByTheMembership,
 }
 
 /// An error code that ends the membership until the caller intervenes (the configuration, the
@@ -140,6 +145,9 @@ impl fmt::Display for LostReason {
                 f.write_str("a revocation was not finished within the rebalance timeout")
             }
             Self::MembershipThreadDied => f.write_str("the membership thread died"),
+            Self::NotOwnedByTheMembership => {
+                f.write_str("held by the consumer but not owned by the membership")
+            }
         }
     }
 }

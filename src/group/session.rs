@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{FenceHook, LostHook, Pending};
+use super::changes::{ChangeId, FenceHook, LostHook, Pending};
 use super::config::GroupConfig;
 use super::membership::{
     after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, RebalanceEvent,
@@ -188,6 +188,8 @@ pub(crate) struct SessionState {
     fence_hook: Option<FenceHook>,
     /// KIP-848: revocations the poll thread applied, for the membership thread to acknowledge.
     acknowledged: Vec<u64>,
+    /// The id of the last decided change (see [`ChangeId`]).
+    last_change: ChangeId,
     /// The membership thread died, with this panic message: every later poll fails with it.
     died: Option<String>,
 }
@@ -214,6 +216,7 @@ impl SessionState {
             pending: None,
             fence_hook: None,
             acknowledged: Vec::new(),
+            last_change: ChangeId::default(),
             died: None,
         }
     }
@@ -444,6 +447,7 @@ impl SessionState {
         &mut self,
     ) -> (Vec<(Vec<TopicPartition>, LostReason)>, Option<Decided>) {
         let decided = self.pending.as_mut().map(|pending| Decided {
+            id: pending.id,
             identity: pending.identity.clone(),
             leader: pending.leader,
             plan: pending.plan.clone(),
@@ -657,15 +661,33 @@ impl SessionState {
             plan: plan.clone(),
             ack: None,
             fenced,
+            id: self.next_change_id(),
         });
         plan
     }
 
-    /// The poll thread applied the change of generation `me` (revocations committed, assignment
-    /// handed out, or stopped by a loss): the membership may go on (the cooperative follow-up
-    /// round may start). A change of another generation stays.
-    pub(crate) fn changes_applied(&mut self, me: &MemberIdentity) {
-        if self.pending.as_ref().is_some_and(|p| p.identity == *me) {
+    /// A fresh [`ChangeId`] for a change being decided.
+    fn next_change_id(&mut self) -> ChangeId {
+        self.last_change.0 += 1;
+        self.last_change
+    }
+
+    /// True while the decided change `change` waits for the poll thread: false once it was
+    /// applied, or voided by a loss (even if a change of the same identity was decided since).
+    pub(crate) fn still_pending(&self, change: ChangeId) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.id == change)
+    }
+
+    /// The poll thread applied the decided change `change` of generation `me` (revocations
+    /// committed, assignment handed out, or stopped by a loss): the membership may go on (the
+    /// cooperative follow-up round may start). Another change, of another generation or decided
+    /// after a loss in the same one, stays.
+    pub(crate) fn changes_applied(&mut self, me: &MemberIdentity, change: ChangeId) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.identity == *me && p.id == change)
+        {
             if let Some(ack) = self.pending.take().and_then(|p| p.ack) {
                 self.acknowledged.push(ack);
             }
@@ -720,6 +742,8 @@ impl SessionState {
 /// thread with it.
 #[derive(Debug)]
 pub(crate) struct Decided {
+    /// Which decided change this is: its acknowledgements name it.
+    pub(crate) id: ChangeId,
     pub(crate) identity: MemberIdentity,
     pub(crate) leader: bool,
     pub(crate) plan: RebalancePlan,

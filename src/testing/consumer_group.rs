@@ -392,6 +392,23 @@ impl Coordinator {
                 m.last_heard = now;
                 return self.answer(&req.member_id, STATIC_LEAVE_EPOCH, false, now);
             }
+            JOIN_EPOCH
+                if req.instance_id.is_none() && self.members.contains_key(&req.member_id) =>
+            {
+                // Kafka validates an epoch-0 heartbeat of a dynamic member it still holds like
+                // any other epoch: accepted only as the member's previous epoch (a member whose
+                // epoch has not moved since it joined) with a subset of its assignment, and then
+                // answered with the epoch and the assignment the member still has. Anything else
+                // is FENCED_MEMBER_EPOCH.
+                let m = &self.members[&req.member_id];
+                let subset = owned.as_ref().map_or(true, |o| o.is_subset(&m.assigned));
+                if m.epoch != JOIN_EPOCH && (m.previous_epoch != JOIN_EPOCH || !subset) {
+                    return error(KafkaCode::FENCED_MEMBER_EPOCH, "fenced epoch");
+                }
+                if let Some(m) = self.members.get_mut(&req.member_id) {
+                    m.last_heard = now;
+                }
+            }
             JOIN_EPOCH => {
                 if let Err(resp) = self.join(now, req) {
                     return resp;
@@ -471,7 +488,7 @@ impl Coordinator {
         }) {
             return Err(error(KafkaCode::GROUP_MAX_SIZE_REACHED, "group is full"));
         }
-        // A new member, or a known one starting over: it owns nothing.
+        // A new member: it owns nothing.
         self.members.insert(
             req.member_id.clone(),
             Member {

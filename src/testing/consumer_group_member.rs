@@ -3,6 +3,7 @@
 //! the in-memory KIP-848 [`Coordinator`] in place of the broker, over the shell every in-memory
 //! member shares (`member.rs`: the hand-out, the commit checks, the journal).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,9 @@ pub struct Kip848Group {
     /// The members' clock: real time, moved ahead to the next heartbeat a member's machine
     /// waits for, so a test never sleeps through the broker's heartbeat interval.
     clock: Arc<Mutex<Instant>>,
+    /// While set, heartbeats never reach the coordinator and no answer comes back (a paused
+    /// coordinator broker): each is a lost request to the member.
+    held: Arc<AtomicBool>,
 }
 
 impl Kip848Group {
@@ -44,7 +48,21 @@ impl Kip848Group {
             coordinator: Arc::new(Mutex::new(coordinator)),
             log,
             clock: Arc::new(Mutex::new(Instant::now())),
+            held: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Holds every member's heartbeats (`true`) as a paused coordinator would: none reaches the
+    /// coordinator and none is answered, so the members' session bounds run out while the
+    /// coordinator, whose session timeout is longer, still holds them. `false` lets them through.
+    pub fn hold_heartbeats(&self, hold: bool) {
+        self.held.store(hold, Ordering::SeqCst);
+    }
+
+    /// Moves the members' clock `by` ahead at once (time passing while heartbeats are held).
+    pub fn advance(&self, by: Duration) {
+        let mut clock = lock(&self.clock);
+        *clock = (*clock).max(Instant::now()) + by;
     }
 
     /// The clock's reading for a step whose machine waits until `due`: never behind real time,
@@ -125,6 +143,7 @@ impl Steps for Kip848Steps {
         }
         self.mirror.machine.handle_timeout(now);
         self.mirror.take_events();
+        self.mirror.check_ownership(now);
         self.mirror.sync_session();
         if self.mirror.machine.needs_coordinator() {
             self.mirror.machine.coordinator_found(HEARTBEAT_VERSION);
@@ -141,6 +160,14 @@ impl Steps for Kip848Steps {
             let Some(request) = self.mirror.machine.poll_transmit(now) else {
                 break;
             };
+            if self.group.held.load(Ordering::SeqCst) {
+                // Never reached the coordinator; the request timed out.
+                drop(request);
+                self.mirror.machine.on_transport_error(now);
+                self.mirror.take_events();
+                self.mirror.sync_session();
+                break;
+            }
             let answer = self.group.coordinator().heartbeat(now, &request);
             self.mirror.machine.on_response(now, answer);
             if let Some((at, bound)) = self.mirror.machine.session_renewal() {

@@ -5,18 +5,19 @@
 //! (a revocation, an assignment, a loss, a fatal error) goes into the session, one change at a
 //! time, its revocations fenced at once.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::guard::lease_now;
 
-use super::{ConsumerGroupMembership, Event, MemberState, RevocationId};
+use super::{ConsumerGroupMembership, Event, MemberState, RevocationId, SESSION_BOUND_INTERVALS};
 use crate::group::error::GroupError;
 use crate::group::membership::RebalanceEvent;
 use crate::group::outcome::LostReason;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{Phase, Shared};
+use crate::TopicPartition;
 
 /// The machine, the session it is mirrored into, and the decided changes not posted yet.
 pub(crate) struct Mirror {
@@ -29,6 +30,9 @@ pub(crate) struct Mirror {
     /// `max.poll.interval.ms`.
     pub(crate) leaving: bool,
     pub(crate) leave_started: Option<Instant>,
+    /// Since when the session's owned partitions differ from the machine's with nothing on
+    /// the way between them (see [`Mirror::check_ownership`]).
+    diverged_since: Option<Instant>,
 }
 
 impl Mirror {
@@ -45,6 +49,7 @@ impl Mirror {
             queue: VecDeque::new(),
             leaving: false,
             leave_started: None,
+            diverged_since: None,
         }
     }
 
@@ -149,6 +154,61 @@ impl Mirror {
                 Event::Left => {}
             }
         }
+    }
+
+    /// The ownership check. The machine's owned set is the member's, the one its heartbeats
+    /// report to the broker; the session's (and the guard's, which follows it) is that set as
+    /// the poll thread has applied it, so the two differ only while a change is on its way
+    /// (queued here, pending in the session, a revocation not acknowledged yet). If they still
+    /// differ with nothing on the way for [`SESSION_BOUND_INTERVALS`] heartbeat intervals, a
+    /// change went missing: the session is corrected toward the machine, with a warning, so
+    /// that no partition stays assigned by the broker and consumed by nobody (the machine owns
+    /// it: it is assigned through the normal path) or worked on by a member that does not own
+    /// it (the session holds it: fenced as lost, nothing committed).
+    pub(crate) fn check_ownership(&mut self, now: Instant) {
+        let settled = !self.leaving
+            && self.queue.is_empty()
+            && self.machine.pending_revocation().is_none()
+            && self.machine.commit_epoch().is_some();
+        let mut state = self.shared.lock();
+        let machine: BTreeSet<TopicPartition> = self.machine.owned().into_iter().collect();
+        let session: BTreeSet<TopicPartition> = state.owned().iter().cloned().collect();
+        if !settled || state.pending().is_some() || machine == session {
+            self.diverged_since = None;
+            return;
+        }
+        let since = *self.diverged_since.get_or_insert(now);
+        let allowed = self
+            .machine
+            .heartbeat_interval()
+            .unwrap_or_default()
+            .saturating_mul(SESSION_BOUND_INTERVALS);
+        if now.saturating_duration_since(since) < allowed {
+            return;
+        }
+        self.diverged_since = None;
+        let missing: Vec<TopicPartition> = machine.difference(&session).cloned().collect();
+        let extra: Vec<TopicPartition> = session.difference(&machine).cloned().collect();
+        log::warn!(
+            "group {}: the consumer's partitions {:?} differ from the membership's {:?} (what \
+             the broker assigned) for {:?} with no change on the way; correcting: taking {:?}, \
+             fencing {:?} as lost",
+            self.group_id,
+            session.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            machine.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            now.saturating_duration_since(since),
+            missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            extra.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        );
+        if !extra.is_empty() {
+            state.lose_partitions(&extra, LostReason::NotOwnedByTheMembership);
+        }
+        if !missing.is_empty() {
+            self.queue
+                .push_back((RebalanceEvent::Assign(missing), None));
+        }
+        drop(state);
+        self.shared.wake.notify_all();
     }
 
     /// Mirrors the machine into the session: its epoch (while nothing is pending), the next

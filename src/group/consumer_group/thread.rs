@@ -119,6 +119,7 @@ impl Driver {
             }
             self.mirror.machine.handle_timeout(now);
             self.mirror.take_events();
+            self.mirror.check_ownership(now);
             self.mirror.sync_session();
             if self.mirror.done_leaving() {
                 log::debug!("membership thread for {} exits", self.mirror.group_id);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::{Pending, Phase, SessionState};
 use crate::group::membership::{RebalanceEvent, RebalancePlan};
+use crate::group::outcome::LostReason;
 use crate::group::requests::MemberIdentity;
 use crate::TopicPartition;
 
@@ -80,6 +81,7 @@ impl SessionState {
             },
             ack,
             fenced,
+            id: self.next_change_id(),
         });
         true
     }
@@ -116,6 +118,23 @@ impl SessionState {
         if let Some(session_bound) = &self.session_bound {
             session_bound.renew(sent, bound);
         }
+    }
+
+    /// Ends the ownership of `partitions` only, without a handoff (the membership does not own
+    /// them: see `consumer_group/mirror.rs`'s ownership check): fenced through the lost hook
+    /// under this lock, reported to the poll thread's listener, and no longer owned; the rest
+    /// of the assignment and the identity stay.
+    pub(crate) fn lose_partitions(&mut self, partitions: &[TopicPartition], reason: LostReason) {
+        let (gone, kept): (Vec<TopicPartition>, Vec<TopicPartition>) =
+            std::mem::take(&mut self.owned)
+                .into_iter()
+                .partition(|tp| partitions.contains(tp));
+        self.owned = kept;
+        if gone.is_empty() {
+            return;
+        }
+        (self.hook)(&gone, &reason);
+        self.lost.push((gone, reason));
     }
 
     /// The member is out of the group (left after a poll timeout, or waiting to rejoin after a

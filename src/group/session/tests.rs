@@ -191,7 +191,7 @@ impl TestMember {
                 }),
             }
         }
-        self.session.changes_applied(&me);
+        self.session.changes_applied(&me, pending.id);
     }
 
     fn fenced(&self) -> Vec<Vec<TopicPartition>> {
@@ -1379,12 +1379,10 @@ fn a_loss_before_the_poll_thread_applied_a_decided_change_voids_it() {
 #[test]
 fn a_change_applied_late_does_not_clear_the_next_generations_change() {
     let (_c, mut a, _b) = cooperative_round_decided_beside();
-    let old_identity = a
-        .session
-        .pending()
-        .expect("a decided change")
-        .identity
-        .clone();
+    let (old_identity, old_change) = {
+        let pending = a.session.pending().expect("a decided change");
+        (pending.identity.clone(), pending.id)
+    };
     a.session
         .lose(LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION), false);
     // A new round completed (generation 9) before the old change's application returned.
@@ -1400,7 +1398,7 @@ fn a_change_applied_late_does_not_clear_the_next_generations_change() {
         &[],
         &tps(&[1]),
     );
-    a.session.changes_applied(&old_identity);
+    a.session.changes_applied(&old_identity, old_change);
     assert_eq!(
         a.session.pending().map(|p| p.identity.generation_id),
         Some(9)
