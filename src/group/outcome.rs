@@ -102,6 +102,8 @@ pub enum LostReason {
     /// The membership thread died: nothing renews the session or follows the group any more,
     /// so the coordinator will give the partitions to someone else.
     MembershipThreadDied,
+    /// The commit thread died: nothing this member does could be committed any more.
+    CommitThreadDied,
 }
 
 /// An error code that ends the membership until the caller intervenes (the configuration, the
@@ -140,6 +142,7 @@ impl fmt::Display for LostReason {
                 f.write_str("a revocation was not finished within the rebalance timeout")
             }
             Self::MembershipThreadDied => f.write_str("the membership thread died"),
+            Self::CommitThreadDied => f.write_str("the commit thread died"),
         }
     }
 }

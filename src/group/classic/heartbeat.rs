@@ -31,7 +31,7 @@ use crate::group::failover::{bound_membership_client, Failover};
 use crate::group::member::Step;
 use crate::group::membership::ErrorContext;
 use crate::group::requests::{self, MemberIdentity};
-use crate::group::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
+use crate::group::session::{GroupThread, HeartbeatDue, HeartbeatVerdict, Phase, Shared};
 use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
@@ -58,7 +58,7 @@ pub(crate) fn spawn(
         .name(format!("heartbeat-{}", settings.group_id))
         .spawn(move || {
             let guard = shared.clone();
-            guard.run_membership_thread(|| Heartbeater::new(shared, client_config, settings).run())
+            guard.run_thread(GroupThread::Membership, || Heartbeater::new(shared, client_config, settings).run())
         })
 }
 
@@ -123,7 +123,7 @@ impl Heartbeater {
                     log::debug!("heartbeat thread for {} exits", self.settings.group_id);
                     return;
                 }
-                self.shared.panic_if_requested();
+                self.shared.panic_if_requested(GroupThread::Membership);
                 let now = Instant::now();
                 let due = match state.round_due() {
                     Some(_) if self.shared.has_failure() => None,
