@@ -17,9 +17,38 @@
 //! - its answer waits here until the poll thread takes it ([`Committer::answer`]) and applies
 //!   it to the guard, which counts nothing as committed before the broker said so;
 //! - every synchronous commit (a revocation's, the application's, the close's) first waits for
-//!   the one in flight ([`Committer::settle`]): commits reach the coordinator one after another,
-//!   in the order they were made, so a paced commit can never land after (and below) the
-//!   handoff commit of the same partition.
+//!   the one in flight ([`Committer::settle`]), then travels on the same thread, over the same
+//!   connection ([`Committer::commit`]).
+//!
+//! # Why every commit takes the same connection
+//!
+//! A paced commit must never be executed after (and below) the handoff commit of the same
+//! partition: the next owner would start from the paced position and redo what was committed
+//! after it. Waiting for the paced commit's answer is not enough: when the answer does not come
+//! within `request.timeout.ms`, the request may still be in the network or in the broker's
+//! queue, and Kafka executes a request it received even after the client gave up on it, or
+//! closed the connection; in the same generation, it is accepted. Kafka keeps the order of
+//! requests on one connection (it reads the next request of a connection only after answering
+//! the previous one), and keeps none across connections. So:
+//!
+//! - every commit of the member is sent by this thread, on its client's connection to the
+//!   coordinator, one after another;
+//! - an OffsetCommit whose answer did not come keeps that connection open, its answer owed
+//!   (`wire/connection/ordered.rs`), and the coordinator is not looked up again: the next
+//!   commit, and the retry of the same one, go behind it and are executed after it, however
+//!   late it arrives.
+//!
+//! A read-back (OffsetFetch after the handoff, committing again when a late commit moved the
+//! offset back) was weighed and not taken: the late request can arrive after the read-back too,
+//! and the partition is no longer ours to commit for by then.
+//!
+//! What remains: when the connection itself breaks (an I/O error, a timeout in the middle of an
+//! answer, or four answers owed), a request the broker had read on it may
+//! still be executed after a commit sent on the new connection. The offset can then move back
+//! to an older commit of this member, at most to the one sent before the break; the next owner
+//! redoes what lies between (at most what was finished since that commit), and nothing is
+//! lost. A coordinator that moved refuses a late commit (NOT_COORDINATOR), as a group that
+//! moved to a new generation does.
 //!
 //! The thread carries the identity the poll thread read when it sent the commit, and commits
 //! through [`commit_offsets`], the same check against the session and the same handling of a

@@ -898,6 +898,42 @@ mod tests {
         let _ = handle.join();
     }
 
+    /// The ordering rule of `ordered.rs`: an answer that comes after its request timed out
+    /// leaves the connection usable, and the next request's answer is read after it (the
+    /// correlation ids would not match otherwise).
+    #[test]
+    fn a_timed_out_answer_in_order_keeps_the_connection_and_is_read_before_the_next() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut correlations = Vec::new();
+            for _ in 0..2 {
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len).unwrap();
+                let mut req = vec![0u8; i32::from_be_bytes(len) as usize];
+                s.read_exact(&mut req).unwrap();
+                correlations.push(i32::from_be_bytes([req[4], req[5], req[6], req[7]]));
+            }
+            // Both requests read: the first one's answer comes only now, late.
+            for correlation in correlations {
+                s.write_all(&v0_response(correlation)).unwrap();
+            }
+        });
+        let cfg = ConnectionConfig {
+            request_timeout: Duration::from_millis(300),
+            ..ConnectionConfig::default()
+        };
+        let mut conn = Connection::connect_unnegotiated(&addr, &cfg).unwrap();
+        let late = conn.send_in_order(&msg::ApiVersionsRequest::default(), 0);
+        assert!(matches!(late, Err(WireError::Timeout { .. })), "{late:?}");
+        assert!(!conn.is_broken(), "kept, with the answer owed");
+        let next = conn.send_in_order(&msg::ApiVersionsRequest::default(), 0);
+        assert!(next.is_ok(), "{next:?}");
+        assert!(conn.owed.is_empty() && conn.in_flight == 0);
+        server.join().unwrap();
+    }
+
     #[test]
     fn refuses_versions_the_broker_did_not_advertise() {
         let (addr, handle) = fake_server(Vec::new(), Duration::ZERO);
