@@ -97,8 +97,9 @@ fn a_dead_commit_thread_fails_every_poll_and_fences_the_partitions_kafka() {
     broker.create_topic(&topic, 2);
     produce_to_each_partition(&broker.bootstrap(), &topic, 2, 2000);
     let settings = [("commit.interval.ms", "50"), ("max.poll.records", "20")];
-    let mut consumer = Consumer::subscribe(config(&broker.bootstrap(), &group, &settings), &[&topic])
-        .expect("subscribe");
+    let mut consumer =
+        Consumer::subscribe(config(&broker.bootstrap(), &group, &settings), &[&topic])
+            .expect("subscribe");
     let mut processed = 0;
     let deadline = Instant::now() + WAIT;
     while processed < 100 || consumer.assignment().len() < 2 {
@@ -131,11 +132,9 @@ fn a_dead_commit_thread_fails_every_poll_and_fences_the_partitions_kafka() {
         }
     };
     assert!(message.contains("requested by a test"), "{message}");
-    wait_until(
-        "the partitions are fenced",
-        Duration::from_secs(5),
-        || consumer.assignment().is_empty(),
-    );
+    wait_until("the partitions are fenced", Duration::from_secs(5), || {
+        consumer.assignment().is_empty()
+    });
     for attempt in 0..3 {
         match consumer.poll(Duration::from_millis(100)) {
             Err(ConsumerError::Group(GroupError::CommitThreadDied(_))) => {}

@@ -267,9 +267,8 @@ pub(crate) type CommitAnswer = Result<CommitResults, CommitError>;
 
 /// What the thread does with one job: send it and wait for the answer. The product's sends an
 /// OffsetCommit ([`offset_commit_sender`]); tests put a scripted coordinator in its place.
-type Sender = Box<
-    dyn FnMut(&MemberIdentity, &[wire::OffsetCommitEntry], CommitKind) -> CommitAnswer + Send,
->;
+type Sender =
+    Box<dyn FnMut(&MemberIdentity, &[wire::OffsetCommitEntry], CommitKind) -> CommitAnswer + Send>;
 
 /// The poll thread's handle on the commit thread, which starts with the first commit.
 pub(crate) struct Committer {
@@ -441,11 +440,13 @@ impl Committer {
             let (jobs, job_queue) = sync_channel::<Job>(1);
             let (answer_queue, answers) = sync_channel::<CommitAnswer>(1);
             let shared = self.shared.clone();
-            let spawned = thread::Builder::new().name(self.name.clone()).spawn(move || {
-                shared.run_thread(GroupThread::Commit, || {
-                    run(sender, job_queue, answer_queue, &shared)
-                })
-            });
+            let spawned = thread::Builder::new()
+                .name(self.name.clone())
+                .spawn(move || {
+                    shared.run_thread(GroupThread::Commit, || {
+                        run(sender, job_queue, answer_queue, &shared)
+                    })
+                });
             match spawned {
                 Ok(handle) => {
                     self.thread = Some(handle);

@@ -41,9 +41,9 @@ use crate::TopicPartition;
 mod commits;
 mod heartbeat;
 mod kip848;
-mod threads;
 #[cfg(test)]
 mod tests;
+mod threads;
 
 pub(crate) use commits::{membership_refusal, CommitRefusal};
 pub(crate) use heartbeat::{HeartbeatDue, HeartbeatVerdict};

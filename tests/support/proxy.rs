@@ -420,7 +420,8 @@ fn pump_requests(
             seen.lock().unwrap().push((key, version));
             inflight.lock().unwrap().insert(correlation, key);
             report(observer, Traffic::Request(key));
-            link.catch.maybe_hold(link.id, key, correlation, &frame[8..]);
+            link.catch
+                .maybe_hold(link.id, key, correlation, &frame[8..]);
         }
         gate.wait_open();
         write_frame(&mut server, &frame)?;

@@ -58,7 +58,9 @@ pub(crate) fn spawn(
         .name(format!("heartbeat-{}", settings.group_id))
         .spawn(move || {
             let guard = shared.clone();
-            guard.run_thread(GroupThread::Membership, || Heartbeater::new(shared, client_config, settings).run())
+            guard.run_thread(GroupThread::Membership, || {
+                Heartbeater::new(shared, client_config, settings).run()
+            })
         })
 }
 

@@ -56,7 +56,9 @@ pub(crate) fn spawn(
         .name(format!("membership-{}", config.group_id))
         .spawn(move || {
             let guard = shared.clone();
-            guard.run_thread(GroupThread::Membership, || Driver::new(shared, client_config, config).run())
+            guard.run_thread(GroupThread::Membership, || {
+                Driver::new(shared, client_config, config).run()
+            })
         })
 }
 
@@ -110,7 +112,9 @@ impl Driver {
 
     fn run(mut self) {
         loop {
-            self.mirror.shared.panic_if_requested(GroupThread::Membership);
+            self.mirror
+                .shared
+                .panic_if_requested(GroupThread::Membership);
             let now = Instant::now();
             if !self.mirror.look_at_the_session(now) {
                 return;

@@ -97,11 +97,11 @@ impl Connection {
     pub(super) fn drain_owed(&mut self, deadline: Instant) -> Result<()> {
         while let Some(owed) = self.owed.front().copied() {
             let mut frame = self.read_frame(left(deadline))?;
-            let header = ResponseHeader::decode(
-                &mut frame,
-                owed.key.response_header_version(owed.version),
-            )
-            .map_err(|e| WireError::Protocol(format!("cannot decode response header: {e:#}")))?;
+            let header =
+                ResponseHeader::decode(&mut frame, owed.key.response_header_version(owed.version))
+                    .map_err(|e| {
+                        WireError::Protocol(format!("cannot decode response header: {e:#}"))
+                    })?;
             if header.correlation_id != owed.correlation_id {
                 return Err(WireError::CorrelationMismatch {
                     expected: owed.correlation_id,
