@@ -589,6 +589,13 @@ impl Consumer {
         self.member.panic_membership_thread();
     }
 
+    /// Makes the commit thread panic at its next commit. Hidden: it exists only so that tests
+    /// can check what a dead commit thread does to the consumer; never call it otherwise.
+    #[doc(hidden)]
+    pub fn panic_commit_thread(&self) {
+        self.member.panic_commit_thread();
+    }
+
     /// A snapshot of per-partition signals (what an operator needs to see a stuck partition) and
     /// counters.
     pub fn stats(&self) -> ConsumerStats {

@@ -237,6 +237,11 @@ pub trait Membership: Send {
     /// Makes the membership thread panic (tests of a dead membership thread only).
     #[doc(hidden)]
     fn panic_membership_thread(&self);
+
+    /// Makes the commit thread panic at its next commit (tests of a dead commit thread only;
+    /// a membership without one has nothing to do).
+    #[doc(hidden)]
+    fn panic_commit_thread(&self) {}
 }
 
 /// Read-only access to a member's generation and ownership from another thread (see

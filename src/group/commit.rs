@@ -17,9 +17,38 @@
 //! - its answer waits here until the poll thread takes it ([`Committer::answer`]) and applies
 //!   it to the guard, which counts nothing as committed before the broker said so;
 //! - every synchronous commit (a revocation's, the application's, the close's) first waits for
-//!   the one in flight ([`Committer::settle`]): commits reach the coordinator one after another,
-//!   in the order they were made, so a paced commit can never land after (and below) the
-//!   handoff commit of the same partition.
+//!   the one in flight ([`Committer::settle`]), then travels on the same thread, over the same
+//!   connection ([`Committer::commit`]).
+//!
+//! # Why every commit takes the same connection
+//!
+//! A paced commit must never be executed after (and below) the handoff commit of the same
+//! partition: the next owner would start from the paced position and redo what was committed
+//! after it. Waiting for the paced commit's answer is not enough: when the answer does not come
+//! within `request.timeout.ms`, the request may still be in the network or in the broker's
+//! queue, and Kafka executes a request it received even after the client gave up on it, or
+//! closed the connection; in the same generation, it is accepted. Kafka keeps the order of
+//! requests on one connection (it reads the next request of a connection only after answering
+//! the previous one), and keeps none across connections. So:
+//!
+//! - every commit of the member is sent by this thread, on its client's connection to the
+//!   coordinator, one after another;
+//! - an OffsetCommit whose answer did not come keeps that connection open, its answer owed
+//!   (`wire/connection/ordered.rs`), and the coordinator is not looked up again: the next
+//!   commit, and the retry of the same one, go behind it and are executed after it, however
+//!   late it arrives.
+//!
+//! A read-back (OffsetFetch after the handoff, committing again when a late commit moved the
+//! offset back) was weighed and not taken: the late request can arrive after the read-back too,
+//! and the partition is no longer ours to commit for by then.
+//!
+//! What remains: when the connection itself breaks (an I/O error, a timeout in the middle of an
+//! answer, or four answers owed), a request the broker had read on it may
+//! still be executed after a commit sent on the new connection. The offset can then move back
+//! to an older commit of this member, at most to the one sent before the break; the next owner
+//! redoes what lies between (at most what was finished since that commit), and nothing is
+//! lost. A coordinator that moved refuses a late commit (NOT_COORDINATOR), as a group that
+//! moved to a new generation does.
 //!
 //! The thread carries the identity the poll thread read when it sent the commit, and commits
 //! through [`commit_offsets`], the same check against the session and the same handling of a
@@ -33,7 +62,7 @@ use super::consumer_group::reconcile::{stale_epoch_retry_named, StaleEpochRetry}
 use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
-use super::session::{membership_refusal, CommitRefusal, Shared};
+use super::session::{membership_refusal, CommitRefusal, GroupThread, Shared};
 use crate::metrics;
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
@@ -220,29 +249,34 @@ fn retry_stale_epoch(
 // ---------------------------------------------------------------------------------------------
 // The commit thread
 
-/// Attempts per paced commit on the commit thread (the first included): one more than a single
-/// try, so a coordinator that moved is found again at once; anything longer waits for the next
-/// interval, which sends the progress made by then.
+/// Attempts per commit on the commit thread (the first included): one more than a single try,
+/// so a coordinator that moved is found again at once; anything longer waits for the next
+/// interval, which sends the progress made by then. A retry after a timeout goes behind the
+/// unanswered attempt on the same connection (`wire/connection/ordered.rs`).
 const ATTEMPTS: u32 = 2;
 
-/// One commit for the thread: what to send, as whom.
+/// One commit for the thread: what to send, as whom, and what kind of commit it is.
 struct Job {
     identity: MemberIdentity,
     offsets: Vec<wire::OffsetCommitEntry>,
+    kind: CommitKind,
 }
 
-/// The broker's answer to a paced commit (or why none was had).
+/// The broker's answer to a commit (or why none was had).
 pub(crate) type CommitAnswer = Result<CommitResults, CommitError>;
 
 /// What the thread does with one job: send it and wait for the answer. The product's sends an
 /// OffsetCommit ([`offset_commit_sender`]); tests put a scripted coordinator in its place.
-type Sender = Box<dyn FnMut(&MemberIdentity, &[wire::OffsetCommitEntry]) -> CommitAnswer + Send>;
+type Sender =
+    Box<dyn FnMut(&MemberIdentity, &[wire::OffsetCommitEntry], CommitKind) -> CommitAnswer + Send>;
 
-/// The poll thread's handle on the commit thread, which starts with the first paced commit.
+/// The poll thread's handle on the commit thread, which starts with the first commit.
 pub(crate) struct Committer {
     /// The thread's name, and what it will run (taken when the thread starts).
     name: String,
     sender: Option<Sender>,
+    /// The session: the thread's panic is the member's death there (`session/threads.rs`).
+    shared: Arc<Shared>,
     jobs: Option<SyncSender<Job>>,
     answers: Option<Receiver<CommitAnswer>>,
     thread: Option<JoinHandle<()>>,
@@ -262,18 +296,19 @@ impl Committer {
         let mut client_config = client_config.clone();
         client_config.max_retries = ATTEMPTS;
         let sender = offset_commit_sender(
-            shared,
+            shared.clone(),
             client_config,
             group_id.to_string(),
             instance_id.map(str::to_string),
         );
-        Committer::with_sender(format!("commit-{group_id}"), sender)
+        Committer::with_sender(format!("commit-{group_id}"), shared, sender)
     }
 
-    fn with_sender(name: String, sender: Sender) -> Self {
+    fn with_sender(name: String, shared: Arc<Shared>, sender: Sender) -> Self {
         Committer {
             name,
             sender: Some(sender),
+            shared,
             jobs: None,
             answers: None,
             thread: None,
@@ -287,6 +322,12 @@ impl Committer {
         self.in_flight || self.settled.is_some()
     }
 
+    /// True once the thread was started and has ended (it ends only with the committer, or
+    /// by a panic: see `session/threads.rs`).
+    pub(crate) fn ended(&self) -> bool {
+        self.thread.as_ref().is_some_and(JoinHandle::is_finished)
+    }
+
     /// Sends `offsets` as `identity` on the commit thread, without waiting. Refused (returns
     /// the offsets back) while another commit is in flight or its answer was not taken: one at
     /// a time, so commits land in the order they were made.
@@ -298,19 +339,43 @@ impl Committer {
         if self.in_flight() {
             return Err(offsets);
         }
-        let Some(jobs) = self.start() else {
-            return Err(offsets);
+        let job = Job {
+            identity,
+            offsets,
+            kind: CommitKind::Paced,
         };
-        match jobs.send(Job { identity, offsets }) {
+        match self.submit(job) {
             Ok(()) => {
                 self.in_flight = true;
                 Ok(())
             }
-            Err(SendError(job)) => {
-                log::error!("the commit thread is gone; the next synchronous commit commits");
-                self.jobs = None;
-                Err(job.offsets)
-            }
+            Err(job) => Err(job.offsets),
+        }
+    }
+
+    /// Commits synchronously on the commit thread, after the commit in flight (whose answer
+    /// [`settle`](Self::settle) keeps for [`answer`](Self::answer)): both travel on the
+    /// thread's connection to the coordinator, one behind the other, so the coordinator
+    /// executes them in that order even when the first one's answer never came (see the
+    /// module docs). Bounded by the thread's request deadlines.
+    pub(crate) fn commit(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[wire::OffsetCommitEntry],
+        kind: CommitKind,
+    ) -> CommitAnswer {
+        self.settle();
+        let job = Job {
+            identity: identity.clone(),
+            offsets: offsets.to_vec(),
+            kind,
+        };
+        if self.submit(job).is_err() {
+            return Err(CommitError::ThreadGone);
+        }
+        match self.answers.as_ref().map(Receiver::recv) {
+            Some(Ok(answer)) => answer,
+            Some(Err(RecvError)) | None => Err(CommitError::ThreadGone),
         }
     }
 
@@ -331,7 +396,7 @@ impl Committer {
             Err(TryRecvError::Empty) => None,
             Err(TryRecvError::Disconnected) => {
                 self.in_flight = false;
-                Some(Err(thread_gone()))
+                Some(Err(CommitError::ThreadGone))
             }
         }
     }
@@ -350,21 +415,38 @@ impl Committer {
         log::debug!("waiting for the paced commit in flight before a synchronous commit");
         self.settled = Some(match answers.recv() {
             Ok(answer) => answer,
-            Err(RecvError) => Err(thread_gone()),
+            Err(RecvError) => Err(CommitError::ThreadGone),
         });
         self.in_flight = false;
     }
 
-    /// The job channel, starting the thread on first use. `None` when it cannot be started
-    /// (the commit is then left to the next synchronous one).
+    /// Hands `job` to the thread, starting it on first use; the job back when the thread
+    /// cannot be started or is gone (its death is the member's: `session/threads.rs`).
+    fn submit(&mut self, job: Job) -> Result<(), Job> {
+        let Some(jobs) = self.start() else {
+            return Err(job);
+        };
+        jobs.send(job).map_err(|SendError(job)| {
+            log::error!("the commit thread is gone: nothing can be committed");
+            job
+        })
+    }
+
+    /// The job channel, starting the thread on first use. `None` when it cannot be started or
+    /// was started before and ended.
     fn start(&mut self) -> Option<&SyncSender<Job>> {
         if self.jobs.is_none() {
             let sender = self.sender.take()?;
             let (jobs, job_queue) = sync_channel::<Job>(1);
             let (answer_queue, answers) = sync_channel::<CommitAnswer>(1);
+            let shared = self.shared.clone();
             let spawned = thread::Builder::new()
                 .name(self.name.clone())
-                .spawn(move || run(sender, job_queue, answer_queue));
+                .spawn(move || {
+                    shared.run_thread(GroupThread::Commit, || {
+                        run(sender, job_queue, answer_queue, &shared)
+                    })
+                });
             match spawned {
                 Ok(handle) => {
                     self.thread = Some(handle);
@@ -373,6 +455,10 @@ impl Committer {
                 }
                 Err(error) => {
                     log::error!("cannot start the commit thread: {error}");
+                    self.shared.lock().thread_died(
+                        GroupThread::Commit,
+                        format!("the thread could not be started: {error}"),
+                    );
                     return None;
                 }
             }
@@ -391,16 +477,11 @@ impl Drop for Committer {
     }
 }
 
-fn thread_gone() -> CommitError {
-    CommitError::Wire(WireError::Config(
-        "the commit thread ended before answering".to_string(),
-    ))
-}
-
-/// The commit thread: one job at a time, each answered.
-fn run(mut send: Sender, jobs: Receiver<Job>, answers: SyncSender<CommitAnswer>) {
+/// The commit thread: one job at a time, each answered, in the order they came.
+fn run(mut send: Sender, jobs: Receiver<Job>, answers: SyncSender<CommitAnswer>, shared: &Shared) {
     while let Ok(job) = jobs.recv() {
-        let answer = send(&job.identity, &job.offsets);
+        shared.panic_if_requested(GroupThread::Commit);
+        let answer = send(&job.identity, &job.offsets, job.kind);
         if answers.send(answer).is_err() {
             return;
         }
@@ -417,12 +498,12 @@ fn offset_commit_sender(
     instance_id: Option<String>,
 ) -> Sender {
     let mut client: Option<Client> = None;
-    Box::new(move |identity, offsets| {
+    Box::new(move |identity, offsets, kind| {
         if client.is_none() {
             client = Some(Client::connect(client_config.clone()).map_err(CommitError::Wire)?);
         }
         let Some(connected) = client.as_mut() else {
-            return Err(thread_gone());
+            return Err(CommitError::ThreadGone);
         };
         let answer = commit_offsets(
             &mut |who, offsets| connected.offset_commit(who, offsets),
@@ -431,14 +512,27 @@ fn offset_commit_sender(
             instance_id.as_deref(),
             identity,
             offsets,
-            CommitKind::Paced,
+            kind,
         );
-        if let Err(CommitError::Wire(_)) = &answer {
-            // Timed out or refused as a whole: the next one asks who coordinates first.
-            connected.invalidate_coordinator(&group_id);
+        if let Err(CommitError::Wire(e)) = &answer {
+            if !timed_out(e) {
+                // Refused as a whole, or the connection broke: the next one asks who
+                // coordinates first. Not after a timeout that kept the connection: the next
+                // commit must go behind the unanswered one, on the same connection.
+                connected.invalidate_coordinator(&group_id);
+            }
         }
         answer
     })
+}
+
+/// Whether `e` is (or ends in) a request timeout.
+fn timed_out(e: &WireError) -> bool {
+    match e {
+        WireError::Timeout { .. } => true,
+        WireError::RetriesExhausted { last, .. } => timed_out(last),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -466,12 +560,20 @@ mod tests {
         }
     }
 
+    fn shared() -> Arc<Shared> {
+        let timeouts = crate::group::session::Timeouts {
+            session_timeout: Duration::from_secs(10),
+            max_poll_interval: Duration::from_secs(300),
+        };
+        Arc::new(Shared::new(Arc::new(|_, _| {}), timeouts))
+    }
+
     /// A coordinator that writes each commit it is given into `log` once the test lets it
     /// (one permit per commit), the way a coordinator answers only once its write is replicated.
     fn held_coordinator(log: Arc<Mutex<Vec<i64>>>) -> (Sender, std::sync::mpsc::Sender<()>) {
         let (permit, permits) = channel::<()>();
         let permits = Mutex::new(permits);
-        let sender: Sender = Box::new(move |_, offsets| {
+        let sender: Sender = Box::new(move |_, offsets, _| {
             let _ = permits.lock().map(|p| p.recv());
             log.lock()
                 .map(|mut l| l.extend(offsets.iter().map(|o| o.offset)))
@@ -485,7 +587,7 @@ mod tests {
     fn one_commit_in_flight_at_a_time_and_its_answer_waits_to_be_taken() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (sender, permit) = held_coordinator(log.clone());
-        let mut committer = Committer::with_sender("commit-test".into(), sender);
+        let mut committer = Committer::with_sender("commit-test".into(), shared(), sender);
         assert!(
             committer.answer().is_none(),
             "nothing sent, nothing answered"
@@ -520,7 +622,7 @@ mod tests {
     fn settle_returns_only_after_the_commit_in_flight_was_answered_and_keeps_its_answer() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (sender, permit) = held_coordinator(log.clone());
-        let mut committer = Committer::with_sender("commit-test".into(), sender);
+        let mut committer = Committer::with_sender("commit-test".into(), shared(), sender);
         committer.send(me(), vec![entry(5)]).unwrap();
         let releaser = thread::spawn(move || {
             thread::sleep(Duration::from_millis(200));

@@ -37,6 +37,10 @@ pub enum GroupError {
     /// so the assignment was fenced as lost at once, and every later poll returns this. Close
     /// the consumer and start a new one.
     MembershipThreadDied(String),
+    /// The commit thread (which sends every offset commit of the member) died, with this panic
+    /// message: nothing could be committed any more, so the assignment was fenced as lost at
+    /// once, and every later poll returns this. Close the consumer and start a new one.
+    CommitThreadDied(String),
     /// The member was closed.
     Closed,
 }
@@ -55,7 +59,9 @@ impl GroupError {
             GroupError::Leader(_) | GroupError::UnknownAssignor(_) | GroupError::Assignment(_) => {
                 ErrorKind::Protocol
             }
-            GroupError::Thread(_) | GroupError::MembershipThreadDied(_) => ErrorKind::Internal,
+            GroupError::Thread(_)
+            | GroupError::MembershipThreadDied(_)
+            | GroupError::CommitThreadDied(_) => ErrorKind::Internal,
             GroupError::Closed => ErrorKind::Closed,
         }
     }
@@ -87,6 +93,10 @@ impl fmt::Display for GroupError {
                 f,
                 "the membership thread died ({message}); its partitions are fenced"
             ),
+            GroupError::CommitThreadDied(message) => write!(
+                f,
+                "the commit thread died ({message}); its partitions are fenced"
+            ),
             GroupError::Closed => write!(f, "the group member is closed"),
         }
     }
@@ -107,6 +117,7 @@ impl std::error::Error for GroupError {
             GroupError::Thread(e) => Some(e),
             GroupError::UnknownAssignor(_)
             | GroupError::MembershipThreadDied(_)
+            | GroupError::CommitThreadDied(_)
             | GroupError::Closed => None,
         }
     }
@@ -138,6 +149,10 @@ pub enum CommitError {
     },
     /// The request failed.
     Wire(WireError),
+    /// The commit thread, which sends every commit of the member, is gone (it panicked, or
+    /// could not be started): nothing was sent. The member's next poll fails with
+    /// [`GroupError::CommitThreadDied`].
+    ThreadGone,
 }
 
 impl CommitError {
@@ -150,6 +165,7 @@ impl CommitError {
                 ErrorKind::GenerationOver
             }
             CommitError::Wire(e) => e.kind(),
+            CommitError::ThreadGone => ErrorKind::Internal,
         }
     }
 }
@@ -171,6 +187,9 @@ impl fmt::Display for CommitError {
             ),
             // Transparent: the wire error names the request (OffsetCommit) and what went wrong.
             CommitError::Wire(e) => write!(f, "{e}"),
+            CommitError::ThreadGone => {
+                write!(f, "not committing: the commit thread is gone")
+            }
         }
     }
 }

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
-use super::commit::{commit_offsets, CommitKind, CommitResults, Committer};
+use super::commit::{CommitKind, CommitResults, Committer};
 use super::config::GroupConfig;
 use super::error::{CommitError, GroupError};
 use super::handout::Handout;
 use super::listener::{close_with, poll_with, RebalanceListener};
 use super::requests::MemberIdentity;
-use super::session::{NextStep, Phase, Shared, Timeouts};
+use super::session::{GroupThread, NextStep, Phase, Shared, Timeouts};
 use crate::guard::{lease_now, SessionBound};
 use crate::wire::{self, Client, ClientConfig, FetchStats, Nudge, RecordSource};
 use crate::TopicPartition;
@@ -203,18 +203,23 @@ impl<P: Protocol> Member<P> {
         }
     }
 
-    /// Fails once the membership thread is gone while the member is open: its panic was turned
-    /// into a loss of everything owned when it happened (`Shared::run_membership_thread`); a
-    /// thread that ended without one is treated the same way here. The poll loop must not go
-    /// on with a membership nobody maintains.
-    fn membership_thread_alive(&mut self) -> Result<(), GroupError> {
+    /// Fails once the membership thread or the commit thread is gone while the member is open:
+    /// a panic was turned into a loss of everything owned when it happened
+    /// (`Shared::run_thread`); a thread that ended without one is treated the same way here.
+    /// The poll loop must not go on with a membership nobody maintains, or with work nobody
+    /// can commit.
+    fn threads_alive(&mut self) -> Result<(), GroupError> {
         let mut state = self.shared.lock();
-        let ended = self.thread.as_ref().is_some_and(JoinHandle::is_finished);
-        if ended && state.died().is_none() && state.phase() != Phase::Closed {
-            state.membership_died("the thread ended while the member was open".to_string());
+        if state.died().is_none() && state.phase() != Phase::Closed {
+            let ended = "the thread ended while the member was open".to_string();
+            if self.thread.as_ref().is_some_and(JoinHandle::is_finished) {
+                state.thread_died(GroupThread::Membership, ended);
+            } else if self.committer.ended() {
+                state.thread_died(GroupThread::Commit, ended);
+            }
         }
         match state.died() {
-            Some(message) => Err(GroupError::MembershipThreadDied(message.to_string())),
+            Some(death) => Err(death.error()),
             None => Ok(()),
         }
     }
@@ -242,7 +247,7 @@ impl<P: Protocol> Membership for Member<P> {
             if let Some(fatal) = self.handout.take_fatal() {
                 return Err(fatal);
             }
-            self.membership_thread_alive()?;
+            self.threads_alive()?;
             if let Some(change) = self.handout.next(&self.shared) {
                 return Ok(Some(change));
             }
@@ -329,17 +334,8 @@ impl<P: Protocol> Membership for Member<P> {
         offsets: &[wire::OffsetCommitEntry],
         kind: CommitKind,
     ) -> Result<CommitResults, CommitError> {
-        self.committer.settle();
-        let client = &mut self.client;
-        commit_offsets(
-            &mut |who, offsets| client.offset_commit(who, offsets),
-            &self.shared,
-            &self.config.group_id,
-            self.config.group_instance_id.as_deref(),
-            identity,
-            offsets,
-            kind,
-        )
+        // On the commit thread, behind the paced commit in flight (if any): see `commit.rs`.
+        self.committer.commit(identity, offsets, kind)
     }
 
     fn commit_in_background(
@@ -447,7 +443,11 @@ impl<P: Protocol> Membership for Member<P> {
     }
 
     fn panic_membership_thread(&self) {
-        self.shared.request_panic();
+        self.shared.request_panic(GroupThread::Membership);
+    }
+
+    fn panic_commit_thread(&self) {
+        self.shared.request_panic(GroupThread::Commit);
     }
 }
 

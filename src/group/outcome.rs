@@ -107,6 +107,8 @@ pub enum LostReason {
     /// by the membership's ownership check, which fences them rather than let two members
     /// work on one partition.
     NotOwnedByTheMembership,
+    /// The commit thread died: nothing this member does could be committed any more.
+    CommitThreadDied,
 }
 
 /// An error code that ends the membership until the caller intervenes (the configuration, the
@@ -148,6 +150,7 @@ impl fmt::Display for LostReason {
             Self::NotOwnedByTheMembership => {
                 f.write_str("held by the consumer but not owned by the membership")
             }
+            Self::CommitThreadDied => f.write_str("the commit thread died"),
         }
     }
 }

@@ -43,9 +43,11 @@ mod heartbeat;
 mod kip848;
 #[cfg(test)]
 mod tests;
+mod threads;
 
 pub(crate) use commits::{membership_refusal, CommitRefusal};
 pub(crate) use heartbeat::{HeartbeatDue, HeartbeatVerdict};
+pub(crate) use threads::{GroupThread, ThreadDeath};
 
 /// Where the member is in the classic protocol's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,8 +192,8 @@ pub(crate) struct SessionState {
     acknowledged: Vec<u64>,
     /// The id of the last decided change (see [`ChangeId`]).
     last_change: ChangeId,
-    /// The membership thread died, with this panic message: every later poll fails with it.
-    died: Option<String>,
+    /// A thread of the member died (`threads.rs`): every later poll fails with it.
+    died: Option<ThreadDeath>,
 }
 
 impl SessionState {
@@ -418,19 +420,6 @@ impl SessionState {
         }
         self.rejoin
             .get_or_insert_with(|| format!("assignment lost: {reason:?}"));
-    }
-
-    /// The membership thread died (panicked with `message`): everything owned is fenced as lost
-    /// at once, under this lock, and the death is kept for every later poll.
-    pub(crate) fn membership_died(&mut self, message: String) {
-        log::error!("the membership thread died: {message}");
-        self.lose(LostReason::MembershipThreadDied, false);
-        self.died.get_or_insert(message);
-    }
-
-    /// Why the membership thread died, if it did.
-    pub(crate) fn died(&self) -> Option<&str> {
-        self.died.as_deref()
     }
 
     /// True when losses or a fatal error wait for the poll thread.
@@ -759,9 +748,10 @@ pub(crate) struct Shared {
     /// that does not decode, ...): the poll thread returns it from its next poll, as it would
     /// have returned it from a round of its own. No round runs while it waits there.
     failure: Mutex<Option<super::error::GroupError>>,
-    /// Tests only: the membership thread panics at its next look at the session (see
-    /// `GroupMember::panic_membership_thread`), so that its death can be tested end to end.
-    panic_requested: std::sync::atomic::AtomicBool,
+    /// Tests only: the threads (`threads::GroupThread` bits) that panic at their next look at
+    /// the session (see `Membership::panic_membership_thread`), so that a death can be tested
+    /// end to end.
+    panic_requested: std::sync::atomic::AtomicU8,
     /// The consumer's waker asked the poll thread to stop waiting for the membership (see
     /// [`Self::nudge`]); taken by the wait it ends.
     nudged: std::sync::atomic::AtomicBool,
@@ -776,7 +766,7 @@ impl Shared {
             state: Mutex::new(SessionState::new(hook, timeouts, lease_now())),
             wake: Condvar::new(),
             failure: Mutex::new(None),
-            panic_requested: std::sync::atomic::AtomicBool::new(false),
+            panic_requested: std::sync::atomic::AtomicU8::new(0),
             nudged: std::sync::atomic::AtomicBool::new(false),
             topics: Mutex::new(TopicWatch::default()),
         }
@@ -785,40 +775,6 @@ impl Shared {
     /// The classic member's subscription (see [`TopicWatch`]).
     pub(crate) fn topics(&self) -> MutexGuard<'_, TopicWatch> {
         self.topics.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `body`, the membership thread's loop, and turns its panic into the member's death
-    /// ([`SessionState::membership_died`]): the partitions are fenced at once instead of staying
-    /// in the hands of a poll loop whose session nobody maintains.
-    pub(crate) fn run_membership_thread(&self, body: impl FnOnce()) {
-        let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
-            return;
-        };
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|m| m.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_string());
-        self.lock().membership_died(message);
-        self.wake.notify_all();
-    }
-
-    /// Tests only: asks the membership thread to panic (see [`Self::panic_if_requested`]).
-    pub(crate) fn request_panic(&self) {
-        self.panic_requested
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.wake.notify_all();
-    }
-
-    /// Called by the membership thread at every look at the session: panics when a test asked
-    /// for it, and does nothing otherwise.
-    pub(crate) fn panic_if_requested(&self) {
-        if self
-            .panic_requested
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            panic!("membership thread panic requested by a test");
-        }
     }
 
     /// Waits on the condvar for at most `timeout`.

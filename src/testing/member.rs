@@ -13,7 +13,7 @@ use crate::group::assignor::RebalanceProtocol;
 use crate::group::commit::commit_offsets;
 use crate::group::handout::Handout;
 use crate::group::requests::MemberIdentity;
-use crate::group::session::Shared;
+use crate::group::session::{GroupThread, Shared};
 use crate::group::{
     Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupConfig, GroupError,
     Membership, MembershipView,
@@ -470,6 +470,6 @@ impl<P: Steps> Membership for InMemoryMember<P> {
     }
 
     fn panic_membership_thread(&self) {
-        self.shared().request_panic();
+        self.shared().request_panic(GroupThread::Membership);
     }
 }

@@ -12,8 +12,10 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 
@@ -29,6 +31,154 @@ impl Gate {
         let mut held = self.held.lock().unwrap();
         while *held {
             held = self.changed.wait(held).unwrap();
+        }
+    }
+}
+
+/// One request held back by [`Proxy::hold_next`]: where it is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Catching {
+    /// Nothing asked for.
+    Idle,
+    /// The next request of this api key is to be held for at most this long.
+    Armed(i16, Duration),
+    /// Held since `since` on connection `conn`; `trigger` once an answer of the same api key
+    /// passed on another connection.
+    Holding {
+        key: i16,
+        conn: u64,
+        since: Instant,
+        at_most: Duration,
+        trigger: bool,
+    },
+    /// Delivered to the broker after `held` (`by_trigger`: because another connection's
+    /// request of the same key was answered); `answered` once the broker's answer came back.
+    Delivered {
+        key: i16,
+        conn: u64,
+        correlation: i32,
+        held: Duration,
+        by_trigger: bool,
+        answered: bool,
+    },
+}
+
+/// What [`Proxy::hold_next`] did with the request it held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// How long the request waited in the proxy.
+    pub held: Duration,
+    /// Delivered because a request of the same api key on another connection was answered
+    /// first (false: because the hold's time was up).
+    pub overtaken: bool,
+    /// The broker answered the held request (its answer passed the proxy).
+    pub answered: bool,
+}
+
+#[derive(Default)]
+struct Catch {
+    state: Mutex<Option<Catching>>,
+    changed: Condvar,
+    /// The held request's bytes after its correlation id, and the requests sent again with
+    /// the same bytes (a client's retry of it): (connection, correlation id). A twin's answer
+    /// does not count as overtaking the held request.
+    held_body: Mutex<Vec<u8>>,
+    twins: Mutex<std::collections::HashSet<(u64, i32)>>,
+}
+
+impl Catch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Catching>> {
+        self.state.lock().unwrap()
+    }
+
+    /// A request of `key` with `correlation` read on connection `conn`: held here if it is the
+    /// one asked for, until another connection's request of its key is answered or its time
+    /// is up.
+    fn maybe_hold(&self, conn: u64, key: i16, correlation: i32, body: &[u8]) {
+        let mut state = self.lock();
+        let (armed, at_most) = match *state {
+            Some(Catching::Armed(armed, at_most)) => (armed, at_most),
+            Some(Catching::Holding { key: held, .. } | Catching::Delivered { key: held, .. })
+                if held == key && *self.held_body.lock().unwrap() == body =>
+            {
+                self.twins.lock().unwrap().insert((conn, correlation));
+                return;
+            }
+            _ => return,
+        };
+        if armed != key {
+            return;
+        }
+        *self.held_body.lock().unwrap() = body.to_vec();
+        let since = Instant::now();
+        *state = Some(Catching::Holding {
+            key,
+            conn,
+            since,
+            at_most,
+            trigger: false,
+        });
+        loop {
+            let Some(Catching::Holding { trigger, .. }) = *state else {
+                return;
+            };
+            let left = (since + at_most).saturating_duration_since(Instant::now());
+            if trigger || left.is_zero() {
+                *state = Some(Catching::Delivered {
+                    key,
+                    conn,
+                    correlation,
+                    held: since.elapsed(),
+                    by_trigger: trigger,
+                    answered: false,
+                });
+                self.changed.notify_all();
+                return;
+            }
+            state = self.changed.wait_timeout(state, left).unwrap().0;
+        }
+    }
+
+    /// An answer of `key` to `correlation` on connection `conn` is about to go to its client.
+    /// The held request's own answer is noted; another connection's answer of the same key
+    /// releases the held request and waits (at most 10 s) until the broker answered it, so
+    /// that the held request is executed before this client hears its answer.
+    fn on_answer(&self, conn: u64, key: i16, correlation: i32) {
+        let mut state = self.lock();
+        match *state {
+            Some(Catching::Holding {
+                key: held,
+                conn: held_on,
+                ref mut trigger,
+                ..
+            }) if held == key
+                && held_on != conn
+                && !self.twins.lock().unwrap().contains(&(conn, correlation)) =>
+            {
+                *trigger = true;
+                self.changed.notify_all();
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    if let Some(Catching::Delivered { answered: true, .. }) = *state {
+                        return;
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return;
+                    }
+                    state = self.changed.wait_timeout(state, left).unwrap().0;
+                }
+            }
+            Some(Catching::Delivered {
+                conn: held_on,
+                correlation: held,
+                ref mut answered,
+                ..
+            }) if held_on == conn && held == correlation => {
+                *answered = true;
+                self.changed.notify_all();
+            }
+            _ => {}
         }
     }
 }
@@ -59,6 +209,7 @@ pub struct Proxy {
     seen: Arc<Mutex<Vec<(i16, i16)>>>,
     gate: Arc<Gate>,
     observer: Observer,
+    catch: Arc<Catch>,
 }
 
 impl Proxy {
@@ -101,8 +252,11 @@ impl Proxy {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Gate::default());
         let observer: Observer = Arc::default();
+        let catch: Arc<Catch> = Arc::default();
         let (recorder, gate_of_all, observer_of_all) =
             (seen.clone(), gate.clone(), observer.clone());
+        let catch_of_all = catch.clone();
+        let connections = AtomicU64::new(0);
         let upstream = upstream.to_string();
         let rewrites: Vec<([u8; 4], [u8; 4])> = ports
             .iter()
@@ -120,14 +274,24 @@ impl Proxy {
                 let inflight: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
                 let (rec, apis, gate) = (recorder.clone(), inflight.clone(), gate_of_all.clone());
                 let watch = observer_of_all.clone();
+                let conn = Link {
+                    id: connections.fetch_add(1, Ordering::SeqCst),
+                    catch: catch_of_all.clone(),
+                };
+                let link = Link {
+                    id: conn.id,
+                    catch: conn.catch.clone(),
+                };
                 thread::spawn(move || {
-                    let _ = pump_requests(client, server, &rec, &apis, &gate, &watch);
+                    let _ = pump_requests(client, server, &rec, &apis, &gate, &watch, &link);
                 });
                 let rewrites = rewrites.clone();
                 let gate = gate_of_all.clone();
                 let watch = observer_of_all.clone();
                 thread::spawn(move || {
-                    let _ = pump_responses(server2, client2, &inflight, &rewrites, &gate, &watch);
+                    let _ = pump_responses(
+                        server2, client2, &inflight, &rewrites, &gate, &watch, &conn,
+                    );
                 });
             }
         });
@@ -136,6 +300,42 @@ impl Proxy {
             seen,
             gate,
             observer,
+            catch,
+        }
+    }
+
+    /// Holds the next request of `api_key` (whichever connection sends it; the requests behind
+    /// it on its connection wait behind it, as on the wire) until a request of the same key on
+    /// another connection was answered, or `at_most` passed. When another connection's request
+    /// overtakes it, the held one is delivered to the broker first and that other request's
+    /// answer is passed on only once the broker answered the held one: a late request a broker
+    /// executes right after a newer one, as a request stuck in a network or a busy broker is.
+    pub fn hold_next(&self, api_key: i16, at_most: Duration) {
+        *self.catch.lock() = Some(Catching::Armed(api_key, at_most));
+    }
+
+    /// True once the request asked for by [`Proxy::hold_next`] arrived (held or delivered).
+    pub fn holding(&self) -> bool {
+        matches!(
+            *self.catch.lock(),
+            Some(Catching::Holding { .. } | Catching::Delivered { .. })
+        )
+    }
+
+    /// What became of the request asked for by [`Proxy::hold_next`], once it was delivered.
+    pub fn held(&self) -> Option<Held> {
+        match *self.catch.lock() {
+            Some(Catching::Delivered {
+                held,
+                by_trigger,
+                answered,
+                ..
+            }) => Some(Held {
+                held,
+                overtaken: by_trigger,
+                answered,
+            }),
+            _ => None,
         }
     }
 
@@ -173,6 +373,12 @@ impl Drop for Proxy {
     }
 }
 
+/// One proxied connection as [`Proxy::hold_next`] sees it.
+struct Link {
+    id: u64,
+    catch: Arc<Catch>,
+}
+
 fn upstream_port(upstream: &str) -> u16 {
     upstream
         .rsplit(':')
@@ -203,6 +409,7 @@ fn pump_requests(
     inflight: &Mutex<HashMap<i32, i16>>,
     gate: &Gate,
     observer: &Observer,
+    link: &Link,
 ) -> io::Result<()> {
     let result = (|| loop {
         let frame = read_frame(&mut client)?;
@@ -213,10 +420,19 @@ fn pump_requests(
             seen.lock().unwrap().push((key, version));
             inflight.lock().unwrap().insert(correlation, key);
             report(observer, Traffic::Request(key));
+            link.catch
+                .maybe_hold(link.id, key, correlation, &frame[8..]);
         }
         gate.wait_open();
         write_frame(&mut server, &frame)?;
     })();
+    // The client closed its side: what it sent is executed all the same (a broker executes
+    // every request it read), so the broker's side stays open until those were answered
+    // (at most 30 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !inflight.lock().unwrap().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
     let _ = server.shutdown(Shutdown::Write);
     result
 }
@@ -228,6 +444,7 @@ fn pump_responses(
     rewrites: &[([u8; 4], [u8; 4])],
     gate: &Gate,
     observer: &Observer,
+    link: &Link,
 ) -> io::Result<()> {
     let host = b"127.0.0.1";
     let result = (|| loop {
@@ -252,6 +469,9 @@ fn pump_responses(
             }
         }
         gate.wait_open();
+        if let (Some(key), Some(correlation)) = (key, correlation) {
+            link.catch.on_answer(link.id, key, correlation);
+        }
         if let Some(key) = key {
             report(observer, Traffic::Response(key));
         }

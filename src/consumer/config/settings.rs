@@ -190,7 +190,7 @@ settings! {
         default: "30000",
         rule: checks::positive_ms,
         set: |timeout: Duration| timeout,
-        doc: "Upper bound on one request's round trip before the connection is considered broken. Java's default.",
+        doc: "Upper bound on one request's round trip before the connection is considered broken (an OffsetCommit's connection is kept with the answer owed, so that the next commit is executed after it). Java's default.",
     }
     connection_setup_timeout: Duration {
         name: "socket.connection.setup.timeout.ms",

@@ -33,7 +33,7 @@ use crate::group::failover::{bound_membership_client, Failover};
 use crate::group::member::Step;
 use crate::group::membership::ErrorContext;
 use crate::group::requests::{self, MemberIdentity};
-use crate::group::session::{HeartbeatDue, HeartbeatVerdict, Phase, Shared};
+use crate::group::session::{GroupThread, HeartbeatDue, HeartbeatVerdict, Phase, Shared};
 use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
@@ -60,7 +60,9 @@ pub(crate) fn spawn(
         .name(format!("heartbeat-{}", settings.group_id))
         .spawn(move || {
             let guard = shared.clone();
-            guard.run_membership_thread(|| Heartbeater::new(shared, client_config, settings).run())
+            guard.run_thread(GroupThread::Membership, || {
+                Heartbeater::new(shared, client_config, settings).run()
+            })
         })
 }
 
@@ -125,7 +127,7 @@ impl Heartbeater {
                     log::debug!("heartbeat thread for {} exits", self.settings.group_id);
                     return;
                 }
-                self.shared.panic_if_requested();
+                self.shared.panic_if_requested(GroupThread::Membership);
                 let now = lease_now();
                 let due = match state.round_due() {
                     Some(_) if self.shared.has_failure() => None,

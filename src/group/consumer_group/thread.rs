@@ -35,7 +35,7 @@ use super::mirror::Mirror;
 use super::wire::{heartbeat_unsupported, heartbeat_version, resolve_topic_ids, send_heartbeat};
 use super::{ConsumerGroupConfig, ConsumerGroupMembership};
 use crate::group::failover::{bound_membership_client, Failover};
-use crate::group::session::{Phase, Shared};
+use crate::group::session::{GroupThread, Phase, Shared};
 use crate::wire::ErrorChain;
 use crate::wire::{Client, ClientConfig, KafkaCode, WireError};
 
@@ -58,7 +58,9 @@ pub(crate) fn spawn(
         .name(format!("membership-{}", config.group_id))
         .spawn(move || {
             let guard = shared.clone();
-            guard.run_membership_thread(|| Driver::new(shared, client_config, config).run())
+            guard.run_thread(GroupThread::Membership, || {
+                Driver::new(shared, client_config, config).run()
+            })
         })
 }
 
@@ -112,7 +114,9 @@ impl Driver {
 
     fn run(mut self) {
         loop {
-            self.mirror.shared.panic_if_requested();
+            self.mirror
+                .shared
+                .panic_if_requested(GroupThread::Membership);
             let now = lease_now();
             if !self.mirror.look_at_the_session(now) {
                 return;

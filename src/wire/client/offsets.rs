@@ -344,7 +344,10 @@ impl Client {
                     .map(|r| (r.min, r.max)),
             });
         }
-        let resp = conn.send(&req, version);
+        // In order: a commit whose answer did not come keeps its connection, so the next
+        // commit of this client goes behind it and cannot be executed before it
+        // (`connection/ordered.rs`).
+        let resp = conn.send_in_order(&req, version);
         let resp = self.failed_if_broken(coordinator, resp)?;
         let mut out = Vec::with_capacity(offsets.len());
         for t in resp.topics {
@@ -391,10 +394,13 @@ impl Client {
     }
 
     /// `sent` (a request's outcome from broker `node`), recording the broker as failed when the
-    /// error broke its connection.
+    /// error broke its connection. A timeout that left the connection open with its answer owed
+    /// (`connection/ordered.rs`) keeps it: the next request must go behind the owed one.
     pub(super) fn failed_if_broken<T>(&mut self, node: i32, sent: Result<T>) -> Result<T> {
         if let Err(e) = &sent {
-            if e.breaks_connection() {
+            let kept = matches!(e, WireError::Timeout { .. })
+                && self.conns.get(&node).is_some_and(|c| !c.is_broken());
+            if e.breaks_connection() && !kept {
                 self.broker_failed(node);
             }
         }

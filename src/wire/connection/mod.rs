@@ -11,8 +11,10 @@
 //! [`ConnectionConfig::max_response_size`] before anything is allocated, and the frame is read in
 //! bounded chunks so that a peer claiming many bytes and sending few costs only what it sent.
 
+mod ordered;
 pub(super) mod sasl;
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
@@ -131,6 +133,11 @@ pub struct Connection {
     write_buf: BytesMut,
     in_flight: usize,
     broken: bool,
+    /// Answers to requests whose caller stopped waiting without breaking the connection
+    /// (`ordered.rs`), oldest first: read and dropped before the next answer.
+    owed: VecDeque<ordered::Owed>,
+    /// Some bytes of a frame were read and not all of them: a timeout now breaks the stream.
+    mid_frame: bool,
     /// When SASL must run again on this connection (KIP-368), if the broker limits sessions.
     reauthenticate_at: Option<Instant>,
     /// How many SASL authentications succeeded on this connection (the first included).
@@ -206,6 +213,8 @@ impl Connection {
             write_buf: BytesMut::with_capacity(4096),
             in_flight: 0,
             broken: false,
+            owed: VecDeque::new(),
+            mid_frame: false,
             reauthenticate_at: None,
             authentications: 0,
         })
@@ -294,9 +303,16 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Bytes> {
         let pending = self.send_request(req, version)?;
+        let deadline = Instant::now() + timeout;
         let result = self
-            .read_frame(timeout)
+            .drain_owed(deadline)
+            .and_then(|()| self.read_frame(ordered::left(deadline)))
             .and_then(|mut frame| self.check_header::<R>(&mut frame, &pending));
+        if let Err(e) = &result {
+            if self.owe_too(&pending, e) {
+                return result;
+            }
+        }
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Err(e) = &result {
             if e.breaks_connection() {
@@ -391,7 +407,15 @@ impl Connection {
         pending: Pending<R>,
         timeout: Duration,
     ) -> Result<R::Response> {
-        let result = self.receive_inner(&pending, timeout);
+        let deadline = Instant::now() + timeout;
+        let result = self
+            .drain_owed(deadline)
+            .and_then(|()| self.receive_inner(&pending, ordered::left(deadline)));
+        if let Err(e) = &result {
+            if self.owe_too(&pending, e) {
+                return result;
+            }
+        }
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Err(e) = &result {
             if e.breaks_connection() {
@@ -435,9 +459,18 @@ impl Connection {
     /// read (see [`super::stream`]), so a peer trickling bytes cannot stretch it.
     fn read_frame(&mut self, timeout: Duration) -> Result<Bytes> {
         self.stream.set_read_deadline(Instant::now() + timeout);
+        let frame = self.read_frame_inner();
+        // Only a frame read whole (or failed before its first byte) leaves a stream in step.
+        self.mid_frame = frame.is_err() && self.mid_frame;
+        frame
+    }
+
+    fn read_frame_inner(&mut self) -> Result<Bytes> {
+        self.mid_frame = false;
         let mut len_buf = [0u8; 4];
         let mut got = 0;
         while got < 4 {
+            self.mid_frame = got > 0;
             match self.stream.read(&mut len_buf[got..]) {
                 Ok(0) if got == 0 => {
                     return Err(WireError::io(io::Error::new(
@@ -451,6 +484,7 @@ impl Connection {
                 Err(e) => return Err(self.io_error(e, "response length")),
             }
         }
+        self.mid_frame = true;
         let claimed = i32::from_be_bytes(len_buf);
         if claimed < 4 {
             return Err(WireError::Protocol(format!(
@@ -862,6 +896,42 @@ mod tests {
             .and_then(|mut c| c.send(&msg::ApiVersionsRequest::default(), 0));
         assert!(matches!(r, Err(WireError::Timeout { .. })), "{r:?}");
         let _ = handle.join();
+    }
+
+    /// The ordering rule of `ordered.rs`: an answer that comes after its request timed out
+    /// leaves the connection usable, and the next request's answer is read after it (the
+    /// correlation ids would not match otherwise).
+    #[test]
+    fn a_timed_out_answer_in_order_keeps_the_connection_and_is_read_before_the_next() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut correlations = Vec::new();
+            for _ in 0..2 {
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len).unwrap();
+                let mut req = vec![0u8; i32::from_be_bytes(len) as usize];
+                s.read_exact(&mut req).unwrap();
+                correlations.push(i32::from_be_bytes([req[4], req[5], req[6], req[7]]));
+            }
+            // Both requests read: the first one's answer comes only now, late.
+            for correlation in correlations {
+                s.write_all(&v0_response(correlation)).unwrap();
+            }
+        });
+        let cfg = ConnectionConfig {
+            request_timeout: Duration::from_millis(300),
+            ..ConnectionConfig::default()
+        };
+        let mut conn = Connection::connect_unnegotiated(&addr, &cfg).unwrap();
+        let late = conn.send_in_order(&msg::ApiVersionsRequest::default(), 0);
+        assert!(matches!(late, Err(WireError::Timeout { .. })), "{late:?}");
+        assert!(!conn.is_broken(), "kept, with the answer owed");
+        let next = conn.send_in_order(&msg::ApiVersionsRequest::default(), 0);
+        assert!(next.is_ok(), "{next:?}");
+        assert!(conn.owed.is_empty() && conn.in_flight == 0);
+        server.join().unwrap();
     }
 
     #[test]
