@@ -442,6 +442,10 @@ impl ShareConsumer {
             debug!("share consumer: ShareFetch for {tp}: {code}");
             self.stats.fetch_errors += 1;
         }
+        for refused in &round.refused {
+            warn!("share consumer: ShareFetch answer refused: {refused}");
+            self.stats.fetch_errors += 1;
+        }
         self.ack_results(&round.ack_results);
         for batch in round.batches {
             for acquired in batch.records {
