@@ -174,10 +174,16 @@ impl ShareConsumer {
     }
 
     /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first. Each
-    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is
-    /// acknowledged on a later poll.
+    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is decided
+    /// at the instant it was finished and acknowledged by the next poll, before that poll hands
+    /// out anything (records already buffered included).
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
         let until = Instant::now() + timeout;
+        if self.buffered() > 0 {
+            // Records wait in the buffer: no fetch, but what finished since the last poll is
+            // acknowledged now, not after the records about to be handed out.
+            self.turn(false)?;
+        }
         loop {
             let want = self.config.consumer().max_poll_records();
             let out = self.hand_out(want);
@@ -196,6 +202,12 @@ impl ShareConsumer {
     /// [`ShareContext::is_current`] right before the effect) and whose `Err` releases or rejects
     /// it (see [`ShareFailure`]). Returns on `stop` or on a fatal error; call
     /// [`close`](Self::close) after.
+    ///
+    /// Each record's outcome is acknowledged before the next record of the batch runs (a
+    /// ShareAcknowledge when it cannot ride on a fetch): an ACCEPT held until the batch ends
+    /// could reach the broker after the lock did, and the broker would deliver the applied
+    /// record again. What that costs: a round trip per record; the decoupled mode
+    /// ([`run_with_workers`](Self::run_with_workers)) sends its outcomes with its fetches.
     pub fn run<F>(&mut self, stop: &AtomicBool, mut handler: F) -> Result<(), ShareError>
     where
         F: FnMut(&Record, &ShareContext) -> Result<(), ShareFailure>,
@@ -215,9 +227,10 @@ impl ShareConsumer {
                     );
                 }
                 delivery.finish_with(&result);
-                // A long batch on this thread: the records still waiting in it are renewed
-                // when half their lock has passed, not only between batches.
-                self.renew_due();
+                // Between records: this outcome is decided and acknowledged now, and the
+                // records still waiting in the batch are renewed when half their lock has
+                // passed, not only between batches.
+                self.turn(false)?;
             }
         }
         Ok(())

@@ -238,6 +238,17 @@ impl ShareFetcher {
                 fresh.push(id);
             }
         }
+        if fresh.is_empty() {
+            // Every leader still has a fetch out (a slow or stopped broker): wait for those
+            // answers within the same bound instead of returning at once to a caller that
+            // would call again in a spin.
+            fresh = self
+                .in_flight
+                .iter()
+                .filter(|(_, f)| f.purpose == Purpose::Fetch)
+                .map(|(id, _)| *id)
+                .collect();
+        }
         let bound = Instant::now() + self.settings.max_wait + FETCH_ANSWER_MARGIN;
         self.collect(&fresh, bound, true);
         Ok(std::mem::take(&mut self.stash))
