@@ -29,7 +29,7 @@ use crate::guard::{
     AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome,
 };
 use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
-use crate::wire::Record;
+use crate::wire::{ErrorChain, Record, WireError};
 use crate::TopicPartition;
 
 use super::error::ShareError;
@@ -64,6 +64,8 @@ pub struct ShareConsumer {
     pub(super) outstanding: usize,
     /// Acknowledgements queued since the last request that could carry them.
     acks_pending: bool,
+    /// Fetch rounds in a row that failed with an error the network may let through later.
+    network_failures: u32,
 }
 
 impl ShareConsumer {
@@ -126,6 +128,7 @@ impl ShareConsumer {
             stats: ShareStats::default(),
             outstanding: 0,
             acks_pending: false,
+            network_failures: 0,
         })
     }
 
@@ -449,7 +452,17 @@ impl ShareConsumer {
         if std::mem::take(&mut self.acks_pending) {
             self.stats.ack_round_trips += 1;
         }
-        let round = fetcher.fetch()?;
+        let round = match fetcher.fetch() {
+            Ok(round) => round,
+            Err(error) => return self.fetch_failed(error),
+        };
+        if self.network_failures > 0 {
+            info!(
+                "share consumer: fetching again after {} failed round(s)",
+                self.network_failures
+            );
+            self.network_failures = 0;
+        }
         self.stats.fetch_round_trips += 1;
         for (tp, code) in &round.errors {
             debug!("share consumer: ShareFetch for {tp}: {code}");
@@ -488,6 +501,43 @@ impl ShareConsumer {
             }
         }
         Ok(())
+    }
+
+    /// A fetch round failed as a whole (the cluster's metadata could not be read). What the
+    /// network may let through later (a timeout, a refused or broken connection, no broker
+    /// reachable: [`WireError::retriable`], the classification every retry of this crate
+    /// uses) is tried again after the consumers' backoff (`retry.backoff.ms` doubled per
+    /// failure, capped at `reconnect.backoff.max.ms`), draining finished outcomes meanwhile; the records held stay held (their leases decide). Anything else (a
+    /// refused authentication or TLS handshake, a broker too old for share groups) can never
+    /// succeed and ends the call.
+    fn fetch_failed(&mut self, error: WireError) -> Result<(), ShareError> {
+        if !error.retriable() {
+            return Err(ShareError::Wire(error));
+        }
+        self.network_failures = self.network_failures.saturating_add(1);
+        self.stats.fetch_errors += 1;
+        let backoff = self
+            .config
+            .consumer()
+            .retry_backoff_after(self.network_failures);
+        let shown = ErrorChain(&error);
+        if self.network_failures == 1 {
+            warn!("share consumer: fetch round failed: {shown}; retrying in {backoff:?}");
+        } else {
+            debug!(
+                "share consumer: fetch round failed again ({} in a row): {shown}; retrying in \
+                 {backoff:?}",
+                self.network_failures
+            );
+        }
+        let until = Instant::now() + backoff;
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            self.wait_finished(until - now);
+        }
     }
 
     fn ack_results(&mut self, results: &[AckResult]) {
