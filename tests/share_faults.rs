@@ -226,7 +226,10 @@ fn share_members_survive_a_broker_that_stops_answering_past_the_request_timeout_
         ShareConfig::builder()
             .bootstrap_servers([proxy.addr()])
             .group_id(&setup.group)
-            .set("request.timeout.ms", &request_timeout.as_millis().to_string())
+            .set(
+                "request.timeout.ms",
+                &request_timeout.as_millis().to_string(),
+            )
             .build()
             .expect("valid share configuration")
     };
@@ -236,8 +239,7 @@ fn share_members_survive_a_broker_that_stops_answering_past_the_request_timeout_
     let ended: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
     let members: Vec<_> = (0..2)
         .map(|member| {
-            let consumer =
-                ShareConsumer::subscribe(config(), &[&setup.topic]).expect("subscribe");
+            let consumer = ShareConsumer::subscribe(config(), &[&setup.topic]).expect("subscribe");
             let (stop, effects, ended) =
                 (Arc::clone(&stop), Arc::clone(&effects), Arc::clone(&ended));
             std::thread::spawn(move || {

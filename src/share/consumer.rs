@@ -9,6 +9,16 @@
 //! already applied is accepted at once, never run again) and the buffer. Records whose lease ran
 //! out in the buffer are released, never handed out.
 //!
+//! An outcome is decided at the instant its handler finished (the finish stamps it), so a late
+//! drain never turns an effect applied inside its lease into a release. `run` acknowledges each
+//! outcome before the next record of the batch, `poll` before it hands out buffered records,
+//! and the decoupled mode's workers wake the poll thread as they finish.
+//!
+//! A fetch round that fails with what the network may let through later (a timeout, a refused
+//! or broken connection) is retried after the consumers' backoff; only what can never succeed
+//! (a refused authentication, a broker without share groups, a fatal member error) ends `poll`,
+//! `run` or `run_with_workers`.
+//!
 //! Nothing here waits for an acknowledgement before the next fetch: the broker's answer to an
 //! acknowledgement only says whether the lock was still held, and a failed one is counted (the
 //! record comes back after its lock and the idempotency key refuses it), never resent as ACCEPT.

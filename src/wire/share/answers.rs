@@ -528,7 +528,10 @@ mod tests {
 
     /// An answer naming partitions `partitions` of topic `t`, each claiming `[0, last]`
     /// acquired with no record.
-    fn empty_claims(partitions: i32, last: i64) -> (msg::ShareFetchResponse, HashMap<Uuid, Arc<str>>) {
+    fn empty_claims(
+        partitions: i32,
+        last: i64,
+    ) -> (msg::ShareFetchResponse, HashMap<Uuid, Arc<str>>) {
         let id = Uuid::from_u128(7);
         let claims = (0..partitions)
             .map(|p| {

@@ -116,7 +116,10 @@ impl std::fmt::Display for AnswerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AnswerError::UnaskedPartition { tp } => {
-                write!(f, "the answer names {tp}, which the share session did not fetch")
+                write!(
+                    f,
+                    "the answer names {tp}, which the share session did not fetch"
+                )
             }
         }
     }
