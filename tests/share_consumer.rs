@@ -333,3 +333,83 @@ fn a_redelivered_record_this_member_applied_is_accepted_without_running_kafka() 
     assert_eq!(stats.locks.accepted, 1, "{stats}");
     consumer.close().expect("close");
 }
+
+/// Renewal off, a 2 s lock, a 0.5 s margin, six records handed out at once and 400 ms per
+/// record: records 1-3 are applied inside their leases (which end 1.5 s after the fetch was
+/// sent) and 4-6 find their lease ended and skip. Each outcome is decided at the instant its
+/// handler finished and acknowledged before the next record runs, so 1-3 are accepted (not
+/// released by a decision taken at the end of the batch, 2.4 s in) and never come back; 4-6
+/// come back and are applied then. No record is applied twice.
+#[test]
+fn records_applied_inside_their_lease_are_accepted_however_late_the_batch_ends_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let setup = ShareSetup::new("share-finish-time", 1, 2_000);
+    let ids = setup.produce_orders(1, 6);
+    let mut consumer = setup.consumer(&[
+        ("share.lock.renew", "false"),
+        ("share.lock.safety.margin.ms", "500"),
+        ("max.poll.records", "6"),
+    ]);
+    let stop = AtomicBool::new(false);
+    // (order, delivery count, applied at): every effect, with its delivery.
+    let effects: Mutex<Vec<(String, i16, Instant)>> = Mutex::default();
+    let skipped: Mutex<Vec<(String, i16)>> = Mutex::default();
+    let started = Instant::now();
+    consumer
+        .run(&stop, |record, ctx| {
+            let id = order_id(record.value.as_deref()).expect("an order");
+            std::thread::sleep(Duration::from_millis(400));
+            if started.elapsed() > BOUND {
+                stop.store(true, Ordering::SeqCst);
+            }
+            if !ctx.is_current() {
+                skipped.lock().unwrap().push((id, ctx.delivery_count()));
+                return Ok(());
+            }
+            let mut effects = effects.lock().unwrap();
+            effects.push((id, ctx.delivery_count(), Instant::now()));
+            let applied: BTreeSet<&String> = effects.iter().map(|e| &e.0).collect();
+            if applied.len() == ids.len() {
+                stop.store(true, Ordering::SeqCst);
+            }
+            Ok(())
+        })
+        .expect("run");
+    // A record whose ACCEPT was lost or refused comes back after its 2 s lock.
+    assert_nothing_comes_back(&mut consumer, Duration::from_secs(4));
+    let effects = effects.into_inner().unwrap();
+    let skipped = skipped.into_inner().unwrap();
+    let mut applications: BTreeMap<&str, Vec<i16>> = BTreeMap::new();
+    for (id, delivery, _) in &effects {
+        applications.entry(id).or_default().push(*delivery);
+    }
+    assert_eq!(
+        applications.len(),
+        ids.len(),
+        "every order applied: {effects:?}"
+    );
+    let twice: Vec<_> = applications.iter().filter(|(_, d)| d.len() > 1).collect();
+    assert!(twice.is_empty(), "applied twice: {twice:?}");
+    let first: Vec<&str> = effects
+        .iter()
+        .filter(|e| e.1 == 1)
+        .map(|e| e.0.as_str())
+        .collect();
+    assert_eq!(
+        first,
+        vec!["0-0", "0-1", "0-2"],
+        "applied on their first delivery (skipped: {skipped:?})"
+    );
+    let skipped_first: Vec<&str> = skipped
+        .iter()
+        .filter(|s| s.1 == 1)
+        .map(|s| s.0.as_str())
+        .collect();
+    assert_eq!(skipped_first, vec!["0-3", "0-4", "0-5"]);
+    let stats = consumer.stats();
+    assert_eq!(stats.locks.accepted, 6, "{stats}");
+    assert_eq!(stats.locks.applied_after_expiry, 0, "{stats}");
+    // RELEASEs of 5 and 6 may come after their lock (refused: harmless); no ACCEPT may.
+    assert_eq!(stats.locks.ack_failures.accept, 0, "{stats}");
+    consumer.close().expect("close");
+}

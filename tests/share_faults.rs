@@ -10,10 +10,15 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rebalance_guard::share::{ShareConfig, ShareConsumer};
+use support::proxy::Proxy;
 use support::share::{
-    all_effects, applications, wait_all_applied, worker_dir, Effect, ShareSetup, WorkerProcess,
+    all_effects, applications, order_id, wait_all_applied, worker_dir, Effect, ShareSetup,
+    WorkerProcess,
 };
 
 const BOUND: Duration = Duration::from_secs(60);
@@ -194,4 +199,129 @@ fn a_frozen_member_applies_nothing_after_it_resumes_kafka() {
         ids.len(),
         ack_failed.len()
     );
+}
+
+/// One effect of an in-process member: who applied which order, on which delivery, when.
+#[derive(Clone, Debug)]
+struct Applied {
+    member: usize,
+    order: String,
+    delivery_count: i16,
+    at: Instant,
+}
+
+/// Two members (two workers each) bootstrapped through a proxy that holds all their traffic
+/// for longer than `request.timeout.ms`, twice, as a broker that stops answering (SIGSTOP)
+/// and comes back: the timeouts are retried with backoff, both members keep running to the
+/// end, and every order is applied. Each effect is recorded with its delivery count and time.
+#[test]
+fn share_members_survive_a_broker_that_stops_answering_past_the_request_timeout_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let request_timeout = Duration::from_millis(2_000);
+    let hold = request_timeout * 2 + Duration::from_millis(500);
+    let setup = ShareSetup::new("share-stall", 2, 15_000);
+    let ids: BTreeSet<String> = setup.produce_orders(2, 40).into_iter().collect();
+    let proxy = Proxy::start(&setup.bootstrap);
+    let config = || {
+        ShareConfig::builder()
+            .bootstrap_servers([proxy.addr()])
+            .group_id(&setup.group)
+            .set(
+                "request.timeout.ms",
+                &request_timeout.as_millis().to_string(),
+            )
+            .build()
+            .expect("valid share configuration")
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let effects: Arc<Mutex<Vec<Applied>>> = Arc::default();
+    // How each member's run ended, as soon as it did.
+    let ended: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
+    let members: Vec<_> = (0..2)
+        .map(|member| {
+            let consumer = ShareConsumer::subscribe(config(), &[&setup.topic]).expect("subscribe");
+            let (stop, effects, ended) =
+                (Arc::clone(&stop), Arc::clone(&effects), Arc::clone(&ended));
+            std::thread::spawn(move || {
+                let mut consumer = consumer;
+                let result = consumer.run_with_workers(&stop, 2, |record, ctx| {
+                    std::thread::sleep(Duration::from_millis(150));
+                    if !ctx.is_current() {
+                        return Ok(());
+                    }
+                    let order = order_id(record.value.as_deref()).expect("an order");
+                    effects.lock().unwrap().push(Applied {
+                        member,
+                        order,
+                        delivery_count: ctx.delivery_count(),
+                        at: Instant::now(),
+                    });
+                    Ok(())
+                });
+                ended.lock().unwrap().push((member, format!("{result:?}")));
+                let closed = consumer.close();
+                (result, closed)
+            })
+        })
+        .collect();
+    let applied = |effects: &Mutex<Vec<Applied>>| -> BTreeSet<String> {
+        effects
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.order.clone())
+            .collect()
+    };
+    let until = Instant::now() + BOUND;
+    for (round, before) in [(1, 10), (2, 30)] {
+        while applied(&effects).len() < before {
+            assert!(
+                Instant::now() < until,
+                "round {round}: fewer than {before} orders applied"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        proxy.hold();
+        std::thread::sleep(hold);
+        proxy.release();
+        let ended_now = ended.lock().unwrap().clone();
+        assert!(
+            ended_now.is_empty(),
+            "members ended during stall {round}: {ended_now:?}"
+        );
+    }
+    while applied(&effects).len() < ids.len() {
+        assert!(
+            Instant::now() < until,
+            "orders never applied: {:?}",
+            ids.difference(&applied(&effects)).collect::<Vec<_>>()
+        );
+        let ended_now = ended.lock().unwrap().clone();
+        assert!(
+            ended_now.is_empty(),
+            "members ended before every order was applied: {ended_now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for (index, member) in members.into_iter().enumerate() {
+        let (result, closed) = member.join().expect("member thread");
+        assert!(result.is_ok(), "member {index}: {result:?}");
+        if let Err(e) = closed {
+            eprintln!("member {index}: close: {e}");
+        }
+    }
+    assert_eq!(applied(&effects), ids);
+    let effects = effects.lock().unwrap().clone();
+    let repeats = effects.len() - ids.len();
+    eprintln!(
+        "{} effects for {} orders ({repeats} repeated); by member: {:?}; deliveries > 1: {}",
+        effects.len(),
+        ids.len(),
+        [0, 1].map(|m| effects.iter().filter(|e| e.member == m).count()),
+        effects.iter().filter(|e| e.delivery_count > 1).count()
+    );
+    let first = effects.iter().map(|e| e.at).min().expect("effects");
+    let last = effects.iter().map(|e| e.at).max().expect("effects");
+    eprintln!("effects over {:?}", last - first);
 }

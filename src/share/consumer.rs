@@ -9,6 +9,16 @@
 //! already applied is accepted at once, never run again) and the buffer. Records whose lease ran
 //! out in the buffer are released, never handed out.
 //!
+//! An outcome is decided at the instant its handler finished (the finish stamps it), so a late
+//! drain never turns an effect applied inside its lease into a release. `run` acknowledges each
+//! outcome before the next record of the batch, `poll` before it hands out buffered records,
+//! and the decoupled mode's workers wake the poll thread as they finish.
+//!
+//! A fetch round that fails with what the network may let through later (a timeout, a refused
+//! or broken connection) is retried after the consumers' backoff; only what can never succeed
+//! (a refused authentication, a broker without share groups, a fatal member error) ends `poll`,
+//! `run` or `run_with_workers`.
+//!
 //! Nothing here waits for an acknowledgement before the next fetch: the broker's answer to an
 //! acknowledgement only says whether the lock was still held, and a failed one is counted (the
 //! record comes back after its lock and the idempotency key refuses it), never resent as ACCEPT.
@@ -29,7 +39,7 @@ use crate::guard::{
     AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome,
 };
 use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
-use crate::wire::Record;
+use crate::wire::{ErrorChain, Record, WireError};
 use crate::TopicPartition;
 
 use super::error::ShareError;
@@ -64,6 +74,8 @@ pub struct ShareConsumer {
     pub(super) outstanding: usize,
     /// Acknowledgements queued since the last request that could carry them.
     acks_pending: bool,
+    /// Fetch rounds in a row that failed with an error the network may let through later.
+    network_failures: u32,
 }
 
 impl ShareConsumer {
@@ -126,6 +138,7 @@ impl ShareConsumer {
             stats: ShareStats::default(),
             outstanding: 0,
             acks_pending: false,
+            network_failures: 0,
         })
     }
 
@@ -174,10 +187,16 @@ impl ShareConsumer {
     }
 
     /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first. Each
-    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is
-    /// acknowledged on a later poll.
+    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is decided
+    /// at the instant it was finished and acknowledged by the next poll, before that poll hands
+    /// out anything (records already buffered included).
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
         let until = Instant::now() + timeout;
+        if self.buffered() > 0 {
+            // Records wait in the buffer: no fetch, but what finished since the last poll is
+            // acknowledged now, not after the records about to be handed out.
+            self.turn(false)?;
+        }
         loop {
             let want = self.config.consumer().max_poll_records();
             let out = self.hand_out(want);
@@ -196,6 +215,12 @@ impl ShareConsumer {
     /// [`ShareContext::is_current`] right before the effect) and whose `Err` releases or rejects
     /// it (see [`ShareFailure`]). Returns on `stop` or on a fatal error; call
     /// [`close`](Self::close) after.
+    ///
+    /// Each record's outcome is acknowledged before the next record of the batch runs (a
+    /// ShareAcknowledge when it cannot ride on a fetch): an ACCEPT held until the batch ends
+    /// could reach the broker after the lock did, and the broker would deliver the applied
+    /// record again. What that costs: a round trip per record; the decoupled mode
+    /// ([`run_with_workers`](Self::run_with_workers)) sends its outcomes with its fetches.
     pub fn run<F>(&mut self, stop: &AtomicBool, mut handler: F) -> Result<(), ShareError>
     where
         F: FnMut(&Record, &ShareContext) -> Result<(), ShareFailure>,
@@ -215,9 +240,10 @@ impl ShareConsumer {
                     );
                 }
                 delivery.finish_with(&result);
-                // A long batch on this thread: the records still waiting in it are renewed
-                // when half their lock has passed, not only between batches.
-                self.renew_due();
+                // Between records: this outcome is decided and acknowledged now, and the
+                // records still waiting in the batch are renewed when half their lock has
+                // passed, not only between batches.
+                self.turn(false)?;
             }
         }
         Ok(())
@@ -437,10 +463,24 @@ impl ShareConsumer {
         if std::mem::take(&mut self.acks_pending) {
             self.stats.ack_round_trips += 1;
         }
-        let round = fetcher.fetch()?;
+        let round = match fetcher.fetch() {
+            Ok(round) => round,
+            Err(error) => return self.fetch_failed(error),
+        };
+        if self.network_failures > 0 {
+            info!(
+                "share consumer: fetching again after {} failed round(s)",
+                self.network_failures
+            );
+            self.network_failures = 0;
+        }
         self.stats.fetch_round_trips += 1;
         for (tp, code) in &round.errors {
             debug!("share consumer: ShareFetch for {tp}: {code}");
+            self.stats.fetch_errors += 1;
+        }
+        for refused in &round.refused {
+            warn!("share consumer: ShareFetch answer refused: {refused}");
             self.stats.fetch_errors += 1;
         }
         self.ack_results(&round.ack_results);
@@ -472,6 +512,43 @@ impl ShareConsumer {
             }
         }
         Ok(())
+    }
+
+    /// A fetch round failed as a whole (the cluster's metadata could not be read). What the
+    /// network may let through later (a timeout, a refused or broken connection, no broker
+    /// reachable: [`WireError::retriable`], the classification every retry of this crate
+    /// uses) is tried again after the consumers' backoff (`retry.backoff.ms` doubled per
+    /// failure, capped at `reconnect.backoff.max.ms`), draining finished outcomes meanwhile; the records held stay held (their leases decide). Anything else (a
+    /// refused authentication or TLS handshake, a broker too old for share groups) can never
+    /// succeed and ends the call.
+    fn fetch_failed(&mut self, error: WireError) -> Result<(), ShareError> {
+        if !error.retriable() {
+            return Err(ShareError::Wire(error));
+        }
+        self.network_failures = self.network_failures.saturating_add(1);
+        self.stats.fetch_errors += 1;
+        let backoff = self
+            .config
+            .consumer()
+            .retry_backoff_after(self.network_failures);
+        let shown = ErrorChain(&error);
+        if self.network_failures == 1 {
+            warn!("share consumer: fetch round failed: {shown}; retrying in {backoff:?}");
+        } else {
+            debug!(
+                "share consumer: fetch round failed again ({} in a row): {shown}; retrying in \
+                 {backoff:?}",
+                self.network_failures
+            );
+        }
+        let until = Instant::now() + backoff;
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            self.wait_finished(until - now);
+        }
     }
 
     fn ack_results(&mut self, results: &[AckResult]) {

@@ -202,10 +202,12 @@ impl ShareDelivery {
         if let Some(done) = self.done.take() {
             // The consumer gone means nothing can be acknowledged any more; the lock simply
             // runs out and the broker redelivers the record.
+            // Stamped now, after the handler returned: the guard decides at this instant, however
+            // long the poll thread takes to drain it.
             let _ = done.send(Finished {
+                at: self.context.lease.now(),
                 lease: self.context.lease.clone(),
                 outcome,
-                at: Instant::now(),
             });
         }
     }

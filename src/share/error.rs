@@ -21,7 +21,10 @@ pub enum ShareError {
     /// The share group membership failed for good (authorization, a broker without share
     /// groups, the member removed for good): nothing more is fetched.
     Group(GroupError),
-    /// The network failed beyond the client's retries.
+    /// A wire error no retry can fix: a refused authentication or TLS handshake, a broker that
+    /// does not speak what share groups need, an invalid setting (and, from `subscribe`, no
+    /// broker reachable at the start). A timeout or a lost connection on the way is not one:
+    /// the share consumer tries again after its backoff.
     Wire(WireError),
     /// A worker thread panicked on a record (decoupled mode); the record was released. The
     /// message is the panic's, when it had one.

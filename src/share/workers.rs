@@ -51,12 +51,15 @@ impl ShareConsumer {
         let (work_tx, work_rx) = sync_channel::<ShareDelivery>(cap);
         let work_rx = Mutex::new(work_rx);
         let panicked: Mutex<Option<String>> = Mutex::new(None);
+        // A finished record wakes the poll thread out of its fetch wait: the outcome is drained
+        // and the worker fed at once, not after the broker's long poll.
+        let wake = self.fetcher.as_ref().map(|fetcher| fetcher.nudge());
         let result = std::thread::scope(|scope| {
             // Owned by this closure, so that every way out of it (an early error included)
             // closes the queue before the scope joins the workers.
             let work_tx = work_tx;
             for index in 0..threads {
-                let (work_rx, panicked, handler) = (&work_rx, &panicked, &handler);
+                let (work_rx, panicked, handler, wake) = (&work_rx, &panicked, &handler, &wake);
                 let spawned = std::thread::Builder::new()
                     .name(format!("share-worker-{index}"))
                     .spawn_scoped(scope, move || loop {
@@ -82,6 +85,9 @@ impl ShareConsumer {
                                     slot.get_or_insert(message);
                                 }
                             }
+                        }
+                        if let Some(wake) = wake {
+                            wake();
                         }
                     });
                 if let Err(e) = spawned {

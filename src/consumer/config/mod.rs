@@ -254,6 +254,16 @@ impl ConsumerConfig {
     pub fn reconnect_backoff_max(&self) -> Duration {
         self.reconnect_backoff_max
     }
+    /// How long to wait before trying again after `failures` failures in a row of something
+    /// the network may let through later (a timeout, a refused connection): `retry.backoff.ms`
+    /// doubled per failure after the first, capped at `reconnect.backoff.max.ms` (the
+    /// client's `retry_backoff_max`). The one backoff of the consumers' poll threads.
+    pub(crate) fn retry_backoff_after(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(20);
+        self.retry_backoff
+            .saturating_mul(1 << doublings)
+            .min(self.reconnect_backoff_max.max(self.retry_backoff))
+    }
     /// `security.protocol`.
     pub fn security_protocol(&self) -> SecurityProtocol {
         self.security_protocol

@@ -10,7 +10,7 @@
 //! still fails, and shown in the partition's stats.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::wire::{CommittedOffset, ErrorChain, OffsetSpec, RecordSource};
 use crate::TopicPartition;
@@ -126,7 +126,7 @@ impl PendingPositions {
                         continue;
                     };
                     lookup.failures += 1;
-                    let backoff = backoff(config, lookup.failures);
+                    let backoff = config.retry_backoff_after(lookup.failures);
                     lookup.retry_at = now + backoff;
                     let shown = ErrorChain(&error).to_string();
                     log::error!(
@@ -143,15 +143,6 @@ impl PendingPositions {
         }
         (placed, surfaced)
     }
-}
-
-/// `retry.backoff.ms` doubled per failure, capped at `reconnect.backoff.max.ms`.
-fn backoff(config: &ConsumerConfig, failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(20);
-    config
-        .retry_backoff()
-        .saturating_mul(1 << doublings)
-        .min(config.reconnect_backoff_max().max(config.retry_backoff()))
 }
 
 /// A request that failed as a whole fails each of its partitions with the same error.

@@ -98,6 +98,13 @@ impl LockLease {
         deadline != VOID && encode(self.0.base, now) < deadline
     }
 
+    /// The current instant on the clock this lease reads (its guard's). A finish is stamped
+    /// with it right after the handler returned: the guard decides the outcome at that
+    /// instant, not at whatever later instant the poll thread gets to it.
+    pub fn now(&self) -> Instant {
+        self.0.clock.now()
+    }
+
     /// How long the lease has left now (zero once it is not current), for a handler that bounds
     /// its own work (a call's timeout) by the lock.
     pub fn time_left(&self) -> Duration {

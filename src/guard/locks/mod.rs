@@ -327,10 +327,17 @@ impl LockGuard {
         }
     }
 
-    /// The handler of `lease`'s record finished at `now` (an instant of the guard's clock read
-    /// after the handler returned; the guard reads its clock too and takes the later) with
-    /// `outcome`: the acknowledgement to send, or `None` when the lease was voided or already
-    /// finished (nothing to acknowledge: another acquisition owns the record's acknowledgement).
+    /// The handler of `lease`'s record finished at `now` with `outcome`: the acknowledgement to
+    /// send, or `None` when the lease was voided or already finished (nothing to acknowledge:
+    /// another acquisition owns the record's acknowledgement).
+    ///
+    /// `now` is the instant the handler finished, read from the guard's clock
+    /// ([`LockLease::now`]) after the handler returned, never before its effect: the decision is
+    /// made at that instant, not when the caller gets to report it. An effect applied inside
+    /// its lease and drained after the lease ended is still accepted (its ACCEPT must then reach
+    /// the broker before the lock, which the margin leaves room for); deciding at the drain
+    /// would release it, and the broker would deliver an applied record again. A voided lease
+    /// is never current, whatever the instant.
     ///
     /// - Applied under a current lease: [`AckType::Accept`], and the key is remembered as
     ///   applied.
@@ -357,8 +364,6 @@ impl LockGuard {
         }
         let (tp, offset) = (lease.tp(), lease.offset());
         let acquisition = lease.acquisition();
-        // A caller's stale instant must not make an ended lease look current.
-        let now = now.max(self.now());
         let current = lease.is_current_at(now);
         let applied = outcome == Outcome::Applied;
         if applied {

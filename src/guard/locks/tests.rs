@@ -172,15 +172,26 @@ fn applied_under_a_current_lease_is_accepted_and_after_it_released() {
 }
 
 #[test]
-fn a_stale_instant_does_not_make_an_ended_lease_current() {
+fn an_outcome_is_decided_at_the_instant_its_handler_finished_not_when_it_is_drained() {
     let (mut guard, clock) = guard();
     let sent_at = clock.now();
-    let lease = run(guard.acquired(&tp(0), 0, 1, None, sent_at, LOCK));
-    clock.advance(Duration::from_secs(28));
+    let inside = run(guard.acquired(&tp(0), 0, 1, key(1), sent_at, LOCK));
+    let outside = run(guard.acquired(&tp(0), 1, 1, key(2), sent_at, LOCK));
+    clock.advance(Duration::from_secs(20));
+    // Finished (and stamped) inside the lease, which ends at 27 s.
+    let finished_inside = inside.now();
+    clock.advance(Duration::from_secs(8));
+    let finished_outside = outside.now();
+    // Both drained at 28 s, past the lease.
     assert_eq!(
-        guard.finished(&lease, Outcome::Applied, sent_at),
+        guard.finished(&inside, Outcome::Applied, finished_inside),
+        Some(AckType::Accept)
+    );
+    assert_eq!(
+        guard.finished(&outside, Outcome::Applied, finished_outside),
         Some(AckType::Release)
     );
+    assert_eq!(guard.stats().applied_after_expiry, 1);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! without a record, the outcome of each acknowledgement the request carried, partition errors
 //! and leader hints. Free of I/O.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use log::{debug, warn};
 use uuid::Uuid;
 
 use super::session::{AckMap, SessionRequest};
-use super::{AckError, AckResult, AckType, AcquiredBatch, AcquiredRecord};
+use super::{AckError, AckResult, AckType, AcquiredBatch, AcquiredRecord, AnswerError};
 use crate::wire::records::{Allowance, DecodeBudget, PartitionDecoder, PartitionInput};
 use crate::wire::{KafkaCode, Record};
 use crate::TopicPartition;
@@ -22,6 +22,18 @@ use crate::TopicPartition;
 /// left to their lock (they come back, and are gapped then). Why a cap: an acquired range is
 /// two numbers, so a broken or hostile answer could claim billions of offsets.
 pub const MAX_GAPS_PER_PARTITION: usize = 100_000;
+
+/// The most acknowledgements one share session may owe at once (queued and not yet sent, GAP
+/// and RELEASE for acquired offsets without a usable record), across all its partitions: one
+/// answer adds at most what is left of it. Why a total and not only
+/// [`MAX_GAPS_PER_PARTITION`]: the per-partition cap times the partitions an answer can name
+/// (about 25,000 in a 1 MB answer) is billions of acknowledgements. Why this value: a real
+/// answer owes at most about the offsets it acquired, which `MaxRecords` (`max.poll.records`,
+/// 500 by default) bounds per partition, so 100,000 leaves room for batch-optimized
+/// acquisition and compacted ranges while the queue stays under 2 MB (16 bytes each) and one
+/// request can still carry it ([`MAX_ACKS_PER_PARTITION`](super::MAX_ACKS_PER_PARTITION) per
+/// partition). Offsets beyond it are left to their lock: they come back and are gapped then.
+pub const MAX_OWED_PER_SESSION: usize = 100_000;
 
 /// What one answer means, besides the session verdict.
 #[derive(Debug, Default)]
@@ -42,6 +54,8 @@ pub(super) struct Digest {
     pub(super) stale: bool,
     /// `AcquisitionLockTimeoutMs` of a v2 ShareAcknowledge answer.
     pub(super) lock: Option<Duration>,
+    /// What the answer said that this layer refused (a partition the session did not ask for).
+    pub(super) refused: Vec<AnswerError>,
 }
 
 /// Every acknowledgement of `req`, failed with `error`.
@@ -92,13 +106,19 @@ fn leader_hint(
     }
 }
 
-/// Reads a ShareFetch answer to `req`, sent at `sent_at`.
+/// Reads a ShareFetch answer to `req`, sent at `sent_at` on a session that fetched `asked` (its
+/// partitions as of that request): a partition outside it is refused
+/// ([`AnswerError::UnaskedPartition`]) and everything the answer says of it ignored. The
+/// acknowledgements it owes number at most `owed_room` (what is left of
+/// [`MAX_OWED_PER_SESSION`] for the session).
 pub(super) fn fetch_answer(
     resp: msg::ShareFetchResponse,
     req: &SessionRequest,
     sent_at: Instant,
     names: &HashMap<Uuid, Arc<str>>,
     budget: DecodeBudget,
+    asked: &BTreeSet<TopicPartition>,
+    owed_room: usize,
 ) -> Digest {
     let mut d = Digest {
         top_error: KafkaCode::from_code(resp.error_code),
@@ -111,6 +131,7 @@ pub(super) fn fetch_answer(
     let lock = Duration::from_millis(u64::try_from(resp.acquisition_lock_timeout_ms).unwrap_or(0));
     let mut allowance = Allowance::new(budget);
     let mut ack_codes = HashMap::new();
+    let mut room = owed_room.min(MAX_OWED_PER_SESSION);
     for topic in resp.responses {
         let Some(name) = names.get(&topic.topic_id) else {
             debug!("share: answer for unknown topic id {}", topic.topic_id);
@@ -119,6 +140,12 @@ pub(super) fn fetch_answer(
         };
         for p in topic.partitions {
             let tp = TopicPartition::new(Arc::clone(name), p.partition_index);
+            if !asked.contains(&tp) {
+                // Never acquired on our behalf as far as this member knows: nothing of it is
+                // run, acknowledged or owed (whatever the broker holds runs out by its lock).
+                d.refused.push(AnswerError::UnaskedPartition { tp });
+                continue;
+            }
             ack_codes.insert(tp.clone(), p.acknowledge_error_code);
             leader_hint(&mut d, &tp, p.error_code, &p.current_leader);
             if let Some(code) = KafkaCode::from_code(p.error_code) {
@@ -138,7 +165,7 @@ pub(super) fn fetch_answer(
                 .collect();
             ranges.sort_unstable();
             let records = p.records.unwrap_or_default();
-            let batch = acquire(&tp, &ranges, records, &mut allowance, &mut d);
+            let batch = acquire(&tp, &ranges, records, &mut allowance, &mut room, &mut d);
             if !batch.is_empty() {
                 d.batches.push(AcquiredBatch {
                     tp,
@@ -152,6 +179,13 @@ pub(super) fn fetch_answer(
     for (tp, code) in &d.errors {
         debug!("share: fetch of {tp} failed: {}", code.name());
     }
+    if let Some(first) = d.refused.first() {
+        warn!(
+            "share: the answer named {} partition(s) the session did not ask for (first: \
+             {first}); ignored",
+            d.refused.len()
+        );
+    }
     d.acks = outcomes(req, &ack_codes);
     d.endpoints = resp
         .node_endpoints
@@ -162,12 +196,15 @@ pub(super) fn fetch_answer(
 }
 
 /// The records of `data` inside the acquired `ranges`; acquired offsets without a record in
-/// the decoded batches are owed a GAP, those past what could be decoded a RELEASE.
+/// the decoded batches are owed a GAP, those past what could be decoded a RELEASE, at most
+/// [`MAX_GAPS_PER_PARTITION`] of them and at most `room` (taken from it). The work is bounded by
+/// the records and what is owed, never by the width of a range.
 fn acquire(
     tp: &TopicPartition,
     ranges: &[(i64, i64, u16)],
     data: Bytes,
     allowance: &mut Allowance,
+    room: &mut usize,
     d: &mut Digest,
 ) -> Vec<AcquiredRecord> {
     let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
@@ -194,47 +231,82 @@ fn acquire(
     let decoded = decoder.summary().next_offset.unwrap_or(first);
     let mut out = Vec::with_capacity(records.len());
     let mut next = records.into_iter().peekable();
-    let mut owed: Vec<(i64, AckType)> = Vec::new();
+    let mut owed = Owed {
+        list: Vec::new(),
+        limit: (*room).min(MAX_GAPS_PER_PARTITION),
+        decoded,
+        capped: false,
+    };
     for &(lo, hi, count) in ranges {
         // Records before this range are outside every acquired range seen so far: dropped.
         while next.peek().is_some_and(|r| r.offset < lo) {
             next.next();
         }
-        let mut offset = lo;
-        while offset <= hi {
-            match next.peek() {
-                Some(r) if r.offset == offset => {
-                    if let Some(record) = next.next() {
-                        out.push(AcquiredRecord {
-                            record,
-                            delivery_count: count,
-                        });
-                    }
-                }
-                _ => {
-                    if owed.len() >= MAX_GAPS_PER_PARTITION {
-                        warn!("share: more than {MAX_GAPS_PER_PARTITION} offsets of {tp} owe a gap; the rest wait for their lock");
-                        break;
-                    }
-                    let kind = if offset < decoded {
-                        AckType::Gap
-                    } else {
-                        AckType::Release
-                    };
-                    owed.push((offset, kind));
-                }
+        // The first offset of the range not accounted for yet (`None`: past `i64::MAX`).
+        let mut from = Some(lo);
+        while let Some(record) = next.next_if(|r| r.offset <= hi) {
+            let Some(start) = from else { break };
+            if record.offset < start {
+                continue;
             }
-            if offset == i64::MAX {
-                break;
-            }
-            offset += 1;
+            owed.span(start, record.offset - 1);
+            from = record.offset.checked_add(1);
+            out.push(AcquiredRecord {
+                record,
+                delivery_count: count,
+            });
+        }
+        if let Some(start) = from {
+            owed.span(start, hi);
         }
     }
-    if !owed.is_empty() {
-        d.owed.insert(tp.clone(), owed);
+    if owed.capped {
+        warn!(
+            "share: more acquired offsets of {tp} owe a gap than this answer may owe ({}); the \
+             rest wait for their lock",
+            owed.limit
+        );
+    }
+    *room = room.saturating_sub(owed.list.len());
+    if !owed.list.is_empty() {
+        d.owed.insert(tp.clone(), owed.list);
     }
     out.sort_by_key(|r| r.record.offset);
     out
+}
+
+/// The acknowledgements one partition's answer owes, up to `limit`.
+struct Owed {
+    list: Vec<(i64, AckType)>,
+    limit: usize,
+    /// Offsets below it were decoded (a missing record is a gap); from it on, RELEASE.
+    decoded: i64,
+    /// An offset was left out for the limit.
+    capped: bool,
+}
+
+impl Owed {
+    /// Owes every offset of `first..=last` (none when `last < first`), as far as the limit
+    /// allows; each step owes one, so the width of the span costs nothing past the limit.
+    fn span(&mut self, first: i64, last: i64) {
+        let mut offset = first;
+        while offset <= last {
+            if self.list.len() >= self.limit {
+                self.capped = true;
+                return;
+            }
+            let kind = if offset < self.decoded {
+                AckType::Gap
+            } else {
+                AckType::Release
+            };
+            self.list.push((offset, kind));
+            let Some(after) = offset.checked_add(1) else {
+                return;
+            };
+            offset = after;
+        }
+    }
 }
 
 /// Reads a ShareAcknowledge answer to `req`.
@@ -319,6 +391,14 @@ mod tests {
         (resp, HashMap::from([(id, Arc::from("t"))]))
     }
 
+    /// The partitions of topic `t` a session asked for.
+    fn asked(partitions: &[i32]) -> BTreeSet<TopicPartition> {
+        partitions
+            .iter()
+            .map(|p| TopicPartition::new("t", *p))
+            .collect()
+    }
+
     fn request_with_acks() -> SessionRequest {
         let tp = TopicPartition::new("t", 0);
         SessionRequest {
@@ -341,6 +421,8 @@ mod tests {
             at,
             &names,
             DecodeBudget::default(),
+            &asked(&[0]),
+            MAX_OWED_PER_SESSION,
         );
         assert_eq!(d.batches.len(), 1);
         let b = &d.batches[0];
@@ -379,6 +461,8 @@ mod tests {
             Instant::now(),
             &names,
             DecodeBudget::default(),
+            &asked(&[0]),
+            MAX_OWED_PER_SESSION,
         );
         assert_eq!(d.acks[0].outcome, Err(AckError::Kafka(KafkaCode(121))));
         let (resp, names) = answer(Bytes::new(), &[], 0);
@@ -389,6 +473,8 @@ mod tests {
             Instant::now(),
             &names,
             DecodeBudget::default(),
+            &asked(&[0]),
+            MAX_OWED_PER_SESSION,
         );
         assert_eq!(d.top_error, Some(KafkaCode(122)));
         assert_eq!(d.acks[0].outcome, Err(AckError::Kafka(KafkaCode(122))));
@@ -404,6 +490,8 @@ mod tests {
             Instant::now(),
             &names,
             DecodeBudget::default(),
+            &asked(&[0]),
+            MAX_OWED_PER_SESSION,
         );
         let owed = &d.owed[&TopicPartition::new("t", 0)];
         assert_eq!(owed.len(), MAX_GAPS_PER_PARTITION);
@@ -431,9 +519,92 @@ mod tests {
             Instant::now(),
             &names,
             DecodeBudget::default(),
+            &asked(&[0]),
+            MAX_OWED_PER_SESSION,
         );
         assert_eq!(d.leaders, vec![(TopicPartition::new("t", 0), 2)]);
         assert_eq!(d.errors, vec![(TopicPartition::new("t", 0), KafkaCode(6))]);
+    }
+
+    /// An answer naming partitions `partitions` of topic `t`, each claiming `[0, last]`
+    /// acquired with no record.
+    fn empty_claims(
+        partitions: i32,
+        last: i64,
+    ) -> (msg::ShareFetchResponse, HashMap<Uuid, Arc<str>>) {
+        let id = Uuid::from_u128(7);
+        let claims = (0..partitions)
+            .map(|p| {
+                r::PartitionData::default()
+                    .with_partition_index(p)
+                    .with_acquired_records(vec![r::AcquiredRecords::default()
+                        .with_first_offset(0)
+                        .with_last_offset(last)
+                        .with_delivery_count(1)])
+            })
+            .collect();
+        let resp = msg::ShareFetchResponse::default()
+            .with_acquisition_lock_timeout_ms(30_000)
+            .with_responses(vec![r::ShareFetchableTopicResponse::default()
+                .with_topic_id(id)
+                .with_partitions(claims)]);
+        (resp, HashMap::from([(id, Arc::from("t"))]))
+    }
+
+    #[test]
+    fn fifty_partitions_claiming_ten_million_offsets_each_owe_at_most_the_session_bound() {
+        let (resp, names) = empty_claims(50, 10_000_000);
+        let all: Vec<i32> = (0..50).collect();
+        let d = fetch_answer(
+            resp,
+            &SessionRequest::default(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+            &asked(&all),
+            MAX_OWED_PER_SESSION,
+        );
+        let total: usize = d.owed.values().map(Vec::len).sum();
+        assert!(
+            total <= MAX_OWED_PER_SESSION,
+            "{total} acknowledgements owed by one answer"
+        );
+        assert!(d.batches.is_empty());
+        // What the session already owes counts: with 10 left, the answer owes 10.
+        let (resp, names) = empty_claims(50, 10_000_000);
+        let d = fetch_answer(
+            resp,
+            &SessionRequest::default(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+            &asked(&all),
+            10,
+        );
+        assert_eq!(d.owed.values().map(Vec::len).sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn a_partition_the_session_did_not_ask_for_is_refused_and_its_records_ignored() {
+        let (resp, names) = answer(batches(&[(0, 2)]), &[(0, 5, 1)], 0);
+        let d = fetch_answer(
+            resp,
+            &SessionRequest::default(),
+            Instant::now(),
+            &names,
+            DecodeBudget::default(),
+            &asked(&[1]),
+            MAX_OWED_PER_SESSION,
+        );
+        assert_eq!(
+            d.refused,
+            vec![AnswerError::UnaskedPartition {
+                tp: TopicPartition::new("t", 0)
+            }]
+        );
+        assert!(d.batches.is_empty(), "{:?}", d.batches);
+        assert!(d.owed.is_empty(), "{:?}", d.owed);
+        assert!(d.errors.is_empty());
     }
 
     const INVALID_RECORD_STATE_CODE: i16 = 121;

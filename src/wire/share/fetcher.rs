@@ -23,7 +23,7 @@ use log::{debug, info, warn};
 use uuid::Uuid;
 
 use super::acks::coalesce;
-use super::answers::{self, Digest};
+use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
 use super::codec::{ShareAcknowledgeV2, ShareFetchV2};
 use super::session::{AckMap, SessionRequest, ShareSession, Verdict};
 use super::worker::{Event, Incoming, Outgoing, Workers, SHARE_VERSIONS};
@@ -48,6 +48,8 @@ struct InFlight {
     purpose: Purpose,
     req: SessionRequest,
     sent_at: Option<Instant>,
+    /// A fetch's session partitions as of the request: an answer may speak of these only.
+    asked: BTreeSet<TopicPartition>,
 }
 
 /// One leader's session.
@@ -229,13 +231,25 @@ impl ShareFetcher {
             let mut acks = self.take_pending(broker);
             let leader = self.sessions.entry(broker).or_default();
             let req = leader.session.fetch(&parts, &mut acks);
+            let asked = leader.session.members().clone();
             self.requeue(acks);
             if req.epoch == 0 && parts.is_empty() {
                 continue;
             }
-            if let Some(id) = self.submit_fetch(broker, req) {
+            if let Some(id) = self.submit_fetch(broker, req, asked) {
                 fresh.push(id);
             }
+        }
+        if fresh.is_empty() {
+            // Every leader still has a fetch out (a slow or stopped broker): wait for those
+            // answers within the same bound instead of returning at once to a caller that
+            // would call again in a spin.
+            fresh = self
+                .in_flight
+                .iter()
+                .filter(|(_, f)| f.purpose == Purpose::Fetch)
+                .map(|(id, _)| *id)
+                .collect();
         }
         let bound = Instant::now() + self.settings.max_wait + FETCH_ANSWER_MARGIN;
         self.collect(&fresh, bound, true);
@@ -424,7 +438,12 @@ impl ShareFetcher {
         by_topic.into_iter().collect()
     }
 
-    fn submit_fetch(&mut self, broker: i32, req: SessionRequest) -> Option<u64> {
+    fn submit_fetch(
+        &mut self,
+        broker: i32,
+        req: SessionRequest,
+        asked: BTreeSet<TopicPartition>,
+    ) -> Option<u64> {
         let topics = self
             .topics(&req, |p, batches| {
                 fetchreq::FetchPartition::default()
@@ -480,7 +499,7 @@ impl ShareFetcher {
             acquire_mode: s.acquire_mode,
             is_renew_ack: false,
         });
-        let id = self.submit(broker, out, s.max_wait, Purpose::Fetch, req)?;
+        let id = self.submit(broker, out, s.max_wait, Purpose::Fetch, req, asked)?;
         if let Some(l) = self.sessions.get_mut(&broker) {
             l.fetching = true;
         }
@@ -526,7 +545,7 @@ impl ShareFetcher {
             v1,
             is_renew_ack: renew,
         });
-        self.submit(broker, out, Duration::ZERO, purpose, req)
+        self.submit(broker, out, Duration::ZERO, purpose, req, BTreeSet::new())
     }
 
     fn submit(
@@ -536,6 +555,7 @@ impl ShareFetcher {
         wait: Duration,
         purpose: Purpose,
         req: SessionRequest,
+        asked: BTreeSet<TopicPartition>,
     ) -> Option<u64> {
         let addr = self
             .addrs
@@ -554,6 +574,7 @@ impl ShareFetcher {
                         purpose,
                         req,
                         sent_at: None,
+                        asked,
                     },
                 );
                 Some(id)
@@ -688,13 +709,24 @@ impl ShareFetcher {
                 }
                 return;
             }
-            Ok(Incoming::Fetch(resp)) => answers::fetch_answer(
-                resp,
-                &flight.req,
-                sent_at,
-                &self.names,
-                self.config.fetch_decode_budget,
-            ),
+            Ok(Incoming::Fetch(resp)) => {
+                // What the session's partitions already owe counts against its bound.
+                let queued: usize = flight
+                    .asked
+                    .iter()
+                    .filter_map(|tp| self.pending.get(tp))
+                    .map(Vec::len)
+                    .sum();
+                answers::fetch_answer(
+                    resp,
+                    &flight.req,
+                    sent_at,
+                    &self.names,
+                    self.config.fetch_decode_budget,
+                    &flight.asked,
+                    MAX_OWED_PER_SESSION.saturating_sub(queued),
+                )
+            }
             Ok(Incoming::Acknowledge(a)) => {
                 answers::acknowledge_answer(&a.v1, a.lock_timeout_ms, &flight.req, &self.names)
             }
@@ -731,6 +763,7 @@ impl ShareFetcher {
         self.stash.ack_results.extend(digest.acks);
         self.stash.batches.extend(digest.batches);
         self.stash.errors.extend(digest.errors);
+        self.stash.refused.extend(digest.refused);
     }
 
     /// Metadata for the assigned topics when a leader or topic id is missing or a broker said

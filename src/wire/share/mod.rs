@@ -40,7 +40,7 @@ use crate::wire::{KafkaCode, Record};
 use crate::TopicPartition;
 
 pub use acks::MAX_ACKS_PER_PARTITION;
-pub use answers::MAX_GAPS_PER_PARTITION;
+pub use answers::{MAX_GAPS_PER_PARTITION, MAX_OWED_PER_SESSION};
 pub use fetcher::ShareFetcher;
 pub use session::{
     AckMap, SessionRequest, ShareSession, Verdict, ACKNOWLEDGE_ADVANCES_EPOCH,
@@ -95,6 +95,37 @@ impl std::fmt::Display for AckError {
         }
     }
 }
+
+/// What a broker's answer said that this layer refused to act on. Why an error and not a
+/// silent skip: an answer that names what the session never asked for is a broken or hostile
+/// broker (or a bug here), and acting on it (running its records, owing acknowledgements for
+/// its offsets) would make the member work for a claim nobody made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// A ShareFetch answer named a partition the share session did not fetch: its records were
+    /// not run and nothing is acknowledged or owed for it (whatever the broker holds for it runs
+    /// out by its lock).
+    UnaskedPartition {
+        /// The partition.
+        tp: TopicPartition,
+    },
+}
+
+impl std::fmt::Display for AnswerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnswerError::UnaskedPartition { tp } => {
+                write!(
+                    f,
+                    "the answer names {tp}, which the share session did not fetch"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for AnswerError {}
 
 /// The outcome of some acknowledgements of one partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,6 +202,8 @@ pub struct ShareFetchRound {
     pub ack_results: Vec<AckResult>,
     /// Partition errors of the fetches (leader moves are handled here, and still reported).
     pub errors: Vec<(TopicPartition, KafkaCode)>,
+    /// What the answers said that was refused (their records ignored).
+    pub refused: Vec<AnswerError>,
 }
 
 /// What [`ShareFetcher::renew`] did.
