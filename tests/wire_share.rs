@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use rebalance_guard::wire::share::{
-    AckError, AckType, AcquiredRecord, ShareAck, ShareFetchSettings, ShareFetcher,
+    AckError, AckType, AcquiredRecord, SessionScope, ShareAck, ShareFetchSettings, ShareFetcher,
     INVALID_RECORD_STATE,
 };
 use rebalance_guard::wire::{Client, ClientConfig, KafkaCode, ProduceRecord};
