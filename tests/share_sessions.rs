@@ -17,6 +17,9 @@ use support::share::{order_id, ShareSetup};
 
 const BOUND: Duration = Duration::from_secs(40);
 
+/// offset -> (applied at, lease end) of every effect.
+type Effects = Arc<Mutex<HashMap<i64, Vec<(Instant, Instant)>>>>;
+
 /// Member A holds a delivery (handed out, not finished) and closes: its close releases the
 /// record at the broker, and member B gets it again (delivery 2) well within the lock. A's
 /// lease must read not current from the close on, or A's handler would apply the effect while
@@ -74,8 +77,7 @@ fn a_late_release_does_not_roll_back_the_partitions_accepts_kafka() {
     let _ = env_logger::builder().is_test(true).try_init();
     let setup = ShareSetup::new("share-late-release", 1, 3_000);
     let ids: BTreeSet<String> = setup.produce_orders(1, 200).into_iter().collect();
-    // offset -> (applied at, lease end) of every effect.
-    let effects: Arc<Mutex<HashMap<i64, Vec<(Instant, Instant)>>>> = Arc::default();
+    let effects: Effects = Arc::default();
     let refused: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
     let applied: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let slow_done = Arc::new(AtomicBool::new(false));
@@ -141,7 +143,10 @@ fn a_late_release_does_not_roll_back_the_partitions_accepts_kafka() {
         ids.len(),
         "not every order applied within {BOUND:?}: {stats:?}"
     );
-    assert!(slow_done.load(Ordering::SeqCst), "the slow record never ran");
+    assert!(
+        slow_done.load(Ordering::SeqCst),
+        "the slow record never ran"
+    );
     let effects = effects.lock().unwrap();
     let wrongly: Vec<_> = refused
         .lock()
@@ -149,8 +154,9 @@ fn a_late_release_does_not_roll_back_the_partitions_accepts_kafka() {
         .iter()
         .filter(|(offset, _)| {
             effects.get(offset).is_some_and(|list| {
-                list.iter()
-                    .any(|(at, deadline)| deadline.saturating_duration_since(*at) > Duration::from_secs(1))
+                list.iter().any(|(at, deadline)| {
+                    deadline.saturating_duration_since(*at) > Duration::from_secs(1)
+                })
             })
         })
         .cloned()

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::scope::SessionScope;
+use super::types::Grant;
 use crate::guard::{Clock, IdempotencyKey};
 use crate::TopicPartition;
 
@@ -72,17 +73,18 @@ fn encode(base: Instant, at: Instant) -> u64 {
 }
 
 impl LockLease {
+    /// The lease of acquisition `acquisition` of the record at `offset` of `tp`, ending at
+    /// `deadline`, under `grant`'s session and lock end.
     pub(super) fn new(
         acquisition: u64,
-        tp: TopicPartition,
-        offset: i64,
+        (tp, offset): (TopicPartition, i64),
         delivery_count: i16,
         key: Option<IdempotencyKey>,
         time: &Timebase,
         deadline: Instant,
-        lock_ends_by: Instant,
-        scope: SessionScope,
+        grant: &Grant,
     ) -> Self {
+        let (scope, lock_ends_by) = (grant.scope.clone(), grant.lock_ends_by);
         LockLease(Arc::new(Cell {
             tp,
             offset,

@@ -277,14 +277,12 @@ impl LockGuard {
                 }
                 let lease = LockLease::new(
                     acquisition,
-                    tp.clone(),
-                    offset,
+                    (tp.clone(), offset),
                     delivery_count,
                     key.clone(),
                     &self.time,
                     deadline,
-                    grant.lock_ends_by,
-                    grant.scope.clone(),
+                    grant,
                 );
                 let held = Held {
                     acquisition,

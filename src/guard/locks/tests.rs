@@ -607,7 +607,10 @@ fn sweeping_ended_sessions_voids_their_running_leases_and_forgets_their_acks() {
     let done = run(guard.acquired_in(&tp(0), 2, 1, None, &g));
     let other = run(guard.acquired_in(&tp(0), 3, 1, None, &grant(&clock, &SessionScope::new())));
     let now = clock.now();
-    assert_eq!(guard.finished(&done, Outcome::Applied, now), Some(AckType::Accept));
+    assert_eq!(
+        guard.finished(&done, Outcome::Applied, now),
+        Some(AckType::Accept)
+    );
     session.end();
     // Swept on the poll thread's next turn.
     assert_eq!(guard.expired(now), Vec::new());

@@ -814,7 +814,9 @@ impl ShareFetcher {
             // owed for them are moot.
             let dropped: usize = digest.batches.iter().map(|b| b.records.len()).sum();
             if dropped > 0 {
-                info!("share: {dropped} record(s) of an ended session with broker {broker} dropped");
+                info!(
+                    "share: {dropped} record(s) of an ended session with broker {broker} dropped"
+                );
             }
             return;
         };
@@ -822,9 +824,7 @@ impl ShareFetcher {
         let mut batches = digest.batches;
         for batch in &mut batches {
             batch.scope = leader.session.partition_scope(&batch.tp);
-            batch.lock_ends_by = arrived
-                .checked_add(batch.lock_duration)
-                .unwrap_or(arrived);
+            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
         }
         let lock_end: HashMap<TopicPartition, (SessionScope, Instant)> = digest
             .owed
@@ -835,7 +835,10 @@ impl ShareFetcher {
                     .find(|b| &b.tp == tp)
                     .map_or(Duration::ZERO, |b| b.lock_duration);
                 let scope = leader.session.partition_scope(tp);
-                (tp.clone(), (scope, arrived.checked_add(lock).unwrap_or(arrived)))
+                (
+                    tp.clone(),
+                    (scope, arrived.checked_add(lock).unwrap_or(arrived)),
+                )
             })
             .collect();
         // Acknowledgements still queued for a record acquired again were decided for its
@@ -1267,7 +1270,10 @@ mod tests {
         let second = f.fetch().expect("fetch");
         // The fetch thread ended the session before it dropped the connection: the leases of
         // what it acquired read not current from then on.
-        assert!(held.scope.has_ended(), "the session outlived its connection");
+        assert!(
+            held.scope.has_ended(),
+            "the session outlived its connection"
+        );
         assert_eq!(second.ack_results.len(), 1, "{second:?}");
         assert_eq!(second.ack_results[0].acks, vec![(0, AckType::Accept)]);
         assert!(
@@ -1290,7 +1296,11 @@ mod tests {
         // acquired again (delivery 2, which this member runs under a current lease).
         f.acknowledge([held.ack(1, AckType::Release)]);
         let fourth = f.fetch().expect("fetch");
-        let outcomes: Vec<_> = fourth.ack_results.iter().map(|r| (r.acks.clone(), r.outcome.clone())).collect();
+        let outcomes: Vec<_> = fourth
+            .ack_results
+            .iter()
+            .map(|r| (r.acks.clone(), r.outcome.clone()))
+            .collect();
         assert_eq!(
             outcomes,
             vec![(vec![(1, AckType::Release)], Err(AckError::SessionEnded))],
@@ -1299,8 +1309,16 @@ mod tests {
         let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 1, 0, 1]);
         let carried = carried.lock().expect("carried").clone();
-        assert_eq!(carried[1], (1, vec![(0, 1)]), "the ACCEPT went out before the break");
-        assert_eq!(carried[3], (1, vec![]), "the next request carries no acknowledgement: {carried:?}");
+        assert_eq!(
+            carried[1],
+            (1, vec![(0, 1)]),
+            "the ACCEPT went out before the break"
+        );
+        assert_eq!(
+            carried[3],
+            (1, vec![]),
+            "the next request carries no acknowledgement: {carried:?}"
+        );
     }
 
     #[test]

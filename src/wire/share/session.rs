@@ -349,7 +349,10 @@ mod tests {
         let mut s = ShareSession::new();
         s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
         let first = s.scope().clone();
-        let (p0, p1) = (s.partition_scope(&tps(&[0]).into_iter().next().unwrap()), s.partition_scope(&TopicPartition::new("t", 1)));
+        let (p0, p1) = (
+            s.partition_scope(&tps(&[0]).into_iter().next().unwrap()),
+            s.partition_scope(&TopicPartition::new("t", 1)),
+        );
         assert_eq!(p0, s.partition_scope(&TopicPartition::new("t", 0)));
         s.end_partition(&TopicPartition::new("t", 0));
         assert!(p0.has_ended() && !p1.has_ended() && !first.has_ended());
