@@ -119,7 +119,8 @@ pub use error::{
 pub use handoff::{AwaitingCommit, Drained, Fenced, HandedBack};
 pub use idempotency_key::IdempotencyKey;
 pub use locks::{
-    AckFailures, AckType, Acquired, LockGuard, LockGuardConfig, LockLease, LockStats, Outcome,
+    AckFailures, AckType, Acquired, Grant, LockGuard, LockGuardConfig, LockLease, LockStats,
+    Outcome, SessionScope,
 };
 pub use session_bound::SessionBound;
 pub use storm::StormStatus;

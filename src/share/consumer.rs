@@ -361,13 +361,15 @@ impl ShareConsumer {
 
     fn decide(&mut self, lease: &LockLease, outcome: Outcome, at: Instant) {
         if let Some(kind) = self.locks.finished(lease, outcome, at) {
-            self.queue_ack(lease.tp().clone(), lease.offset(), kind);
+            // Tied to this acquisition (its session, its lock), and late when decided at or
+            // after the lease's deadline.
+            self.queue_ack(ShareAck::for_lease(lease, kind));
         }
     }
 
-    fn queue_ack(&mut self, tp: TopicPartition, offset: i64, kind: AckType) {
+    fn queue_ack(&mut self, ack: ShareAck) {
         if let Some(fetcher) = self.fetcher.as_mut() {
-            fetcher.acknowledge([ShareAck { tp, offset, kind }]);
+            fetcher.acknowledge([ack]);
             self.acks_pending = true;
         }
     }
@@ -484,28 +486,37 @@ impl ShareConsumer {
             self.stats.fetch_errors += 1;
         }
         self.ack_results(&round.ack_results);
-        for batch in round.batches {
-            for acquired in batch.records {
-                let record = acquired.record;
+        for mut batch in round.batches {
+            if batch.scope.has_ended() {
+                // The broker released them with their session already.
+                debug!(
+                    "share consumer: {} record(s) of {} dropped: their share session ended",
+                    batch.records.len(),
+                    batch.tp
+                );
+                continue;
+            }
+            let grant = batch.grant();
+            for acquired in std::mem::take(&mut batch.records) {
+                let record = &acquired.record;
                 let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
-                let key = self.key_fn.as_ref().and_then(|f| f(&record));
+                let key = self.key_fn.as_ref().and_then(|f| f(record));
                 self.stats.acquired += 1;
-                match self.locks.acquired(
+                match self.locks.acquired_in(
                     &tp,
                     record.offset,
                     i16::try_from(acquired.delivery_count).unwrap_or(i16::MAX),
                     key,
-                    batch.sent_at,
-                    batch.lock_duration,
+                    &grant,
                 ) {
-                    Acquired::Run(lease) => self.buffer.push_back((record, lease)),
+                    Acquired::Run(lease) => self.buffer.push_back((acquired.record, lease)),
                     refused => {
                         debug!(
                             "share consumer: {tp}@{} (delivery {}) not run: {refused:?}",
                             record.offset, acquired.delivery_count
                         );
                         if let Some(kind) = refused.ack() {
-                            self.queue_ack(tp, record.offset, kind);
+                            self.queue_ack(batch.ack(record.offset, kind));
                         }
                     }
                 }

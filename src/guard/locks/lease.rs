@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::scope::SessionScope;
+use super::types::Grant;
 use crate::guard::{Clock, IdempotencyKey};
 use crate::TopicPartition;
 
@@ -24,7 +26,8 @@ const VOID: u64 = 0;
 /// and skips the effect when the answer is no: past the deadline the broker may already have
 /// given the record to another member. The deadline moves forward when a renewal of the lock is
 /// answered, and the lease is voided for good when the broker hands the same record to this
-/// member again under a new acquisition.
+/// member again under a new acquisition, or when the share session that acquired it ends (its
+/// [`SessionScope`]: the broker then releases the record at once).
 #[derive(Clone)]
 pub struct LockLease(Arc<Cell>);
 
@@ -41,6 +44,13 @@ struct Cell {
     base: Instant,
     /// Nanoseconds after `base` at which the lease ends, plus one; [`VOID`] once voided.
     deadline: AtomicU64,
+    /// The share session (and partition) that acquired the record: once it ended, the lease
+    /// is not current whatever its deadline.
+    scope: SessionScope,
+    /// Nanoseconds after `base` (plus one) by which the broker's lock has certainly ended: the
+    /// answer's arrival (or a later instant) plus the lock; moved forward by renewals. An
+    /// acknowledgement sent after it is certainly refused.
+    lock_ends_by: AtomicU64,
     /// Set by the first finish, so that a second one (a caller's mistake) produces no second
     /// acknowledgement.
     finished: AtomicBool,
@@ -63,15 +73,18 @@ fn encode(base: Instant, at: Instant) -> u64 {
 }
 
 impl LockLease {
+    /// The lease of acquisition `acquisition` of the record at `offset` of `tp`, ending at
+    /// `deadline`, under `grant`'s session and lock end.
     pub(super) fn new(
         acquisition: u64,
-        tp: TopicPartition,
-        offset: i64,
+        (tp, offset): (TopicPartition, i64),
         delivery_count: i16,
         key: Option<IdempotencyKey>,
         time: &Timebase,
         deadline: Instant,
+        grant: &Grant,
     ) -> Self {
+        let (scope, lock_ends_by) = (grant.scope.clone(), grant.lock_ends_by);
         LockLease(Arc::new(Cell {
             tp,
             offset,
@@ -81,6 +94,8 @@ impl LockLease {
             clock: time.clock.clone(),
             base: time.base,
             deadline: AtomicU64::new(encode(time.base, deadline)),
+            scope,
+            lock_ends_by: AtomicU64::new(encode(time.base, lock_ends_by)),
             finished: AtomicBool::new(false),
         }))
     }
@@ -93,9 +108,27 @@ impl LockLease {
     }
 
     /// [`is_current`](Self::is_current) at an instant the caller read from the guard's clock.
+    /// Never current once its share session ended.
     pub fn is_current_at(&self, now: Instant) -> bool {
         let deadline = self.0.deadline.load(Ordering::Acquire);
-        deadline != VOID && encode(self.0.base, now) < deadline
+        deadline != VOID && encode(self.0.base, now) < deadline && !self.0.scope.has_ended()
+    }
+
+    /// The share session (and partition) that acquired the record: an acknowledgement decided
+    /// for this lease belongs to it and is never sent once it ended.
+    pub fn scope(&self) -> &SessionScope {
+        &self.0.scope
+    }
+
+    /// The instant by which the broker's lock of this acquisition has certainly ended (the
+    /// answer's arrival plus the lock, or the latest renewal's): an acknowledgement sent later
+    /// is certainly refused, so it is not sent.
+    pub fn lock_ends_by(&self) -> Instant {
+        let encoded = self.0.lock_ends_by.load(Ordering::Acquire);
+        self.0
+            .base
+            .checked_add(Duration::from_nanos(encoded.saturating_sub(1)))
+            .unwrap_or(self.0.base)
     }
 
     /// The current instant on the clock this lease reads (its guard's). A finish is stamped
@@ -115,11 +148,13 @@ impl LockLease {
         }
     }
 
-    /// The instant the lease ends (moved forward by renewals); `None` once voided. An instant
+    /// The instant the lease ends (moved forward by renewals); `None` once voided or once its
+    /// share session ended. An instant
     /// before the guard was created reads as the guard's creation.
     pub fn deadline(&self) -> Option<Instant> {
         match self.0.deadline.load(Ordering::Acquire) {
             VOID => None,
+            _ if self.0.scope.has_ended() => None,
             encoded => self.0.base.checked_add(Duration::from_nanos(encoded - 1)),
         }
     }
@@ -146,6 +181,13 @@ impl LockLease {
 
     pub(super) fn key(&self) -> Option<&IdempotencyKey> {
         self.0.key.as_ref()
+    }
+
+    /// Moves the latest end of the broker's lock to `to` if that is later (a renewal granted).
+    pub(super) fn extend_lock_end(&self, to: Instant) {
+        self.0
+            .lock_ends_by
+            .fetch_max(encode(self.0.base, to), Ordering::AcqRel);
     }
 
     /// Moves the deadline to `to` if that is later; never moves it back and never revives a

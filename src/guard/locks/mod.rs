@@ -40,6 +40,7 @@
 //! - `tests.rs`: unit tests and a property test of the decisions against a model.
 
 mod lease;
+mod scope;
 #[cfg(test)]
 mod tests;
 mod types;
@@ -49,7 +50,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use lease::LockLease;
-pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outcome};
+pub use scope::SessionScope;
+pub use types::{AckFailures, AckType, Acquired, Grant, LockGuardConfig, LockStats, Outcome};
 
 use crate::guard::key_set::KeySet;
 use crate::guard::{Clock, GuardConfigError, IdempotencyKey, MonotonicClock};
@@ -66,6 +68,8 @@ fn half_way(sent_at: Instant, lock: Duration) -> Instant {
 struct Held {
     /// The acquisition's number (unique within the guard).
     acquisition: u64,
+    /// The share session (and partition) that acquired it.
+    scope: SessionScope,
     /// The idempotency key this acquisition reserves while it runs.
     key: Option<IdempotencyKey>,
     state: State,
@@ -113,6 +117,7 @@ struct Counters {
     refused_already_applied: u64,
     refused_key_in_flight: u64,
     voided: u64,
+    applied_session_ended: u64,
 }
 
 /// The lock guard of one share-group member: which acquired records may run, what each is
@@ -190,13 +195,9 @@ impl LockGuard {
     }
 
     /// The broker handed this member the record at `offset` of `tp` (its `delivery_count`-th
-    /// delivery) under a lock of `lock`, in answer to a ShareFetch sent at `sent_at` (the
-    /// request's send time: the broker acquired the records after it, so the lock ends after
-    /// `sent_at + lock`). Says whether to run it.
-    ///
-    /// An acquisition of a record the guard still holds from an earlier acquisition voids the
-    /// earlier one: the broker redelivers only after the earlier lock ended, so the earlier
-    /// handler must not act any more and its finish acknowledges nothing.
+    /// delivery) under a lock of `lock`, in answer to a ShareFetch sent at `sent_at`, outside
+    /// any share session the caller tracks (the lease ends by time only). Says whether to run
+    /// it. See [`acquired_in`](Self::acquired_in), which a share consumer uses.
     pub fn acquired(
         &mut self,
         tp: &TopicPartition,
@@ -206,6 +207,34 @@ impl LockGuard {
         sent_at: Instant,
         lock: Duration,
     ) -> Acquired {
+        let grant = Grant {
+            sent_at,
+            lock,
+            lock_ends_by: self.now().max(sent_at).checked_add(lock).unwrap_or(sent_at),
+            scope: SessionScope::new(),
+        };
+        self.acquired_in(tp, offset, delivery_count, key, &grant)
+    }
+
+    /// The broker handed this member the record at `offset` of `tp` (its `delivery_count`-th
+    /// delivery) under `grant`: a lock of `grant.lock` in answer to a ShareFetch sent at
+    /// `grant.sent_at` (the request's send time: the broker acquired the records after it, so
+    /// the lock ends after `sent_at + lock`), inside the share session `grant.scope`. Says
+    /// whether to run it.
+    ///
+    /// An acquisition of a record the guard still holds from an earlier acquisition voids the
+    /// earlier one: the broker redelivers only after the earlier lock ended, so the earlier
+    /// handler must not act any more and its finish acknowledges nothing. The lease is never
+    /// current once `grant.scope` ended (see [`SessionScope`]).
+    pub fn acquired_in(
+        &mut self,
+        tp: &TopicPartition,
+        offset: i64,
+        delivery_count: i16,
+        key: Option<IdempotencyKey>,
+        grant: &Grant,
+    ) -> Acquired {
+        let (sent_at, lock) = (grant.sent_at, grant.lock);
         let deadline = self.deadline(sent_at, lock);
         if let Some(earlier) = self.take(tp, offset) {
             self.void(tp, offset, earlier, Some(sent_at));
@@ -233,6 +262,7 @@ impl LockGuard {
                 log::debug!("{tp} offset {offset}: refused ({refusal:?}), acknowledged {ack:?}");
                 let held = Held {
                     acquisition,
+                    scope: grant.scope.clone(),
                     key: None,
                     state: State::Acking {
                         ack,
@@ -247,15 +277,16 @@ impl LockGuard {
                 }
                 let lease = LockLease::new(
                     acquisition,
-                    tp.clone(),
-                    offset,
+                    (tp.clone(), offset),
                     delivery_count,
                     key.clone(),
                     &self.time,
                     deadline,
+                    grant,
                 );
                 let held = Held {
                     acquisition,
+                    scope: grant.scope.clone(),
                     key,
                     state: State::Running {
                         lease: lease.clone(),
@@ -372,6 +403,23 @@ impl LockGuard {
         let ours = self.get_mut(tp, offset).is_some_and(|held| {
             held.acquisition == acquisition && matches!(held.state, State::Running { .. })
         });
+        if lease.scope().has_ended() {
+            // The broker released the record when the session ended: another member may hold
+            // it now, and an acknowledgement would land on its acquisition (or be refused).
+            if ours {
+                if let Some(held) = self.take(tp, offset) {
+                    self.void(tp, offset, held, None);
+                }
+            }
+            if applied {
+                self.counters.applied_session_ended += 1;
+                log::warn!(
+                    "{tp} offset {offset}: effect applied, but the share session that acquired \
+                     it ended: nothing can be acknowledged; another member may apply it again"
+                );
+            }
+            return None;
+        }
         if !ours {
             if applied {
                 // A voided lease cannot be current: the effect came after the lock may have
@@ -479,6 +527,8 @@ impl LockGuard {
         lock: Duration,
     ) -> bool {
         let deadline = self.deadline(sent_at, lock);
+        // The answer arrived by now: the renewed lock ends by now plus the lock at the latest.
+        let lock_ends_by = self.now().max(sent_at).checked_add(lock).unwrap_or(sent_at);
         let Some(State::Running {
             lease,
             acquired_at,
@@ -493,6 +543,7 @@ impl LockGuard {
             return false;
         }
         lease.extend(deadline);
+        lease.extend_lock_end(lock_ends_by);
         *renew_from = (*renew_from).max(half_way(sent_at, lock));
         if *renewal == Renewal::Sent {
             *renewal = Renewal::Idle;
@@ -557,6 +608,7 @@ impl LockGuard {
     /// and their finish releases them); and, unlisted, records whose acknowledgement was
     /// decided but never answered by the time their lock ran out are no longer tracked.
     pub fn expired(&mut self, now: Instant) -> Vec<(TopicPartition, i64)> {
+        self.sweep_ended_sessions();
         let mut ended = Vec::new();
         for (tp, records) in self.held.iter_mut() {
             records.retain(|offset, held| match &mut held.state {
@@ -577,6 +629,35 @@ impl LockGuard {
         self.held.retain(|_, records| !records.is_empty());
         ended.sort();
         ended
+    }
+
+    /// Stops tracking every record whose share session ended (see [`SessionScope`]): running
+    /// leases are voided (counted in [`LockStats::voided`]; they already read not current) and
+    /// their finishes acknowledge nothing; decided acknowledgements waiting for their answer are
+    /// forgotten (they are dropped unsent, or their answer says nothing about this member any
+    /// more). Returns how many were running.
+    pub fn sweep_ended_sessions(&mut self) -> usize {
+        let ended: Vec<(TopicPartition, i64)> = self
+            .held
+            .iter()
+            .flat_map(|(tp, records)| {
+                records
+                    .iter()
+                    .filter(|(_, held)| held.scope.has_ended())
+                    .map(move |(offset, _)| (tp.clone(), *offset))
+            })
+            .collect();
+        let mut running = 0;
+        for (tp, offset) in ended {
+            if let Some(held) = self.take(&tp, offset) {
+                running += usize::from(matches!(held.state, State::Running { .. }));
+                self.void(&tp, offset, held, None);
+            }
+        }
+        if running > 0 {
+            log::info!("{running} running lease(s) voided: their share session ended");
+        }
+        running
     }
 
     /// Stops tracking every record of `tp` (the partition left this member's assignment, or its
@@ -624,6 +705,7 @@ impl LockGuard {
             refused_already_applied: c.refused_already_applied,
             refused_key_in_flight: c.refused_key_in_flight,
             voided: c.voided,
+            applied_session_ended: c.applied_session_ended,
         }
     }
 }

@@ -551,6 +551,92 @@ fn forgetting_a_partition_voids_its_running_leases() {
     assert_eq!((stats.held, stats.running, stats.voided), (2, 2, 1));
 }
 
+fn grant(clock: &ManualClock, scope: &SessionScope) -> Grant {
+    Grant {
+        sent_at: clock.now(),
+        lock: LOCK,
+        lock_ends_by: clock.now() + LOCK,
+        scope: scope.clone(),
+    }
+}
+
+#[test]
+fn a_lease_of_an_ended_session_is_not_current_and_its_finish_acknowledges_nothing() {
+    let (mut guard, clock) = guard();
+    let session = SessionScope::new();
+    let g = grant(&clock, &session.child());
+    let applied = run(guard.acquired_in(&tp(0), 1, 1, key(1), &g));
+    let skipped = run(guard.acquired_in(&tp(0), 2, 1, None, &g));
+    assert!(applied.is_current() && skipped.is_current());
+    assert_eq!(applied.lock_ends_by(), clock.now() + LOCK);
+    assert!(session.end(), "the first end ends it");
+    assert!(!session.end(), "and it stays ended");
+    // At once, lock-free, whatever the deadline says.
+    for lease in [&applied, &skipped] {
+        assert!(!lease.is_current());
+        assert!(!lease.is_current_at(clock.now()));
+        assert_eq!(lease.time_left(), Duration::ZERO);
+        assert_eq!(lease.deadline(), None);
+    }
+    let now = clock.now();
+    assert_eq!(guard.finished(&applied, Outcome::Applied, now), None);
+    assert_eq!(guard.finished(&skipped, Outcome::Skipped, now), None);
+    let stats = guard.stats();
+    assert_eq!((stats.held, stats.running, stats.voided), (0, 0, 2));
+    assert_eq!(stats.applied_session_ended, 1);
+    assert_eq!((stats.accepted, stats.released), (0, 0));
+    // The applied key still refuses the record when it comes back in a new session.
+    let next = grant(&clock, &SessionScope::new());
+    assert!(matches!(
+        guard.acquired_in(&tp(0), 1, 2, key(1), &next),
+        Acquired::AlreadyApplied
+    ));
+}
+
+#[test]
+fn ending_a_partition_or_a_session_ends_only_the_leases_inside_it() {
+    let (mut guard, clock) = guard();
+    let (one, two) = (SessionScope::new(), SessionScope::new());
+    let (p0, p1) = (one.child(), one.child());
+    let a = run(guard.acquired_in(&tp(0), 1, 1, None, &grant(&clock, &p0)));
+    let b = run(guard.acquired_in(&tp(1), 1, 1, None, &grant(&clock, &p1)));
+    let c = run(guard.acquired_in(&tp(2), 1, 1, None, &grant(&clock, &two.child())));
+    assert!(p0.is_within(&one) && !p0.is_within(&two) && !one.is_within(&p0));
+    p0.end();
+    assert!(!a.is_current() && b.is_current() && c.is_current());
+    one.end();
+    assert!(!b.is_current() && c.is_current());
+    assert!(p1.has_ended() && !two.has_ended());
+}
+
+#[test]
+fn sweeping_ended_sessions_voids_their_running_leases_and_forgets_their_acks() {
+    let (mut guard, clock) = guard();
+    let session = SessionScope::new();
+    let g = grant(&clock, &session);
+    let running = run(guard.acquired_in(&tp(0), 1, 1, key(1), &g));
+    let done = run(guard.acquired_in(&tp(0), 2, 1, None, &g));
+    let other = run(guard.acquired_in(&tp(0), 3, 1, None, &grant(&clock, &SessionScope::new())));
+    let now = clock.now();
+    assert_eq!(
+        guard.finished(&done, Outcome::Applied, now),
+        Some(AckType::Accept)
+    );
+    session.end();
+    // Swept on the poll thread's next turn.
+    assert_eq!(guard.expired(now), Vec::new());
+    let stats = guard.stats();
+    assert_eq!((stats.held, stats.running, stats.voided), (1, 1, 1));
+    assert!(other.is_current());
+    assert_eq!(guard.sweep_ended_sessions(), 0);
+    // The voided lease's finish acknowledges nothing, and its key is free again.
+    assert_eq!(guard.finished(&running, Outcome::Skipped, now), None);
+    assert!(matches!(
+        guard.acquired_in(&tp(1), 1, 1, key(1), &grant(&clock, &SessionScope::new())),
+        Acquired::Run(_)
+    ));
+}
+
 /// One step of the property test.
 #[derive(Debug, Clone)]
 enum Step {

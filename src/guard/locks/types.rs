@@ -1,9 +1,10 @@
 //! The lock guard's vocabulary: how a record is acknowledged, what a handler reports, what an
 //! acquisition gives the caller, the guard's settings and its counters.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::lease::LockLease;
+use super::scope::SessionScope;
 use crate::guard::GuardConfigError;
 
 /// How a record is acknowledged to the share group, with the protocol's byte values (the
@@ -87,6 +88,22 @@ impl Acquired {
             Self::KeyInFlight => Some(AckType::Release),
         }
     }
+}
+
+/// The lock the broker granted the records of one answer, as the guard needs it to lease them
+/// (see [`LockGuard::acquired_in`](super::LockGuard::acquired_in)).
+#[derive(Debug, Clone)]
+pub struct Grant {
+    /// When the request that acquired them was sent: the lock runs from no earlier than here,
+    /// so the lease counts from it.
+    pub sent_at: Instant,
+    /// `AcquisitionLockTimeoutMs`.
+    pub lock: Duration,
+    /// No earlier than the answer's arrival, plus the lock: the broker's lock has certainly
+    /// ended by then, and an acknowledgement sent later is certainly refused.
+    pub lock_ends_by: Instant,
+    /// The share session (and partition) that acquired them: its end ends their leases.
+    pub scope: SessionScope,
 }
 
 /// The lock guard's settings.
@@ -202,7 +219,11 @@ pub struct LockStats {
     pub refused_already_applied: u64,
     /// Records refused because a record with the same key was being processed.
     pub refused_key_in_flight: u64,
-    /// Leases voided: the broker gave their record to this member again, or the partition was
-    /// forgotten, while the handler had not finished.
+    /// Leases voided: the broker gave their record to this member again, the partition was
+    /// forgotten, or the share session that acquired the record ended, while the handler had
+    /// not finished.
     pub voided: u64,
+    /// Effects applied whose share session ended before their finish: no acknowledgement could
+    /// be sent (the broker had released the record), so another member may apply them again.
+    pub applied_session_ended: u64,
 }

@@ -171,6 +171,10 @@ pub(super) fn fetch_answer(
                     tp,
                     sent_at,
                     lock_duration: lock,
+                    // The fetcher sets both when it absorbs the answer (the arrival and the
+                    // partition's scope are its to know).
+                    lock_ends_by: sent_at.checked_add(lock).unwrap_or(sent_at),
+                    scope: req.scope.clone(),
                     records: batch,
                 });
             }

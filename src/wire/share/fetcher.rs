@@ -7,6 +7,10 @@
 //! that arrives late (a fetch left in flight by an earlier call) is never lost: its records and
 //! outcomes are kept for the next [`ShareFetcher::fetch`] (or the outcomes for the next
 //! [`ShareFetcher::flush_acks`]).
+//!
+//! Acknowledgements belong to the acquisition they were decided for ([`ShareAck::scope`]):
+//! one whose session ended, whose record was acquired again, or whose lock has certainly ended
+//! is dropped before any request could carry it, and reported failed with the reason.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -25,10 +29,11 @@ use uuid::Uuid;
 use super::acks::coalesce;
 use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
 use super::codec::{ShareAcknowledgeV2, ShareFetchV2};
-use super::session::{AckMap, SessionRequest, ShareSession, Verdict};
+use super::session::{AckQueue, SessionRequest, ShareSession, Verdict};
 use super::worker::{Event, Incoming, Outgoing, Workers, SHARE_VERSIONS};
 use super::{
-    AckError, AckResult, AckType, RenewResult, ShareAck, ShareFetchRound, ShareFetchSettings,
+    AckError, AckResult, AckType, RenewResult, SessionScope, ShareAck, ShareFetchRound,
+    ShareFetchSettings,
 };
 use crate::wire::error::{Result, WireError};
 use crate::wire::{Client, ClientConfig, KafkaCode, FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
@@ -74,7 +79,7 @@ pub struct ShareFetcher {
     addrs: HashMap<i32, String>,
     stale: bool,
     /// Acknowledgements waiting for the next request to their partition's leader.
-    pending: AckMap,
+    pending: AckQueue,
     sessions: BTreeMap<i32, Leader>,
     in_flight: HashMap<u64, InFlight>,
     workers: Workers,
@@ -83,6 +88,8 @@ pub struct ShareFetcher {
     /// The lock durations of answered renewals, by job.
     renewed: HashMap<u64, Option<Duration>>,
     renew_versions: BTreeMap<i32, i16>,
+    /// [`close`](Self::close) has ended the sessions: what is queued was checked before.
+    closing: bool,
 }
 
 impl std::fmt::Debug for ShareFetcher {
@@ -133,13 +140,14 @@ impl ShareFetcher {
             leaders: HashMap::new(),
             addrs: HashMap::new(),
             stale: true,
-            pending: AckMap::new(),
+            pending: AckQueue::new(),
             sessions: BTreeMap::new(),
             in_flight: HashMap::new(),
             workers,
             stash: ShareFetchRound::default(),
             renewed: HashMap::new(),
             renew_versions,
+            closing: false,
         })
     }
 
@@ -163,22 +171,49 @@ impl ShareFetcher {
     }
 
     /// Queues acknowledgements; each goes with the next ShareFetch (or
-    /// [`flush_acks`](Self::flush_acks)) to its partition's leader. A RENEW is refused here
-    /// (reported failed in the next round): renewals go through [`renew`](Self::renew).
+    /// [`flush_acks`](Self::flush_acks)) to its partition's leader, unless it is void by then
+    /// (see the module notes). A RENEW is refused here (reported failed in the next round):
+    /// renewals go through [`renew`](Self::renew).
     pub fn acknowledge(&mut self, acks: impl IntoIterator<Item = ShareAck>) {
         for ack in acks {
             if ack.kind == AckType::Renew {
-                self.stash.ack_results.push(AckResult {
-                    tp: ack.tp,
-                    acks: vec![(ack.offset, ack.kind)],
-                    outcome: Err(AckError::RenewUnsupported),
-                });
+                self.fail(&ack, AckError::RenewUnsupported);
                 continue;
             }
-            self.pending
-                .entry(ack.tp)
-                .or_default()
-                .push((ack.offset, ack.kind));
+            self.pending.entry(ack.tp.clone()).or_default().push(ack);
+        }
+    }
+
+    /// Reports `ack` failed with `error` in the next round.
+    fn fail(&mut self, ack: &ShareAck, error: AckError) {
+        self.stash.ack_results.push(AckResult {
+            tp: ack.tp.clone(),
+            acks: vec![(ack.offset, ack.kind)],
+            outcome: Err(error),
+        });
+    }
+
+    /// Why `ack` must not be sent in `session` now, if it must not: its session ended (or is
+    /// not this one: the partition moved), or its lock has certainly ended. A RENEW is
+    /// exempt: it names no decision, and the guard ignores a renewal sent before the record's
+    /// latest acquisition.
+    fn void_reason(ack: &ShareAck, session: &SessionScope, now: Instant) -> Option<AckError> {
+        if ack.kind == AckType::Renew {
+            None
+        } else if ack.scope.has_ended() || !ack.scope.is_within(session) {
+            Some(AckError::SessionEnded)
+        } else if now >= ack.lock_ends_by {
+            Some(AckError::LockEnded)
+        } else {
+            None
+        }
+    }
+
+    /// Ends every session's scope now: every lease they acquired reads not current, and
+    /// acknowledgements queued for them from now on are dropped.
+    fn end_sessions(&mut self) {
+        for leader in self.sessions.values() {
+            leader.session.scope().end();
         }
     }
 
@@ -274,12 +309,16 @@ impl ShareFetcher {
     pub fn renew(&mut self, records: &[(TopicPartition, i64)], timeout: Duration) -> RenewResult {
         let deadline = Instant::now() + timeout;
         let sent_at = lease_now();
-        let mut renewals = AckMap::new();
+        let mut renewals = AckQueue::new();
         for (tp, offset) in records {
-            renewals
-                .entry(tp.clone())
-                .or_default()
-                .push((*offset, AckType::Renew));
+            renewals.entry(tp.clone()).or_default().push(ShareAck {
+                tp: tp.clone(),
+                offset: *offset,
+                kind: AckType::Renew,
+                scope: SessionScope::new(),
+                lock_ends_by: deadline,
+                late: false,
+            });
         }
         // Renewals travel alone: the queued acknowledgements wait for their own request.
         let queued = std::mem::replace(&mut self.pending, renewals);
@@ -289,7 +328,7 @@ impl ShareFetcher {
             .into_iter()
             .map(|(tp, acks)| AckResult {
                 tp,
-                acks,
+                acks: acks.iter().map(|a| (a.offset, a.kind)).collect(),
                 outcome: Err(AckError::NoSession),
             })
             .collect();
@@ -320,8 +359,20 @@ impl ShareFetcher {
 
     /// Sends the queued acknowledgements with the closing request (epoch -1) of every open
     /// session, waits up to `timeout`, and returns every outcome not reported yet.
+    ///
+    /// Every session's scope ends before anything is sent (the queued acknowledgements are
+    /// checked first): a delivery the application still holds reads not current from here on,
+    /// since the broker releases its record when the close arrives.
     pub fn close(mut self, timeout: Duration) -> Vec<AckResult> {
         let deadline = Instant::now() + timeout;
+        let brokers: Vec<i32> = self.sessions.keys().copied().collect();
+        let mut vetted = AckQueue::new();
+        for broker in brokers {
+            vetted.append(&mut self.take_pending(broker));
+        }
+        self.requeue(vetted);
+        self.end_sessions();
+        self.closing = true;
         let ids = self.send_acks(Purpose::Close, false);
         self.collect(&ids, deadline, false);
         self.time_out(&ids);
@@ -329,27 +380,60 @@ impl ShareFetcher {
         for (tp, acks) in std::mem::take(&mut self.pending) {
             out.push(AckResult {
                 tp,
-                acks,
+                acks: acks.iter().map(|a| (a.offset, a.kind)).collect(),
                 outcome: Err(AckError::NoSession),
             });
         }
         out
     }
 
-    /// The acknowledgements queued for partitions `broker` leads, taken out of the queue.
-    fn take_pending(&mut self, broker: i32) -> AckMap {
+    /// The acknowledgements queued for partitions `broker` leads, taken out of the queue; those
+    /// that must not be sent in its current session are dropped and reported (unless the
+    /// fetcher is closing: they were checked before the close ended the sessions).
+    fn take_pending(&mut self, broker: i32) -> AckQueue {
         let mine: Vec<TopicPartition> = self
             .pending
             .keys()
             .filter(|tp| self.leaders.get(*tp) == Some(&broker))
             .cloned()
             .collect();
-        mine.into_iter()
+        let mut taken: AckQueue = mine
+            .into_iter()
             .filter_map(|tp| self.pending.remove_entry(&tp))
-            .collect()
+            .collect();
+        if self.closing {
+            return taken;
+        }
+        let session = self
+            .sessions
+            .entry(broker)
+            .or_default()
+            .session
+            .scope()
+            .clone();
+        let now = lease_now();
+        let mut void = Vec::new();
+        for list in taken.values_mut() {
+            list.retain(|ack| match Self::void_reason(ack, &session, now) {
+                Some(why) => {
+                    void.push((ack.clone(), why));
+                    false
+                }
+                None => true,
+            });
+        }
+        taken.retain(|_, list| !list.is_empty());
+        for (ack, why) in void {
+            debug!(
+                "share: acknowledgement {:?} of {}@{} dropped: {why}",
+                ack.kind, ack.tp, ack.offset
+            );
+            self.fail(&ack, why);
+        }
+        taken
     }
 
-    fn requeue(&mut self, acks: AckMap) {
+    fn requeue(&mut self, acks: AckQueue) {
         for (tp, mut list) in acks {
             let entry = self.pending.entry(tp).or_default();
             list.append(entry);
@@ -405,7 +489,7 @@ impl ShareFetcher {
             };
             self.stash.ack_results.push(AckResult {
                 tp,
-                acks,
+                acks: acks.iter().map(|a| (a.offset, a.kind)).collect(),
                 outcome: Err(reason),
             });
         }
@@ -563,7 +647,7 @@ impl ShareFetcher {
             .cloned()
             .or_else(|| self.client.broker(broker).map(|b| b.addr()));
         let submitted = match addr {
-            Some(addr) => self.workers.submit(broker, &addr, out, wait),
+            Some(addr) => self.workers.submit(broker, &addr, out, wait, &req.scope),
             None => Err(WireError::UnknownBroker { node_id: broker }),
         };
         match submitted {
@@ -749,21 +833,113 @@ impl ShareFetcher {
         }
         for (tp, leader) in digest.leaders {
             debug!("share: {tp} is led by broker {leader} now");
-            self.leaders.insert(tp, leader);
+            self.lead(tp, leader);
         }
         self.stale |= digest.stale;
+        // Timed-out jobs had their acks taken (reported already): nothing to report twice.
+        self.stash.ack_results.extend(digest.acks);
+        self.stash.errors.extend(digest.errors);
+        self.stash.refused.extend(digest.refused);
+        let Some(leader) = self
+            .sessions
+            .get_mut(&broker)
+            .filter(|l| !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope)
+        else {
+            // Records of a session that ended are released at the broker already; the gaps
+            // owed for them are moot.
+            let dropped: usize = digest.batches.iter().map(|b| b.records.len()).sum();
+            if dropped > 0 {
+                info!(
+                    "share: {dropped} record(s) of an ended session with broker {broker} dropped"
+                );
+            }
+            return;
+        };
+        let arrived = lease_now();
+        let mut batches = digest.batches;
+        for batch in &mut batches {
+            batch.scope = leader.session.partition_scope(&batch.tp);
+            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
+        }
+        let lock_end: HashMap<TopicPartition, (SessionScope, Instant)> = digest
+            .owed
+            .keys()
+            .map(|tp| {
+                let lock = batches
+                    .iter()
+                    .find(|b| &b.tp == tp)
+                    .map_or(Duration::ZERO, |b| b.lock_duration);
+                let scope = leader.session.partition_scope(tp);
+                (
+                    tp.clone(),
+                    (scope, arrived.checked_add(lock).unwrap_or(arrived)),
+                )
+            })
+            .collect();
+        // Acknowledgements still queued for a record acquired again were decided for its
+        // earlier acquisition: the broker would apply them to this one.
+        for batch in &batches {
+            self.drop_reacquired(batch);
+        }
         // Owed acknowledgements go first, before anything the caller queued since.
         for (tp, owed) in digest.owed {
-            let entry = self.pending.entry(tp).or_default();
-            let mut list = owed;
+            let Some((scope, lock_ends_by)) = lock_end.get(&tp).cloned() else {
+                continue;
+            };
+            let entry = self.pending.entry(tp.clone()).or_default();
+            let mut list: Vec<ShareAck> = owed
+                .into_iter()
+                .map(|(offset, kind)| ShareAck {
+                    tp: tp.clone(),
+                    offset,
+                    kind,
+                    scope: scope.clone(),
+                    lock_ends_by,
+                    late: false,
+                })
+                .collect();
             list.append(entry);
             *entry = list;
         }
-        // Timed-out jobs had their acks taken (reported already): nothing to report twice.
-        self.stash.ack_results.extend(digest.acks);
-        self.stash.batches.extend(digest.batches);
-        self.stash.errors.extend(digest.errors);
-        self.stash.refused.extend(digest.refused);
+        self.stash.batches.extend(batches);
+    }
+
+    /// Drops (and reports) the queued acknowledgements of records `batch` acquired again.
+    fn drop_reacquired(&mut self, batch: &super::AcquiredBatch) {
+        let Some(list) = self.pending.get_mut(&batch.tp) else {
+            return;
+        };
+        let offsets: BTreeSet<i64> = batch.records.iter().map(|r| r.record.offset).collect();
+        let mut stale = Vec::new();
+        list.retain(|ack| {
+            let again = offsets.contains(&ack.offset) && ack.kind != AckType::Renew;
+            if again {
+                stale.push(ack.clone());
+            }
+            !again
+        });
+        if list.is_empty() {
+            self.pending.remove(&batch.tp);
+        }
+        for ack in stale {
+            debug!(
+                "share: acknowledgement {:?} of {}@{} dropped: acquired again",
+                ack.kind, ack.tp, ack.offset
+            );
+            self.fail(&ack, AckError::Reacquired);
+        }
+    }
+
+    /// `tp` is led by `leader` from now on: a different leader than before releases what the
+    /// old leader's session acquired of it, so that partition's scope ends there.
+    fn lead(&mut self, tp: TopicPartition, leader: i32) {
+        if let Some(old) = self.leaders.insert(tp.clone(), leader) {
+            if old != leader {
+                if let Some(l) = self.sessions.get_mut(&old) {
+                    l.session.end_partition(&tp);
+                }
+            }
+        }
     }
 
     /// Metadata for the assigned topics when a leader or topic id is missing or a broker said
@@ -839,7 +1015,7 @@ impl ShareFetcher {
             self.ids.insert(Arc::clone(&name), t.topic_id);
             self.names.insert(t.topic_id, Arc::clone(&name));
             for p in &t.partitions {
-                self.leaders.insert(
+                self.lead(
                     TopicPartition::new(Arc::clone(&name), p.partition_index),
                     p.leader_id.0,
                 );
@@ -883,8 +1059,17 @@ mod tests {
     /// The epochs of the ShareFetch requests each fake broker saw.
     type Seen = Arc<Mutex<Vec<(i32, i32)>>>;
 
+    /// The acknowledgements each ShareFetch carried, in order: (epoch, (offset, type) list).
+    type Carried = Arc<Mutex<Vec<(i32, Vec<(i64, i8)>)>>>;
+
     /// Two fake brokers: 1 leads t-0, 2 leads t-1.
     fn cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen) {
+        let (addrs, seen, _) = recording_cluster(behaviour);
+        (addrs, seen)
+    }
+
+    /// [`cluster`], also recording the acknowledgements every ShareFetch carried.
+    fn recording_cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen, Carried) {
         let listeners: Vec<TcpListener> = (0..2)
             .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
             .collect();
@@ -893,20 +1078,28 @@ mod tests {
             .map(|l| l.local_addr().expect("addr").to_string())
             .collect();
         let seen: Seen = Arc::default();
+        let carried: Carried = Arc::default();
         for (i, listener) in listeners.into_iter().enumerate() {
-            let (addrs, seen) = (addrs.clone(), Arc::clone(&seen));
+            let (addrs, seen, carried) = (addrs.clone(), Arc::clone(&seen), Arc::clone(&carried));
             let fake = behaviour[i];
             thread::spawn(move || {
                 let fetches = Arc::new(AtomicU32::new(0));
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { return };
-                    let (addrs, seen, fetches) =
-                        (addrs.clone(), Arc::clone(&seen), Arc::clone(&fetches));
-                    thread::spawn(move || serve(conn, i as i32 + 1, fake, &addrs, &seen, &fetches));
+                    let (addrs, seen, carried, fetches) = (
+                        addrs.clone(),
+                        Arc::clone(&seen),
+                        Arc::clone(&carried),
+                        Arc::clone(&fetches),
+                    );
+                    let node = i as i32 + 1;
+                    thread::spawn(move || {
+                        serve(conn, node, fake, &addrs, (&seen, &carried), &fetches)
+                    });
                 }
             });
         }
-        (addrs, seen)
+        (addrs, seen, carried)
     }
 
     fn serve(
@@ -914,7 +1107,7 @@ mod tests {
         node: i32,
         fake: Fake,
         addrs: &[String],
-        seen: &Seen,
+        (seen, carried): (&Seen, &Carried),
         fetches: &AtomicU32,
     ) {
         loop {
@@ -977,6 +1170,22 @@ mod tests {
                     seen.lock()
                         .expect("seen")
                         .push((node, fetch.share_session_epoch));
+                    let acks: Vec<(i64, i8)> = fetch
+                        .topics
+                        .iter()
+                        .flat_map(|t| &t.partitions)
+                        .flat_map(|p| &p.acknowledgement_batches)
+                        .flat_map(|b| {
+                            (b.first_offset..=b.last_offset).enumerate().map(|(i, o)| {
+                                let t = b.acknowledge_types.get(i).or(b.acknowledge_types.first());
+                                (o, t.copied().unwrap_or(-1))
+                            })
+                        })
+                        .collect();
+                    carried
+                        .lock()
+                        .expect("carried")
+                        .push((fetch.share_session_epoch, acks));
                     match fake {
                         Fake::Silent => {
                             thread::sleep(Duration::from_secs(30));
@@ -1086,17 +1295,20 @@ mod tests {
 
     #[test]
     fn a_broken_connection_fails_its_acks_and_reopens_the_session() {
-        let (addrs, seen) = cluster([Fake::DropsTheSecond, Fake::Serving]);
+        let (addrs, seen, carried) = recording_cluster([Fake::DropsTheSecond, Fake::Serving]);
         let mut f = fetcher(&addrs, &[0]);
-        let tp = TopicPartition::new("t", 0);
         let first = f.fetch().expect("fetch");
         assert_eq!(first.batches.len(), 1);
-        f.acknowledge([ShareAck {
-            tp: tp.clone(),
-            offset: 0,
-            kind: AckType::Accept,
-        }]);
+        let held = &first.batches[0];
+        assert!(!held.scope.has_ended());
+        f.acknowledge([held.ack(0, AckType::Accept)]);
         let second = f.fetch().expect("fetch");
+        // The fetch thread ended the session before it dropped the connection: the leases of
+        // what it acquired read not current from then on.
+        assert!(
+            held.scope.has_ended(),
+            "the session outlived its connection"
+        );
         assert_eq!(second.ack_results.len(), 1, "{second:?}");
         assert_eq!(second.ack_results[0].acks, vec![(0, AckType::Accept)]);
         assert!(
@@ -1112,8 +1324,36 @@ mod tests {
         }
         assert_eq!(third.batches.len(), 1, "{third:?}");
         assert!(third.ack_results.is_empty(), "the failed ack is not resent");
+        let again = &third.batches[0];
+        assert!(!again.scope.has_ended() && !again.scope.is_within(&held.scope));
+        // A handler of the first acquisition finishes only now: its RELEASE of offset 1 was
+        // decided for a session that ended, and the broker would apply it to offset 1 as
+        // acquired again (delivery 2, which this member runs under a current lease).
+        f.acknowledge([held.ack(1, AckType::Release)]);
+        let fourth = f.fetch().expect("fetch");
+        let outcomes: Vec<_> = fourth
+            .ack_results
+            .iter()
+            .map(|r| (r.acks.clone(), r.outcome.clone()))
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![(vec![(1, AckType::Release)], Err(AckError::SessionEnded))],
+            "dropped, never sent"
+        );
         let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
-        assert_eq!(epochs, vec![0, 1, 0]);
+        assert_eq!(epochs, vec![0, 1, 0, 1]);
+        let carried = carried.lock().expect("carried").clone();
+        assert_eq!(
+            carried[1],
+            (1, vec![(0, 1)]),
+            "the ACCEPT went out before the break"
+        );
+        assert_eq!(
+            carried[3],
+            (1, vec![]),
+            "the next request carries no acknowledgement: {carried:?}"
+        );
     }
 
     #[test]
@@ -1147,22 +1387,22 @@ mod tests {
         let (addrs, _seen) = cluster([Fake::Serving, Fake::Serving]);
         let mut f = fetcher(&addrs, &[0]);
         let tp = TopicPartition::new("t", 0);
-        f.acknowledge([ShareAck {
+        let scoped = |offset, kind| ShareAck {
             tp: tp.clone(),
-            offset: 1,
-            kind: AckType::Renew,
-        }]);
-        // No session yet: a flush cannot send.
-        f.acknowledge([ShareAck {
-            tp: tp.clone(),
-            offset: 2,
-            kind: AckType::Accept,
-        }]);
+            offset,
+            kind,
+            scope: SessionScope::new(),
+            lock_ends_by: Instant::now() + Duration::from_secs(60),
+            late: false,
+        };
+        f.acknowledge([scoped(1, AckType::Renew)]);
+        // No session yet (and a scope of none of ours): a flush cannot send.
+        f.acknowledge([scoped(2, AckType::Accept)]);
         let flushed = f.flush_acks(Duration::from_secs(1));
         let outcomes: Vec<_> = flushed.iter().map(|r| r.outcome.clone()).collect();
         assert_eq!(
             outcomes,
-            vec![Err(AckError::RenewUnsupported), Err(AckError::NoSession)]
+            vec![Err(AckError::RenewUnsupported), Err(AckError::SessionEnded)]
         );
         let _ = f.fetch().expect("fetch");
         assert!(

@@ -43,15 +43,21 @@ pub use acks::MAX_ACKS_PER_PARTITION;
 pub use answers::{MAX_GAPS_PER_PARTITION, MAX_OWED_PER_SESSION};
 pub use fetcher::ShareFetcher;
 pub use session::{
-    AckMap, SessionRequest, ShareSession, Verdict, ACKNOWLEDGE_ADVANCES_EPOCH,
+    AckMap, AckQueue, SessionRequest, ShareSession, Verdict, ACKNOWLEDGE_ADVANCES_EPOCH,
     INVALID_RECORD_STATE, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
     SHARE_SESSION_NOT_FOUND,
 };
 
 /// How a record is acknowledged: one definition, the lock guard's, which decides it.
 pub use crate::guard::AckType;
+/// The share session (and partition) an acquisition belongs to: one definition, the lock
+/// guard's, whose leases read it.
+pub use crate::guard::SessionScope;
 
-/// One record's acknowledgement, as the caller hands it over.
+use crate::guard::LockLease;
+
+/// One record's acknowledgement, as the caller hands it over: tied to the acquisition it was
+/// decided for, so that it is never applied to another one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareAck {
     /// The record's partition.
@@ -60,6 +66,33 @@ pub struct ShareAck {
     pub offset: i64,
     /// What happens to it.
     pub kind: AckType,
+    /// The share session (and partition) that acquired the record: once it ended, or once
+    /// the record was acquired again, the acknowledgement is dropped, never sent (the broker
+    /// would apply it to whatever acquisition holds the record then).
+    pub scope: SessionScope,
+    /// The broker's lock of that acquisition has certainly ended by then: later, the
+    /// acknowledgement is dropped, never sent (it would be refused, and a refusal rolls back
+    /// the partition's other acknowledgements in the same request).
+    pub lock_ends_by: Instant,
+    /// Decided at or after the lease's deadline (the broker may refuse it): never sent in the
+    /// same partition batch as acknowledgements decided inside their lease, so that its
+    /// refusal cannot roll those back.
+    pub late: bool,
+}
+
+impl ShareAck {
+    /// The acknowledgement `kind` of `lease`'s acquisition, decided now: late when the lease is
+    /// not current any more.
+    pub fn for_lease(lease: &LockLease, kind: AckType) -> ShareAck {
+        ShareAck {
+            tp: lease.tp().clone(),
+            offset: lease.offset(),
+            kind,
+            scope: lease.scope().clone(),
+            lock_ends_by: lease.lock_ends_by(),
+            late: !lease.is_current(),
+        }
+    }
 }
 
 /// Why acknowledgements failed.
@@ -78,6 +111,16 @@ pub enum AckError {
     NoSession,
     /// The partition's leader or topic id is unknown, so nothing was sent.
     NoLeader,
+    /// The share session that acquired the record ended (a broken connection, a timeout, a
+    /// session error, a close, a leader change) before the acknowledgement was sent: the broker
+    /// released the record then, so it was dropped, never sent.
+    SessionEnded,
+    /// The record was acquired again (a later delivery) before the acknowledgement was sent: it
+    /// was decided for the earlier acquisition, so it was dropped, never sent.
+    Reacquired,
+    /// The broker's lock of the acquisition had certainly ended before the acknowledgement
+    /// could be sent: it was dropped, never sent (the record comes back anyway).
+    LockEnded,
     /// RENEW needs ShareAcknowledge v2, which the leader does not speak; or a RENEW was handed
     /// to [`ShareFetcher::acknowledge`] (renewals go through [`ShareFetcher::renew`]).
     RenewUnsupported,
@@ -91,6 +134,11 @@ impl std::fmt::Display for AckError {
             AckError::TimedOut => write!(f, "no answer in time"),
             AckError::NoSession => write!(f, "no share session with the leader"),
             AckError::NoLeader => write!(f, "the partition's leader is unknown"),
+            AckError::SessionEnded => {
+                write!(f, "not sent: the share session that acquired it ended")
+            }
+            AckError::Reacquired => write!(f, "not sent: the record was acquired again"),
+            AckError::LockEnded => write!(f, "not sent: the lock had certainly ended"),
             AckError::RenewUnsupported => write!(f, "the leader does not speak RENEW"),
         }
     }
@@ -189,8 +237,39 @@ pub struct AcquiredBatch {
     pub sent_at: Instant,
     /// `AcquisitionLockTimeoutMs`.
     pub lock_duration: Duration,
+    /// The answer's arrival (or a later instant) plus the lock: the broker's lock has certainly
+    /// ended by then.
+    pub lock_ends_by: Instant,
+    /// The share session (and partition in it) that acquired them: the broker releases them
+    /// when it ends, and their leases read not current from then on.
+    pub scope: SessionScope,
     /// The records, in offset order.
     pub records: Vec<AcquiredRecord>,
+}
+
+impl AcquiredBatch {
+    /// The lock as the lock guard leases it.
+    pub fn grant(&self) -> crate::guard::Grant {
+        crate::guard::Grant {
+            sent_at: self.sent_at,
+            lock: self.lock_duration,
+            lock_ends_by: self.lock_ends_by,
+            scope: self.scope.clone(),
+        }
+    }
+
+    /// The acknowledgement `kind` of the record at `offset` of this batch, decided now (a
+    /// record refused at acquisition; a test's handler).
+    pub fn ack(&self, offset: i64, kind: AckType) -> ShareAck {
+        ShareAck {
+            tp: self.tp.clone(),
+            offset,
+            kind,
+            scope: self.scope.clone(),
+            lock_ends_by: self.lock_ends_by,
+            late: false,
+        }
+    }
 }
 
 /// What one [`ShareFetcher::fetch`] brought.

@@ -9,11 +9,16 @@
 //! it. A SHARE_SESSION_NOT_FOUND or INVALID_SHARE_SESSION_EPOCH answer (or a broken
 //! connection) resets the session to epoch 0: the acknowledgements of that request have an
 //! unknown outcome, are reported failed and are never resent here (the caller decides).
+//!
+//! Each incarnation of the session has its [`SessionScope`], and each partition acquiring
+//! records in it a scope inside that one: a reset or a close ends the incarnation's scope, a
+//! partition that moved to another leader ends its own, and every lease and queued
+//! acknowledgement of an ended scope is void (the broker released those records).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::acks::MAX_ACKS_PER_PARTITION;
-use super::AckType;
+use super::{AckType, SessionScope, ShareAck};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -31,8 +36,11 @@ pub const SHARE_SESSION_LIMIT_REACHED: KafkaCode = KafkaCode(133);
 /// 4.4 (`tests/wire_share.rs`): it does.
 pub const ACKNOWLEDGE_ADVANCES_EPOCH: bool = true;
 
-/// Acknowledgements per partition, as queued by the caller.
+/// Acknowledgements per partition, as a request carries them.
 pub type AckMap = BTreeMap<TopicPartition, Vec<(i64, AckType)>>;
+
+/// Acknowledgements per partition, as queued by the caller, each tied to its acquisition.
+pub type AckQueue = BTreeMap<TopicPartition, Vec<ShareAck>>;
 
 /// What to send next on a session.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,8 +55,8 @@ pub struct SessionRequest {
     /// `ForgottenTopicsData` (ShareFetch only).
     pub forgotten: BTreeSet<TopicPartition>,
     /// The session's incarnation when this was built: an answer to a request of an earlier
-    /// incarnation says nothing about the current one.
-    pub incarnation: u64,
+    /// incarnation says nothing about the current one, and acquires nothing that is current.
+    pub scope: SessionScope,
 }
 
 /// What an answer did to the session.
@@ -66,7 +74,10 @@ pub enum Verdict {
 pub struct ShareSession {
     epoch: i32,
     members: BTreeSet<TopicPartition>,
-    incarnation: u64,
+    /// This incarnation's scope.
+    scope: SessionScope,
+    /// The scopes of the partitions that acquired records in this incarnation.
+    partitions: BTreeMap<TopicPartition, SessionScope>,
 }
 
 impl ShareSession {
@@ -90,6 +101,39 @@ impl ShareSession {
         &self.members
     }
 
+    /// The current incarnation's scope: ended by [`reset`](Self::reset) (and by whoever drops
+    /// the session's connection).
+    pub fn scope(&self) -> &SessionScope {
+        &self.scope
+    }
+
+    /// The scope of `tp`'s records acquired in this incarnation (inside [`scope`](Self::scope)).
+    pub fn partition_scope(&mut self, tp: &TopicPartition) -> SessionScope {
+        let session = &self.scope;
+        self.partitions
+            .entry(tp.clone())
+            .or_insert_with(|| session.child())
+            .clone()
+    }
+
+    /// `tp` moved to another leader: the records this session acquired of it are released (a
+    /// new leader does not keep them acquired), so their scope ends.
+    pub fn end_partition(&mut self, tp: &TopicPartition) {
+        if let Some(scope) = self.partitions.remove(tp) {
+            if scope.end() {
+                log::info!("share: {tp} left this session: its leases end");
+            }
+        }
+    }
+
+    /// A session whose scope ended (its connection was dropped) is gone at the broker: the
+    /// next request opens a new one.
+    fn reopen_if_ended(&mut self) {
+        if self.epoch != 0 && self.scope.has_ended() {
+            self.reset();
+        }
+    }
+
     fn advance(&mut self) {
         self.epoch = if self.epoch == i32::MAX {
             1
@@ -98,15 +142,26 @@ impl ShareSession {
         };
     }
 
-    /// Takes at most [`MAX_ACKS_PER_PARTITION`] acknowledgements per partition out of `acks`.
-    fn take(acks: &mut AckMap) -> AckMap {
+    /// Takes at most [`MAX_ACKS_PER_PARTITION`] acknowledgements per partition out of `acks`,
+    /// of one kind per partition: the broker stops at a partition's first refused offset and
+    /// rolls back the partition's other acknowledgements in the request, so late ones (which
+    /// may be refused) never travel with those decided inside their lease; they wait for a
+    /// request that carries none of those for the partition.
+    fn take(acks: &mut AckQueue) -> AckMap {
         let mut carried = AckMap::new();
         for (tp, list) in acks.iter_mut() {
-            if list.is_empty() {
-                continue;
+            let late = list.iter().all(|a| a.late);
+            let mut taken = Vec::new();
+            list.retain(|a| {
+                if a.late != late || taken.len() >= MAX_ACKS_PER_PARTITION {
+                    return true;
+                }
+                taken.push((a.offset, a.kind));
+                false
+            });
+            if !taken.is_empty() {
+                carried.insert(tp.clone(), taken);
             }
-            let n = list.len().min(MAX_ACKS_PER_PARTITION);
-            carried.insert(tp.clone(), list.drain(..n).collect());
         }
         acks.retain(|_, list| !list.is_empty());
         carried
@@ -117,8 +172,9 @@ impl ShareSession {
     pub fn fetch(
         &mut self,
         wanted: &BTreeSet<TopicPartition>,
-        acks: &mut AckMap,
+        acks: &mut AckQueue,
     ) -> SessionRequest {
+        self.reopen_if_ended();
         let epoch = self.epoch;
         if epoch == 0 {
             self.members = wanted.clone();
@@ -126,7 +182,7 @@ impl ShareSession {
             return SessionRequest {
                 epoch,
                 listed: wanted.clone(),
-                incarnation: self.incarnation,
+                scope: self.scope.clone(),
                 ..SessionRequest::default()
             };
         }
@@ -149,13 +205,14 @@ impl ShareSession {
             listed,
             acks: carried,
             forgotten,
-            incarnation: self.incarnation,
+            scope: self.scope.clone(),
         }
     }
 
     /// The next ShareAcknowledge carrying `acks` (taken out of the map), or `None` without an
     /// open session or without acknowledgements.
-    pub fn acknowledge(&mut self, acks: &mut AckMap) -> Option<SessionRequest> {
+    pub fn acknowledge(&mut self, acks: &mut AckQueue) -> Option<SessionRequest> {
+        self.reopen_if_ended();
         if self.epoch == 0 || acks.values().all(Vec::is_empty) {
             return None;
         }
@@ -169,13 +226,13 @@ impl ShareSession {
             listed: carried.keys().cloned().collect(),
             acks: carried,
             forgotten: BTreeSet::new(),
-            incarnation: self.incarnation,
+            scope: self.scope.clone(),
         })
     }
 
     /// The closing ShareAcknowledge (epoch -1) carrying `acks`, or `None` when no session is
-    /// open. The session is closed from here on.
-    pub fn close(&mut self, acks: &mut AckMap) -> Option<SessionRequest> {
+    /// open. The session is closed (its scope ended) from here on.
+    pub fn close(&mut self, acks: &mut AckQueue) -> Option<SessionRequest> {
         if self.epoch == 0 {
             return None;
         }
@@ -185,7 +242,7 @@ impl ShareSession {
             listed: carried.keys().cloned().collect(),
             acks: carried,
             forgotten: BTreeSet::new(),
-            incarnation: self.incarnation,
+            scope: self.scope.clone(),
         };
         self.reset();
         Some(req)
@@ -201,7 +258,7 @@ impl ShareSession {
         if !session_gone {
             return Verdict::Continue;
         }
-        if req.incarnation == self.incarnation {
+        if req.scope == self.scope {
             self.reset();
         }
         Verdict::Reset
@@ -210,16 +267,20 @@ impl ShareSession {
     /// The connection broke with `req` unanswered: its outcome is unknown, and so is the
     /// broker's epoch; the next request opens a new session.
     pub fn transport_failed(&mut self, req: &SessionRequest) {
-        if req.incarnation == self.incarnation {
+        if req.scope == self.scope {
             self.reset();
         }
     }
 
-    /// Forgets the session (epoch 0 next).
+    /// Forgets the session (epoch 0 next): its scope ends, so every lease it acquired reads
+    /// not current and every acknowledgement queued for it is dropped; the next incarnation
+    /// gets a scope of its own.
     pub fn reset(&mut self) {
         self.epoch = 0;
         self.members.clear();
-        self.incarnation = self.incarnation.wrapping_add(1);
+        self.scope.end();
+        self.scope = SessionScope::new();
+        self.partitions.clear();
     }
 }
 
@@ -231,13 +292,79 @@ mod tests {
         ps.iter().map(|p| TopicPartition::new("t", *p)).collect()
     }
 
-    fn acks(p: i32, offsets: &[i64]) -> AckMap {
-        let mut m = AckMap::new();
+    fn ack(p: i32, offset: i64, late: bool) -> ShareAck {
+        ShareAck {
+            tp: TopicPartition::new("t", p),
+            offset,
+            kind: if late {
+                AckType::Release
+            } else {
+                AckType::Accept
+            },
+            scope: SessionScope::new(),
+            lock_ends_by: std::time::Instant::now(),
+            late,
+        }
+    }
+
+    fn acks(p: i32, offsets: &[i64]) -> AckQueue {
+        let mut m = AckQueue::new();
         m.insert(
             TopicPartition::new("t", p),
-            offsets.iter().map(|o| (*o, AckType::Accept)).collect(),
+            offsets.iter().map(|o| ack(p, *o, false)).collect(),
         );
         m
+    }
+
+    #[test]
+    fn late_acks_never_share_a_partition_batch_with_acks_decided_inside_their_lease() {
+        let mut s = ShareSession::new();
+        s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
+        let mut queued = AckQueue::new();
+        queued.insert(
+            TopicPartition::new("t", 0),
+            vec![ack(0, 1, false), ack(0, 2, true), ack(0, 3, false)],
+        );
+        queued.insert(TopicPartition::new("t", 1), vec![ack(1, 7, true)]);
+        let first = s.fetch(&tps(&[0, 1]), &mut queued);
+        assert_eq!(
+            first.acks[&TopicPartition::new("t", 0)],
+            vec![(1, AckType::Accept), (3, AckType::Accept)]
+        );
+        assert_eq!(
+            first.acks[&TopicPartition::new("t", 1)],
+            vec![(7, AckType::Release)],
+            "a partition with only late acks sends them"
+        );
+        let second = s.acknowledge(&mut queued).expect("open");
+        assert_eq!(
+            second.acks[&TopicPartition::new("t", 0)],
+            vec![(2, AckType::Release)]
+        );
+        assert!(queued.is_empty());
+    }
+
+    #[test]
+    fn a_reset_or_a_moved_partition_ends_its_scope_and_an_ended_scope_reopens() {
+        let mut s = ShareSession::new();
+        s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
+        let first = s.scope().clone();
+        let (p0, p1) = (
+            s.partition_scope(&tps(&[0]).into_iter().next().unwrap()),
+            s.partition_scope(&TopicPartition::new("t", 1)),
+        );
+        assert_eq!(p0, s.partition_scope(&TopicPartition::new("t", 0)));
+        s.end_partition(&TopicPartition::new("t", 0));
+        assert!(p0.has_ended() && !p1.has_ended() && !first.has_ended());
+        // Whoever drops the connection ends the scope: the next request opens a new session.
+        first.end();
+        let reopen = s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
+        assert_eq!(reopen.epoch, 0);
+        assert!(p1.has_ended());
+        assert_ne!(&reopen.scope, &first);
+        assert!(!reopen.scope.has_ended());
+        let close = s.close(&mut AckQueue::new()).expect("open");
+        assert!(close.scope.has_ended(), "a close ends the scope");
     }
 
     #[test]
@@ -261,36 +388,36 @@ mod tests {
         assert_eq!(s.members(), &tps(&[1, 2]));
         let ack = s.acknowledge(&mut acks(1, &[5])).expect("open");
         assert_eq!(ack.epoch, 3);
-        let close = s.close(&mut AckMap::new()).expect("open");
+        let close = s.close(&mut AckQueue::new()).expect("open");
         assert_eq!(close.epoch, -1);
         assert!(!s.is_open());
-        assert!(s.close(&mut AckMap::new()).is_none());
+        assert!(s.close(&mut AckQueue::new()).is_none());
     }
 
     #[test]
     fn a_partition_with_acks_is_forgotten_only_after_they_are_out() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0, 1]), &mut AckMap::new());
+        s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
         let r = s.fetch(&tps(&[1]), &mut acks(0, &[3]));
         assert_eq!(r.listed, tps(&[0]));
         assert!(r.forgotten.is_empty());
-        let r = s.fetch(&tps(&[1]), &mut AckMap::new());
+        let r = s.fetch(&tps(&[1]), &mut AckQueue::new());
         assert_eq!(r.forgotten, tps(&[0]));
     }
 
     #[test]
     fn the_epoch_wraps_to_one_after_max() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0]), &mut AckMap::new());
+        s.fetch(&tps(&[0]), &mut AckQueue::new());
         s.epoch = i32::MAX;
-        assert_eq!(s.fetch(&tps(&[0]), &mut AckMap::new()).epoch, i32::MAX);
+        assert_eq!(s.fetch(&tps(&[0]), &mut AckQueue::new()).epoch, i32::MAX);
         assert_eq!(s.epoch(), 1);
     }
 
     #[test]
     fn session_errors_reset_to_epoch_zero_and_stale_answers_do_not_reset_again() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0]), &mut AckMap::new());
+        s.fetch(&tps(&[0]), &mut AckQueue::new());
         let a = s.fetch(&tps(&[0]), &mut acks(0, &[1]));
         let b = s.acknowledge(&mut acks(0, &[2])).expect("open");
         assert_eq!(
@@ -298,7 +425,7 @@ mod tests {
             Verdict::Reset
         );
         assert_eq!(s.epoch(), 0);
-        let reopen = s.fetch(&tps(&[0]), &mut AckMap::new());
+        let reopen = s.fetch(&tps(&[0]), &mut AckQueue::new());
         assert_eq!(reopen.epoch, 0);
         // The request queued behind `a` fails too, but says nothing of the new session.
         assert_eq!(
@@ -308,14 +435,14 @@ mod tests {
         assert_eq!(s.epoch(), 1);
         assert_eq!(s.answered(&reopen, None), Verdict::Continue);
         // Other errors leave an open session alone; a failed opening resets.
-        let c = s.fetch(&tps(&[0]), &mut AckMap::new());
+        let c = s.fetch(&tps(&[0]), &mut AckQueue::new());
         assert_eq!(
             s.answered(&c, Some(KafkaCode::GROUP_AUTHORIZATION_FAILED)),
             Verdict::Continue
         );
         s.transport_failed(&c);
         assert_eq!(s.epoch(), 0);
-        let d = s.fetch(&tps(&[0]), &mut AckMap::new());
+        let d = s.fetch(&tps(&[0]), &mut AckQueue::new());
         assert_eq!(s.answered(&d, Some(KafkaCode(69))), Verdict::Reset);
         assert!(s.acknowledge(&mut acks(0, &[1])).is_none(), "no session");
     }

@@ -7,6 +7,12 @@
 //! on one connection, so a ShareAcknowledge queued behind a ShareFetch reaches the broker
 //! after it, as the session epochs require. Dropping [`Workers`] closes the job channels; each
 //! thread ends after its current request, never joined.
+//!
+//! A broker ends a share session when its connection closes, and releases every record the
+//! session acquired at once. So the thread that owns the connection ends the [`SessionScope`]
+//! of every session it carried *before* it drops the connection (an error, a timeout, its
+//! own end): a worker thread asking its lease sees "not current" no later than the broker
+//! can see the connection gone.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -19,6 +25,7 @@ use kafka_protocol::messages::{self as msg, ApiKey};
 use log::debug;
 
 use super::codec::{ShareAcknowledgeAnswer, ShareAcknowledgeV2, ShareFetchV2};
+use super::SessionScope;
 use crate::wire::connection::{Connection, ConnectionConfig};
 use crate::wire::error::{Result, WireError};
 use crate::wire::versions::VersionRange;
@@ -46,6 +53,8 @@ struct Job {
     out: Outgoing,
     /// How long the broker may hold it (a fetch's `max_wait`), on top of the request timeout.
     wait: Duration,
+    /// The scope of the session incarnation the request belongs to.
+    scope: SessionScope,
 }
 
 /// What a thread reports.
@@ -94,21 +103,27 @@ impl Workers {
         }
     }
 
-    /// Queues `out` on `broker`'s thread (started, or restarted when its address changed);
-    /// returns the job's id.
+    /// Queues `out`, a request of the session incarnation `scope`, on `broker`'s thread
+    /// (started, or restarted when its address changed); returns the job's id.
     pub(super) fn submit(
         &mut self,
         broker: i32,
         addr: &str,
         out: Outgoing,
         wait: Duration,
+        scope: &SessionScope,
     ) -> Result<u64> {
         self.next_id = self.next_id.wrapping_add(1);
         let id = self.next_id;
         if self.threads.get(&broker).is_some_and(|t| t.addr != addr) {
             self.threads.remove(&broker);
         }
-        let mut job = Some(Job { id, out, wait });
+        let mut job = Some(Job {
+            id,
+            out,
+            wait,
+            scope: scope.clone(),
+        });
         for _attempt in 0..2 {
             let Some(j) = job.take() else { break };
             if !self.threads.contains_key(&broker) {
@@ -139,6 +154,7 @@ impl Workers {
             config: self.config.clone(),
             backoff: self.backoff,
             conn: None,
+            carried: Vec::new(),
             failures: 0,
             retry_at: None,
             events: self.events_tx.clone(),
@@ -178,6 +194,8 @@ struct Worker {
     config: ConnectionConfig,
     backoff: (Duration, Duration),
     conn: Option<Connection>,
+    /// The scopes of the sessions whose requests went over `conn`: they end with it.
+    carried: Vec<SessionScope>,
     failures: u32,
     retry_at: Option<Instant>,
     events: mpsc::Sender<Event>,
@@ -201,12 +219,26 @@ impl Worker {
                 break;
             }
         }
+        self.drop_connection();
         debug!("share: the fetch thread of broker {} ends", self.broker);
+    }
+
+    /// Ends the scopes of the sessions the connection carried, then drops it: the broker
+    /// releases their records when it sees the connection close.
+    fn drop_connection(&mut self) {
+        let ended = self.carried.drain(..).filter(SessionScope::end).count();
+        if ended > 0 {
+            debug!(
+                "share: connection to broker {} dropped: {ended} session(s) ended",
+                self.broker
+            );
+        }
+        self.conn = None;
     }
 
     fn serve(&mut self, job: &Job, version: &mut Option<i16>) -> Result<Incoming> {
         if self.conn.as_ref().is_some_and(Connection::is_broken) {
-            self.conn = None;
+            self.drop_connection();
         }
         if self.conn.is_none() {
             if let Some(at) = self.retry_at.take() {
@@ -218,6 +250,10 @@ impl Worker {
             self.conn = Some(Connection::connect(&self.addr, &self.config)?);
         }
         let timeout = self.config.request_timeout + job.wait;
+        if !self.carried.contains(&job.scope) {
+            self.carried.retain(|s| !s.has_ended());
+            self.carried.push(job.scope.clone());
+        }
         let Some(conn) = self.conn.as_mut() else {
             return Err(WireError::io(std::io::Error::other("not connected")));
         };
@@ -267,7 +303,7 @@ impl Worker {
         if !broken && self.conn.is_some() {
             return;
         }
-        self.conn = None;
+        self.drop_connection();
         self.failures = self.failures.saturating_add(1);
         let factor = 1u32 << self.failures.saturating_sub(1).min(16);
         let delay = self.backoff.0.saturating_mul(factor).min(self.backoff.1);
