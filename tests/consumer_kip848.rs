@@ -17,12 +17,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::ConsumerStats;
+use rebalance_guard::consumer::{
+    AssignedContext, ConsumerRebalanceListener, ConsumerStats, GuardView,
+};
 use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use rebalance_guard::group::MembershipView;
+use rebalance_guard::guard::{BoxError, OwnerStatus};
+use rebalance_guard::TopicPartition;
 use support::consumer::{
     committed, consumer_protocol_config, produce_to_each_partition, wait_until,
 };
 use support::kafka::require_kafka;
+use support::log_lines;
 use support::proxy::Proxy;
 use support::{unique_name, Broker, Kafka, KafkaVersion};
 
@@ -48,27 +54,49 @@ struct Member {
     stop: Arc<AtomicBool>,
     /// How many partition assignments the member has received so far (it only grows).
     assigned: Arc<AtomicUsize>,
+    /// The consumer's owned partitions (`Consumer::assignment`), as of its last poll.
+    owned: Arc<Mutex<BTreeSet<i32>>>,
     thread: Option<JoinHandle<Result<ConsumerStats, String>>>,
 }
 
 impl Member {
     fn start(id: usize, config: ConsumerConfig, topic: &str, processed: &Processed) -> Member {
+        Member::start_with(id, config, topic, processed, |consumer| consumer)
+    }
+
+    /// [`Member::start`], with `prepare` applied to the consumer before its first poll (a
+    /// rebalance listener).
+    fn start_with(
+        id: usize,
+        config: ConsumerConfig,
+        topic: &str,
+        processed: &Processed,
+        prepare: impl FnOnce(Consumer) -> Consumer + Send + 'static,
+    ) -> Member {
         let stop = Arc::new(AtomicBool::new(false));
         let assigned = Arc::new(AtomicUsize::new(0));
-        let (s, p, topic, o) = (
+        let owned: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
+        let (s, p, topic, o, mine) = (
             stop.clone(),
             processed.clone(),
             topic.to_string(),
             assigned.clone(),
+            owned.clone(),
         );
         let thread = thread::spawn(move || -> Result<ConsumerStats, String> {
-            let mut consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
+            let consumer = Consumer::subscribe(config, &[&topic]).map_err(|e| e.to_string())?;
+            let mut consumer = prepare(consumer);
             while !s.load(Ordering::SeqCst) {
                 {
                     o.store(
                         consumer.stats().counters.assigned as usize,
                         Ordering::SeqCst,
                     );
+                    *mine.lock().unwrap() = consumer
+                        .assignment()
+                        .iter()
+                        .map(|tp| tp.partition)
+                        .collect();
                     let mut batch = consumer
                         .poll(Duration::from_millis(100))
                         .map_err(|e| e.to_string())?;
@@ -93,6 +121,7 @@ impl Member {
         Member {
             stop,
             assigned,
+            owned,
             thread: Some(thread),
         }
     }
@@ -315,6 +344,187 @@ fn a_member_cut_off_from_the_broker_loses_its_partitions_and_rejoins_with_epoch_
     // Nothing A held at the cut was committed after it, nor processed twice: B started exactly
     // at A's last commit, and A's later share started at B's.
     assert_once(&processed, 300);
+}
+
+/// Polls `done` until it holds or `timeout` passes; whether it held.
+fn holds_within(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What [`PauseWhileAssigning`] saw of the member's membership (its session's identity).
+#[derive(Clone, Debug)]
+struct Pause {
+    /// When the traffic was held.
+    at: Instant,
+    /// The member epoch the assignment being started belongs to.
+    epoch_before: i32,
+    /// The member declared its assignment lost (its session bound ran out) during the pause.
+    declared_lost: bool,
+    /// The epoch its rejoin was answered with, once it was.
+    epoch_after: Option<i32>,
+}
+
+/// How long [`PauseWhileAssigning`] holds the coordinator's traffic: twice the member's own
+/// session bound (three of the broker's 500 ms heartbeat intervals), half the broker's session
+/// (6 s), so the member declares its assignment lost and the broker keeps it. The member's
+/// heartbeat in flight is answered only once the traffic is let through.
+const PAUSE: Duration = Duration::from_secs(3);
+
+/// A listener whose first `on_assigned` pauses the coordinator's traffic (the proxy holds it
+/// for [`PAUSE`]) while the poll thread is starting that assignment, then waits until the
+/// member has declared the assignment lost (its guard fenced every partition) and its epoch-0
+/// rejoin was answered: the change from before the loss is acknowledged after the one decided
+/// from that answer.
+struct PauseWhileAssigning {
+    proxy: Arc<Proxy>,
+    view: MembershipView,
+    guard: GuardView,
+    fired: bool,
+    seen: Arc<Mutex<Option<Pause>>>,
+}
+
+impl ConsumerRebalanceListener for PauseWhileAssigning {
+    fn on_assigned(
+        &mut self,
+        _: &[TopicPartition],
+        _: &mut AssignedContext<'_>,
+    ) -> Result<(), BoxError> {
+        if std::mem::replace(&mut self.fired, true) {
+            return Ok(());
+        }
+        let (identity, _) = self.view.read();
+        let at = Instant::now();
+        self.proxy.hold();
+        thread::sleep(PAUSE);
+        self.proxy.release();
+        // The guard's partitions stay lost while this callback holds the poll thread, and the
+        // session's epoch is -1 from the loss until the rejoin is answered.
+        let declared_lost = holds_within(Duration::from_secs(10), || {
+            let partitions = self.guard.snapshot().partitions;
+            !partitions.is_empty() && partitions.iter().all(|p| p.status == OwnerStatus::Lost)
+        });
+        let rejoined = declared_lost
+            && holds_within(Duration::from_secs(30), || {
+                self.view.read().0.generation_id > 0
+            });
+        *self.seen.lock().unwrap() = Some(Pause {
+            at,
+            epoch_before: identity.generation_id,
+            declared_lost,
+            epoch_after: rejoined.then(|| self.view.read().0.generation_id),
+        });
+        Ok(())
+    }
+}
+
+/// What the coordinator's heartbeat answers gave the member since `since`, as the membership
+/// logs each one ("consumer group G: assigned [..] in epoch E"; "revoking [..]"): the
+/// partitions assigned, by epoch, and whether any revocation came.
+fn answered_since(since: Instant, group: &str) -> (Vec<(i32, BTreeSet<String>)>, bool) {
+    let prefix = format!("consumer group {group}: ");
+    let ours = log_lines::lines(|l| l.at >= since && l.text.starts_with(&prefix));
+    let revoked = ours.iter().any(|l| l.text.contains(": revoking ["));
+    let assigned = ours
+        .iter()
+        .filter_map(|l| {
+            let rest = l.text.strip_prefix(&prefix)?.strip_prefix("assigned [")?;
+            let (list, epoch) = rest.split_once("] in epoch ")?;
+            let partitions = list
+                .split(", ")
+                .map(|p| p.trim_matches('"').to_string())
+                .collect();
+            Some((epoch.trim().parse().ok()?, partitions))
+        })
+        .collect();
+    (assigned, revoked)
+}
+
+/// Issue item 9 on real Kafka: while the poll thread starts the member's assignment, the
+/// coordinator's traffic is held past the member's own session bound but inside the broker's
+/// session; the member fences its assignment as lost and rejoins with epoch 0, and the broker,
+/// which kept it, answers with the same epoch and the same partitions. The change decided from
+/// that answer must be handed out although the one from before the loss (same epoch) is
+/// acknowledged after it: every partition is consumed and committed to its end, every record
+/// applied once, and the consumer owns what the broker says the member holds.
+#[test]
+fn a_member_that_declared_its_own_loss_and_got_the_same_epoch_back_consumes_every_partition_to_its_end(
+) {
+    log_lines::install();
+    let (kafka, topic, group) = setup("kip848-own-loss");
+    let bootstrap = kafka.bootstrap().to_string();
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    let processed: Processed = Arc::default();
+    let proxy = Arc::new(Proxy::start(&bootstrap));
+    let seen: Arc<Mutex<Option<Pause>>> = Arc::default();
+    let (pause_proxy, pause_seen) = (proxy.clone(), seen.clone());
+    let a = Member::start_with(
+        0,
+        config(proxy.addr(), &group, &[]),
+        &topic,
+        &processed,
+        move |consumer| {
+            let (view, guard) = (consumer.membership_view(), consumer.guard_view());
+            consumer.with_rebalance_listener(PauseWhileAssigning {
+                proxy: pause_proxy,
+                view,
+                guard,
+                fired: false,
+                seen: pause_seen,
+            })
+        },
+    );
+    wait_until("the pause in A's first assignment", WAIT, || {
+        seen.lock().unwrap().is_some()
+    });
+    let pause = seen.lock().unwrap().clone().expect("the pause");
+    assert!(
+        pause.declared_lost,
+        "A declared its assignment lost during the pause: {pause:?}"
+    );
+    assert_eq!(
+        pause.epoch_after,
+        Some(pause.epoch_before),
+        "the broker kept A and answered its epoch-0 rejoin with the same epoch"
+    );
+    produce_to_each_partition(&bootstrap, &topic, PARTITIONS, 100);
+    wait_until("every partition committed to its end", WAIT, || {
+        committed(&bootstrap, &group, &topic, PARTITIONS)
+            .values()
+            .all(|c| *c == Some(200))
+    });
+    assert_once(&processed, 200);
+    // What the broker says A holds: its answer to the rejoin (one member: everything, in the
+    // same epoch), and nothing since.
+    let (answered, revoked) = answered_since(pause.at, &group);
+    let all: BTreeSet<String> = (0..PARTITIONS).map(|p| format!("{topic}-{p}")).collect();
+    assert_eq!(
+        answered,
+        vec![(pause.epoch_before, all.clone())],
+        "the rejoin was answered with every partition in the same epoch"
+    );
+    assert!(!revoked, "nothing was revoked since");
+    let owned: BTreeSet<String> = a
+        .owned
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{topic}-{p}"))
+        .collect();
+    assert_eq!(owned, all, "A's consumer owns what the broker answered");
+    let stats = a.close();
+    assert!(
+        stats.counters.lost >= PARTITIONS as u64,
+        "A lost its assignment once, through its session bound: {stats}"
+    );
 }
 
 #[test]
