@@ -965,11 +965,12 @@ fn a_suspend_of_the_machine_past_the_lock_makes_the_lease_stale() {
     assert!(!waiting.is_current());
     assert_eq!(lease.time_left(), Duration::ZERO);
     // The guard, asked on its clock, agrees: nothing to renew, both leases ended, and an effect
-    // reported as applied with a stale instant is not accepted.
+    // whose finish was stamped after the suspend (as a finish stamps it: the lease's clock,
+    // read after the handler returned) is not accepted.
     assert!(guard.due_for_renewal(guard.now()).is_empty());
     assert_eq!(guard.expired(guard.now()), vec![(tp(0), 7), (tp(0), 8)]);
     assert_eq!(
-        guard.finished(&lease, Outcome::Applied, instant_before),
+        guard.finished(&lease, Outcome::Applied, lease.now()),
         Some(AckType::Release)
     );
 }
