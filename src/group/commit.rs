@@ -249,11 +249,14 @@ fn retry_stale_epoch(
 // ---------------------------------------------------------------------------------------------
 // The commit thread
 
-/// Attempts per commit on the commit thread (the first included): one more than a single try,
-/// so a coordinator that moved is found again at once; anything longer waits for the next
-/// interval, which sends the progress made by then. A retry after a timeout goes behind the
-/// unanswered attempt on the same connection (`wire/connection/ordered.rs`).
-const ATTEMPTS: u32 = 2;
+/// Attempts per paced commit (the first included): one more than a single try, so a
+/// coordinator that moved is found again at once; anything longer waits for the next interval,
+/// which sends the progress made by then. The synchronous commits (a revocation's, the close's,
+/// the application's) get the client's `max_retries` (what they had on the poll thread): each is
+/// the last word on its partitions, and giving up early costs the next owner a redo. A retry after
+/// a timeout goes behind the unanswered attempt on the same connection
+/// (`wire/connection/ordered.rs`).
+const PACED_ATTEMPTS: u32 = 2;
 
 /// One commit for the thread: what to send, as whom, and what kind of commit it is.
 struct Job {
@@ -293,11 +296,9 @@ impl Committer {
         group_id: &str,
         instance_id: Option<&str>,
     ) -> Self {
-        let mut client_config = client_config.clone();
-        client_config.max_retries = ATTEMPTS;
         let sender = offset_commit_sender(
             shared.clone(),
-            client_config,
+            client_config.clone(),
             group_id.to_string(),
             instance_id.map(str::to_string),
         );
@@ -403,7 +404,7 @@ impl Committer {
 
     /// Waits until the commit in flight (if any) was answered, and keeps the answer for
     /// [`answer`](Self::answer). Bounded by the thread's own request deadlines
-    /// (`request.timeout.ms` per attempt, [`ATTEMPTS`] attempts).
+    /// (`request.timeout.ms` per attempt, [`PACED_ATTEMPTS`] attempts).
     pub(crate) fn settle(&mut self) {
         if !self.in_flight {
             return;
@@ -498,6 +499,7 @@ fn offset_commit_sender(
     instance_id: Option<String>,
 ) -> Sender {
     let mut client: Option<Client> = None;
+    let synchronous_attempts = client_config.max_retries;
     Box::new(move |identity, offsets, kind| {
         if client.is_none() {
             client = Some(Client::connect(client_config.clone()).map_err(CommitError::Wire)?);
@@ -505,6 +507,10 @@ fn offset_commit_sender(
         let Some(connected) = client.as_mut() else {
             return Err(CommitError::ThreadGone);
         };
+        connected.set_max_retries(match kind {
+            CommitKind::Paced => PACED_ATTEMPTS,
+            CommitKind::Handoff | CommitKind::Application => synchronous_attempts,
+        });
         let answer = commit_offsets(
             &mut |who, offsets| connected.offset_commit(who, offsets),
             &shared,

@@ -18,9 +18,9 @@
 //! The bound is read on the guard's clock, by default the [`BootClock`](super::BootClock): it
 //! keeps counting while the process is stopped or starved of CPU *and* while the whole machine
 //! is suspended (a VM paused by its host, a laptop asleep), as the coordinator's session clock
-//! does. Renewals are still stamped with `Instant::now()` send times: the boot clock runs ahead
-//! of `Instant` by the suspended time, so such a bound ends early by a suspend, never late
-//! (docs/DESIGN.md, "Clocks"). Off Linux and Android the boot clock is `Instant` and a suspend
+//! does. Renewals are stamped on the same clock (the send times read with `lease_now`); a stamp
+//! read on `Instant` by mistake could only end the bound early, never late, since the boot clock
+//! never runs behind `Instant` (docs/DESIGN.md, "Clocks"). Off Linux and Android the boot clock is `Instant` and a suspend
 //! goes undetected.
 //!
 //! Lock-free (two atomics), so it can be read under the guard's lock and written by the

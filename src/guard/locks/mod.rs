@@ -54,7 +54,7 @@ pub use scope::SessionScope;
 pub use types::{AckFailures, AckType, Acquired, Grant, LockGuardConfig, LockStats, Outcome};
 
 use crate::guard::key_set::KeySet;
-use crate::guard::{Clock, GuardConfigError, IdempotencyKey, MonotonicClock};
+use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};
 use crate::partition::PartitionMap;
 use crate::TopicPartition;
 use lease::Timebase;
@@ -144,9 +144,11 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// A lock guard on the real monotonic clock.
+    /// A lock guard on the clock every lease of this process reads (`BootClock::shared`: it
+    /// counts suspended time, as the broker's lock does, and the send stamps a lease is counted
+    /// from are read on it too).
     pub fn new(config: LockGuardConfig) -> Result<Self, GuardConfigError> {
-        Self::with_clock(config, Arc::new(MonotonicClock))
+        Self::with_clock(config, BootClock::shared())
     }
 
     /// A lock guard whose leases read the given clock; tests use
@@ -368,7 +370,10 @@ impl LockGuard {
     /// its lease and drained after the lease ended is still accepted (its ACCEPT must then reach
     /// the broker before the lock, which the margin leaves room for); deciding at the drain
     /// would release it, and the broker would deliver an applied record again. A voided lease
-    /// is never current, whatever the instant.
+    /// is never current, whatever the instant. The guard trusts this instant: one read before
+    /// the effect, or on another clock, can turn an effect applied after the lease into an
+    /// ACCEPT, so every caller reads it the way the share consumer's deliveries do: from the
+    /// lease's clock, after the handler returned.
     ///
     /// - Applied under a current lease: [`AckType::Accept`], and the key is remembered as
     ///   applied.

@@ -974,3 +974,12 @@ fn a_suspend_of_the_machine_past_the_lock_makes_the_lease_stale() {
         Some(AckType::Release)
     );
 }
+
+#[test]
+fn a_lock_guard_made_as_the_share_consumer_makes_it_reads_the_clock_its_send_stamps_are_on() {
+    // The share consumer's guard (`LockGuard::new`) and the fetch threads' send stamps
+    // (`lease_now`) must read one clock: a deadline stamped on the boot clock and checked on
+    // `Instant` ends late by every suspend since the process started.
+    let guard = LockGuard::new(LockGuardConfig::default()).expect("valid config");
+    assert!(Arc::ptr_eq(&guard.time.clock, &crate::guard::BootClock::shared()));
+}

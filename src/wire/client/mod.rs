@@ -159,6 +159,14 @@ impl Client {
         &self.config
     }
 
+    /// Sets how many attempts each later request gets ([`ClientConfig::max_retries`]), for a
+    /// client whose requests do not all deserve the same persistence (the commit thread: a
+    /// paced commit gives up early, since the next interval carries its progress anyway; a
+    /// revocation's commit is the last word on its partitions and keeps trying).
+    pub fn set_max_retries(&mut self, attempts: u32) {
+        self.config.max_retries = attempts;
+    }
+
     /// Runs `op` until it succeeds, fails with a non-retriable error, or `max_retries` attempts
     /// were made; sleeps with exponential backoff between attempts.
     pub(super) fn retrying<T>(

@@ -253,7 +253,9 @@ fn acquire(
             if record.offset < start {
                 continue;
             }
-            owed.span(start, record.offset - 1);
+            if record.offset > start {
+                owed.span(start, record.offset - 1);
+            }
             from = record.offset.checked_add(1);
             out.push(AcquiredRecord {
                 record,
