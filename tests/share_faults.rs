@@ -325,3 +325,128 @@ fn share_members_survive_a_broker_that_stops_answering_past_the_request_timeout_
     let last = effects.iter().map(|e| e.at).max().expect("effects");
     eprintln!("effects over {:?}", last - first);
 }
+
+/// Two members (two workers each, handlers of 6 s) bootstrapped through a proxy that holds all
+/// their traffic for 4.5 s (past the 2 s `request.timeout.ms`) while every worker is in the
+/// middle of a handler. Each member's fetch times out during the stall and its connection is
+/// dropped, which ends its share session at the broker: every record it acquired is released
+/// and delivered again (delivery d+1) once the traffic flows. So a handler that was running
+/// through the stall must find its lease not current when it returns after the stall's end: no
+/// effect of delivery d of a record comes after the stall's end when delivery d+1 of that
+/// record exists.
+#[test]
+fn no_effect_of_a_delivery_after_a_stall_that_ended_its_session_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let request_timeout = Duration::from_millis(2_000);
+    let hold = request_timeout * 2 + Duration::from_millis(500);
+    let handler_time = Duration::from_secs(6);
+    let setup = ShareSetup::new("share-stall-late", 2, 15_000);
+    let ids: BTreeSet<String> = setup.produce_orders(2, 4).into_iter().collect();
+    let proxy = Proxy::start(&setup.bootstrap);
+    let config = || {
+        ShareConfig::builder()
+            .bootstrap_servers([proxy.addr()])
+            .group_id(&setup.group)
+            .set(
+                "request.timeout.ms",
+                &request_timeout.as_millis().to_string(),
+            )
+            .build()
+            .expect("valid share configuration")
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let effects: Arc<Mutex<Vec<Applied>>> = Arc::default();
+    // Every handler start: (member, order, delivery count, at).
+    let starts: Arc<Mutex<Vec<Applied>>> = Arc::default();
+    let members: Vec<_> = (0..2)
+        .map(|member| {
+            let consumer = ShareConsumer::subscribe(config(), &[&setup.topic]).expect("subscribe");
+            let (stop, effects, starts) = (stop.clone(), effects.clone(), starts.clone());
+            std::thread::spawn(move || {
+                let mut consumer = consumer;
+                let result = consumer.run_with_workers(&stop, 2, |record, ctx| {
+                    let order = order_id(record.value.as_deref()).expect("an order");
+                    starts.lock().unwrap().push(Applied {
+                        member,
+                        order: order.clone(),
+                        delivery_count: ctx.delivery_count(),
+                        at: Instant::now(),
+                    });
+                    std::thread::sleep(handler_time);
+                    if !ctx.is_current() {
+                        return Ok(());
+                    }
+                    effects.lock().unwrap().push(Applied {
+                        member,
+                        order,
+                        delivery_count: ctx.delivery_count(),
+                        at: Instant::now(),
+                    });
+                    Ok(())
+                });
+                let stats = consumer.stats();
+                let closed = consumer.close();
+                (result, closed, stats)
+            })
+        })
+        .collect();
+    let until = Instant::now() + BOUND;
+    // Every worker of both members in the middle of a handler.
+    while starts.lock().unwrap().len() < 4 {
+        assert!(Instant::now() < until, "fewer than 4 handlers started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.hold();
+    std::thread::sleep(hold);
+    proxy.release();
+    let stall_end = Instant::now();
+    let applied = |effects: &Mutex<Vec<Applied>>| -> BTreeSet<String> {
+        effects
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.order.clone())
+            .collect()
+    };
+    while applied(&effects) != ids {
+        assert!(
+            Instant::now() < until,
+            "orders never applied: {:?}",
+            ids.difference(&applied(&effects)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for (index, member) in members.into_iter().enumerate() {
+        let (result, closed, stats) = member.join().expect("member thread");
+        assert!(result.is_ok(), "member {index}: {result:?}");
+        if let Err(e) = closed {
+            eprintln!("member {index}: close: {e}");
+        }
+        eprintln!("member {index}: {stats:?}");
+    }
+    let effects = effects.lock().unwrap().clone();
+    let starts = starts.lock().unwrap().clone();
+    let stale: Vec<_> = effects
+        .iter()
+        .filter(|e| e.at > stall_end)
+        .filter(|e| {
+            starts
+                .iter()
+                .any(|s| s.order == e.order && s.delivery_count > e.delivery_count)
+        })
+        .collect();
+    eprintln!(
+        "{} effects, {} handler starts ({} of a delivery > 1); the stall ended {:?} after the \
+         first start",
+        effects.len(),
+        starts.len(),
+        starts.iter().filter(|s| s.delivery_count > 1).count(),
+        stall_end - starts.iter().map(|s| s.at).min().expect("starts")
+    );
+    assert!(
+        stale.is_empty(),
+        "effects after the stall's end of a delivery the broker had delivered again: {stale:?}"
+    );
+}
