@@ -325,3 +325,127 @@ fn share_members_survive_a_broker_that_stops_answering_past_the_request_timeout_
     let last = effects.iter().map(|e| e.at).max().expect("effects");
     eprintln!("effects over {:?}", last - first);
 }
+
+/// Member A (two workers, handlers of 6 s) reaches the broker through a proxy that holds all
+/// its traffic for 4.5 s (past its 2 s `request.timeout.ms`, as a broker that stops answering
+/// it) while both its workers are in the middle of a handler; member B (fast handlers) reaches
+/// the broker directly. A's fetch times out during the stall and A drops its connection; once
+/// the traffic flows the broker sees it closed, ends A's share session and releases every
+/// record A acquired, and B acquires them again (delivery d+1) at once. A's handlers return
+/// about a second after the stall's end: their leases must read not current by then. No
+/// effect of delivery d of a record comes after the stall's end when delivery d+1 of that
+/// record exists.
+#[test]
+fn no_effect_of_a_delivery_after_a_stall_that_ended_its_session_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let request_timeout = Duration::from_millis(2_000);
+    let hold = request_timeout * 2 + Duration::from_millis(500);
+    let slow = Duration::from_secs(6);
+    let setup = ShareSetup::new("share-stall-late", 1, 15_000);
+    let ids: BTreeSet<String> = setup.produce_orders(1, 10).into_iter().collect();
+    let proxy = Proxy::start(&setup.bootstrap);
+    let stop = Arc::new(AtomicBool::new(false));
+    let effects: Arc<Mutex<Vec<Applied>>> = Arc::default();
+    // Every handler start, as an effect would be recorded: a delivery that exists.
+    let starts: Arc<Mutex<Vec<Applied>>> = Arc::default();
+    let start_member = |member: usize, bootstrap: &str, handler_time: Duration| {
+        let config = ShareConfig::builder()
+            .bootstrap_servers([bootstrap])
+            .group_id(&setup.group)
+            .set(
+                "request.timeout.ms",
+                &request_timeout.as_millis().to_string(),
+            )
+            .build()
+            .expect("valid share configuration");
+        let consumer = ShareConsumer::subscribe(config, &[&setup.topic]).expect("subscribe");
+        let (stop, effects, starts) = (stop.clone(), effects.clone(), starts.clone());
+        std::thread::spawn(move || {
+            let mut consumer = consumer;
+            let result = consumer.run_with_workers(&stop, 2, |record, ctx| {
+                let order = order_id(record.value.as_deref()).expect("an order");
+                let seen = |list: &Mutex<Vec<Applied>>| {
+                    list.lock().unwrap().push(Applied {
+                        member,
+                        order: order.clone(),
+                        delivery_count: ctx.delivery_count(),
+                        at: Instant::now(),
+                    })
+                };
+                seen(&starts);
+                std::thread::sleep(handler_time);
+                if ctx.is_current() {
+                    seen(&effects);
+                }
+                Ok(())
+            });
+            let stats = consumer.stats();
+            let closed = consumer.close();
+            (result, closed, stats)
+        })
+    };
+    let a = start_member(0, proxy.addr(), slow);
+    let until = Instant::now() + BOUND;
+    // Both of A's workers in the middle of a handler before B takes the rest.
+    while starts.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < until, "A started no handlers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let b = start_member(1, &setup.bootstrap, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.hold();
+    std::thread::sleep(hold);
+    proxy.release();
+    let stall_end = Instant::now();
+    let applied = |effects: &Mutex<Vec<Applied>>| -> BTreeSet<String> {
+        effects
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.order.clone())
+            .collect()
+    };
+    while applied(&effects) != ids {
+        assert!(
+            Instant::now() < until,
+            "orders never applied: {:?}",
+            ids.difference(&applied(&effects)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A's handlers that ran through the stall return a second after its end.
+    let handlers_done = stall_end + slow;
+    while Instant::now() < handlers_done {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for (name, member) in [("A", a), ("B", b)] {
+        let (result, closed, stats) = member.join().expect("member thread");
+        assert!(result.is_ok(), "member {name}: {result:?}");
+        if let Err(e) = closed {
+            eprintln!("member {name}: close: {e}");
+        }
+        eprintln!("member {name}: {stats:?}");
+    }
+    let effects = effects.lock().unwrap().clone();
+    let starts = starts.lock().unwrap().clone();
+    let stale: Vec<_> = effects
+        .iter()
+        .filter(|e| e.at > stall_end)
+        .filter(|e| {
+            starts
+                .iter()
+                .any(|s| s.order == e.order && s.delivery_count > e.delivery_count)
+        })
+        .collect();
+    eprintln!(
+        "{} effects, {} handler starts ({} of a delivery > 1)",
+        effects.len(),
+        starts.len(),
+        starts.iter().filter(|s| s.delivery_count > 1).count(),
+    );
+    assert!(
+        stale.is_empty(),
+        "effects after the stall's end of a delivery the broker had delivered again: {stale:?}"
+    );
+}

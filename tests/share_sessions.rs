@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rebalance_guard::guard::AckType;
+use rebalance_guard::guard::{AckType, LockLease};
+use rebalance_guard::share::{ShareConfig, ShareConsumer};
+use support::proxy::Proxy;
 use support::share::{order_id, ShareSetup};
 
 const BOUND: Duration = Duration::from_secs(40);
@@ -65,6 +67,160 @@ fn a_closed_members_held_delivery_is_not_current_from_the_close_on_kafka() {
     again.applied();
     drop(held);
     b.close().expect("close");
+}
+
+/// Member A (two workers, bootstrapped through a proxy) has both handlers running and records
+/// queued and buffered behind them when the proxy cuts every connection it carries (and holds
+/// the new ones): the broker ends A's share session and releases everything it acquired, and
+/// member B (straight to the broker) acquires those records again (delivery 2) well within the
+/// 30 s lock. From the cut on none of A's leases may read current: the running handlers'
+/// leases read not current by the time B holds their records, no record A had queued or
+/// buffered starts with a current lease, and the handlers, which return `Ok` after the cut,
+/// get nothing accepted.
+#[test]
+fn a_cut_connection_ends_every_lease_of_its_share_session_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let lock = Duration::from_secs(30);
+    let setup = ShareSetup::new("share-cut", 1, lock.as_millis() as u64);
+    let ids: BTreeSet<String> = setup.produce_orders(1, 20).into_iter().collect();
+    let proxy = Proxy::start(&setup.bootstrap);
+    let config = ShareConfig::builder()
+        .bootstrap_servers([proxy.addr()])
+        .group_id(&setup.group)
+        .set("share.lock.renew", "false")
+        .set("request.timeout.ms", "2000")
+        .build()
+        .expect("valid share configuration");
+    let accepts_failed: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
+    let hook = accepts_failed.clone();
+    let mut a = ShareConsumer::subscribe(config, &[&setup.topic])
+        .expect("subscribe")
+        .on_ack_failure(move |_tp, offset, kind, why| {
+            if kind == AckType::Accept {
+                hook.lock().unwrap().push((offset, why.to_string()));
+            }
+        });
+    // The leases of A's handlers running at the cut, what A started after it (offset, delivery,
+    // current at the start), and how many of the running handlers returned.
+    let held: Arc<Mutex<Vec<(i64, LockLease)>>> = Arc::default();
+    let after_cut: Arc<Mutex<Vec<(i64, i16, bool)>>> = Arc::default();
+    let returned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (cut, release, stop) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let member_a = {
+        let (held, after_cut, returned) = (held.clone(), after_cut.clone(), returned.clone());
+        let (cut, release, stop) = (cut.clone(), release.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let result = a.run_with_workers(&stop, 2, |record, ctx| {
+                if cut.load(Ordering::SeqCst) {
+                    after_cut.lock().unwrap().push((
+                        record.offset,
+                        ctx.delivery_count(),
+                        ctx.is_current(),
+                    ));
+                    return Ok(());
+                }
+                held.lock()
+                    .unwrap()
+                    .push((record.offset, ctx.lease().clone()));
+                let until = Instant::now() + BOUND;
+                while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                // Returns Ok without asking: the guard alone must see that the lease ended.
+                returned.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            });
+            let stats = a.stats();
+            let closed = a.close();
+            (result, closed, stats)
+        })
+    };
+    let until = Instant::now() + BOUND;
+    while held.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < until, "A's handlers never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Both workers are blocked: whatever A acquired beyond their two records waits in the
+    // workers' queue or the buffer. New connections are held, so A acquires nothing after
+    // the cut.
+    cut.store(true, Ordering::SeqCst);
+    let cut_at = Instant::now();
+    proxy.hold();
+    proxy.cut();
+    let mut b = setup.consumer(&[("share.lock.renew", "false")]);
+    let mut b_holds = Vec::new();
+    let mut b_offsets = BTreeSet::new();
+    while b_offsets.len() < ids.len() {
+        assert!(
+            cut_at.elapsed() < lock / 2,
+            "B holds {} of {} records {:?} after the cut: A's session was not released",
+            b_offsets.len(),
+            ids.len(),
+            cut_at.elapsed()
+        );
+        for delivery in b.poll(Duration::from_millis(500)).expect("poll") {
+            let offset = delivery.record().offset;
+            // The moment B holds one of A's running records, A's lease of it is over.
+            for (held_offset, lease) in held.lock().unwrap().iter() {
+                if *held_offset == offset {
+                    assert_eq!(delivery.context().delivery_count(), 2, "{offset}");
+                    assert!(
+                        !lease.is_current(),
+                        "A's running handler of {offset} still reads current {:?} after the \
+                         cut, while B holds the record (delivery 2)",
+                        cut_at.elapsed()
+                    );
+                }
+            }
+            b_offsets.insert(offset);
+            b_holds.push(delivery);
+        }
+    }
+    release.store(true, Ordering::SeqCst);
+    while returned.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < until, "A's handlers never returned");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A's poll thread has its workers free now: it must hand out nothing of what it held
+    // (nothing new reaches it). Watched for two seconds.
+    let window = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < window {
+        let started = after_cut.lock().unwrap().clone();
+        assert!(
+            started.iter().all(|(_, _, current)| !current),
+            "A started records it held before the cut with a current lease: {started:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    proxy.release();
+    let (result, closed, stats) = member_a.join().expect("member A");
+    result.expect("A's run");
+    if let Err(e) = closed {
+        eprintln!("A: close: {e}");
+    }
+    for delivery in b_holds {
+        delivery.applied();
+    }
+    b.close().expect("close B");
+    assert_eq!(
+        stats.locks.accepted, 0,
+        "A accepted records whose session the cut ended: {stats:?}"
+    );
+    let held_offsets: BTreeSet<i64> = held.lock().unwrap().iter().map(|(o, _)| *o).collect();
+    let failed = accepts_failed.lock().unwrap().clone();
+    assert!(
+        failed.iter().all(|(o, _)| !held_offsets.contains(o)),
+        "A decided ACCEPTs for its running records after the cut: {failed:?}"
+    );
+    eprintln!(
+        "cut: A held {held_offsets:?}, started {:?} after the cut; {stats:?}",
+        after_cut.lock().unwrap()
+    );
 }
 
 /// Two members, renewal off, a 3 s lock: one record's handler sleeps 4 s (its lease ends, it

@@ -210,6 +210,8 @@ pub struct Proxy {
     gate: Arc<Gate>,
     observer: Observer,
     catch: Arc<Catch>,
+    /// Both ends of every connection carried so far, for [`Proxy::cut`].
+    open: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
@@ -256,6 +258,8 @@ impl Proxy {
         let (recorder, gate_of_all, observer_of_all) =
             (seen.clone(), gate.clone(), observer.clone());
         let catch_of_all = catch.clone();
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let open_of_all = open.clone();
         let connections = AtomicU64::new(0);
         let upstream = upstream.to_string();
         let rewrites: Vec<([u8; 4], [u8; 4])> = ports
@@ -271,6 +275,9 @@ impl Proxy {
                 let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
                     continue;
                 };
+                if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                    open_of_all.lock().unwrap().extend([c, s]);
+                }
                 let inflight: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
                 let (rec, apis, gate) = (recorder.clone(), inflight.clone(), gate_of_all.clone());
                 let watch = observer_of_all.clone();
@@ -301,6 +308,17 @@ impl Proxy {
             gate,
             observer,
             catch,
+            open,
+        }
+    }
+
+    /// Closes every connection carried so far, both sides (the client reads the end of its
+    /// stream, the broker sees its connection close), and keeps accepting new ones: a
+    /// connection cut in the network, or a broker's connection dropped under a client.
+    pub fn cut(&self) {
+        let open = std::mem::take(&mut *self.open.lock().unwrap());
+        for stream in &open {
+            let _ = stream.shutdown(Shutdown::Both);
         }
     }
 
