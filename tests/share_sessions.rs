@@ -322,3 +322,79 @@ fn a_late_release_does_not_roll_back_the_partitions_accepts_kafka() {
         "ACCEPTs of effects applied well inside their lease were refused: {wrongly:?}; {stats:?}"
     );
 }
+
+/// Member A (through a proxy) polls deliveries and keeps them, sending nothing more: no
+/// request of its share session is out when the proxy cuts the connection, so no answer will
+/// tell A that the broker ended the session and released the records (member B, straight to
+/// the broker, gets them again at delivery 2). The idle fetch thread must notice the closed
+/// connection by itself and end the session's leases within its watch interval, not at A's
+/// next request (without the watch they read current for the whole 30 s lock).
+#[test]
+fn a_member_that_sends_nothing_learns_of_a_cut_connection_and_its_held_deliveries_end_kafka() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let lock = Duration::from_secs(30);
+    let setup = ShareSetup::new("share-idle-cut", 1, lock.as_millis() as u64);
+    setup.produce_orders(1, 3);
+    let proxy = Proxy::start(&setup.bootstrap);
+    let config = ShareConfig::builder()
+        .bootstrap_servers([proxy.addr()])
+        .group_id(&setup.group)
+        .set("share.lock.renew", "false")
+        .set("request.timeout.ms", "2000")
+        .build()
+        .expect("valid share configuration");
+    let mut a = ShareConsumer::subscribe(config, &[&setup.topic]).expect("subscribe");
+    let until = Instant::now() + BOUND;
+    let mut held = Vec::new();
+    while held.len() < 3 {
+        assert!(
+            Instant::now() < until,
+            "A got {} of 3 within {BOUND:?}",
+            held.len()
+        );
+        held.extend(a.poll(Duration::from_millis(500)).expect("poll"));
+    }
+    assert!(held.iter().all(|d| d.is_current()), "fresh deliveries");
+    // Let the fetch thread finish whatever it was doing: then nothing of A's is out.
+    std::thread::sleep(Duration::from_millis(200));
+    let cut_at = Instant::now();
+    proxy.cut();
+    let noticed = Instant::now() + Duration::from_secs(2);
+    while held.iter().any(|d| d.is_current()) && Instant::now() < noticed {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let current: Vec<i64> = held
+        .iter()
+        .filter(|d| d.is_current())
+        .map(|d| d.record().offset)
+        .collect();
+    assert!(
+        current.is_empty(),
+        "A's deliveries {current:?} still read current {:?} after the broker closed its idle \
+         connection",
+        cut_at.elapsed()
+    );
+    // The broker did release them: B gets them again, well within the lock.
+    let mut b = setup.consumer(&[("share.lock.renew", "false")]);
+    let mut again = Vec::new();
+    while again.len() < 3 {
+        assert!(
+            Instant::now() < until,
+            "B got {} of A's 3 records within {BOUND:?}",
+            again.len()
+        );
+        again.extend(b.poll(Duration::from_millis(500)).expect("poll"));
+    }
+    assert!(again.iter().all(|d| d.context().delivery_count() == 2));
+    assert!(cut_at.elapsed() < lock, "B got them only after the lock");
+    assert!(
+        held.iter().all(|d| !d.is_current()),
+        "A's deliveries revived"
+    );
+    for d in again {
+        d.applied();
+    }
+    drop(held);
+    b.close().expect("close");
+    drop(a);
+}

@@ -115,6 +115,26 @@ impl Stream {
         self.socket().write_deadline = Some(deadline);
     }
 
+    /// Whether the peer has closed (or reset) the connection, read without blocking and without
+    /// taking any byte: an end of stream or a socket error says so. Bytes waiting (a TLS record
+    /// the peer sent unasked, such as a session ticket) say nothing either way: they are left
+    /// for the next read, which finds out. Meant for an idle connection that owes no answer.
+    pub(super) fn peer_closed(&mut self) -> bool {
+        let tcp = &self.socket().tcp;
+        if tcp.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        let closed = match tcp.peek(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => {
+                e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted
+            }
+        };
+        closed || tcp.set_nonblocking(false).is_err()
+    }
+
     /// Whether the stream runs TLS.
     pub(super) fn is_tls(&self) -> bool {
         !matches!(self, Stream::Plain(_))

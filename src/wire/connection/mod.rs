@@ -257,6 +257,17 @@ impl Connection {
         self.broken
     }
 
+    /// Whether the broker closed (or reset) this connection while it was idle, found without
+    /// blocking (see `Stream::peer_closed`); marks the connection broken when so. For an owner
+    /// that must act the moment the broker may have dropped what the connection held (a share
+    /// session's acquired records), not at its next request.
+    pub(crate) fn peer_closed(&mut self) -> bool {
+        if !self.broken && self.stream.peer_closed() {
+            self.broken = true;
+        }
+        self.broken
+    }
+
     /// Sends `req` at `version` and waits up to the request timeout for its response.
     pub fn send<R: WireRequest>(&mut self, req: &R, version: i16) -> Result<R::Response> {
         let timeout = self.config.request_timeout;

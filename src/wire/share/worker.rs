@@ -30,6 +30,11 @@ use crate::wire::connection::{Connection, ConnectionConfig};
 use crate::wire::error::{Result, WireError};
 use crate::wire::versions::VersionRange;
 
+/// How often an idle fetch thread looks whether the broker closed its connection: the longest
+/// a lease of a session the broker ended with the connection can still read current while no
+/// request is out (a request in flight finds out by itself, at once).
+const IDLE_WATCH: Duration = Duration::from_millis(20);
+
 /// The versions of ShareFetch and ShareAcknowledge this layer speaks.
 pub(super) const SHARE_VERSIONS: VersionRange = VersionRange::new(1, 2);
 
@@ -203,7 +208,15 @@ struct Worker {
 
 impl Worker {
     fn run(mut self, jobs: &mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
+        loop {
+            let job = match jobs.recv_timeout(IDLE_WATCH) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.watch_idle();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             let mut version = None;
             let result = self.serve(&job, &mut version);
             if let Err(e) = &result {
@@ -221,6 +234,20 @@ impl Worker {
         }
         self.drop_connection();
         debug!("share: the fetch thread of broker {} ends", self.broker);
+    }
+
+    /// Between jobs: a connection the broker closed (a restart, a kill, its idle timeout) ended
+    /// its sessions there and released their records; their leases must end now, not when the
+    /// next request finds the connection gone (a member that holds deliveries and does not
+    /// poll sends none).
+    fn watch_idle(&mut self) {
+        if self.conn.as_mut().is_some_and(Connection::peer_closed) {
+            log::info!(
+                "share: broker {} closed an idle connection: its sessions ended",
+                self.broker
+            );
+            self.drop_connection();
+        }
     }
 
     /// Ends the scopes of the sessions the connection carried, then drops it: the broker
