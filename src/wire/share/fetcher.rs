@@ -55,6 +55,10 @@ struct InFlight {
     sent_at: Option<Instant>,
     /// A fetch's session partitions as of the request: an answer may speak of these only.
     asked: BTreeSet<TopicPartition>,
+    /// The scope of each of those partitions when the request was built: what the answer
+    /// acquires belongs to it (a partition whose leader moved meanwhile has it ended, and the
+    /// answer's records of it are dropped, not given a scope that is current).
+    scopes: BTreeMap<TopicPartition, SessionScope>,
 }
 
 /// One leader's session.
@@ -173,15 +177,34 @@ impl ShareFetcher {
     /// Queues acknowledgements; each goes with the next ShareFetch (or
     /// [`flush_acks`](Self::flush_acks)) to its partition's leader, unless it is void by then
     /// (see the module notes). A RENEW is refused here (reported failed in the next round):
-    /// renewals go through [`renew`](Self::renew).
+    /// renewals go through [`renew`](Self::renew). One whose record an answer collected but not
+    /// handed out yet acquired again is dropped at once ([`AckError::Reacquired`]): the caller
+    /// decided it for an earlier acquisition, since it has not seen that one.
     pub fn acknowledge(&mut self, acks: impl IntoIterator<Item = ShareAck>) {
         for ack in acks {
             if ack.kind == AckType::Renew {
                 self.fail(&ack, AckError::RenewUnsupported);
                 continue;
             }
+            if self.stashed(&ack.tp, ack.offset) {
+                debug!(
+                    "share: acknowledgement {:?} of {}@{} dropped: acquired again",
+                    ack.kind, ack.tp, ack.offset
+                );
+                self.fail(&ack, AckError::Reacquired);
+                continue;
+            }
             self.pending.entry(ack.tp.clone()).or_default().push(ack);
         }
+    }
+
+    /// Whether an answer collected and not handed out yet acquired `tp`'s record at `offset`.
+    fn stashed(&self, tp: &TopicPartition, offset: i64) -> bool {
+        self.stash
+            .batches
+            .iter()
+            .filter(|b| &b.tp == tp)
+            .any(|b| b.records.iter().any(|r| r.record.offset == offset))
     }
 
     /// Reports `ack` failed with `error` in the next round.
@@ -207,6 +230,19 @@ impl ShareFetcher {
         } else {
             None
         }
+    }
+
+    /// The member was fenced (removed from the share group, to rejoin at epoch 0): Kafka
+    /// released every record it held, so every session's scope ends now, as at a reset (each
+    /// session reopens with its next request). Why here and not on the next answer: nothing
+    /// the share sessions hear says so, and a lease must not read current while another member
+    /// may hold its record.
+    pub fn member_fenced(&mut self) {
+        info!(
+            "share: member {} fenced: its share sessions' leases end",
+            self.member_id
+        );
+        self.end_sessions();
     }
 
     /// Ends every session's scope now: every lease they acquired reads not current, and
@@ -263,15 +299,20 @@ impl ShareFetcher {
             if self.sessions.get(&broker).is_some_and(|l| l.fetching) {
                 continue;
             }
-            let mut acks = self.take_pending(broker);
+            let now = lease_now();
+            let mut acks = self.take_pending(broker, now);
             let leader = self.sessions.entry(broker).or_default();
-            let req = leader.session.fetch(&parts, &mut acks);
+            let req = leader.session.fetch(&parts, &mut acks, now);
             let asked = leader.session.members().clone();
+            let scopes = asked
+                .iter()
+                .map(|tp| (tp.clone(), leader.session.partition_scope(tp)))
+                .collect();
             self.requeue(acks);
             if req.epoch == 0 && parts.is_empty() {
                 continue;
             }
-            if let Some(id) = self.submit_fetch(broker, req, asked) {
+            if let Some(id) = self.submit_fetch(broker, req, asked, scopes) {
                 fresh.push(id);
             }
         }
@@ -291,10 +332,34 @@ impl ShareFetcher {
         Ok(std::mem::take(&mut self.stash))
     }
 
-    /// Sends every queued acknowledgement now, in a ShareAcknowledge per leader (queued behind
-    /// a fetch in flight to it), and waits up to `timeout` for the outcomes. Returns every
-    /// outcome collected meanwhile (piggybacked ones included); acknowledgements not answered
-    /// in time are reported [`AckError::TimedOut`].
+    /// Sends the queued acknowledgements now, in a ShareAcknowledge per leader, without waiting
+    /// for the answers: returns the outcomes collected so far (their answers' outcomes come
+    /// with a later call). Why not wait: the caller is a poll with its own timeout, or `run`
+    /// between two records, and a leader that does not answer must hold neither.
+    ///
+    /// A leader with a ShareFetch in flight gets none: its fetch thread would write the request
+    /// only after the fetch's answer, and that answer may have acquired the same record again
+    /// for this member (Kafka's acknowledge checks only that the record is acquired by this
+    /// member, not which delivery), so the acknowledgement could land on the later delivery.
+    /// Those stay queued and ride on the next fetch, once the answer dropped what it acquired
+    /// again.
+    pub fn send_acks_now(&mut self) -> Vec<AckResult> {
+        self.send_acks(Purpose::Acknowledge, false);
+        self.collect(&[], Instant::now(), false);
+        std::mem::take(&mut self.stash.ack_results)
+    }
+
+    /// Whether acknowledgements wait in the queue (for a leader's next fetch, or for the next
+    /// send).
+    pub fn has_queued_acks(&self) -> bool {
+        self.pending.values().any(|list| !list.is_empty())
+    }
+
+    /// Sends every queued acknowledgement now, as [`send_acks_now`](Self::send_acks_now) (a
+    /// leader with a fetch in flight gets its acknowledgements with the next fetch), and waits up
+    /// to `timeout` for the outcomes of what was sent. Returns every outcome collected
+    /// meanwhile (piggybacked ones included); acknowledgements not answered in time are
+    /// reported [`AckError::TimedOut`].
     pub fn flush_acks(&mut self, timeout: Duration) -> Vec<AckResult> {
         let deadline = Instant::now() + timeout;
         let ids = self.send_acks(Purpose::Acknowledge, false);
@@ -317,7 +382,7 @@ impl ShareFetcher {
                 kind: AckType::Renew,
                 scope: SessionScope::new(),
                 lock_ends_by: deadline,
-                late: false,
+                deadline,
             });
         }
         // Renewals travel alone: the queued acknowledgements wait for their own request.
@@ -367,8 +432,9 @@ impl ShareFetcher {
         let deadline = Instant::now() + timeout;
         let brokers: Vec<i32> = self.sessions.keys().copied().collect();
         let mut vetted = AckQueue::new();
+        let now = lease_now();
         for broker in brokers {
-            vetted.append(&mut self.take_pending(broker));
+            vetted.append(&mut self.take_pending(broker, now));
         }
         self.requeue(vetted);
         self.end_sessions();
@@ -389,8 +455,9 @@ impl ShareFetcher {
 
     /// The acknowledgements queued for partitions `broker` leads, taken out of the queue; those
     /// that must not be sent in its current session are dropped and reported (unless the
-    /// fetcher is closing: they were checked before the close ended the sessions).
-    fn take_pending(&mut self, broker: i32) -> AckQueue {
+    /// fetcher is closing: they were checked before the close ended the sessions). `now`: the
+    /// instant the request that takes them is built.
+    fn take_pending(&mut self, broker: i32, now: Instant) -> AckQueue {
         let mine: Vec<TopicPartition> = self
             .pending
             .keys()
@@ -411,7 +478,6 @@ impl ShareFetcher {
             .session
             .scope()
             .clone();
-        let now = lease_now();
         let mut void = Vec::new();
         for list in taken.values_mut() {
             list.retain(|ack| match Self::void_reason(ack, &session, now) {
@@ -443,7 +509,10 @@ impl ShareFetcher {
 
     /// A ShareAcknowledge (or the closing one) to every leader with queued acknowledgements
     /// (every open session when closing). Acknowledgements with no leader or no session are
-    /// reported failed.
+    /// reported failed. Decisions (not renewals, not the close) wait for the next fetch of a
+    /// leader with a fetch in flight (see [`send_acks_now`](Self::send_acks_now)); the close
+    /// goes behind it: it ends the session, so a delivery its answer acquired is released
+    /// whatever the close's acknowledgements do to it, and this member never runs it.
     fn send_acks(&mut self, purpose: Purpose, renew: bool) -> Vec<u64> {
         if self.pending.keys().any(|tp| !self.leaders.contains_key(tp)) {
             self.stale = true;
@@ -466,13 +535,31 @@ impl ShareFetcher {
                     .map(|(b, _)| *b),
             );
         }
+        let mut deferred = AckQueue::new();
         for broker in brokers {
-            let mut acks = self.take_pending(broker);
+            if purpose == Purpose::Acknowledge
+                && self.sessions.get(&broker).is_some_and(|l| l.fetching)
+            {
+                let theirs: Vec<TopicPartition> = self
+                    .pending
+                    .keys()
+                    .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+                    .cloned()
+                    .collect();
+                for tp in theirs {
+                    if let Some(list) = self.pending.remove(&tp) {
+                        deferred.insert(tp, list);
+                    }
+                }
+                continue;
+            }
+            let now = lease_now();
+            let mut acks = self.take_pending(broker, now);
             let leader = self.sessions.entry(broker).or_default();
             let req = if purpose == Purpose::Close {
-                leader.session.close(&mut acks)
+                leader.session.close(&mut acks, now)
             } else {
-                leader.session.acknowledge(&mut acks)
+                leader.session.acknowledge(&mut acks, now)
             };
             self.requeue(acks);
             let Some(req) = req else { continue };
@@ -481,7 +568,8 @@ impl ShareFetcher {
             }
         }
         // What is left has no leader, or no open session with it.
-        for (tp, acks) in std::mem::take(&mut self.pending) {
+        let left = std::mem::replace(&mut self.pending, deferred);
+        for (tp, acks) in left {
             let reason = if self.leaders.get(&tp).is_some_and(|l| *l >= 0) {
                 AckError::NoSession
             } else {
@@ -527,6 +615,7 @@ impl ShareFetcher {
         broker: i32,
         req: SessionRequest,
         asked: BTreeSet<TopicPartition>,
+        scopes: BTreeMap<TopicPartition, SessionScope>,
     ) -> Option<u64> {
         let topics = self
             .topics(&req, |p, batches| {
@@ -583,7 +672,14 @@ impl ShareFetcher {
             acquire_mode: s.acquire_mode,
             is_renew_ack: false,
         });
-        let id = self.submit(broker, out, s.max_wait, Purpose::Fetch, req, asked)?;
+        let flight = InFlight {
+            purpose: Purpose::Fetch,
+            req,
+            sent_at: None,
+            asked,
+            scopes,
+        };
+        let id = self.submit(broker, out, s.max_wait, flight)?;
         if let Some(l) = self.sessions.get_mut(&broker) {
             l.fetching = true;
         }
@@ -629,7 +725,14 @@ impl ShareFetcher {
             v1,
             is_renew_ack: renew,
         });
-        self.submit(broker, out, Duration::ZERO, purpose, req, BTreeSet::new())
+        let flight = InFlight {
+            purpose,
+            req,
+            sent_at: None,
+            asked: BTreeSet::new(),
+            scopes: BTreeMap::new(),
+        };
+        self.submit(broker, out, Duration::ZERO, flight)
     }
 
     fn submit(
@@ -637,9 +740,7 @@ impl ShareFetcher {
         broker: i32,
         out: Outgoing,
         wait: Duration,
-        purpose: Purpose,
-        req: SessionRequest,
-        asked: BTreeSet<TopicPartition>,
+        flight: InFlight,
     ) -> Option<u64> {
         let addr = self
             .addrs
@@ -647,23 +748,18 @@ impl ShareFetcher {
             .cloned()
             .or_else(|| self.client.broker(broker).map(|b| b.addr()));
         let submitted = match addr {
-            Some(addr) => self.workers.submit(broker, &addr, out, wait, &req.scope),
+            Some(addr) => self
+                .workers
+                .submit(broker, &addr, out, wait, &flight.req.scope),
             None => Err(WireError::UnknownBroker { node_id: broker }),
         };
         match submitted {
             Ok(id) => {
-                self.in_flight.insert(
-                    id,
-                    InFlight {
-                        purpose,
-                        req,
-                        sent_at: None,
-                        asked,
-                    },
-                );
+                self.in_flight.insert(id, flight);
                 Some(id)
             }
             Err(e) => {
+                let req = flight.req;
                 warn!("share: cannot send to broker {broker}: {e}");
                 if let Some(l) = self.sessions.get_mut(&broker) {
                     l.session.transport_failed(&req);
@@ -713,11 +809,12 @@ impl ShareFetcher {
                 Event::Done {
                     broker,
                     id,
+                    at,
                     version,
                     result,
                 } => {
                     answered = true;
-                    self.absorb(broker, id, version, result);
+                    self.absorb(broker, id, at, version, result);
                 }
             }
         }
@@ -732,9 +829,10 @@ impl ShareFetcher {
                 Event::Done {
                     broker,
                     id,
+                    at,
                     version,
                     result,
-                } => self.absorb(broker, id, version, result),
+                } => self.absorb(broker, id, at, version, result),
                 Event::Wake => {}
             }
         }
@@ -757,7 +855,16 @@ impl ShareFetcher {
         }
     }
 
-    fn absorb(&mut self, broker: i32, id: u64, version: Option<i16>, result: Result<Incoming>) {
+    /// Takes in the answer (or failure) of job `id`, which arrived at `arrived` (stamped by the
+    /// fetch thread, on the lease clock).
+    fn absorb(
+        &mut self,
+        broker: i32,
+        id: u64,
+        arrived: Instant,
+        version: Option<i16>,
+        result: Result<Incoming>,
+    ) {
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
@@ -840,11 +947,11 @@ impl ShareFetcher {
         self.stash.ack_results.extend(digest.acks);
         self.stash.errors.extend(digest.errors);
         self.stash.refused.extend(digest.refused);
-        let Some(leader) = self
+        let current = self
             .sessions
-            .get_mut(&broker)
-            .filter(|l| !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope)
-        else {
+            .get(&broker)
+            .is_some_and(|l| !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope);
+        if !current {
             // Records of a session that ended are released at the broker already; the gaps
             // owed for them are moot.
             let dropped: usize = digest.batches.iter().map(|b| b.records.len()).sum();
@@ -854,28 +961,38 @@ impl ShareFetcher {
                 );
             }
             return;
-        };
-        let arrived = lease_now();
-        let mut batches = digest.batches;
-        for batch in &mut batches {
-            batch.scope = leader.session.partition_scope(&batch.tp);
-            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
         }
-        let lock_end: HashMap<TopicPartition, (SessionScope, Instant)> = digest
-            .owed
-            .keys()
-            .map(|tp| {
-                let lock = batches
-                    .iter()
-                    .find(|b| &b.tp == tp)
-                    .map_or(Duration::ZERO, |b| b.lock_duration);
-                let scope = leader.session.partition_scope(tp);
-                (
-                    tp.clone(),
-                    (scope, arrived.checked_add(lock).unwrap_or(arrived)),
-                )
-            })
-            .collect();
+        // Each partition's records belong to its scope as of the request: one whose leader
+        // moved while the request was out has it ended (the old leader released them).
+        let scope_of = |tp: &TopicPartition| {
+            flight
+                .scopes
+                .get(tp)
+                .filter(|scope| !scope.has_ended())
+                .cloned()
+        };
+        // The answer's lock, for every partition (one with no usable record owes its gaps
+        // under it too).
+        let lock = digest.lock.unwrap_or(Duration::ZERO);
+        let lock_ends_by = arrived.checked_add(lock).unwrap_or(arrived);
+        let earliest_end = sent_at.checked_add(lock).unwrap_or(sent_at);
+        let mut batches = Vec::with_capacity(digest.batches.len());
+        for mut batch in digest.batches {
+            let Some(scope) = scope_of(&batch.tp) else {
+                info!(
+                    "share: {} record(s) of {} dropped: the partition left the session while \
+                     the request was out",
+                    batch.records.len(),
+                    batch.tp
+                );
+                continue;
+            };
+            batch.scope = scope;
+            batch.lock_ends_by = arrived
+                .checked_add(batch.lock_duration)
+                .unwrap_or(arrived);
+            batches.push(batch);
+        }
         // Acknowledgements still queued for a record acquired again were decided for its
         // earlier acquisition: the broker would apply them to this one.
         for batch in &batches {
@@ -883,7 +1000,8 @@ impl ShareFetcher {
         }
         // Owed acknowledgements go first, before anything the caller queued since.
         for (tp, owed) in digest.owed {
-            let Some((scope, lock_ends_by)) = lock_end.get(&tp).cloned() else {
+            let Some(scope) = scope_of(&tp) else {
+                // Released with the partition's scope: nothing to gap or release.
                 continue;
             };
             let entry = self.pending.entry(tp.clone()).or_default();
@@ -895,7 +1013,7 @@ impl ShareFetcher {
                     kind,
                     scope: scope.clone(),
                     lock_ends_by,
-                    late: false,
+                    deadline: earliest_end,
                 })
                 .collect();
             list.append(entry);
@@ -1393,7 +1511,7 @@ mod tests {
             kind,
             scope: SessionScope::new(),
             lock_ends_by: Instant::now() + Duration::from_secs(60),
-            late: false,
+            deadline: Instant::now() + Duration::from_secs(60),
         };
         f.acknowledge([scoped(1, AckType::Renew)]);
         // No session yet (and a scope of none of ours): a flush cannot send.
