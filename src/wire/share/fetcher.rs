@@ -1172,13 +1172,25 @@ mod tests {
         DropsTheSecond,
         /// Answers NOT_LEADER_OR_FOLLOWER naming broker 2 as the leader, with its endpoint.
         Moved,
+        /// As `Serving`, but answers the second ShareFetch only after [`SLOW`], acquiring the
+        /// same records again (delivery 2).
+        SlowSecond,
+        /// As `Serving`, but never answers a ShareAcknowledge (the connection stays open).
+        AckSilent,
+        /// Acquires 0..=2 of every partition it leads with no record data: every offset is owed
+        /// a GAP.
+        Gaps,
     }
+
+    /// How long [`Fake::SlowSecond`] holds its second answer.
+    const SLOW: Duration = Duration::from_millis(700);
 
     /// The epochs of the ShareFetch requests each fake broker saw.
     type Seen = Arc<Mutex<Vec<(i32, i32)>>>;
 
-    /// The acknowledgements each ShareFetch carried, in order: (epoch, (offset, type) list).
-    type Carried = Arc<Mutex<Vec<(i32, Vec<(i64, i8)>)>>>;
+    /// The acknowledgements each ShareFetch (78) or ShareAcknowledge (79) carried, in the order
+    /// they were read: (api key, epoch, (offset, type) list).
+    type Carried = Arc<Mutex<Vec<(i16, i32, Vec<(i64, i8)>)>>>;
 
     /// Two fake brokers: 1 leads t-0, 2 leads t-1.
     fn cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen) {
@@ -1186,7 +1198,7 @@ mod tests {
         (addrs, seen)
     }
 
-    /// [`cluster`], also recording the acknowledgements every ShareFetch carried.
+    /// [`cluster`], also recording the acknowledgements every request carried.
     fn recording_cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen, Carried) {
         let listeners: Vec<TcpListener> = (0..2)
             .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
@@ -1303,15 +1315,21 @@ mod tests {
                     carried
                         .lock()
                         .expect("carried")
-                        .push((fetch.share_session_epoch, acks));
+                        .push((78, fetch.share_session_epoch, acks));
                     match fake {
                         Fake::Silent => {
                             thread::sleep(Duration::from_secs(30));
                             return;
                         }
                         Fake::DropsTheSecond if nth == 2 => return,
+                        Fake::SlowSecond if nth == 2 => thread::sleep(SLOW),
                         _ => {}
                     }
+                    let delivery = if fake == Fake::SlowSecond && nth >= 2 {
+                        2
+                    } else {
+                        1
+                    };
                     out.put_u8(0);
                     let mut asked: Vec<i32> = fetch
                         .topics
@@ -1332,11 +1350,17 @@ mod tests {
                                         .with_leader_epoch(1),
                                 );
                             }
-                            data.with_records(Some(batches(&[(0, 2)])))
-                                .with_acquired_records(vec![sf::AcquiredRecords::default()
+                            let records = if fake == Fake::Gaps {
+                                None
+                            } else {
+                                Some(batches(&[(0, 2)]))
+                            };
+                            data.with_records(records).with_acquired_records(vec![
+                                sf::AcquiredRecords::default()
                                     .with_first_offset(0)
                                     .with_last_offset(2)
-                                    .with_delivery_count(1)])
+                                    .with_delivery_count(delivery),
+                            ])
                         })
                         .collect();
                     let (host, port) = addrs[1].rsplit_once(':').expect("host:port");
@@ -1356,6 +1380,53 @@ mod tests {
                         .with_node_endpoints(endpoints)
                         .encode(&mut out, 1)
                         .expect("share fetch");
+                }
+                79 => {
+                    let mut body = Bytes::from(req);
+                    let _ = RequestHeader::decode(&mut body, 2).expect("header");
+                    let ack = msg::ShareAcknowledgeRequest::decode(&mut body, 1).expect("request");
+                    let acks: Vec<(i64, i8)> = ack
+                        .topics
+                        .iter()
+                        .flat_map(|t| &t.partitions)
+                        .flat_map(|p| &p.acknowledgement_batches)
+                        .flat_map(|b| {
+                            (b.first_offset..=b.last_offset).enumerate().map(|(i, o)| {
+                                let t = b.acknowledge_types.get(i).or(b.acknowledge_types.first());
+                                (o, t.copied().unwrap_or(-1))
+                            })
+                        })
+                        .collect();
+                    carried
+                        .lock()
+                        .expect("carried")
+                        .push((79, ack.share_session_epoch, acks));
+                    if fake == Fake::AckSilent {
+                        thread::sleep(Duration::from_secs(30));
+                        return;
+                    }
+                    out.put_u8(0);
+                    let topics = ack
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            msg::share_acknowledge_response::ShareAcknowledgeTopicResponse::default()
+                                .with_topic_id(t.topic_id)
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            msg::share_acknowledge_response::PartitionData::default()
+                                                .with_partition_index(p.partition_index)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect();
+                    msg::ShareAcknowledgeResponse::default()
+                        .with_responses(topics)
+                        .encode(&mut out, 1)
+                        .expect("share acknowledge");
                 }
                 _ => return,
             }
@@ -1464,12 +1535,12 @@ mod tests {
         let carried = carried.lock().expect("carried").clone();
         assert_eq!(
             carried[1],
-            (1, vec![(0, 1)]),
+            (78, 1, vec![(0, 1)]),
             "the ACCEPT went out before the break"
         );
         assert_eq!(
             carried[3],
-            (1, vec![]),
+            (78, 1, vec![]),
             "the next request carries no acknowledgement: {carried:?}"
         );
     }
@@ -1531,5 +1602,261 @@ mod tests {
         assert_eq!(renewed.lock_duration, None);
         assert_eq!(renewed.results.len(), 1);
         assert_eq!(renewed.results[0].outcome, Err(AckError::RenewUnsupported));
+    }
+
+
+    /// The one fetch job in flight, if any.
+    fn fetch_in_flight(f: &ShareFetcher) -> Option<u64> {
+        f.in_flight
+            .iter()
+            .find(|(_, job)| job.purpose == Purpose::Fetch)
+            .map(|(id, _)| *id)
+    }
+
+    /// The acknowledgements of `carried` that went in ShareAcknowledge requests.
+    fn acknowledged(carried: &Carried) -> Vec<(i32, Vec<(i64, i8)>)> {
+        carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .filter(|c| c.0 == 79)
+            .map(|c| (c.1, c.2.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_acknowledgement_is_never_queued_behind_a_fetch_of_its_leader_that_may_acquire_its_record_again(
+    ) {
+        let (addrs, _seen, carried) = recording_cluster([Fake::SlowSecond, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let first = f.fetch().expect("fetch");
+        assert_eq!(first.batches.len(), 1, "{first:?}");
+        let held = first.batches[0].clone();
+        // The second fetch is held past the round: it stays in flight.
+        let second = f.fetch().expect("fetch");
+        assert!(second.batches.is_empty(), "{second:?}");
+        assert!(fetch_in_flight(&f).is_some(), "the second fetch is out");
+        // A handler of delivery 1 finishes now; its RELEASE must not follow the fetch whose
+        // answer acquires the record again (delivery 2) for this member.
+        f.acknowledge([held.ack(0, AckType::Release)]);
+        let mut outcomes = f.flush_acks(Duration::from_secs(3));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut again = Vec::new();
+        while again.is_empty() && Instant::now() < deadline {
+            let round = f.fetch().expect("fetch");
+            outcomes.extend(round.ack_results);
+            again.extend(round.batches);
+        }
+        assert_eq!(again.len(), 1, "delivery 2 came");
+        assert_eq!(again[0].records[0].delivery_count, 2);
+        assert_eq!(
+            acknowledged(&carried),
+            vec![],
+            "no ShareAcknowledge went behind the fetch"
+        );
+        let carried_by_fetches: Vec<(i64, i8)> = carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .flat_map(|c| c.2.clone())
+            .collect();
+        assert_eq!(
+            carried_by_fetches,
+            vec![],
+            "nor rode on a later fetch"
+        );
+        assert_eq!(
+            outcomes
+                .iter()
+                .map(|r| (r.acks.clone(), r.outcome.clone()))
+                .collect::<Vec<_>>(),
+            vec![(vec![(0, AckType::Release)], Err(AckError::Reacquired))]
+        );
+    }
+
+    #[test]
+    fn an_answer_absorbed_late_keeps_its_arrival_and_voids_acks_decided_for_what_it_acquired_again(
+    ) {
+        let (addrs, _seen, carried) = recording_cluster([Fake::SlowSecond, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let first = f.fetch().expect("fetch");
+        let held = first.batches[0].clone();
+        let _ = f.fetch().expect("fetch");
+        let id = fetch_in_flight(&f).expect("the second fetch is out");
+        let sent = f
+            .in_flight
+            .get(&id)
+            .and_then(|job| job.sent_at)
+            .expect("sent");
+        // The answer arrives about SLOW after the send; the poll thread gets to it much later
+        // (a long handler, a slow flush).
+        let absorb_at = sent + SLOW * 3;
+        while lease_now() < absorb_at {
+            thread::sleep(absorb_at.saturating_duration_since(lease_now()));
+        }
+        let absorbed = lease_now();
+        f.collect(&[id], absorbed + Duration::from_secs(5), false);
+        assert_eq!(f.stash.batches.len(), 1, "delivery 2 is stashed");
+        let lock = f.stash.batches[0].lock_duration;
+        let ends = f.stash.batches[0].lock_ends_by;
+        assert!(
+            ends + SLOW <= absorbed + lock,
+            "the lock's certain end is counted from the arrival, not the absorb: ends {:?} after \
+             the absorb",
+            ends.saturating_duration_since(absorbed)
+        );
+        // A decision for delivery 1 made before the stash is handed over.
+        f.acknowledge([held.ack(1, AckType::Accept)]);
+        let round = f.fetch().expect("fetch");
+        assert!(!round.batches.is_empty());
+        assert_eq!(
+            round
+                .ack_results
+                .iter()
+                .map(|r| (r.acks.clone(), r.outcome.clone()))
+                .collect::<Vec<_>>(),
+            vec![(vec![(1, AckType::Accept)], Err(AckError::Reacquired))]
+        );
+        let _ = f.fetch().expect("fetch");
+        let sent_acks: Vec<(i64, i8)> = carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .flat_map(|c| c.2.clone())
+            .collect();
+        assert_eq!(sent_acks, vec![], "the ACCEPT of delivery 1 never went out");
+    }
+
+    #[test]
+    fn records_an_answer_acquired_after_the_partition_left_the_session_get_no_current_lease() {
+        let (addrs, _seen) = cluster([Fake::SlowSecond, Fake::Silent]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        assert_eq!(f.fetch().expect("fetch").batches.len(), 1);
+        let _ = f.fetch().expect("fetch");
+        assert!(fetch_in_flight(&f).is_some(), "the second fetch is out");
+        // A metadata refresh moves t-0 to broker 2 while broker 1's fetch is out.
+        f.lead(tp.clone(), 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        while f.sessions.get(&1).is_some_and(|l| l.fetching) && Instant::now() < deadline {
+            got.extend(f.fetch().expect("fetch").batches);
+        }
+        assert!(!f.sessions[&1].fetching, "broker 1 answered");
+        assert!(
+            got.iter().all(|b| b.scope.has_ended()),
+            "records broker 1 gave up were handed out under a current scope: {got:?}"
+        );
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn gaps_owed_for_a_partition_without_a_usable_record_are_sent_under_the_answers_lock() {
+        let (addrs, _seen, carried) = recording_cluster([Fake::Gaps, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let first = f.fetch().expect("fetch");
+        assert!(first.batches.is_empty(), "{first:?}");
+        // Nothing was decoded, so every acquired offset is owed a RELEASE, under the lock the
+        // answer gave (no batch of the partition carries it).
+        let second = f.fetch().expect("fetch");
+        assert_eq!(
+            second
+                .ack_results
+                .iter()
+                .map(|r| (r.acks.clone(), r.outcome.clone()))
+                .collect::<Vec<_>>(),
+            vec![(
+                vec![
+                    (0, AckType::Release),
+                    (1, AckType::Release),
+                    (2, AckType::Release)
+                ],
+                Ok(())
+            )],
+            "sent and answered, not dropped as LockEnded"
+        );
+        let carried = carried.lock().expect("carried").clone();
+        assert_eq!(
+            carried[1],
+            (78, 1, vec![(0, 2), (1, 2), (2, 2)]),
+            "the owed acknowledgements ride on the next fetch: {carried:?}"
+        );
+    }
+
+    #[test]
+    fn an_ack_decided_inside_its_lease_that_waits_past_the_deadline_travels_apart_from_fresh_ones(
+    ) {
+        let (addrs, _seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let held = f.fetch().expect("fetch").batches.remove(0);
+        // Offset 0 was decided inside its lease, whose deadline passes before the request is
+        // built; offset 1 has a lease that is still running then.
+        let mut waited = held.ack(0, AckType::Accept);
+        waited.deadline = lease_now() + Duration::from_millis(50);
+        let mut fresh = held.ack(1, AckType::Accept);
+        fresh.deadline = lease_now() + Duration::from_secs(60);
+        f.acknowledge([waited.clone(), fresh]);
+        while lease_now() < waited.deadline {
+            thread::sleep(waited.deadline.saturating_duration_since(lease_now()));
+        }
+        let round = f.fetch().expect("fetch");
+        let carried = carried.lock().expect("carried").clone();
+        assert_eq!(
+            carried[1].2,
+            vec![(1, 1)],
+            "the late ACCEPT stays out of the fresh one's batch: {carried:?}"
+        );
+        // The fake acquires the same records each time, so the late one, left for a request of
+        // its own, was then decided for an earlier acquisition: dropped, never sent.
+        assert!(
+            round
+                .ack_results
+                .iter()
+                .any(|r| r.acks == vec![(0, AckType::Accept)]
+                    && r.outcome == Err(AckError::Reacquired)),
+            "{round:?}"
+        );
+    }
+
+    #[test]
+    fn sending_acknowledgements_does_not_wait_for_a_leader_that_never_answers_them() {
+        let (addrs, _seen, carried) = recording_cluster([Fake::AckSilent, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let held = f.fetch().expect("fetch").batches.remove(0);
+        f.acknowledge([held.ack(0, AckType::Accept)]);
+        let started = Instant::now();
+        let outcomes = f.send_acks_now();
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(500), "took {took:?}");
+        assert!(outcomes.is_empty(), "{outcomes:?}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while acknowledged(&carried).is_empty() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(acknowledged(&carried), vec![(1, vec![(0, 1)])], "it was sent");
+        assert!(!f.has_queued_acks());
+    }
+
+    #[test]
+    fn a_fence_ends_every_share_sessions_leases_and_voids_their_queued_acks() {
+        let (addrs, seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0, 1]);
+        let held = f.fetch().expect("fetch").batches;
+        assert_eq!(held.len(), 2);
+        f.member_fenced();
+        assert!(held.iter().all(|b| b.scope.has_ended()));
+        f.acknowledge([held[0].ack(1, AckType::Accept)]);
+        let round = f.fetch().expect("fetch");
+        assert_eq!(
+            round
+                .ack_results
+                .iter()
+                .map(|r| r.outcome.clone())
+                .collect::<Vec<_>>(),
+            vec![Err(AckError::SessionEnded)]
+        );
+        let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
+        assert_eq!(epochs, vec![0, 0, 0, 0], "both sessions reopen");
+        assert!(carried.lock().expect("carried").iter().all(|c| c.2.is_empty()));
     }
 }
