@@ -1647,13 +1647,13 @@ mod tests {
             outcomes.extend(round.ack_results);
             again.extend(round.batches);
         }
-        assert_eq!(again.len(), 1, "delivery 2 came");
-        assert_eq!(again[0].records[0].delivery_count, 2);
         assert_eq!(
             acknowledged(&carried),
             vec![],
             "no ShareAcknowledge went behind the fetch"
         );
+        assert!(!again.is_empty(), "delivery 2 came");
+        assert_eq!(again[0].records[0].delivery_count, 2);
         let carried_by_fetches: Vec<(i64, i8)> = carried
             .lock()
             .expect("carried")
@@ -1705,8 +1705,13 @@ mod tests {
              the absorb",
             ends.saturating_duration_since(absorbed)
         );
-        // A decision for delivery 1 made before the stash is handed over.
-        f.acknowledge([held.ack(1, AckType::Accept)]);
+        // A decision for delivery 1 made before the stash is handed over, while this member's
+        // estimate of its lock's certain end (counted from an arrival, later than the broker's
+        // start) has not passed: the broker's own lock ended earlier, which is how it could
+        // deliver the record again.
+        let mut decided = held.ack(1, AckType::Accept);
+        decided.lock_ends_by = lease_now() + Duration::from_secs(60);
+        f.acknowledge([decided]);
         let round = f.fetch().expect("fetch");
         assert!(!round.batches.is_empty());
         assert_eq!(
