@@ -981,5 +981,8 @@ fn a_lock_guard_made_as_the_share_consumer_makes_it_reads_the_clock_its_send_sta
     // (`lease_now`) must read one clock: a deadline stamped on the boot clock and checked on
     // `Instant` ends late by every suspend since the process started.
     let guard = LockGuard::new(LockGuardConfig::default()).expect("valid config");
-    assert!(Arc::ptr_eq(&guard.time.clock, &crate::guard::BootClock::shared()));
+    assert!(Arc::ptr_eq(
+        &guard.time.clock,
+        &crate::guard::BootClock::shared()
+    ));
 }

@@ -947,10 +947,9 @@ impl ShareFetcher {
         self.stash.ack_results.extend(digest.acks);
         self.stash.errors.extend(digest.errors);
         self.stash.refused.extend(digest.refused);
-        let current = self
-            .sessions
-            .get(&broker)
-            .is_some_and(|l| !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope);
+        let current = self.sessions.get(&broker).is_some_and(|l| {
+            !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope
+        });
         if !current {
             // Records of a session that ended are released at the broker already; the gaps
             // owed for them are moot.
@@ -988,9 +987,7 @@ impl ShareFetcher {
                 continue;
             };
             batch.scope = scope;
-            batch.lock_ends_by = arrived
-                .checked_add(batch.lock_duration)
-                .unwrap_or(arrived);
+            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
             batches.push(batch);
         }
         // Acknowledgements still queued for a record acquired again were decided for its
@@ -1410,17 +1407,18 @@ mod tests {
                         .topics
                         .iter()
                         .map(|t| {
-                            msg::share_acknowledge_response::ShareAcknowledgeTopicResponse::default()
-                                .with_topic_id(t.topic_id)
-                                .with_partitions(
-                                    t.partitions
-                                        .iter()
-                                        .map(|p| {
-                                            msg::share_acknowledge_response::PartitionData::default()
-                                                .with_partition_index(p.partition_index)
-                                        })
-                                        .collect(),
-                                )
+                            msg::share_acknowledge_response::ShareAcknowledgeTopicResponse::default(
+                            )
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        msg::share_acknowledge_response::PartitionData::default()
+                                            .with_partition_index(p.partition_index)
+                                    })
+                                    .collect(),
+                            )
                         })
                         .collect();
                     msg::ShareAcknowledgeResponse::default()
@@ -1604,7 +1602,6 @@ mod tests {
         assert_eq!(renewed.results[0].outcome, Err(AckError::RenewUnsupported));
     }
 
-
     /// The one fetch job in flight, if any.
     fn fetch_in_flight(f: &ShareFetcher) -> Option<u64> {
         f.in_flight
@@ -1660,11 +1657,7 @@ mod tests {
             .iter()
             .flat_map(|c| c.2.clone())
             .collect();
-        assert_eq!(
-            carried_by_fetches,
-            vec![],
-            "nor rode on a later fetch"
-        );
+        assert_eq!(carried_by_fetches, vec![], "nor rode on a later fetch");
         assert_eq!(
             outcomes
                 .iter()
@@ -1675,8 +1668,8 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_absorbed_late_keeps_its_arrival_and_voids_acks_decided_for_what_it_acquired_again(
-    ) {
+    fn an_answer_absorbed_late_keeps_its_arrival_and_voids_acks_decided_for_what_it_acquired_again()
+    {
         let (addrs, _seen, carried) = recording_cluster([Fake::SlowSecond, Fake::Serving]);
         let mut f = fetcher(&addrs, &[0]);
         let first = f.fetch().expect("fetch");
@@ -1789,8 +1782,8 @@ mod tests {
     }
 
     #[test]
-    fn an_ack_decided_inside_its_lease_that_waits_past_the_deadline_travels_apart_from_fresh_ones(
-    ) {
+    fn an_ack_decided_inside_its_lease_that_waits_past_the_deadline_travels_apart_from_fresh_ones()
+    {
         let (addrs, _seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
         let mut f = fetcher(&addrs, &[0]);
         let held = f.fetch().expect("fetch").batches.remove(0);
@@ -1838,7 +1831,11 @@ mod tests {
         while acknowledged(&carried).is_empty() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(acknowledged(&carried), vec![(1, vec![(0, 1)])], "it was sent");
+        assert_eq!(
+            acknowledged(&carried),
+            vec![(1, vec![(0, 1)])],
+            "it was sent"
+        );
         assert!(!f.has_queued_acks());
     }
 
@@ -1862,6 +1859,10 @@ mod tests {
         );
         let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 0, 0, 0], "both sessions reopen");
-        assert!(carried.lock().expect("carried").iter().all(|c| c.2.is_empty()));
+        assert!(carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .all(|c| c.2.is_empty()));
     }
 }

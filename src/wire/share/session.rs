@@ -424,7 +424,10 @@ mod tests {
         let mut s = ShareSession::new();
         s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
         s.epoch = i32::MAX;
-        assert_eq!(s.fetch(&tps(&[0]), &mut AckQueue::new(), now()).epoch, i32::MAX);
+        assert_eq!(
+            s.fetch(&tps(&[0]), &mut AckQueue::new(), now()).epoch,
+            i32::MAX
+        );
         assert_eq!(s.epoch(), 1);
     }
 
@@ -458,6 +461,9 @@ mod tests {
         assert_eq!(s.epoch(), 0);
         let d = s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
         assert_eq!(s.answered(&d, Some(KafkaCode(69))), Verdict::Reset);
-        assert!(s.acknowledge(&mut acks(0, &[1]), now()).is_none(), "no session");
+        assert!(
+            s.acknowledge(&mut acks(0, &[1]), now()).is_none(),
+            "no session"
+        );
     }
 }
