@@ -227,7 +227,7 @@ fn ack(tp: &TopicPartition, offset: i64, kind: AckType) -> ShareAck {
         kind,
         scope: LAST_SCOPE.with(|last| last.borrow().clone().expect("records acquired")),
         lock_ends_by: Instant::now() + Duration::from_secs(60),
-        late: false,
+        deadline: Instant::now() + Duration::from_secs(60),
     }
 }
 

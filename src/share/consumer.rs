@@ -19,9 +19,16 @@
 //! (a refused authentication, a broker without share groups, a fatal member error) ends `poll`,
 //! `run` or `run_with_workers`.
 //!
-//! Nothing here waits for an acknowledgement before the next fetch: the broker's answer to an
-//! acknowledgement only says whether the lock was still held, and a failed one is counted (the
-//! record comes back after its lock and the idempotency key refuses it), never resent as ACCEPT.
+//! Nothing here waits for an acknowledgement's answer, neither before the next fetch nor before
+//! the next record: an acknowledgement is *sent* before the next record runs (or rides on the
+//! next fetch when its leader has a fetch out, see `ShareFetcher::send_acks_now`), and its
+//! outcome is taken in at a later turn. The broker's answer only says whether the lock was
+//! still held, and a failed one is counted (the record comes back after its lock and the
+//! idempotency key refuses it), never resent as ACCEPT. So a leader that stops answering holds
+//! neither `poll` past its fetch wait nor `run`'s next record.
+//!
+//! A fence (the membership tells that Kafka removed the member, which rejoins at epoch 0) ends
+//! every share session's leases: Kafka released the member's records.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,6 +83,8 @@ pub struct ShareConsumer {
     acks_pending: bool,
     /// Fetch rounds in a row that failed with an error the network may let through later.
     network_failures: u32,
+    /// The membership's fence count last followed ([`crate::group::ShareAssignment::fenced`]).
+    fences_seen: u64,
 }
 
 impl ShareConsumer {
@@ -139,6 +148,7 @@ impl ShareConsumer {
             outstanding: 0,
             acks_pending: false,
             network_failures: 0,
+            fences_seen: 0,
         })
     }
 
@@ -186,10 +196,12 @@ impl ShareConsumer {
         stats
     }
 
-    /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first. Each
-    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is decided
-    /// at the instant it was finished and acknowledged by the next poll, before that poll hands
-    /// out anything (records already buffered included).
+    /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first (a
+    /// fetch round in progress may add up to `fetch.max.wait.ms` and the fetch margin; no
+    /// acknowledgement's answer is waited for). Each [`ShareDelivery`] must be finished (or
+    /// dropped: released); what it reports is decided at the instant it was finished and
+    /// acknowledged by the next poll (sent, not answered), before that poll hands out anything
+    /// (records already buffered included).
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
         let until = Instant::now() + timeout;
         if self.buffered() > 0 {
@@ -332,15 +344,23 @@ impl ShareConsumer {
         if fetch {
             self.fetch_round()?;
         } else if self.acks_pending {
-            if let Some(fetcher) = self.fetcher.as_mut() {
-                // Nothing fetched, but what finished is not kept waiting for the next fetch.
-                let results = fetcher.flush_acks(self.config.consumer().request_timeout());
-                self.acks_pending = false;
-                self.stats.ack_round_trips += 1;
-                self.ack_results(&results);
-            }
+            // Nothing fetched, but what finished is not kept waiting for the next fetch.
+            self.send_acks();
         }
         Ok(())
+    }
+
+    /// Sends the queued acknowledgements without waiting for their answers (taken in with a
+    /// later turn's outcomes); those of a leader with a fetch out stay queued for its next
+    /// fetch.
+    fn send_acks(&mut self) {
+        let Some(fetcher) = self.fetcher.as_mut() else {
+            return;
+        };
+        let results = fetcher.send_acks_now();
+        self.acks_pending = fetcher.has_queued_acks();
+        self.stats.ack_round_trips += 1;
+        self.ack_results(&results);
     }
 
     /// Applies every outcome the handlers reported so far.
@@ -379,6 +399,16 @@ impl ShareConsumer {
             return;
         };
         let assignment = membership.assignment();
+        if assignment.fenced != self.fences_seen {
+            // Kafka removed the member and released its records: no lease of the sessions
+            // before the fence may read current.
+            warn!(
+                "share consumer: member fenced ({} time(s)): the records it held are released",
+                assignment.fenced
+            );
+            fetcher.member_fenced();
+            self.fences_seen = assignment.fenced;
+        }
         if self.assignment_epoch != Some(assignment.epoch) {
             info!(
                 "share consumer: assignment epoch {}: {} partition(s)",
@@ -450,10 +480,7 @@ impl ShareConsumer {
             // more members beside it than there are partitions): wait for the assignment to
             // change instead of spinning, and send what finished meanwhile.
             if self.acks_pending {
-                let results = fetcher.flush_acks(self.config.consumer().request_timeout());
-                self.acks_pending = false;
-                self.stats.ack_round_trips += 1;
-                self.ack_results(&results);
+                self.send_acks();
             }
             if let Some(membership) = &self.membership {
                 let since = self.assignment_epoch.unwrap_or(i32::MIN);

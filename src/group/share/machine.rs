@@ -39,6 +39,11 @@ pub struct ShareAssignment {
     pub epoch: i32,
     /// The assigned partitions. In a share group another member may be assigned the same ones.
     pub partitions: BTreeSet<TopicPartition>,
+    /// How many times the member was fenced (told it is not a member, to rejoin at epoch 0)
+    /// before this assignment. Why: Kafka releases every record of a member it removes, so the
+    /// fetch side ends its share sessions' leases when this grows; counted, not flagged, so
+    /// that a caller that looks only after the rejoin was answered still learns of the fence.
+    pub fenced: u64,
 }
 
 /// One ShareGroupHeartbeat to send; `None` fields are "unchanged since the last heartbeat".
@@ -124,6 +129,8 @@ pub struct ShareGroupMachine {
     metadata_at: Option<Instant>,
     metadata_failures: u32,
     published: ShareAssignment,
+    /// How many fences this member had (see [`ShareAssignment::fenced`]).
+    fences: u64,
     changed: bool,
     fatal: Option<FatalError>,
     answered: bool,
@@ -152,6 +159,7 @@ impl ShareGroupMachine {
             metadata_at: None,
             metadata_failures: 0,
             published: ShareAssignment::default(),
+            fences: 0,
             changed: false,
             fatal: None,
             answered: false,
@@ -353,6 +361,7 @@ impl ShareGroupMachine {
                     code.name()
                 );
                 self.epoch = SHARE_JOIN_EPOCH;
+                self.fences = self.fences.saturating_add(1);
                 self.state = ShareState::Joining;
                 self.send_full = true;
                 self.next_at = None;
@@ -457,7 +466,11 @@ impl ShareGroupMachine {
     }
 
     fn publish(&mut self, epoch: i32, partitions: BTreeSet<TopicPartition>) {
-        let next = ShareAssignment { epoch, partitions };
+        let next = ShareAssignment {
+            epoch,
+            partitions,
+            fenced: self.fences,
+        };
         if next != self.published {
             self.published = next;
             self.changed = true;

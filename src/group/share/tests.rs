@@ -99,7 +99,8 @@ fn the_join_carries_every_field_and_later_heartbeats_none_at_the_broker_interval
         m.take_assignment_change(),
         Some(ShareAssignment {
             epoch: 2,
-            partitions: Default::default()
+            partitions: Default::default(),
+            fenced: 0,
         })
     );
     assert_eq!(m.interval(), 500 * MS);
@@ -185,7 +186,8 @@ fn a_fenced_member_drops_its_assignment_and_rejoins_at_epoch_0_with_the_same_mem
             m.take_assignment_change(),
             Some(ShareAssignment {
                 epoch: SHARE_JOIN_EPOCH,
-                partitions: Default::default()
+                partitions: Default::default(),
+                fenced: 1,
             }),
             "{code}: the assignment is gone at once"
         );
@@ -202,6 +204,24 @@ fn a_fenced_member_drops_its_assignment_and_rejoins_at_epoch_0_with_the_same_mem
         assert_eq!(m.assignment().epoch, 6, "{code}");
         assert_eq!(m.fatal(), None);
     }
+}
+
+#[test]
+fn a_fence_stays_counted_in_the_assignment_after_the_rejoin_answer() {
+    let t0 = Instant::now();
+    let mut m = joined(t0);
+    let before = m.assignment().clone();
+    assert_eq!(before.fenced, 0);
+    let t1 = t0 + 600 * MS;
+    m.poll_transmit(t1).expect("due");
+    m.on_response(t1, err(KafkaCode::FENCED_MEMBER_EPOCH));
+    m.poll_transmit(t1).expect("rejoin at once");
+    // The rejoin is answered with the same partitions before the fetch side looks: what it
+    // reads must still say that the member was fenced (Kafka released its records).
+    m.on_response(t1, ok(6, Some([(ORDERS, vec![0, 1])].into())));
+    let after = m.take_assignment_change().expect("changed");
+    assert_eq!((after.epoch, after.fenced), (6, 1));
+    assert_ne!(after.fenced, before.fenced);
 }
 
 #[test]
@@ -293,7 +313,8 @@ fn fatal_answers_end_the_membership_with_the_code_and_an_empty_assignment() {
             m.take_assignment_change(),
             Some(ShareAssignment {
                 epoch: SHARE_LEAVE_EPOCH,
-                partitions: Default::default()
+                partitions: Default::default(),
+                fenced: 0,
             })
         );
         assert_eq!(m.poll_transmit(t0 + Duration::from_secs(60)), None);

@@ -52,7 +52,9 @@ pub(super) struct Digest {
     pub(super) endpoints: Vec<(i32, String)>,
     /// Whether metadata should be refreshed (a leader moved without a usable hint).
     pub(super) stale: bool,
-    /// `AcquisitionLockTimeoutMs` of a v2 ShareAcknowledge answer.
+    /// The answer's `AcquisitionLockTimeoutMs`: a ShareFetch answer's (every partition's
+    /// records and owed acknowledgements are under it, whether or not the partition had a
+    /// usable record) or a v2 ShareAcknowledge answer's (a renewal's new lock).
     pub(super) lock: Option<Duration>,
     /// What the answer said that this layer refused (a partition the session did not ask for).
     pub(super) refused: Vec<AnswerError>,
@@ -129,6 +131,7 @@ pub(super) fn fetch_answer(
         return d;
     }
     let lock = Duration::from_millis(u64::try_from(resp.acquisition_lock_timeout_ms).unwrap_or(0));
+    d.lock = Some(lock);
     let mut allowance = Allowance::new(budget);
     let mut ack_codes = HashMap::new();
     let mut room = owed_room.min(MAX_OWED_PER_SESSION);

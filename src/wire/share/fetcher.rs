@@ -55,6 +55,10 @@ struct InFlight {
     sent_at: Option<Instant>,
     /// A fetch's session partitions as of the request: an answer may speak of these only.
     asked: BTreeSet<TopicPartition>,
+    /// The scope of each of those partitions when the request was built: what the answer
+    /// acquires belongs to it (a partition whose leader moved meanwhile has it ended, and the
+    /// answer's records of it are dropped, not given a scope that is current).
+    scopes: BTreeMap<TopicPartition, SessionScope>,
 }
 
 /// One leader's session.
@@ -173,15 +177,34 @@ impl ShareFetcher {
     /// Queues acknowledgements; each goes with the next ShareFetch (or
     /// [`flush_acks`](Self::flush_acks)) to its partition's leader, unless it is void by then
     /// (see the module notes). A RENEW is refused here (reported failed in the next round):
-    /// renewals go through [`renew`](Self::renew).
+    /// renewals go through [`renew`](Self::renew). One whose record an answer collected but not
+    /// handed out yet acquired again is dropped at once ([`AckError::Reacquired`]): the caller
+    /// decided it for an earlier acquisition, since it has not seen that one.
     pub fn acknowledge(&mut self, acks: impl IntoIterator<Item = ShareAck>) {
         for ack in acks {
             if ack.kind == AckType::Renew {
                 self.fail(&ack, AckError::RenewUnsupported);
                 continue;
             }
+            if self.stashed(&ack.tp, ack.offset) {
+                debug!(
+                    "share: acknowledgement {:?} of {}@{} dropped: acquired again",
+                    ack.kind, ack.tp, ack.offset
+                );
+                self.fail(&ack, AckError::Reacquired);
+                continue;
+            }
             self.pending.entry(ack.tp.clone()).or_default().push(ack);
         }
+    }
+
+    /// Whether an answer collected and not handed out yet acquired `tp`'s record at `offset`.
+    fn stashed(&self, tp: &TopicPartition, offset: i64) -> bool {
+        self.stash
+            .batches
+            .iter()
+            .filter(|b| &b.tp == tp)
+            .any(|b| b.records.iter().any(|r| r.record.offset == offset))
     }
 
     /// Reports `ack` failed with `error` in the next round.
@@ -207,6 +230,19 @@ impl ShareFetcher {
         } else {
             None
         }
+    }
+
+    /// The member was fenced (removed from the share group, to rejoin at epoch 0): Kafka
+    /// released every record it held, so every session's scope ends now, as at a reset (each
+    /// session reopens with its next request). Why here and not on the next answer: nothing
+    /// the share sessions hear says so, and a lease must not read current while another member
+    /// may hold its record.
+    pub fn member_fenced(&mut self) {
+        info!(
+            "share: member {} fenced: its share sessions' leases end",
+            self.member_id
+        );
+        self.end_sessions();
     }
 
     /// Ends every session's scope now: every lease they acquired reads not current, and
@@ -263,15 +299,20 @@ impl ShareFetcher {
             if self.sessions.get(&broker).is_some_and(|l| l.fetching) {
                 continue;
             }
-            let mut acks = self.take_pending(broker);
+            let now = lease_now();
+            let mut acks = self.take_pending(broker, now);
             let leader = self.sessions.entry(broker).or_default();
-            let req = leader.session.fetch(&parts, &mut acks);
+            let req = leader.session.fetch(&parts, &mut acks, now);
             let asked = leader.session.members().clone();
+            let scopes = asked
+                .iter()
+                .map(|tp| (tp.clone(), leader.session.partition_scope(tp)))
+                .collect();
             self.requeue(acks);
             if req.epoch == 0 && parts.is_empty() {
                 continue;
             }
-            if let Some(id) = self.submit_fetch(broker, req, asked) {
+            if let Some(id) = self.submit_fetch(broker, req, asked, scopes) {
                 fresh.push(id);
             }
         }
@@ -291,10 +332,34 @@ impl ShareFetcher {
         Ok(std::mem::take(&mut self.stash))
     }
 
-    /// Sends every queued acknowledgement now, in a ShareAcknowledge per leader (queued behind
-    /// a fetch in flight to it), and waits up to `timeout` for the outcomes. Returns every
-    /// outcome collected meanwhile (piggybacked ones included); acknowledgements not answered
-    /// in time are reported [`AckError::TimedOut`].
+    /// Sends the queued acknowledgements now, in a ShareAcknowledge per leader, without waiting
+    /// for the answers: returns the outcomes collected so far (their answers' outcomes come
+    /// with a later call). Why not wait: the caller is a poll with its own timeout, or `run`
+    /// between two records, and a leader that does not answer must hold neither.
+    ///
+    /// A leader with a ShareFetch in flight gets none: its fetch thread would write the request
+    /// only after the fetch's answer, and that answer may have acquired the same record again
+    /// for this member (Kafka's acknowledge checks only that the record is acquired by this
+    /// member, not which delivery), so the acknowledgement could land on the later delivery.
+    /// Those stay queued and ride on the next fetch, once the answer dropped what it acquired
+    /// again.
+    pub fn send_acks_now(&mut self) -> Vec<AckResult> {
+        self.send_acks(Purpose::Acknowledge, false);
+        self.collect(&[], Instant::now(), false);
+        std::mem::take(&mut self.stash.ack_results)
+    }
+
+    /// Whether acknowledgements wait in the queue (for a leader's next fetch, or for the next
+    /// send).
+    pub fn has_queued_acks(&self) -> bool {
+        self.pending.values().any(|list| !list.is_empty())
+    }
+
+    /// Sends every queued acknowledgement now, as [`send_acks_now`](Self::send_acks_now) (a
+    /// leader with a fetch in flight gets its acknowledgements with the next fetch), and waits up
+    /// to `timeout` for the outcomes of what was sent. Returns every outcome collected
+    /// meanwhile (piggybacked ones included); acknowledgements not answered in time are
+    /// reported [`AckError::TimedOut`].
     pub fn flush_acks(&mut self, timeout: Duration) -> Vec<AckResult> {
         let deadline = Instant::now() + timeout;
         let ids = self.send_acks(Purpose::Acknowledge, false);
@@ -317,7 +382,7 @@ impl ShareFetcher {
                 kind: AckType::Renew,
                 scope: SessionScope::new(),
                 lock_ends_by: deadline,
-                late: false,
+                deadline,
             });
         }
         // Renewals travel alone: the queued acknowledgements wait for their own request.
@@ -367,8 +432,9 @@ impl ShareFetcher {
         let deadline = Instant::now() + timeout;
         let brokers: Vec<i32> = self.sessions.keys().copied().collect();
         let mut vetted = AckQueue::new();
+        let now = lease_now();
         for broker in brokers {
-            vetted.append(&mut self.take_pending(broker));
+            vetted.append(&mut self.take_pending(broker, now));
         }
         self.requeue(vetted);
         self.end_sessions();
@@ -389,8 +455,9 @@ impl ShareFetcher {
 
     /// The acknowledgements queued for partitions `broker` leads, taken out of the queue; those
     /// that must not be sent in its current session are dropped and reported (unless the
-    /// fetcher is closing: they were checked before the close ended the sessions).
-    fn take_pending(&mut self, broker: i32) -> AckQueue {
+    /// fetcher is closing: they were checked before the close ended the sessions). `now`: the
+    /// instant the request that takes them is built.
+    fn take_pending(&mut self, broker: i32, now: Instant) -> AckQueue {
         let mine: Vec<TopicPartition> = self
             .pending
             .keys()
@@ -411,7 +478,6 @@ impl ShareFetcher {
             .session
             .scope()
             .clone();
-        let now = lease_now();
         let mut void = Vec::new();
         for list in taken.values_mut() {
             list.retain(|ack| match Self::void_reason(ack, &session, now) {
@@ -443,7 +509,10 @@ impl ShareFetcher {
 
     /// A ShareAcknowledge (or the closing one) to every leader with queued acknowledgements
     /// (every open session when closing). Acknowledgements with no leader or no session are
-    /// reported failed.
+    /// reported failed. Decisions (not renewals, not the close) wait for the next fetch of a
+    /// leader with a fetch in flight (see [`send_acks_now`](Self::send_acks_now)); the close
+    /// goes behind it: it ends the session, so a delivery its answer acquired is released
+    /// whatever the close's acknowledgements do to it, and this member never runs it.
     fn send_acks(&mut self, purpose: Purpose, renew: bool) -> Vec<u64> {
         if self.pending.keys().any(|tp| !self.leaders.contains_key(tp)) {
             self.stale = true;
@@ -466,13 +535,31 @@ impl ShareFetcher {
                     .map(|(b, _)| *b),
             );
         }
+        let mut deferred = AckQueue::new();
         for broker in brokers {
-            let mut acks = self.take_pending(broker);
+            if purpose == Purpose::Acknowledge
+                && self.sessions.get(&broker).is_some_and(|l| l.fetching)
+            {
+                let theirs: Vec<TopicPartition> = self
+                    .pending
+                    .keys()
+                    .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+                    .cloned()
+                    .collect();
+                for tp in theirs {
+                    if let Some(list) = self.pending.remove(&tp) {
+                        deferred.insert(tp, list);
+                    }
+                }
+                continue;
+            }
+            let now = lease_now();
+            let mut acks = self.take_pending(broker, now);
             let leader = self.sessions.entry(broker).or_default();
             let req = if purpose == Purpose::Close {
-                leader.session.close(&mut acks)
+                leader.session.close(&mut acks, now)
             } else {
-                leader.session.acknowledge(&mut acks)
+                leader.session.acknowledge(&mut acks, now)
             };
             self.requeue(acks);
             let Some(req) = req else { continue };
@@ -481,7 +568,8 @@ impl ShareFetcher {
             }
         }
         // What is left has no leader, or no open session with it.
-        for (tp, acks) in std::mem::take(&mut self.pending) {
+        let left = std::mem::replace(&mut self.pending, deferred);
+        for (tp, acks) in left {
             let reason = if self.leaders.get(&tp).is_some_and(|l| *l >= 0) {
                 AckError::NoSession
             } else {
@@ -527,6 +615,7 @@ impl ShareFetcher {
         broker: i32,
         req: SessionRequest,
         asked: BTreeSet<TopicPartition>,
+        scopes: BTreeMap<TopicPartition, SessionScope>,
     ) -> Option<u64> {
         let topics = self
             .topics(&req, |p, batches| {
@@ -583,7 +672,14 @@ impl ShareFetcher {
             acquire_mode: s.acquire_mode,
             is_renew_ack: false,
         });
-        let id = self.submit(broker, out, s.max_wait, Purpose::Fetch, req, asked)?;
+        let flight = InFlight {
+            purpose: Purpose::Fetch,
+            req,
+            sent_at: None,
+            asked,
+            scopes,
+        };
+        let id = self.submit(broker, out, s.max_wait, flight)?;
         if let Some(l) = self.sessions.get_mut(&broker) {
             l.fetching = true;
         }
@@ -629,7 +725,14 @@ impl ShareFetcher {
             v1,
             is_renew_ack: renew,
         });
-        self.submit(broker, out, Duration::ZERO, purpose, req, BTreeSet::new())
+        let flight = InFlight {
+            purpose,
+            req,
+            sent_at: None,
+            asked: BTreeSet::new(),
+            scopes: BTreeMap::new(),
+        };
+        self.submit(broker, out, Duration::ZERO, flight)
     }
 
     fn submit(
@@ -637,9 +740,7 @@ impl ShareFetcher {
         broker: i32,
         out: Outgoing,
         wait: Duration,
-        purpose: Purpose,
-        req: SessionRequest,
-        asked: BTreeSet<TopicPartition>,
+        flight: InFlight,
     ) -> Option<u64> {
         let addr = self
             .addrs
@@ -647,23 +748,18 @@ impl ShareFetcher {
             .cloned()
             .or_else(|| self.client.broker(broker).map(|b| b.addr()));
         let submitted = match addr {
-            Some(addr) => self.workers.submit(broker, &addr, out, wait, &req.scope),
+            Some(addr) => self
+                .workers
+                .submit(broker, &addr, out, wait, &flight.req.scope),
             None => Err(WireError::UnknownBroker { node_id: broker }),
         };
         match submitted {
             Ok(id) => {
-                self.in_flight.insert(
-                    id,
-                    InFlight {
-                        purpose,
-                        req,
-                        sent_at: None,
-                        asked,
-                    },
-                );
+                self.in_flight.insert(id, flight);
                 Some(id)
             }
             Err(e) => {
+                let req = flight.req;
                 warn!("share: cannot send to broker {broker}: {e}");
                 if let Some(l) = self.sessions.get_mut(&broker) {
                     l.session.transport_failed(&req);
@@ -713,11 +809,12 @@ impl ShareFetcher {
                 Event::Done {
                     broker,
                     id,
+                    at,
                     version,
                     result,
                 } => {
                     answered = true;
-                    self.absorb(broker, id, version, result);
+                    self.absorb(broker, id, at, version, result);
                 }
             }
         }
@@ -732,9 +829,10 @@ impl ShareFetcher {
                 Event::Done {
                     broker,
                     id,
+                    at,
                     version,
                     result,
-                } => self.absorb(broker, id, version, result),
+                } => self.absorb(broker, id, at, version, result),
                 Event::Wake => {}
             }
         }
@@ -757,7 +855,16 @@ impl ShareFetcher {
         }
     }
 
-    fn absorb(&mut self, broker: i32, id: u64, version: Option<i16>, result: Result<Incoming>) {
+    /// Takes in the answer (or failure) of job `id`, which arrived at `arrived` (stamped by the
+    /// fetch thread, on the lease clock).
+    fn absorb(
+        &mut self,
+        broker: i32,
+        id: u64,
+        arrived: Instant,
+        version: Option<i16>,
+        result: Result<Incoming>,
+    ) {
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
@@ -840,11 +947,10 @@ impl ShareFetcher {
         self.stash.ack_results.extend(digest.acks);
         self.stash.errors.extend(digest.errors);
         self.stash.refused.extend(digest.refused);
-        let Some(leader) = self
-            .sessions
-            .get_mut(&broker)
-            .filter(|l| !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope)
-        else {
+        let current = self.sessions.get(&broker).is_some_and(|l| {
+            !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope
+        });
+        if !current {
             // Records of a session that ended are released at the broker already; the gaps
             // owed for them are moot.
             let dropped: usize = digest.batches.iter().map(|b| b.records.len()).sum();
@@ -854,28 +960,36 @@ impl ShareFetcher {
                 );
             }
             return;
-        };
-        let arrived = lease_now();
-        let mut batches = digest.batches;
-        for batch in &mut batches {
-            batch.scope = leader.session.partition_scope(&batch.tp);
-            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
         }
-        let lock_end: HashMap<TopicPartition, (SessionScope, Instant)> = digest
-            .owed
-            .keys()
-            .map(|tp| {
-                let lock = batches
-                    .iter()
-                    .find(|b| &b.tp == tp)
-                    .map_or(Duration::ZERO, |b| b.lock_duration);
-                let scope = leader.session.partition_scope(tp);
-                (
-                    tp.clone(),
-                    (scope, arrived.checked_add(lock).unwrap_or(arrived)),
-                )
-            })
-            .collect();
+        // Each partition's records belong to its scope as of the request: one whose leader
+        // moved while the request was out has it ended (the old leader released them).
+        let scope_of = |tp: &TopicPartition| {
+            flight
+                .scopes
+                .get(tp)
+                .filter(|scope| !scope.has_ended())
+                .cloned()
+        };
+        // The answer's lock, for every partition (one with no usable record owes its gaps
+        // under it too).
+        let lock = digest.lock.unwrap_or(Duration::ZERO);
+        let lock_ends_by = arrived.checked_add(lock).unwrap_or(arrived);
+        let earliest_end = sent_at.checked_add(lock).unwrap_or(sent_at);
+        let mut batches = Vec::with_capacity(digest.batches.len());
+        for mut batch in digest.batches {
+            let Some(scope) = scope_of(&batch.tp) else {
+                info!(
+                    "share: {} record(s) of {} dropped: the partition left the session while \
+                     the request was out",
+                    batch.records.len(),
+                    batch.tp
+                );
+                continue;
+            };
+            batch.scope = scope;
+            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
+            batches.push(batch);
+        }
         // Acknowledgements still queued for a record acquired again were decided for its
         // earlier acquisition: the broker would apply them to this one.
         for batch in &batches {
@@ -883,7 +997,8 @@ impl ShareFetcher {
         }
         // Owed acknowledgements go first, before anything the caller queued since.
         for (tp, owed) in digest.owed {
-            let Some((scope, lock_ends_by)) = lock_end.get(&tp).cloned() else {
+            let Some(scope) = scope_of(&tp) else {
+                // Released with the partition's scope: nothing to gap or release.
                 continue;
             };
             let entry = self.pending.entry(tp.clone()).or_default();
@@ -895,7 +1010,7 @@ impl ShareFetcher {
                     kind,
                     scope: scope.clone(),
                     lock_ends_by,
-                    late: false,
+                    deadline: earliest_end,
                 })
                 .collect();
             list.append(entry);
@@ -1054,13 +1169,25 @@ mod tests {
         DropsTheSecond,
         /// Answers NOT_LEADER_OR_FOLLOWER naming broker 2 as the leader, with its endpoint.
         Moved,
+        /// As `Serving`, but answers the second ShareFetch only after [`SLOW`], acquiring the
+        /// same records again (delivery 2).
+        SlowSecond,
+        /// As `Serving`, but never answers a ShareAcknowledge (the connection stays open).
+        AckSilent,
+        /// Acquires 0..=2 of every partition it leads with no record data: every offset is owed
+        /// a GAP.
+        Gaps,
     }
+
+    /// How long [`Fake::SlowSecond`] holds its second answer.
+    const SLOW: Duration = Duration::from_millis(700);
 
     /// The epochs of the ShareFetch requests each fake broker saw.
     type Seen = Arc<Mutex<Vec<(i32, i32)>>>;
 
-    /// The acknowledgements each ShareFetch carried, in order: (epoch, (offset, type) list).
-    type Carried = Arc<Mutex<Vec<(i32, Vec<(i64, i8)>)>>>;
+    /// The acknowledgements each ShareFetch (78) or ShareAcknowledge (79) carried, in the order
+    /// they were read: (api key, epoch, (offset, type) list).
+    type Carried = Arc<Mutex<Vec<(i16, i32, Vec<(i64, i8)>)>>>;
 
     /// Two fake brokers: 1 leads t-0, 2 leads t-1.
     fn cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen) {
@@ -1068,7 +1195,7 @@ mod tests {
         (addrs, seen)
     }
 
-    /// [`cluster`], also recording the acknowledgements every ShareFetch carried.
+    /// [`cluster`], also recording the acknowledgements every request carried.
     fn recording_cluster(behaviour: [Fake; 2]) -> (Vec<String>, Seen, Carried) {
         let listeners: Vec<TcpListener> = (0..2)
             .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
@@ -1185,15 +1312,21 @@ mod tests {
                     carried
                         .lock()
                         .expect("carried")
-                        .push((fetch.share_session_epoch, acks));
+                        .push((78, fetch.share_session_epoch, acks));
                     match fake {
                         Fake::Silent => {
                             thread::sleep(Duration::from_secs(30));
                             return;
                         }
                         Fake::DropsTheSecond if nth == 2 => return,
+                        Fake::SlowSecond if nth == 2 => thread::sleep(SLOW),
                         _ => {}
                     }
+                    let delivery = if fake == Fake::SlowSecond && nth >= 2 {
+                        2
+                    } else {
+                        1
+                    };
                     out.put_u8(0);
                     let mut asked: Vec<i32> = fetch
                         .topics
@@ -1214,11 +1347,17 @@ mod tests {
                                         .with_leader_epoch(1),
                                 );
                             }
-                            data.with_records(Some(batches(&[(0, 2)])))
-                                .with_acquired_records(vec![sf::AcquiredRecords::default()
+                            let records = if fake == Fake::Gaps {
+                                None
+                            } else {
+                                Some(batches(&[(0, 2)]))
+                            };
+                            data.with_records(records).with_acquired_records(vec![
+                                sf::AcquiredRecords::default()
                                     .with_first_offset(0)
                                     .with_last_offset(2)
-                                    .with_delivery_count(1)])
+                                    .with_delivery_count(delivery),
+                            ])
                         })
                         .collect();
                     let (host, port) = addrs[1].rsplit_once(':').expect("host:port");
@@ -1238,6 +1377,54 @@ mod tests {
                         .with_node_endpoints(endpoints)
                         .encode(&mut out, 1)
                         .expect("share fetch");
+                }
+                79 => {
+                    let mut body = Bytes::from(req);
+                    let _ = RequestHeader::decode(&mut body, 2).expect("header");
+                    let ack = msg::ShareAcknowledgeRequest::decode(&mut body, 1).expect("request");
+                    let acks: Vec<(i64, i8)> = ack
+                        .topics
+                        .iter()
+                        .flat_map(|t| &t.partitions)
+                        .flat_map(|p| &p.acknowledgement_batches)
+                        .flat_map(|b| {
+                            (b.first_offset..=b.last_offset).enumerate().map(|(i, o)| {
+                                let t = b.acknowledge_types.get(i).or(b.acknowledge_types.first());
+                                (o, t.copied().unwrap_or(-1))
+                            })
+                        })
+                        .collect();
+                    carried
+                        .lock()
+                        .expect("carried")
+                        .push((79, ack.share_session_epoch, acks));
+                    if fake == Fake::AckSilent {
+                        thread::sleep(Duration::from_secs(30));
+                        return;
+                    }
+                    out.put_u8(0);
+                    let topics = ack
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            msg::share_acknowledge_response::ShareAcknowledgeTopicResponse::default(
+                            )
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        msg::share_acknowledge_response::PartitionData::default()
+                                            .with_partition_index(p.partition_index)
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect();
+                    msg::ShareAcknowledgeResponse::default()
+                        .with_responses(topics)
+                        .encode(&mut out, 1)
+                        .expect("share acknowledge");
                 }
                 _ => return,
             }
@@ -1346,12 +1533,12 @@ mod tests {
         let carried = carried.lock().expect("carried").clone();
         assert_eq!(
             carried[1],
-            (1, vec![(0, 1)]),
+            (78, 1, vec![(0, 1)]),
             "the ACCEPT went out before the break"
         );
         assert_eq!(
             carried[3],
-            (1, vec![]),
+            (78, 1, vec![]),
             "the next request carries no acknowledgement: {carried:?}"
         );
     }
@@ -1393,7 +1580,7 @@ mod tests {
             kind,
             scope: SessionScope::new(),
             lock_ends_by: Instant::now() + Duration::from_secs(60),
-            late: false,
+            deadline: Instant::now() + Duration::from_secs(60),
         };
         f.acknowledge([scoped(1, AckType::Renew)]);
         // No session yet (and a scope of none of ours): a flush cannot send.
@@ -1413,5 +1600,269 @@ mod tests {
         assert_eq!(renewed.lock_duration, None);
         assert_eq!(renewed.results.len(), 1);
         assert_eq!(renewed.results[0].outcome, Err(AckError::RenewUnsupported));
+    }
+
+    /// The one fetch job in flight, if any.
+    fn fetch_in_flight(f: &ShareFetcher) -> Option<u64> {
+        f.in_flight
+            .iter()
+            .find(|(_, job)| job.purpose == Purpose::Fetch)
+            .map(|(id, _)| *id)
+    }
+
+    /// The acknowledgements of `carried` that went in ShareAcknowledge requests.
+    fn acknowledged(carried: &Carried) -> Vec<(i32, Vec<(i64, i8)>)> {
+        carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .filter(|c| c.0 == 79)
+            .map(|c| (c.1, c.2.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_acknowledgement_is_never_queued_behind_a_fetch_of_its_leader_that_may_acquire_its_record_again(
+    ) {
+        let (addrs, _seen, carried) = recording_cluster([Fake::SlowSecond, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let first = f.fetch().expect("fetch");
+        assert_eq!(first.batches.len(), 1, "{first:?}");
+        let held = first.batches[0].clone();
+        // The second fetch is held past the round: it stays in flight.
+        let second = f.fetch().expect("fetch");
+        assert!(second.batches.is_empty(), "{second:?}");
+        assert!(fetch_in_flight(&f).is_some(), "the second fetch is out");
+        // A handler of delivery 1 finishes now; its RELEASE must not follow the fetch whose
+        // answer acquires the record again (delivery 2) for this member.
+        f.acknowledge([held.ack(0, AckType::Release)]);
+        let mut outcomes = f.flush_acks(Duration::from_secs(3));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut again = Vec::new();
+        while again.is_empty() && Instant::now() < deadline {
+            let round = f.fetch().expect("fetch");
+            outcomes.extend(round.ack_results);
+            again.extend(round.batches);
+        }
+        assert_eq!(
+            acknowledged(&carried),
+            vec![],
+            "no ShareAcknowledge went behind the fetch"
+        );
+        assert!(!again.is_empty(), "delivery 2 came");
+        assert_eq!(again[0].records[0].delivery_count, 2);
+        let carried_by_fetches: Vec<(i64, i8)> = carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .flat_map(|c| c.2.clone())
+            .collect();
+        assert_eq!(carried_by_fetches, vec![], "nor rode on a later fetch");
+        assert_eq!(
+            outcomes
+                .iter()
+                .map(|r| (r.acks.clone(), r.outcome.clone()))
+                .collect::<Vec<_>>(),
+            vec![(vec![(0, AckType::Release)], Err(AckError::Reacquired))]
+        );
+    }
+
+    #[test]
+    fn an_answer_absorbed_late_keeps_its_arrival_and_voids_acks_decided_for_what_it_acquired_again()
+    {
+        let (addrs, _seen, carried) = recording_cluster([Fake::SlowSecond, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let first = f.fetch().expect("fetch");
+        let held = first.batches[0].clone();
+        let _ = f.fetch().expect("fetch");
+        let id = fetch_in_flight(&f).expect("the second fetch is out");
+        let sent = f
+            .in_flight
+            .get(&id)
+            .and_then(|job| job.sent_at)
+            .expect("sent");
+        // The answer arrives about SLOW after the send; the poll thread gets to it much later
+        // (a long handler, a slow flush).
+        let absorb_at = sent + SLOW * 3;
+        while lease_now() < absorb_at {
+            thread::sleep(absorb_at.saturating_duration_since(lease_now()));
+        }
+        let absorbed = lease_now();
+        f.collect(&[id], absorbed + Duration::from_secs(5), false);
+        assert_eq!(f.stash.batches.len(), 1, "delivery 2 is stashed");
+        let lock = f.stash.batches[0].lock_duration;
+        let ends = f.stash.batches[0].lock_ends_by;
+        assert!(
+            ends + SLOW <= absorbed + lock,
+            "the lock's certain end is counted from the arrival, not the absorb: ends {:?} after \
+             the absorb",
+            ends.saturating_duration_since(absorbed)
+        );
+        // A decision for delivery 1 made before the stash is handed over, while this member's
+        // estimate of its lock's certain end (counted from an arrival, later than the broker's
+        // start) has not passed: the broker's own lock ended earlier, which is how it could
+        // deliver the record again.
+        let mut decided = held.ack(1, AckType::Accept);
+        decided.lock_ends_by = lease_now() + Duration::from_secs(60);
+        f.acknowledge([decided]);
+        let round = f.fetch().expect("fetch");
+        assert!(!round.batches.is_empty());
+        assert_eq!(
+            round
+                .ack_results
+                .iter()
+                .map(|r| (r.acks.clone(), r.outcome.clone()))
+                .collect::<Vec<_>>(),
+            vec![(vec![(1, AckType::Accept)], Err(AckError::Reacquired))]
+        );
+        let _ = f.fetch().expect("fetch");
+        let sent_acks: Vec<(i64, i8)> = carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .flat_map(|c| c.2.clone())
+            .collect();
+        assert_eq!(sent_acks, vec![], "the ACCEPT of delivery 1 never went out");
+    }
+
+    #[test]
+    fn records_an_answer_acquired_after_the_partition_left_the_session_get_no_current_lease() {
+        let (addrs, _seen) = cluster([Fake::SlowSecond, Fake::Silent]);
+        let mut f = fetcher(&addrs, &[0]);
+        let tp = TopicPartition::new("t", 0);
+        assert_eq!(f.fetch().expect("fetch").batches.len(), 1);
+        let _ = f.fetch().expect("fetch");
+        assert!(fetch_in_flight(&f).is_some(), "the second fetch is out");
+        // A metadata refresh moves t-0 to broker 2 while broker 1's fetch is out.
+        f.lead(tp.clone(), 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        while f.sessions.get(&1).is_some_and(|l| l.fetching) && Instant::now() < deadline {
+            got.extend(f.fetch().expect("fetch").batches);
+        }
+        assert!(!f.sessions[&1].fetching, "broker 1 answered");
+        assert!(
+            got.iter().all(|b| b.scope.has_ended()),
+            "records broker 1 gave up were handed out under a current scope: {got:?}"
+        );
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn gaps_owed_for_a_partition_without_a_usable_record_are_sent_under_the_answers_lock() {
+        let (addrs, _seen, carried) = recording_cluster([Fake::Gaps, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let first = f.fetch().expect("fetch");
+        assert!(first.batches.is_empty(), "{first:?}");
+        // Nothing was decoded, so every acquired offset is owed a RELEASE, under the lock the
+        // answer gave (no batch of the partition carries it).
+        let second = f.fetch().expect("fetch");
+        assert_eq!(
+            second
+                .ack_results
+                .iter()
+                .map(|r| (r.acks.clone(), r.outcome.clone()))
+                .collect::<Vec<_>>(),
+            vec![(
+                vec![
+                    (0, AckType::Release),
+                    (1, AckType::Release),
+                    (2, AckType::Release)
+                ],
+                Ok(())
+            )],
+            "sent and answered, not dropped as LockEnded"
+        );
+        let carried = carried.lock().expect("carried").clone();
+        assert_eq!(
+            carried[1],
+            (78, 1, vec![(0, 2), (1, 2), (2, 2)]),
+            "the owed acknowledgements ride on the next fetch: {carried:?}"
+        );
+    }
+
+    #[test]
+    fn an_ack_decided_inside_its_lease_that_waits_past_the_deadline_travels_apart_from_fresh_ones()
+    {
+        let (addrs, _seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let held = f.fetch().expect("fetch").batches.remove(0);
+        // Offset 0 was decided inside its lease, whose deadline passes before the request is
+        // built; offset 1 has a lease that is still running then.
+        let mut waited = held.ack(0, AckType::Accept);
+        waited.deadline = lease_now() + Duration::from_millis(50);
+        let mut fresh = held.ack(1, AckType::Accept);
+        fresh.deadline = lease_now() + Duration::from_secs(60);
+        f.acknowledge([waited.clone(), fresh]);
+        while lease_now() < waited.deadline {
+            thread::sleep(waited.deadline.saturating_duration_since(lease_now()));
+        }
+        let round = f.fetch().expect("fetch");
+        let carried = carried.lock().expect("carried").clone();
+        assert_eq!(
+            carried[1].2,
+            vec![(1, 1)],
+            "the late ACCEPT stays out of the fresh one's batch: {carried:?}"
+        );
+        // The fake acquires the same records each time, so the late one, left for a request of
+        // its own, was then decided for an earlier acquisition: dropped, never sent.
+        assert!(
+            round
+                .ack_results
+                .iter()
+                .any(|r| r.acks == vec![(0, AckType::Accept)]
+                    && r.outcome == Err(AckError::Reacquired)),
+            "{round:?}"
+        );
+    }
+
+    #[test]
+    fn sending_acknowledgements_does_not_wait_for_a_leader_that_never_answers_them() {
+        let (addrs, _seen, carried) = recording_cluster([Fake::AckSilent, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0]);
+        let held = f.fetch().expect("fetch").batches.remove(0);
+        f.acknowledge([held.ack(0, AckType::Accept)]);
+        let started = Instant::now();
+        let outcomes = f.send_acks_now();
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(500), "took {took:?}");
+        assert!(outcomes.is_empty(), "{outcomes:?}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while acknowledged(&carried).is_empty() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            acknowledged(&carried),
+            vec![(1, vec![(0, 1)])],
+            "it was sent"
+        );
+        assert!(!f.has_queued_acks());
+    }
+
+    #[test]
+    fn a_fence_ends_every_share_sessions_leases_and_voids_their_queued_acks() {
+        let (addrs, seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
+        let mut f = fetcher(&addrs, &[0, 1]);
+        let held = f.fetch().expect("fetch").batches;
+        assert_eq!(held.len(), 2);
+        f.member_fenced();
+        assert!(held.iter().all(|b| b.scope.has_ended()));
+        f.acknowledge([held[0].ack(1, AckType::Accept)]);
+        let round = f.fetch().expect("fetch");
+        assert_eq!(
+            round
+                .ack_results
+                .iter()
+                .map(|r| r.outcome.clone())
+                .collect::<Vec<_>>(),
+            vec![Err(AckError::SessionEnded)]
+        );
+        let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
+        assert_eq!(epochs, vec![0, 0, 0, 0], "both sessions reopen");
+        assert!(carried
+            .lock()
+            .expect("carried")
+            .iter()
+            .all(|c| c.2.is_empty()));
     }
 }

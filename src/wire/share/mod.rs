@@ -74,15 +74,15 @@ pub struct ShareAck {
     /// acknowledgement is dropped, never sent (it would be refused, and a refusal rolls back
     /// the partition's other acknowledgements in the same request).
     pub lock_ends_by: Instant,
-    /// Decided at or after the lease's deadline (the broker may refuse it): never sent in the
-    /// same partition batch as acknowledgements decided inside their lease, so that its
-    /// refusal cannot roll those back.
-    pub late: bool,
+    /// The lease's deadline (on the lease clock): an acknowledgement that goes into a request
+    /// at or after it is late ([`late`](Self::late)), whenever it was decided.
+    pub deadline: Instant,
 }
 
 impl ShareAck {
-    /// The acknowledgement `kind` of `lease`'s acquisition, decided now: late when the lease is
-    /// not current any more.
+    /// The acknowledgement `kind` of `lease`'s acquisition, tied to its session, its lock's
+    /// certain end and its deadline (a lease with none, voided or of an ended session, gives
+    /// one that is late at once).
     pub fn for_lease(lease: &LockLease, kind: AckType) -> ShareAck {
         ShareAck {
             tp: lease.tp().clone(),
@@ -90,8 +90,19 @@ impl ShareAck {
             kind,
             scope: lease.scope().clone(),
             lock_ends_by: lease.lock_ends_by(),
-            late: !lease.is_current(),
+            deadline: lease.deadline().unwrap_or_else(|| lease.now()),
         }
+    }
+
+    /// Whether the acknowledgement is late when a request carrying it is built at `now` (at or
+    /// after its lease's deadline: the broker may refuse it). Decided then, not when the
+    /// outcome was drained: an ACCEPT decided inside its lease that waited past the deadline
+    /// (behind a fetch in flight, a slow flush) may be refused all the same. A late one never
+    /// travels in the same partition batch as acknowledgements that are not, so that its
+    /// refusal (Kafka stops at a partition's first invalid offset and rolls back the others)
+    /// cannot undo them.
+    pub fn late(&self, now: Instant) -> bool {
+        now >= self.deadline
     }
 }
 
@@ -258,6 +269,15 @@ impl AcquiredBatch {
         }
     }
 
+    /// The earliest instant the broker's lock of these records may end (the send time plus
+    /// the lock): the deadline of an acknowledgement this layer decides for them itself (a
+    /// record refused at acquisition, a gap), which no lease margin shortens.
+    pub fn earliest_lock_end(&self) -> Instant {
+        self.sent_at
+            .checked_add(self.lock_duration)
+            .unwrap_or(self.sent_at)
+    }
+
     /// The acknowledgement `kind` of the record at `offset` of this batch, decided now (a
     /// record refused at acquisition; a test's handler).
     pub fn ack(&self, offset: i64, kind: AckType) -> ShareAck {
@@ -267,7 +287,7 @@ impl AcquiredBatch {
             kind,
             scope: self.scope.clone(),
             lock_ends_by: self.lock_ends_by,
-            late: false,
+            deadline: self.earliest_lock_end(),
         }
     }
 }

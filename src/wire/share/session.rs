@@ -16,6 +16,7 @@
 //! acknowledgement of an ended scope is void (the broker released those records).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use super::acks::MAX_ACKS_PER_PARTITION;
 use super::{AckType, SessionScope, ShareAck};
@@ -145,15 +146,16 @@ impl ShareSession {
     /// Takes at most [`MAX_ACKS_PER_PARTITION`] acknowledgements per partition out of `acks`,
     /// of one kind per partition: the broker stops at a partition's first refused offset and
     /// rolls back the partition's other acknowledgements in the request, so late ones (which
-    /// may be refused) never travel with those decided inside their lease; they wait for a
-    /// request that carries none of those for the partition.
-    fn take(acks: &mut AckQueue) -> AckMap {
+    /// may be refused) never travel with those that are not; they wait for a request that
+    /// carries none of those for the partition. Lateness is read at `now`, the instant the
+    /// request is built ([`ShareAck::late`]).
+    fn take(acks: &mut AckQueue, now: Instant) -> AckMap {
         let mut carried = AckMap::new();
         for (tp, list) in acks.iter_mut() {
-            let late = list.iter().all(|a| a.late);
+            let late = list.iter().all(|a| a.late(now));
             let mut taken = Vec::new();
             list.retain(|a| {
-                if a.late != late || taken.len() >= MAX_ACKS_PER_PARTITION {
+                if a.late(now) != late || taken.len() >= MAX_ACKS_PER_PARTITION {
                     return true;
                 }
                 taken.push((a.offset, a.kind));
@@ -167,12 +169,14 @@ impl ShareSession {
         carried
     }
 
-    /// The next ShareFetch: fetch `wanted`, carrying what it can of `acks` (taken out of the
-    /// map; none when the session opens, since epoch 0 carries no acknowledgements).
+    /// The next ShareFetch, built at `now`: fetch `wanted`, carrying what it can of `acks`
+    /// (taken out of the map; none when the session opens, since epoch 0 carries no
+    /// acknowledgements).
     pub fn fetch(
         &mut self,
         wanted: &BTreeSet<TopicPartition>,
         acks: &mut AckQueue,
+        now: Instant,
     ) -> SessionRequest {
         self.reopen_if_ended();
         let epoch = self.epoch;
@@ -186,7 +190,7 @@ impl ShareSession {
                 ..SessionRequest::default()
             };
         }
-        let carried = Self::take(acks);
+        let carried = Self::take(acks, now);
         let mut listed: BTreeSet<TopicPartition> =
             wanted.difference(&self.members).cloned().collect();
         listed.extend(carried.keys().cloned());
@@ -209,15 +213,15 @@ impl ShareSession {
         }
     }
 
-    /// The next ShareAcknowledge carrying `acks` (taken out of the map), or `None` without an
-    /// open session or without acknowledgements.
-    pub fn acknowledge(&mut self, acks: &mut AckQueue) -> Option<SessionRequest> {
+    /// The next ShareAcknowledge, built at `now`, carrying `acks` (taken out of the map), or
+    /// `None` without an open session or without acknowledgements.
+    pub fn acknowledge(&mut self, acks: &mut AckQueue, now: Instant) -> Option<SessionRequest> {
         self.reopen_if_ended();
         if self.epoch == 0 || acks.values().all(Vec::is_empty) {
             return None;
         }
         let epoch = self.epoch;
-        let carried = Self::take(acks);
+        let carried = Self::take(acks, now);
         if ACKNOWLEDGE_ADVANCES_EPOCH {
             self.advance();
         }
@@ -230,13 +234,13 @@ impl ShareSession {
         })
     }
 
-    /// The closing ShareAcknowledge (epoch -1) carrying `acks`, or `None` when no session is
-    /// open. The session is closed (its scope ended) from here on.
-    pub fn close(&mut self, acks: &mut AckQueue) -> Option<SessionRequest> {
+    /// The closing ShareAcknowledge (epoch -1), built at `now`, carrying `acks`, or `None`
+    /// when no session is open. The session is closed (its scope ended) from here on.
+    pub fn close(&mut self, acks: &mut AckQueue, now: Instant) -> Option<SessionRequest> {
         if self.epoch == 0 {
             return None;
         }
-        let carried = Self::take(acks);
+        let carried = Self::take(acks, now);
         let req = SessionRequest {
             epoch: -1,
             listed: carried.keys().cloned().collect(),
@@ -287,6 +291,7 @@ impl ShareSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn tps(ps: &[i32]) -> BTreeSet<TopicPartition> {
         ps.iter().map(|p| TopicPartition::new("t", *p)).collect()
@@ -302,9 +307,18 @@ mod tests {
                 AckType::Accept
             },
             scope: SessionScope::new(),
-            lock_ends_by: std::time::Instant::now(),
-            late,
+            lock_ends_by: now() + Duration::from_secs(60),
+            // A late one's deadline has passed; the others' is a minute away.
+            deadline: if late {
+                now() - Duration::from_millis(1)
+            } else {
+                now() + Duration::from_secs(60)
+            },
         }
+    }
+
+    fn now() -> Instant {
+        Instant::now()
     }
 
     fn acks(p: i32, offsets: &[i64]) -> AckQueue {
@@ -319,14 +333,14 @@ mod tests {
     #[test]
     fn late_acks_never_share_a_partition_batch_with_acks_decided_inside_their_lease() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
+        s.fetch(&tps(&[0, 1]), &mut AckQueue::new(), now());
         let mut queued = AckQueue::new();
         queued.insert(
             TopicPartition::new("t", 0),
             vec![ack(0, 1, false), ack(0, 2, true), ack(0, 3, false)],
         );
         queued.insert(TopicPartition::new("t", 1), vec![ack(1, 7, true)]);
-        let first = s.fetch(&tps(&[0, 1]), &mut queued);
+        let first = s.fetch(&tps(&[0, 1]), &mut queued, now());
         assert_eq!(
             first.acks[&TopicPartition::new("t", 0)],
             vec![(1, AckType::Accept), (3, AckType::Accept)]
@@ -336,7 +350,7 @@ mod tests {
             vec![(7, AckType::Release)],
             "a partition with only late acks sends them"
         );
-        let second = s.acknowledge(&mut queued).expect("open");
+        let second = s.acknowledge(&mut queued, now()).expect("open");
         assert_eq!(
             second.acks[&TopicPartition::new("t", 0)],
             vec![(2, AckType::Release)]
@@ -347,7 +361,7 @@ mod tests {
     #[test]
     fn a_reset_or_a_moved_partition_ends_its_scope_and_an_ended_scope_reopens() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
+        s.fetch(&tps(&[0, 1]), &mut AckQueue::new(), now());
         let first = s.scope().clone();
         let (p0, p1) = (
             s.partition_scope(&tps(&[0]).into_iter().next().unwrap()),
@@ -358,12 +372,12 @@ mod tests {
         assert!(p0.has_ended() && !p1.has_ended() && !first.has_ended());
         // Whoever drops the connection ends the scope: the next request opens a new session.
         first.end();
-        let reopen = s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
+        let reopen = s.fetch(&tps(&[0, 1]), &mut AckQueue::new(), now());
         assert_eq!(reopen.epoch, 0);
         assert!(p1.has_ended());
         assert_ne!(&reopen.scope, &first);
         assert!(!reopen.scope.has_ended());
-        let close = s.close(&mut AckQueue::new()).expect("open");
+        let close = s.close(&mut AckQueue::new(), now()).expect("open");
         assert!(close.scope.has_ended(), "a close ends the scope");
     }
 
@@ -371,61 +385,64 @@ mod tests {
     fn opens_with_everything_then_lists_only_news_and_acks_and_forgets_the_rest() {
         let mut s = ShareSession::new();
         let mut pending = acks(0, &[1, 2]);
-        let open = s.fetch(&tps(&[0, 1]), &mut pending);
+        let open = s.fetch(&tps(&[0, 1]), &mut pending, now());
         assert_eq!(open.epoch, 0);
         assert_eq!(open.listed, tps(&[0, 1]));
         assert!(open.acks.is_empty(), "epoch 0 carries no acks");
         assert_eq!(pending.len(), 1, "the acks wait for the next request");
-        let next = s.fetch(&tps(&[0, 1]), &mut pending);
+        let next = s.fetch(&tps(&[0, 1]), &mut pending, now());
         assert_eq!(next.epoch, 1);
         assert_eq!(next.listed, tps(&[0]), "only the partition with acks");
         assert_eq!(next.acks.len(), 1);
         assert!(pending.is_empty());
-        let moved = s.fetch(&tps(&[1, 2]), &mut pending);
+        let moved = s.fetch(&tps(&[1, 2]), &mut pending, now());
         assert_eq!(moved.epoch, 2);
         assert_eq!(moved.listed, tps(&[2]));
         assert_eq!(moved.forgotten, tps(&[0]));
         assert_eq!(s.members(), &tps(&[1, 2]));
-        let ack = s.acknowledge(&mut acks(1, &[5])).expect("open");
+        let ack = s.acknowledge(&mut acks(1, &[5]), now()).expect("open");
         assert_eq!(ack.epoch, 3);
-        let close = s.close(&mut AckQueue::new()).expect("open");
+        let close = s.close(&mut AckQueue::new(), now()).expect("open");
         assert_eq!(close.epoch, -1);
         assert!(!s.is_open());
-        assert!(s.close(&mut AckQueue::new()).is_none());
+        assert!(s.close(&mut AckQueue::new(), now()).is_none());
     }
 
     #[test]
     fn a_partition_with_acks_is_forgotten_only_after_they_are_out() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0, 1]), &mut AckQueue::new());
-        let r = s.fetch(&tps(&[1]), &mut acks(0, &[3]));
+        s.fetch(&tps(&[0, 1]), &mut AckQueue::new(), now());
+        let r = s.fetch(&tps(&[1]), &mut acks(0, &[3]), now());
         assert_eq!(r.listed, tps(&[0]));
         assert!(r.forgotten.is_empty());
-        let r = s.fetch(&tps(&[1]), &mut AckQueue::new());
+        let r = s.fetch(&tps(&[1]), &mut AckQueue::new(), now());
         assert_eq!(r.forgotten, tps(&[0]));
     }
 
     #[test]
     fn the_epoch_wraps_to_one_after_max() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0]), &mut AckQueue::new());
+        s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
         s.epoch = i32::MAX;
-        assert_eq!(s.fetch(&tps(&[0]), &mut AckQueue::new()).epoch, i32::MAX);
+        assert_eq!(
+            s.fetch(&tps(&[0]), &mut AckQueue::new(), now()).epoch,
+            i32::MAX
+        );
         assert_eq!(s.epoch(), 1);
     }
 
     #[test]
     fn session_errors_reset_to_epoch_zero_and_stale_answers_do_not_reset_again() {
         let mut s = ShareSession::new();
-        s.fetch(&tps(&[0]), &mut AckQueue::new());
-        let a = s.fetch(&tps(&[0]), &mut acks(0, &[1]));
-        let b = s.acknowledge(&mut acks(0, &[2])).expect("open");
+        s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
+        let a = s.fetch(&tps(&[0]), &mut acks(0, &[1]), now());
+        let b = s.acknowledge(&mut acks(0, &[2]), now()).expect("open");
         assert_eq!(
             s.answered(&a, Some(INVALID_SHARE_SESSION_EPOCH)),
             Verdict::Reset
         );
         assert_eq!(s.epoch(), 0);
-        let reopen = s.fetch(&tps(&[0]), &mut AckQueue::new());
+        let reopen = s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
         assert_eq!(reopen.epoch, 0);
         // The request queued behind `a` fails too, but says nothing of the new session.
         assert_eq!(
@@ -435,15 +452,18 @@ mod tests {
         assert_eq!(s.epoch(), 1);
         assert_eq!(s.answered(&reopen, None), Verdict::Continue);
         // Other errors leave an open session alone; a failed opening resets.
-        let c = s.fetch(&tps(&[0]), &mut AckQueue::new());
+        let c = s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
         assert_eq!(
             s.answered(&c, Some(KafkaCode::GROUP_AUTHORIZATION_FAILED)),
             Verdict::Continue
         );
         s.transport_failed(&c);
         assert_eq!(s.epoch(), 0);
-        let d = s.fetch(&tps(&[0]), &mut AckQueue::new());
+        let d = s.fetch(&tps(&[0]), &mut AckQueue::new(), now());
         assert_eq!(s.answered(&d, Some(KafkaCode(69))), Verdict::Reset);
-        assert!(s.acknowledge(&mut acks(0, &[1])).is_none(), "no session");
+        assert!(
+            s.acknowledge(&mut acks(0, &[1]), now()).is_none(),
+            "no session"
+        );
     }
 }

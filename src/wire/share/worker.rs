@@ -67,10 +67,13 @@ struct Job {
 pub(super) enum Event {
     /// Job `id` is on the wire since `at`.
     Sent { id: u64, at: Instant },
-    /// Job `id` is over; `version` is what was negotiated (None: not connected).
+    /// Job `id` is over at `at` (on the lease clock, stamped on this thread as the answer
+    /// arrived: a poll thread that absorbs it later does not move a lock's certain end later);
+    /// `version` is what was negotiated (None: not connected).
     Done {
         broker: i32,
         id: u64,
+        at: Instant,
         version: Option<i16>,
         result: Result<Incoming>,
     },
@@ -219,12 +222,14 @@ impl Worker {
             };
             let mut version = None;
             let result = self.serve(&job, &mut version);
+            let at = lease_now();
             if let Err(e) = &result {
                 self.failed(e);
             }
             let done = Event::Done {
                 broker: self.broker,
                 id: job.id,
+                at,
                 version,
                 result,
             };
