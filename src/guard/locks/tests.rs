@@ -637,6 +637,25 @@ fn sweeping_ended_sessions_voids_their_running_leases_and_forgets_their_acks() {
     ));
 }
 
+/// How many share sessions the property test's acquisitions run under, each ended and replaced
+/// by a new incarnation at random.
+const SESSIONS: usize = 2;
+
+/// The idempotency keys the property test draws from (few, so that they collide).
+const KEYS: u64 = 4;
+
+/// The share session an acquisition of the property test happens under.
+#[derive(Debug, Clone)]
+enum Under {
+    /// None the caller tracks ([`LockGuard::acquired`]): the lease ends by time only.
+    Nothing,
+    /// The live incarnation of this session, in the scope of the record's partition.
+    Session(usize),
+    /// A scope that already ended (an answer absorbed after its session ended), when one has;
+    /// else the first session's live one.
+    Ended(prop::sample::Index),
+}
+
 /// One step of the property test.
 #[derive(Debug, Clone)]
 enum Step {
@@ -647,6 +666,7 @@ enum Step {
         delivery_count: i16,
         trip: u64,
         lock: u64,
+        under: Under,
     },
     Advance(u64),
     Finish {
@@ -665,6 +685,15 @@ enum Step {
     },
     Expired,
     Forget(i32),
+    /// The session ends (its connection closed, it was fenced): a new incarnation replaces it.
+    EndSession(usize),
+    /// The partition left the session (its leader moved): a new partition scope replaces it.
+    EndPartition {
+        session: usize,
+        partition: i32,
+    },
+    /// The poll thread's sweep of ended sessions.
+    Sweep,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -673,10 +702,18 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Outcome::Skipped),
         any::<bool>().prop_map(|retryable| Outcome::Failed { retryable }),
     ];
+    let under = prop_oneof![
+        1 => Just(Under::Nothing),
+        4 => (0..SESSIONS).prop_map(Under::Session),
+        1 => any::<prop::sample::Index>().prop_map(Under::Ended),
+    ];
     prop_oneof![
-        4 => (0..2i32, 0..4i64, proptest::option::of(0..4u64), 1..4i16, 0..400u64, 500..3_000u64)
-            .prop_map(|(partition, offset, key, delivery_count, trip, lock)| Step::Acquire {
-                partition, offset, key, delivery_count, trip, lock,
+        4 => (
+            (0..2i32, 0..4i64, proptest::option::of(0..KEYS)),
+            (1..4i16, 0..400u64, 500..3_000u64, under),
+        )
+            .prop_map(|((partition, offset, key), (delivery_count, trip, lock, under))| {
+                Step::Acquire { partition, offset, key, delivery_count, trip, lock, under }
             }),
         4 => (0..1_500u64).prop_map(Step::Advance),
         4 => (any::<prop::sample::Index>(), outcome)
@@ -688,6 +725,10 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(pick, ok)| Step::AnswerAck { pick, ok }),
         1 => Just(Step::Expired),
         1 => (0..2i32).prop_map(Step::Forget),
+        1 => (0..SESSIONS).prop_map(Step::EndSession),
+        1 => (0..SESSIONS, 0..2i32)
+            .prop_map(|(session, partition)| Step::EndPartition { session, partition }),
+        1 => Just(Step::Sweep),
     ]
 }
 
@@ -695,6 +736,8 @@ fn step() -> impl Strategy<Value = Step> {
 struct ModelLease {
     lease: LockLease,
     key: Option<u64>,
+    /// The scope it was acquired under (an index into [`Model::scopes`]), if any.
+    scope: Option<usize>,
     /// When the acquiring request was sent: renewals sent earlier do not count for it.
     sent_at: Instant,
     /// The latest instant the model lets the lease reach: the send time plus the lock minus
@@ -702,8 +745,19 @@ struct ModelLease {
     deadline: Instant,
     /// The broker's lock lasts at least until here (the same, without the margins).
     lock_until: Instant,
+    /// The guard stopped tracking it while its handler ran (acquired again, partition
+    /// forgotten, swept or finished after its session ended).
     voided: bool,
     finished: bool,
+}
+
+/// One scope the model made, with its own record of whether it ended: the model never asks
+/// the scope under test.
+struct ModelScope {
+    scope: SessionScope,
+    /// The session scope a partition's scope is inside (an index into [`Model::scopes`]).
+    parent: Option<usize>,
+    ended: bool,
 }
 
 /// The broker's lock and the guard's decisions, as plain bookkeeping.
@@ -715,13 +769,87 @@ struct Model {
     applied: HashSet<u64>,
     /// RENEWs sent and not answered: (lease index, send time).
     renewals: Vec<(usize, Instant)>,
-    /// Acknowledgements decided and not answered: (record, type).
-    acks: Vec<((i32, i64), AckType)>,
+    /// Acknowledgements decided and not answered: (record, type, the acquisition's scope).
+    acks: Vec<((i32, i64), AckType, Option<usize>)>,
+    /// Every scope made, ended or not.
+    scopes: Vec<ModelScope>,
+    /// The live incarnation of each session.
+    sessions: Vec<usize>,
+    /// The live scope of each (session, partition), made at its first acquisition.
+    partitions: HashMap<(usize, i32), usize>,
+    /// The counters the guard should show (`held`, the renewals and the refused
+    /// acknowledgements are not modelled).
+    stats: LockStats,
 }
 
 impl Model {
+    fn new(config: LockGuardConfig) -> Self {
+        let mut model = Model {
+            config,
+            leases: Vec::new(),
+            current: HashMap::new(),
+            applied: HashSet::new(),
+            renewals: Vec::new(),
+            acks: Vec::new(),
+            scopes: Vec::new(),
+            sessions: Vec::new(),
+            partitions: HashMap::new(),
+            stats: LockStats::default(),
+        };
+        model.sessions = (0..SESSIONS).map(|_| model.new_session()).collect();
+        model
+    }
+
     fn margin_deadline(&self, sent_at: Instant, lock: Duration) -> Instant {
         sent_at + lock - self.config.margin(lock)
+    }
+
+    /// A new session incarnation.
+    fn new_session(&mut self) -> usize {
+        self.scopes.push(ModelScope {
+            scope: SessionScope::new(),
+            parent: None,
+            ended: false,
+        });
+        self.scopes.len() - 1
+    }
+
+    /// The live scope of `partition` in `session`'s live incarnation.
+    fn partition_scope(&mut self, session: usize, partition: i32) -> usize {
+        if let Some(&index) = self.partitions.get(&(session, partition)) {
+            return index;
+        }
+        let parent = self.sessions[session];
+        self.scopes.push(ModelScope {
+            scope: self.scopes[parent].scope.child(),
+            parent: Some(parent),
+            ended: false,
+        });
+        let index = self.scopes.len() - 1;
+        self.partitions.insert((session, partition), index);
+        index
+    }
+
+    /// Whether the scope, or the session it is inside, ended.
+    fn ended(&self, scope: Option<usize>) -> bool {
+        let mut at = scope;
+        while let Some(index) = at {
+            if self.scopes[index].ended {
+                return true;
+            }
+            at = self.scopes[index].parent;
+        }
+        false
+    }
+
+    /// Ends the scope: the acknowledgements decided under it are dropped unsent.
+    fn end(&mut self, index: usize) {
+        self.scopes[index].ended = true;
+        let acks = std::mem::take(&mut self.acks);
+        self.acks = acks
+            .into_iter()
+            .filter(|(_, _, scope)| !self.ended(*scope))
+            .collect();
     }
 
     /// Voids the acquisition holding the record now, if its handler has not finished (a
@@ -729,8 +857,27 @@ impl Model {
     fn void(&mut self, record: (i32, i64)) {
         if let Some(index) = self.current.remove(&record) {
             let lease = &mut self.leases[index];
-            lease.voided = !lease.finished;
+            if !lease.finished {
+                lease.voided = true;
+                self.stats.voided += 1;
+            }
         }
+    }
+
+    /// What the guard's sweep of ended sessions does: returns how many were running.
+    fn sweep(&mut self) -> usize {
+        let ended: Vec<(i32, i64)> = self
+            .current
+            .iter()
+            .filter(|(_, &index)| self.ended(self.leases[index].scope))
+            .map(|(record, _)| *record)
+            .collect();
+        let mut running = 0;
+        for record in ended {
+            running += usize::from(!self.leases[self.current[&record]].finished);
+            self.void(record);
+        }
+        running
     }
 
     fn key_in_flight(&self, key: u64) -> bool {
@@ -750,14 +897,7 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
         renewal: true,
     };
     let (mut guard, clock) = guard_with(config.clone());
-    let mut model = Model {
-        config,
-        leases: Vec::new(),
-        current: HashMap::new(),
-        applied: HashSet::new(),
-        renewals: Vec::new(),
-        acks: Vec::new(),
-    };
+    let mut model = Model::new(config);
     for step in steps {
         let now = clock.now();
         match step {
@@ -768,29 +908,50 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 delivery_count,
                 trip,
                 lock,
+                under,
             } => {
                 let record = (partition, offset);
                 let (sent_at, lock) = (now - ms(trip), ms(lock));
+                let scope = match under {
+                    Under::Nothing => None,
+                    Under::Session(session) => Some(model.partition_scope(session, partition)),
+                    Under::Ended(pick) => {
+                        let ended: Vec<usize> = (0..model.scopes.len())
+                            .filter(|&index| model.ended(Some(index)))
+                            .collect();
+                        Some(match ended.is_empty() {
+                            true => model.partition_scope(0, partition),
+                            false => ended[pick.index(ended.len())],
+                        })
+                    }
+                };
+                let ended = model.ended(scope);
                 model.void(record);
-                model.acks.retain(|(held, _)| *held != record);
-                let acquired = guard.acquired(
-                    &tp(partition),
-                    offset,
-                    delivery_count,
-                    id.map(IdempotencyKey::from),
-                    sent_at,
-                    lock,
-                );
+                model.acks.retain(|(held, _, _)| *held != record);
+                let (tp, key) = (tp(partition), id.map(IdempotencyKey::from));
+                let acquired = match scope {
+                    None => guard.acquired(&tp, offset, delivery_count, key, sent_at, lock),
+                    Some(index) => {
+                        let grant = Grant {
+                            sent_at,
+                            lock,
+                            lock_ends_by: now + lock,
+                            scope: model.scopes[index].scope.clone(),
+                        };
+                        guard.acquired_in(&tp, offset, delivery_count, key, &grant)
+                    }
+                };
                 match (acquired, id) {
                     (Acquired::Run(lease), _) => {
                         prop_assert!(id.map_or(true, |id| !model.applied.contains(&id)));
                         prop_assert!(id.map_or(true, |id| !model.key_in_flight(id)));
                         let deadline = model.margin_deadline(sent_at, lock);
-                        prop_assert_eq!(lease.deadline(), Some(deadline));
+                        prop_assert_eq!(lease.deadline(), (!ended).then_some(deadline));
                         model.current.insert(record, model.leases.len());
                         model.leases.push(ModelLease {
                             lease,
                             key: id,
+                            scope,
                             sent_at,
                             deadline,
                             lock_until: sent_at + lock,
@@ -800,12 +961,20 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     }
                     (Acquired::AlreadyApplied, Some(id)) => {
                         prop_assert!(model.applied.contains(&id));
-                        model.acks.push((record, AckType::Accept));
+                        model.stats.refused_already_applied += 1;
+                        model.stats.accepted += 1;
+                        if !ended {
+                            model.acks.push((record, AckType::Accept, scope));
+                        }
                     }
                     (Acquired::KeyInFlight, Some(id)) => {
                         prop_assert!(!model.applied.contains(&id));
                         prop_assert!(model.key_in_flight(id));
-                        model.acks.push((record, AckType::Release));
+                        model.stats.refused_key_in_flight += 1;
+                        model.stats.released += 1;
+                        if !ended {
+                            model.acks.push((record, AckType::Release, scope));
+                        }
                     }
                     (refusal, None) => {
                         prop_assert!(false, "a keyless record refused: {:?}", refusal);
@@ -819,17 +988,36 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 }
                 let index = pick.index(model.leases.len());
                 let ack = guard.finished(&model.leases[index].lease, outcome, now);
+                let ended = model.ended(model.leases[index].scope);
                 let lease = &mut model.leases[index];
+                let record = (lease.lease.tp().partition, lease.lease.offset());
                 let first = !lease.finished;
                 lease.finished = true;
-                if first && outcome == Outcome::Applied {
-                    // Even under a voided lease: the effect happened here.
+                if !first {
+                    prop_assert_eq!(ack, None, "finished before");
+                    continue;
+                }
+                let applied = outcome == Outcome::Applied;
+                if applied {
+                    // Even under a voided lease or an ended session: the effect happened here.
                     if let Some(id) = lease.key {
                         model.applied.insert(id);
                     }
                 }
-                if !first || lease.voided {
-                    prop_assert_eq!(ack, None, "voided or finished before");
+                if ended {
+                    // The broker released the record with its session: nothing is decided.
+                    prop_assert_eq!(ack, None, "its session ended");
+                    model.stats.applied_session_ended += u64::from(applied);
+                    if !lease.voided {
+                        lease.voided = true;
+                        model.stats.voided += 1;
+                        model.current.remove(&record);
+                    }
+                    continue;
+                }
+                if lease.voided {
+                    prop_assert_eq!(ack, None, "voided");
+                    model.stats.applied_after_expiry += u64::from(applied);
                     continue;
                 }
                 let ack = ack.ok_or_else(|| TestCaseError::fail("a live lease got no ack"))?;
@@ -838,20 +1026,27 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 if ack == AckType::Accept {
                     prop_assert!(current && now < lease.lock_until);
                 }
-                if outcome == Outcome::Applied {
+                if applied {
                     prop_assert_eq!(ack == AckType::Accept, current, "precise, not only safe");
                 }
                 if !current {
                     prop_assert_eq!(ack, AckType::Release);
+                    model.stats.released_expired += 1;
+                    model.stats.applied_after_expiry += u64::from(applied);
                 }
-                let record = (lease.lease.tp().partition, lease.lease.offset());
-                model.acks.push((record, ack));
+                match ack {
+                    AckType::Accept => model.stats.accepted += 1,
+                    AckType::Reject => model.stats.rejected += 1,
+                    _ => model.stats.released += 1,
+                }
+                model.acks.push((record, ack, lease.scope));
             }
             Step::SendRenewals => {
                 for (tp, offset) in guard.due_for_renewal(now) {
                     let index = model.current[&(tp.partition, offset)];
                     let lease = &model.leases[index];
                     prop_assert!(!lease.finished && !lease.voided && now < lease.deadline);
+                    prop_assert!(!model.ended(lease.scope), "renewing under an ended session");
                     prop_assert!(guard.renew_sent(&tp, offset));
                     model.renewals.push((index, now));
                 }
@@ -888,13 +1083,18 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 if model.acks.is_empty() {
                     continue;
                 }
-                let ((partition, offset), ack) = model.acks.remove(pick.index(model.acks.len()));
+                let ((partition, offset), ack, _) =
+                    model.acks.remove(pick.index(model.acks.len()));
                 guard.ack_result(&tp(partition), offset, ack, ok);
             }
             Step::Expired => {
+                // The guard sweeps ended sessions first.
+                model.sweep();
                 for (tp, offset) in guard.expired(now) {
-                    let index = model.current[&(tp.partition, offset)];
-                    prop_assert!(now >= model.leases[index].deadline);
+                    let index = model.current.get(&(tp.partition, offset)).copied();
+                    let index = index.ok_or_else(|| TestCaseError::fail("listed, not held"))?;
+                    let lease = &model.leases[index];
+                    prop_assert!(now >= lease.deadline && !model.ended(lease.scope));
                 }
             }
             Step::Forget(partition) => {
@@ -908,26 +1108,70 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 for record in records {
                     model.void(record);
                 }
-                model.acks.retain(|((p, _), _)| *p != partition);
+                model.acks.retain(|((p, _), _, _)| *p != partition);
+            }
+            Step::EndSession(session) => {
+                let index = model.sessions[session];
+                prop_assert!(model.scopes[index].scope.end(), "the first end ends it");
+                model.end(index);
+                model.sessions[session] = model.new_session();
+                model.partitions.retain(|(at, _), _| *at != session);
+            }
+            Step::EndPartition { session, partition } => {
+                if let Some(index) = model.partitions.remove(&(session, partition)) {
+                    prop_assert!(model.scopes[index].scope.end(), "the first end ends it");
+                    model.end(index);
+                }
+            }
+            Step::Sweep => {
+                let running = model.sweep();
+                prop_assert_eq!(guard.sweep_ended_sessions(), running);
             }
         }
-        // After every step: voided leases are never current, whatever happened since; every
-        // live lease reads what the model says; the guard runs what the model runs.
+        // After every step: a voided lease, or one whose session ended, is never current at
+        // any instant, whatever happened since; every live lease reads what the model says;
+        // the guard runs what the model runs, remembers the keys it applied, and counts what
+        // the model counts.
         let now = clock.now();
         for lease in &model.leases {
-            if lease.voided {
-                prop_assert!(!lease.lease.is_current_at(now));
+            let ended = model.ended(lease.scope);
+            if lease.voided || ended {
+                let just_before = lease.deadline - Duration::from_nanos(1);
+                for at in [lease.sent_at, just_before, now] {
+                    prop_assert!(
+                        !lease.lease.is_current_at(at),
+                        "current at {:?} (voided {}, session ended {})",
+                        at,
+                        lease.voided,
+                        ended
+                    );
+                }
                 prop_assert_eq!(lease.lease.deadline(), None);
+                prop_assert_eq!(lease.lease.time_left(), Duration::ZERO);
             } else if !lease.finished {
                 prop_assert_eq!(lease.lease.deadline(), Some(lease.deadline));
+                prop_assert_eq!(lease.lease.is_current_at(now), now < lease.deadline);
             }
         }
+        for id in 0..KEYS {
+            let remembered = guard.applied.contains(&IdempotencyKey::from(id));
+            prop_assert_eq!(remembered, model.applied.contains(&id), "key {}", id);
+        }
+        let actual = guard.stats();
         let running = model
             .leases
             .iter()
             .filter(|lease| !lease.voided && !lease.finished)
             .count();
-        prop_assert_eq!(guard.stats().running, running);
+        let expected = LockStats {
+            held: actual.held,
+            running,
+            ack_failures: actual.ack_failures,
+            renewals: actual.renewals,
+            renew_failures: actual.renew_failures,
+            ..model.stats
+        };
+        prop_assert_eq!(actual, expected);
     }
     Ok(())
 }
