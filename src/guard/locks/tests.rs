@@ -1,5 +1,5 @@
 //! The lock guard's decisions, one rule per test, and a property test that drives it with random
-//! event sequences against a model of the broker's locks.
+//! event sequences against a model of the broker's locks and of the share sessions holding them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -919,9 +919,10 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                         let ended: Vec<usize> = (0..model.scopes.len())
                             .filter(|&index| model.ended(Some(index)))
                             .collect();
-                        Some(match ended.is_empty() {
-                            true => model.partition_scope(0, partition),
-                            false => ended[pick.index(ended.len())],
+                        Some(if ended.is_empty() {
+                            model.partition_scope(0, partition)
+                        } else {
+                            ended[pick.index(ended.len())]
                         })
                     }
                 };
@@ -1083,8 +1084,7 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 if model.acks.is_empty() {
                     continue;
                 }
-                let ((partition, offset), ack, _) =
-                    model.acks.remove(pick.index(model.acks.len()));
+                let ((partition, offset), ack, _) = model.acks.remove(pick.index(model.acks.len()));
                 guard.ack_result(&tp(partition), offset, ack, ok);
             }
             Step::Expired => {
@@ -1178,7 +1178,7 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
 
 proptest! {
     #[test]
-    fn no_accept_after_the_lock_may_have_ended_one_ack_each_voided_never_current(
+    fn no_accept_after_the_lock_may_have_ended_one_ack_each_voided_or_session_ended_never_current(
         steps in proptest::collection::vec(step(), 1..80)
     ) {
         check_sequence(steps)?;
