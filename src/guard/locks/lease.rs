@@ -12,9 +12,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::scope::SessionScope;
-use super::types::Grant;
 use crate::guard::{Clock, IdempotencyKey};
 use crate::TopicPartition;
+
+/// The lock the broker granted the records of one answer, as the guard needs it to lease them
+/// (see [`LockGuard::acquired_in`](super::LockGuard::acquired_in)).
+#[derive(Debug, Clone)]
+pub struct Grant {
+    /// When the request that acquired them was sent: the lock runs from no earlier than here,
+    /// so the lease counts from it.
+    pub sent_at: Instant,
+    /// `AcquisitionLockTimeoutMs`.
+    pub lock: Duration,
+    /// No earlier than the answer's arrival, plus the lock: the broker's lock has certainly
+    /// ended by then, and an acknowledgement sent later is certainly refused.
+    pub lock_ends_by: Instant,
+    /// The share session (and partition) that acquired them: its end ends their leases.
+    pub scope: SessionScope,
+}
 
 /// The encoded deadline of a voided lease: never current again.
 const VOID: u64 = 0;

@@ -34,7 +34,10 @@
 //!
 //! - `mod.rs` (this file): the [`LockGuard`] and its decisions.
 //! - `lease.rs`: the [`LockLease`] a worker holds: the deadline in one atomic, read against the
-//!   monotonic clock.
+//!   lease clock (it counts suspended time), and the [`Grant`] a lease is made from (the lock an
+//!   answer granted, and the session scope that acquired it).
+//! - `scope.rs`: the [`SessionScope`]: the share session (and partition) a lease belongs to;
+//!   ended once, never revived, read lock-free by every lease of it.
 //! - `types.rs`: the vocabulary: [`AckType`], [`Outcome`], [`Acquired`], [`LockGuardConfig`]
 //!   (with the margin and why), [`LockStats`].
 //! - `tests.rs`: unit tests and a property test of the decisions against a model.
@@ -49,9 +52,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use lease::LockLease;
+pub use lease::{Grant, LockLease};
 pub use scope::SessionScope;
-pub use types::{AckFailures, AckType, Acquired, Grant, LockGuardConfig, LockStats, Outcome};
+pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outcome};
 
 use crate::guard::key_set::KeySet;
 use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};

@@ -1,10 +1,9 @@
 //! The lock guard's vocabulary: how a record is acknowledged, what a handler reports, what an
 //! acquisition gives the caller, the guard's settings and its counters.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::lease::LockLease;
-use super::scope::SessionScope;
 use crate::guard::GuardConfigError;
 
 /// How a record is acknowledged to the share group, with the protocol's byte values (the
@@ -88,22 +87,6 @@ impl Acquired {
             Self::KeyInFlight => Some(AckType::Release),
         }
     }
-}
-
-/// The lock the broker granted the records of one answer, as the guard needs it to lease them
-/// (see [`LockGuard::acquired_in`](super::LockGuard::acquired_in)).
-#[derive(Debug, Clone)]
-pub struct Grant {
-    /// When the request that acquired them was sent: the lock runs from no earlier than here,
-    /// so the lease counts from it.
-    pub sent_at: Instant,
-    /// `AcquisitionLockTimeoutMs`.
-    pub lock: Duration,
-    /// No earlier than the answer's arrival, plus the lock: the broker's lock has certainly
-    /// ended by then, and an acknowledgement sent later is certainly refused.
-    pub lock_ends_by: Instant,
-    /// The share session (and partition) that acquired them: its end ends their leases.
-    pub scope: SessionScope,
 }
 
 /// The lock guard's settings.

@@ -1,6 +1,9 @@
 //! One blocking TCP connection to one broker: framing, correlation ids, timeouts, the
 //! ApiVersions handshake and, when configured, SASL authentication (this
-//! module's child `sasl.rs`).
+//! module's child `sasl.rs`). Its child `ordered.rs` keeps a request whose answer timed out
+//! owed on the connection instead of breaking it, so that the next request reaches the broker
+//! behind it (Kafka keeps the order of one connection's requests only): what the group's commits
+//! need.
 //!
 //! A `Connection` is owned by exactly one thread and is never shared: Kafka matches responses to
 //! requests by order and correlation id, so two threads writing to one socket would corrupt both

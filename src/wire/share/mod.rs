@@ -20,7 +20,7 @@
 //!   collecting of their answers within a bound;
 //! - `answers.rs`: a broker's answer turned into acquired records, gap acknowledgements,
 //!   acknowledgement outcomes and leader hints;
-//! - `fetcher.rs`: [`ShareFetcher`], routing partitions to leaders (topic ids from Metadata),
+//! - `fetcher/`: [`ShareFetcher`], routing partitions to leaders (topic ids from Metadata),
 //!   the acknowledgement queue and the calls of the poll thread.
 //!
 //! Acknowledgements are never resent by this layer: one whose request failed (a session

@@ -11,6 +11,14 @@
 //! Acknowledgements belong to the acquisition they were decided for ([`ShareAck::scope`]):
 //! one whose session ended, whose record was acquired again, or whose lock has certainly ended
 //! is dropped before any request could carry it, and reported failed with the reason.
+//!
+//! The map: this file holds the fetcher, its calls and the acknowledgement queue;
+//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge and submits them;
+//! `metadata.rs` keeps the leaders, addresses and topic ids, and ends a partition's scope when
+//! its leader changes.
+
+mod metadata;
+mod requests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -18,19 +26,13 @@ use std::time::{Duration, Instant};
 
 use crate::guard::lease_now;
 
-use kafka_protocol::messages::{
-    self as msg, metadata_request, share_acknowledge_request as ackreq,
-    share_fetch_request as fetchreq, ApiKey, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
-use log::{debug, info, warn};
+use kafka_protocol::messages::ApiKey;
+use log::{debug, info};
 use uuid::Uuid;
 
-use super::acks::coalesce;
 use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
-use super::codec::{ShareAcknowledgeV2, ShareFetchV2};
 use super::session::{AckQueue, SessionRequest, ShareSession, Verdict};
-use super::worker::{Event, Incoming, Outgoing, Workers, SHARE_VERSIONS};
+use super::worker::{Event, Incoming, Workers, SHARE_VERSIONS};
 use super::{
     AckError, AckResult, AckType, RenewResult, SessionScope, ShareAck, ShareFetchRound,
     ShareFetchSettings,
@@ -584,196 +586,6 @@ impl ShareFetcher {
         ids
     }
 
-    fn topics<T>(
-        &self,
-        req: &SessionRequest,
-        make: impl Fn(i32, Vec<(i64, i64, Vec<i8>)>) -> T,
-    ) -> Vec<(Uuid, Vec<T>)> {
-        let mut by_topic: BTreeMap<Uuid, Vec<T>> = BTreeMap::new();
-        for tp in &req.listed {
-            let Some(id) = self.ids.get(&tp.topic) else {
-                continue;
-            };
-            let batches = req
-                .acks
-                .get(tp)
-                .map(|a| coalesce(a))
-                .unwrap_or_default()
-                .into_iter()
-                .map(|b| (b.first, b.last, b.types))
-                .collect();
-            by_topic
-                .entry(*id)
-                .or_default()
-                .push(make(tp.partition, batches));
-        }
-        by_topic.into_iter().collect()
-    }
-
-    fn submit_fetch(
-        &mut self,
-        broker: i32,
-        req: SessionRequest,
-        asked: BTreeSet<TopicPartition>,
-        scopes: BTreeMap<TopicPartition, SessionScope>,
-    ) -> Option<u64> {
-        let topics = self
-            .topics(&req, |p, batches| {
-                fetchreq::FetchPartition::default()
-                    .with_partition_index(p)
-                    .with_acknowledgement_batches(
-                        batches
-                            .into_iter()
-                            .map(|(first, last, types)| {
-                                fetchreq::AcknowledgementBatch::default()
-                                    .with_first_offset(first)
-                                    .with_last_offset(last)
-                                    .with_acknowledge_types(types)
-                            })
-                            .collect(),
-                    )
-            })
-            .into_iter()
-            .map(|(id, partitions)| {
-                fetchreq::FetchTopic::default()
-                    .with_topic_id(id)
-                    .with_partitions(partitions)
-            })
-            .collect();
-        let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
-        for tp in &req.forgotten {
-            if let Some(id) = self.ids.get(&tp.topic) {
-                forgotten.entry(*id).or_default().push(tp.partition);
-            }
-        }
-        let s = &self.settings;
-        let v1 = msg::ShareFetchRequest::default()
-            .with_group_id(Some(StrBytes::from_string(self.group_id.clone()).into()))
-            .with_member_id(Some(StrBytes::from_string(self.member_id.clone())))
-            .with_share_session_epoch(req.epoch)
-            .with_max_wait_ms(i32::try_from(s.max_wait.as_millis()).unwrap_or(i32::MAX))
-            .with_min_bytes(s.min_bytes)
-            .with_max_bytes(s.max_bytes)
-            .with_max_records(s.max_records)
-            .with_batch_size(s.batch_size)
-            .with_topics(topics)
-            .with_forgotten_topics_data(
-                forgotten
-                    .into_iter()
-                    .map(|(id, ps)| {
-                        fetchreq::ForgottenTopic::default()
-                            .with_topic_id(id)
-                            .with_partitions(ps)
-                    })
-                    .collect(),
-            );
-        let out = Outgoing::Fetch(ShareFetchV2 {
-            v1,
-            acquire_mode: s.acquire_mode,
-            is_renew_ack: false,
-        });
-        let flight = InFlight {
-            purpose: Purpose::Fetch,
-            req,
-            sent_at: None,
-            asked,
-            scopes,
-        };
-        let id = self.submit(broker, out, s.max_wait, flight)?;
-        if let Some(l) = self.sessions.get_mut(&broker) {
-            l.fetching = true;
-        }
-        Some(id)
-    }
-
-    fn submit_ack(
-        &mut self,
-        broker: i32,
-        req: SessionRequest,
-        purpose: Purpose,
-        renew: bool,
-    ) -> Option<u64> {
-        let topics = self
-            .topics(&req, |p, batches| {
-                ackreq::AcknowledgePartition::default()
-                    .with_partition_index(p)
-                    .with_acknowledgement_batches(
-                        batches
-                            .into_iter()
-                            .map(|(first, last, types)| {
-                                ackreq::AcknowledgementBatch::default()
-                                    .with_first_offset(first)
-                                    .with_last_offset(last)
-                                    .with_acknowledge_types(types)
-                            })
-                            .collect(),
-                    )
-            })
-            .into_iter()
-            .map(|(id, partitions)| {
-                ackreq::AcknowledgeTopic::default()
-                    .with_topic_id(id)
-                    .with_partitions(partitions)
-            })
-            .collect();
-        let v1 = msg::ShareAcknowledgeRequest::default()
-            .with_group_id(Some(StrBytes::from_string(self.group_id.clone()).into()))
-            .with_member_id(Some(StrBytes::from_string(self.member_id.clone())))
-            .with_share_session_epoch(req.epoch)
-            .with_topics(topics);
-        let out = Outgoing::Acknowledge(ShareAcknowledgeV2 {
-            v1,
-            is_renew_ack: renew,
-        });
-        let flight = InFlight {
-            purpose,
-            req,
-            sent_at: None,
-            asked: BTreeSet::new(),
-            scopes: BTreeMap::new(),
-        };
-        self.submit(broker, out, Duration::ZERO, flight)
-    }
-
-    fn submit(
-        &mut self,
-        broker: i32,
-        out: Outgoing,
-        wait: Duration,
-        flight: InFlight,
-    ) -> Option<u64> {
-        let addr = self
-            .addrs
-            .get(&broker)
-            .cloned()
-            .or_else(|| self.client.broker(broker).map(|b| b.addr()));
-        let submitted = match addr {
-            Some(addr) => self
-                .workers
-                .submit(broker, &addr, out, wait, &flight.req.scope),
-            None => Err(WireError::UnknownBroker { node_id: broker }),
-        };
-        match submitted {
-            Ok(id) => {
-                self.in_flight.insert(id, flight);
-                Some(id)
-            }
-            Err(e) => {
-                let req = flight.req;
-                warn!("share: cannot send to broker {broker}: {e}");
-                if let Some(l) = self.sessions.get_mut(&broker) {
-                    l.session.transport_failed(&req);
-                }
-                self.stale = true;
-                let err = AckError::Transport(e.to_string());
-                self.stash
-                    .ack_results
-                    .extend(answers::all_failed(&req, &err));
-                None
-            }
-        }
-    }
-
     /// Absorbs reports until every job of `ids` answered or `until` passes (with the connect
     /// grace while nothing answered and a job is unsent, for fetches). `wakeable`: the
     /// nudge ends the wait.
@@ -1044,100 +856,6 @@ impl ShareFetcher {
             self.fail(&ack, AckError::Reacquired);
         }
     }
-
-    /// `tp` is led by `leader` from now on: a different leader than before releases what the
-    /// old leader's session acquired of it, so that partition's scope ends there.
-    fn lead(&mut self, tp: TopicPartition, leader: i32) {
-        if let Some(old) = self.leaders.insert(tp.clone(), leader) {
-            if old != leader {
-                if let Some(l) = self.sessions.get_mut(&old) {
-                    l.session.end_partition(&tp);
-                }
-            }
-        }
-    }
-
-    /// Metadata for the assigned topics when a leader or topic id is missing or a broker said
-    /// the cache is stale: leaders, broker addresses and topic ids (Metadata v10+).
-    fn refresh_metadata(&mut self) -> Result<()> {
-        let missing = self
-            .assigned
-            .iter()
-            .any(|tp| !self.leaders.contains_key(tp) || !self.ids.contains_key(&tp.topic));
-        if !self.stale && !missing {
-            return Ok(());
-        }
-        self.refresh_metadata_for(self.assigned.clone())
-    }
-
-    /// Metadata for the topics of `partitions`.
-    fn refresh_metadata_for(&mut self, partitions: BTreeSet<TopicPartition>) -> Result<()> {
-        let topics: BTreeSet<Arc<str>> =
-            partitions.iter().map(|tp| Arc::clone(&tp.topic)).collect();
-        if topics.is_empty() {
-            self.stale = false;
-            return Ok(());
-        }
-        let req = msg::MetadataRequest::default().with_topics(Some(
-            topics
-                .iter()
-                .map(|t| {
-                    metadata_request::MetadataRequestTopic::default()
-                        .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
-                })
-                .collect(),
-        ));
-        let mut last = None;
-        let brokers: Vec<i32> = self.client.brokers().iter().map(|b| b.node_id).collect();
-        for node in brokers {
-            let sent = self.client.connection(node).and_then(|conn| {
-                let v = conn.version_for(ApiKey::Metadata)?;
-                if v < 10 {
-                    return Err(WireError::UnsupportedVersion {
-                        api: ApiKey::Metadata as i16,
-                        ours: (10, 12),
-                        broker: Some((0, v)),
-                    });
-                }
-                conn.send(&req, v)
-            });
-            match sent {
-                Ok(resp) => {
-                    self.apply_metadata(&resp);
-                    return Ok(());
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or(WireError::Config("no broker known".to_string())))
-    }
-
-    fn apply_metadata(&mut self, resp: &msg::MetadataResponse) {
-        for b in &resp.brokers {
-            self.addrs
-                .insert(b.node_id.0, format!("{}:{}", b.host, b.port));
-        }
-        for t in &resp.topics {
-            let Some(name) = &t.name else { continue };
-            if t.error_code != 0 {
-                continue;
-            }
-            let name: Arc<str> = self
-                .ids
-                .get_key_value(name.as_str())
-                .map(|(k, _)| Arc::clone(k))
-                .unwrap_or_else(|| Arc::from(name.as_str()));
-            self.ids.insert(Arc::clone(&name), t.topic_id);
-            self.names.insert(t.topic_id, Arc::clone(&name));
-            for p in &t.partitions {
-                self.lead(
-                    TopicPartition::new(Arc::clone(&name), p.partition_index),
-                    p.leader_id.0,
-                );
-            }
-        }
-        self.stale = false;
-    }
 }
 
 #[cfg(test)]
@@ -1155,6 +873,8 @@ mod tests {
 
     use super::*;
     use crate::wire::records::tests::batches;
+    use kafka_protocol::messages::{self as msg, TopicName};
+    use kafka_protocol::protocol::StrBytes;
 
     const TOPIC_ID: Uuid = Uuid::from_u128(0x5eed);
 
