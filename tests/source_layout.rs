@@ -194,21 +194,87 @@ fn resolve(from: &ModPath, path: &[&str], modules: &BTreeSet<ModPath>) -> Option
         .map(<[String]>::to_vec)
 }
 
-/// The pairs of sibling modules that use each other, each once, smaller first. A use from or
-/// of a descendant counts for the sibling it is under.
-fn sibling_cycles(uses: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<(ModPath, ModPath)> {
-    let mut sibling_uses = BTreeSet::new();
+/// The circles of sibling modules: each strongly connected component (of two or more siblings)
+/// of the "uses" graph among the children of one folder, its members sorted, the components in
+/// order. A use from or of a descendant counts for the sibling it is under. Pairs that use each
+/// other are the smallest circles; a longer one (a -> b -> c -> a) hides from a check of pairs.
+fn sibling_cycles(uses: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>> {
+    let mut edges: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
     for (from, targets) in uses {
         for to in targets {
             // Where the two paths part: the two children of their deepest common ancestor.
             if let Some(k) = (0..from.len().min(to.len())).find(|&k| from[k] != to[k]) {
-                sibling_uses.insert((from[..=k].to_vec(), to[..=k].to_vec()));
+                edges
+                    .entry(from[..=k].to_vec())
+                    .or_default()
+                    .insert(to[..=k].to_vec());
             }
         }
     }
-    let both_ways =
-        |(a, b): &&(ModPath, ModPath)| a < b && sibling_uses.contains(&(b.clone(), a.clone()));
-    sibling_uses.iter().filter(both_ways).cloned().collect()
+    // Tarjan's algorithm; siblings of different folders are never joined by an edge, so one
+    // pass over the whole graph finds each folder's components.
+    struct Walk<'a> {
+        edges: &'a BTreeMap<ModPath, BTreeSet<ModPath>>,
+        index: BTreeMap<ModPath, usize>,
+        low: BTreeMap<ModPath, usize>,
+        stack: Vec<ModPath>,
+        on_stack: BTreeSet<ModPath>,
+        found: Vec<Vec<ModPath>>,
+    }
+    impl Walk<'_> {
+        fn visit(&mut self, v: &ModPath) {
+            let n = self.index.len();
+            self.index.insert(v.clone(), n);
+            self.low.insert(v.clone(), n);
+            self.stack.push(v.clone());
+            self.on_stack.insert(v.clone());
+            let next: Vec<ModPath> = self
+                .edges
+                .get(v)
+                .map(|w| w.iter().cloned().collect())
+                .unwrap_or_default();
+            for w in next {
+                if !self.index.contains_key(&w) {
+                    self.visit(&w);
+                    let low = self.low[v].min(self.low[&w]);
+                    self.low.insert(v.clone(), low);
+                } else if self.on_stack.contains(&w) {
+                    let low = self.low[v].min(self.index[&w]);
+                    self.low.insert(v.clone(), low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(&w);
+                    let root = &w == v;
+                    component.push(w);
+                    if root {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        edges: &edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !walk.index.contains_key(v) {
+            walk.visit(v);
+        }
+    }
+    walk.found.sort();
+    walk.found
 }
 
 /// For each folder whose module file's top doc comment leaves out some of its files or
@@ -315,7 +381,17 @@ fn the_checks_read_small_samples_as_intended() {
         (m("c"), [m("a")].into()),        // one way only
     ]
     .into();
-    assert_eq!(sibling_cycles(&graph), [(m("a"), m("b"))]);
+    assert_eq!(sibling_cycles(&graph), [vec![m("a"), m("b")]]);
+    // A circle of three siblings (no pair of them uses each other), beside an unrelated one.
+    let graph: BTreeMap<ModPath, BTreeSet<ModPath>> = [
+        (m("g/a"), [m("g/b")].into()),
+        (m("g/b/x"), [m("g/c")].into()),
+        (m("g/c"), [m("g/a/y")].into()),
+        (m("g/d"), [m("g/a")].into()),
+        (m("h"), [m("g")].into()),
+    ]
+    .into();
+    assert_eq!(sibling_cycles(&graph), [vec![m("g/a"), m("g/b"), m("g/c")]]);
 
     let files: Vec<(String, String)> = [
         (
@@ -341,7 +417,7 @@ fn the_checks_read_small_samples_as_intended() {
 }
 
 #[test]
-fn no_two_sibling_modules_use_each_other() {
+fn no_sibling_modules_use_each_other_around_a_circle() {
     let files = source_files();
     let modules: BTreeSet<ModPath> = files.iter().map(|(rel, _)| module_path(rel)).collect();
     let graph: BTreeMap<ModPath, BTreeSet<ModPath>> = files
@@ -355,12 +431,16 @@ fn no_two_sibling_modules_use_each_other() {
         .collect();
     let cycles: Vec<String> = sibling_cycles(&graph)
         .iter()
-        .map(|(a, b)| format!("  {} <-> {}", show(a), show(b)))
+        .map(|circle| {
+            let names: Vec<String> = circle.iter().map(show).collect();
+            format!("  {}", names.join(" <-> "))
+        })
         .collect();
     assert!(
         cycles.is_empty(),
-        "{} pair(s) of sibling modules use each other (make one the other's child, move what \
-         both need down into the lower one, or pass it in as a parameter):\n{}",
+        "{} circle(s) of sibling modules that use each other, directly or around (make one the \
+         other's child, move what they need down into the lowest one, or pass it in as a \
+         parameter):\n{}",
         cycles.len(),
         cycles.join("\n")
     );

@@ -29,15 +29,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::assignor::RebalanceProtocol;
-use super::commit::{CommitKind, CommitResults};
 use super::error::{CommitError, GroupError};
 use super::membership::RebalancePlan;
 use super::requests::MemberIdentity;
 use crate::guard::{Fenced, SessionBound};
-use crate::wire::{FetchStats, Nudge, OffsetCommitEntry, RecordSource};
+use crate::wire::{FetchStats, Nudge, OffsetCommitEntry, RecordSource, WireError};
 use crate::TopicPartition;
 
 use super::outcome::LostReason;
+
+/// Each partition's own commit result: one refused partition does not fail the others.
+pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
+
+/// Which commit is being made: it decides what a refusal means and whether a refusal for a
+/// stale member epoch may be sent again with the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitKind {
+    /// A revocation's or the close's, inside a rebalance callback: a refusal that ends the
+    /// membership asks for a rejoin (the partitions were fenced by the revocation already).
+    Handoff,
+    /// The application's `commit()`, between polls, with offsets read just before it.
+    Application,
+    /// A paced commit from the commit thread, between polls, with offsets read when it was
+    /// queued: never sent again with a newer member epoch, since the partition may have been
+    /// lost and assigned back since those offsets were read, and a retry would then carry an
+    /// old position over a newer owner's commit. The next interval reads them again instead.
+    Paced,
+}
 
 /// Called with partitions the membership has decided to revoke, before the poll thread hands
 /// them off: the consumer fences them in the guard (`RebalanceGuard::fence`) and the token it

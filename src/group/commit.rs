@@ -54,11 +54,12 @@
 //! through [`commit_offsets`], the same check against the session and the same handling of a
 //! refusal that ends the membership as every other commit.
 
+use std::collections::BTreeSet;
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SendError, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
-use super::consumer_group::reconcile::{stale_epoch_retry_named, StaleEpochRetry};
+pub use super::changes::{CommitKind, CommitResults};
 use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
@@ -67,29 +68,10 @@ use crate::metrics;
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
-/// Each partition's own commit result: one refused partition does not fail the others.
-pub type CommitResults = Vec<(TopicPartition, Result<(), WireError>)>;
-
 /// Sends one OffsetCommit and returns each partition's result: a client's `offset_commit` in
 /// the product, an in-memory coordinator in tests.
 pub(crate) type OffsetCommitSend<'a> = dyn FnMut(&CommitIdentity<'_>, &[wire::OffsetCommitEntry]) -> Result<CommitResults, WireError>
     + 'a;
-
-/// Which commit is being made: it decides what a refusal means and whether a refusal for a
-/// stale member epoch may be sent again with the current one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CommitKind {
-    /// A revocation's or the close's, inside a rebalance callback: a refusal that ends the
-    /// membership asks for a rejoin (the partitions were fenced by the revocation already).
-    Handoff,
-    /// The application's `commit()`, between polls, with offsets read just before it.
-    Application,
-    /// A paced commit from the commit thread, between polls, with offsets read when it was
-    /// queued: never sent again with a newer member epoch, since the partition may have been
-    /// lost and assigned back since those offsets were read, and a retry would then carry an
-    /// old position over a newer owner's commit. The next interval reads them again instead.
-    Paced,
-}
 
 impl CommitKind {
     /// Between polls, a refusal that ends the membership loses the assignment at once.
@@ -244,6 +226,66 @@ fn retry_stale_epoch(
         }
     }
     Ok(())
+}
+
+/// What to do with a commit the broker refused with STALE_MEMBER_EPOCH.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StaleEpochRetry {
+    /// Send the commit again with `epoch`, for `partitions` only.
+    Retry {
+        /// The member's current epoch.
+        epoch: i32,
+        /// The partitions of the refused commit the member still owns.
+        partitions: Vec<TopicPartition>,
+        /// The ones it no longer owns: never committed (another member may own them).
+        dropped: Vec<TopicPartition>,
+    },
+    /// The broker knows an epoch the member has not heard yet: retry once a heartbeat answered
+    /// with it (the machine sends one at once), for `partitions` only.
+    AfterHeartbeat {
+        /// The partitions of the refused commit the member still owns.
+        partitions: Vec<TopicPartition>,
+        /// The ones it no longer owns.
+        dropped: Vec<TopicPartition>,
+    },
+    /// The member is not in the group: nothing is committed.
+    Drop {
+        /// Every partition of the refused commit.
+        dropped: Vec<TopicPartition>,
+    },
+}
+
+/// The STALE_MEMBER_EPOCH decision (KIP-848): a commit made with `attempted` is retried only for
+/// the partitions still `owned` (by name, as the consumer's session keeps them; the machine
+/// asks the same through `consumer_group::reconcile::stale_epoch_retry`), with the member's
+/// `current` epoch if it is newer, else after the next heartbeat. It lives with the commits it
+/// decides, below the KIP-848 machine, so that the commit path does not import the machine.
+pub(crate) fn stale_epoch_retry_named(
+    attempted: i32,
+    current: Option<i32>,
+    owned: &[TopicPartition],
+    refused: &[TopicPartition],
+) -> StaleEpochRetry {
+    let Some(current) = current.filter(|e| *e > 0) else {
+        return StaleEpochRetry::Drop {
+            dropped: refused.to_vec(),
+        };
+    };
+    let still: BTreeSet<&TopicPartition> = owned.iter().collect();
+    let (partitions, dropped): (Vec<_>, Vec<_>) =
+        refused.iter().cloned().partition(|tp| still.contains(tp));
+    if current > attempted {
+        StaleEpochRetry::Retry {
+            epoch: current,
+            partitions,
+            dropped,
+        }
+    } else {
+        StaleEpochRetry::AfterHeartbeat {
+            partitions,
+            dropped,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use super::ids::TopicId;
 use super::types::IdAssignment;
+use crate::group::commit::stale_epoch_retry_named;
+pub use crate::group::commit::StaleEpochRetry;
 use crate::TopicPartition;
 
 /// One partition known both by topic id (for the broker) and by name (for everyone else).
@@ -88,33 +90,6 @@ pub(crate) fn by_id(partitions: &Owned) -> IdAssignment {
     out
 }
 
-/// What to do with a commit the broker refused with STALE_MEMBER_EPOCH.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StaleEpochRetry {
-    /// Send the commit again with `epoch`, for `partitions` only.
-    Retry {
-        /// The member's current epoch.
-        epoch: i32,
-        /// The partitions of the refused commit the member still owns.
-        partitions: Vec<TopicPartition>,
-        /// The ones it no longer owns: never committed (another member may own them).
-        dropped: Vec<TopicPartition>,
-    },
-    /// The broker knows an epoch the member has not heard yet: retry once a heartbeat answered
-    /// with it (the machine sends one at once), for `partitions` only.
-    AfterHeartbeat {
-        /// The partitions of the refused commit the member still owns.
-        partitions: Vec<TopicPartition>,
-        /// The ones it no longer owns.
-        dropped: Vec<TopicPartition>,
-    },
-    /// The member is not in the group: nothing is committed.
-    Drop {
-        /// Every partition of the refused commit.
-        dropped: Vec<TopicPartition>,
-    },
-}
-
 /// The STALE_MEMBER_EPOCH decision: a commit made with `attempted` is retried only for the
 /// partitions still `owned` (which includes those being revoked, whose commit this usually is),
 /// with the member's `current` epoch if it is newer, else after the next heartbeat.
@@ -125,36 +100,6 @@ pub(crate) fn stale_epoch_retry(
     refused: &[TopicPartition],
 ) -> StaleEpochRetry {
     stale_epoch_retry_named(attempted, current, &named(owned), refused)
-}
-
-/// [`stale_epoch_retry`] with the owned partitions by name, as the consumer's session keeps
-/// them (the poll thread's commit path decides there, without the machine).
-pub(crate) fn stale_epoch_retry_named(
-    attempted: i32,
-    current: Option<i32>,
-    owned: &[TopicPartition],
-    refused: &[TopicPartition],
-) -> StaleEpochRetry {
-    let Some(current) = current.filter(|e| *e > 0) else {
-        return StaleEpochRetry::Drop {
-            dropped: refused.to_vec(),
-        };
-    };
-    let still: BTreeSet<&TopicPartition> = owned.iter().collect();
-    let (partitions, dropped): (Vec<_>, Vec<_>) =
-        refused.iter().cloned().partition(|tp| still.contains(tp));
-    if current > attempted {
-        StaleEpochRetry::Retry {
-            epoch: current,
-            partitions,
-            dropped,
-        }
-    } else {
-        StaleEpochRetry::AfterHeartbeat {
-            partitions,
-            dropped,
-        }
-    }
 }
 
 #[cfg(test)]
