@@ -163,7 +163,7 @@ impl Client {
     /// client whose requests do not all deserve the same persistence (the commit thread: a
     /// paced commit gives up early, since the next interval carries its progress anyway; a
     /// revocation's commit is the last word on its partitions and keeps trying).
-    pub fn set_max_retries(&mut self, attempts: u32) {
+    pub(crate) fn set_max_retries(&mut self, attempts: u32) {
         self.config.max_retries = attempts;
     }
 

@@ -75,7 +75,7 @@ pub struct ShareAck {
     /// the partition's other acknowledgements in the same request).
     pub lock_ends_by: Instant,
     /// The lease's deadline (on the lease clock): an acknowledgement that goes into a request
-    /// at or after it is late ([`late`](Self::late)), whenever it was decided.
+    /// at or after it is late (`late`), whenever it was decided.
     pub deadline: Instant,
 }
 
@@ -83,7 +83,7 @@ impl ShareAck {
     /// The acknowledgement `kind` of `lease`'s acquisition, tied to its session, its lock's
     /// certain end and its deadline (a lease with none, voided or of an ended session, gives
     /// one that is late at once).
-    pub fn for_lease(lease: &LockLease, kind: AckType) -> ShareAck {
+    pub(crate) fn for_lease(lease: &LockLease, kind: AckType) -> ShareAck {
         ShareAck {
             tp: lease.tp().clone(),
             offset: lease.offset(),
@@ -101,7 +101,7 @@ impl ShareAck {
     /// travels in the same partition batch as acknowledgements that are not, so that its
     /// refusal (Kafka stops at a partition's first invalid offset and rolls back the others)
     /// cannot undo them.
-    pub fn late(&self, now: Instant) -> bool {
+    pub(crate) fn late(&self, now: Instant) -> bool {
         now >= self.deadline
     }
 }
@@ -260,7 +260,7 @@ pub struct AcquiredBatch {
 
 impl AcquiredBatch {
     /// The lock as the lock guard leases it.
-    pub fn grant(&self) -> crate::guard::Grant {
+    pub(crate) fn grant(&self) -> crate::guard::Grant {
         crate::guard::Grant {
             sent_at: self.sent_at,
             lock: self.lock_duration,
@@ -272,7 +272,7 @@ impl AcquiredBatch {
     /// The earliest instant the broker's lock of these records may end (the send time plus
     /// the lock): the deadline of an acknowledgement this layer decides for them itself (a
     /// record refused at acquisition, a gap), which no lease margin shortens.
-    pub fn earliest_lock_end(&self) -> Instant {
+    pub(crate) fn earliest_lock_end(&self) -> Instant {
         self.sent_at
             .checked_add(self.lock_duration)
             .unwrap_or(self.sent_at)
@@ -280,7 +280,7 @@ impl AcquiredBatch {
 
     /// The acknowledgement `kind` of the record at `offset` of this batch, decided now (a
     /// record refused at acquisition; a test's handler).
-    pub fn ack(&self, offset: i64, kind: AckType) -> ShareAck {
+    pub(crate) fn ack(&self, offset: i64, kind: AckType) -> ShareAck {
         ShareAck {
             tp: self.tp.clone(),
             offset,

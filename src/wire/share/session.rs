@@ -104,12 +104,12 @@ impl ShareSession {
 
     /// The current incarnation's scope: ended by [`reset`](Self::reset) (and by whoever drops
     /// the session's connection).
-    pub fn scope(&self) -> &SessionScope {
+    pub(crate) fn scope(&self) -> &SessionScope {
         &self.scope
     }
 
     /// The scope of `tp`'s records acquired in this incarnation (inside [`scope`](Self::scope)).
-    pub fn partition_scope(&mut self, tp: &TopicPartition) -> SessionScope {
+    pub(crate) fn partition_scope(&mut self, tp: &TopicPartition) -> SessionScope {
         let session = &self.scope;
         self.partitions
             .entry(tp.clone())
@@ -119,7 +119,7 @@ impl ShareSession {
 
     /// `tp` moved to another leader: the records this session acquired of it are released (a
     /// new leader does not keep them acquired), so their scope ends.
-    pub fn end_partition(&mut self, tp: &TopicPartition) {
+    pub(crate) fn end_partition(&mut self, tp: &TopicPartition) {
         if let Some(scope) = self.partitions.remove(tp) {
             if scope.end() {
                 log::info!("share: {tp} left this session: its leases end");

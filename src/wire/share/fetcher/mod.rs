@@ -239,7 +239,7 @@ impl ShareFetcher {
     /// session reopens with its next request). Why here and not on the next answer: nothing
     /// the share sessions hear says so, and a lease must not read current while another member
     /// may hold its record.
-    pub fn member_fenced(&mut self) {
+    pub(crate) fn member_fenced(&mut self) {
         info!(
             "share: member {} fenced: its share sessions' leases end",
             self.member_id
@@ -345,7 +345,7 @@ impl ShareFetcher {
     /// member, not which delivery), so the acknowledgement could land on the later delivery.
     /// Those stay queued and ride on the next fetch, once the answer dropped what it acquired
     /// again.
-    pub fn send_acks_now(&mut self) -> Vec<AckResult> {
+    pub(crate) fn send_acks_now(&mut self) -> Vec<AckResult> {
         self.send_acks(Purpose::Acknowledge, false);
         self.collect(&[], Instant::now(), false);
         std::mem::take(&mut self.stash.ack_results)
@@ -353,11 +353,11 @@ impl ShareFetcher {
 
     /// Whether acknowledgements wait in the queue (for a leader's next fetch, or for the next
     /// send).
-    pub fn has_queued_acks(&self) -> bool {
+    pub(crate) fn has_queued_acks(&self) -> bool {
         self.pending.values().any(|list| !list.is_empty())
     }
 
-    /// Sends every queued acknowledgement now, as [`send_acks_now`](Self::send_acks_now) (a
+    /// Sends every queued acknowledgement now, as `send_acks_now` (a
     /// leader with a fetch in flight gets its acknowledgements with the next fetch), and waits up
     /// to `timeout` for the outcomes of what was sent. Returns every outcome collected
     /// meanwhile (piggybacked ones included); acknowledgements not answered in time are
