@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rebalance_guard::share::{ShareConfig, ShareConsumer};
+use rebalance_guard::share::ShareConsumer;
 use support::proxy::Proxy;
 use support::share::{
     all_effects, applications, order_id, wait_all_applied, worker_dir, Effect, ShareSetup,
@@ -223,15 +223,13 @@ fn share_members_survive_a_broker_that_stops_answering_past_the_request_timeout_
     let ids: BTreeSet<String> = setup.produce_orders(2, 40).into_iter().collect();
     let proxy = Proxy::start(&setup.bootstrap);
     let config = || {
-        ShareConfig::builder()
-            .bootstrap_servers([proxy.addr()])
-            .group_id(&setup.group)
-            .set(
+        setup.config_via(
+            proxy.addr(),
+            &[(
                 "request.timeout.ms",
                 &request_timeout.as_millis().to_string(),
-            )
-            .build()
-            .expect("valid share configuration")
+            )],
+        )
     };
     let stop = Arc::new(AtomicBool::new(false));
     let effects: Arc<Mutex<Vec<Applied>>> = Arc::default();
@@ -349,15 +347,13 @@ fn no_effect_of_a_delivery_after_a_stall_that_ended_its_session_kafka() {
     // Every handler start, as an effect would be recorded: a delivery that exists.
     let starts: Arc<Mutex<Vec<Applied>>> = Arc::default();
     let start_member = |member: usize, bootstrap: &str, handler_time: Duration| {
-        let config = ShareConfig::builder()
-            .bootstrap_servers([bootstrap])
-            .group_id(&setup.group)
-            .set(
+        let config = setup.config_via(
+            bootstrap,
+            &[(
                 "request.timeout.ms",
                 &request_timeout.as_millis().to_string(),
-            )
-            .build()
-            .expect("valid share configuration");
+            )],
+        );
         let consumer = ShareConsumer::subscribe(config, &[&setup.topic]).expect("subscribe");
         let (stop, effects, starts) = (stop.clone(), effects.clone(), starts.clone());
         std::thread::spawn(move || {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rebalance_guard::guard::{AckType, LockLease};
-use rebalance_guard::share::{ShareConfig, ShareConsumer};
+use rebalance_guard::share::ShareConsumer;
 use support::proxy::Proxy;
 use support::share::ShareSetup;
 
@@ -81,13 +81,13 @@ fn a_cut_connection_ends_every_lease_of_its_share_session_kafka() {
     let setup = ShareSetup::new("share-cut", 1, lock.as_millis() as u64);
     let ids: BTreeSet<String> = setup.produce_orders(1, 20).into_iter().collect();
     let proxy = Proxy::start(&setup.bootstrap);
-    let config = ShareConfig::builder()
-        .bootstrap_servers([proxy.addr()])
-        .group_id(&setup.group)
-        .set("share.lock.renew", "false")
-        .set("request.timeout.ms", "2000")
-        .build()
-        .expect("valid share configuration");
+    let config = setup.config_via(
+        proxy.addr(),
+        &[
+            ("share.lock.renew", "false"),
+            ("request.timeout.ms", "2000"),
+        ],
+    );
     let accepts_failed: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
     let hook = accepts_failed.clone();
     let mut a = ShareConsumer::subscribe(config, &[&setup.topic])
@@ -233,13 +233,13 @@ fn a_member_that_sends_nothing_learns_of_a_cut_connection_and_its_held_deliverie
     let setup = ShareSetup::new("share-idle-cut", 1, lock.as_millis() as u64);
     setup.produce_orders(1, 3);
     let proxy = Proxy::start(&setup.bootstrap);
-    let config = ShareConfig::builder()
-        .bootstrap_servers([proxy.addr()])
-        .group_id(&setup.group)
-        .set("share.lock.renew", "false")
-        .set("request.timeout.ms", "2000")
-        .build()
-        .expect("valid share configuration");
+    let config = setup.config_via(
+        proxy.addr(),
+        &[
+            ("share.lock.renew", "false"),
+            ("request.timeout.ms", "2000"),
+        ],
+    );
     let mut a = ShareConsumer::subscribe(config, &[&setup.topic]).expect("subscribe");
     let until = Instant::now() + BOUND;
     let mut held = Vec::new();
@@ -310,14 +310,14 @@ fn a_late_release_held_in_the_network_does_not_take_an_accept_down_with_it_kafka
     let setup = ShareSetup::new("share-late-held", 1, 3_000);
     setup.produce_orders(1, 4);
     let proxy = Proxy::start(&setup.bootstrap);
-    let config = ShareConfig::builder()
-        .bootstrap_servers([proxy.addr()])
-        .group_id(&setup.group)
-        .set("share.lock.renew", "false")
-        .set("max.poll.records", "1")
-        .set("share.lock.safety.margin.ms", "1000")
-        .build()
-        .expect("valid share configuration");
+    let config = setup.config_via(
+        proxy.addr(),
+        &[
+            ("share.lock.renew", "false"),
+            ("max.poll.records", "1"),
+            ("share.lock.safety.margin.ms", "1000"),
+        ],
+    );
     let refused: Arc<Mutex<Vec<(i64, AckType, String)>>> = Arc::default();
     let hook = refused.clone();
     let mut a = ShareConsumer::subscribe(config, &[&setup.topic])

@@ -68,8 +68,14 @@ impl ShareSetup {
 
     /// A share consumer configuration for this group, with `extra` settings.
     pub fn config(&self, extra: &[(&str, &str)]) -> ShareConfig {
+        self.config_via(&self.bootstrap, extra)
+    }
+
+    /// [`config`](Self::config) bootstrapping through `bootstrap` (a proxy in front of the
+    /// broker, which then carries every connection of the consumer).
+    pub fn config_via(&self, bootstrap: &str, extra: &[(&str, &str)]) -> ShareConfig {
         let mut builder = ShareConfig::builder()
-            .bootstrap_servers([self.bootstrap.as_str()])
+            .bootstrap_servers([bootstrap])
             .group_id(&self.group);
         for (k, v) in extra {
             builder = builder.set(k, v);
