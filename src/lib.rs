@@ -31,7 +31,8 @@
 //! acknowledges each by its outcome; the lock guard (`guard::locks`) ends every record's lease
 //! before the broker's lock can, so no effect is applied once another member may hold the record.
 //!
-//! Besides the layers: `partition` holds [`TopicPartition`]; `metrics` the hooks through which
+//! Under all of them, `basics` holds the vocabulary every layer names: [`TopicPartition`] and
+//! [`ErrorKind`]. Besides the layers: `metrics` the hooks through which
 //! the consumer and the group publish their operational signals to the `metrics` crate (public,
 //! with its names, under the cargo feature `metrics`; empty without it); hidden from the
 //! documentation and not part of the API, `fuzzing` holds the checks behind the fuzz targets and `testing` the
@@ -43,6 +44,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod basics;
 pub mod consumer;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -52,7 +54,6 @@ pub mod guard;
 pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
-mod partition;
 pub mod share;
 #[doc(hidden)]
 pub mod testing;
@@ -68,11 +69,12 @@ pub use guard::{
     AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, IdempotencyKey, Lease,
     PartitionSnapshot, RebalanceGuard, RewindError, SeekError, StormStatus,
 };
-pub use partition::TopicPartition;
+pub use basics::error_kind::ErrorKind;
+pub use basics::partition::TopicPartition;
 pub use share::{
     ShareConfig, ShareConsumer, ShareContext, ShareDelivery, ShareError, ShareFailure, ShareStats,
 };
 pub use wire::{
-    Client, ClientConfig, ErrorChain, ErrorKind, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
+    Client, ClientConfig, ErrorChain, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
     ProduceRecord, Record, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
 };

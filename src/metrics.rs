@@ -6,7 +6,7 @@
 //!
 //! Every name starts with `rebalance_guard_`; the labels are `group`, `topic`, `partition` and a
 //! small fixed set of `kind`/`reason` values, never an offset or a member id, so the number of
-//! series stays that of the partitions. Install the recorder before [`Consumer::subscribe`]
+//! series stays that of the partitions. Install the recorder before `Consumer::subscribe`
 //! (the facade hands out no-op handles before that) and call [`describe`] once for the help
 //! texts and units. Java users know these as the consumer's `metrics()` (`records-lag`,
 //! `commit-latency-avg`, `rebalance-latency-avg`, `fetch-size-avg`); librdkafka's as its
@@ -14,8 +14,6 @@
 //!
 //! Without the feature the same hooks exist as empty inline functions over zero-sized types:
 //! nothing of this is compiled in, the callers' lines stay the same.
-//!
-//! [`Consumer::subscribe`]: crate::Consumer::subscribe
 
 #[cfg(feature = "metrics")]
 pub(crate) use on::*;

@@ -6,7 +6,8 @@ use std::fmt;
 use crate::group::{CommitError, GroupError};
 use crate::guard::HandoffStage;
 use crate::guard::{CommitFailure, GuardConfigError, SeekError};
-use crate::wire::{ErrorKind, WireError};
+use crate::basics::error_kind::ErrorKind;
+use crate::wire::WireError;
 use crate::TopicPartition;
 
 /// Why a consumer call failed. Every variant says what happened to the offsets involved, because

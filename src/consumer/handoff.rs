@@ -15,7 +15,7 @@
 //! application collects, the [`Drain`] through which a revocation waits for worker threads, and
 //! [`commit_through`], the one way any other commit (the application's) reaches the group.
 
-use crate::partition::PartitionSet;
+use crate::basics::partition::PartitionSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::guard::{PartitionSnapshot, StormStatus};
 use crate::metrics::ConsumerMetrics;
-use crate::partition::PartitionMap;
+use crate::basics::partition::PartitionMap;
 use crate::wire::FetchStats;
 use crate::TopicPartition;
 

@@ -7,7 +7,8 @@ use super::assignor::{JoinProtocolError, LeaderError};
 use super::outcome::FatalError;
 use super::pattern::PatternError;
 use super::subscription::DecodeError;
-use crate::wire::{ErrorKind, WireError};
+use crate::basics::error_kind::ErrorKind;
+use crate::wire::WireError;
 
 /// Why the membership cannot go on.
 #[derive(Debug)]

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 
+use crate::basics::error_kind::ErrorKind;
+
 /// A Kafka error code as returned by a broker, kept as the raw `i16` so that codes newer than
 /// `kafka-protocol` still round-trip, with the name and retriability looked up on demand.
 ///
@@ -199,49 +201,6 @@ pub(crate) fn api_name(key: i16) -> String {
         Ok(k) => format!("{k:?}"),
         Err(()) => format!("ApiKey({key})"),
     }
-}
-
-/// What kind of failure an error is: the situation a caller must react to, named the same for
-/// every error type of the crate ([`WireError::kind`], [`GroupError::kind`](crate::GroupError::kind),
-/// `CommitError::kind` in the group layer,
-/// [`ConsumerError::kind`](crate::ConsumerError::kind)).
-///
-/// Why it exists: one situation reaches a caller through several types and variants. A
-/// membership that is over arrives as a fatal FENCED_INSTANCE_ID, an OffsetCommit refused with
-/// ILLEGAL_GENERATION, a commit the member did not send because its generation ended, or a
-/// STALE_MEMBER_EPOCH; a network failure as a socket error, a timeout, exhausted retries, no
-/// broker reachable. A worker must tell these apart (drop the work of a generation that is over
-/// and go on; wait out the network; stop and have an operator fix what the broker refuses)
-/// without matching every layer's variants or downcasting. The kind is derived from the
-/// variants and their Kafka codes; the error itself still carries the details.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The generation or membership the work belonged to is over: fenced (FENCED_INSTANCE_ID,
-    /// FENCED_MEMBER_EPOCH), unknown member, illegal generation, rebalance in progress, stale
-    /// member epoch, or a commit not sent because the generation ended. Nothing of it may be
-    /// committed any more; its partitions may be another member's already, which resumes from
-    /// the last committed position. (Whether the consumer rejoins on its own depends on the
-    /// error: a fenced static member's instance id is taken for good.)
-    GenerationOver,
-    /// The network failed: a socket error, a timeout, a connection closed mid-frame, no broker
-    /// reachable, a broker no longer in the metadata, or a token provider that is unavailable.
-    /// Transient: the same request may succeed later.
-    Network,
-    /// The broker refused: an error code (authorization, a setting outside the broker's limits,
-    /// an unsupported request; see the code), or our SASL credentials or TLS certificate.
-    Refused,
-    /// A broker or another member broke the protocol: a malformed or corrupt response, a
-    /// mismatched correlation id, no API version in common, an assignment that cannot be read.
-    Protocol,
-    /// The configuration is invalid or asks for something this build does not support.
-    Config,
-    /// The application's handler failed or panicked on a record (which is delivered again).
-    Handler,
-    /// The consumer or group member was closed.
-    Closed,
-    /// A thread could not be started, or died: close the consumer and start a new one.
-    Internal,
 }
 
 /// Everything that can go wrong talking to a broker.

@@ -98,7 +98,7 @@ pub use client::{Client, ClientConfig};
 pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
-pub use error::{ErrorChain, ErrorKind, KafkaCode, Result, WireError};
+pub use error::{ErrorChain, KafkaCode, Result, WireError};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::guard::PartitionSnapshot;
 use crate::metrics;
-use crate::partition::{PartitionMap, PartitionSet};
+use crate::basics::partition::{PartitionMap, PartitionSet};
 use crate::wire::{
     self, ErrorChain, FetchConfig, FetchPosition, IsolationLevel, KafkaCode, Record, RecordSource,
 };

@@ -58,7 +58,7 @@ pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outc
 
 use crate::guard::key_set::KeySet;
 use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};
-use crate::partition::PartitionMap;
+use crate::basics::partition::PartitionMap;
 use crate::TopicPartition;
 use lease::Timebase;
 
