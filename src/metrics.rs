@@ -102,11 +102,13 @@ pub fn describe() {
 #[cfg(feature = "metrics")]
 mod on {
     use std::sync::{Arc, Mutex, PoisonError};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use metrics::{counter, gauge, histogram};
 
     use super::names::*;
+    use crate::group::commit::COMMIT_OBSERVER;
+    use crate::group::CommitKind;
     use crate::guard::{AdmitError, OwnerStatus};
     use crate::TopicPartition;
 
@@ -121,10 +123,17 @@ mod on {
         }
     }
 
-    /// One OffsetCommit was answered (or failed) after `timer` started.
-    pub(crate) fn commit_answered(group: &str, kind: &'static str, timer: Timer, failed: bool) {
+    /// One OffsetCommit was answered (or failed) after `took`: the group layer's
+    /// [`CommitObserver`](crate::group::commit::CommitObserver), installed by
+    /// [`ConsumerMetrics::new`].
+    fn commit_answered(group: &str, kind: CommitKind, took: Duration, failed: bool) {
+        let kind = match kind {
+            CommitKind::Handoff => "handoff",
+            CommitKind::Application => "application",
+            CommitKind::Paced => "paced",
+        };
         let labels = [("group", group.to_string()), ("kind", kind.to_string())];
-        histogram!(COMMIT_SECONDS, &labels).record(timer.0.elapsed());
+        histogram!(COMMIT_SECONDS, &labels).record(took);
         if failed {
             counter!(COMMIT_FAILURES, &labels).increment(1);
         }
@@ -153,6 +162,7 @@ mod on {
 
     impl ConsumerMetrics {
         pub(crate) fn new(group: &str) -> Self {
+            COMMIT_OBSERVER.get_or_init(|| commit_answered);
             ConsumerMetrics {
                 group: Arc::from(group),
                 fenced_at: Arc::default(),
@@ -293,9 +303,6 @@ mod off {
             Timer
         }
     }
-
-    #[inline(always)]
-    pub(crate) fn commit_answered(_: &str, _: &'static str, _: Timer, _: bool) {}
 
     #[inline(always)]
     pub(crate) fn fetched(_: &str, _: &Arc<str>, _: usize, _: usize) {}

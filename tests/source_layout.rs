@@ -4,9 +4,15 @@
 //!    own children. A child may use its parent (`super::`) and a parent its children; two
 //!    siblings only one way. Where one type's `impl` is split over several files, those files
 //!    are children of the module that declares the type (as in `wire/client/`).
-//! 2. No file has more than 900 lines outside its tests (`#[cfg(test)]` modules, files named
+//! 2. The top-level modules are layers, bottom first: `basics` (the vocabulary every layer
+//!    names: `TopicPartition`, `ErrorKind`), `guard`, `wire`, `group`, `config` (the client
+//!    settings both consumers read), `metrics`, then `consumer` and `share` side by side, then
+//!    `testing` and `fuzzing`. A module uses only layers below its own: no arrow runs up, and
+//!    the two consumers use neither each other. `lib.rs` is no layer: a path through one of its
+//!    re-exports (`crate::TopicPartition`) is a use of the module it re-exports.
+//! 3. No file has more than 900 lines outside its tests (`#[cfg(test)]` modules, files named
 //!    `tests.rs`, anything under a `tests/` folder).
-//! 3. Each folder's module file (`lib.rs`, `mod.rs`, or `name.rs` beside the folder `name/`)
+//! 4. Each folder's module file (`lib.rs`, `mod.rs`, or `name.rs` beside the folder `name/`)
 //!    names every file and folder in it in its top doc comment: the map a reader starts from.
 //!
 //! What counts as a use: every path that starts with `crate::`, `super::` or `self::` outside
@@ -277,6 +283,88 @@ fn sibling_cycles(uses: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPat
     walk.found
 }
 
+/// The layers, bottom first; the top-level modules of one layer stand side by side and use
+/// neither each other (rule 2 of the file's doc).
+const LAYERS: &[&[&str]] = &[
+    &["basics"],
+    &["guard"],
+    &["wire"],
+    &["group"],
+    &["config"],
+    &["metrics"],
+    &["consumer", "share"],
+    &["fuzzing"],
+    &["testing"],
+];
+
+/// What `lib.rs` re-exports: each name (`TopicPartition`) and the module it comes from
+/// (`["basics"]`), read from its `pub use a::b::{X, Y};` and `pub use a::X;` lines.
+fn root_reexports(lib: &str) -> BTreeMap<String, ModPath> {
+    let mut names = BTreeMap::new();
+    for item in lib.split(';') {
+        let Some(path) = item.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let path = path.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (module, group) = match path.split_once("::{") {
+            Some((module, group)) => (module, group.trim_end_matches('}')),
+            None => path.rsplit_once("::").unwrap_or(("", &path)),
+        };
+        let module: ModPath = module
+            .trim_start_matches("crate::")
+            .split("::")
+            .map(String::from)
+            .collect();
+        for name in group.split(',').map(str::trim).filter(|name| !name.is_empty()) {
+            let name = name.rsplit(" as ").next().unwrap_or(name);
+            names.insert(name.to_string(), module.clone());
+        }
+    }
+    names
+}
+
+/// The modules that `code` reaches through the crate root's re-exports: `crate::TopicPartition`
+/// and `use crate::{ErrorKind, TopicPartition}` name the modules those items come from.
+fn uses_through_root(code: &str, reexports: &BTreeMap<String, ModPath>) -> BTreeSet<ModPath> {
+    let mut used: BTreeSet<ModPath> = rooted_paths(code)
+        .into_iter()
+        .filter(|path| path[0] == "crate")
+        .filter_map(|path| reexports.get(path[1]).cloned())
+        .collect();
+    for (at, _) in code.match_indices("crate::{") {
+        if code[..at].ends_with(is_word) {
+            continue;
+        }
+        let body = code[at + "crate::{".len()..].split('}').next().unwrap_or("");
+        let names = body.split(|c| !is_word(c)).filter(|name| !name.is_empty());
+        used.extend(names.filter_map(|name| reexports.get(name).cloned()));
+    }
+    used
+}
+
+/// Each use that runs sideways or up between layers: (user, used), as top-level module names,
+/// sorted; also any top-level module [`LAYERS`] leaves out, used by itself.
+fn layer_violations(uses: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<(String, String)> {
+    let layer = |name: &str| LAYERS.iter().position(|layer| layer.contains(&name));
+    let mut found = BTreeSet::new();
+    for (from, targets) in uses {
+        let Some(from) = from.first() else {
+            continue; // the crate root declares and re-exports, it is no layer
+        };
+        let Some(user) = layer(from) else {
+            found.insert((from.clone(), from.clone()));
+            continue;
+        };
+        for to in targets.iter().filter_map(|to| to.first()) {
+            let ok = to == from || layer(to).is_some_and(|used| used < user);
+            if !ok {
+                found.insert((from.clone(), to.clone()));
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
 /// For each folder whose module file's top doc comment leaves out some of its files or
 /// folders: that module file and the names it leaves out.
 fn unmapped_files(files: &[(String, String)]) -> Vec<String> {
@@ -393,6 +481,33 @@ fn the_checks_read_small_samples_as_intended() {
     .into();
     assert_eq!(sibling_cycles(&graph), [vec![m("g/a"), m("g/b"), m("g/c")]]);
 
+    let lib = "pub mod wire;\npub use basics::{ErrorKind, TopicPartition};\n\
+               pub use consumer::{\n    Batch,\n    Consumer as C,\n};\npub use wire::Client;";
+    let reexports = root_reexports(lib);
+    assert_eq!(reexports["TopicPartition"], m("basics"));
+    assert_eq!(reexports["C"], m("consumer"));
+    assert_eq!(reexports["Client"], m("wire"));
+    assert_eq!(reexports.len(), 5);
+    let code = "use crate::{ErrorKind, wire};\nfn f(_: crate::TopicPartition) {}\nmy_crate::{Batch}";
+    assert_eq!(uses_through_root(code, &reexports), [m("basics")].into());
+    let graph: BTreeMap<ModPath, BTreeSet<ModPath>> = [
+        (vec![], [m("consumer"), m("wire")].into()), // the root: no layer
+        (m("guard/x"), [m("basics"), m("guard")].into()), // down, and inside itself
+        (m("wire"), [m("group/y")].into()),          // up
+        (m("share"), [m("consumer"), m("group")].into()), // sideways, and down
+        (m("elsewhere"), [m("basics")].into()),      // in no layer
+    ]
+    .into();
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        layer_violations(&graph),
+        [
+            pair("elsewhere", "elsewhere"),
+            pair("share", "consumer"),
+            pair("wire", "group")
+        ]
+    );
+
     let files: Vec<(String, String)> = [
         (
             "lib.rs",
@@ -443,6 +558,40 @@ fn no_sibling_modules_use_each_other_around_a_circle() {
          parameter):\n{}",
         cycles.len(),
         cycles.join("\n")
+    );
+}
+
+#[test]
+fn no_layer_uses_one_above_it_or_beside_it() {
+    let files = source_files();
+    let modules: BTreeSet<ModPath> = files.iter().map(|(rel, _)| module_path(rel)).collect();
+    let lib = files.iter().find(|(rel, _)| rel == "lib.rs").expect("src/lib.rs");
+    let reexports = root_reexports(&lib.1);
+    let graph: BTreeMap<ModPath, BTreeSet<ModPath>> = files
+        .iter()
+        .map(|(rel, text)| (module_path(rel), strip_tests(text)))
+        .filter(|(module, _)| !is_test_file(module))
+        .map(|(module, code)| {
+            let mut used = uses(&module, &code, &modules);
+            used.extend(uses_through_root(&code, &reexports));
+            (module, used)
+        })
+        .collect();
+    let order: Vec<String> = LAYERS.iter().map(|layer| layer.join(" | ")).collect();
+    let wrong: Vec<String> = layer_violations(&graph)
+        .iter()
+        .map(|(from, to)| match from == to {
+            true => format!("  {from}: in no layer (add it to LAYERS)"),
+            false => format!("  {from} -> {to}"),
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} use(s) that run up or sideways between the layers (bottom first: {}; a module \
+         uses only layers below its own: move what both need down, or pass it in from above):\n{}",
+        wrong.len(),
+        order.join(" < "),
+        wrong.join("\n")
     );
 }
 

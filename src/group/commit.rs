@@ -56,15 +56,15 @@
 
 use std::collections::BTreeSet;
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SendError, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 pub use super::changes::{CommitKind, CommitResults};
 use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
 use super::session::{membership_refusal, CommitRefusal, GroupThread, Shared};
-use crate::metrics;
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
@@ -78,16 +78,16 @@ impl CommitKind {
     fn between_polls(self) -> bool {
         !matches!(self, CommitKind::Handoff)
     }
-
-    /// Its name in the commit metrics' `kind` label.
-    fn label(self) -> &'static str {
-        match self {
-            CommitKind::Handoff => "handoff",
-            CommitKind::Application => "application",
-            CommitKind::Paced => "paced",
-        }
-    }
 }
+
+/// Hears of every OffsetCommit this process sends: its group, kind, round trip and whether it
+/// failed or was refused for some partition.
+pub(crate) type CommitObserver = fn(group_id: &str, kind: CommitKind, took: Duration, failed: bool);
+
+/// The one [`CommitObserver`], installed by a layer above (the metrics hooks) at most once.
+/// Why a hook and not a call: the group layer reports what happened, the layers above decide
+/// what to publish, and the group does not reach up to them.
+pub(crate) static COMMIT_OBSERVER: OnceLock<CommitObserver> = OnceLock::new();
 
 /// Commits `offsets` carrying `identity`. The caller gets each partition's error, and must not
 /// retry it into success: the partitions may belong to someone else now.
@@ -128,12 +128,14 @@ pub(crate) fn commit_offsets(
         member_id: &identity.member_id,
         group_instance_id: instance_id,
     };
-    let timer = metrics::Timer::start();
+    let began = Instant::now();
     let sent = send(&who, offsets);
-    let failed = sent
-        .as_ref()
-        .map_or(true, |r| r.iter().any(|(_, r)| r.is_err()));
-    metrics::commit_answered(group_id, kind.label(), timer, failed);
+    if let Some(observe) = COMMIT_OBSERVER.get() {
+        let failed = sent
+            .as_ref()
+            .map_or(true, |r| r.iter().any(|(_, r)| r.is_err()));
+        observe(group_id, kind, began.elapsed(), failed);
+    }
     let mut results = sent.map_err(CommitError::Wire)?;
     if kind != CommitKind::Paced {
         retry_stale_epoch(send, shared, &who, offsets, &mut results)?;
