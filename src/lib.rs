@@ -17,6 +17,8 @@
 //!   completed prefix, and has a decoupled mode with worker threads
 //!   ([`Consumer::run_with_workers`], handlers get a [`WorkContext`]). [`ConsumerConfig`] takes
 //!   Kafka's own setting names.
+//! - [`config`]: the settings under Kafka's names that the consumer and the share consumer
+//!   both read, in one table ([`config::SETTINGS`]) with one validation.
 //! - [`group`]: consumer-group membership (classic protocol: eager and cooperative assignors,
 //!   static membership) with a background heartbeat thread.
 //! - [`wire`]: a blocking Kafka client over `std::net` whose messages are encoded by the
@@ -45,6 +47,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod basics;
+pub mod config;
 pub mod consumer;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::fs;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rebalance_guard::consumer::config::JaasConfig;
+use rebalance_guard::config::JaasConfig;
 use rebalance_guard::consumer::ConsumerConfig;
 
 /// The marker secrets, one per test. A block counts when it holds a marker's first

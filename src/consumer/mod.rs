@@ -63,10 +63,10 @@
 //!   and the [`StatsHandle`] that reads them from another thread.
 //! - `context.rs`: the guard as the consumer holds it, the handler's [`WorkContext`] and the
 //!   observer's [`GuardView`].
-//! - [`config`], `error.rs`: settings under Kafka's names, and [`ConsumerError`].
+//! - `error.rs`: [`ConsumerError`]. The settings under Kafka's names are the layer below,
+//!   `crate::config`, which the share consumer reads too.
 
 mod batch;
-pub mod config;
 mod context;
 pub mod dead_letter;
 mod dispatch;
@@ -83,6 +83,10 @@ mod sizer;
 mod stats;
 mod wake;
 mod workers;
+
+// The settings sit a layer below (`crate::config`, shared with the share consumer); the
+// children of this module name them as `super::config`.
+use crate::config;
 
 pub use batch::{Batch, Delivery, KeyFn};
 pub use config::{

@@ -8,7 +8,7 @@
 //! line by construction; checked here by masking the password); what is accepted has a user and
 //! a password and reads back the same when written out again as a quoted line.
 
-use crate::consumer::config::JaasConfig;
+use crate::config::JaasConfig;
 use crate::consumer::ConfigError;
 
 /// `value` quoted the way the JAAS syntax reads it back: `"` and `\` escaped.

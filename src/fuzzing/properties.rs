@@ -8,8 +8,8 @@
 //! password); what is accepted reads back as the same pairs when written out again with every
 //! special character escaped (so the parser and its escapes agree with the syntax it documents).
 
-use crate::consumer::config::parse_properties;
-use crate::consumer::config::properties::{BAD_HEX, LONE_HIGH, LONE_LOW};
+use crate::config::parse_properties;
+use crate::config::properties::{BAD_HEX, LONE_HIGH, LONE_LOW};
 
 /// `text` escaped so that the parser reads it back unchanged, as a key or as a value.
 fn escaped(text: &str) -> String {

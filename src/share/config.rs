@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::consumer::{ConfigError, ConsumerConfig};
+use crate::config::{ConfigError, ConsumerConfig};
 use crate::wire::ClientConfig;
 
 /// `share.acquire.mode` (KIP-1206): how the broker bounds the records one ShareFetch acquires.

@@ -3,7 +3,7 @@
 use std::error::Error;
 use std::fmt;
 
-use crate::consumer::ConfigError;
+use crate::config::ConfigError;
 use crate::group::GroupError;
 use crate::guard::GuardConfigError;
 use crate::wire::WireError;

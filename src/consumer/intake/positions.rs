@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::wire::{CommittedOffset, ErrorChain, OffsetSpec, RecordSource};
 use crate::TopicPartition;
 
-use crate::consumer::config::{AutoOffsetReset, ConsumerConfig};
+use crate::config::{AutoOffsetReset, ConsumerConfig};
 use crate::consumer::error::ConsumerError;
 
 /// Which position a pending partition is waiting for.

@@ -1,4 +1,8 @@
-//! Consumer configuration, under Kafka's own property names.
+//! Consumer configuration, under Kafka's own property names: the layer under both consumers.
+//!
+//! Why a layer of its own: the consumer and the share consumer connect, authenticate and fetch
+//! alike, so they read those settings from one table with one validation; each adds its own
+//! rows (the share consumer's `share.*` ones among them), and neither imports the other.
 //!
 //! Why Kafka's names: operators already know them, and a `.properties` file written for a Java or
 //! librdkafka consumer should mostly just work here. Why validation at build time, and strict: a

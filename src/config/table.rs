@@ -68,7 +68,7 @@ macro_rules! resolve_setting {
     (required, $name:literal, $ty:ty, $rule:path, $value:expr) => {
         $rule(
             $name,
-            $value.ok_or($crate::consumer::config::ConfigError::Missing { name: $name })?,
+            $value.ok_or($crate::config::ConfigError::Missing { name: $name })?,
         )?
     };
     (none, $name:literal, $ty:ty, $rule:path, $value:expr) => {
@@ -89,7 +89,7 @@ macro_rules! resolve_setting {
             match $value {
                 Some(value) => value,
                 None => {
-                    <$ty as $crate::consumer::config::values::SettingValue>::parse($name, $text)?
+                    <$ty as $crate::config::values::SettingValue>::parse($name, $text)?
                 }
             },
         )?
@@ -102,14 +102,14 @@ macro_rules! push_setting {
         if let Some(value) = $value {
             $out.push((
                 $name,
-                $crate::consumer::config::values::SettingValue::text(value),
+                $crate::config::values::SettingValue::text(value),
             ));
         }
     };
     ($default:tt, $out:ident, $name:literal, $value:expr) => {
         $out.push((
             $name,
-            $crate::consumer::config::values::SettingValue::text($value),
+            $crate::config::values::SettingValue::text($value),
         ))
     };
 }
@@ -180,7 +180,7 @@ macro_rules! settings {
                     $(
                         $name => {
                             self.$field = Some(
-                                <$ty as $crate::consumer::config::values::SettingValue>::parse(
+                                <$ty as $crate::config::values::SettingValue>::parse(
                                     $name, value,
                                 )?,
                             )
