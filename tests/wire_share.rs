@@ -21,9 +21,9 @@ use kafka_protocol::messages::{
     self as msg, incremental_alter_configs_request as iac, ApiKey, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use rebalance_guard::guard::{AckType, SessionScope};
 use rebalance_guard::wire::share::{
-    AckError, AckType, AcquiredRecord, SessionScope, ShareAck, ShareFetchSettings, ShareFetcher,
-    INVALID_RECORD_STATE,
+    AckError, AcquiredRecord, ShareAck, ShareFetchSettings, ShareFetcher, INVALID_RECORD_STATE,
 };
 use rebalance_guard::wire::{Client, ClientConfig, KafkaCode, ProduceRecord};
 use rebalance_guard::TopicPartition;

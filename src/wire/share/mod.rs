@@ -42,17 +42,14 @@ use crate::TopicPartition;
 pub use acks::MAX_ACKS_PER_PARTITION;
 pub use answers::{MAX_GAPS_PER_PARTITION, MAX_OWED_PER_SESSION};
 pub use fetcher::ShareFetcher;
+// The lock guard's, which decides how a record is acknowledged and whose leases read the
+// session: named here, not re-exported (the wire layer has no second name for them).
+use crate::guard::{AckType, SessionScope};
 pub use session::{
     AckMap, AckQueue, SessionRequest, ShareSession, Verdict, ACKNOWLEDGE_ADVANCES_EPOCH,
     INVALID_RECORD_STATE, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
     SHARE_SESSION_NOT_FOUND,
 };
-
-/// How a record is acknowledged: one definition, the lock guard's, which decides it.
-pub use crate::guard::AckType;
-/// The share session (and partition) an acquisition belongs to: one definition, the lock
-/// guard's, whose leases read it.
-pub use crate::guard::SessionScope;
 
 use crate::guard::LockLease;
 
