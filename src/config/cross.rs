@@ -20,6 +20,38 @@ pub(super) const CLASSIC_ONLY: &[&str] = &[
     "heartbeat.interval.ms",
 ];
 
+/// The consumer-group settings a share consumer refuses, each with what decides it instead
+/// (as Java's `KafkaShareConsumer` refuses them, rather than ignoring them).
+pub(super) const NOT_FOR_SHARE_GROUPS: &[(&str, &str)] = &[
+    ("group.instance.id", "share group members are dynamic (no static membership in KIP-932)"),
+    ("session.timeout.ms", "the group's `share.session.timeout.ms` (broker `group.share.session.timeout.ms`) decides it"),
+    ("heartbeat.interval.ms", "the group's `share.heartbeat.interval.ms` decides it; the broker sends it in every heartbeat answer"),
+    ("partition.assignment.strategy", "the broker assigns partitions (`group.share.assignors`)"),
+    ("group.remote.assignor", "the broker assigns partitions (`group.share.assignors`)"),
+    ("group.protocol", "a share consumer always speaks the share group protocol"),
+    ("auto.offset.reset", "set the group config `share.auto.offset.reset` (Admin incrementalAlterConfigs on the GROUP resource)"),
+    ("isolation.level", "set the group config `share.isolation.level`"),
+    ("enable.auto.commit", "nothing is committed: each record is acknowledged once it finished"),
+    ("commit.interval.ms", "nothing is committed: acknowledgements ride on the next ShareFetch"),
+    ("commit.metadata.max.bytes", "nothing is committed: each record is acknowledged"),
+    ("max.poll.interval.ms", "the record lock (`share.record.lock.duration.ms`) bounds how long a record may take"),
+    ("revoke.drain.timeout.ms", "share groups have no revocation: a record's lock, not its partition, is the lease"),
+    ("session.bound.ms", "a record's lease ends with its lock, before the broker's"),
+    ("processing.order", "a share group delivers records of one partition to several members, in no order"),
+    ("processing.max.in.flight.per.partition", "a share group bounds in-flight records per partition on the broker (`group.share.partition.max.record.locks`)"),
+    ("processing.retry.backoff.ms", "a released record is redelivered by the broker; a backoff would hold its lock"),
+    ("processing.retry.backoff.max.ms", "a released record is redelivered by the broker; a backoff would hold its lock"),
+    ("rebalance.storm.window.ms", "share groups have no rebalances that stop processing"),
+    ("rebalance.storm.threshold", "share groups have no rebalances that stop processing"),
+    ("batch.safety.factor", "batches are bounded by `max.poll.records` and each record by its lock"),
+];
+
+/// Whether a setting is the share consumer's own (its rows in the table are named `share.*`):
+/// refused by the consumer, which has no share group to apply it to.
+pub(super) fn share_only(name: &str) -> bool {
+    name.starts_with("share.")
+}
+
 /// The cap on the default `revoke.drain.timeout.ms` when `max.poll.interval.ms` is large. Why
 /// ten seconds: long enough for a side effect with one retry, short enough that one hung handler
 /// cannot stall a rebalance of the whole group for long.

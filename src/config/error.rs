@@ -4,6 +4,7 @@ use std::error::Error;
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::basics::error_kind::ErrorKind;
 use crate::group::StrategyError;
 
 /// Why a configuration was refused. Every variant names the setting (see [`ConfigError::setting`])
@@ -106,6 +107,12 @@ pub enum ConfigError {
         /// What decides it in a share group instead.
         instead: &'static str,
     },
+    /// A share consumer's own setting (`share.*`) given to the consumer, which has no share
+    /// group to apply it to: refused rather than ignored.
+    ShareOnly {
+        /// The setting.
+        name: &'static str,
+    },
     /// A `.properties` file could not be read.
     File {
         /// The file.
@@ -140,11 +147,21 @@ impl ConfigError {
             | ConfigError::InvalidSecret { name, .. }
             | ConfigError::TlsFile { name, .. }
             | ConfigError::ClassicOnly { name }
+            | ConfigError::ShareOnly { name }
             | ConfigError::NotForShareGroups { name, .. } => Some(name),
             ConfigError::AutoCommitRefused => Some("enable.auto.commit"),
             ConfigError::Strategies(_) => Some("partition.assignment.strategy"),
             ConfigError::File { .. } | ConfigError::Syntax { .. } => None,
         }
+    }
+}
+
+impl ConfigError {
+    /// [`ErrorKind::Config`], for every variant: the same kind as every other error of the
+    /// crate reports for a refused configuration, so that a caller that sorts failures by kind
+    /// needs no case for this type.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Config
     }
 }
 
@@ -210,6 +227,11 @@ impl fmt::Display for ConfigError {
                 "setting `{name}` applies to group.protocol=classic only; with \
                  group.protocol=consumer the broker owns it (its group.consumer.* settings; \
                  group.remote.assignor names a broker-side assignor)"
+            ),
+            ConfigError::ShareOnly { name } => write!(
+                f,
+                "setting `{name}` applies to a share consumer only (ShareConfig); this consumer \
+                 belongs to a consumer group"
             ),
             ConfigError::File {
                 path,

@@ -82,7 +82,7 @@ pub use security::{
     EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol, CALLBACK, HIDDEN,
 };
 pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
-pub use values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
+pub use values::{AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder};
 
 use crate::group::consumer_group::ConsumerGroupConfig;
 use crate::group::RebalanceProtocol;
@@ -143,6 +143,8 @@ impl ConsumerConfig {
     /// [`HIDDEN`], which is refused when read back: put the real secret in again.
     pub fn to_properties(&self) -> Vec<(&'static str, String)> {
         let mut out = self.all_properties();
+        // The share consumer's own settings: the consumer refuses them, so it does not print them.
+        out.retain(|(k, _)| !cross::share_only(k));
         // The group protocol decides these; printing them would make the round trip refuse them.
         if self.group_protocol == GroupProtocol::Consumer {
             out.retain(|(k, _)| !cross::CLASSIC_ONLY.contains(k));
@@ -189,6 +191,18 @@ impl ConsumerConfig {
     /// `max.poll.records`: at least 1.
     pub fn max_poll_records(&self) -> usize {
         self.max_poll_records
+    }
+    /// `share.acquire.mode` (the share consumer's; a consumer's is always the default).
+    pub(crate) fn share_acquire_mode(&self) -> AcquireMode {
+        self.share_acquire_mode
+    }
+    /// `share.lock.safety.margin.ms`, when set.
+    pub(crate) fn share_lock_safety_margin(&self) -> Option<Duration> {
+        self.share_lock_safety_margin
+    }
+    /// `share.lock.renew`.
+    pub(crate) fn share_lock_renew(&self) -> bool {
+        self.share_lock_renew
     }
     /// `partition.assignment.strategy` in preference order: non-empty, no duplicates, all of
     /// one [`RebalanceProtocol`].
@@ -453,6 +467,27 @@ impl ConsumerConfigBuilder {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
+        let share_only_set = SETTINGS
+            .iter()
+            .find(|s| cross::share_only(s.name) && self.is_set(s.name));
+        if let Some(setting) = share_only_set {
+            return Err(ConfigError::ShareOnly { name: setting.name });
+        }
+        self.build_checked()
+    }
+
+    /// What a share consumer's configuration is built by: the `share.*` rows are accepted, and
+    /// every other rule is the consumer's. The settings a share group decides elsewhere are
+    /// refused as they are given ([`refused_for_share`]).
+    pub(crate) fn build_for_share(mut self) -> Result<ConsumerConfig, ConfigError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.build_checked()
+    }
+
+    /// Each setting's own rule, then the rules between settings.
+    fn build_checked(self) -> Result<ConsumerConfig, ConfigError> {
         let classic_only_set = cross::CLASSIC_ONLY
             .iter()
             .copied()
@@ -461,6 +496,16 @@ impl ConsumerConfigBuilder {
         cross::check(&config, classic_only_set)?;
         Ok(config)
     }
+}
+
+/// [`ConfigError::NotForShareGroups`] for a consumer-group setting that a share group decides
+/// elsewhere (the broker assigns, the group's own configuration sets the start position and the
+/// lock), with what decides it instead; `None` for any other name.
+pub(crate) fn refused_for_share(name: &str) -> Option<ConfigError> {
+    let (name, instead) = cross::NOT_FOR_SHARE_GROUPS
+        .iter()
+        .find(|(refused, _)| *refused == name)?;
+    Some(ConfigError::NotForShareGroups { name, instead })
 }
 
 #[cfg(test)]

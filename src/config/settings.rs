@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use super::security::{EndpointIdentification, JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
-use super::values::{AutoOffsetReset, GroupProtocol, ProcessingOrder};
+use super::values::{
+    AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder,
+};
 use super::{checks, cross, ConfigError};
 use crate::group::consumer_group::RemoteAssignor;
 use crate::group::Strategy;
@@ -387,5 +389,33 @@ settings! {
         rule: checks::positive_ms,
         set: |backoff: Duration| backoff,
         doc: "Cap on the doubling retry backoff; at least `processing.retry.backoff.ms`. Ten seconds: a broken dependency is not hammered, a record is not held for minutes.",
+    }
+    share_acknowledgement_mode: AcknowledgementMode {
+        name: "share.acknowledgement.mode",
+        default: "explicit",
+        rule: checks::any,
+        set: |mode: AcknowledgementMode| mode,
+        doc: "Share consumer only. Kafka's name; only `explicit` is accepted: every record is acknowledged by what its handler did and whether its lock may have expired. `implicit` (accept everything the previous poll returned) would accept records whose lock ran out.",
+    }
+    share_acquire_mode: AcquireMode {
+        name: "share.acquire.mode",
+        default: "record_limit",
+        rule: checks::any,
+        set: |mode: AcquireMode| mode,
+        doc: "Share consumer only. `record_limit` or `batch_optimized` (KIP-1206, ShareFetch v2). With `record_limit` the broker acquires at most what a fetch asks for (`max.poll.records` for `poll`, two per worker thread in the decoupled mode). Kafka's default is `batch_optimized` (whole batches); ours differs because an acquired record that waits past its lock spends one of its deliveries.",
+    }
+    share_lock_safety_margin: Duration {
+        name: "share.lock.safety.margin.ms",
+        default: none,
+        rule: checks::positive_ms,
+        set: |margin: Duration| margin,
+        doc: "Share consumer only; ours. How long before the broker's lock a record's lease ends: covers the clock difference and the request's trip (the lease is measured from the ShareFetch's send time, so the trip back is already inside it). Unset: a tenth of the lock the broker reports, at least 1000.",
+    }
+    share_lock_renew: bool {
+        name: "share.lock.renew",
+        default: "true",
+        rule: checks::any,
+        set: |renew: bool| renew,
+        doc: "Share consumer only; ours. Renew the lock of a record still running at half its lock (RENEW, KIP-1222, Kafka 4.2+ brokers); without it a slow record's lease simply ends.",
     }
 }

@@ -366,3 +366,81 @@ impl SettingValue for IsolationLevel {
         isolation_name(*self).to_string()
     }
 }
+
+/// `share.acquire.mode` (KIP-1206): how the broker bounds the records one ShareFetch acquires.
+///
+/// Our default differs from Kafka's (`batch_optimized`): a record acquired and not started is a
+/// lock running out, and a lock that runs out spends one of the record's deliveries
+/// (`share.delivery.count.limit`, after which the broker archives it). A slow worker handed
+/// whole producer batches can burn a record's deliveries without ever starting it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AcquireMode {
+    /// Whole batches, possibly more than asked for (Kafka's default): fewer requests.
+    BatchOptimized,
+    /// At most the records asked for, splitting batches (our default): no record is locked
+    /// that this member will not start soon. Needs ShareFetch v2 (Kafka 4.2+); an older broker
+    /// acquires whole batches.
+    #[default]
+    RecordLimit,
+}
+
+impl AcquireMode {
+    /// The byte ShareFetch v2 carries.
+    pub fn wire_value(self) -> i8 {
+        match self {
+            AcquireMode::BatchOptimized => 0,
+            AcquireMode::RecordLimit => 1,
+        }
+    }
+}
+
+impl SettingValue for AcquireMode {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        match text.to_ascii_lowercase().as_str() {
+            "batch_optimized" => Ok(AcquireMode::BatchOptimized),
+            "record_limit" => Ok(AcquireMode::RecordLimit),
+            _ => Err(invalid(
+                name,
+                text,
+                "one of `batch_optimized`, `record_limit`",
+            )),
+        }
+    }
+    fn text(&self) -> String {
+        match self {
+            AcquireMode::BatchOptimized => "batch_optimized",
+            AcquireMode::RecordLimit => "record_limit",
+        }
+        .to_string()
+    }
+}
+
+/// `share.acknowledgement.mode`: Kafka's setting, of which only `explicit` is accepted.
+///
+/// Why only one value: every record is acknowledged by what its handler did and whether its
+/// lock may have expired; `implicit` (accept everything the previous poll returned) would
+/// accept records whose lock ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AcknowledgementMode {
+    /// Each record by its outcome.
+    #[default]
+    Explicit,
+}
+
+impl SettingValue for AcknowledgementMode {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        if text.eq_ignore_ascii_case("explicit") {
+            Ok(AcknowledgementMode::Explicit)
+        } else {
+            Err(invalid(
+                name,
+                text,
+                "`explicit` (each record is acknowledged by its outcome; `implicit` would accept \
+                 records whose lock ran out)",
+            ))
+        }
+    }
+    fn text(&self) -> String {
+        "explicit".to_string()
+    }
+}

@@ -2,124 +2,25 @@
 //! fetch settings as they are, the few `share.*` settings of Java's `KafkaShareConsumer`, and
 //! two of our own for the lock guard.
 //!
-//! Why one validation with the consumer's: a share consumer connects, authenticates and fetches
-//! as a consumer does, so those settings are read, checked and documented once
-//! ([`ConsumerConfig`]). The consumer-group settings that a share group decides elsewhere (the
-//! broker assigns, the group's own configuration sets the start position and the lock) are
-//! refused by name with [`ConfigError::NotForShareGroups`], as Java refuses them, rather than
-//! silently ignored.
+//! Why one table with the consumer's: a share consumer connects, authenticates and fetches as a
+//! consumer does, so its settings are rows of the one settings table (`crate::config`), read,
+//! checked and documented once, its own `share.*` rows among them. The consumer-group settings
+//! that a share group decides elsewhere (the broker assigns, the group's own configuration sets
+//! the start position and the lock) are refused by name with
+//! [`ConfigError::NotForShareGroups`], as Java refuses them, rather than silently ignored.
 
 use std::time::Duration;
 
-use crate::config::{ConfigError, ConsumerConfig};
+use crate::config::{self, AcquireMode, ConfigError, ConsumerConfig};
 use crate::wire::ClientConfig;
 
-/// `share.acquire.mode` (KIP-1206): how the broker bounds the records one ShareFetch acquires.
-///
-/// Our default differs from Kafka's (`batch_optimized`): a record acquired and not started is a
-/// lock running out, and a lock that runs out spends one of the record's deliveries
-/// (`share.delivery.count.limit`, after which the broker archives it). A slow worker handed
-/// whole producer batches can burn a record's deliveries without ever starting it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum AcquireMode {
-    /// Whole batches, possibly more than asked for (Kafka's default): fewer requests.
-    BatchOptimized,
-    /// At most the records asked for, splitting batches (our default): no record is locked
-    /// that this member will not start soon. Needs ShareFetch v2 (Kafka 4.2+); an older broker
-    /// acquires whole batches.
-    #[default]
-    RecordLimit,
-}
-
-impl AcquireMode {
-    /// The byte ShareFetch v2 carries.
-    pub fn wire_value(self) -> i8 {
-        match self {
-            AcquireMode::BatchOptimized => 0,
-            AcquireMode::RecordLimit => 1,
-        }
-    }
-}
-
-/// The consumer-group settings a share consumer refuses, each with what decides it instead.
-const NOT_FOR_SHARE_GROUPS: &[(&str, &str)] = &[
-    ("group.instance.id", "share group members are dynamic (no static membership in KIP-932)"),
-    ("session.timeout.ms", "the group's `share.session.timeout.ms` (broker `group.share.session.timeout.ms`) decides it"),
-    ("heartbeat.interval.ms", "the group's `share.heartbeat.interval.ms` decides it; the broker sends it in every heartbeat answer"),
-    ("partition.assignment.strategy", "the broker assigns partitions (`group.share.assignors`)"),
-    ("group.remote.assignor", "the broker assigns partitions (`group.share.assignors`)"),
-    ("group.protocol", "a share consumer always speaks the share group protocol"),
-    ("auto.offset.reset", "set the group config `share.auto.offset.reset` (Admin incrementalAlterConfigs on the GROUP resource)"),
-    ("isolation.level", "set the group config `share.isolation.level`"),
-    ("enable.auto.commit", "nothing is committed: each record is acknowledged once it finished"),
-    ("commit.interval.ms", "nothing is committed: acknowledgements ride on the next ShareFetch"),
-    ("commit.metadata.max.bytes", "nothing is committed: each record is acknowledged"),
-    ("max.poll.interval.ms", "the record lock (`share.record.lock.duration.ms`) bounds how long a record may take"),
-    ("revoke.drain.timeout.ms", "share groups have no revocation: a record's lock, not its partition, is the lease"),
-    ("session.bound.ms", "a record's lease ends with its lock, before the broker's"),
-    ("processing.order", "a share group delivers records of one partition to several members, in no order"),
-    ("processing.max.in.flight.per.partition", "a share group bounds in-flight records per partition on the broker (`group.share.partition.max.record.locks`)"),
-    ("processing.retry.backoff.ms", "a released record is redelivered by the broker; a backoff would hold its lock"),
-    ("processing.retry.backoff.max.ms", "a released record is redelivered by the broker; a backoff would hold its lock"),
-    ("rebalance.storm.window.ms", "share groups have no rebalances that stop processing"),
-    ("rebalance.storm.threshold", "share groups have no rebalances that stop processing"),
-    ("batch.safety.factor", "batches are bounded by `max.poll.records` and each record by its lock"),
-];
-
 /// A validated share consumer configuration. Build it with [`ShareConfig::builder`] or
-/// [`ShareConfig::from_properties`]; [`SHARE_SETTINGS`] documents the `share.*` settings, and
-/// the consumer's `SETTINGS` every other one it accepts.
+/// [`ShareConfig::from_properties`]; the settings table (`config::SETTINGS`) documents every
+/// setting it accepts, its own `share.*` rows among them.
 #[derive(Clone, Debug)]
 pub struct ShareConfig {
     base: ConsumerConfig,
-    acquire_mode: AcquireMode,
-    lock_safety_margin: Option<Duration>,
-    lock_renew: bool,
 }
-
-/// One `share.*` setting: its name, default and why it exists.
-#[derive(Clone, Copy, Debug)]
-pub struct ShareSettingDoc {
-    /// The property name.
-    pub name: &'static str,
-    /// The default, as a `.properties` file would write it.
-    pub default: &'static str,
-    /// What it does and why the default is what it is.
-    pub doc: &'static str,
-}
-
-/// The share consumer's own settings; README.md's share table is checked against it.
-pub const SHARE_SETTINGS: &[ShareSettingDoc] = &[
-    ShareSettingDoc {
-        name: "share.acknowledgement.mode",
-        default: "explicit",
-        doc: "Kafka's name; only `explicit` is accepted: every record is acknowledged by what its \
-              handler did and whether its lock may have expired. `implicit` (accept everything \
-              the previous poll returned) would accept records whose lock ran out.",
-    },
-    ShareSettingDoc {
-        name: "share.acquire.mode",
-        default: "record_limit",
-        doc: "`record_limit` or `batch_optimized` (KIP-1206, ShareFetch v2). With `record_limit` \
-              the broker acquires at most what a fetch asks for (`max.poll.records` for `poll`, \
-              two per worker thread in the decoupled mode). Kafka's default is \
-              `batch_optimized` (whole batches); ours differs because an acquired record that \
-              waits past its lock spends one of its deliveries.",
-    },
-    ShareSettingDoc {
-        name: "share.lock.safety.margin.ms",
-        default: "(a tenth of the lock, at least 1000)",
-        doc: "Ours. How long before the broker's lock a record's lease ends: covers the clock \
-              difference and the request's trip (the lease is measured from the ShareFetch's \
-              send time, so the trip back is already inside it).",
-    },
-    ShareSettingDoc {
-        name: "share.lock.renew",
-        default: "true",
-        doc: "Ours. Renew the lock of a record still running at half its lock (RENEW, KIP-1222, \
-              Kafka 4.2+ brokers); without it a slow record's lease simply ends.",
-    },
-];
 
 impl ShareConfig {
     /// A builder with every setting at its default.
@@ -128,8 +29,8 @@ impl ShareConfig {
     }
 
     /// Builds from `(name, value)` pairs; a later pair overrides an earlier one of the same
-    /// name. Consumer settings are checked by the consumer's own rules; settings a share group
-    /// decides elsewhere are refused by name.
+    /// name. Every setting is read and checked by the one settings table; the consumer-group
+    /// settings a share group decides elsewhere are refused by name.
     pub fn from_properties<I, K, V>(properties: I) -> Result<ShareConfig, ConfigError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -137,83 +38,19 @@ impl ShareConfig {
         V: AsRef<str>,
     {
         let mut base = ConsumerConfig::builder();
-        let mut acquire_mode = AcquireMode::default();
-        let mut lock_safety_margin = None;
-        let mut lock_renew = true;
         for (name, value) in properties {
-            let (name, value) = (name.as_ref().trim(), value.as_ref().trim());
-            if let Some((refused, instead)) = NOT_FOR_SHARE_GROUPS.iter().find(|(n, _)| *n == name)
-            {
-                return Err(ConfigError::NotForShareGroups {
-                    name: refused,
-                    instead,
-                });
+            let name = name.as_ref().trim();
+            if let Some(refused) = config::refused_for_share(name) {
+                return Err(refused);
             }
-            match name {
-                "share.acknowledgement.mode" => {
-                    if !value.eq_ignore_ascii_case("explicit") {
-                        return Err(ConfigError::InvalidValue {
-                            name: "share.acknowledgement.mode",
-                            value: value.to_string(),
-                            expected: "`explicit` (each record is acknowledged by its outcome; \
-                                       `implicit` would accept records whose lock ran out)",
-                        });
-                    }
-                }
-                "share.acquire.mode" => {
-                    acquire_mode = match value.to_ascii_lowercase().as_str() {
-                        "batch_optimized" => AcquireMode::BatchOptimized,
-                        "record_limit" => AcquireMode::RecordLimit,
-                        _ => {
-                            return Err(ConfigError::InvalidValue {
-                                name: "share.acquire.mode",
-                                value: value.to_string(),
-                                expected: "one of `batch_optimized`, `record_limit`",
-                            })
-                        }
-                    }
-                }
-                "share.lock.safety.margin.ms" => {
-                    let ms: u64 = value.parse().map_err(|_| ConfigError::InvalidValue {
-                        name: "share.lock.safety.margin.ms",
-                        value: value.to_string(),
-                        expected: "a whole number of milliseconds",
-                    })?;
-                    if ms == 0 {
-                        return Err(ConfigError::OutOfRange {
-                            name: "share.lock.safety.margin.ms",
-                            value: value.to_string(),
-                            rule: "must be at least 1: a lease that ends with the broker's lock \
-                                   races its redelivery",
-                        });
-                    }
-                    lock_safety_margin = Some(Duration::from_millis(ms));
-                }
-                "share.lock.renew" => {
-                    lock_renew = match value.to_ascii_lowercase().as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => {
-                            return Err(ConfigError::InvalidValue {
-                                name: "share.lock.renew",
-                                value: value.to_string(),
-                                expected: "`true` or `false`",
-                            })
-                        }
-                    }
-                }
-                _ => base = base.set(name, value),
-            }
+            base = base.set(name, value.as_ref());
         }
         Ok(ShareConfig {
-            base: base.build()?,
-            acquire_mode,
-            lock_safety_margin,
-            lock_renew,
+            base: base.build_for_share()?,
         })
     }
 
-    /// The consumer settings underneath (connection, security, fetch, `max.poll.records`,
+    /// The settings underneath (connection, security, fetch, `max.poll.records`,
     /// `processing.retries`, `idempotency.cache.size`).
     pub fn consumer(&self) -> &ConsumerConfig {
         &self.base
@@ -226,18 +63,18 @@ impl ShareConfig {
 
     /// `share.acquire.mode`.
     pub fn acquire_mode(&self) -> AcquireMode {
-        self.acquire_mode
+        self.base.share_acquire_mode()
     }
 
     /// `share.lock.safety.margin.ms`, when set (otherwise the lock guard derives it from the
     /// lock the broker reports).
     pub fn lock_safety_margin(&self) -> Option<Duration> {
-        self.lock_safety_margin
+        self.base.share_lock_safety_margin()
     }
 
     /// `share.lock.renew`.
     pub fn lock_renew(&self) -> bool {
-        self.lock_renew
+        self.base.share_lock_renew()
     }
 
     /// The wire client's settings (the consumer's, security included).
@@ -315,25 +152,72 @@ mod tests {
 
     #[test]
     fn consumer_group_settings_are_refused_by_name() {
-        for (name, _) in NOT_FOR_SHARE_GROUPS {
+        for name in [
+            "group.instance.id",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "partition.assignment.strategy",
+            "group.remote.assignor",
+            "group.protocol",
+            "auto.offset.reset",
+            "isolation.level",
+            "enable.auto.commit",
+            "commit.interval.ms",
+            "commit.metadata.max.bytes",
+            "max.poll.interval.ms",
+            "revoke.drain.timeout.ms",
+            "session.bound.ms",
+            "processing.order",
+            "processing.max.in.flight.per.partition",
+            "processing.retry.backoff.ms",
+            "processing.retry.backoff.max.ms",
+            "rebalance.storm.window.ms",
+            "rebalance.storm.threshold",
+            "batch.safety.factor",
+        ] {
             let err = minimal().set(name, "1").build().expect_err(name);
-            assert_eq!(err.setting(), Some(*name), "{err}");
+            assert_eq!(err.setting(), Some(name), "{err}");
             assert!(err
                 .to_string()
                 .contains("does not apply to a share consumer"));
         }
     }
 
-    /// README.md's share settings table has a row for every [`SHARE_SETTINGS`] entry, with its
-    /// default: the table is the operator's reference, so it must not drift from the code.
+    /// The share consumer's rows of the settings table, set to their documented defaults, give
+    /// the configuration of defaults: the default is written once, in the table.
     #[test]
-    fn the_readme_lists_every_share_setting_with_its_default() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-        let readme = std::fs::read_to_string(path).expect("README.md");
-        for s in SHARE_SETTINGS {
-            let row = format!("| `{}` | `{}` |", s.name, s.default);
-            assert!(readme.contains(&row), "README.md has no row {row}");
+    fn share_rows_default_as_documented() {
+        let rows = config::SETTINGS.iter().filter(|s| s.name.starts_with("share."));
+        let literal = rows.filter(|s| !s.default.starts_with('('));
+        let explicit = literal
+            .fold(minimal(), |b, s| b.set(s.name, s.default))
+            .build()
+            .expect("valid");
+        let defaults = minimal().build().expect("valid");
+        assert_eq!(explicit.consumer(), defaults.consumer());
+        assert_eq!(config::SETTINGS.iter().filter(|s| s.name.starts_with("share.")).count(), 4);
+    }
+
+    /// The consumer refuses the share consumer's own settings by name, and prints none of them.
+    #[test]
+    fn the_consumer_refuses_share_settings() {
+        for (name, value) in [
+            ("share.acquire.mode", "batch_optimized"),
+            ("share.lock.renew", "true"),
+            ("share.lock.safety.margin.ms", "2000"),
+            ("share.acknowledgement.mode", "explicit"),
+        ] {
+            let err = ConsumerConfig::builder()
+                .bootstrap_servers(["127.0.0.1:9092"])
+                .group_id("orders")
+                .set(name, value)
+                .build()
+                .expect_err(name);
+            assert_eq!(err, ConfigError::ShareOnly { name }, "{err}");
         }
+        let config = minimal().build().expect("valid");
+        let printed = config.consumer().to_properties();
+        assert!(printed.iter().all(|(name, _)| !name.starts_with("share.")));
     }
 
     #[test]

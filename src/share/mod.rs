@@ -58,7 +58,8 @@ mod stats;
 mod workers;
 
 pub use crate::guard::AckType;
-pub use config::{AcquireMode, ShareConfig, ShareConfigBuilder, ShareSettingDoc, SHARE_SETTINGS};
+pub use crate::config::AcquireMode;
+pub use config::{ShareConfig, ShareConfigBuilder};
 pub use consumer::{AckFailureHook, ShareConsumer, ShareKeyFn};
 pub use context::{ShareContext, ShareDelivery, ShareFailure};
 pub use error::ShareError;
