@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::group::Membership;
-use crate::guard::{AdmitError, CommitOffset, CompleteError, IdempotencyKey, Lease};
-use crate::wire::Record;
+use crate::guard::{AdmitError, CommitOffset, CompleteError, Lease};
+use crate::wire::{KeyFn, Record};
 use crate::TopicPartition;
 
 use super::context::Guard;
@@ -22,11 +22,6 @@ use super::pacer::CommitPacer;
 use super::retry::Retries;
 use super::sizer::{BatchPlan, BatchSizer};
 use super::stats::{ConsumerStats, RebalanceCounters};
-
-/// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
-/// has none. Never derive it from the Kafka record key alone unless that key identifies the
-/// event: many distinct events share an entity key, and they would be refused as duplicates.
-pub type KeyFn = Box<dyn Fn(&Record) -> Option<IdempotencyKey> + Send>;
 
 /// A record handed out by a [`Batch`], with the lease that proves it was admitted under the
 /// current assignment of its partition.

@@ -17,10 +17,10 @@ use crate::group::{
     Membership, RebalanceProtocol, TopicPattern,
 };
 use crate::guard::{CommitOffset, IdempotencyKey, Lease, RebalanceGuard, StormStatus};
-use crate::wire::{BrokerFailureDetection, FetchConfig, Record};
+use crate::wire::{BrokerFailureDetection, FetchConfig, KeyFn, Record};
 use crate::TopicPartition;
 
-use super::batch::{consumer_stats, Batch, KeyFn};
+use super::batch::{consumer_stats, Batch};
 use super::config::{ConsumerConfig, GroupProtocol};
 use super::context::{Guard, GuardView, WorkContext};
 use super::error::{ConsumerError, HandoffFailure};

@@ -46,14 +46,10 @@ use crate::guard::{
     AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome,
 };
 use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
-use crate::wire::{ErrorChain, Record, WireError};
+use crate::wire::{ErrorChain, KeyFn, Record, WireError};
 use crate::TopicPartition;
 
 use super::error::ShareError;
-
-/// The idempotency key of a record, derived by the application (an order id): a redelivered
-/// record whose key this member already applied is accepted without running again.
-pub type ShareKeyFn = Box<dyn Fn(&Record) -> Option<IdempotencyKey> + Send>;
 
 /// Told of every acknowledgement the broker refused or that was lost with its request: the
 /// partition, the offset, what was sent and why it failed.
@@ -70,7 +66,7 @@ pub struct ShareConsumer {
     membership: Option<ShareMembership>,
     pub(super) fetcher: Option<ShareFetcher>,
     pub(super) locks: LockGuard,
-    key_fn: Option<ShareKeyFn>,
+    key_fn: Option<KeyFn>,
     on_ack_failure: Option<AckFailureHook>,
     assignment_epoch: Option<i32>,
     buffer: VecDeque<(Record, LockLease)>,

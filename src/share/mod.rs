@@ -60,7 +60,7 @@ mod workers;
 pub use crate::guard::AckType;
 pub use crate::config::AcquireMode;
 pub use config::{ShareConfig, ShareConfigBuilder};
-pub use consumer::{AckFailureHook, ShareConsumer, ShareKeyFn};
+pub use consumer::{AckFailureHook, ShareConsumer};
 pub use context::{ShareContext, ShareDelivery, ShareFailure};
 pub use error::ShareError;
 pub use stats::ShareStats;

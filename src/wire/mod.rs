@@ -100,7 +100,7 @@ pub use connection::sasl::{SaslConfig, SaslMechanism};
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{ErrorChain, KafkaCode, Result, WireError};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
-pub use records::{DecodeBudget, ProduceRecord, Record, TimestampType};
+pub use records::{DecodeBudget, KeyFn, ProduceRecord, Record, TimestampType};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};
 pub use secret::Secret;
 pub use source::{Nudge, RecordSource};

@@ -47,6 +47,13 @@ impl From<KpTimestampType> for TimestampType {
     }
 }
 
+/// Derives the idempotency key of a record (an order id, an event id), or `None` when the record
+/// has none: the consumer and the share consumer both take one, so that a redelivered record
+/// whose key this member already applied is not applied again. Never derive it from the Kafka
+/// record key alone unless that key identifies the event: many distinct events share an entity
+/// key, and they would be refused as duplicates.
+pub type KeyFn = Box<dyn Fn(&Record) -> Option<crate::guard::IdempotencyKey> + Send>;
+
 /// One record fetched from Kafka, owning everything it needs.
 ///
 /// Key, value and header values are `Bytes` that share the response (or decompressed) buffer, so
