@@ -62,6 +62,8 @@ pub mod share;
 pub mod testing;
 pub mod wire;
 
+pub use basics::error_kind::ErrorKind;
+pub use basics::partition::TopicPartition;
 pub use consumer::{
     Batch, BatchPlan, ConfigError, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerError,
     ConsumerStats, Delivery, GuardView, HandoffFailure, PartitionStats, RebalanceCounters,
@@ -72,8 +74,6 @@ pub use guard::{
     AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, IdempotencyKey, Lease,
     PartitionSnapshot, RebalanceGuard, RewindError, SeekError, StormStatus,
 };
-pub use basics::error_kind::ErrorKind;
-pub use basics::partition::TopicPartition;
 pub use share::{
     ShareConfig, ShareConsumer, ShareContext, ShareDelivery, ShareError, ShareFailure, ShareStats,
 };

@@ -315,7 +315,11 @@ fn root_reexports(lib: &str) -> BTreeMap<String, ModPath> {
             .split("::")
             .map(String::from)
             .collect();
-        for name in group.split(',').map(str::trim).filter(|name| !name.is_empty()) {
+        for name in group
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+        {
             let name = name.rsplit(" as ").next().unwrap_or(name);
             names.insert(name.to_string(), module.clone());
         }
@@ -335,7 +339,10 @@ fn uses_through_root(code: &str, reexports: &BTreeMap<String, ModPath>) -> BTree
         if code[..at].ends_with(is_word) {
             continue;
         }
-        let body = code[at + "crate::{".len()..].split('}').next().unwrap_or("");
+        let body = code[at + "crate::{".len()..]
+            .split('}')
+            .next()
+            .unwrap_or("");
         let names = body.split(|c| !is_word(c)).filter(|name| !name.is_empty());
         used.extend(names.filter_map(|name| reexports.get(name).cloned()));
     }
@@ -488,7 +495,8 @@ fn the_checks_read_small_samples_as_intended() {
     assert_eq!(reexports["C"], m("consumer"));
     assert_eq!(reexports["Client"], m("wire"));
     assert_eq!(reexports.len(), 5);
-    let code = "use crate::{ErrorKind, wire};\nfn f(_: crate::TopicPartition) {}\nmy_crate::{Batch}";
+    let code =
+        "use crate::{ErrorKind, wire};\nfn f(_: crate::TopicPartition) {}\nmy_crate::{Batch}";
     assert_eq!(uses_through_root(code, &reexports), [m("basics")].into());
     let graph: BTreeMap<ModPath, BTreeSet<ModPath>> = [
         (vec![], [m("consumer"), m("wire")].into()), // the root: no layer
@@ -565,7 +573,10 @@ fn no_sibling_modules_use_each_other_around_a_circle() {
 fn no_layer_uses_one_above_it_or_beside_it() {
     let files = source_files();
     let modules: BTreeSet<ModPath> = files.iter().map(|(rel, _)| module_path(rel)).collect();
-    let lib = files.iter().find(|(rel, _)| rel == "lib.rs").expect("src/lib.rs");
+    let lib = files
+        .iter()
+        .find(|(rel, _)| rel == "lib.rs")
+        .expect("src/lib.rs");
     let reexports = root_reexports(&lib.1);
     let graph: BTreeMap<ModPath, BTreeSet<ModPath>> = files
         .iter()

@@ -9,6 +9,8 @@
 //!   and set types keyed by it.
 //! - `error_kind.rs`: [`ErrorKind`](error_kind::ErrorKind), the situation every error type's
 //!   `kind()` reports.
+//! - `panic.rs`: the text of a caught panic, for every thread that reports one.
 
 pub(crate) mod error_kind;
+pub(crate) mod panic;
 pub(crate) mod partition;

@@ -82,7 +82,9 @@ pub use security::{
     EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol, CALLBACK, HIDDEN,
 };
 pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
-pub use values::{AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder};
+pub use values::{
+    AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder,
+};
 
 use crate::group::consumer_group::ConsumerGroupConfig;
 use crate::group::RebalanceProtocol;

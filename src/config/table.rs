@@ -88,9 +88,7 @@ macro_rules! resolve_setting {
             $name,
             match $value {
                 Some(value) => value,
-                None => {
-                    <$ty as $crate::config::values::SettingValue>::parse($name, $text)?
-                }
+                None => <$ty as $crate::config::values::SettingValue>::parse($name, $text)?,
             },
         )?
     };
@@ -100,17 +98,11 @@ macro_rules! resolve_setting {
 macro_rules! push_setting {
     (none, $out:ident, $name:literal, $value:expr) => {
         if let Some(value) = $value {
-            $out.push((
-                $name,
-                $crate::config::values::SettingValue::text(value),
-            ));
+            $out.push(($name, $crate::config::values::SettingValue::text(value)));
         }
     };
     ($default:tt, $out:ident, $name:literal, $value:expr) => {
-        $out.push((
-            $name,
-            $crate::config::values::SettingValue::text($value),
-        ))
+        $out.push(($name, $crate::config::values::SettingValue::text($value)))
     };
 }
 

@@ -3,10 +3,10 @@
 use std::error::Error;
 use std::fmt;
 
+use crate::basics::error_kind::ErrorKind;
 use crate::group::{CommitError, GroupError};
 use crate::guard::HandoffStage;
 use crate::guard::{CommitFailure, GuardConfigError, SeekError};
-use crate::basics::error_kind::ErrorKind;
 use crate::wire::WireError;
 use crate::TopicPartition;
 

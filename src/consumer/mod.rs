@@ -88,8 +88,8 @@ mod workers;
 // children of this module name them as `super::config`.
 use crate::config;
 
-pub use batch::{Batch, Delivery};
 pub use crate::wire::KeyFn;
+pub use batch::{Batch, Delivery};
 pub use config::{
     AutoOffsetReset, ConfigError, ConsumerConfig, ConsumerConfigBuilder, GroupProtocol,
     ProcessingOrder, SecurityProtocol, Strategy,

@@ -9,9 +9,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::basics::partition::PartitionMap;
 use crate::guard::{PartitionSnapshot, StormStatus};
 use crate::metrics::ConsumerMetrics;
-use crate::basics::partition::PartitionMap;
 use crate::wire::FetchStats;
 use crate::TopicPartition;
 

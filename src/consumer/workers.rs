@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::basics::panic::panic_message;
 use crate::guard::Lease;
 use crate::wire::ErrorChain;
 use crate::wire::Record;
@@ -176,15 +177,6 @@ impl Pool {
     }
 }
 
-/// The text of a panic's payload, when it is a string.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_string())
-}
-
 /// What one worker needs to run records.
 struct Worker<H> {
     order: ProcessingOrder,
@@ -264,7 +256,8 @@ fn run_one<E, H>(
             ConsumerError::HandlerPanicked {
                 tp: lease.tp.clone(),
                 offset: lease.offset,
-                message: panic_message(payload.as_ref()),
+                message: panic_message(payload.as_ref())
+                    .unwrap_or_else(|| "(no message)".to_string()),
             },
         ),
     }

@@ -187,7 +187,9 @@ mod tests {
     /// the configuration of defaults: the default is written once, in the table.
     #[test]
     fn share_rows_default_as_documented() {
-        let rows = config::SETTINGS.iter().filter(|s| s.name.starts_with("share."));
+        let rows = config::SETTINGS
+            .iter()
+            .filter(|s| s.name.starts_with("share."));
         let literal = rows.filter(|s| !s.default.starts_with('('));
         let explicit = literal
             .fold(minimal(), |b, s| b.set(s.name, s.default))
@@ -195,7 +197,13 @@ mod tests {
             .expect("valid");
         let defaults = minimal().build().expect("valid");
         assert_eq!(explicit.consumer(), defaults.consumer());
-        assert_eq!(config::SETTINGS.iter().filter(|s| s.name.starts_with("share.")).count(), 4);
+        assert_eq!(
+            config::SETTINGS
+                .iter()
+                .filter(|s| s.name.starts_with("share."))
+                .count(),
+            4
+        );
     }
 
     /// The consumer refuses the share consumer's own settings by name, and prints none of them.

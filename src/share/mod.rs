@@ -57,8 +57,8 @@ mod error;
 mod stats;
 mod workers;
 
-pub use crate::guard::AckType;
 pub use crate::config::AcquireMode;
+pub use crate::guard::AckType;
 pub use config::{ShareConfig, ShareConfigBuilder};
 pub use consumer::{AckFailureHook, ShareConsumer};
 pub use context::{ShareContext, ShareDelivery, ShareFailure};

@@ -18,6 +18,7 @@ use log::error;
 use super::consumer::ShareConsumer;
 use super::context::{ShareContext, ShareDelivery, ShareFailure};
 use super::error::ShareError;
+use crate::basics::panic::panic_message;
 use crate::wire::Record;
 
 /// How long the poll thread waits for a worker's outcome when it holds as many records as it
@@ -78,7 +79,8 @@ impl ShareConsumer {
                         match run {
                             Ok(result) => delivery.finish_with(&result),
                             Err(panic) => {
-                                let message = panic_message(panic.as_ref());
+                                let message = panic_message(panic.as_ref())
+                                    .unwrap_or_else(|| "(no message)".to_string());
                                 error!("share worker {index}: handler panicked: {message}");
                                 delivery.skipped();
                                 if let Ok(mut slot) = panicked.lock() {
@@ -127,12 +129,4 @@ impl ShareConsumer {
         self.set_records_per_fetch(per_poll);
         result
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_string())
 }

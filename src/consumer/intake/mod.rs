@@ -19,9 +19,9 @@ mod positions;
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::basics::partition::{PartitionMap, PartitionSet};
 use crate::guard::PartitionSnapshot;
 use crate::metrics;
-use crate::basics::partition::{PartitionMap, PartitionSet};
 use crate::wire::{
     self, ErrorChain, FetchConfig, FetchPosition, IsolationLevel, KafkaCode, Record, RecordSource,
 };

@@ -12,6 +12,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{SessionState, Shared};
+use crate::basics::panic::panic_message;
 use crate::group::error::GroupError;
 use crate::group::outcome::LostReason;
 
@@ -82,10 +83,7 @@ impl Shared {
         let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
             return;
         };
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|m| m.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
+        let message = panic_message(panic.as_ref())
             .unwrap_or_else(|| "a panic without a message".to_string());
         self.lock().thread_died(thread, message);
         self.wake.notify_all();

@@ -56,9 +56,9 @@ pub use lease::{Grant, LockLease};
 pub use scope::SessionScope;
 pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outcome};
 
+use crate::basics::partition::PartitionMap;
 use crate::guard::key_set::KeySet;
 use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};
-use crate::basics::partition::PartitionMap;
 use crate::TopicPartition;
 use lease::Timebase;
 
