@@ -45,4 +45,10 @@ pub enum ErrorKind {
     Closed,
     /// A thread could not be started, or died: close the consumer and start a new one.
     Internal,
+    /// The guard did not admit or count a record because it needs nothing more, or not yet: a
+    /// redelivery of work already done (a repeated idempotency key, a record already completed
+    /// or admitted, an offset below what was admitted), or a record held back (a seek while its
+    /// handler runs, a full completed-offsets map) that is handed out again later. Nothing is
+    /// wrong: the record is simply not processed now.
+    Skipped,
 }

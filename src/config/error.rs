@@ -266,3 +266,27 @@ impl Error for ConfigError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_is_a_config_kind() {
+        let refusals = [
+            ConfigError::Missing { name: "group.id" },
+            ConfigError::AutoCommitRefused,
+            ConfigError::ShareOnly {
+                name: "share.acquire.mode",
+            },
+            ConfigError::Syntax {
+                path: None,
+                line: 1,
+                message: "bad escape".to_string(),
+            },
+        ];
+        for e in refusals {
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+        }
+    }
+}

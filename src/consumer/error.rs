@@ -114,9 +114,9 @@ impl ConsumerError {
         match self {
             ConsumerError::Group(e) => e.kind(),
             ConsumerError::Wire(e) => e.kind(),
+            ConsumerError::Seek(e) => e.kind(),
             ConsumerError::NoOffset { .. }
             | ConsumerError::Guard(_)
-            | ConsumerError::Seek(_)
             | ConsumerError::Unsupported(_) => ErrorKind::Config,
             ConsumerError::Listener { .. } => ErrorKind::Handler,
             ConsumerError::PositionUnknown { .. } => ErrorKind::Network,

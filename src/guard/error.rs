@@ -6,6 +6,7 @@ use std::error::Error;
 use std::fmt;
 
 use super::OwnerStatus;
+use crate::basics::error_kind::ErrorKind;
 use crate::TopicPartition;
 
 /// An error from a caller-supplied flush or commit function.
@@ -144,6 +145,26 @@ impl fmt::Display for AdmitError {
 
 impl Error for AdmitError {}
 
+impl AdmitError {
+    /// The situation, named as every error of the crate names it: a partition not owned or a
+    /// session that may have expired is [`ErrorKind::GenerationOver`] (the record may be
+    /// another member's); every other refusal is [`ErrorKind::Skipped`] (a redelivery, or a
+    /// record held back and handed out later).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            AdmitError::Fenced { .. } | AdmitError::SessionExpired { .. } => {
+                ErrorKind::GenerationOver
+            }
+            AdmitError::AlreadyCompleted { .. }
+            | AdmitError::CompletedMapFull { .. }
+            | AdmitError::SeekedWhileRunning { .. }
+            | AdmitError::AlreadyAdmitted { .. }
+            | AdmitError::Duplicate { .. }
+            | AdmitError::OffsetRegression { .. } => ErrorKind::Skipped,
+        }
+    }
+}
+
 /// Why a completion was not recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CompleteError {
@@ -226,6 +247,21 @@ impl fmt::Display for CompleteError {
 
 impl Error for CompleteError {}
 
+impl CompleteError {
+    /// The situation: work finished under an assignment that ended, or after its handler was
+    /// told its lease was not current, is [`ErrorKind::GenerationOver`] (it must not count as
+    /// this member's progress); work a seek took away, or that was not pending, is
+    /// [`ErrorKind::Skipped`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CompleteError::StaleLease { .. } | CompleteError::NotCurrent { .. } => {
+                ErrorKind::GenerationOver
+            }
+            CompleteError::Seeked { .. } | CompleteError::NotPending { .. } => ErrorKind::Skipped,
+        }
+    }
+}
+
 /// Why `rewind` refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RewindError {
@@ -261,6 +297,18 @@ impl fmt::Display for RewindError {
 
 impl Error for RewindError {}
 
+impl RewindError {
+    /// The situation: a partition no longer owned under the lease's assignment is
+    /// [`ErrorKind::GenerationOver`]; a rewind into finished (maybe committed) work is a request
+    /// the guard never grants, [`ErrorKind::Config`], as a refused seek is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RewindError::NotOwned { .. } => ErrorKind::GenerationOver,
+            RewindError::PastFinishedWork { .. } => ErrorKind::Config,
+        }
+    }
+}
+
 /// Why `seek` refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SeekError {
@@ -291,6 +339,17 @@ impl fmt::Display for SeekError {
 }
 
 impl Error for SeekError {}
+
+impl SeekError {
+    /// [`ErrorKind::Config`], as the consumer has always reported a refused seek: the call asks
+    /// for something the guard does not allow (a partition this member does not own, a negative
+    /// offset).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SeekError::NotOwned { .. } | SeekError::Negative { .. } => ErrorKind::Config,
+        }
+    }
+}
 
 /// What the caller's commit function reports when it could not commit everything.
 #[derive(Debug)]
@@ -423,3 +482,109 @@ impl fmt::Display for GuardConfigError {
 }
 
 impl Error for GuardConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("orders", 0)
+    }
+
+    #[test]
+    fn admit_refusals_have_a_kind() {
+        let (tp, offset) = (tp(), 7);
+        let over = [
+            AdmitError::Fenced {
+                tp: tp.clone(),
+                offset,
+                status: None,
+            },
+            AdmitError::SessionExpired {
+                tp: tp.clone(),
+                offset,
+            },
+        ];
+        for e in over {
+            assert_eq!(e.kind(), ErrorKind::GenerationOver, "{e}");
+        }
+        let skipped = [
+            AdmitError::AlreadyCompleted {
+                tp: tp.clone(),
+                offset,
+            },
+            AdmitError::CompletedMapFull {
+                tp: tp.clone(),
+                offset,
+                position: 3,
+            },
+            AdmitError::SeekedWhileRunning {
+                tp: tp.clone(),
+                offset,
+            },
+            AdmitError::AlreadyAdmitted {
+                tp: tp.clone(),
+                offset,
+            },
+            AdmitError::Duplicate {
+                tp: tp.clone(),
+                offset,
+            },
+            AdmitError::OffsetRegression {
+                tp,
+                offset,
+                high_water: 9,
+            },
+        ];
+        for e in skipped {
+            assert_eq!(e.kind(), ErrorKind::Skipped, "{e}");
+        }
+    }
+
+    #[test]
+    fn completion_refusals_have_a_kind() {
+        let (tp, offset) = (tp(), 7);
+        let stale = CompleteError::StaleLease {
+            tp: tp.clone(),
+            offset,
+            lease_epoch: 1,
+            current_epoch: 2,
+        };
+        assert_eq!(stale.kind(), ErrorKind::GenerationOver);
+        let not_current = CompleteError::NotCurrent {
+            tp: tp.clone(),
+            offset,
+        };
+        assert_eq!(not_current.kind(), ErrorKind::GenerationOver);
+        let seeked = CompleteError::Seeked {
+            tp: tp.clone(),
+            offset,
+        };
+        assert_eq!(seeked.kind(), ErrorKind::Skipped);
+        assert_eq!(
+            CompleteError::NotPending { tp, offset }.kind(),
+            ErrorKind::Skipped
+        );
+    }
+
+    #[test]
+    fn rewind_refusals_have_a_kind() {
+        let not_owned = RewindError::NotOwned { tp: tp() };
+        assert_eq!(not_owned.kind(), ErrorKind::GenerationOver);
+        let past = RewindError::PastFinishedWork {
+            tp: tp(),
+            finished_offset: 4,
+        };
+        assert_eq!(past.kind(), ErrorKind::Config);
+    }
+
+    #[test]
+    fn seek_refusals_are_config() {
+        assert_eq!(SeekError::NotOwned { tp: tp() }.kind(), ErrorKind::Config);
+        let negative = SeekError::Negative {
+            tp: tp(),
+            offset: -1,
+        };
+        assert_eq!(negative.kind(), ErrorKind::Config);
+    }
+}

@@ -3,6 +3,7 @@
 use std::error::Error;
 use std::fmt;
 
+use crate::basics::error_kind::ErrorKind;
 use crate::config::ConfigError;
 use crate::group::GroupError;
 use crate::guard::GuardConfigError;
@@ -32,6 +33,22 @@ pub enum ShareError {
         /// The panic's message.
         message: String,
     },
+}
+
+impl ShareError {
+    /// The situation this error reports, named as every error of the crate names it: a refused
+    /// configuration (the consumer's settings or the lock guard's) is [`ErrorKind::Config`], the
+    /// membership's and the wire's errors are their own kind, a panicked handler is
+    /// [`ErrorKind::Handler`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ShareError::Config(e) => e.kind(),
+            ShareError::Locks(_) => ErrorKind::Config,
+            ShareError::Group(e) => e.kind(),
+            ShareError::Wire(e) => e.kind(),
+            ShareError::HandlerPanicked { .. } => ErrorKind::Handler,
+        }
+    }
 }
 
 impl fmt::Display for ShareError {
@@ -84,5 +101,33 @@ impl From<WireError> for ShareError {
 impl From<GuardConfigError> for ShareError {
     fn from(e: GuardConfigError) -> Self {
         ShareError::Locks(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_has_a_kind() {
+        let config = ConfigError::Missing { name: "group.id" };
+        assert_eq!(ShareError::from(config).kind(), ErrorKind::Config);
+        let wire = WireError::Timeout {
+            what: "ShareFetch".to_string(),
+        };
+        assert_eq!(wire.kind(), ErrorKind::Network);
+        assert_eq!(ShareError::from(wire).kind(), ErrorKind::Network);
+        let group = GroupError::Closed;
+        let expected = group.kind();
+        assert_eq!(ShareError::from(group).kind(), expected);
+        let locks = GuardConfigError {
+            setting: "margin",
+            rule: "must be positive",
+        };
+        assert_eq!(ShareError::from(locks).kind(), ErrorKind::Config);
+        let panicked = ShareError::HandlerPanicked {
+            message: "boom".to_string(),
+        };
+        assert_eq!(panicked.kind(), ErrorKind::Handler);
     }
 }
