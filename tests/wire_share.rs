@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use rebalance_guard::guard::{AckType, SessionScope};
 use rebalance_guard::wire::share::{
-    AckError, AcquiredRecord, ShareAck, ShareFetchSettings, ShareFetcher, INVALID_RECORD_STATE,
+    AckError, AcquiredRecord, ShareAck, ShareFetchSettings, ShareFetcher,
 };
 use rebalance_guard::wire::{Client, ClientConfig, KafkaCode, ProduceRecord};
 use rebalance_guard::TopicPartition;
@@ -318,7 +318,7 @@ fn renew_keeps_a_lock_past_its_first_duration() {
     let late = fetcher.flush_acks(Duration::from_secs(5));
     assert_eq!(
         late[0].outcome,
-        Err(AckError::Kafka(INVALID_RECORD_STATE)),
+        Err(AckError::Kafka(KafkaCode::INVALID_RECORD_STATE)),
         "{late:?}"
     );
 }

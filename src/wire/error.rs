@@ -17,9 +17,10 @@ use crate::basics::error_kind::ErrorKind;
 /// A Kafka error code as returned by a broker, kept as the raw `i16` so that codes newer than
 /// `kafka-protocol` still round-trip, with the name and retriability looked up on demand.
 ///
-/// The one table of the codes this crate acts on: the wire, group and consumer layers all name
-/// codes by these constants. Their values are fixed by the protocol (Apache Kafka's
-/// `Errors.java`); a unit test checks each one against `kafka-protocol`.
+/// The one table of the codes this crate acts on: the wire, group, consumer and share layers
+/// all name codes by these constants, and nowhere else declares one. Each is built on
+/// `kafka-protocol`'s `ResponseError` (generated from Apache Kafka's `Errors.java`), so no
+/// number is written here a second time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KafkaCode(pub i16);
 
@@ -28,80 +29,121 @@ impl KafkaCode {
     /// elsewhere [`KafkaCode::from_code`] turns it into `None`.
     pub const NONE: KafkaCode = KafkaCode(0);
     /// `OFFSET_OUT_OF_RANGE`: the fetch position is outside the log; the consumer must reset.
-    pub const OFFSET_OUT_OF_RANGE: KafkaCode = KafkaCode(1);
+    pub const OFFSET_OUT_OF_RANGE: KafkaCode = KafkaCode(ResponseError::OffsetOutOfRange.code());
     /// `UNKNOWN_TOPIC_OR_PARTITION`: stale metadata or a topic that does not exist (yet).
-    pub const UNKNOWN_TOPIC_OR_PARTITION: KafkaCode = KafkaCode(3);
+    pub const UNKNOWN_TOPIC_OR_PARTITION: KafkaCode =
+        KafkaCode(ResponseError::UnknownTopicOrPartition.code());
     /// `LEADER_NOT_AVAILABLE`: a leader election is in progress.
-    pub const LEADER_NOT_AVAILABLE: KafkaCode = KafkaCode(5);
+    pub const LEADER_NOT_AVAILABLE: KafkaCode = KafkaCode(ResponseError::LeaderNotAvailable.code());
     /// `NOT_LEADER_OR_FOLLOWER`: the leader moved; refresh metadata.
-    pub const NOT_LEADER_OR_FOLLOWER: KafkaCode = KafkaCode(6);
+    pub const NOT_LEADER_OR_FOLLOWER: KafkaCode =
+        KafkaCode(ResponseError::NotLeaderOrFollower.code());
     /// `REQUEST_TIMED_OUT`: the broker gave up waiting (e.g. for replicas).
-    pub const REQUEST_TIMED_OUT: KafkaCode = KafkaCode(7);
+    pub const REQUEST_TIMED_OUT: KafkaCode = KafkaCode(ResponseError::RequestTimedOut.code());
     /// `REPLICA_NOT_AVAILABLE`: a replica the request needs is not available; refresh metadata.
-    pub const REPLICA_NOT_AVAILABLE: KafkaCode = KafkaCode(9);
+    pub const REPLICA_NOT_AVAILABLE: KafkaCode =
+        KafkaCode(ResponseError::ReplicaNotAvailable.code());
     /// `OFFSET_METADATA_TOO_LARGE`: the commit metadata string is longer than the broker allows.
-    pub const OFFSET_METADATA_TOO_LARGE: KafkaCode = KafkaCode(12);
+    pub const OFFSET_METADATA_TOO_LARGE: KafkaCode =
+        KafkaCode(ResponseError::OffsetMetadataTooLarge.code());
     /// `COORDINATOR_LOAD_IN_PROGRESS`: the coordinator is still loading offsets; retry.
-    pub const COORDINATOR_LOAD_IN_PROGRESS: KafkaCode = KafkaCode(14);
+    pub const COORDINATOR_LOAD_IN_PROGRESS: KafkaCode =
+        KafkaCode(ResponseError::CoordinatorLoadInProgress.code());
     /// `COORDINATOR_NOT_AVAILABLE`: no coordinator yet; find it again.
-    pub const COORDINATOR_NOT_AVAILABLE: KafkaCode = KafkaCode(15);
+    pub const COORDINATOR_NOT_AVAILABLE: KafkaCode =
+        KafkaCode(ResponseError::CoordinatorNotAvailable.code());
     /// `NOT_COORDINATOR`: the coordinator moved; find it again.
-    pub const NOT_COORDINATOR: KafkaCode = KafkaCode(16);
+    pub const NOT_COORDINATOR: KafkaCode = KafkaCode(ResponseError::NotCoordinator.code());
     /// `ILLEGAL_GENERATION`: the generation we sent is not the group's current one (the group
     /// rebalanced without us); the member must not commit.
-    pub const ILLEGAL_GENERATION: KafkaCode = KafkaCode(22);
+    pub const ILLEGAL_GENERATION: KafkaCode = KafkaCode(ResponseError::IllegalGeneration.code());
     /// `INCONSISTENT_GROUP_PROTOCOL`: no assignor in our list is supported by every member, or
     /// the protocol type differs.
-    pub const INCONSISTENT_GROUP_PROTOCOL: KafkaCode = KafkaCode(23);
+    pub const INCONSISTENT_GROUP_PROTOCOL: KafkaCode =
+        KafkaCode(ResponseError::InconsistentGroupProtocol.code());
     /// `INVALID_GROUP_ID`: the group id is empty or invalid.
-    pub const INVALID_GROUP_ID: KafkaCode = KafkaCode(24);
+    pub const INVALID_GROUP_ID: KafkaCode = KafkaCode(ResponseError::InvalidGroupId.code());
     /// `UNKNOWN_MEMBER_ID`: the member was removed from the group.
-    pub const UNKNOWN_MEMBER_ID: KafkaCode = KafkaCode(25);
+    pub const UNKNOWN_MEMBER_ID: KafkaCode = KafkaCode(ResponseError::UnknownMemberId.code());
     /// `INVALID_SESSION_TIMEOUT`: `session.timeout.ms` is outside the broker's allowed range.
-    pub const INVALID_SESSION_TIMEOUT: KafkaCode = KafkaCode(26);
+    pub const INVALID_SESSION_TIMEOUT: KafkaCode =
+        KafkaCode(ResponseError::InvalidSessionTimeout.code());
     /// `REBALANCE_IN_PROGRESS`: the group is rebalancing; rejoin.
-    pub const REBALANCE_IN_PROGRESS: KafkaCode = KafkaCode(27);
+    pub const REBALANCE_IN_PROGRESS: KafkaCode =
+        KafkaCode(ResponseError::RebalanceInProgress.code());
     /// `INVALID_COMMIT_OFFSET_SIZE`: the offset commit request is too large.
-    pub const INVALID_COMMIT_OFFSET_SIZE: KafkaCode = KafkaCode(28);
+    pub const INVALID_COMMIT_OFFSET_SIZE: KafkaCode =
+        KafkaCode(ResponseError::InvalidCommitOffsetSize.code());
     /// `TOPIC_AUTHORIZATION_FAILED`: not authorized for the topic.
-    pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
+    pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode =
+        KafkaCode(ResponseError::TopicAuthorizationFailed.code());
     /// `GROUP_AUTHORIZATION_FAILED`: not authorized for the group.
-    pub const GROUP_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(30);
+    pub const GROUP_AUTHORIZATION_FAILED: KafkaCode =
+        KafkaCode(ResponseError::GroupAuthorizationFailed.code());
     /// `CLUSTER_AUTHORIZATION_FAILED`: not authorized for a cluster operation (e.g. describing a
     /// broker's configuration without DESCRIBE_CONFIGS on the cluster).
-    pub const CLUSTER_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(31);
+    pub const CLUSTER_AUTHORIZATION_FAILED: KafkaCode =
+        KafkaCode(ResponseError::ClusterAuthorizationFailed.code());
     /// `UNSUPPORTED_SASL_MECHANISM`: the listener does not enable the SASL mechanism we asked for.
-    pub const UNSUPPORTED_SASL_MECHANISM: KafkaCode = KafkaCode(33);
+    pub const UNSUPPORTED_SASL_MECHANISM: KafkaCode =
+        KafkaCode(ResponseError::UnsupportedSaslMechanism.code());
     /// `ILLEGAL_SASL_STATE`: a SASL request out of order.
-    pub const ILLEGAL_SASL_STATE: KafkaCode = KafkaCode(34);
+    pub const ILLEGAL_SASL_STATE: KafkaCode = KafkaCode(ResponseError::IllegalSaslState.code());
     /// `SASL_AUTHENTICATION_FAILED`: wrong credentials (or an unknown user).
-    pub const SASL_AUTHENTICATION_FAILED: KafkaCode = KafkaCode(58);
+    pub const SASL_AUTHENTICATION_FAILED: KafkaCode =
+        KafkaCode(ResponseError::SaslAuthenticationFailed.code());
     /// `UNSUPPORTED_VERSION`: the broker does not speak the version we sent.
-    pub const UNSUPPORTED_VERSION: KafkaCode = KafkaCode(35);
+    pub const UNSUPPORTED_VERSION: KafkaCode = KafkaCode(ResponseError::UnsupportedVersion.code());
     /// `TOPIC_ALREADY_EXISTS`: CreateTopics for a topic that exists; callers that only want the
     /// topic to exist ignore it.
-    pub const TOPIC_ALREADY_EXISTS: KafkaCode = KafkaCode(36);
+    pub const TOPIC_ALREADY_EXISTS: KafkaCode = KafkaCode(ResponseError::TopicAlreadyExists.code());
     /// `INVALID_REQUEST`: the broker found the request malformed; librdkafka's mock also
     /// answers it to a follower's late SyncGroup.
-    pub const INVALID_REQUEST: KafkaCode = KafkaCode(42);
+    pub const INVALID_REQUEST: KafkaCode = KafkaCode(ResponseError::InvalidRequest.code());
     /// `FENCED_LEADER_EPOCH`: our leader epoch is newer than the broker's view.
-    pub const FENCED_LEADER_EPOCH: KafkaCode = KafkaCode(74);
+    pub const FENCED_LEADER_EPOCH: KafkaCode = KafkaCode(ResponseError::FencedLeaderEpoch.code());
     /// `UNKNOWN_LEADER_EPOCH`: our leader epoch is older than the broker's view.
-    pub const UNKNOWN_LEADER_EPOCH: KafkaCode = KafkaCode(75);
+    pub const UNKNOWN_LEADER_EPOCH: KafkaCode = KafkaCode(ResponseError::UnknownLeaderEpoch.code());
     /// `MEMBER_ID_REQUIRED` (KIP-394): the first JoinGroup must be repeated with the member id
     /// the broker returned.
-    pub const MEMBER_ID_REQUIRED: KafkaCode = KafkaCode(79);
+    pub const MEMBER_ID_REQUIRED: KafkaCode = KafkaCode(ResponseError::MemberIdRequired.code());
     /// `GROUP_MAX_SIZE_REACHED`: the group has as many members as `group.max.size` allows.
-    pub const GROUP_MAX_SIZE_REACHED: KafkaCode = KafkaCode(81);
+    pub const GROUP_MAX_SIZE_REACHED: KafkaCode =
+        KafkaCode(ResponseError::GroupMaxSizeReached.code());
     /// `FENCED_INSTANCE_ID` (KIP-345): another member with our static `group.instance.id` took
     /// over.
-    pub const FENCED_INSTANCE_ID: KafkaCode = KafkaCode(82);
+    pub const FENCED_INSTANCE_ID: KafkaCode = KafkaCode(ResponseError::FencedInstanceId.code());
     /// `STALE_MEMBER_EPOCH`: a KIP-848 commit carrying an old member epoch.
-    pub const STALE_MEMBER_EPOCH: KafkaCode = KafkaCode(113);
+    pub const STALE_MEMBER_EPOCH: KafkaCode = KafkaCode(ResponseError::StaleMemberEpoch.code());
     /// `FENCED_MEMBER_EPOCH`: a KIP-848 member that was fenced by the coordinator.
-    pub const FENCED_MEMBER_EPOCH: KafkaCode = KafkaCode(110);
+    pub const FENCED_MEMBER_EPOCH: KafkaCode = KafkaCode(ResponseError::FencedMemberEpoch.code());
     /// `UNKNOWN_TOPIC_ID`: stale metadata for a topic id.
-    pub const UNKNOWN_TOPIC_ID: KafkaCode = KafkaCode(100);
+    pub const UNKNOWN_TOPIC_ID: KafkaCode = KafkaCode(ResponseError::UnknownTopicId.code());
+    /// `GROUP_ID_NOT_FOUND`: the group id belongs to a group of another type (a share member
+    /// cannot join it), or a leave (-2) named a group the coordinator does not have.
+    pub const GROUP_ID_NOT_FOUND: KafkaCode = KafkaCode(ResponseError::GroupIdNotFound.code());
+    /// `UNRELEASED_INSTANCE_ID`: another member still holds our `group.instance.id`.
+    pub const UNRELEASED_INSTANCE_ID: KafkaCode =
+        KafkaCode(ResponseError::UnreleasedInstanceId.code());
+    /// `UNSUPPORTED_ASSIGNOR`: the broker does not know `group.remote.assignor`.
+    pub const UNSUPPORTED_ASSIGNOR: KafkaCode =
+        KafkaCode(ResponseError::UnsupportedAssignor.code());
+    /// `INVALID_REGULAR_EXPRESSION` (named INVALID_SUBSCRIPTION_REGEX in older schemas): the
+    /// broker (RE2/J) refused the subscription pattern, which only the application can change.
+    pub const INVALID_REGULAR_EXPRESSION: KafkaCode =
+        KafkaCode(ResponseError::InvalidRegularExpression.code());
+    /// `INVALID_RECORD_STATE`: an acknowledged record is not acquired by this member (its lock
+    /// expired, or it was acknowledged already).
+    pub const INVALID_RECORD_STATE: KafkaCode = KafkaCode(ResponseError::InvalidRecordState.code());
+    /// `SHARE_SESSION_NOT_FOUND`: the broker has no share session for this member.
+    pub const SHARE_SESSION_NOT_FOUND: KafkaCode =
+        KafkaCode(ResponseError::ShareSessionNotFound.code());
+    /// `INVALID_SHARE_SESSION_EPOCH`: the share session epoch is not the one the broker expects.
+    pub const INVALID_SHARE_SESSION_EPOCH: KafkaCode =
+        KafkaCode(ResponseError::InvalidShareSessionEpoch.code());
+    /// `SHARE_SESSION_LIMIT_REACHED`: the broker holds as many share sessions as it allows.
+    pub const SHARE_SESSION_LIMIT_REACHED: KafkaCode =
+        KafkaCode(ResponseError::ShareSessionLimitReached.code());
 
     /// `None` for code 0 (success), so that response handling can write `if let Some(code)`.
     pub fn from_code(code: i16) -> Option<KafkaCode> {

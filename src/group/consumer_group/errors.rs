@@ -8,14 +8,6 @@ pub use crate::group::outcome::ErrorAction;
 use crate::group::outcome::{FatalError, GroupApi};
 use crate::wire::KafkaCode;
 
-/// INVALID_REGULAR_EXPRESSION (v1+; named INVALID_SUBSCRIPTION_REGEX in older schemas): the broker
-/// (RE2/J) refused the subscription pattern, which only the application can change: fatal.
-pub(crate) const INVALID_REGULAR_EXPRESSION: KafkaCode = KafkaCode(128);
-/// UNRELEASED_INSTANCE_ID: another member still holds our `group.instance.id`.
-pub(crate) const UNRELEASED_INSTANCE_ID: KafkaCode = KafkaCode(111);
-/// UNSUPPORTED_ASSIGNOR: the broker does not know `group.remote.assignor`.
-pub(crate) const UNSUPPORTED_ASSIGNOR: KafkaCode = KafkaCode(112);
-
 /// The first ConsumerGroupHeartbeat version with `SubscribedTopicRegex` (KIP-848's regular
 /// expressions, Kafka 4.0).
 pub(crate) const REGEX_VERSION: i16 = 1;
@@ -63,13 +55,13 @@ pub fn classify(code: KafkaCode, message: Option<&str>) -> ErrorAction {
                 member_unknown: code == KafkaCode::UNKNOWN_MEMBER_ID,
             }
         }
-        UNRELEASED_INSTANCE_ID => fatal(
+        KafkaCode::UNRELEASED_INSTANCE_ID => fatal(
             code,
             "another member still holds this group.instance.id; give each running consumer \
              its own, or wait until the previous one left or its session expired",
             message,
         ),
-        UNSUPPORTED_ASSIGNOR => fatal(
+        KafkaCode::UNSUPPORTED_ASSIGNOR => fatal(
             code,
             "the broker does not offer the assignor named by group.remote.assignor; check the \
              broker's group.consumer.assignors",
@@ -101,7 +93,9 @@ pub fn classify(code: KafkaCode, message: Option<&str>) -> ErrorAction {
              consumer group protocol enabled); use group.protocol=classic",
             message,
         ),
-        INVALID_REGULAR_EXPRESSION => fatal(code, "the subscription pattern is invalid", message),
+        KafkaCode::INVALID_REGULAR_EXPRESSION => {
+            fatal(code, "the subscription pattern is invalid", message)
+        }
         other if other.retriable() => ErrorAction::Retry,
         other => fatal(
             other,
@@ -142,14 +136,14 @@ mod tests {
             }
         );
         for code in [
-            UNRELEASED_INSTANCE_ID,
-            UNSUPPORTED_ASSIGNOR,
+            KafkaCode::UNRELEASED_INSTANCE_ID,
+            KafkaCode::UNSUPPORTED_ASSIGNOR,
             KafkaCode::INVALID_REQUEST,
             KafkaCode::GROUP_MAX_SIZE_REACHED,
             KafkaCode::GROUP_AUTHORIZATION_FAILED,
             KafkaCode::TOPIC_AUTHORIZATION_FAILED,
             KafkaCode::UNSUPPORTED_VERSION,
-            INVALID_REGULAR_EXPRESSION,
+            KafkaCode::INVALID_REGULAR_EXPRESSION,
         ] {
             match classify(code, Some("said the broker")) {
                 ErrorAction::Fatal(f) => {

@@ -8,10 +8,6 @@
 use crate::group::outcome::{FatalError, GroupApi};
 use crate::wire::KafkaCode;
 
-/// GROUP_ID_NOT_FOUND: the group id belongs to a group of another type (classic, consumer or
-/// streams); a share member cannot join it.
-pub(crate) const GROUP_ID_NOT_FOUND: KafkaCode = KafkaCode(69);
-
 /// What the member does about an error answer (never [`KafkaCode::NONE`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShareErrorAction {
@@ -87,7 +83,7 @@ pub fn classify(code: KafkaCode, message: Option<&str>) -> ShareErrorAction {
         KafkaCode::UNSUPPORTED_VERSION => ShareErrorAction::Fatal(share_groups_unsupported(
             message.unwrap_or("the coordinator answered UNSUPPORTED_VERSION"),
         )),
-        GROUP_ID_NOT_FOUND => fatal(
+        KafkaCode::GROUP_ID_NOT_FOUND => fatal(
             code,
             "the group id is taken by a group of another type (classic, consumer or streams); \
              a share group needs a group id of its own",
@@ -124,7 +120,7 @@ mod tests {
             KafkaCode::TOPIC_AUTHORIZATION_FAILED,
             KafkaCode::GROUP_MAX_SIZE_REACHED,
             KafkaCode::INVALID_REQUEST,
-            GROUP_ID_NOT_FOUND,
+            KafkaCode::GROUP_ID_NOT_FOUND,
         ] {
             match classify(code, Some("said the broker")) {
                 ShareErrorAction::Fatal(f) => {

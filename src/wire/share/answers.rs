@@ -616,5 +616,5 @@ mod tests {
         assert!(d.errors.is_empty());
     }
 
-    const INVALID_RECORD_STATE_CODE: i16 = 121;
+    const INVALID_RECORD_STATE_CODE: i16 = KafkaCode::INVALID_RECORD_STATE.0;
 }

@@ -47,8 +47,6 @@ pub use fetcher::ShareFetcher;
 use crate::guard::{AckType, SessionScope};
 pub use session::{
     AckMap, AckQueue, SessionRequest, ShareSession, Verdict, ACKNOWLEDGE_ADVANCES_EPOCH,
-    INVALID_RECORD_STATE, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
-    SHARE_SESSION_NOT_FOUND,
 };
 
 use crate::guard::LockLease;

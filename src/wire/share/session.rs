@@ -23,16 +23,6 @@ use super::{AckType, SessionScope, ShareAck};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
-/// `SHARE_SESSION_NOT_FOUND` (122): the broker has no session for this member.
-pub const SHARE_SESSION_NOT_FOUND: KafkaCode = KafkaCode(122);
-/// `INVALID_SHARE_SESSION_EPOCH` (123): the epoch is not the one the broker expects.
-pub const INVALID_SHARE_SESSION_EPOCH: KafkaCode = KafkaCode(123);
-/// `INVALID_RECORD_STATE` (121): an acknowledged record is not acquired by this member (its
-/// lock expired, or it was acknowledged already).
-pub const INVALID_RECORD_STATE: KafkaCode = KafkaCode(121);
-/// `SHARE_SESSION_LIMIT_REACHED` (133): the broker holds as many sessions as it allows.
-pub const SHARE_SESSION_LIMIT_REACHED: KafkaCode = KafkaCode(133);
-
 /// Whether a ShareAcknowledge moves the session epoch on, like a ShareFetch. Measured on Kafka
 /// 4.4 (`tests/wire_share.rs`): it does.
 pub const ACKNOWLEDGE_ADVANCES_EPOCH: bool = true;
@@ -257,8 +247,11 @@ impl ShareSession {
         let Some(code) = error else {
             return Verdict::Continue;
         };
-        let session_gone =
-            req.epoch == 0 || matches!(code, SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH);
+        let session_gone = req.epoch == 0
+            || matches!(
+                code,
+                KafkaCode::SHARE_SESSION_NOT_FOUND | KafkaCode::INVALID_SHARE_SESSION_EPOCH
+            );
         if !session_gone {
             return Verdict::Continue;
         }
@@ -438,7 +431,7 @@ mod tests {
         let a = s.fetch(&tps(&[0]), &mut acks(0, &[1]), now());
         let b = s.acknowledge(&mut acks(0, &[2]), now()).expect("open");
         assert_eq!(
-            s.answered(&a, Some(INVALID_SHARE_SESSION_EPOCH)),
+            s.answered(&a, Some(KafkaCode::INVALID_SHARE_SESSION_EPOCH)),
             Verdict::Reset
         );
         assert_eq!(s.epoch(), 0);
@@ -446,7 +439,7 @@ mod tests {
         assert_eq!(reopen.epoch, 0);
         // The request queued behind `a` fails too, but says nothing of the new session.
         assert_eq!(
-            s.answered(&b, Some(SHARE_SESSION_NOT_FOUND)),
+            s.answered(&b, Some(KafkaCode::SHARE_SESSION_NOT_FOUND)),
             Verdict::Reset
         );
         assert_eq!(s.epoch(), 1);

@@ -13,14 +13,11 @@ use std::time::Instant;
 use log::{debug, info, warn};
 
 use super::{ConsumerGroupMembership, InFlight, MemberState, Sent};
-use crate::group::consumer_group::errors::{classify, ErrorAction, UNRELEASED_INSTANCE_ID};
+use crate::group::consumer_group::errors::{classify, ErrorAction};
 use crate::group::consumer_group::reconcile::named;
 use crate::group::consumer_group::types::{Event, HeartbeatResponse, JOIN_EPOCH};
 use crate::group::outcome::{FatalError, LostReason};
 use crate::wire::KafkaCode;
-
-/// GROUP_ID_NOT_FOUND: a -2 for a group the coordinator does not have; nothing to release.
-const GROUP_ID_NOT_FOUND: KafkaCode = KafkaCode(69);
 
 impl ConsumerGroupMembership {
     /// The answer to the -2 heartbeat of [`MemberState::Releasing`] (Kafka's
@@ -45,7 +42,7 @@ impl ConsumerGroupMembership {
         let code = response.error;
         if code == KafkaCode::NONE
             || code == KafkaCode::UNKNOWN_MEMBER_ID
-            || code == GROUP_ID_NOT_FOUND
+            || code == KafkaCode::GROUP_ID_NOT_FOUND
         {
             info!(
                 "consumer group {}: static member {} released its earlier incarnation ({}); \
@@ -63,7 +60,8 @@ impl ConsumerGroupMembership {
         }
         if code == KafkaCode::FENCED_INSTANCE_ID {
             let message = response.error_message.as_deref();
-            if let ErrorAction::Fatal(fatal) = classify(UNRELEASED_INSTANCE_ID, message) {
+            if let ErrorAction::Fatal(fatal) = classify(KafkaCode::UNRELEASED_INSTANCE_ID, message)
+            {
                 self.fail(fatal);
             }
             return;
@@ -79,7 +77,7 @@ impl ConsumerGroupMembership {
             // Already started over since this request; the loss was handled.
             return;
         }
-        if code == UNRELEASED_INSTANCE_ID
+        if code == KafkaCode::UNRELEASED_INSTANCE_ID
             && self.state == MemberState::Joining
             && flight.life == self.life
             && self.maybe_admitted
