@@ -44,7 +44,9 @@
 //! - `context.rs`: what a handler holds: [`ShareContext`] (the lease), [`ShareDelivery`] (how a
 //!   record ended, reported to the poll thread) and [`ShareFailure`] (retryable or poison).
 //! - `stats.rs`: [`ShareStats`].
-//! - `config.rs`: [`ShareConfig`], the consumer's settings plus the `share.*` ones.
+//! - `config.rs`: [`ShareConfig`]: the settings table's rows a share consumer reads (the
+//!   `share.*` ones among them), from the `config` layer it shares with the consumer; this
+//!   module and the consumer's import neither each other.
 //! - `error.rs`: [`ShareError`].
 //!
 //! The layers underneath: the membership (ShareGroupHeartbeat) in `group::share`, the share
