@@ -224,9 +224,11 @@ impl ShareConfig {
         self.base.group_id()
     }
 
+    internal_pub! {
     /// `share.acquire.mode`.
-    pub fn acquire_mode(&self) -> AcquireMode {
+    fn acquire_mode(&self) -> AcquireMode {
         self.acquire_mode
+    }
     }
 
     /// `share.lock.safety.margin.ms`, when set (otherwise the lock guard derives it from the
@@ -240,9 +242,11 @@ impl ShareConfig {
         self.lock_renew
     }
 
+    internal_pub! {
     /// The wire client's settings (the consumer's, security included).
-    pub fn client_config(&self) -> ClientConfig {
+    fn client_config(&self) -> ClientConfig {
         self.base.client_config()
+    }
     }
 }
 

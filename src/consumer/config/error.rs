@@ -155,7 +155,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "unknown setting `{name}`")?;
                 match suggestion {
                     Some(s) => write!(f, ": did you mean `{s}`?"),
-                    None => write!(f, " (see rebalance_guard::consumer::config::SETTINGS)"),
+                    None => write!(f, " (see rebalance_guard::config::SETTINGS)"),
                 }
             }
             ConfigError::UnsupportedSetting { name, reason } => {

@@ -547,7 +547,7 @@ fn readme_documents_every_setting() {
     let start = readme.find("\n## Configuration").unwrap_or_else(|| {
         panic!(
             "README.md has no \"## Configuration\" section; it must list every setting in \
-             rebalance_guard::consumer::config::SETTINGS as a table row \"| `name` | `default` \
+             rebalance_guard::config::SETTINGS as a table row \"| `name` | `default` \
              | meaning |\"; the table to paste:\n{}",
             readme_table()
         )
