@@ -6,7 +6,7 @@
 //! other):
 //! - `cluster.rs`: metadata, leaders, coordinators, topic creation;
 //! - `pool.rs`: connections per broker, backoff after failures, any-broker requests;
-//! - `fetch/`: Fetch (`fetch/mod.rs`), the per-broker fetch threads (`fetch/fetcher.rs`) and
+//! - `fetch/`: Fetch (`fetch/mod.rs`), the per-broker fetch lanes (`fetch/fetcher.rs`) and
 //!   the preferred read replicas with the bytes per broker (`fetch/replicas.rs`);
 //! - `offsets.rs`: ListOffsets, OffsetFetch and OffsetCommit;
 //! - `produce.rs`: Produce, for tests and tools;
@@ -137,10 +137,10 @@ impl Client {
     /// its caches by hand to talk to fake brokers).
     pub(super) fn unconnected(config: ClientConfig) -> Client {
         Client {
+            fetchers: Fetchers::new(&config),
             config,
             brokers: BTreeMap::new(),
             conns: HashMap::new(),
-            fetchers: Fetchers::default(),
             bootstrap_conn: None,
             broker_state: HashMap::new(),
             topics: HashMap::new(),

@@ -16,8 +16,9 @@
 //!   partitions, and what an answer means, free of I/O;
 //! - `codec.rs`: the v1/v2 requests (v2 fields spliced into `kafka-protocol`'s v1 encoding)
 //!   and the v2 ShareAcknowledge response read down to v1;
-//! - `worker.rs`: the fetch threads, one per broker, each owning its connection, and the
-//!   collecting of their answers within a bound;
+//! - `lane.rs`: the share lane, what a broker's thread of the request-lane machine
+//!   (`wire/lane.rs`, shared with the consumer's Fetch) writes and reads, and the sessions its
+//!   connection carries;
 //! - `answers.rs`: a broker's answer turned into acquired records, gap acknowledgements,
 //!   acknowledgement outcomes and leader hints;
 //! - `fetcher/`: [`ShareFetcher`], routing partitions to leaders (topic ids from Metadata),
@@ -31,8 +32,8 @@ mod acks;
 mod answers;
 pub(crate) mod codec;
 mod fetcher;
+mod lane;
 mod session;
-mod worker;
 
 use std::time::{Duration, Instant};
 

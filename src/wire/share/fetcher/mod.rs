@@ -1,7 +1,8 @@
 //! [`ShareFetcher`]: what the share consumer's poll thread calls. It routes the assigned
 //! partitions to their leaders (ShareFetch names topics by id, so the ids come from Metadata),
 //! keeps one [`ShareSession`] per leader, queues acknowledgements until the next request to
-//! that leader, and hands the requests to the per-broker threads of `worker.rs`.
+//! that leader, and hands the requests to the brokers' share lanes (`../lane.rs`, on the
+//! request-lane machine of `wire/lane.rs`).
 //!
 //! Every answer passes through one place (`absorb`), whichever call collects it, so an answer
 //! that arrives late (a fetch left in flight by an earlier call) is never lost: its records and
@@ -31,14 +32,15 @@ use log::{debug, info};
 use uuid::Uuid;
 
 use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
+use super::lane::{Incoming, ShareLane, SHARE_VERSIONS};
 use super::session::{AckQueue, SessionRequest, ShareSession, Verdict};
-use super::worker::{Event, Incoming, Workers, SHARE_VERSIONS};
 use super::{
     AckError, AckResult, AckType, RenewResult, SessionScope, ShareAck, ShareFetchRound,
     ShareFetchSettings,
 };
 use crate::wire::error::{Result, WireError};
-use crate::wire::{Client, ClientConfig, KafkaCode, FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
+use crate::wire::lane::{Done, Lanes, Wait};
+use crate::wire::{Client, ClientConfig, KafkaCode, FETCH_ANSWER_MARGIN};
 use crate::TopicPartition;
 
 /// What a request in flight was for.
@@ -54,7 +56,6 @@ enum Purpose {
 struct InFlight {
     purpose: Purpose,
     req: SessionRequest,
-    sent_at: Option<Instant>,
     /// A fetch's session partitions as of the request: an answer may speak of these only.
     asked: BTreeSet<TopicPartition>,
     /// The scope of each of those partitions when the request was built: what the answer
@@ -88,7 +89,8 @@ pub struct ShareFetcher {
     pending: AckQueue,
     sessions: BTreeMap<i32, Leader>,
     in_flight: HashMap<u64, InFlight>,
-    workers: Workers,
+    /// The brokers' lanes (the request-lane machine the consumer's Fetch runs on too).
+    lanes: Lanes<ShareLane>,
     /// Answers collected but not handed out yet.
     stash: ShareFetchRound,
     /// The lock durations of answered renewals, by job.
@@ -129,7 +131,7 @@ impl ShareFetcher {
                 renew_versions.insert(node, v);
             }
         }
-        let workers = Workers::new(
+        let lanes = Lanes::new(
             config.connection.clone(),
             config.retry_backoff,
             config.retry_backoff_max,
@@ -149,7 +151,7 @@ impl ShareFetcher {
             pending: AckQueue::new(),
             sessions: BTreeMap::new(),
             in_flight: HashMap::new(),
-            workers,
+            lanes,
             stash: ShareFetchRound::default(),
             renewed: HashMap::new(),
             renew_versions,
@@ -271,12 +273,12 @@ impl ShareFetcher {
     /// The waker of [`fetch`](Self::fetch): calling it from any thread ends the current or next
     /// wait for answers early.
     pub fn nudge(&self) -> crate::wire::Nudge {
-        self.workers.nudge()
+        self.lanes.nudge()
     }
 
     /// One round: a ShareFetch to every leader of assigned partitions that has none in flight
     /// (carrying the acknowledgements queued for it), then the answers that arrive within
-    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`] (plus [`FETCH_CONNECT_GRACE`] while nothing
+    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`] (plus [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing
     /// has answered and a request is not even sent). Late answers stay in flight and come with
     /// a later round. Fails only when the cluster's metadata cannot be read.
     pub fn fetch(&mut self) -> Result<ShareFetchRound> {
@@ -586,67 +588,19 @@ impl ShareFetcher {
         ids
     }
 
-    /// Absorbs reports until every job of `ids` answered or `until` passes (with the connect
-    /// grace while nothing answered and a job is unsent, for fetches). `wakeable`: the
-    /// nudge ends the wait.
-    fn collect(&mut self, ids: &[u64], until: Instant, wakeable: bool) {
-        let mut answered = false;
-        loop {
-            let open: Vec<&u64> = ids
-                .iter()
-                .filter(|id| self.in_flight.contains_key(id))
-                .collect();
-            if open.is_empty() {
-                break;
-            }
-            let unsent = open
-                .iter()
-                .any(|id| self.in_flight.get(id).is_some_and(|f| f.sent_at.is_none()));
-            let bound = if !answered && unsent && wakeable {
-                until + FETCH_CONNECT_GRACE
-            } else {
-                until
-            };
-            let Some(event) = self.workers.next_event(bound) else {
-                break;
-            };
-            match event {
-                Event::Wake if wakeable => break,
-                Event::Wake => {}
-                Event::Sent { id, at, .. } => {
-                    if let Some(f) = self.in_flight.get_mut(&id) {
-                        f.sent_at = Some(at);
-                    }
-                }
-                Event::Done {
-                    broker,
-                    id,
-                    at,
-                    version,
-                    result,
-                } => {
-                    answered = true;
-                    self.absorb(broker, id, at, version, result);
-                }
-            }
-        }
-        // Answers that came meanwhile for older jobs, without waiting.
-        while let Some(event) = self.workers.next_event(Instant::now()) {
-            match event {
-                Event::Sent { id, at, .. } => {
-                    if let Some(f) = self.in_flight.get_mut(&id) {
-                        f.sent_at = Some(at);
-                    }
-                }
-                Event::Done {
-                    broker,
-                    id,
-                    at,
-                    version,
-                    result,
-                } => self.absorb(broker, id, at, version, result),
-                Event::Wake => {}
-            }
+    /// Absorbs answers until every job of `ids` answered or `until` passes, by the lanes' one
+    /// rule (with the connect grace while nothing answered and a job is unsent, for a fetch
+    /// round). `round`: a fetch round, which the nudge ends.
+    fn collect(&mut self, ids: &[u64], until: Instant, round: bool) {
+        let collected = self.lanes.collect(&Wait {
+            jobs: ids.to_vec(),
+            until,
+            round,
+            by_deadline: false,
+            linger: false,
+        });
+        for done in collected.done {
+            self.absorb(done);
         }
     }
 
@@ -667,16 +621,17 @@ impl ShareFetcher {
         }
     }
 
-    /// Takes in the answer (or failure) of job `id`, which arrived at `arrived` (stamped by the
-    /// fetch thread, on the lease clock).
-    fn absorb(
-        &mut self,
-        broker: i32,
-        id: u64,
-        arrived: Instant,
-        version: Option<i16>,
-        result: Result<Incoming>,
-    ) {
+    /// Takes in the answer (or failure) of a job, which arrived at `done.at` (stamped by the
+    /// broker's lane, on the lease clock).
+    fn absorb(&mut self, done: Done<Incoming>) {
+        let Done {
+            broker,
+            id,
+            sent_at,
+            at: arrived,
+            version,
+            result,
+        } = done;
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
@@ -688,7 +643,7 @@ impl ShareFetcher {
         if let Some(v) = version {
             self.renew_versions.insert(broker, v);
         }
-        let sent_at = flight.sent_at.unwrap_or_else(lease_now);
+        let sent_at = sent_at.unwrap_or_else(lease_now);
         let digest: Digest = match result {
             Err(e) => {
                 debug!("share: request to broker {broker} failed: {e}");
@@ -1399,7 +1354,8 @@ mod tests {
         let sent = f
             .in_flight
             .get(&id)
-            .and_then(|job| job.sent_at)
+            .and(f.lanes.flight(id))
+            .and_then(|flight| flight.sent_at)
             .expect("sent");
         // The answer arrives about SLOW after the send; the poll thread gets to it much later
         // (a long handler, a slow flush).

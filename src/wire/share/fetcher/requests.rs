@@ -1,6 +1,6 @@
 //! The requests of a [`ShareFetcher`]: a session request (epoch, partitions, acknowledgements,
 //! forgotten partitions) turned into a ShareFetch or a ShareAcknowledge (topic ids from the
-//! metadata, acknowledgements coalesced into batches) and handed to the broker's fetch thread,
+//! metadata, acknowledgements coalesced into batches) and handed to the broker's lane,
 //! with what it was for kept until its answer comes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,8 +18,8 @@ use crate::wire::error::WireError;
 use crate::wire::share::acks::coalesce;
 use crate::wire::share::answers;
 use crate::wire::share::codec::{ShareAcknowledgeV2, ShareFetchV2};
+use crate::wire::share::lane::{Outgoing, Request};
 use crate::wire::share::session::SessionRequest;
-use crate::wire::share::worker::Outgoing;
 use crate::wire::share::{AckError, SessionScope};
 use crate::TopicPartition;
 
@@ -107,7 +107,7 @@ impl ShareFetcher {
                     })
                     .collect(),
             );
-        let out = Outgoing::Fetch(ShareFetchV2 {
+        let request = Request::Fetch(ShareFetchV2 {
             v1,
             acquire_mode: s.acquire_mode,
             is_renew_ack: false,
@@ -115,11 +115,10 @@ impl ShareFetcher {
         let flight = InFlight {
             purpose: Purpose::Fetch,
             req,
-            sent_at: None,
             asked,
             scopes,
         };
-        let id = self.submit(broker, out, s.max_wait, flight)?;
+        let id = self.submit(broker, request, s.max_wait, flight)?;
         if let Some(l) = self.sessions.get_mut(&broker) {
             l.fetching = true;
         }
@@ -161,36 +160,38 @@ impl ShareFetcher {
             .with_member_id(Some(StrBytes::from_string(self.member_id.clone())))
             .with_share_session_epoch(req.epoch)
             .with_topics(topics);
-        let out = Outgoing::Acknowledge(ShareAcknowledgeV2 {
+        let request = Request::Acknowledge(ShareAcknowledgeV2 {
             v1,
             is_renew_ack: renew,
         });
         let flight = InFlight {
             purpose,
             req,
-            sent_at: None,
             asked: BTreeSet::new(),
             scopes: BTreeMap::new(),
         };
-        self.submit(broker, out, Duration::ZERO, flight)
+        self.submit(broker, request, Duration::ZERO, flight)
     }
 
     pub(super) fn submit(
         &mut self,
         broker: i32,
-        out: Outgoing,
+        request: Request,
         wait: Duration,
         flight: InFlight,
     ) -> Option<u64> {
+        let out = Outgoing {
+            request,
+            wait,
+            scope: flight.req.scope.clone(),
+        };
         let addr = self
             .addrs
             .get(&broker)
             .cloned()
             .or_else(|| self.client.broker(broker).map(|b| b.addr()));
         let submitted = match addr {
-            Some(addr) => self
-                .workers
-                .submit(broker, &addr, out, wait, &flight.req.scope),
+            Some(addr) => self.lanes.submit(broker, &addr, out, wait),
             None => Err(WireError::UnknownBroker { node_id: broker }),
         };
         match submitted {
