@@ -14,22 +14,19 @@
 //! is dropped before any request could carry it, and reported failed with the reason.
 //!
 //! The map: this file holds the fetcher, its calls and the acknowledgement queue;
-//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge and submits them;
-//! `metadata.rs` keeps the leaders, addresses and topic ids, and ends a partition's scope when
-//! its leader changes.
+//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge and submits them.
+//! Leaders, broker endpoints and topic ids come from the client's one cache
+//! (`wire/client/cluster.rs`); this file ends a partition's scope when its leader changes.
 
-mod metadata;
 mod requests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::guard::lease_now;
 
 use kafka_protocol::messages::ApiKey;
 use log::{debug, info};
-use uuid::Uuid;
 
 use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
 use super::lane::{Incoming, ShareLane, SHARE_VERSIONS};
@@ -80,11 +77,6 @@ pub struct ShareFetcher {
     member_id: String,
     settings: ShareFetchSettings,
     assigned: BTreeSet<TopicPartition>,
-    ids: HashMap<Arc<str>, Uuid>,
-    names: HashMap<Uuid, Arc<str>>,
-    leaders: HashMap<TopicPartition, i32>,
-    addrs: HashMap<i32, String>,
-    stale: bool,
     /// Acknowledgements waiting for the next request to their partition's leader.
     pending: AckQueue,
     sessions: BTreeMap<i32, Leader>,
@@ -143,11 +135,6 @@ impl ShareFetcher {
             member_id: member_id.to_string(),
             settings,
             assigned: BTreeSet::new(),
-            ids: HashMap::new(),
-            names: HashMap::new(),
-            leaders: HashMap::new(),
-            addrs: HashMap::new(),
-            stale: true,
             pending: AckQueue::new(),
             sessions: BTreeMap::new(),
             in_flight: HashMap::new(),
@@ -162,8 +149,11 @@ impl ShareFetcher {
     /// The partitions to fetch from now on (the member's assignment). Partitions that left are
     /// forgotten by their session with the next fetch, after their queued acknowledgements.
     pub fn assign(&mut self, partitions: &BTreeSet<TopicPartition>) {
-        if partitions.iter().any(|tp| !self.leaders.contains_key(tp)) {
-            self.stale = true;
+        if partitions
+            .iter()
+            .any(|tp| self.client.cached_leader(tp).is_none())
+        {
+            self.client.mark_metadata_stale();
         }
         self.assigned = partitions.clone();
     }
@@ -285,11 +275,11 @@ impl ShareFetcher {
         self.refresh_metadata()?;
         let mut wanted: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
         for tp in &self.assigned {
-            match self.leaders.get(tp) {
-                Some(&l) if l >= 0 => {
+            match self.client.cached_leader(tp) {
+                Some(l) if l >= 0 => {
                     wanted.entry(l).or_default().insert(tp.clone());
                 }
-                _ => self.stale = true,
+                _ => self.client.mark_metadata_stale(),
             }
         }
         // Leaders that lost every partition still forget them (and deliver their acks).
@@ -465,7 +455,7 @@ impl ShareFetcher {
         let mine: Vec<TopicPartition> = self
             .pending
             .keys()
-            .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+            .filter(|tp| self.client.cached_leader(tp) == Some(broker))
             .cloned()
             .collect();
         let mut taken: AckQueue = mine
@@ -518,8 +508,12 @@ impl ShareFetcher {
     /// goes behind it: it ends the session, so a delivery its answer acquired is released
     /// whatever the close's acknowledgements do to it, and this member never runs it.
     fn send_acks(&mut self, purpose: Purpose, renew: bool) -> Vec<u64> {
-        if self.pending.keys().any(|tp| !self.leaders.contains_key(tp)) {
-            self.stale = true;
+        if self
+            .pending
+            .keys()
+            .any(|tp| self.client.cached_leader(tp).is_none())
+        {
+            self.client.mark_metadata_stale();
             if let Err(e) = self.refresh_metadata_for(self.pending.keys().cloned().collect()) {
                 debug!("share: no metadata for the acknowledgements: {e}");
             }
@@ -528,7 +522,7 @@ impl ShareFetcher {
         let mut brokers: BTreeSet<i32> = self
             .pending
             .keys()
-            .filter_map(|tp| self.leaders.get(tp).copied())
+            .filter_map(|tp| self.client.cached_leader(tp))
             .filter(|l| *l >= 0)
             .collect();
         if purpose == Purpose::Close {
@@ -547,7 +541,7 @@ impl ShareFetcher {
                 let theirs: Vec<TopicPartition> = self
                     .pending
                     .keys()
-                    .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+                    .filter(|tp| self.client.cached_leader(tp) == Some(broker))
                     .cloned()
                     .collect();
                 for tp in theirs {
@@ -574,7 +568,7 @@ impl ShareFetcher {
         // What is left has no leader, or no open session with it.
         let left = std::mem::replace(&mut self.pending, deferred);
         for (tp, acks) in left {
-            let reason = if self.leaders.get(&tp).is_some_and(|l| *l >= 0) {
+            let reason = if self.client.cached_leader(&tp).is_some_and(|l| l >= 0) {
                 AckError::NoSession
             } else {
                 AckError::NoLeader
@@ -653,7 +647,9 @@ impl ShareFetcher {
                         l.session.transport_failed(&flight.req);
                     }
                 }
-                self.stale |= !unsupported;
+                if !unsupported {
+                    self.client.mark_metadata_stale();
+                }
                 let err = if unsupported {
                     AckError::RenewUnsupported
                 } else {
@@ -679,15 +675,18 @@ impl ShareFetcher {
                     resp,
                     &flight.req,
                     sent_at,
-                    &self.names,
+                    self.client.topic_names(),
                     self.config.fetch_decode_budget,
                     &flight.asked,
                     MAX_OWED_PER_SESSION.saturating_sub(queued),
                 )
             }
-            Ok(Incoming::Acknowledge(a)) => {
-                answers::acknowledge_answer(&a.v1, a.lock_timeout_ms, &flight.req, &self.names)
-            }
+            Ok(Incoming::Acknowledge(a)) => answers::acknowledge_answer(
+                &a.v1,
+                a.lock_timeout_ms,
+                &flight.req,
+                self.client.topic_names(),
+            ),
         };
         if flight.purpose != Purpose::Close {
             if let Some(l) = self.sessions.get_mut(&broker) {
@@ -702,14 +701,16 @@ impl ShareFetcher {
         if flight.purpose == Purpose::Renew {
             self.renewed.insert(id, digest.lock);
         }
-        for (node, addr) in digest.endpoints {
-            self.addrs.insert(node, addr);
+        for (node, host, port) in &digest.endpoints {
+            self.client.endpoint_named(*node, host, *port);
         }
         for (tp, leader) in digest.leaders {
             debug!("share: {tp} is led by broker {leader} now");
             self.lead(tp, leader);
         }
-        self.stale |= digest.stale;
+        if digest.stale {
+            self.client.mark_metadata_stale();
+        }
         // Timed-out jobs had their acks taken (reported already): nothing to report twice.
         self.stash.ack_results.extend(digest.acks);
         self.stash.errors.extend(digest.errors);
@@ -786,6 +787,68 @@ impl ShareFetcher {
         self.stash.batches.extend(batches);
     }
 
+    /// `tp` is led by `leader` from now on (an answer's hint), in the client's one leader
+    /// cache: a different leader than before releases what the old leader's session acquired
+    /// of it, so that partition's scope ends there.
+    pub(super) fn lead(&mut self, tp: TopicPartition, leader: i32) {
+        if let Some(old) = self.client.leader_named(&tp, leader) {
+            self.moved(&tp, old, leader);
+        }
+    }
+
+    /// `tp`'s leader went from `old` to `new`: Kafka does not keep acquired records across a
+    /// leader change, so the old leader's session's scope of `tp` ends.
+    fn moved(&mut self, tp: &TopicPartition, old: i32, new: i32) {
+        if old != new {
+            if let Some(l) = self.sessions.get_mut(&old) {
+                l.session.end_partition(tp);
+            }
+        }
+    }
+
+    /// Metadata for the assigned topics when a leader or topic id is missing or a broker said
+    /// the cache is stale: leaders, broker endpoints and topic ids, into the client's caches.
+    fn refresh_metadata(&mut self) -> Result<()> {
+        let missing = self.assigned.iter().any(|tp| {
+            self.client.cached_leader(tp).is_none() || self.client.topic_id(&tp.topic).is_none()
+        });
+        if !self.client.metadata_is_stale() && !missing {
+            return Ok(());
+        }
+        self.refresh_metadata_for(self.assigned.clone())
+    }
+
+    /// Metadata for the topics of `partitions` (Metadata v10+, for the topic ids); every
+    /// partition the sessions, the assignment or the queue name whose leader changed has its
+    /// old leader's scope ended.
+    fn refresh_metadata_for(&mut self, partitions: BTreeSet<TopicPartition>) -> Result<()> {
+        let topics: BTreeSet<String> = partitions.iter().map(|tp| tp.topic.to_string()).collect();
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let watched: BTreeSet<TopicPartition> = self
+            .sessions
+            .values()
+            .flat_map(|l| l.session.members().iter().cloned())
+            .chain(self.assigned.iter().cloned())
+            .chain(self.pending.keys().cloned())
+            .chain(partitions)
+            .collect();
+        let before: Vec<(TopicPartition, i32)> = watched
+            .into_iter()
+            .filter_map(|tp| self.client.cached_leader(&tp).map(|l| (tp, l)))
+            .collect();
+        let topics: Vec<String> = topics.into_iter().collect();
+        self.client.refresh_topic_ids(&topics)?;
+        for (tp, old) in before {
+            // A partition the answer left out keeps its leader, as a hint does.
+            if let Some(new) = self.client.cached_leader(&tp) {
+                self.moved(&tp, old, new);
+            }
+        }
+        Ok(())
+    }
+
     /// Drops (and reports) the queued acknowledgements of records `batch` acquired again.
     fn drop_reacquired(&mut self, batch: &super::AcquiredBatch) {
         let Some(list) = self.pending.get_mut(&batch.tp) else {
@@ -830,6 +893,8 @@ mod tests {
     use crate::wire::records::tests::batches;
     use kafka_protocol::messages::{self as msg, TopicName};
     use kafka_protocol::protocol::StrBytes;
+    use std::sync::Arc;
+    use uuid::Uuid;
 
     const TOPIC_ID: Uuid = Uuid::from_u128(0x5eed);
 

@@ -1,6 +1,6 @@
 //! The requests of a [`ShareFetcher`]: a session request (epoch, partitions, acknowledgements,
 //! forgotten partitions) turned into a ShareFetch or a ShareAcknowledge (topic ids from the
-//! metadata, acknowledgements coalesced into batches) and handed to the broker's lane,
+//! client's metadata cache, acknowledgements coalesced into batches) and handed to the broker's lane,
 //! with what it was for kept until its answer comes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +31,7 @@ impl ShareFetcher {
     ) -> Vec<(Uuid, Vec<T>)> {
         let mut by_topic: BTreeMap<Uuid, Vec<T>> = BTreeMap::new();
         for tp in &req.listed {
-            let Some(id) = self.ids.get(&tp.topic) else {
+            let Some(id) = self.client.topic_id(&tp.topic) else {
                 continue;
             };
             let batches = req
@@ -43,7 +43,7 @@ impl ShareFetcher {
                 .map(|b| (b.first, b.last, b.types))
                 .collect();
             by_topic
-                .entry(*id)
+                .entry(id)
                 .or_default()
                 .push(make(tp.partition, batches));
         }
@@ -82,8 +82,8 @@ impl ShareFetcher {
             .collect();
         let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
         for tp in &req.forgotten {
-            if let Some(id) = self.ids.get(&tp.topic) {
-                forgotten.entry(*id).or_default().push(tp.partition);
+            if let Some(id) = self.client.topic_id(&tp.topic) {
+                forgotten.entry(id).or_default().push(tp.partition);
             }
         }
         let s = &self.settings;
@@ -185,11 +185,7 @@ impl ShareFetcher {
             wait,
             scope: flight.req.scope.clone(),
         };
-        let addr = self
-            .addrs
-            .get(&broker)
-            .cloned()
-            .or_else(|| self.client.broker(broker).map(|b| b.addr()));
+        let addr = self.client.broker(broker).map(|b| b.addr());
         let submitted = match addr {
             Some(addr) => self.lanes.submit(broker, &addr, out, wait),
             None => Err(WireError::UnknownBroker { node_id: broker }),
@@ -205,7 +201,7 @@ impl ShareFetcher {
                 if let Some(l) = self.sessions.get_mut(&broker) {
                     l.session.transport_failed(&req);
                 }
-                self.stale = true;
+                self.client.mark_metadata_stale();
                 let err = AckError::Transport(e.to_string());
                 self.stash
                     .ack_results
