@@ -212,6 +212,33 @@ pub(in crate::wire) struct Wait {
     pub(in crate::wire) linger: bool,
 }
 
+impl Wait {
+    /// A fetch round for `jobs`: the broker's wait `max_wait` plus [`FETCH_ANSWER_MARGIN`] from
+    /// now (plus [`FETCH_CONNECT_GRACE`] while nothing answered and a job is unsent), ended by
+    /// the waker. The one rule both fetchers wait by.
+    pub(in crate::wire) fn round(jobs: Vec<u64>, max_wait: Duration) -> Wait {
+        Wait {
+            jobs,
+            until: Instant::now() + max_wait + FETCH_ANSWER_MARGIN,
+            round: true,
+            by_deadline: false,
+            linger: false,
+        }
+    }
+
+    /// `jobs` waited for until `until` at the latest, not a round (the waker does not end it,
+    /// no grace).
+    pub(in crate::wire) fn until(jobs: Vec<u64>, until: Instant) -> Wait {
+        Wait {
+            jobs,
+            until,
+            round: false,
+            by_deadline: false,
+            linger: false,
+        }
+    }
+}
+
 /// What one [`Lanes::collect`] brought.
 pub(in crate::wire) struct Collected<A> {
     /// The answers, in arrival order.

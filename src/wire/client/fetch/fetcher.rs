@@ -20,7 +20,9 @@ use super::{
 };
 use crate::wire::client::ClientConfig;
 use crate::wire::error::{Result, WireError};
-use crate::wire::lane::{Lane, Lanes, Link, Wait, FETCH_ANSWER_MARGIN};
+#[cfg(test)]
+use crate::wire::lane::FETCH_ANSWER_MARGIN;
+use crate::wire::lane::{Lane, Lanes, Link, Wait};
 use crate::TopicPartition;
 
 /// What the fetching thread asks a broker's fetch lane to do.
@@ -110,11 +112,9 @@ impl Fetchers {
             .map(|(id, _)| id)
             .collect();
         let collected = self.lanes.collect(&Wait {
-            jobs,
-            until: Instant::now() + max_wait + FETCH_ANSWER_MARGIN,
-            round: true,
             by_deadline: true,
             linger: wait_carried,
+            ..Wait::round(jobs, max_wait)
         });
         let mut answers = Vec::with_capacity(collected.done.len());
         for done in collected.done {

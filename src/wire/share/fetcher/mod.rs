@@ -1,7 +1,7 @@
 //! [`ShareFetcher`]: what the share consumer's poll thread calls. It routes the assigned
 //! partitions to their leaders (ShareFetch names topics by id, so the ids come from Metadata),
 //! keeps one [`ShareSession`] per leader, queues acknowledgements until the next request to
-//! that leader, and hands the requests to the brokers' share lanes (`../lane.rs`, on the
+//! that leader, and hands the requests to the brokers' share lanes (`requests.rs`, on the
 //! request-lane machine of `wire/lane.rs`).
 //!
 //! Every answer passes through one place (`absorb`), whichever call collects it, so an answer
@@ -14,11 +14,14 @@
 //! is dropped before any request could carry it, and reported failed with the reason.
 //!
 //! The map: this file holds the fetcher, its calls and the acknowledgement queue;
-//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge and submits them.
+//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge, submits them,
+//! and is the share lane that writes them on the broker's thread.
 //! Leaders, broker endpoints and topic ids come from the client's one cache
 //! (`wire/client/cluster.rs`); this file ends a partition's scope when its leader changes.
 
 mod requests;
+
+use requests::{Incoming, ShareLane, SHARE_VERSIONS};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -29,7 +32,6 @@ use kafka_protocol::messages::ApiKey;
 use log::{debug, info};
 
 use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
-use super::lane::{Incoming, ShareLane, SHARE_VERSIONS};
 use super::session::{AckQueue, SessionRequest, ShareSession, Verdict};
 use super::{
     AckError, AckResult, AckType, RenewResult, SessionScope, ShareAck, ShareFetchRound,
@@ -37,7 +39,7 @@ use super::{
 };
 use crate::wire::error::{Result, WireError};
 use crate::wire::lane::{Done, Lanes, Wait};
-use crate::wire::{Client, ClientConfig, KafkaCode, FETCH_ANSWER_MARGIN};
+use crate::wire::{Client, ClientConfig, KafkaCode};
 use crate::TopicPartition;
 
 /// What a request in flight was for.
@@ -268,7 +270,7 @@ impl ShareFetcher {
 
     /// One round: a ShareFetch to every leader of assigned partitions that has none in flight
     /// (carrying the acknowledgements queued for it), then the answers that arrive within
-    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`] (plus [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing
+    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN) (plus [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing
     /// has answered and a request is not even sent). Late answers stay in flight and come with
     /// a later round. Fails only when the cluster's metadata cannot be read.
     pub fn fetch(&mut self) -> Result<ShareFetchRound> {
@@ -321,8 +323,7 @@ impl ShareFetcher {
                 .map(|(id, _)| *id)
                 .collect();
         }
-        let bound = Instant::now() + self.settings.max_wait + FETCH_ANSWER_MARGIN;
-        self.collect(&fresh, bound, true);
+        self.collect(&Wait::round(fresh, self.settings.max_wait));
         Ok(std::mem::take(&mut self.stash))
     }
 
@@ -339,7 +340,7 @@ impl ShareFetcher {
     /// again.
     pub(crate) fn send_acks_now(&mut self) -> Vec<AckResult> {
         self.send_acks(Purpose::Acknowledge, false);
-        self.collect(&[], Instant::now(), false);
+        self.collect(&Wait::until(Vec::new(), Instant::now()));
         std::mem::take(&mut self.stash.ack_results)
     }
 
@@ -357,7 +358,7 @@ impl ShareFetcher {
     pub fn flush_acks(&mut self, timeout: Duration) -> Vec<AckResult> {
         let deadline = Instant::now() + timeout;
         let ids = self.send_acks(Purpose::Acknowledge, false);
-        self.collect(&ids, deadline, false);
+        self.collect(&Wait::until(ids.clone(), deadline));
         self.time_out(&ids);
         std::mem::take(&mut self.stash.ack_results)
     }
@@ -391,7 +392,7 @@ impl ShareFetcher {
                 outcome: Err(AckError::NoSession),
             })
             .collect();
-        self.collect(&ids, deadline, false);
+        self.collect(&Wait::until(ids.clone(), deadline));
         self.time_out(&ids);
         let mut lock: Option<Duration> = None;
         for id in &ids {
@@ -434,7 +435,7 @@ impl ShareFetcher {
         self.end_sessions();
         self.closing = true;
         let ids = self.send_acks(Purpose::Close, false);
-        self.collect(&ids, deadline, false);
+        self.collect(&Wait::until(ids.clone(), deadline));
         self.time_out(&ids);
         let mut out = std::mem::take(&mut self.stash.ack_results);
         for (tp, acks) in std::mem::take(&mut self.pending) {
@@ -582,17 +583,11 @@ impl ShareFetcher {
         ids
     }
 
-    /// Absorbs answers until every job of `ids` answered or `until` passes, by the lanes' one
-    /// rule (with the connect grace while nothing answered and a job is unsent, for a fetch
-    /// round). `round`: a fetch round, which the nudge ends.
-    fn collect(&mut self, ids: &[u64], until: Instant, round: bool) {
-        let collected = self.lanes.collect(&Wait {
-            jobs: ids.to_vec(),
-            until,
-            round,
-            by_deadline: false,
-            linger: false,
-        });
+    /// Absorbs answers as `wait` says, by the lanes' one rule: until its jobs answered or its
+    /// bound passes (a fetch round: the wait plus the margin, with the connect grace while
+    /// nothing answered and a job is unsent; the nudge ends it).
+    fn collect(&mut self, wait: &Wait) {
+        let collected = self.lanes.collect(wait);
         for done in collected.done {
             self.absorb(done);
         }
@@ -878,6 +873,7 @@ impl ShareFetcher {
 
 #[cfg(test)]
 mod tests {
+    use crate::wire::FETCH_ANSWER_MARGIN;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -1429,7 +1425,7 @@ mod tests {
             thread::sleep(absorb_at.saturating_duration_since(lease_now()));
         }
         let absorbed = lease_now();
-        f.collect(&[id], absorbed + Duration::from_secs(5), false);
+        f.collect(&Wait::until(vec![id], absorbed + Duration::from_secs(5)));
         assert_eq!(f.stash.batches.len(), 1, "delivery 2 is stashed");
         let lock = f.stash.batches[0].lock_duration;
         let ends = f.stash.batches[0].lock_ends_by;
