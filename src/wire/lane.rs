@@ -608,3 +608,98 @@ impl<L: Lane> Worker<L> {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lane that answers each job (a delay) after that delay, without a connection.
+    #[derive(Default)]
+    struct Sleepy;
+
+    impl Lane for Sleepy {
+        type Job = Duration;
+        type Answer = Duration;
+        const NAME: &'static str = "test";
+        const IDLE_WATCH: Option<Duration> = None;
+
+        fn serve(
+            &mut self,
+            _link: &mut Link,
+            job: &Duration,
+            sent: &mut dyn FnMut(Instant, Duration),
+        ) -> Result<Duration> {
+            sent(Instant::now(), *job);
+            thread::sleep(*job);
+            Ok(*job)
+        }
+    }
+
+    fn lanes() -> Lanes<Sleepy> {
+        Lanes::new(
+            ConnectionConfig::default(),
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        )
+    }
+
+    /// A round waits for its jobs no longer than the wait plus the margin; the late answer
+    /// stays in flight and comes with a later call, whichever jobs that call is for.
+    #[test]
+    fn a_round_leaves_a_late_answer_in_flight_for_a_later_call() {
+        let mut lanes = lanes();
+        let fast = lanes
+            .submit(1, "fast:1", Duration::from_millis(10), Duration::ZERO)
+            .expect("submit");
+        let slow = lanes
+            .submit(2, "slow:1", Duration::from_millis(900), Duration::ZERO)
+            .expect("submit");
+        let started = Instant::now();
+        let first = lanes.collect(&Wait::round(vec![fast, slow], Duration::from_millis(50)));
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(50) + FETCH_ANSWER_MARGIN + Duration::from_millis(150)
+        );
+        assert_eq!(
+            first.done.iter().map(|d| d.id).collect::<Vec<_>>(),
+            vec![fast]
+        );
+        assert!(lanes.is_busy(2) && !lanes.is_busy(1));
+        assert!(lanes.flight(slow).and_then(|f| f.sent_at).is_some());
+        let later = lanes.collect(&Wait::until(
+            Vec::new(),
+            Instant::now() + Duration::from_secs(3),
+        ));
+        assert!(later.done.is_empty(), "nothing waited for, nothing waited");
+        let later = lanes.collect(&Wait::until(
+            vec![slow],
+            Instant::now() + Duration::from_secs(3),
+        ));
+        assert_eq!(
+            later.done.iter().map(|d| d.id).collect::<Vec<_>>(),
+            vec![slow]
+        );
+        assert!(!lanes.is_busy(2));
+    }
+
+    /// The waker ends a round at once, and only a round.
+    #[test]
+    fn the_waker_ends_a_round_and_nothing_else() {
+        let mut lanes = lanes();
+        let job = lanes
+            .submit(1, "b:1", Duration::from_millis(400), Duration::ZERO)
+            .expect("submit");
+        (lanes.nudge())();
+        let started = Instant::now();
+        let woken = lanes.collect(&Wait::round(vec![job], Duration::from_secs(2)));
+        assert!(woken.woken && woken.done.is_empty());
+        assert!(started.elapsed() < Duration::from_millis(100));
+        (lanes.nudge())();
+        let done = lanes.collect(&Wait::until(
+            vec![job],
+            Instant::now() + Duration::from_secs(3),
+        ));
+        assert!(!done.woken);
+        assert_eq!(done.done.len(), 1);
+    }
+}
