@@ -408,19 +408,21 @@ impl<L: Lane> Lanes<L> {
     /// Collects answers as `wait` says: until every job of `wait.jobs` has answered (or, with
     /// `by_deadline`, is overdue), never past `wait.until` (plus [`FETCH_CONNECT_GRACE`] in a
     /// round while nothing has answered and a job waited for is not sent). Every report already
-    /// in is taken first, answers of other jobs included: whichever call collects an answer
-    /// returns it.
+    /// in is taken, answers of other jobs included: whichever call collects an answer returns
+    /// it.
     pub(in crate::wire) fn collect(&mut self, wait: &Wait) -> Collected<L::Answer> {
         let mut out = Collected {
             done: Vec::new(),
             woken: false,
         };
         loop {
+            // Every report already in, without waiting (after a wake too: an answer that came
+            // with it is this call's).
             while let Ok(event) = self.events_rx.try_recv() {
-                if self.absorb(event, wait.round, &mut out.done) {
-                    out.woken = true;
-                    return out;
-                }
+                out.woken |= self.absorb(event, wait.round, &mut out.done);
+            }
+            if out.woken {
+                break;
             }
             let now = Instant::now();
             let mut latest: Option<Instant> = None;
@@ -451,12 +453,7 @@ impl<L: Lane> Lanes<L> {
                 break;
             }
             match self.events_rx.recv_timeout(until - now) {
-                Ok(event) => {
-                    if self.absorb(event, wait.round, &mut out.done) {
-                        out.woken = true;
-                        break;
-                    }
-                }
+                Ok(event) => out.woken |= self.absorb(event, wait.round, &mut out.done),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if latest.is_none() {
                         break;
