@@ -20,8 +20,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig};
-use rebalance_guard::ErrorChain;
+use rebalance_guard::{Consumer, ConsumerConfig, ErrorChain};
 
 struct Args {
     bootstrap: String,

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig, DeadLetterTopic};
+use rebalance_guard::{Consumer, ConsumerConfig, DeadLetterTopic};
 
 struct Args {
     bootstrap: String,

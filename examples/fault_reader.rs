@@ -31,8 +31,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig};
-use rebalance_guard::ErrorChain;
+use rebalance_guard::{Consumer, ConsumerConfig, ErrorChain};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -85,11 +85,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig, ConsumerError, WorkContext};
 use rebalance_guard::guard::PartitionSnapshot;
-use rebalance_guard::wire::Record;
-use rebalance_guard::ErrorChain;
-use rebalance_guard::IdempotencyKey;
+use rebalance_guard::{
+    Consumer, ConsumerConfig, ConsumerError, ErrorChain, IdempotencyKey, Record, WorkContext,
+};
 
 /// The operation part of the effect key: what this worker does to an order.
 const OPERATION: &str = "apply-order";

@@ -21,8 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::share::{ShareConfig, ShareConsumer};
-use rebalance_guard::ErrorChain;
+use rebalance_guard::{ErrorChain, ShareConfig, ShareConsumer};
 
 struct Args {
     bootstrap: String,

@@ -54,9 +54,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rebalance_guard::guard::BootClock;
-use rebalance_guard::share::{ShareConfig, ShareConsumer, ShareContext, ShareFailure};
-use rebalance_guard::wire::Record;
-use rebalance_guard::{ErrorChain, IdempotencyKey};
+use rebalance_guard::{
+    ErrorChain, IdempotencyKey, Record, ShareConfig, ShareConsumer, ShareContext, ShareFailure,
+};
 
 const OPERATION: &str = "apply-order";
 

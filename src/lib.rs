@@ -11,73 +11,140 @@
 //! Four layers, each depending only on the ones below it (`docs/DESIGN.md` in the repository walks
 //! through the commit ordering with file and function names):
 //!
-//! - [`consumer`]: what an application embeds. [`Consumer`] runs the blocking
+//! - `consumer`: what an application embeds. [`Consumer`] runs the blocking
 //!   poll-process-commit loop ([`Consumer::run`], or [`Consumer::poll`] and a [`Batch`] of
 //!   [`Delivery`]s), sizes batches against `max.poll.interval.ms`, commits the contiguous
 //!   completed prefix, and has a decoupled mode with worker threads
 //!   ([`Consumer::run_with_workers`], handlers get a [`WorkContext`]). [`ConsumerConfig`] takes
 //!   Kafka's own setting names.
-//! - [`config`]: the settings under Kafka's names that the consumer and the share consumer
-//!   both read, in one table ([`config::SETTINGS`]) with one validation.
-//! - [`group`]: consumer-group membership (classic protocol: eager and cooperative assignors,
-//!   static membership) with a background heartbeat thread.
-//! - [`wire`]: a blocking Kafka client over `std::net` whose messages are encoded by the
-//!   `kafka-protocol` crate; [`wire::Client`] is also what tests and tools use to produce data.
-//! - [`guard`]: the sans-IO [`RebalanceGuard`], which decides what may be processed and what may
+//! - `group`: consumer-group membership (the classic protocol with eager and cooperative
+//!   assignors and static membership, and KIP-848) with a background heartbeat thread.
+//! - `wire`: a blocking Kafka client over `std::net` whose messages are encoded by the
+//!   `kafka-protocol` crate.
+//! - [`guard`]: the sans-IO [`RebalanceGuard`](guard::RebalanceGuard), which decides what may be processed and what may
 //!   be committed while ownership moves: fence on revoke, drain, commit `last + 1`, never commit
 //!   on a loss, leases that go stale when their partition moves or the session could have
-//!   expired, storm detection.
+//!   expired, storm detection. It is public as a module of its own: it is useful without the rest.
 //!
-//! Beside [`consumer`], on the same layers: [`share`], the member of a share group (KIP-932,
-//! Kafka's queues): [`share::ShareConsumer`] acquires records under time-limited locks and
+//! Beside `consumer`, on the same layers: `share`, the member of a share group (KIP-932,
+//! Kafka's queues): [`ShareConsumer`] acquires records under time-limited locks and
 //! acknowledges each by its outcome; the lock guard (`guard::locks`) ends every record's lease
 //! before the broker's lock can, so no effect is applied once another member may hold the record.
 //!
 //! Under all of them, `basics` holds the vocabulary every layer names: [`TopicPartition`] and
-//! [`ErrorKind`]. Besides the layers: `metrics` the hooks through which
+//! [`ErrorKind`]. Between the group and the consumers, [`config`] holds the settings under
+//! Kafka's names that the consumer and the share consumer both read, in one table
+//! ([`config::SETTINGS`]) with one validation. Besides the layers: `metrics` the hooks through which
 //! the consumer and the group publish their operational signals to the `metrics` crate (public,
-//! with its names, under the cargo feature `metrics`; empty without it); hidden from the
-//! documentation and not part of the API, `fuzzing` holds the checks behind the fuzz targets and `testing` the
-//! in-memory cluster (a record log with committed offsets, group coordinators for both
-//! protocols, and members that run the real session against them) that tests drive the whole
-//! consumer against without a broker.
+//! with its names, under the cargo feature `metrics`; empty without it); `fuzzing` holds the
+//! checks behind the fuzz targets and `testing` the in-memory cluster (a record log with committed
+//! offsets, group coordinators for both protocols, and members that run the real session against
+//! them) that tests drive the whole consumer against without a broker.
 //!
-//! The items re-exported here are the ones applications need; the modules hold the rest.
+//! # What is public
+//!
+//! The items re-exported here are the ones applications name, and [`guard`] is public as a
+//! module. `consumer`, `share`, `wire` and `group` are crate-private; the internal cargo feature
+//! `test-support` makes them (and `testing` and `fuzzing`, which are not compiled at all
+//! without it) public for the crate's own integration tests, benchmarks and fuzz targets. That
+//! feature is not part of the API and an application never enables it.
 
 #![warn(missing_docs, unreachable_pub)]
+// Without `test-support` every type a public signature mentions must be nameable from the root.
+#![cfg_attr(not(feature = "test-support"), warn(unnameable_types))]
 
+/// Declares a function that the crate's own integration tests call but applications never do:
+/// `pub` under the internal `test-support` feature, `pub(crate)` otherwise, so that a view of the
+/// internals never reaches an application's API. The two arms differ only in visibility; the
+/// function is written once.
+macro_rules! internal_pub {
+    ($(#[$meta:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "test-support")]
+        $(#[$meta])* pub fn $($rest)*
+        #[cfg(not(feature = "test-support"))]
+        $(#[$meta])* pub(crate) fn $($rest)*
+    };
+}
+
+// A layer that applications reach through the re-exports below is public only under the
+// internal `test-support` feature (see "What is public" above), and crate-private otherwise.
+// Without the feature, what only the integration tests use (a layer's re-exports of its
+// internals, a few views and constructors) is unused; with it (every `--all-targets` build
+// and CI's lints) unused private code is still reported.
 mod basics;
+// Public: its value types and table are what applications name. Without `test-support`, the
+// views only the crate's own tests call (`internal_pub!`) and the printing helpers are unused.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub, dead_code))]
 pub mod config;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod consumer;
+#[cfg(not(feature = "test-support"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+pub(crate) mod consumer;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod group;
+#[cfg(not(feature = "test-support"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+pub(crate) mod group;
 pub mod guard;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod share;
+#[cfg(not(feature = "test-support"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+pub(crate) mod share;
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod testing;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod wire;
+#[cfg(not(feature = "test-support"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+pub(crate) mod wire;
 
+// What an application names. The guard's own types stay in `guard`, which is public.
 pub use basics::error_kind::ErrorKind;
 pub use basics::partition::TopicPartition;
 pub use consumer::{
-    Batch, BatchPlan, ConfigError, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerError,
-    ConsumerStats, Delivery, GuardView, HandoffFailure, PartitionStats, RebalanceCounters,
-    SecurityProtocol, StatsHandle, WorkContext,
+    AssignedContext, Batch, BatchPlan, ConfigError, Consumer, ConsumerConfig,
+    ConsumerConfigBuilder, ConsumerError, ConsumerRebalanceListener, ConsumerStats,
+    DeadLetterTopic, Delivery, GuardView, HandoffFailure, PartitionStats, RebalanceCounters,
+    RevokedPartition, StatsHandle, Waker, WorkContext,
 };
-pub use group::{GroupError, LostReason, Strategy};
-pub use guard::{
-    AdmitError, CommitFailure, CompleteError, GuardConfig, GuardSnapshot, IdempotencyKey, Lease,
-    PartitionSnapshot, RebalanceGuard, RewindError, SeekError, StormStatus,
-};
+pub use group::{GroupError, LostReason};
+pub use guard::{IdempotencyKey, StormStatus};
 pub use share::{
-    ShareConfig, ShareConsumer, ShareContext, ShareDelivery, ShareError, ShareFailure, ShareStats,
+    AckType, ShareConfig, ShareConfigBuilder, ShareConsumer, ShareContext, ShareDelivery,
+    ShareError, ShareFailure, ShareStats,
 };
-pub use wire::{
-    Client, ClientConfig, ErrorChain, KafkaCode, OAuthBearerCallback, OAuthBearerToken,
-    ProduceRecord, Record, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
-};
+pub use wire::{ErrorChain, OAuthBearerCallback, OAuthBearerToken, Record, Secret, WireError};
+
+/// The detail behind an error: what each error enum carries, for an application that matches on
+/// more than [`ErrorKind`] (which every error answers through `kind()`, and which is what retry
+/// and alerting decisions should use).
+pub mod error {
+    pub use crate::config::PropertiesSyntaxError;
+    pub use crate::group::assignor::{AssignError, JoinProtocolError, LeaderError};
+    pub use crate::group::subscription::{DecodeError, EncodeError};
+    pub use crate::group::{FatalError, GroupApi, PatternError, StrategyError};
+    pub use crate::wire::KafkaCode;
+}
+
+/// The consumer's statistics' parts that belong to the wire client: what
+/// [`ConsumerStats`] reports about fetching.
+pub mod stats {
+    pub use crate::wire::{BrokerFetchStats, FetchStats};
+}
+
+/// One record's timestamp kind, as [`Record`] carries it.
+pub use wire::TimestampType;

@@ -17,8 +17,7 @@ use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rebalance_guard::consumer::{Consumer, ConsumerConfig};
-use rebalance_guard::ErrorChain;
+use rebalance_guard::{Consumer, ConsumerConfig, ErrorChain};
 
 use recorder::TextRecorder;
 

@@ -74,25 +74,36 @@ mod settings;
 mod suggest;
 mod values;
 
+// Public: the value types the builders' typed methods take and the getters return, for
+// applications that build a configuration in code rather than from Kafka's property strings
+// (`ConsumerConfigBuilder::security_protocol(SecurityProtocol::SaslSsl)`), and the table.
 pub use crate::group::consumer_group::RemoteAssignor;
-pub use crate::group::Strategy;
-pub use error::ConfigError;
-pub use properties::{parse_properties, PropertiesSyntaxError};
-pub use security::{
-    EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol, CALLBACK, HIDDEN,
-};
-pub use settings::{ConsumerConfig, ConsumerConfigBuilder, SettingDoc, SETTINGS};
+pub use crate::group::{RebalanceProtocol, Strategy};
+pub use crate::wire::{IsolationLevel, SaslMechanism};
+pub use security::{EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol};
+pub use settings::{SettingDoc, SETTINGS};
 pub use values::{
     AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder,
 };
+// Named at the crate root (and `PropertiesSyntaxError` in `error`).
+pub use error::ConfigError;
+pub use properties::PropertiesSyntaxError;
+pub use settings::{ConsumerConfig, ConsumerConfigBuilder};
+// For the crate's own tests and fuzz targets only (the internal `test-support` feature).
+#[cfg(feature = "test-support")]
+pub use properties::parse_properties;
+#[cfg(not(feature = "test-support"))]
+pub(crate) use properties::parse_properties;
+#[cfg(feature = "test-support")]
+pub use security::{CALLBACK, HIDDEN};
+#[cfg(not(feature = "test-support"))]
+#[allow(unused_imports)]
+pub(crate) use security::{CALLBACK, HIDDEN};
 
 use crate::group::consumer_group::ConsumerGroupConfig;
-use crate::group::RebalanceProtocol;
 use crate::guard::GuardConfig;
 use crate::wire::secret::{wipe_string, WipedString};
-use crate::wire::{
-    ClientConfig, FetchConfig, IsolationLevel, SaslConfig, SaslMechanism, Secret, TlsConfig,
-};
+use crate::wire::{ClientConfig, FetchConfig, SaslConfig, Secret, TlsConfig};
 
 impl ConsumerConfig {
     /// Starts a typed builder with every setting at its default.
@@ -116,7 +127,7 @@ impl ConsumerConfig {
             .build()
     }
 
-    /// Reads a Java `.properties` file (see [`parse_properties`] for the syntax) and builds from
+    /// Reads a Java `.properties` file (Java's syntax, `\uXXXX` escapes included) and builds from
     /// it.
     pub fn from_properties_file(path: impl AsRef<Path>) -> Result<ConsumerConfig, ConfigError> {
         let path = path.as_ref();
@@ -142,7 +153,7 @@ impl ConsumerConfig {
     /// Every setting with its effective value, in [`SETTINGS`] order, for logging at startup.
     /// Feeding the result back to [`ConsumerConfig::from_properties`] gives an equal
     /// configuration, except that secrets (`sasl.password`, `sasl.jaas.config`) are printed as
-    /// [`HIDDEN`], which is refused when read back: put the real secret in again.
+    /// `[hidden]`, which is refused when read back: put the real secret in again.
     pub fn to_properties(&self) -> Vec<(&'static str, String)> {
         let mut out = self.all_properties();
         // The share consumer's own settings: the consumer refuses them, so it does not print them.
@@ -206,33 +217,43 @@ impl ConsumerConfig {
     pub(crate) fn share_lock_renew(&self) -> bool {
         self.share_lock_renew
     }
+    internal_pub! {
     /// `partition.assignment.strategy` in preference order: non-empty, no duplicates, all of
     /// one [`RebalanceProtocol`].
-    pub fn assignment_strategies(&self) -> &[Strategy] {
+    fn assignment_strategies(&self) -> &[Strategy] {
         &self.partition_assignment_strategy
     }
+    }
+    internal_pub! {
     /// Eager or cooperative, as implied by the assignors (they all agree, by validation).
-    pub fn rebalance_protocol(&self) -> RebalanceProtocol {
+    fn rebalance_protocol(&self) -> RebalanceProtocol {
         self.partition_assignment_strategy
             .first()
             .map_or(RebalanceProtocol::Cooperative, |s| s.protocol())
     }
+    }
+    internal_pub! {
     /// `group.protocol`.
-    pub fn group_protocol(&self) -> GroupProtocol {
+    fn group_protocol(&self) -> GroupProtocol {
         self.group_protocol
     }
+    }
+    internal_pub! {
     /// `group.remote.assignor`: the broker-side assignor to ask for (consumer protocol only).
-    pub fn group_remote_assignor(&self) -> Option<RemoteAssignor> {
+    fn group_remote_assignor(&self) -> Option<RemoteAssignor> {
         self.group_remote_assignor
+    }
     }
     /// `session.bound.ms`: the user's session bound for leases (consumer protocol only); `None`
     /// derives it from the broker's heartbeat interval.
     pub fn session_bound(&self) -> Option<Duration> {
         self.session_bound
     }
+    internal_pub! {
     /// `auto.offset.reset`.
-    pub fn auto_offset_reset(&self) -> AutoOffsetReset {
+    fn auto_offset_reset(&self) -> AutoOffsetReset {
         self.auto_offset_reset
+    }
     }
     /// `fetch.min.bytes` (at least 0).
     pub fn fetch_min_bytes(&self) -> i32 {
@@ -250,9 +271,11 @@ impl ConsumerConfig {
     pub fn max_partition_fetch_bytes(&self) -> i32 {
         self.max_partition_fetch_bytes
     }
+    internal_pub! {
     /// `isolation.level`.
-    pub fn isolation_level(&self) -> IsolationLevel {
+    fn isolation_level(&self) -> IsolationLevel {
         self.isolation_level
+    }
     }
     /// `client.rack`, if set.
     pub fn client_rack(&self) -> Option<&str> {
@@ -284,18 +307,23 @@ impl ConsumerConfig {
             .saturating_mul(1 << doublings)
             .min(self.reconnect_backoff_max.max(self.retry_backoff))
     }
+    internal_pub! {
     /// `security.protocol`.
-    pub fn security_protocol(&self) -> SecurityProtocol {
+    fn security_protocol(&self) -> SecurityProtocol {
         self.security_protocol
     }
+    }
+    internal_pub! {
     /// `sasl.mechanism`, when set.
-    pub fn sasl_mechanism(&self) -> Option<SaslMechanism> {
+    fn sasl_mechanism(&self) -> Option<SaslMechanism> {
         self.sasl_mechanism
     }
+    }
+    internal_pub! {
     /// How every connection authenticates: `None` unless `security.protocol` uses SASL. The
     /// credentials come from `sasl.username`/`sasl.password` or from `sasl.jaas.config`
     /// (validation made sure exactly one of them is given, with a matching mechanism).
-    pub fn sasl(&self) -> Option<SaslConfig> {
+    fn sasl(&self) -> Option<SaslConfig> {
         if !self.security_protocol.uses_sasl() {
             return None;
         }
@@ -311,9 +339,11 @@ impl ConsumerConfig {
         };
         Some(SaslConfig::password(mechanism, username, password))
     }
+    }
+    internal_pub! {
     /// How every connection runs TLS: `None` unless `security.protocol` uses TLS (`ssl.*`
     /// settings with another protocol are refused by validation).
-    pub fn tls(&self) -> Option<TlsConfig> {
+    fn tls(&self) -> Option<TlsConfig> {
         if !self.security_protocol.uses_tls() {
             return None;
         }
@@ -327,6 +357,7 @@ impl ConsumerConfig {
             tls = tls.with_client_certificate(cert, key);
         }
         Some(tls)
+    }
     }
     /// `rebalance.storm.window.ms`.
     pub fn storm_window(&self) -> Duration {
@@ -357,9 +388,11 @@ impl ConsumerConfig {
     pub fn commit_metadata_max_bytes(&self) -> usize {
         self.commit_metadata_max_bytes
     }
+    internal_pub! {
     /// `processing.order`.
-    pub fn processing_order(&self) -> ProcessingOrder {
+    fn processing_order(&self) -> ProcessingOrder {
         self.processing_order
+    }
     }
     /// `processing.max.in.flight.per.partition`: at least 1.
     pub fn max_in_flight_per_partition(&self) -> usize {
@@ -393,12 +426,13 @@ impl ConsumerConfig {
         }
     }
 
+    internal_pub! {
     /// The wire client's settings, SASL credentials included (every connection of the client and
     /// of the heartbeat thread authenticates with them). `reconnect.backoff.max.ms` caps the client's single
     /// exponential backoff, which it uses for request retries and reconnects alike. The largest
     /// accepted response frame is raised above the client's default when `fetch.max.bytes` plus
     /// one partition's worth could exceed it, so a legal fetch response is never refused.
-    pub fn client_config(&self) -> ClientConfig {
+    fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new(self.bootstrap_servers.iter().cloned());
         config.connection.client_id = self.client_id.clone();
         config.connection.connect_timeout = self.connection_setup_timeout;
@@ -413,11 +447,13 @@ impl ConsumerConfig {
         config.retry_backoff_max = self.reconnect_backoff_max.max(self.retry_backoff);
         config
     }
+    }
 
+    internal_pub! {
     /// The consumer group protocol machine's settings (`group.protocol=consumer`) for a
     /// subscription to `topics`: the rebalance timeout is `max.poll.interval.ms` (how long the
     /// broker waits for a revocation), the backoff is the client's.
-    pub fn consumer_group_config(&self, topics: &[&str]) -> ConsumerGroupConfig {
+    fn consumer_group_config(&self, topics: &[&str]) -> ConsumerGroupConfig {
         ConsumerGroupConfig {
             group_id: self.group_id.clone(),
             instance_id: self.group_instance_id.clone(),
@@ -431,10 +467,12 @@ impl ConsumerConfig {
             retry_backoff_max: self.reconnect_backoff_max.max(self.retry_backoff),
         }
     }
+    }
 
+    internal_pub! {
     /// The fetch settings for the wire client; anything the properties do not cover keeps the
     /// wire layer's default.
-    pub fn fetch_config(&self) -> FetchConfig {
+    fn fetch_config(&self) -> FetchConfig {
         FetchConfig {
             max_wait: self.fetch_max_wait,
             min_bytes: self.fetch_min_bytes,
@@ -445,6 +483,7 @@ impl ConsumerConfig {
             // Fields the wire layer adds later keep its defaults.
             ..FetchConfig::default()
         }
+    }
     }
 }
 

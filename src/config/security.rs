@@ -182,7 +182,7 @@ impl LoginModule {
 ///
 /// Why parsed at all: configurations copied from a Java client carry their credentials this
 /// way. The whole line is a secret (it holds the password): `Debug` shows the module and user
-/// only, `to_properties` prints [`HIDDEN`].
+/// only, `to_properties` prints `[hidden]`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct JaasConfig {
     module: LoginModule,

@@ -80,10 +80,11 @@ impl std::fmt::Debug for DeadLetterTopic {
 }
 
 impl DeadLetterTopic {
+    internal_pub! {
     /// Connects (with `config`, e.g. the consumer's
     /// [`client_config`](super::ConsumerConfig::client_config), so the same credentials apply)
     /// and reads how many partitions `topic` has; the topic must exist.
-    pub fn connect(config: ClientConfig, topic: &str) -> Result<DeadLetterTopic, WireError> {
+    fn connect(config: ClientConfig, topic: &str) -> Result<DeadLetterTopic, WireError> {
         let mut client = Client::connect(config)?;
         let partitions = client.partitions(topic)?.len();
         Ok(DeadLetterTopic {
@@ -91,6 +92,7 @@ impl DeadLetterTopic {
             partitions: i32::try_from(partitions).unwrap_or(i32::MAX).max(1),
             client: Mutex::new(client),
         })
+    }
     }
 
     /// Writes the [`dead_letter_record`] of `record` and waits for the acknowledgement (acks=all);

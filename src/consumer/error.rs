@@ -107,7 +107,7 @@ impl ConsumerError {
     /// Group and wire errors are their own kind. A failed commit is
     /// [`ErrorKind::GenerationOver`] when the commit was not sent because the generation ended,
     /// or when the broker refused the request or any partition with a code that
-    /// [ends the generation](crate::KafkaCode::ends_generation); otherwise the kind of the
+    /// ends the generation (`KafkaCode::ends_generation`); otherwise the kind of the
     /// request's error ([`ErrorKind::Refused`] for a partition's refusal). A starting position
     /// that could not be looked up is [`ErrorKind::Network`]: transient, retried on later polls.
     pub fn kind(&self) -> ErrorKind {

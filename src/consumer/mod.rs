@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
-//! use rebalance_guard::consumer::{Consumer, ConsumerConfig};
+//! use rebalance_guard::{Consumer, ConsumerConfig};
 //! use rebalance_guard::IdempotencyKey;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -132,13 +132,13 @@ impl Consumer {
         Ok(consumer)
     }
 
+    internal_pub! {
     /// A consumer over the membership `membership` builds from the group's settings and the
     /// lost hook (wired to this consumer's guard). [`subscribe`](Self::subscribe) builds the
     /// member of the configured protocol; tests pass an in-memory member, which drives the
     /// whole consumer (batches, the guard, the handoff driver, commits, workers) without a
     /// broker.
-    #[doc(hidden)]
-    pub fn with_membership(
+    fn with_membership(
         config: ConsumerConfig,
         topics: &[&str],
         membership: impl FnOnce(GroupConfig, LostHook) -> Result<Box<dyn Membership>, ConsumerError>,
@@ -186,6 +186,7 @@ impl Consumer {
             waker: Waker::new(nudges),
             in_group: true,
         })
+    }
     }
 
     /// Reads `partitions` without joining a group (Java: `assign`; rust-rdkafka: `assign` with
@@ -287,12 +288,14 @@ impl Consumer {
         self
     }
 
+    internal_pub! {
     /// The cluster's failure detection as one broker reported it at subscribe
     /// (`broker.session.timeout.ms` and the KIP-848 group settings), against which the lease
     /// bound was checked; `None` when the broker refused DescribeConfigs (no DESCRIBE_CONFIGS
     /// permission on the cluster) or the request failed, and the check was skipped.
-    pub fn broker_failure_detection(&self) -> Option<&BrokerFailureDetection> {
+    fn broker_failure_detection(&self) -> Option<&BrokerFailureDetection> {
         self.failure_detection.as_ref()
+    }
     }
 
     /// The configuration.
@@ -305,9 +308,11 @@ impl Consumer {
         self.guard.owned()
     }
 
+    internal_pub! {
     /// The group generation and member id.
-    pub fn generation(&self) -> crate::group::MemberIdentity {
+    fn generation(&self) -> crate::group::MemberIdentity {
         self.member.identity()
+    }
     }
 
     /// True while the lease's partition is still ours under the lease's assignment.
@@ -315,11 +320,13 @@ impl Consumer {
         self.guard.is_current(lease)
     }
 
+    internal_pub! {
     /// A handle that reads the generation and the owned partitions from any thread, while this
     /// consumer is busy in `run_with_workers` (the guard view says what each partition did, this
     /// one which generation owns it).
-    pub fn membership_view(&self) -> crate::group::MembershipView {
+    fn membership_view(&self) -> crate::group::MembershipView {
         self.member.view()
+    }
     }
 
     /// A handle that ends a blocked [`poll`](Self::poll) or [`run`](Self::run) at once from
@@ -582,18 +589,20 @@ impl Consumer {
         }
     }
 
+    internal_pub! {
     /// Makes the membership thread panic. Hidden: it exists only so that tests can check what a
     /// dead membership thread does to the consumer; never call it otherwise.
-    #[doc(hidden)]
-    pub fn panic_membership_thread(&self) {
+    fn panic_membership_thread(&self) {
         self.member.panic_membership_thread();
     }
+    }
 
+    internal_pub! {
     /// Makes the commit thread panic at its next commit. Hidden: it exists only so that tests
     /// can check what a dead commit thread does to the consumer; never call it otherwise.
-    #[doc(hidden)]
-    pub fn panic_commit_thread(&self) {
+    fn panic_commit_thread(&self) {
         self.member.panic_commit_thread();
+    }
     }
 
     /// A snapshot of per-partition signals (what an operator needs to see a stuck partition) and

@@ -10,8 +10,8 @@
 //! layouts, assignor results, event order, error handling) is pinned by unit tests:
 //! - `subscription.rs`: the subscription and assignment bytes members exchange through the
 //!   broker, readable by Java, librdkafka and kafka-python members;
-//! - `assignor.rs`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader,
-//!   and the JoinGroup protocol list built from `partition.assignment.strategy`;
+//! - `assignor/`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader,
+//!   and (`assignor/join.rs`) the JoinGroup protocol list built from `partition.assignment.strategy`;
 //! - `membership.rs`: what to revoke, lose and assign, in which order, and what each classic
 //!   group error code asks for;
 //! - `outcome.rs`: the vocabulary both protocols' error tables share: [`ErrorAction`],

@@ -436,11 +436,6 @@ pub struct HandoffError {
     pub failures: Vec<PartitionFailure>,
 }
 
-/// The name this error had before it was named for what it is (a handoff's, not only a
-/// commit's).
-#[deprecated(note = "renamed HandoffError")]
-pub type OffsetCommitError = HandoffError;
-
 impl HandoffError {
     /// The failed partitions.
     pub fn partitions(&self) -> Vec<TopicPartition> {

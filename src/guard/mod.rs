@@ -110,8 +110,6 @@ pub(crate) use clock::lease_now;
 #[cfg(test)]
 pub(crate) use clock::Suspender;
 pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
-#[allow(deprecated)]
-pub use error::OffsetCommitError;
 pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,
     HandoffStage, PartitionFailure, RewindError, SeekError,

@@ -103,7 +103,7 @@ impl fmt::Display for OwnerStatus {
 /// Proof that a message was admitted under a given assignment of its partition.
 ///
 /// Work that finishes after its partition moved carries a lease from an older epoch; the guard
-/// recognises it as stale ([`RebalanceGuard::is_current`](crate::RebalanceGuard::is_current)) so the worker can skip the side effect,
+/// recognises it as stale ([`RebalanceGuard::is_current`](crate::guard::RebalanceGuard::is_current)) so the worker can skip the side effect,
 /// and refuses its completion so it never counts as this member's progress.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
@@ -124,7 +124,7 @@ pub struct FlushBatch<M> {
     /// the executor now.
     pub buffered: Vec<(i64, M)>,
     /// Offsets handed out earlier (queued or started) and not completed yet: cancel the ones that
-    /// have not started ([`RebalanceGuard::cancel_unstarted`](crate::RebalanceGuard::cancel_unstarted)) and wait, boundedly, for the rest.
+    /// have not started ([`RebalanceGuard::cancel_unstarted`](crate::guard::RebalanceGuard::cancel_unstarted)) and wait, boundedly, for the rest.
     pub running: Vec<i64>,
 }
 
@@ -136,12 +136,12 @@ pub struct CommitOffset {
     /// The next offset to read.
     pub next_offset: i64,
     /// The offsets above `next_offset` that already finished, encoded for the OffsetCommit
-    /// `metadata` field (see [`RebalanceGuard::resume_at`](crate::RebalanceGuard::resume_at)); `None` when the guard writes no map.
+    /// `metadata` field (see [`RebalanceGuard::resume_at`](crate::guard::RebalanceGuard::resume_at)); `None` when the guard writes no map.
     pub metadata: Option<String>,
 }
 
 /// A commit of the owned partitions' progress read at one instant, waiting for the broker's
-/// answer ([`RebalanceGuard::commit_request`](crate::RebalanceGuard::commit_request)): each
+/// answer ([`RebalanceGuard::commit_request`](crate::guard::RebalanceGuard::commit_request)): each
 /// position with the partition's epoch at that instant, so an answer that arrives after the
 /// partition moved is not recorded against the new assignment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

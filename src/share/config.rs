@@ -61,9 +61,11 @@ impl ShareConfig {
         self.base.group_id()
     }
 
+    internal_pub! {
     /// `share.acquire.mode`.
-    pub fn acquire_mode(&self) -> AcquireMode {
+    fn acquire_mode(&self) -> AcquireMode {
         self.base.share_acquire_mode()
+    }
     }
 
     /// `share.lock.safety.margin.ms`, when set (otherwise the lock guard derives it from the
@@ -77,9 +79,11 @@ impl ShareConfig {
         self.base.share_lock_renew()
     }
 
+    internal_pub! {
     /// The wire client's settings (the consumer's, security included).
-    pub fn client_config(&self) -> ClientConfig {
+    fn client_config(&self) -> ClientConfig {
         self.base.client_config()
+    }
     }
 }
 

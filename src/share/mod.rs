@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
-//! use rebalance_guard::share::{ShareConfig, ShareConsumer};
+//! use rebalance_guard::{ShareConfig, ShareConsumer};
 //! use rebalance_guard::IdempotencyKey;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

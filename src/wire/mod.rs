@@ -9,9 +9,12 @@
 //! - `client/`: [`Client`], the one type callers hold, and its bounded retry loop (`mod.rs`);
 //!   its children each implement the `Client` methods of one concern: `cluster.rs` (metadata,
 //!   leaders, coordinators, topic creation), `pool.rs` (connections per broker and their
-//!   backoff), `fetch/` (Fetch, with the per-broker fetch threads in `fetch/fetcher.rs`),
+//!   backoff), `fetch/` (Fetch, with its per-broker lanes in `fetch/fetcher.rs`),
 //!   `offsets.rs` (ListOffsets, OffsetFetch, OffsetCommit), `produce.rs` and `configs.rs` (the
 //!   cluster's failure-detection settings, DescribeConfigs);
+//! - `lane.rs`: the request-lane machine, one OS thread per broker owning that broker's
+//!   connection, and the one rule for waiting for their answers (the fetch's wait plus
+//!   [`FETCH_ANSWER_MARGIN`]); both the consumer's Fetch and the share fetcher run on it;
 //! - `connection/`: one socket to one broker, its framing and handshake (`mod.rs`), and its SASL
 //!   authentication (`sasl.rs`);
 //! - `source.rs`: [`RecordSource`], the reads a consumer's poll thread makes (fetch, committed
@@ -30,12 +33,12 @@
 //! - `error.rs`: [`WireError`] and the [`KafkaCode`] table every layer uses;
 //! - `quirks.rs`: where the client works around a broker that deviates from Kafka;
 //! - [`share`] (`share/`): share groups (KIP-932): ShareFetch and ShareAcknowledge at v1-v2,
-//!   a share session per broker, one share fetch thread per broker, piggybacked
+//!   a share session per broker, one share lane per broker (on `lane.rs`), piggybacked
 //!   acknowledgements and RENEW, behind [`share::ShareFetcher`].
 //!
 //! Threads: everything here is blocking and owned by one thread at a time. A [`Client`] keeps
-//! one request connection per broker; its fetches run on one fetch thread per broker
-//! (`client/fetch/fetcher.rs`), which owns that broker's fetch connection, so a broker that
+//! one request connection per broker; its fetches run on one lane per broker (`lane.rs`,
+//! `client/fetch/fetcher.rs`), which owns that broker's fetch connection, so a broker that
 //! hangs or cannot be reached holds only its own partitions: the fetching thread collects
 //! whatever answers arrive within the fetch's wait plus [`FETCH_ANSWER_MARGIN`] and leaves a
 //! late broker's request in flight. Another thread that must talk to the cluster concurrently
@@ -67,6 +70,7 @@ pub(crate) mod compression;
 pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) use error::broker_text;
+mod lane;
 mod oauth;
 mod quirks;
 #[doc(hidden)]
@@ -86,7 +90,6 @@ pub use client::configs::{
     BrokerFailureDetection, BROKER_SESSION_TIMEOUT_MS, GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS,
     GROUP_CONSUMER_SESSION_TIMEOUT_MS,
 };
-pub use client::fetch::fetcher::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use client::fetch::replicas::{
     BrokerFetchStats, FetchStats, PREFERENCE_MAX_AGE, REPLICA_RETRY_AFTER,
 };
@@ -99,6 +102,7 @@ pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};
 pub use error::{ErrorChain, KafkaCode, Result, WireError};
+pub use lane::{FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
 pub use oauth::{OAuthBearerCallback, OAuthBearerToken, TokenResult};
 pub use records::{DecodeBudget, KeyFn, ProduceRecord, Record, TimestampType};
 pub use scram::{MAX_ITERATIONS as SCRAM_MAX_ITERATIONS, MIN_ITERATIONS as SCRAM_MIN_ITERATIONS};

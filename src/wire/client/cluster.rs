@@ -2,11 +2,12 @@
 //! coordinators and the controller; and the requests that learn it (Metadata, FindCoordinator)
 //! or change it (CreateTopics).
 //!
-//! The caches here route every other request: [`Client::leader`] answers from the leader cache
+//! The caches here route every other request, the share fetcher's included (its topic ids,
+//! leaders and broker endpoints come from here, not from a cache of its own): [`Client::leader`] answers from the leader cache
 //! unless a broker reported stale metadata, and [`Client::find_coordinator`] from the coordinator
 //! cache until a coordinator error removes the entry.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use kafka_protocol::messages::{
@@ -14,6 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use log::{debug, info};
+use uuid::Uuid;
 
 use super::Client;
 use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
@@ -163,9 +165,26 @@ impl Client {
         &mut self,
         topics: Option<&[String]>,
     ) -> Result<Vec<TopicMetadata>> {
+        self.metadata_from(topics, 0)
+    }
+
+    /// [`metadata_once`](Self::metadata_once) from a broker that speaks Metadata at
+    /// `min_version` or later (v10: topic ids), else [`WireError::UnsupportedVersion`].
+    fn metadata_from(
+        &mut self,
+        topics: Option<&[String]>,
+        min_version: i16,
+    ) -> Result<Vec<TopicMetadata>> {
         let auto_create = self.config.allow_auto_topic_creation;
         let resp = self.any_broker(|conn| {
             let version = conn.version_for(ApiKey::Metadata)?;
+            if version < min_version {
+                return Err(WireError::UnsupportedVersion {
+                    api: ApiKey::Metadata as i16,
+                    ours: (min_version, 12),
+                    broker: Some((0, version)),
+                });
+            }
             let mut req = msg::MetadataRequest::default().with_topics(topics.map(|ts| {
                 ts.iter()
                     .map(|t| {
@@ -239,6 +258,10 @@ impl Client {
                 })
                 .collect();
             partitions.sort_by_key(|p| p.partition);
+            if t.error_code == 0 && !t.topic_id.is_nil() {
+                self.topic_ids.insert(Arc::clone(&name), t.topic_id);
+                self.topic_names.insert(t.topic_id, Arc::clone(&name));
+            }
             let meta = TopicMetadata {
                 name: Arc::clone(&name),
                 error: KafkaCode::from_code(t.error_code),
@@ -264,6 +287,71 @@ impl Client {
             out.len()
         );
         Ok(out)
+    }
+
+    /// Refreshes the caches for `topics` with one Metadata request at v10 or later (topic ids),
+    /// no retry loop: for a caller whose requests name topics by id (the share fetcher), which
+    /// tries again with its next round.
+    pub(in crate::wire) fn refresh_topic_ids(&mut self, topics: &[String]) -> Result<()> {
+        self.metadata_from(Some(topics), 10).map(|_| ())
+    }
+
+    /// Whether a broker said the leader cache is out of date (the next lookup refreshes it).
+    pub(in crate::wire) fn metadata_is_stale(&self) -> bool {
+        self.metadata_stale
+    }
+
+    /// A broker said the leader cache is out of date (NOT_LEADER_OR_FOLLOWER without a usable
+    /// hint, an unknown topic id, a failed request): the next lookup refreshes it.
+    pub(in crate::wire) fn mark_metadata_stale(&mut self) {
+        self.metadata_stale = true;
+    }
+
+    /// `tp`'s leader as cached (-1: none), without a request.
+    pub(in crate::wire) fn cached_leader(&self, tp: &TopicPartition) -> Option<i32> {
+        self.leaders.get(tp).copied()
+    }
+
+    /// `topic`'s id as cached (learnt from Metadata v10 or later).
+    pub(in crate::wire) fn topic_id(&self, topic: &str) -> Option<Uuid> {
+        self.topic_ids.get(topic).copied()
+    }
+
+    /// The cached topic names by id, to read answers that name topics by id.
+    pub(in crate::wire) fn topic_names(&self) -> &HashMap<Uuid, Arc<str>> {
+        &self.topic_names
+    }
+
+    /// A broker's answer named `leader` as `tp`'s leader (a share answer's NOT_LEADER hint):
+    /// cached as it says. Returns the leader cached before.
+    pub(in crate::wire) fn leader_named(
+        &mut self,
+        tp: &TopicPartition,
+        leader: i32,
+    ) -> Option<i32> {
+        self.leaders.insert(tp.clone(), leader)
+    }
+
+    /// A broker's answer gave `node_id`'s endpoint (with a leader hint): cached as it says; a
+    /// request connection to its old address is dropped, as a Metadata answer's move drops it.
+    pub(in crate::wire) fn endpoint_named(&mut self, node_id: i32, host: &str, port: i32) {
+        let known = self.brokers.get(&node_id);
+        if known.is_some_and(|b| b.host == host && b.port == port) {
+            return;
+        }
+        let rack = known.and_then(|b| b.rack.clone());
+        if known.is_some() {
+            self.conns.remove(&node_id);
+        }
+        self.brokers.insert(
+            node_id,
+            BrokerInfo {
+                node_id,
+                host: host.to_string(),
+                port,
+                rack,
+            },
+        );
     }
 
     /// Shares one `Arc<str>` per topic name across all partitions and records.

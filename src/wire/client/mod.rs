@@ -6,7 +6,7 @@
 //! other):
 //! - `cluster.rs`: metadata, leaders, coordinators, topic creation;
 //! - `pool.rs`: connections per broker, backoff after failures, any-broker requests;
-//! - `fetch/`: Fetch (`fetch/mod.rs`), the per-broker fetch threads (`fetch/fetcher.rs`) and
+//! - `fetch/`: Fetch (`fetch/mod.rs`), the per-broker fetch lanes (`fetch/fetcher.rs`) and
 //!   the preferred read replicas with the bytes per broker (`fetch/replicas.rs`);
 //! - `offsets.rs`: ListOffsets, OffsetFetch and OffsetCommit;
 //! - `produce.rs`: Produce, for tests and tools;
@@ -33,6 +33,7 @@ use std::thread;
 use std::time::Duration;
 
 use log::warn;
+use uuid::Uuid;
 
 use crate::wire::connection::{Connection, ConnectionConfig};
 use crate::wire::error::{KafkaCode, Result, WireError};
@@ -101,6 +102,10 @@ pub struct Client {
     pub(super) brokers: BTreeMap<i32, BrokerInfo>,
     pub(super) topics: HashMap<Arc<str>, TopicMetadata>,
     pub(super) leaders: HashMap<TopicPartition, i32>,
+    /// Each topic's id (Metadata v10+), for the requests that name topics by id (ShareFetch,
+    /// ShareAcknowledge), and back.
+    pub(super) topic_ids: HashMap<Arc<str>, Uuid>,
+    pub(super) topic_names: HashMap<Uuid, Arc<str>>,
     /// Each partition's leader epoch from Metadata (or a KIP-951 Fetch answer), sent in Fetch
     /// (KIP-320) so that a broker with another view of the leadership refuses the fetch.
     pub(super) leader_epochs: HashMap<TopicPartition, i32>,
@@ -137,14 +142,16 @@ impl Client {
     /// its caches by hand to talk to fake brokers).
     pub(super) fn unconnected(config: ClientConfig) -> Client {
         Client {
+            fetchers: Fetchers::new(&config),
             config,
             brokers: BTreeMap::new(),
             conns: HashMap::new(),
-            fetchers: Fetchers::default(),
             bootstrap_conn: None,
             broker_state: HashMap::new(),
             topics: HashMap::new(),
             leaders: HashMap::new(),
+            topic_ids: HashMap::new(),
+            topic_names: HashMap::new(),
             leader_epochs: HashMap::new(),
             metadata_stale: true,
             coordinators: HashMap::new(),

@@ -48,8 +48,8 @@ pub(super) struct Digest {
     pub(super) owed: AckMap,
     /// Partitions whose leader the broker named: (partition, leader id).
     pub(super) leaders: Vec<(TopicPartition, i32)>,
-    /// Endpoints the broker sent with those hints.
-    pub(super) endpoints: Vec<(i32, String)>,
+    /// Endpoints the broker sent with those hints: (node id, host, port).
+    pub(super) endpoints: Vec<(i32, String, i32)>,
     /// Whether metadata should be refreshed (a leader moved without a usable hint).
     pub(super) stale: bool,
     /// The answer's `AcquisitionLockTimeoutMs`: a ShareFetch answer's (every partition's
@@ -197,7 +197,7 @@ pub(super) fn fetch_answer(
     d.endpoints = resp
         .node_endpoints
         .iter()
-        .map(|e| (e.node_id.0, format!("{}:{}", e.host, e.port)))
+        .map(|e| (e.node_id.0, e.host.to_string(), e.port))
         .collect();
     d
 }
@@ -357,7 +357,7 @@ pub(super) fn acknowledge_answer(
     d.endpoints = resp
         .node_endpoints
         .iter()
-        .map(|e| (e.node_id.0, format!("{}:{}", e.host, e.port)))
+        .map(|e| (e.node_id.0, e.host.to_string(), e.port))
         .collect();
     d
 }

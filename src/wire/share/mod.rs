@@ -1,5 +1,5 @@
 //! Share groups (KIP-932) on the wire: ShareFetch and ShareAcknowledge, one share session per
-//! broker, one fetch thread per broker, acknowledgements piggybacked on the next fetch, RENEW.
+//! broker, one lane (thread) per broker, acknowledgements piggybacked on the next fetch, RENEW.
 //!
 //! Why a layer of its own: a share group's records are not read from a position the consumer
 //! owns; each ShareFetch *acquires* records under a time lock (a lease: `sent_at` plus
@@ -16,12 +16,13 @@
 //!   partitions, and what an answer means, free of I/O;
 //! - `codec.rs`: the v1/v2 requests (v2 fields spliced into `kafka-protocol`'s v1 encoding)
 //!   and the v2 ShareAcknowledge response read down to v1;
-//! - `worker.rs`: the fetch threads, one per broker, each owning its connection, and the
-//!   collecting of their answers within a bound;
 //! - `answers.rs`: a broker's answer turned into acquired records, gap acknowledgements,
 //!   acknowledgement outcomes and leader hints;
-//! - `fetcher/`: [`ShareFetcher`], routing partitions to leaders (topic ids from Metadata),
-//!   the acknowledgement queue and the calls of the poll thread.
+//! - `fetcher/`: [`ShareFetcher`], routing partitions to leaders (topic ids and leaders from
+//!   the client's one metadata cache), the acknowledgement queue and the calls of the poll
+//!   thread (`mod.rs`), and the requests and the share lane they travel on, one per broker, on
+//!   the request-lane machine of `wire/lane.rs` that the consumer's Fetch runs on too
+//!   (`requests.rs`).
 //!
 //! Acknowledgements are never resent by this layer: one whose request failed (a session
 //! reset, a broken connection, a timeout) is reported failed with [`AckError`], and the caller
@@ -32,7 +33,6 @@ mod answers;
 pub(crate) mod codec;
 mod fetcher;
 mod session;
-mod worker;
 
 use std::time::{Duration, Instant};
 

@@ -1,24 +1,14 @@
-//! Fetch threads: one per broker a [`Client`](crate::wire::Client) fetches from, each owning that
-//! broker's fetch connection, fed by the fetching thread through a bounded channel.
+//! The consumer's fetch lanes: one per broker a [`Client`](crate::wire::Client) fetches from,
+//! on the request-lane machine of `wire/lane.rs`, which owns each broker's fetch connection on
+//! that broker's own thread (so that a hung broker delays no other broker's partitions; see
+//! there). This file supplies what is Fetch's own: the request a job writes (with the
+//! prefetched continuation, see [`FetchConfig::prefetch`]) and the bookkeeping of the fetching
+//! thread (which positions each job asked for, which brokers are overdue).
 //!
-//! Why threads: a synchronous client that waits for each broker's answer in turn lets one hung
-//! broker (a stopped process: sockets open, nothing answered) or one unreachable address (a
-//! connect that waits for `socket.connection.setup.timeout.ms`) stop every partition of every
-//! other broker for up to the request timeout. Here connecting, writing the request and reading
-//! the answer happen on the broker's own thread; the fetching thread hands out jobs and collects
-//! whatever answers arrive within the fetch's wait (see [`Fetchers::collect`]). A broker that has
-//! not answered keeps its request in flight and its answer is used when it comes; its partitions
-//! simply have nothing new meanwhile, while the other brokers' partitions go on.
-//!
-//! A fetch thread has at most one job: the fetching thread sends a broker a new job only once its
-//! last one was answered, so the job channel (capacity one) never fills and sending never blocks.
-//! Dropping the [`Fetchers`] closes the channels; each thread ends after its current request (at
-//! the latest when that request times out), never joined, so closing a client never waits for a
-//! hung broker.
+//! A fetch lane has at most one job: the fetching thread sends a broker a new job only once its
+//! last one was answered ([`Fetchers::is_busy`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{self as msg, ApiKey};
@@ -29,54 +19,20 @@ use super::{
     InFlightFetch,
 };
 use crate::wire::client::ClientConfig;
-use crate::wire::connection::{Connection, ConnectionConfig};
 use crate::wire::error::{Result, WireError};
+#[cfg(test)]
+use crate::wire::lane::FETCH_ANSWER_MARGIN;
+use crate::wire::lane::{Lane, Lanes, Link, Wait};
 use crate::TopicPartition;
 
-/// How much longer than `fetch.max.wait.ms` the fetching thread waits for a broker's answer
-/// before it leaves that broker's request in flight and returns what the others answered. Why
-/// this much: a healthy broker answers a long poll at `max_wait` at the latest, plus one round
-/// trip and the transfer; a broker later than that is treated as slow for this call (its answer
-/// is still used when it arrives), so the margin only bounds how long one slow broker delays the
-/// others' data.
-pub const FETCH_ANSWER_MARGIN: Duration = Duration::from_millis(200);
-
-/// How much longer a fetch waits for a broker its thread is still connecting to, when no broker
-/// has answered yet in that call. Why: a first fetch (connect, ApiVersions, TLS, SASL) should
-/// return data rather than nothing; the grace never applies once another broker has answered,
-/// so an unreachable broker does not delay the others by more than [`FETCH_ANSWER_MARGIN`].
-pub const FETCH_CONNECT_GRACE: Duration = Duration::from_secs(1);
-
-/// What the fetching thread asks a broker's fetch thread to do.
+/// What the fetching thread asks a broker's fetch lane to do.
 #[derive(Debug)]
-pub(super) struct Job {
-    pub(super) id: u64,
+pub(in crate::wire) struct Job {
     pub(super) positions: Vec<FetchPosition>,
     /// KIP-320: each partition's leader epoch as last seen in Metadata (-1: unknown).
     pub(super) epochs: HashMap<TopicPartition, i32>,
     pub(super) cfg: FetchConfig,
     pub(super) max_bytes: i32,
-}
-
-/// What a fetch thread reports.
-#[derive(Debug)]
-enum Event {
-    /// Job `id`'s request is on the wire (or a prefetch sent earlier serves it): its answer is
-    /// due within `wait` of `at`.
-    Sent {
-        broker: i32,
-        id: u64,
-        at: Instant,
-        wait: Duration,
-    },
-    /// Job `id` is over.
-    Done {
-        broker: i32,
-        id: u64,
-        result: Result<msg::FetchResponse>,
-    },
-    /// The consumer's waker: the collecting thread stops waiting and returns what it has.
-    Wake,
 }
 
 /// One broker's answer to a job, as [`Fetchers::collect`] returns it.
@@ -88,53 +44,36 @@ pub(super) struct Answer {
     pub(super) result: Result<msg::FetchResponse>,
 }
 
-/// The job a fetch thread is working on, as the fetching thread tracks it.
-#[derive(Debug)]
-struct Busy {
-    id: u64,
-    positions: Vec<FetchPosition>,
-    /// When the answer is due; before the request is sent, a connect allowance is included.
-    deadline: Instant,
-    sent: bool,
-    /// Whether being late was already logged.
-    warned: bool,
-}
-
-#[derive(Debug)]
-struct FetchThread {
-    addr: String,
-    jobs: mpsc::SyncSender<Job>,
-    busy: Option<Busy>,
-}
-
-/// The fetch threads of one client, and the channel their reports come back on.
+/// The fetch lanes of one client, and what the fetching thread keeps of their jobs.
 #[derive(Debug)]
 pub(in crate::wire) struct Fetchers {
-    threads: HashMap<i32, FetchThread>,
-    events_tx: mpsc::Sender<Event>,
-    events_rx: mpsc::Receiver<Event>,
-    next_id: u64,
+    lanes: Lanes<FetchLane>,
+    /// The positions each job in flight asked for.
+    asked: HashMap<u64, Vec<FetchPosition>>,
+    /// Jobs whose lateness was logged already.
+    warned: HashSet<u64>,
     /// Brokers whose last fetch failed or is late: other requests (Metadata) try them last.
     troubled: HashSet<i32>,
 }
 
-impl Default for Fetchers {
-    fn default() -> Self {
-        let (events_tx, events_rx) = mpsc::channel();
+impl Fetchers {
+    /// The fetch lanes of a client with `config`.
+    pub(in crate::wire) fn new(config: &ClientConfig) -> Self {
         Fetchers {
-            threads: HashMap::new(),
-            events_tx,
-            events_rx,
-            next_id: 0,
+            lanes: Lanes::new(
+                config.connection.clone(),
+                config.retry_backoff,
+                config.retry_backoff_max,
+            ),
+            asked: HashMap::new(),
+            warned: HashSet::new(),
             troubled: HashSet::new(),
         }
     }
-}
 
-impl Fetchers {
     /// Whether `broker` still works on an earlier job (its partitions wait for that answer).
     pub(super) fn is_busy(&self, broker: i32) -> bool {
-        self.threads.get(&broker).is_some_and(|t| t.busy.is_some())
+        self.lanes.is_busy(broker)
     }
 
     /// Whether `broker`'s last fetch failed or is overdue.
@@ -142,309 +81,124 @@ impl Fetchers {
         self.troubled.contains(&broker)
     }
 
-    /// Hands `job` to `broker`'s fetch thread (started, or restarted when the broker's address
-    /// changed or the thread is gone). The broker must not be busy.
-    pub(super) fn submit(
-        &mut self,
-        broker: i32,
-        addr: &str,
-        mut job: Job,
-        config: &ClientConfig,
-    ) -> Result<()> {
-        self.next_id = self.next_id.wrapping_add(1);
-        job.id = self.next_id;
-        let id = job.id;
+    /// Hands `job` to `broker`'s fetch lane. The broker must not be busy.
+    pub(super) fn submit(&mut self, broker: i32, addr: &str, job: Job) -> Result<()> {
         let positions = job.positions.clone();
-        let deadline =
-            Instant::now() + job.cfg.max_wait + FETCH_ANSWER_MARGIN + FETCH_CONNECT_GRACE;
-        if self.threads.get(&broker).is_some_and(|t| t.addr != addr) {
-            info!("fetch: broker {broker} moved to {addr}; restarting its fetch thread");
-            self.threads.remove(&broker);
-        }
-        let mut job = Some(job);
-        for _attempt in 0..2 {
-            let Some(j) = job.take() else { break };
-            if !self.threads.contains_key(&broker) {
-                let thread = self.spawn(broker, addr, config)?;
-                self.threads.insert(broker, thread);
-            }
-            let Some(thread) = self.threads.get_mut(&broker) else {
-                break;
-            };
-            match thread.jobs.try_send(j) {
-                Ok(()) => {
-                    thread.busy = Some(Busy {
-                        id,
-                        positions,
-                        deadline,
-                        sent: false,
-                        warned: false,
-                    });
-                    return Ok(());
-                }
-                Err(mpsc::TrySendError::Full(j)) => {
-                    // Cannot happen (one job at a time); refuse rather than block.
-                    warn!("fetch: broker {broker}'s fetch thread has a job queued already");
-                    drop(j);
-                    break;
-                }
-                Err(mpsc::TrySendError::Disconnected(j)) => {
-                    // The thread ended (it only does when its channel closes): start anew.
-                    self.threads.remove(&broker);
-                    job = Some(j);
-                }
-            }
-        }
-        Err(WireError::io(std::io::Error::other(format!(
-            "fetch thread of broker {broker} unavailable"
-        ))))
-    }
-
-    fn spawn(&self, broker: i32, addr: &str, config: &ClientConfig) -> Result<FetchThread> {
-        let (jobs_tx, jobs_rx) = mpsc::sync_channel(1);
-        let worker = Worker {
-            broker,
-            addr: addr.to_string(),
-            config: config.connection.clone(),
-            backoff: config.retry_backoff,
-            backoff_max: config.retry_backoff_max,
-            conn: None,
-            prefetched: None,
-            failures: 0,
-            retry_at: None,
-            events: self.events_tx.clone(),
-        };
-        thread::Builder::new()
-            .name(format!("rg-fetch-{broker}"))
-            .spawn(move || worker.run(&jobs_rx))
-            .map_err(WireError::io)?;
-        debug!("fetch: started the fetch thread of broker {broker} ({addr})");
-        Ok(FetchThread {
-            addr: addr.to_string(),
-            jobs: jobs_tx,
-            busy: None,
-        })
+        let wait = job.cfg.max_wait;
+        let id = self.lanes.submit(broker, addr, job, wait)?;
+        self.asked.insert(id, positions);
+        Ok(())
     }
 
     /// What ends a [`collect`](Self::collect) early from another thread (the consumer's
-    /// waker): a report of its own on the same channel, so no wake-up is lost between two
-    /// waits.
+    /// waker).
     pub(in crate::wire) fn nudge(&self) -> crate::wire::Nudge {
-        let events = self.events_tx.clone();
-        std::sync::Arc::new(move || {
-            // The fetching side gone (the client dropped): nothing waits any more.
-            let _ = events.send(Event::Wake);
-        })
+        self.lanes.nudge()
     }
 
-    /// Collects answers: waits until every job sent in this call (`fresh`) and, when `max_wait`
-    /// is not zero, every earlier job still within its deadline has answered, but never past
-    /// `start + max_wait + FETCH_ANSWER_MARGIN` once any broker has answered (nor past
-    /// [`FETCH_CONNECT_GRACE`] more while none has). Jobs not answered stay in flight; their
-    /// answers come with a later call. With nothing to wait for and nothing answered, it waits
-    /// for reports until that bound anyway (a caller looping on fetch must not spin), unless
-    /// `max_wait` is zero (the caller has other work).
+    /// Collects answers: waits until every job sent in this call (to the brokers `fresh`) and,
+    /// when `max_wait` is not zero, every earlier job still within its deadline has answered,
+    /// but never past `start + max_wait + FETCH_ANSWER_MARGIN` once any broker has answered
+    /// (nor past `FETCH_CONNECT_GRACE` more while none has). Jobs not answered stay in
+    /// flight; their answers come with a later call. With nothing to wait for and nothing
+    /// answered, it waits for reports until that bound anyway (a caller looping on fetch must
+    /// not spin), unless `max_wait` is zero (the caller has other work).
     pub(super) fn collect(&mut self, fresh: &[i32], max_wait: Duration) -> Vec<Answer> {
-        let start = Instant::now();
-        let bound = start + max_wait + FETCH_ANSWER_MARGIN;
         let wait_carried = !max_wait.is_zero();
-        let mut answers = Vec::new();
-        loop {
-            // Everything already reported first, without waiting.
-            let mut woken = false;
-            while let Ok(event) = self.events_rx.try_recv() {
-                woken |= self.absorb(event, &mut answers);
+        let jobs = self
+            .lanes
+            .flights()
+            .filter(|(_, f)| wait_carried || fresh.contains(&f.broker))
+            .map(|(id, _)| id)
+            .collect();
+        let collected = self.lanes.collect(&Wait {
+            by_deadline: true,
+            linger: wait_carried,
+            ..Wait::round(jobs, max_wait)
+        });
+        let mut answers = Vec::with_capacity(collected.done.len());
+        for done in collected.done {
+            let broker = done.broker;
+            if self.warned.remove(&done.id) {
+                info!("fetch: broker {broker} answered its late fetch");
             }
-            if woken {
-                break;
+            if done.result.is_ok() {
+                self.troubled.remove(&broker);
+            } else {
+                self.troubled.insert(broker);
             }
-            let now = Instant::now();
-            let mut latest: Option<Instant> = None;
-            let mut unsent = false;
-            for (broker, thread) in &self.threads {
-                let Some(busy) = &thread.busy else { continue };
-                if (fresh.contains(broker) || wait_carried) && busy.deadline > now {
-                    latest = Some(latest.map_or(busy.deadline, |l| l.max(busy.deadline)));
-                    unsent |= !busy.sent;
-                }
-            }
-            let until = match latest {
-                Some(latest) if answers.is_empty() && unsent => {
-                    latest.min(bound + FETCH_CONNECT_GRACE)
-                }
-                Some(latest) => latest.min(bound),
-                None if answers.is_empty() && wait_carried => bound,
-                None => break,
-            };
-            if until <= now {
-                break;
-            }
-            match self.events_rx.recv_timeout(until - now) {
-                Ok(event) => {
-                    if self.absorb(event, &mut answers) {
-                        break;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if latest.is_none() {
-                        break;
-                    }
-                }
-                // Cannot happen: this struct holds a sender.
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
+            answers.push(Answer {
+                broker,
+                positions: self.asked.remove(&done.id).unwrap_or_default(),
+                result: done.result,
+            });
         }
         let now = Instant::now();
-        for (broker, thread) in &mut self.threads {
-            let Some(busy) = &mut thread.busy else {
-                continue;
-            };
-            if busy.deadline <= now && !busy.warned {
-                busy.warned = true;
-                self.troubled.insert(*broker);
+        for (id, flight) in self.lanes.flights() {
+            if flight.deadline <= now && self.warned.insert(id) {
+                self.troubled.insert(flight.broker);
                 warn!(
-                    "fetch: broker {broker} has not answered a fetch of {} partition(s) in time; \
+                    "fetch: broker {} has not answered a fetch of {} partition(s) in time; \
                      its request stays in flight, the other brokers' partitions go on",
-                    busy.positions.len()
+                    flight.broker,
+                    self.asked.get(&id).map_or(0, Vec::len)
                 );
             }
         }
         answers
     }
-
-    /// Applies one report; true when it was the waker's (the caller stops waiting).
-    fn absorb(&mut self, event: Event, answers: &mut Vec<Answer>) -> bool {
-        match event {
-            Event::Sent {
-                broker,
-                id,
-                at,
-                wait,
-            } => {
-                if let Some(busy) = self
-                    .threads
-                    .get_mut(&broker)
-                    .and_then(|t| t.busy.as_mut())
-                    .filter(|b| b.id == id)
-                {
-                    busy.sent = true;
-                    busy.deadline = at + wait + FETCH_ANSWER_MARGIN;
-                }
-            }
-            Event::Wake => return true,
-            Event::Done { broker, id, result } => {
-                let Some(thread) = self.threads.get_mut(&broker) else {
-                    return false;
-                };
-                if thread.busy.as_ref().map_or(true, |b| b.id != id) {
-                    return false;
-                }
-                let Some(busy) = thread.busy.take() else {
-                    return false;
-                };
-                if busy.warned {
-                    info!("fetch: broker {broker} answered its late fetch");
-                }
-                if result.is_ok() {
-                    self.troubled.remove(&broker);
-                } else {
-                    self.troubled.insert(broker);
-                }
-                answers.push(Answer {
-                    broker,
-                    positions: busy.positions,
-                    result,
-                });
-            }
-        }
-        false
-    }
 }
 
-/// The fetch thread of one broker: its connection, its backoff after failures, and the
-/// prefetched request (see [`FetchConfig::prefetch`]).
-struct Worker {
-    broker: i32,
-    addr: String,
-    config: ConnectionConfig,
-    backoff: Duration,
-    backoff_max: Duration,
-    conn: Option<Connection>,
+/// The fetch lane of one broker: the prefetched request (see [`FetchConfig::prefetch`]).
+#[derive(Default)]
+pub(in crate::wire) struct FetchLane {
     prefetched: Option<InFlightFetch>,
-    failures: u32,
-    retry_at: Option<Instant>,
-    events: mpsc::Sender<Event>,
 }
 
-impl Worker {
-    fn run(mut self, jobs: &mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
-            let result = self.serve(&job);
-            if let Err(e) = &result {
-                self.failed(e);
-            }
-            let done = Event::Done {
-                broker: self.broker,
-                id: job.id,
-                result,
-            };
-            if self.events.send(done).is_err() {
-                break;
-            }
-        }
-        debug!("fetch: the fetch thread of broker {} ends", self.broker);
-    }
+impl Lane for FetchLane {
+    type Job = Job;
+    type Answer = msg::FetchResponse;
+    const NAME: &'static str = "fetch";
+    const IDLE_WATCH: Option<Duration> = None;
 
-    fn sent(&self, id: u64, at: Instant, wait: Duration) {
-        let _ = self.events.send(Event::Sent {
-            broker: self.broker,
-            id,
-            at,
-            wait,
-        });
-    }
-
-    fn serve(&mut self, job: &Job) -> Result<msg::FetchResponse> {
-        if self.conn.as_ref().is_some_and(Connection::is_broken) {
-            self.conn = None;
-            self.prefetched = None;
-        }
+    fn serve(
+        &mut self,
+        link: &mut Link,
+        job: &Job,
+        sent: &mut dyn FnMut(Instant, Duration),
+    ) -> Result<msg::FetchResponse> {
         let mut reused = None;
         if let Some(pf) = self.prefetched.take() {
             // Usable if it asked for every wanted position (it may hold more partitions, whose
             // data is then ignored: only requested positions are ever returned).
-            if self.conn.is_some()
+            if link.current().is_some()
                 && pf.settings == settings_key(&job.cfg)
                 && is_subset(&position_key(&job.positions), &pf.key)
             {
-                self.sent(job.id, pf.sent_at, pf.max_wait);
+                sent(pf.sent_at, pf.max_wait);
                 reused = Some((pf.pending, pf.max_wait));
             } else {
                 // The caller moved on (seek, new assignment, other settings): the answer in
                 // flight is for other positions. Dropping the connection discards it at once,
                 // where reading it could take up to max_wait.
-                debug!("fetch: discarding the prefetch from broker {}", self.broker);
-                self.conn = None;
+                debug!("fetch: discarding a prefetch");
+                link.discard();
             }
         }
         let (pending, wait) = match reused {
             Some(p) => p,
             None => {
-                let conn = self.connect()?;
+                let conn = link.connection()?;
                 let version = conn.version_for(ApiKey::Fetch)?;
                 let req = build_request(&job.positions, &job.epochs, &job.cfg, job.max_bytes);
                 let pending = conn.send_request(&req, version)?;
-                self.sent(job.id, Instant::now(), job.cfg.max_wait);
+                sent(Instant::now(), job.cfg.max_wait);
                 (pending, job.cfg.max_wait)
             }
         };
-        let timeout = self.config.request_timeout + wait;
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| not_connected(&self.addr))?;
+        let timeout = link.request_timeout() + wait;
+        let conn = link.current().ok_or_else(not_connected)?;
         let resp = conn.receive(pending, timeout)?;
-        self.failures = 0;
         if job.cfg.prefetch {
             // Ask for the continuation before the answer is even handed over, so the broker
             // prepares it while the caller decodes.
@@ -463,54 +217,23 @@ impl Worker {
                             max_wait: job.cfg.max_wait,
                         })
                     }
-                    Err(e) => debug!("prefetch to broker {} not sent: {e}", self.broker),
+                    Err(e) => debug!("fetch: prefetch not sent: {e}"),
                 }
             }
         }
         Ok(resp)
     }
 
-    /// The connection, opened if need be, after the backoff of earlier failures (slept here,
-    /// on this broker's thread, where it delays no other broker).
-    fn connect(&mut self) -> Result<&mut Connection> {
-        if self.conn.is_none() {
-            if let Some(at) = self.retry_at.take() {
-                let left = at.saturating_duration_since(Instant::now());
-                if !left.is_zero() {
-                    thread::sleep(left);
-                }
-            }
-            let conn = Connection::connect(&self.addr, &self.config)?;
-            self.failures = 0;
-            self.conn = Some(conn);
-        }
-        self.conn.as_mut().ok_or_else(|| not_connected(&self.addr))
-    }
-
-    /// After a failed job: a broken connection is dropped (with its prefetch) and the next
-    /// connect waits an exponential backoff.
-    fn failed(&mut self, e: &WireError) {
-        let broken = e.breaks_connection() || self.conn.as_ref().is_some_and(Connection::is_broken);
-        if !broken && self.conn.is_some() {
-            return;
-        }
-        self.conn = None;
+    /// A prefetch in flight goes with the connection.
+    fn disconnecting(&mut self) {
         self.prefetched = None;
-        self.failures = self.failures.saturating_add(1);
-        let factor = 1u32 << self.failures.saturating_sub(1).min(16);
-        let delay = self.backoff.saturating_mul(factor).min(self.backoff_max);
-        self.retry_at = Some(Instant::now() + delay);
-        debug!(
-            "fetch: broker {} failed ({} in a row): {e}; next connect in {delay:?}",
-            self.broker, self.failures
-        );
     }
 }
 
-fn not_connected(addr: &str) -> WireError {
+fn not_connected() -> WireError {
     WireError::io(std::io::Error::new(
         std::io::ErrorKind::NotConnected,
-        format!("no fetch connection to {addr}"),
+        "no fetch connection",
     ))
 }
 
@@ -519,6 +242,7 @@ mod tests {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     use std::sync::Arc;
+    use std::thread;
 
     use bytes::{BufMut, BytesMut};
 

@@ -6,8 +6,8 @@
 //! [`FetchConfig::prefetch`] the next Fetch is sent as soon as an answer arrives, and used only if
 //! the caller then asks for exactly those positions.
 //!
-//! The fetch threads, one per broker, that send these requests and read the answers are this
-//! module's child `fetcher.rs`; which replica each partition is read from (the leader, or the
+//! The fetch lanes, one per broker, that send these requests and read the answers are this
+//! module's child `fetcher.rs` (on the request-lane machine of `wire/lane.rs`); which replica each partition is read from (the leader, or the
 //! preferred read replica the leader named for `client.rack`, KIP-392) and the bytes each broker
 //! sent are kept by the child `replicas.rs`; this file builds the requests and decodes the
 //! answers (`tests.rs`: fetching from a preferred replica against fake brokers).
@@ -412,7 +412,7 @@ impl Client {
     /// decoding goes ([`LazyRecords::next_offset`]).
     ///
     /// Each leader is fetched from by its own thread (see `fetcher.rs`): this call waits for
-    /// the answers at most `max_wait` plus [`FETCH_ANSWER_MARGIN`](fetcher::FETCH_ANSWER_MARGIN)
+    /// the answers at most `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN)
     /// once any broker has answered, so a hung or unreachable leader delays no other leader's
     /// partitions. The partitions of a leader that has not answered come back with no records
     /// and no error (their request stays in flight and serves a later call); they fail only
@@ -526,14 +526,13 @@ impl Client {
                 job_cfg.client_rack = None;
             }
             let job = Job {
-                id: 0,
                 positions: group,
                 epochs,
                 cfg: job_cfg,
                 max_bytes,
             };
             let positions = job.positions.clone();
-            match self.fetchers.submit(leader, &addr, job, &self.config) {
+            match self.fetchers.submit(leader, &addr, job) {
                 Ok(()) => fresh.push(leader),
                 Err(e) => {
                     for pos in &positions {

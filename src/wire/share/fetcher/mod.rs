@@ -1,7 +1,8 @@
 //! [`ShareFetcher`]: what the share consumer's poll thread calls. It routes the assigned
 //! partitions to their leaders (ShareFetch names topics by id, so the ids come from Metadata),
 //! keeps one [`ShareSession`] per leader, queues acknowledgements until the next request to
-//! that leader, and hands the requests to the per-broker threads of `worker.rs`.
+//! that leader, and hands the requests to the brokers' share lanes (`requests.rs`, on the
+//! request-lane machine of `wire/lane.rs`).
 //!
 //! Every answer passes through one place (`absorb`), whichever call collects it, so an answer
 //! that arrives late (a fetch left in flight by an earlier call) is never lost: its records and
@@ -13,32 +14,32 @@
 //! is dropped before any request could carry it, and reported failed with the reason.
 //!
 //! The map: this file holds the fetcher, its calls and the acknowledgement queue;
-//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge and submits them;
-//! `metadata.rs` keeps the leaders, addresses and topic ids, and ends a partition's scope when
-//! its leader changes.
+//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge, submits them,
+//! and is the share lane that writes them on the broker's thread.
+//! Leaders, broker endpoints and topic ids come from the client's one cache
+//! (`wire/client/cluster.rs`); this file ends a partition's scope when its leader changes.
 
-mod metadata;
 mod requests;
 
+use requests::{Incoming, ShareLane, SHARE_VERSIONS};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::guard::lease_now;
 
 use kafka_protocol::messages::ApiKey;
 use log::{debug, info};
-use uuid::Uuid;
 
 use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
 use super::session::{AckQueue, SessionRequest, ShareSession, Verdict};
-use super::worker::{Event, Incoming, Workers, SHARE_VERSIONS};
 use super::{
     AckError, AckResult, AckType, RenewResult, SessionScope, ShareAck, ShareFetchRound,
     ShareFetchSettings,
 };
 use crate::wire::error::{Result, WireError};
-use crate::wire::{Client, ClientConfig, KafkaCode, FETCH_ANSWER_MARGIN, FETCH_CONNECT_GRACE};
+use crate::wire::lane::{Done, Lanes, Wait};
+use crate::wire::{Client, ClientConfig, KafkaCode};
 use crate::TopicPartition;
 
 /// What a request in flight was for.
@@ -54,7 +55,6 @@ enum Purpose {
 struct InFlight {
     purpose: Purpose,
     req: SessionRequest,
-    sent_at: Option<Instant>,
     /// A fetch's session partitions as of the request: an answer may speak of these only.
     asked: BTreeSet<TopicPartition>,
     /// The scope of each of those partitions when the request was built: what the answer
@@ -79,16 +79,12 @@ pub struct ShareFetcher {
     member_id: String,
     settings: ShareFetchSettings,
     assigned: BTreeSet<TopicPartition>,
-    ids: HashMap<Arc<str>, Uuid>,
-    names: HashMap<Uuid, Arc<str>>,
-    leaders: HashMap<TopicPartition, i32>,
-    addrs: HashMap<i32, String>,
-    stale: bool,
     /// Acknowledgements waiting for the next request to their partition's leader.
     pending: AckQueue,
     sessions: BTreeMap<i32, Leader>,
     in_flight: HashMap<u64, InFlight>,
-    workers: Workers,
+    /// The brokers' lanes (the request-lane machine the consumer's Fetch runs on too).
+    lanes: Lanes<ShareLane>,
     /// Answers collected but not handed out yet.
     stash: ShareFetchRound,
     /// The lock durations of answered renewals, by job.
@@ -129,7 +125,7 @@ impl ShareFetcher {
                 renew_versions.insert(node, v);
             }
         }
-        let workers = Workers::new(
+        let lanes = Lanes::new(
             config.connection.clone(),
             config.retry_backoff,
             config.retry_backoff_max,
@@ -141,15 +137,10 @@ impl ShareFetcher {
             member_id: member_id.to_string(),
             settings,
             assigned: BTreeSet::new(),
-            ids: HashMap::new(),
-            names: HashMap::new(),
-            leaders: HashMap::new(),
-            addrs: HashMap::new(),
-            stale: true,
             pending: AckQueue::new(),
             sessions: BTreeMap::new(),
             in_flight: HashMap::new(),
-            workers,
+            lanes,
             stash: ShareFetchRound::default(),
             renewed: HashMap::new(),
             renew_versions,
@@ -160,8 +151,11 @@ impl ShareFetcher {
     /// The partitions to fetch from now on (the member's assignment). Partitions that left are
     /// forgotten by their session with the next fetch, after their queued acknowledgements.
     pub fn assign(&mut self, partitions: &BTreeSet<TopicPartition>) {
-        if partitions.iter().any(|tp| !self.leaders.contains_key(tp)) {
-            self.stale = true;
+        if partitions
+            .iter()
+            .any(|tp| self.client.cached_leader(tp).is_none())
+        {
+            self.client.mark_metadata_stale();
         }
         self.assigned = partitions.clone();
     }
@@ -271,23 +265,23 @@ impl ShareFetcher {
     /// The waker of [`fetch`](Self::fetch): calling it from any thread ends the current or next
     /// wait for answers early.
     pub fn nudge(&self) -> crate::wire::Nudge {
-        self.workers.nudge()
+        self.lanes.nudge()
     }
 
     /// One round: a ShareFetch to every leader of assigned partitions that has none in flight
     /// (carrying the acknowledgements queued for it), then the answers that arrive within
-    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`] (plus [`FETCH_CONNECT_GRACE`] while nothing
+    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN) (plus [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing
     /// has answered and a request is not even sent). Late answers stay in flight and come with
     /// a later round. Fails only when the cluster's metadata cannot be read.
     pub fn fetch(&mut self) -> Result<ShareFetchRound> {
         self.refresh_metadata()?;
         let mut wanted: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
         for tp in &self.assigned {
-            match self.leaders.get(tp) {
-                Some(&l) if l >= 0 => {
+            match self.client.cached_leader(tp) {
+                Some(l) if l >= 0 => {
                     wanted.entry(l).or_default().insert(tp.clone());
                 }
-                _ => self.stale = true,
+                _ => self.client.mark_metadata_stale(),
             }
         }
         // Leaders that lost every partition still forget them (and deliver their acks).
@@ -329,8 +323,7 @@ impl ShareFetcher {
                 .map(|(id, _)| *id)
                 .collect();
         }
-        let bound = Instant::now() + self.settings.max_wait + FETCH_ANSWER_MARGIN;
-        self.collect(&fresh, bound, true);
+        self.collect(&Wait::round(fresh, self.settings.max_wait));
         Ok(std::mem::take(&mut self.stash))
     }
 
@@ -347,7 +340,7 @@ impl ShareFetcher {
     /// again.
     pub(crate) fn send_acks_now(&mut self) -> Vec<AckResult> {
         self.send_acks(Purpose::Acknowledge, false);
-        self.collect(&[], Instant::now(), false);
+        self.collect(&Wait::until(Vec::new(), Instant::now()));
         std::mem::take(&mut self.stash.ack_results)
     }
 
@@ -365,7 +358,7 @@ impl ShareFetcher {
     pub fn flush_acks(&mut self, timeout: Duration) -> Vec<AckResult> {
         let deadline = Instant::now() + timeout;
         let ids = self.send_acks(Purpose::Acknowledge, false);
-        self.collect(&ids, deadline, false);
+        self.collect(&Wait::until(ids.clone(), deadline));
         self.time_out(&ids);
         std::mem::take(&mut self.stash.ack_results)
     }
@@ -399,7 +392,7 @@ impl ShareFetcher {
                 outcome: Err(AckError::NoSession),
             })
             .collect();
-        self.collect(&ids, deadline, false);
+        self.collect(&Wait::until(ids.clone(), deadline));
         self.time_out(&ids);
         let mut lock: Option<Duration> = None;
         for id in &ids {
@@ -442,7 +435,7 @@ impl ShareFetcher {
         self.end_sessions();
         self.closing = true;
         let ids = self.send_acks(Purpose::Close, false);
-        self.collect(&ids, deadline, false);
+        self.collect(&Wait::until(ids.clone(), deadline));
         self.time_out(&ids);
         let mut out = std::mem::take(&mut self.stash.ack_results);
         for (tp, acks) in std::mem::take(&mut self.pending) {
@@ -463,7 +456,7 @@ impl ShareFetcher {
         let mine: Vec<TopicPartition> = self
             .pending
             .keys()
-            .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+            .filter(|tp| self.client.cached_leader(tp) == Some(broker))
             .cloned()
             .collect();
         let mut taken: AckQueue = mine
@@ -516,8 +509,12 @@ impl ShareFetcher {
     /// goes behind it: it ends the session, so a delivery its answer acquired is released
     /// whatever the close's acknowledgements do to it, and this member never runs it.
     fn send_acks(&mut self, purpose: Purpose, renew: bool) -> Vec<u64> {
-        if self.pending.keys().any(|tp| !self.leaders.contains_key(tp)) {
-            self.stale = true;
+        if self
+            .pending
+            .keys()
+            .any(|tp| self.client.cached_leader(tp).is_none())
+        {
+            self.client.mark_metadata_stale();
             if let Err(e) = self.refresh_metadata_for(self.pending.keys().cloned().collect()) {
                 debug!("share: no metadata for the acknowledgements: {e}");
             }
@@ -526,7 +523,7 @@ impl ShareFetcher {
         let mut brokers: BTreeSet<i32> = self
             .pending
             .keys()
-            .filter_map(|tp| self.leaders.get(tp).copied())
+            .filter_map(|tp| self.client.cached_leader(tp))
             .filter(|l| *l >= 0)
             .collect();
         if purpose == Purpose::Close {
@@ -545,7 +542,7 @@ impl ShareFetcher {
                 let theirs: Vec<TopicPartition> = self
                     .pending
                     .keys()
-                    .filter(|tp| self.leaders.get(*tp) == Some(&broker))
+                    .filter(|tp| self.client.cached_leader(tp) == Some(broker))
                     .cloned()
                     .collect();
                 for tp in theirs {
@@ -572,7 +569,7 @@ impl ShareFetcher {
         // What is left has no leader, or no open session with it.
         let left = std::mem::replace(&mut self.pending, deferred);
         for (tp, acks) in left {
-            let reason = if self.leaders.get(&tp).is_some_and(|l| *l >= 0) {
+            let reason = if self.client.cached_leader(&tp).is_some_and(|l| l >= 0) {
                 AckError::NoSession
             } else {
                 AckError::NoLeader
@@ -586,67 +583,13 @@ impl ShareFetcher {
         ids
     }
 
-    /// Absorbs reports until every job of `ids` answered or `until` passes (with the connect
-    /// grace while nothing answered and a job is unsent, for fetches). `wakeable`: the
-    /// nudge ends the wait.
-    fn collect(&mut self, ids: &[u64], until: Instant, wakeable: bool) {
-        let mut answered = false;
-        loop {
-            let open: Vec<&u64> = ids
-                .iter()
-                .filter(|id| self.in_flight.contains_key(id))
-                .collect();
-            if open.is_empty() {
-                break;
-            }
-            let unsent = open
-                .iter()
-                .any(|id| self.in_flight.get(id).is_some_and(|f| f.sent_at.is_none()));
-            let bound = if !answered && unsent && wakeable {
-                until + FETCH_CONNECT_GRACE
-            } else {
-                until
-            };
-            let Some(event) = self.workers.next_event(bound) else {
-                break;
-            };
-            match event {
-                Event::Wake if wakeable => break,
-                Event::Wake => {}
-                Event::Sent { id, at, .. } => {
-                    if let Some(f) = self.in_flight.get_mut(&id) {
-                        f.sent_at = Some(at);
-                    }
-                }
-                Event::Done {
-                    broker,
-                    id,
-                    at,
-                    version,
-                    result,
-                } => {
-                    answered = true;
-                    self.absorb(broker, id, at, version, result);
-                }
-            }
-        }
-        // Answers that came meanwhile for older jobs, without waiting.
-        while let Some(event) = self.workers.next_event(Instant::now()) {
-            match event {
-                Event::Sent { id, at, .. } => {
-                    if let Some(f) = self.in_flight.get_mut(&id) {
-                        f.sent_at = Some(at);
-                    }
-                }
-                Event::Done {
-                    broker,
-                    id,
-                    at,
-                    version,
-                    result,
-                } => self.absorb(broker, id, at, version, result),
-                Event::Wake => {}
-            }
+    /// Absorbs answers as `wait` says, by the lanes' one rule: until its jobs answered or its
+    /// bound passes (a fetch round: the wait plus the margin, with the connect grace while
+    /// nothing answered and a job is unsent; the nudge ends it).
+    fn collect(&mut self, wait: &Wait) {
+        let collected = self.lanes.collect(wait);
+        for done in collected.done {
+            self.absorb(done);
         }
     }
 
@@ -667,16 +610,17 @@ impl ShareFetcher {
         }
     }
 
-    /// Takes in the answer (or failure) of job `id`, which arrived at `arrived` (stamped by the
-    /// fetch thread, on the lease clock).
-    fn absorb(
-        &mut self,
-        broker: i32,
-        id: u64,
-        arrived: Instant,
-        version: Option<i16>,
-        result: Result<Incoming>,
-    ) {
+    /// Takes in the answer (or failure) of a job, which arrived at `done.at` (stamped by the
+    /// broker's lane, on the lease clock).
+    fn absorb(&mut self, done: Done<Incoming>) {
+        let Done {
+            broker,
+            id,
+            sent_at,
+            at: arrived,
+            version,
+            result,
+        } = done;
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
@@ -688,7 +632,7 @@ impl ShareFetcher {
         if let Some(v) = version {
             self.renew_versions.insert(broker, v);
         }
-        let sent_at = flight.sent_at.unwrap_or_else(lease_now);
+        let sent_at = sent_at.unwrap_or_else(lease_now);
         let digest: Digest = match result {
             Err(e) => {
                 debug!("share: request to broker {broker} failed: {e}");
@@ -698,7 +642,9 @@ impl ShareFetcher {
                         l.session.transport_failed(&flight.req);
                     }
                 }
-                self.stale |= !unsupported;
+                if !unsupported {
+                    self.client.mark_metadata_stale();
+                }
                 let err = if unsupported {
                     AckError::RenewUnsupported
                 } else {
@@ -724,15 +670,18 @@ impl ShareFetcher {
                     resp,
                     &flight.req,
                     sent_at,
-                    &self.names,
+                    self.client.topic_names(),
                     self.config.fetch_decode_budget,
                     &flight.asked,
                     MAX_OWED_PER_SESSION.saturating_sub(queued),
                 )
             }
-            Ok(Incoming::Acknowledge(a)) => {
-                answers::acknowledge_answer(&a.v1, a.lock_timeout_ms, &flight.req, &self.names)
-            }
+            Ok(Incoming::Acknowledge(a)) => answers::acknowledge_answer(
+                &a.v1,
+                a.lock_timeout_ms,
+                &flight.req,
+                self.client.topic_names(),
+            ),
         };
         if flight.purpose != Purpose::Close {
             if let Some(l) = self.sessions.get_mut(&broker) {
@@ -747,14 +696,16 @@ impl ShareFetcher {
         if flight.purpose == Purpose::Renew {
             self.renewed.insert(id, digest.lock);
         }
-        for (node, addr) in digest.endpoints {
-            self.addrs.insert(node, addr);
+        for (node, host, port) in &digest.endpoints {
+            self.client.endpoint_named(*node, host, *port);
         }
         for (tp, leader) in digest.leaders {
             debug!("share: {tp} is led by broker {leader} now");
             self.lead(tp, leader);
         }
-        self.stale |= digest.stale;
+        if digest.stale {
+            self.client.mark_metadata_stale();
+        }
         // Timed-out jobs had their acks taken (reported already): nothing to report twice.
         self.stash.ack_results.extend(digest.acks);
         self.stash.errors.extend(digest.errors);
@@ -831,6 +782,68 @@ impl ShareFetcher {
         self.stash.batches.extend(batches);
     }
 
+    /// `tp` is led by `leader` from now on (an answer's hint), in the client's one leader
+    /// cache: a different leader than before releases what the old leader's session acquired
+    /// of it, so that partition's scope ends there.
+    pub(super) fn lead(&mut self, tp: TopicPartition, leader: i32) {
+        if let Some(old) = self.client.leader_named(&tp, leader) {
+            self.moved(&tp, old, leader);
+        }
+    }
+
+    /// `tp`'s leader went from `old` to `new`: Kafka does not keep acquired records across a
+    /// leader change, so the old leader's session's scope of `tp` ends.
+    fn moved(&mut self, tp: &TopicPartition, old: i32, new: i32) {
+        if old != new {
+            if let Some(l) = self.sessions.get_mut(&old) {
+                l.session.end_partition(tp);
+            }
+        }
+    }
+
+    /// Metadata for the assigned topics when a leader or topic id is missing or a broker said
+    /// the cache is stale: leaders, broker endpoints and topic ids, into the client's caches.
+    fn refresh_metadata(&mut self) -> Result<()> {
+        let missing = self.assigned.iter().any(|tp| {
+            self.client.cached_leader(tp).is_none() || self.client.topic_id(&tp.topic).is_none()
+        });
+        if !self.client.metadata_is_stale() && !missing {
+            return Ok(());
+        }
+        self.refresh_metadata_for(self.assigned.clone())
+    }
+
+    /// Metadata for the topics of `partitions` (Metadata v10+, for the topic ids); every
+    /// partition the sessions, the assignment or the queue name whose leader changed has its
+    /// old leader's scope ended.
+    fn refresh_metadata_for(&mut self, partitions: BTreeSet<TopicPartition>) -> Result<()> {
+        let topics: BTreeSet<String> = partitions.iter().map(|tp| tp.topic.to_string()).collect();
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let watched: BTreeSet<TopicPartition> = self
+            .sessions
+            .values()
+            .flat_map(|l| l.session.members().iter().cloned())
+            .chain(self.assigned.iter().cloned())
+            .chain(self.pending.keys().cloned())
+            .chain(partitions)
+            .collect();
+        let before: Vec<(TopicPartition, i32)> = watched
+            .into_iter()
+            .filter_map(|tp| self.client.cached_leader(&tp).map(|l| (tp, l)))
+            .collect();
+        let topics: Vec<String> = topics.into_iter().collect();
+        self.client.refresh_topic_ids(&topics)?;
+        for (tp, old) in before {
+            // A partition the answer left out keeps its leader, as a hint does.
+            if let Some(new) = self.client.cached_leader(&tp) {
+                self.moved(&tp, old, new);
+            }
+        }
+        Ok(())
+    }
+
     /// Drops (and reports) the queued acknowledgements of records `batch` acquired again.
     fn drop_reacquired(&mut self, batch: &super::AcquiredBatch) {
         let Some(list) = self.pending.get_mut(&batch.tp) else {
@@ -860,6 +873,7 @@ impl ShareFetcher {
 
 #[cfg(test)]
 mod tests {
+    use crate::wire::FETCH_ANSWER_MARGIN;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -875,6 +889,8 @@ mod tests {
     use crate::wire::records::tests::batches;
     use kafka_protocol::messages::{self as msg, TopicName};
     use kafka_protocol::protocol::StrBytes;
+    use std::sync::Arc;
+    use uuid::Uuid;
 
     const TOPIC_ID: Uuid = Uuid::from_u128(0x5eed);
 
@@ -1399,7 +1415,8 @@ mod tests {
         let sent = f
             .in_flight
             .get(&id)
-            .and_then(|job| job.sent_at)
+            .and(f.lanes.flight(id))
+            .and_then(|flight| flight.sent_at)
             .expect("sent");
         // The answer arrives about SLOW after the send; the poll thread gets to it much later
         // (a long handler, a slow flush).
@@ -1408,7 +1425,7 @@ mod tests {
             thread::sleep(absorb_at.saturating_duration_since(lease_now()));
         }
         let absorbed = lease_now();
-        f.collect(&[id], absorbed + Duration::from_secs(5), false);
+        f.collect(&Wait::until(vec![id], absorbed + Duration::from_secs(5)));
         assert_eq!(f.stash.batches.len(), 1, "delivery 2 is stashed");
         let lock = f.stash.batches[0].lock_duration;
         let ends = f.stash.batches[0].lock_ends_by;

@@ -1,0 +1,203 @@
+//! `docs/DESIGN.md` as built, checked without a broker (std only):
+//!
+//! 1. Every test its invariant table names exists: each backticked name in the table's "tests"
+//!    column is a test binary (`tests/NAME.rs`) or a function defined somewhere under `tests/`
+//!    or `src/` (`{kafka,mock}` alternatives expanded, a trailing `*` read as a prefix), so the
+//!    table cannot point an auditor at a test that was renamed or deleted.
+//! 2. Every hop of the paths it lists (`` `src/FILE.rs:LINE` `NAME` ``) names a function that is
+//!    defined at that line of that file, so the counts a reader checks are the code's.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn design() -> String {
+    fs::read_to_string(root().join("docs/DESIGN.md")).expect("docs/DESIGN.md")
+}
+
+/// Every `.rs` file below `dir`, as text.
+fn rust_sources(dir: &Path, out: &mut Vec<String>) {
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_sources(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}")));
+        }
+    }
+}
+
+/// The names of every function defined under `tests/` and `src/`.
+fn defined_functions() -> BTreeSet<String> {
+    let mut texts = Vec::new();
+    rust_sources(&root().join("tests"), &mut texts);
+    rust_sources(&root().join("src"), &mut texts);
+    let mut names = BTreeSet::new();
+    for text in &texts {
+        for (at, _) in text.match_indices("fn ") {
+            let preceded_by_word = text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if preceded_by_word {
+                continue;
+            }
+            let name: String = text[at + 3..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// The text between backticks, in order.
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// `a_{kafka,mock}` -> `a_kafka`, `a_mock` (one brace group, as the table writes them).
+fn expand(name: &str) -> Vec<String> {
+    match (name.find('{'), name.find('}')) {
+        (Some(open), Some(close)) if open < close => name[open + 1..close]
+            .split(',')
+            .map(|alt| format!("{}{}{}", &name[..open], alt, &name[close + 1..]))
+            .collect(),
+        _ => vec![name.to_string()],
+    }
+}
+
+/// Whether a backticked token of the tests column is meant as a test's name: snake case with at
+/// least two underscores (the table's module paths, file paths, settings and commands have
+/// `::`, `/`, `.`, `=` or spaces).
+fn is_test_name(token: &str) -> bool {
+    let core: String = token.chars().filter(|c| !"{},*".contains(*c)).collect();
+    !core.is_empty()
+        && core
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && core.matches('_').count() >= 2
+}
+
+/// The "tests" cells of the invariant table (its rows' last column).
+fn invariant_test_cells(design: &str) -> Vec<String> {
+    let start = design
+        .find("## Invariants")
+        .expect("DESIGN.md has an \"Invariants\" section");
+    let section = &design[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+    section[..end]
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| ---"))
+        .skip(1) // the header row
+        .filter_map(|line| {
+            let cells: Vec<&str> = line
+                .trim_end()
+                .trim_end_matches('|')
+                .trim_end()
+                .split(" | ")
+                .collect();
+            (cells.len() >= 3).then(|| cells[cells.len() - 1].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_test_the_invariant_table_names_exists() {
+    let design = design();
+    let functions = defined_functions();
+    let cells = invariant_test_cells(&design);
+    assert!(
+        cells.len() >= 20,
+        "the invariant table has {} rows",
+        cells.len()
+    );
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for cell in &cells {
+        for token in backticked(cell) {
+            if !is_test_name(token) {
+                continue;
+            }
+            for name in expand(token) {
+                checked += 1;
+                let found = if let Some(prefix) = name.strip_suffix('*') {
+                    functions.iter().any(|f| f.starts_with(prefix))
+                } else {
+                    functions.contains(&name) || root().join(format!("tests/{name}.rs")).exists()
+                };
+                if !found {
+                    missing.push(name);
+                }
+            }
+        }
+    }
+    assert!(
+        checked >= 50,
+        "only {checked} test names read from the table"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/DESIGN.md's invariant table names tests that do not exist: {missing:?}"
+    );
+}
+
+#[test]
+fn every_hop_of_the_paths_names_the_function_at_its_line() {
+    let design = design();
+    let mut hops = 0;
+    let mut wrong = Vec::new();
+    let tokens = backticked(&design);
+    for pair in tokens.windows(2) {
+        let (place, name) = (pair[0], pair[1]);
+        let Some((file, line)) = place.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(line) = line.parse::<usize>() else {
+            continue;
+        };
+        if !file.starts_with("src/") || !file.ends_with(".rs") {
+            continue;
+        }
+        hops += 1;
+        let text = fs::read_to_string(root().join(file)).unwrap_or_default();
+        let at = text.lines().nth(line.wrapping_sub(1)).unwrap_or("");
+        let bare = name.rsplit("::").next().unwrap_or(name);
+        if !at.contains(&format!("fn {bare}")) {
+            wrong.push(format!("{place} `{name}`: the line is {:?}", at.trim()));
+        }
+    }
+    assert!(hops >= 20, "only {hops} file:line hops in docs/DESIGN.md");
+    assert!(
+        wrong.is_empty(),
+        "hops in docs/DESIGN.md that do not name the function at their line:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_readers_of_the_table_read_samples_as_intended() {
+    assert_eq!(expand("a_b_{kafka,mock}"), vec!["a_b_kafka", "a_b_mock"]);
+    assert!(is_test_name(
+        "commit_after_a_batch_is_last_plus_one_{kafka,mock,tansu}"
+    ));
+    assert!(is_test_name(
+        "batch_sizing_keeps_a_slow_handler_in_the_group_*"
+    ));
+    assert!(!is_test_name("group::session::tests"));
+    assert!(!is_test_name("processing.order=key"));
+    assert!(!is_test_name("cargo bench --bench guard threads_"));
+    let table = "## Invariants\n\n| invariant | where | tests |\n| --- | --- | --- |\n\
+                 | a | b | `x_y_z`; `consumer_loop` |\n\n## Next\n| q | r | `not_in_table_x` |\n";
+    assert_eq!(
+        invariant_test_cells(table),
+        vec!["`x_y_z`; `consumer_loop`"]
+    );
+}
