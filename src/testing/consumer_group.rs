@@ -358,7 +358,7 @@ impl Coordinator {
         if let Some(a) = &req.server_assignor {
             if !self.assignors.contains(&a.as_str()) {
                 return error(
-                    KafkaCode(112),
+                    KafkaCode::UNSUPPORTED_ASSIGNOR,
                     &format!("ServerAssignor {a} is not supported."),
                 );
             }
@@ -458,7 +458,7 @@ impl Coordinator {
             match previous {
                 Some((old, false)) => {
                     return Err(error(
-                        KafkaCode(111),
+                        KafkaCode::UNRELEASED_INSTANCE_ID,
                         &format!(
                             "static member {} with instance id {instance} cannot join the group \
                              because the instance id is owned by {old} member",

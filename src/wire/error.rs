@@ -30,6 +30,9 @@ impl KafkaCode {
     pub const NONE: KafkaCode = KafkaCode(0);
     /// `OFFSET_OUT_OF_RANGE`: the fetch position is outside the log; the consumer must reset.
     pub const OFFSET_OUT_OF_RANGE: KafkaCode = KafkaCode(ResponseError::OffsetOutOfRange.code());
+    /// `CORRUPT_MESSAGE`: a record batch failed its checks (CRC, framing); also what a share
+    /// fetch reports for a partition whose records cannot be decoded.
+    pub const CORRUPT_MESSAGE: KafkaCode = KafkaCode(ResponseError::CorruptMessage.code());
     /// `UNKNOWN_TOPIC_OR_PARTITION`: stale metadata or a topic that does not exist (yet).
     pub const UNKNOWN_TOPIC_OR_PARTITION: KafkaCode =
         KafkaCode(ResponseError::UnknownTopicOrPartition.code());

@@ -229,7 +229,7 @@ fn acquire(
             Ok(false) => break,
             Err(e) => {
                 warn!("share: records of {tp} cannot be decoded: {e}");
-                d.errors.push((tp.clone(), KafkaCode(2)));
+                d.errors.push((tp.clone(), KafkaCode::CORRUPT_MESSAGE));
                 break;
             }
         }
