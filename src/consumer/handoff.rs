@@ -229,22 +229,22 @@ impl Driver<'_> {
     /// library's: `max.poll.interval.ms` does not run meanwhile.
     pub(crate) fn drive(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         self.member.enter_poll();
-        let result = self.drive_inside(timeout);
-        self.member.leave_poll();
-        result
-    }
-
-    fn drive_inside(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         let deadline = Instant::now().checked_add(timeout);
-        loop {
+        let result = loop {
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });
-            match self.member.next_change(left)? {
-                None => return Ok(()),
-                Some(change) => self.apply(change)?,
+            let applied = match self.member.next_change(left) {
+                Ok(None) => break Ok(()),
+                Ok(Some(change)) => self.apply(change),
+                Err(error) => Err(error.into()),
+            };
+            if let Err(error) = applied {
+                break Err(error);
             }
-        }
+        };
+        self.member.leave_poll();
+        result
     }
 
     /// Hands back everything the member still owns, in the current generation, before it
@@ -260,33 +260,27 @@ impl Driver<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Applies one change: a revocation's handoff, an assignment, a loss.
-    pub(crate) fn apply(&mut self, change: Change) -> Result<(), ConsumerError> {
-        match change {
+    /// Applies one change: a revocation's handoff, an assignment, a loss; then hands the
+    /// change back to the membership as its acknowledgement (a loss has none).
+    pub(crate) fn apply(&mut self, mut change: Change) -> Result<(), ConsumerError> {
+        let applied = match &mut change {
             Change::Revoke {
                 identity,
                 partitions,
                 fenced,
-                ack,
-            } => {
-                let listened = self.hand_off(&identity, &partitions, fenced);
-                // The hand-back each protocol needs: the cooperative follow-up JoinGroup, the
-                // KIP-848 heartbeat that acknowledges the revocation, the eager JoinGroup.
-                self.member.acknowledge(ack);
-                listened
-            }
+                ..
+            } => self.hand_off(identity, partitions, fenced.take()),
             Change::Assign {
                 identity,
                 partitions,
-                ack,
                 ..
-            } => {
-                let started = self.start(&identity, &partitions);
-                self.member.acknowledge(ack);
-                started
-            }
-            Change::Lost { partitions, reason } => self.lose(&partitions, &reason),
-        }
+            } => self.start(identity, partitions),
+            Change::Lost { partitions, reason } => return self.lose(partitions, reason),
+        };
+        // The hand-back each protocol needs: the cooperative follow-up JoinGroup, the KIP-848
+        // heartbeat that acknowledges the revocation, the eager JoinGroup.
+        self.member.acknowledge(change);
+        applied
     }
 
     /// The handoff of revoked partitions, in order: the fetched records nobody was handed go
@@ -454,25 +448,24 @@ impl Driver<'_> {
     }
 
     /// Partitions taken away without a handoff: fenced already by the lost hook when the loss
-    /// was detected (this is idempotent); their records and positions are dropped. Nothing is
-    /// flushed or committed; the listener's `on_lost` is told after.
+    /// was detected, which also discarded their admitted work and counted the rebalance; their
+    /// fetched records and positions are dropped here. Nothing is flushed or committed; the
+    /// listener's `on_lost` is told after.
     fn lose(
         &mut self,
         partitions: &[TopicPartition],
         reason: &LostReason,
     ) -> Result<(), ConsumerError> {
-        let report = self.guard.lost_because(partitions, reason);
         for tp in partitions {
             self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
         self.handoffs.counters.lost += partitions.len() as u64;
         self.handoffs.metrics.lost(partitions);
         log::warn!(
-            "lost {} partition(s) ({reason}) without commit; {} admitted record(s) discarded",
-            partitions.len(),
-            report.discarded
+            "lost {} partition(s) ({reason}) without commit",
+            partitions.len()
         );
-        self.storm(report.storm);
+        self.storm(Some(self.guard.storm_status()));
         match self.handoffs.listener.as_mut() {
             Some(listener) => listener
                 .on_lost(partitions)

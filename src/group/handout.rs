@@ -13,36 +13,23 @@
 use std::collections::VecDeque;
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{Ack, AckKind, Change, ChangeId};
+use super::changes::{Change, Decided, Decision};
 use super::error::GroupError;
-use super::membership::{on_lost, RebalanceEvent, RebalancePlan};
+use super::membership::everything;
 use super::outcome::LostReason;
-use super::requests::MemberIdentity;
 use super::session::Shared;
-use crate::guard::Fenced;
-use crate::wire::KafkaCode;
 use crate::TopicPartition;
-
-/// A decided change being handed out, one event at a time.
-#[derive(Debug)]
-struct Applying {
-    /// The decided change this is: an acknowledgement applies to it only while the session
-    /// still has it pending (a loss voids it, even if the same identity is decided again).
-    id: ChangeId,
-    identity: MemberIdentity,
-    leader: bool,
-    plan: RebalancePlan,
-    events: VecDeque<RebalanceEvent>,
-    fenced: Option<Fenced>,
-}
 
 /// The changes waiting for the poll thread, and the one being handed out.
 #[derive(Debug, Default)]
 pub(crate) struct Handout {
     /// Losses taken from the session, not handed out yet.
     losses: VecDeque<Change>,
-    /// The decided change being handed out.
-    applying: Option<Applying>,
+    /// The decision being handed out: an acknowledgement applies to it only while the session
+    /// still has it pending (a loss voids it, even if the same identity is decided again).
+    decision: Option<Decision>,
+    /// Its steps not handed out yet, in order.
+    applying: VecDeque<Change>,
     /// Eager: the revocation before the join was handed out and not acknowledged yet.
     revoking_before_join: bool,
     /// A fatal error the session recorded: returned once the losses before it were handed out.
@@ -81,74 +68,44 @@ impl Handout {
 
     fn queue_losses(&mut self, lost: Vec<(Vec<TopicPartition>, LostReason)>) {
         for (partitions, reason) in lost {
-            for event in on_lost(&partitions) {
-                if let RebalanceEvent::Lost(partitions) = event {
-                    self.losses.push_back(Change::Lost {
-                        partitions,
-                        reason: reason.clone(),
-                    });
-                }
+            let partitions = everything(&partitions);
+            if !partitions.is_empty() {
+                self.losses.push_back(Change::Lost { partitions, reason });
             }
         }
     }
 
-    /// The next loss or event of the decided change (taking it from the session when none is
+    /// The next loss or step of the decided change (taking it from the session when none is
     /// being handed out), or `None` when there is none.
     pub(crate) fn next(&mut self, shared: &Shared) -> Option<Change> {
-        if self.applying.is_none() {
+        if self.decision.is_none() {
             let (lost, decided) = shared.lock().take_change();
             self.queue_losses(lost);
-            self.applying = decided.map(|d| Applying {
-                id: d.id,
-                events: d.plan.events.iter().cloned().collect(),
-                identity: d.identity,
-                leader: d.leader,
-                plan: d.plan,
-                fenced: d.fenced,
-            });
+            self.decision = decided.first().and_then(Change::decision).cloned();
+            self.applying = decided.into();
         }
         if let Some(loss) = self.losses.pop_front() {
             return Some(loss);
         }
-        let applying = self.applying.as_mut()?;
-        let me = applying.identity.clone();
-        let change = applying.id;
-        match applying.events.pop_front() {
-            Some(RebalanceEvent::Revoke(partitions)) => Some(Change::Revoke {
-                ack: Ack(AckKind::Revoked {
-                    identity: me.clone(),
-                    partitions: partitions.clone(),
-                    change,
-                }),
-                identity: me,
-                partitions,
-                fenced: applying.fenced.take(),
-            }),
-            Some(RebalanceEvent::Assign(partitions)) => {
-                let assigning = {
-                    let mut state = shared.lock();
-                    state.still_pending(change) && state.assigning(&me, &applying.plan)
+        let decision = self.decision.as_ref()?;
+        match self.applying.pop_front() {
+            Some(assign @ Change::Assign { .. }) => {
+                let assigning = match (&assign, decision.id()) {
+                    (Change::Assign { identity, .. }, Some(id)) => {
+                        let mut state = shared.lock();
+                        state.still_pending(id) && state.assigning(identity, decision)
+                    }
+                    _ => false,
                 };
                 if !assigning {
                     // Lost while the revocation ran: the loss is handed out instead.
-                    applying.events.clear();
+                    self.applying.clear();
                     self.finish(shared);
                     return self.next(shared);
                 }
-                Some(Change::Assign {
-                    identity: me.clone(),
-                    partitions,
-                    leader: applying.leader,
-                    ack: Ack(AckKind::Assigned {
-                        identity: me,
-                        change: Some(change),
-                    }),
-                })
+                Some(assign)
             }
-            Some(RebalanceEvent::Lost(partitions)) => Some(Change::Lost {
-                partitions,
-                reason: LostReason::Fenced(KafkaCode::NONE),
-            }),
+            Some(change) => Some(change),
             None => {
                 self.finish(shared);
                 None
@@ -159,37 +116,39 @@ impl Handout {
     /// The decided change was applied (or stopped by a loss): the session clears it, and the
     /// membership thread is woken for its next request.
     fn finish(&mut self, shared: &Shared) {
-        if let Some(applying) = self.applying.take() {
-            shared
-                .lock()
-                .changes_applied(&applying.identity, applying.id);
+        if let Some(decision) = self.decision.take() {
+            shared.lock().changes_applied(&decision);
             shared.wake.notify_all();
         }
     }
 
-    /// A change handed out was applied: the session records it, and the decided change is
-    /// cleared once its last event was acknowledged.
-    pub(crate) fn acknowledge(&mut self, shared: &Shared, ack: Ack) {
-        match ack.0 {
-            AckKind::Revoked {
-                identity,
-                partitions,
-                change,
-            } => {
-                let mut state = shared.lock();
-                // Voided by a loss since: the loss took everything, and what the session owns
-                // now was decided after it.
-                if state.still_pending(change) {
-                    state.revoked(&identity, &partitions);
+    /// A change handed out was applied and comes back: the session records a revocation, and
+    /// the decided change is cleared once its last step was acknowledged.
+    pub(crate) fn acknowledge(&mut self, shared: &Shared, change: Change) {
+        if let Change::Revoke {
+            identity,
+            partitions,
+            decision,
+            ..
+        } = &change
+        {
+            match &decision.0 {
+                Decided::Session { id, .. } => {
+                    let mut state = shared.lock();
+                    // Voided by a loss since: the loss took everything, and what the session
+                    // owns now was decided after it.
+                    if state.still_pending(*id) {
+                        state.revoked(identity, partitions);
+                    }
                 }
+                Decided::BeforeJoin => {
+                    self.revoking_before_join = false;
+                    shared.lock().revoked_before_join();
+                }
+                Decided::Closing | Decided::Manual => {}
             }
-            AckKind::RevokedBeforeJoin => {
-                self.revoking_before_join = false;
-                shared.lock().revoked_before_join();
-            }
-            AckKind::Assigned { .. } | AckKind::Closing => {}
         }
-        if self.applying.as_ref().is_some_and(|a| a.events.is_empty()) {
+        if self.decision.is_some() && self.applying.is_empty() {
             self.finish(shared);
         }
     }
@@ -208,26 +167,20 @@ impl Handout {
             return None;
         }
         let revoke = shared.lock().revoke_before_join(protocol);
-        let partitions = RebalancePlan {
-            events: revoke.events,
-            owned_after: Vec::new(),
-            rejoin: false,
-        }
-        .revoked();
-        if partitions.is_empty() {
+        if revoke.partitions.is_empty() {
             return None;
         }
         log::info!(
             "group {group_id}: revoking {} partition(s) before rejoining ({reason})",
-            partitions.len()
+            revoke.partitions.len()
         );
         self.revoking_before_join = true;
-        let fenced = shared.lock().fence_now(&partitions);
+        let fenced = shared.lock().fence_now(&revoke.partitions);
         Some(Change::Revoke {
             identity: revoke.identity,
-            partitions,
+            partitions: revoke.partitions,
             fenced,
-            ack: Ack(AckKind::RevokedBeforeJoin),
+            decision: Decision(Decided::BeforeJoin),
         })
     }
 
@@ -236,19 +189,17 @@ impl Handout {
     pub(crate) fn closing(&mut self, shared: &Shared) -> Vec<Change> {
         let _ = self.take_reports(shared);
         let mut changes: Vec<Change> = self.losses.drain(..).collect();
-        let Some((identity, events)) = shared.lock().leave() else {
+        let Some((identity, partitions)) = shared.lock().leave() else {
             return changes;
         };
-        for event in events {
-            if let RebalanceEvent::Revoke(partitions) = event {
-                let fenced = shared.lock().fence_now(&partitions);
-                changes.push(Change::Revoke {
-                    identity: identity.clone(),
-                    partitions,
-                    fenced,
-                    ack: Ack(AckKind::Closing),
-                });
-            }
+        if !partitions.is_empty() {
+            let fenced = shared.lock().fence_now(&partitions);
+            changes.push(Change::Revoke {
+                identity,
+                partitions,
+                fenced,
+                decision: Decision(Decided::Closing),
+            });
         }
         changes
     }

@@ -20,12 +20,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
-use super::commit::{CommitKind, CommitResults, Committer};
+use super::changes::{Change, CommitKind, CommitResults, FenceHook, LostHook, MembershipView};
+use super::commit::Committer;
 use super::config::GroupConfig;
 use super::error::{CommitError, GroupError};
 use super::handout::Handout;
 use super::listener::{close_with, poll_with, RebalanceListener};
+use super::membership::Membership;
 use super::requests::MemberIdentity;
 use super::session::{GroupThread, NextStep, Phase, Shared, Timeouts};
 use crate::guard::{lease_now, SessionBound};
@@ -297,8 +298,8 @@ impl<P: Protocol> Membership for Member<P> {
         }
     }
 
-    fn acknowledge(&mut self, ack: Ack) {
-        self.handout.acknowledge(&self.shared, ack);
+    fn acknowledge(&mut self, change: Change) {
+        self.handout.acknowledge(&self.shared, change);
     }
 
     fn closing(&mut self) -> Vec<Change> {

@@ -12,19 +12,20 @@
 //!   broker, readable by Java, librdkafka and kafka-python members;
 //! - `assignor.rs`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader,
 //!   and the JoinGroup protocol list built from `partition.assignment.strategy`;
-//! - `membership.rs`: what to revoke, lose and assign, in which order, and what each classic
-//!   group error code asks for;
+//! - `membership.rs`: the [`Membership`] trait every member type implements (take the next
+//!   change, commit with an identity, acknowledge), what to revoke, lose and assign, in which
+//!   order, as [`Change`]s, and what each classic group error code asks for;
 //! - `outcome.rs`: the vocabulary both protocols' error tables share: [`ErrorAction`],
 //!   [`FatalError`], [`LostReason`];
 //! - `session.rs` (with `session/`): the membership's state and every transition of its life
 //!   cycle (join, joined, stabilise, rejoin, lose, close; commits; the heartbeat thread's
 //!   renewal, session expiry and poll timeout; KIP-848's), driven in its tests by an in-memory
 //!   coordinator with time passed in;
-//! - `changes.rs`: the seam between the membership and the poll thread: the [`Membership`] trait
-//!   every member type implements, and the [`Change`]s it hands out. Decided changes wait there
-//!   (their revoked partitions fenced at once) for the next batch boundary. For the consumer
-//!   these changes replace listener callbacks: its handoff driver (`consumer/handoff.rs`) applies
-//!   them;
+//! - `changes.rs`: the seam between the membership and the poll thread: [`Change`], the one
+//!   type a decided change travels in from the session that decides it (its revoked partitions
+//!   fenced at once) to the driver that applies it at the next batch boundary and back as its
+//!   acknowledgement, with the [`Decision`] it carries out. For the consumer these changes
+//!   replace listener callbacks: its handoff driver (`consumer/handoff.rs`) applies them;
 //! - `handout.rs`: the poll-thread half of that seam, shared by every member type: the order in
 //!   which a decided change is handed out and acknowledged (losses first, then revocations
 //!   before the assignment);
@@ -103,7 +104,7 @@ pub(crate) mod subscription;
 pub(crate) mod watch;
 
 pub use assignor::{RebalanceProtocol, Strategy, StrategyError};
-pub use changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
+pub use changes::{Change, Decision, FenceHook, LostHook, MembershipView};
 #[doc(hidden)]
 pub use classic::ClassicMember;
 #[doc(hidden)]
@@ -118,6 +119,7 @@ pub use listener::{close_with, poll_with, GroupContext, RebalanceListener};
 pub use manual::ManualAssignment;
 #[doc(hidden)]
 pub use member::{Member, MemberIo, Protocol, Step};
+pub use membership::Membership;
 pub use outcome::{ErrorAction, FatalError, GroupApi, LostReason};
 pub use pattern::{PatternError, TopicPattern};
 
