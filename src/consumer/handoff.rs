@@ -12,22 +12,20 @@
 //!   `auto.offset.reset`).
 //!
 //! Besides the driver this file owns what a handoff leaves behind: the [`HandoffFailure`]s the
-//! application collects, the [`Drain`] through which a revocation waits for worker threads, and
-//! [`commit_through`], the one way any other commit (the application's) reaches the group.
+//! application collects, and the [`Drain`] through which a revocation waits for worker threads.
+//! The commit's translation between the guard's positions and the group's OffsetCommit (one
+//! definition for every commit) is the group's: `group/commit.rs`.
 
-use crate::partition::PartitionSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    Change, CommitError, CommitKind, CommitResults, FenceHook, LostHook, LostReason,
+    commit_entries, commit_outcome, Change, CommitKind, FenceHook, LostHook, LostReason,
     MemberIdentity, Membership,
 };
-use crate::guard::{
-    AwaitingCommit, BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, StormStatus,
-};
+use crate::guard::{AwaitingCommit, BoxError, Fenced, FlushBatch, StormStatus};
 use crate::metrics::{self, ConsumerMetrics};
-use crate::wire::{self, ErrorChain};
+use crate::wire::ErrorChain;
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
@@ -138,66 +136,6 @@ impl Driver<'_> {
             }
         }
     }
-}
-
-/// Sends a commit of `offsets` through `commit` (the group's synchronous commit) and turns the
-/// group's per-partition results into the guard's failure type.
-pub(crate) fn commit_through(
-    commit: impl FnOnce(&[wire::OffsetCommitEntry]) -> Result<CommitResults, CommitError>,
-    offsets: &[CommitOffset],
-) -> Result<(), CommitFailure> {
-    commit_outcome(offsets, commit(&commit_entries(offsets)))
-}
-
-/// The OffsetCommit entries of the guard's positions.
-pub(crate) fn commit_entries(offsets: &[CommitOffset]) -> Vec<wire::OffsetCommitEntry> {
-    offsets
-        .iter()
-        .map(|o| wire::OffsetCommitEntry {
-            tp: o.tp.clone(),
-            offset: o.next_offset,
-            leader_epoch: None,
-            metadata: o.metadata.clone(),
-        })
-        .collect()
-}
-
-/// The group's answer to a commit of `offsets`, in the guard's terms: every partition accepted,
-/// or the request failed, or these partitions were refused (absent from the answer counts as
-/// refused).
-pub(crate) fn commit_outcome(
-    offsets: &[CommitOffset],
-    answer: Result<CommitResults, CommitError>,
-) -> Result<(), CommitFailure> {
-    let results = answer.map_err(|e| CommitFailure::Request(Box::new(e)))?;
-    let refused = refused_partitions(offsets, results);
-    if refused.is_empty() {
-        Ok(())
-    } else {
-        Err(CommitFailure::Partitions(refused))
-    }
-}
-
-/// The partitions of a commit that did not succeed: those the broker refused, and those its
-/// answer did not mention at all (absent is not done).
-fn refused_partitions(
-    asked: &[CommitOffset],
-    results: CommitResults,
-) -> Vec<(TopicPartition, BoxError)> {
-    let answered: PartitionSet = results.iter().map(|(tp, _)| tp.clone()).collect();
-    let mut refused: Vec<(TopicPartition, BoxError)> = results
-        .into_iter()
-        .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
-        .collect();
-    for offset in asked {
-        if !answered.contains(&offset.tp) {
-            refused.push((
-                offset.tp.clone(),
-                "absent from the OffsetCommit response".into(),
-            ));
-        }
-    }
-    refused
 }
 
 /// The lost hook the membership calls, on whichever thread detects a loss (the heartbeat
@@ -472,31 +410,5 @@ impl Driver<'_> {
                 .map_err(|error| listener_error("on_lost", error)),
             None => Ok(()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_partition_absent_from_the_commit_answer_is_not_committed() {
-        let tp = |p| TopicPartition::new("orders", p);
-        let asked = [
-            CommitOffset {
-                tp: tp(0),
-                next_offset: 5,
-                metadata: None,
-            },
-            CommitOffset {
-                tp: tp(1),
-                next_offset: 9,
-                metadata: None,
-            },
-        ];
-        let refused = refused_partitions(&asked, vec![(tp(0), Ok(()))]);
-        assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0].0, tp(1));
-        assert!(refused[0].1.to_string().contains("absent"));
     }
 }

@@ -164,7 +164,7 @@ impl Decision {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Decided {
     /// The session's decided change `id`: the session keeps it pending until its last step is
-    /// acknowledged (see `handout.rs`).
+    /// acknowledged (see `member.rs`'s hand-out).
     Session {
         /// Which decided change ([`ChangeId`]).
         id: ChangeId,

@@ -42,7 +42,6 @@ mod kip848;
 mod tests;
 mod threads;
 
-pub(crate) use commits::{membership_refusal, CommitRefusal};
 pub(crate) use heartbeat::{HeartbeatDue, HeartbeatVerdict};
 pub(crate) use threads::{GroupThread, ThreadDeath};
 
@@ -142,6 +141,18 @@ pub(crate) enum Refusal {
     },
     /// The membership cannot go on; the assignment is already lost.
     Fatal(FatalError),
+}
+
+/// Why [`SessionState::may_commit`] refused a commit (the group id is the shell's to add).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CommitRefusal {
+    /// The identity is outside any generation.
+    NotInGeneration,
+    /// The generation the commit was made for is over.
+    GenerationOver {
+        /// The member's generation now (-1 when it has none).
+        current_generation_id: i32,
+    },
 }
 
 /// The membership state shared by the poll thread and the heartbeat thread. Its fields are
@@ -270,6 +281,21 @@ impl SessionState {
     /// The decided change the poll thread must apply, if any.
     pub(crate) fn pending(&self) -> Option<ChangeId> {
         self.decided
+    }
+
+    /// Whether a commit made for `identity` may be sent now: checked right before the request,
+    /// against the membership as it is now, so a loss detected by the heartbeat thread after the
+    /// caller chose what to commit stops the commit.
+    pub(crate) fn may_commit(&self, identity: &MemberIdentity) -> Result<(), CommitRefusal> {
+        if identity.generation_id < 0 || identity.member_id.is_empty() {
+            return Err(CommitRefusal::NotInGeneration);
+        }
+        if self.identity != *identity {
+            return Err(CommitRefusal::GenerationOver {
+                current_generation_id: self.identity.generation_id,
+            });
+        }
+        Ok(())
     }
 
     /// The decided change's steps the poll thread has not taken yet (tests read them).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::memory_log::InMemoryLog;
 use crate::group::assignor::RebalanceProtocol;
 use crate::group::commit::commit_offsets;
-use crate::group::handout::Handout;
+use crate::group::member::Handout;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{GroupThread, Shared};
 use crate::group::{

@@ -7,7 +7,7 @@
 //! lead, sync, stabilise; tick, heartbeat, feed the answer), with requests answered by the
 //! [`Coordinator`] instead of a socket, and the changes recorded as callbacks. These tests pin
 //! the session's decisions one transition at a time; the order in which a member hands the
-//! changes to the poll thread (`group/handout.rs`) and the consumer applies them is run for real,
+//! changes to the poll thread (`group/member.rs`'s `Handout`) and the consumer applies them is run for real,
 //! with this coordinator, by the whole-consumer tests in `tests/in_memory_consumer.rs`.
 
 use std::collections::BTreeMap;
@@ -18,6 +18,7 @@ use bytes::Bytes;
 use super::*;
 use crate::group::assignor::MemberSubscription;
 use crate::group::assignor::{assign_and_encode, assignor_for, select_protocol, Strategy};
+use crate::group::commit::membership_refusal;
 use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
 use crate::testing::classic::{Coordinator, GroupState, JoinReply, JoinRequest};
 
