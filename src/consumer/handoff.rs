@@ -284,14 +284,12 @@ impl Driver<'_> {
                     "revocation in generation {generation}: {}",
                     ErrorChain(&error)
                 );
-                for failure in error.failures {
-                    self.handoffs.failures.push(HandoffFailure {
-                        tp: failure.tp,
+                self.handoffs
+                    .failures
+                    .extend(error.failures.into_iter().map(|failure| HandoffFailure {
                         generation_id: generation,
-                        stage: failure.stage,
-                        error: Arc::from(failure.error),
-                    });
-                }
+                        failure,
+                    }));
             }
         }
         listened
