@@ -367,8 +367,11 @@ mod tests {
         assert_eq!(d.retained, parts(&[("a", 1), ("b", 0)]));
     }
 
-    /// The steps of `changes`, as ("revoke" | "assign", partitions), and the decision they share.
-    fn steps(changes: &[Change]) -> (Vec<(&'static str, Vec<TopicPartition>)>, Decided) {
+    /// Each step of a change, as ("revoke" | "assign", partitions).
+    type Steps = Vec<(&'static str, Vec<TopicPartition>)>;
+
+    /// The steps of `changes`, and the decision they share.
+    fn steps(changes: &[Change]) -> (Steps, Decided) {
         let mut decided = None;
         let steps = changes
             .iter()
@@ -399,11 +402,7 @@ mod tests {
         protocol: RebalanceProtocol,
         owned: &[TopicPartition],
         assigned: &[TopicPartition],
-    ) -> (
-        Vec<(&'static str, Vec<TopicPartition>)>,
-        Vec<TopicPartition>,
-        bool,
-    ) {
+    ) -> (Steps, Vec<TopicPartition>, bool) {
         let me = MemberIdentity {
             generation_id: 3,
             member_id: "m".to_string(),
