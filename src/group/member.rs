@@ -42,7 +42,7 @@ use super::commit::Committer;
 use super::config::GroupConfig;
 use super::error::{CommitError, GroupError};
 use super::listener::{close_with, poll_with, RebalanceListener};
-use super::membership::{everything, Membership};
+use super::membership::Membership;
 use super::outcome::LostReason;
 use super::requests::MemberIdentity;
 use super::session::{GroupThread, NextStep, Phase, Shared, Timeouts};
@@ -535,8 +535,9 @@ impl Handout {
     }
 
     fn queue_losses(&mut self, lost: Vec<(Vec<TopicPartition>, LostReason)>) {
+        // Each loss is reported sorted (`SessionState::lose`); an empty one (nothing was owned)
+        // is not reported.
         for (partitions, reason) in lost {
-            let partitions = everything(&partitions);
             if !partitions.is_empty() {
                 self.losses.push_back(Change::Lost { partitions, reason });
             }

@@ -431,7 +431,10 @@ impl SessionState {
     /// lock is held (so no rejoin can interleave), records the loss for the poll thread's
     /// listener, and resets the identity as the error demands.
     pub(crate) fn lose(&mut self, reason: LostReason, reset_member_id: bool) {
-        let owned = std::mem::take(&mut self.owned);
+        // Kept sorted by every transition; reported sorted and once each whatever happened.
+        let mut owned = std::mem::take(&mut self.owned);
+        owned.sort();
+        owned.dedup();
         if !owned.is_empty() {
             log::warn!(
                 "assignment lost ({reason:?}): fencing {} partition(s) without commit",
