@@ -131,7 +131,7 @@ impl Change {
         match self {
             Change::Revoke {
                 partitions,
-                decision: Decision(Decided::Session { .. }),
+                decision: Decision(Origin::Session { .. }),
                 ..
             } => Some(partitions.clone()),
             Change::Revoke { .. } => Some(Vec::new()),
@@ -143,26 +143,26 @@ impl Change {
 /// Which decision of the membership a [`Change`] carries out: only the membership that made
 /// it reads what is inside, when the change comes back acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision(pub(crate) Decided);
+pub struct Decision(pub(crate) Origin);
 
 impl Decision {
     /// An assignment no membership decided: a manual one.
     pub(crate) fn manual() -> Self {
-        Decision(Decided::Manual)
+        Decision(Origin::Manual)
     }
 
     /// The session's decided change this is, if the session decided it.
     pub(crate) fn id(&self) -> Option<ChangeId> {
         match &self.0 {
-            Decided::Session { id, .. } => Some(*id),
-            Decided::BeforeJoin | Decided::Closing | Decided::Manual => None,
+            Origin::Session { id, .. } => Some(*id),
+            Origin::BeforeJoin | Origin::Closing | Origin::Manual => None,
         }
     }
 }
 
 /// Who decided a change, and what its acknowledgement does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Decided {
+pub(crate) enum Origin {
     /// The session's decided change `id`: the session keeps it pending until its last step is
     /// acknowledged (see `member.rs`'s hand-out).
     Session {

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{
-    Change, CommitKind, CommitResults, Decided, Decision, FenceHook, LostHook, MembershipView,
+    Change, CommitKind, CommitResults, Decision, FenceHook, LostHook, MembershipView, Origin,
 };
 use super::commit::Committer;
 use super::config::GroupConfig;
@@ -602,7 +602,7 @@ impl Handout {
         } = &change
         {
             match &decision.0 {
-                Decided::Session { id, .. } => {
+                Origin::Session { id, .. } => {
                     let mut state = shared.lock();
                     // Voided by a loss since: the loss took everything, and what the session
                     // owns now was decided after it.
@@ -610,11 +610,11 @@ impl Handout {
                         state.revoked(identity, partitions);
                     }
                 }
-                Decided::BeforeJoin => {
+                Origin::BeforeJoin => {
                     self.revoking_before_join = false;
                     shared.lock().revoked_before_join();
                 }
-                Decided::Closing | Decided::Manual => {}
+                Origin::Closing | Origin::Manual => {}
             }
         }
         if self.decision.is_some() && self.applying.is_empty() {
@@ -649,7 +649,7 @@ impl Handout {
             identity: revoke.identity,
             partitions: revoke.partitions,
             fenced,
-            decision: Decision(Decided::BeforeJoin),
+            decision: Decision(Origin::BeforeJoin),
         })
     }
 
@@ -667,7 +667,7 @@ impl Handout {
                 identity,
                 partitions,
                 fenced,
-                decision: Decision(Decided::Closing),
+                decision: Decision(Origin::Closing),
             });
         }
         changes

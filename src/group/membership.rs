@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{
-    Change, ChangeId, CommitKind, CommitResults, Decided, Decision, FenceHook, MembershipView,
+    Change, ChangeId, CommitKind, CommitResults, Decision, FenceHook, MembershipView, Origin,
 };
 use super::error::{CommitError, GroupError};
 pub(crate) use super::outcome::ErrorAction;
@@ -108,7 +108,7 @@ pub(crate) fn after_sync(
             (d.revoked, d.added, rejoin)
         }
     };
-    let decision = Decision(Decided::Session {
+    let decision = Decision(Origin::Session {
         id,
         owned_after,
         rejoin,
@@ -371,7 +371,7 @@ mod tests {
     type Steps = Vec<(&'static str, Vec<TopicPartition>)>;
 
     /// The steps of `changes`, and the decision they share.
-    fn steps(changes: &[Change]) -> (Steps, Decided) {
+    fn steps(changes: &[Change]) -> (Steps, Origin) {
         let mut decided = None;
         let steps = changes
             .iter()
@@ -415,7 +415,7 @@ mod tests {
             false,
             ChangeId(1),
         ));
-        let Decided::Session {
+        let Origin::Session {
             owned_after,
             rejoin,
             id,

@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{Change, ChangeId, Decided, Decision, FenceHook, LostHook};
+use super::changes::{Change, ChangeId, Decision, FenceHook, LostHook, Origin};
 use super::config::GroupConfig;
 use super::membership::{after_sync, before_join, classify, everything, ErrorAction, ErrorContext};
 use super::outcome::LostReason;
@@ -669,7 +669,7 @@ impl SessionState {
             matches!(
                 change,
                 Change::Assign {
-                    decision: Decision(Decided::Session { rejoin: true, .. }),
+                    decision: Decision(Origin::Session { rejoin: true, .. }),
                     ..
                 }
             )
@@ -687,7 +687,7 @@ impl SessionState {
                 identity,
                 partitions,
                 fenced,
-                decision: Decision(Decided::Session { id, .. }),
+                decision: Decision(Origin::Session { id, .. }),
             } = change
             {
                 if let Some(fence) = &self.fence_hook {
@@ -702,7 +702,7 @@ impl SessionState {
                 self.decided = Some(*id);
             }
             if let Change::Assign {
-                decision: Decision(Decided::Session { id, .. }),
+                decision: Decision(Origin::Session { id, .. }),
                 ..
             } = change
             {
@@ -729,7 +729,7 @@ impl SessionState {
     /// follow-up round may start; KIP-848's machine hears of its revocation). Another change,
     /// decided after a loss, stays.
     pub(crate) fn changes_applied(&mut self, decision: &Decision) {
-        if let Decided::Session { id, machine, .. } = &decision.0 {
+        if let Origin::Session { id, machine, .. } = &decision.0 {
             if self.decided == Some(*id) {
                 self.decided = None;
                 self.waiting.clear();
@@ -754,7 +754,7 @@ impl SessionState {
         if self.identity != *me || self.phase != Phase::Stable {
             return false;
         }
-        if let Decided::Session {
+        if let Origin::Session {
             owned_after,
             rejoin,
             ..

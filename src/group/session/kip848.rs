@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Phase, SessionState};
-use crate::group::changes::{Change, Decided, Decision};
+use crate::group::changes::{Change, Decision, Origin};
 use crate::group::outcome::LostReason;
 use crate::group::requests::MemberIdentity;
 use crate::TopicPartition;
@@ -98,7 +98,7 @@ impl SessionState {
         owned_after: Vec<TopicPartition>,
         machine: Option<u64>,
     ) -> Decision {
-        Decision(Decided::Session {
+        Decision(Origin::Session {
             id: self.next_change_id(),
             owned_after,
             rejoin: false,
