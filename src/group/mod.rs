@@ -16,6 +16,8 @@
 //!   group error code asks for;
 //! - `outcome.rs`: the vocabulary both protocols' error tables share: [`ErrorAction`],
 //!   [`FatalError`], [`LostReason`];
+//! - `heartbeat_errors.rs`: what each ConsumerGroupHeartbeat and ShareGroupHeartbeat error code
+//!   asks of the member: one table, a column per protocol;
 //! - `session.rs` (with `session/`): the membership's state and every transition of its life
 //!   cycle (join, joined, stabilise, rejoin, lose, close; commits; the heartbeat thread's
 //!   renewal, session expiry and poll timeout; KIP-848's), driven in its tests by an in-memory
@@ -88,6 +90,7 @@ pub mod consumer_group;
 mod error;
 mod failover;
 pub(crate) mod handout;
+mod heartbeat_errors;
 mod listener;
 mod manual;
 pub(crate) mod member;

@@ -83,8 +83,8 @@
 //!   `machine/failures.rs`.
 //! - `types.rs`: the machine's vocabulary: its configuration, the heartbeat it asks to send and
 //!   the answer it is fed (both free of the wire encoding), and the [`Event`]s it hands out.
-//! - `errors.rs`: what each ConsumerGroupHeartbeat error code asks of the member ([`classify`]),
-//!   as Kafka defines it.
+//! - What each ConsumerGroupHeartbeat error code asks of the member is one column of the
+//!   heartbeat error table both heartbeat protocols share (`group/heartbeat_errors.rs`).
 //! - `reconcile.rs`: the reconciliation decisions as pure functions: which partitions of the
 //!   target can be named yet, what to revoke and what to assign, and which partitions a commit
 //!   refused with STALE_MEMBER_EPOCH may be retried.
@@ -103,7 +103,6 @@
 //! - `tests.rs`: the machine driven through whole group lives against the in-memory coordinator,
 //!   with time passed in.
 
-mod errors;
 mod ids;
 pub(crate) mod liveness;
 mod machine;
@@ -114,7 +113,6 @@ mod thread;
 mod types;
 pub mod wire;
 
-pub use errors::{classify, ErrorAction};
 pub use ids::{generate_member_id, TopicId};
 pub use machine::{ConsumerGroupMembership, MemberState};
 pub use member::{ConsumerGroup, ConsumerGroupMember};

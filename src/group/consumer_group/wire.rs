@@ -11,10 +11,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::{regex_unsupported, REGEX_VERSION};
 use super::ids::TopicId;
 use super::types::{HeartbeatRequest, HeartbeatResponse, IdAssignment};
 use crate::group::error::GroupError;
+use crate::group::heartbeat_errors::{regex_unsupported, REGEX_VERSION};
 use crate::wire::Client;
 use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
