@@ -68,6 +68,9 @@
 //!   of their own, so that a slow `__consumer_offsets` write does not stop the poll thread;
 //! - `manual.rs`: [`ManualAssignment`], the member of no group (Java's `assign`): its one
 //!   change is the assignment, and it commits only when asked, from outside any group;
+//! - `membership_thread.rs`: the membership thread written once for both heartbeat protocols
+//!   (KIP-848's and share groups'): the loop, the coordinator look-ups, the heartbeat and its
+//!   answer, the wait; each protocol supplies its machine;
 //! - `failover.rs`: coordinator failover for the membership threads: short, capped retries of
 //!   the look-up and bounded connects, so that a moved coordinator is found before the session
 //!   runs out;
@@ -95,6 +98,7 @@ mod listener;
 mod manual;
 pub(crate) mod member;
 pub(crate) mod membership;
+pub(crate) mod membership_thread;
 mod outcome;
 mod pattern;
 mod quirks;
