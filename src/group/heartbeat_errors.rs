@@ -258,6 +258,19 @@ mod tests {
     const CONSUMER: GroupApi = GroupApi::ConsumerGroupHeartbeat;
     const SHARE: GroupApi = GroupApi::ShareGroupHeartbeat;
 
+    /// Each of `codes` is fatal under `api`, named for `api`, with the broker's words kept.
+    fn assert_fatal(api: GroupApi, codes: &[KafkaCode]) {
+        for &code in codes {
+            match classify(api, code, Some("said the broker")) {
+                ErrorAction::Fatal(f) => {
+                    assert_eq!((f.api, f.code), (api, code));
+                    assert!(f.reason.contains("said the broker"), "{f}");
+                }
+                other => panic!("{api} {code}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn every_defined_consumer_heartbeat_error_has_its_kafka_meaning() {
         for code in [
@@ -285,24 +298,19 @@ mod tests {
                 member_unknown: true
             }
         );
-        for code in [
-            UNRELEASED_INSTANCE_ID,
-            UNSUPPORTED_ASSIGNOR,
-            KafkaCode::INVALID_REQUEST,
-            KafkaCode::GROUP_MAX_SIZE_REACHED,
-            KafkaCode::GROUP_AUTHORIZATION_FAILED,
-            KafkaCode::TOPIC_AUTHORIZATION_FAILED,
-            KafkaCode::UNSUPPORTED_VERSION,
-            INVALID_REGULAR_EXPRESSION,
-        ] {
-            match classify(CONSUMER, code, Some("said the broker")) {
-                ErrorAction::Fatal(f) => {
-                    assert_eq!((f.api, f.code), (CONSUMER, code));
-                    assert!(f.reason.contains("said the broker"), "{f}");
-                }
-                other => panic!("{code:?}: {other:?}"),
-            }
-        }
+        assert_fatal(
+            CONSUMER,
+            &[
+                UNRELEASED_INSTANCE_ID,
+                UNSUPPORTED_ASSIGNOR,
+                KafkaCode::INVALID_REQUEST,
+                KafkaCode::GROUP_MAX_SIZE_REACHED,
+                KafkaCode::GROUP_AUTHORIZATION_FAILED,
+                KafkaCode::TOPIC_AUTHORIZATION_FAILED,
+                KafkaCode::UNSUPPORTED_VERSION,
+                INVALID_REGULAR_EXPRESSION,
+            ],
+        );
     }
 
     #[test]
@@ -327,21 +335,17 @@ mod tests {
                 "{code}"
             );
         }
-        for code in [
-            KafkaCode::GROUP_AUTHORIZATION_FAILED,
-            KafkaCode::TOPIC_AUTHORIZATION_FAILED,
-            KafkaCode::GROUP_MAX_SIZE_REACHED,
-            KafkaCode::INVALID_REQUEST,
-            GROUP_ID_NOT_FOUND,
-        ] {
-            match classify(SHARE, code, Some("said the broker")) {
-                ErrorAction::Fatal(f) => {
-                    assert_eq!((f.api, f.code), (SHARE, code));
-                    assert!(f.reason.contains("said the broker"), "{f}");
-                }
-                other => panic!("{code}: {other:?}"),
-            }
-        }
+        assert_fatal(
+            SHARE,
+            &[
+                KafkaCode::GROUP_AUTHORIZATION_FAILED,
+                KafkaCode::TOPIC_AUTHORIZATION_FAILED,
+                KafkaCode::GROUP_MAX_SIZE_REACHED,
+                KafkaCode::INVALID_REQUEST,
+                GROUP_ID_NOT_FOUND,
+                KafkaCode::INVALID_GROUP_ID,
+            ],
+        );
         match classify(SHARE, KafkaCode::UNSUPPORTED_VERSION, None) {
             ErrorAction::Fatal(f) => assert!(f.reason.contains("share.version"), "{f}"),
             other => panic!("{other:?}"),

@@ -34,7 +34,11 @@ use super::failover::{bound_membership_client, Failover};
 use super::heartbeat_errors::classify;
 use super::outcome::{ErrorAction, GroupApi};
 use crate::guard::lease_now;
-use crate::wire::{Client, ClientConfig, Connection, ErrorChain, KafkaCode, WireError};
+use kafka_protocol::messages::ApiKey;
+
+use crate::wire::{
+    Client, ClientConfig, Connection, ErrorChain, KafkaCode, VersionRange, WireError,
+};
 
 /// How long the thread sleeps at most between looks at the caller (a close, a stop, new
 /// topics, a poll past `max.poll.interval.ms`): the caller's condvar wakes it earlier.
@@ -74,6 +78,10 @@ pub(crate) trait HeartbeatProtocol {
     type TopicId: std::fmt::Debug;
     /// The heartbeat request: the error table's column, and the log lines.
     const API: GroupApi;
+    /// The heartbeat request's API key, and the versions of it this crate speaks.
+    const API_KEY: ApiKey;
+    /// See [`Self::API_KEY`].
+    const VERSIONS: VersionRange;
     /// What a lost heartbeat request does besides the outage (see [`AfterTransportError`]).
     const AFTER_TRANSPORT_ERROR: AfterTransportError;
 
@@ -108,10 +116,6 @@ pub(crate) trait HeartbeatProtocol {
     /// When the machine next has something to do, a coordinator look-up aside.
     fn wake_at(&self) -> Option<Instant>;
 
-    /// The heartbeat version `conn` speaks, or why it speaks none.
-    fn version(conn: &mut Connection) -> Result<i16, WireError>;
-    /// Whether `error` says the broker speaks no version of the heartbeat (no retry helps).
-    fn unsupported(error: &WireError) -> bool;
     /// Names topic ids through Metadata on `conn`.
     fn resolve(
         conn: &mut Connection,
@@ -180,12 +184,12 @@ impl<P: HeartbeatProtocol> Shell<P> {
             if self.connect_retry.is_some_and(|at| now < at) {
                 return;
             }
-            match self.with_coordinator(P::version) {
+            match self.with_coordinator(|conn| conn.version_within(P::API_KEY, P::VERSIONS)) {
                 Ok(version) => {
                     self.protocol.coordinator_found(version);
                     self.connect_retry = None;
                 }
-                Err(error) if P::unsupported(&error) => {
+                Err(error) if unsupported::<P>(&error) => {
                     // Not an outage: this coordinator will never take the heartbeat.
                     self.protocol
                         .on_unsupported(&ErrorChain(&error).to_string());
@@ -224,7 +228,7 @@ impl<P: HeartbeatProtocol> Shell<P> {
                     self.forget_coordinator();
                 }
             }
-            Err(error) if P::unsupported(&error) => {
+            Err(error) if unsupported::<P>(&error) => {
                 self.protocol
                     .on_unsupported(&ErrorChain(&error).to_string());
             }
@@ -325,6 +329,13 @@ impl<P: HeartbeatProtocol> Shell<P> {
         }
         self.protocol.wait(until - now);
     }
+}
+
+/// Whether `error` says the coordinator speaks no version of `P`'s heartbeat (a broker too old,
+/// or the group type switched off, does not advertise the API at all): no retry can make it
+/// appear.
+fn unsupported<P: HeartbeatProtocol>(error: &WireError) -> bool {
+    matches!(error, WireError::UnsupportedVersion { api, .. } if *api == P::API_KEY as i16)
 }
 
 /// How the log lines name the group.

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use crate::guard::lease_now;
 
 use super::mirror::Mirror;
-use super::wire::{heartbeat_unsupported, heartbeat_version, resolve_topic_ids, send_heartbeat};
+use super::wire::{resolve_topic_ids, send_heartbeat, HEARTBEAT_VERSIONS};
 use super::TopicId;
 use super::{ConsumerGroupConfig, ConsumerGroupMembership, HeartbeatRequest, HeartbeatResponse};
 use crate::group::membership_thread::{
@@ -43,7 +43,9 @@ use crate::group::membership_thread::{
 };
 use crate::group::outcome::GroupApi;
 use crate::group::session::{GroupThread, Phase, Shared};
-use crate::wire::{ClientConfig, Connection, KafkaCode, WireError};
+use kafka_protocol::messages::ApiKey;
+
+use crate::wire::{ClientConfig, Connection, KafkaCode, VersionRange, WireError};
 
 /// How long a closing member tries to send its leave heartbeat: past it (the coordinator cannot
 /// be found or does not answer) the thread exits, and the broker expires the member by its
@@ -111,6 +113,8 @@ impl HeartbeatProtocol for Kip848 {
     type Answer = HeartbeatResponse;
     type TopicId = TopicId;
     const API: GroupApi = GroupApi::ConsumerGroupHeartbeat;
+    const API_KEY: ApiKey = ApiKey::ConsumerGroupHeartbeat;
+    const VERSIONS: VersionRange = HEARTBEAT_VERSIONS;
     const AFTER_TRANSPORT_ERROR: AfterTransportError = AfterTransportError {
         pace_lookup: false,
         fresh_client: false,
@@ -211,14 +215,6 @@ impl HeartbeatProtocol for Kip848 {
 
     fn wake_at(&self) -> Option<Instant> {
         self.mirror.machine.poll_timeout()
-    }
-
-    fn version(conn: &mut Connection) -> Result<i16, WireError> {
-        heartbeat_version(conn)
-    }
-
-    fn unsupported(error: &WireError) -> bool {
-        heartbeat_unsupported(error)
     }
 
     fn resolve(

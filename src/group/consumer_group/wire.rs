@@ -32,14 +32,6 @@ pub fn heartbeat_version(conn: &Connection) -> WireResult<i16> {
     conn.version_within(ApiKey::ConsumerGroupHeartbeat, HEARTBEAT_VERSIONS)
 }
 
-/// True when `error` says the coordinator shares no ConsumerGroupHeartbeat version with us: a
-/// broker before Kafka 4.0, or one with the consumer group protocol off, does not advertise
-/// the API at all. No retry can make it appear.
-pub fn heartbeat_unsupported(error: &WireError) -> bool {
-    matches!(error, WireError::UnsupportedVersion { api, .. }
-        if *api == ApiKey::ConsumerGroupHeartbeat as i16)
-}
-
 fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
     msg::ConsumerGroupHeartbeatRequest::default()
         .with_group_id(GroupId(str_bytes(&req.group_id)))

@@ -49,7 +49,7 @@ pub use machine::{
     ShareMachineConfig, ShareState, SHARE_JOIN_EPOCH, SHARE_LEAVE_EPOCH,
 };
 pub use membership::{ShareMembership, ShareMembershipConfig};
-pub use wire::{send_share_heartbeat, share_heartbeat_unsupported, share_heartbeat_version};
+pub use wire::{send_share_heartbeat, share_heartbeat_version};
 
 #[cfg(test)]
 mod tests;

@@ -13,13 +13,15 @@ use std::time::{Duration, Instant};
 use super::machine::{
     ShareAssignment, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatAnswer, ShareState,
 };
-use super::wire::{send_share_heartbeat, share_heartbeat_unsupported, share_heartbeat_version};
+use super::wire::{send_share_heartbeat, SHARE_HEARTBEAT_VERSIONS};
 use crate::group::consumer_group::wire::resolve_topic_ids;
 use crate::group::consumer_group::TopicId;
 use crate::group::membership_thread::{run, AfterTransportError, HeartbeatProtocol, Round};
 use crate::group::outcome::{FatalError, GroupApi};
 use crate::guard::lease_now;
-use crate::wire::{ClientConfig, Connection, KafkaCode, Nudge, WireError};
+use kafka_protocol::messages::ApiKey;
+
+use crate::wire::{ClientConfig, Connection, KafkaCode, Nudge, VersionRange, WireError};
 
 /// How the caller wants the thread to end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,6 +168,8 @@ impl HeartbeatProtocol for Share {
     type Answer = ShareHeartbeatAnswer;
     type TopicId = TopicId;
     const API: GroupApi = GroupApi::ShareGroupHeartbeat;
+    const API_KEY: ApiKey = ApiKey::ShareGroupHeartbeat;
+    const VERSIONS: VersionRange = SHARE_HEARTBEAT_VERSIONS;
     const AFTER_TRANSPORT_ERROR: AfterTransportError = AfterTransportError {
         pace_lookup: true,
         fresh_client: true,
@@ -302,14 +306,6 @@ impl HeartbeatProtocol for Share {
         } else {
             self.machine.poll_timeout()
         }
-    }
-
-    fn version(conn: &mut Connection) -> Result<i16, WireError> {
-        share_heartbeat_version(conn)
-    }
-
-    fn unsupported(error: &WireError) -> bool {
-        share_heartbeat_unsupported(error)
     }
 
     fn resolve(
