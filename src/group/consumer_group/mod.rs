@@ -94,8 +94,9 @@
 //!   answer: the session bound derived from the heartbeat interval.
 //! - `wire.rs`: the requests on a coordinator connection (ConsumerGroupHeartbeat, and the
 //!   Metadata lookup that names topic ids), translated to and from the machine's types.
-//! - `thread.rs`: the membership thread, the I/O shell around the machine: it heartbeats,
-//!   resolves topic ids and hands the machine's decisions to the poll thread.
+//! - `thread.rs`: the membership thread: what this protocol supplies to the membership-thread
+//!   shell both heartbeat protocols run on (`group/membership_thread.rs`, which heartbeats and
+//!   resolves topic ids); it hands the machine's decisions to the poll thread.
 //! - `member.rs`: [`ConsumerGroupMember`], the generic poll-thread member over this protocol.
 //! - `mirror.rs`: the machine mirrored into the shared session (what the poll thread did goes
 //!   in, what the machine decided comes out as changes), run by the membership thread and by

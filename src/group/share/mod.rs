@@ -33,8 +33,9 @@
 //! - What each ShareGroupHeartbeat error code asks of the member is one column of the heartbeat
 //!   error table both heartbeat protocols share (`group/heartbeat_errors.rs`).
 //! - `wire.rs`: ShareGroupHeartbeat encoded and decoded on a coordinator connection.
-//! - `thread.rs`: the heartbeat thread, the I/O shell: coordinator look-ups, heartbeats,
-//!   Metadata for topic ids, and the state it shares with the caller.
+//! - `thread.rs`: the heartbeat thread: what share groups supply to the membership-thread
+//!   shell both heartbeat protocols run on (`group/membership_thread.rs`), and the state it
+//!   shares with the caller.
 //! - `membership.rs`: [`ShareMembership`] and [`ShareMembershipConfig`], what the share
 //!   consumer holds: join, the assignment at any time, waiting for a change, leave.
 //! - `tests.rs`: the machine driven through whole lives with time passed in.
