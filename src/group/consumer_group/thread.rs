@@ -130,13 +130,9 @@ impl HeartbeatProtocol for Kip848 {
     fn before_io(&mut self, now: Instant) -> Round {
         let mirror = &mut self.mirror;
         mirror.shared.panic_if_requested(GroupThread::Membership);
-        if !mirror.look_at_the_session(now) {
+        if !mirror.turn(now) {
             return Round::Exit;
         }
-        mirror.machine.handle_timeout(now);
-        mirror.take_events();
-        mirror.check_ownership(now);
-        mirror.sync_session();
         if mirror.done_leaving() {
             log::debug!("membership thread for {} exits", mirror.group_id);
             return Round::Exit;
@@ -156,8 +152,7 @@ impl HeartbeatProtocol for Kip848 {
     }
 
     fn after_io(&mut self, _now: Instant) -> bool {
-        self.mirror.take_events();
-        self.mirror.sync_session();
+        self.mirror.hand_over();
         false
     }
 
