@@ -10,7 +10,8 @@
 //! 2. **Find the coordinator** when the machine needs one, paced by `failover.rs` (short,
 //!    capped retries; one warning per outage); a coordinator that does not speak the heartbeat
 //!    at all ends the membership (fatal), it is not an outage.
-//! 3. **Name topic ids** the machine asks for (Metadata on the coordinator connection).
+//! 3. **Name topic ids** the machine asks for (Metadata on the coordinator connection,
+//!    `ids.rs`).
 //! 4. **Send the heartbeat** that is due, and **classify the answer** with the heartbeat error
 //!    table (`heartbeat_errors.rs`): a moved coordinator is looked up again at the paced delay,
 //!    a coordinator still loading the group starts the outage's clock; the machine decides the
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use super::failover::{bound_membership_client, Failover};
 use super::heartbeat_errors::classify;
+use super::ids::{resolve_topic_ids, TopicId};
 use super::outcome::{ErrorAction, GroupApi};
 use crate::guard::lease_now;
 use kafka_protocol::messages::ApiKey;
@@ -74,8 +76,6 @@ pub(crate) trait HeartbeatProtocol {
     type Request;
     /// The broker's answer in the machine's form.
     type Answer;
-    /// A topic id as the machine holds it.
-    type TopicId: std::fmt::Debug;
     /// The heartbeat request: the error table's column, and the log lines.
     const API: GroupApi;
     /// The heartbeat request's API key, and the versions of it this crate speaks.
@@ -103,9 +103,9 @@ pub(crate) trait HeartbeatProtocol {
     /// The coordinator does not speak the heartbeat at all (`detail` says why): fatal.
     fn on_unsupported(&mut self, detail: &str);
     /// The topic ids to name now, if any.
-    fn poll_metadata(&mut self, now: Instant) -> Option<Vec<Self::TopicId>>;
+    fn poll_metadata(&mut self, now: Instant) -> Option<Vec<TopicId>>;
     /// Names for the ids asked for; `None` when the look-up failed.
-    fn on_metadata(&mut self, now: Instant, named: Option<&[(Self::TopicId, String)]>);
+    fn on_metadata(&mut self, now: Instant, named: Option<&[(TopicId, String)]>);
     /// The heartbeat to send now, if one is due.
     fn poll_transmit(&mut self, now: Instant) -> Option<Self::Request>;
     /// The answer to the heartbeat of the round that began at `round` (no later than the
@@ -116,11 +116,6 @@ pub(crate) trait HeartbeatProtocol {
     /// When the machine next has something to do, a coordinator look-up aside.
     fn wake_at(&self) -> Option<Instant>;
 
-    /// Names topic ids through Metadata on `conn`.
-    fn resolve(
-        conn: &mut Connection,
-        ids: &[Self::TopicId],
-    ) -> Result<Vec<(Self::TopicId, String)>, WireError>;
     /// Sends `request` on `conn` and returns the answer.
     fn send(conn: &mut Connection, request: &Self::Request) -> Result<Self::Answer, WireError>;
     /// The answer's error code.
@@ -204,7 +199,7 @@ impl<P: HeartbeatProtocol> Shell<P> {
             }
         }
         if let Some(ids) = self.protocol.poll_metadata(now) {
-            match self.with_coordinator(|conn| P::resolve(conn, &ids)) {
+            match self.with_coordinator(|conn| resolve_topic_ids(conn, &ids)) {
                 Ok(named) => self.protocol.on_metadata(now, Some(&named)),
                 Err(error) => {
                     log::debug!(

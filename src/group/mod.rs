@@ -18,6 +18,8 @@
 //!   [`FatalError`], [`LostReason`];
 //! - `heartbeat_errors.rs`: what each ConsumerGroupHeartbeat and ShareGroupHeartbeat error code
 //!   asks of the member: one table, a column per protocol;
+//! - `ids.rs`: the identifiers both heartbeat protocols carry: topic ids (named through
+//!   Metadata) and the member id a client generates itself, printed as Kafka prints a `Uuid`;
 //! - `session.rs` (with `session/`): the membership's state and every transition of its life
 //!   cycle (join, joined, stabilise, rejoin, lose, close; commits; the heartbeat thread's
 //!   renewal, session expiry and poll timeout; KIP-848's), driven in its tests by an in-memory
@@ -94,6 +96,7 @@ mod error;
 mod failover;
 pub(crate) mod handout;
 mod heartbeat_errors;
+pub(crate) mod ids;
 mod listener;
 mod manual;
 pub(crate) mod member;

@@ -88,8 +88,6 @@
 //! - `reconcile.rs`: the reconciliation decisions as pure functions: which partitions of the
 //!   target can be named yet, what to revoke and what to assign, and which partitions a commit
 //!   refused with STALE_MEMBER_EPOCH may be retried.
-//! - `ids.rs`: topic ids and the member id a v1 client generates itself, printed the way Kafka
-//!   prints its `Uuid`.
 //! - `liveness.rs`: how long the member may trust its ownership without a fresh heartbeat
 //!   answer: the session bound derived from the heartbeat interval.
 //! - `wire.rs`: the requests on a coordinator connection (ConsumerGroupHeartbeat, and the
@@ -104,7 +102,6 @@
 //! - `tests.rs`: the machine driven through whole group lives against the in-memory coordinator,
 //!   with time passed in.
 
-mod ids;
 pub(crate) mod liveness;
 mod machine;
 mod member;
@@ -114,7 +111,7 @@ mod thread;
 mod types;
 pub mod wire;
 
-pub use ids::{generate_member_id, TopicId};
+pub use crate::group::ids::{generate_member_id, TopicId};
 pub use machine::{ConsumerGroupMembership, MemberState};
 pub use member::{ConsumerGroup, ConsumerGroupMember};
 pub use reconcile::StaleEpochRetry;

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use crate::guard::lease_now;
 
 use super::mirror::Mirror;
-use super::wire::{resolve_topic_ids, send_heartbeat, HEARTBEAT_VERSIONS};
+use super::wire::{send_heartbeat, HEARTBEAT_VERSIONS};
 use super::TopicId;
 use super::{ConsumerGroupConfig, ConsumerGroupMembership, HeartbeatRequest, HeartbeatResponse};
 use crate::group::membership_thread::{
@@ -111,7 +111,6 @@ impl Kip848 {
 impl HeartbeatProtocol for Kip848 {
     type Request = HeartbeatRequest;
     type Answer = HeartbeatResponse;
-    type TopicId = TopicId;
     const API: GroupApi = GroupApi::ConsumerGroupHeartbeat;
     const API_KEY: ApiKey = ApiKey::ConsumerGroupHeartbeat;
     const VERSIONS: VersionRange = HEARTBEAT_VERSIONS;
@@ -210,13 +209,6 @@ impl HeartbeatProtocol for Kip848 {
 
     fn wake_at(&self) -> Option<Instant> {
         self.mirror.machine.poll_timeout()
-    }
-
-    fn resolve(
-        conn: &mut Connection,
-        ids: &[TopicId],
-    ) -> Result<Vec<(TopicId, String)>, WireError> {
-        resolve_topic_ids(conn, ids)
     }
 
     fn send(

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::group::consumer_group::TopicId;
 use crate::group::heartbeat_errors::{self, share_groups_unsupported};
+use crate::group::ids::TopicId;
 use crate::group::outcome::{ErrorAction, FatalError, GroupApi};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::machine::{ShareAssignment, ShareGroupMachine, ShareMachineConfig};
 use super::thread::{spawn, Shared, State, Stop};
-use crate::group::consumer_group::generate_member_id;
 use crate::group::error::GroupError;
+use crate::group::ids::generate_member_id;
 use crate::guard::lease_now;
 use crate::wire::{ClientConfig, Nudge, WireError};
 

@@ -14,8 +14,7 @@ use super::machine::{
     ShareAssignment, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatAnswer, ShareState,
 };
 use super::wire::{send_share_heartbeat, SHARE_HEARTBEAT_VERSIONS};
-use crate::group::consumer_group::wire::resolve_topic_ids;
-use crate::group::consumer_group::TopicId;
+use crate::group::ids::TopicId;
 use crate::group::membership_thread::{run, AfterTransportError, HeartbeatProtocol, Round};
 use crate::group::outcome::{FatalError, GroupApi};
 use crate::guard::lease_now;
@@ -166,7 +165,6 @@ impl Share {
 impl HeartbeatProtocol for Share {
     type Request = ShareHeartbeat;
     type Answer = ShareHeartbeatAnswer;
-    type TopicId = TopicId;
     const API: GroupApi = GroupApi::ShareGroupHeartbeat;
     const API_KEY: ApiKey = ApiKey::ShareGroupHeartbeat;
     const VERSIONS: VersionRange = SHARE_HEARTBEAT_VERSIONS;
@@ -306,13 +304,6 @@ impl HeartbeatProtocol for Share {
         } else {
             self.machine.poll_timeout()
         }
-    }
-
-    fn resolve(
-        conn: &mut Connection,
-        ids: &[TopicId],
-    ) -> Result<Vec<(TopicId, String)>, WireError> {
-        resolve_topic_ids(conn, ids)
     }
 
     fn send(

@@ -5,7 +5,7 @@ use kafka_protocol::messages::{self as msg, ApiKey, GroupId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::machine::{ShareHeartbeat, ShareHeartbeatAnswer, ShareIdAssignment};
-use crate::group::consumer_group::TopicId;
+use crate::group::ids::TopicId;
 use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange};
 
 /// The ShareGroupHeartbeat versions this crate speaks: v1, the first of share groups' general
