@@ -17,6 +17,10 @@
 //!   order, as [`Change`]s, and what each classic group error code asks for;
 //! - `outcome.rs`: the vocabulary both protocols' error tables share: [`ErrorAction`],
 //!   [`FatalError`], [`LostReason`];
+//! - `heartbeat_errors.rs`: what each ConsumerGroupHeartbeat and ShareGroupHeartbeat error code
+//!   asks of the member: one table, a column per protocol;
+//! - `ids.rs`: the identifiers both heartbeat protocols carry: topic ids (named through
+//!   Metadata) and the member id a client generates itself, printed as Kafka prints a `Uuid`;
 //! - `session.rs` (with `session/`): the membership's state and every transition of its life
 //!   cycle (join, joined, stabilise, rejoin, lose, close; commits; the heartbeat thread's
 //!   renewal, session expiry and poll timeout; KIP-848's), driven in its tests by an in-memory
@@ -67,6 +71,9 @@
 //!   of their own, so that a slow `__consumer_offsets` write does not stop the poll thread;
 //! - `manual.rs`: [`ManualAssignment`], the member of no group (Java's `assign`): its one
 //!   change is the assignment, and it commits only when asked, from outside any group;
+//! - `membership_thread.rs`: the membership thread written once for both heartbeat protocols
+//!   (KIP-848's and share groups'): the loop, the coordinator look-ups, the heartbeat and its
+//!   answer, the wait; each protocol supplies its machine;
 //! - `failover.rs`: coordinator failover for the membership threads: short, capped retries of
 //!   the look-up and bounded connects, so that a moved coordinator is found before the session
 //!   runs out;
@@ -88,10 +95,13 @@ mod config;
 pub mod consumer_group;
 mod error;
 mod failover;
+mod heartbeat_errors;
+pub(crate) mod ids;
 mod listener;
 mod manual;
 pub(crate) mod member;
 pub(crate) mod membership;
+pub(crate) mod membership_thread;
 mod outcome;
 mod pattern;
 mod quirks;

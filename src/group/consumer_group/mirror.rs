@@ -53,6 +53,27 @@ impl Mirror {
         }
     }
 
+    /// The driving thread's turn before its requests, the same on the membership thread and in
+    /// the in-memory members of the tests, so that those tests run the thread's order: what
+    /// the poll thread did goes into the machine, time passes, and what the machine decided
+    /// goes into the session. False when the thread should exit at once.
+    pub(crate) fn turn(&mut self, now: Instant) -> bool {
+        if !self.look_at_the_session(now) {
+            return false;
+        }
+        self.machine.handle_timeout(now);
+        self.take_events();
+        self.check_ownership(now);
+        self.sync_session();
+        true
+    }
+
+    /// After a request was answered (or lost): what the machine decided goes into the session.
+    pub(crate) fn hand_over(&mut self) {
+        self.take_events();
+        self.sync_session();
+    }
+
     /// Left (or out for good) after being told to leave: the driving thread may stop.
     pub(crate) fn done_leaving(&self) -> bool {
         self.leaving
