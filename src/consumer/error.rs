@@ -5,8 +5,7 @@ use std::fmt;
 
 use crate::basics::error_kind::ErrorKind;
 use crate::group::{CommitError, GroupError};
-use crate::guard::HandoffStage;
-use crate::guard::{CommitFailure, GuardConfigError, SeekError};
+use crate::guard::{CommitFailure, GuardConfigError, PartitionFailure, SeekError};
 use crate::wire::WireError;
 use crate::TopicPartition;
 
@@ -286,15 +285,22 @@ impl From<WireError> for ConsumerError {
 /// uses this to explain those repeats.
 #[derive(Debug, Clone)]
 pub struct HandoffFailure {
-    /// The partition.
-    pub tp: TopicPartition,
     /// The generation the revocation committed in.
     pub generation_id: i32,
-    /// Whether the flush or the commit failed.
-    pub stage: HandoffStage,
-    /// The error: the caller's flush error, or the commit's (its `source()` chain reaches the
+    /// The guard's account of it: the partition, whether the flush or the commit failed, and
+    /// the error (the caller's flush error, or the commit's: its `source()` chain reaches the
     /// broker's code or the transport failure; `rebalance_guard::ErrorChain` prints it whole).
-    pub error: std::sync::Arc<dyn Error + Send + Sync>,
+    /// Its fields read through this value (`failure.tp`, `failure.stage`, `failure.error`).
+    pub failure: PartitionFailure,
+}
+
+/// A handoff failure reads as the guard's partition failure it carries, plus its generation.
+impl std::ops::Deref for HandoffFailure {
+    type Target = PartitionFailure;
+
+    fn deref(&self) -> &PartitionFailure {
+        &self.failure
+    }
 }
 
 #[cfg(test)]

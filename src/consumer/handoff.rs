@@ -12,22 +12,20 @@
 //!   `auto.offset.reset`).
 //!
 //! Besides the driver this file owns what a handoff leaves behind: the [`HandoffFailure`]s the
-//! application collects, the [`Drain`] through which a revocation waits for worker threads, and
-//! [`commit_through`], the one way any other commit (the application's) reaches the group.
+//! application collects, and the [`Drain`] through which a revocation waits for worker threads.
+//! The commit's translation between the guard's positions and the group's OffsetCommit (one
+//! definition for every commit) is the group's: `group/commit.rs`.
 
-use crate::basics::partition::PartitionSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::group::{
-    Change, CommitError, CommitKind, CommitResults, FenceHook, LostHook, LostReason,
+    commit_entries, commit_outcome, Change, CommitKind, FenceHook, LostHook, LostReason,
     MemberIdentity, Membership,
 };
-use crate::guard::{
-    AwaitingCommit, BoxError, CommitFailure, CommitOffset, Fenced, FlushBatch, StormStatus,
-};
+use crate::guard::{AwaitingCommit, BoxError, Fenced, FlushBatch, StormStatus};
 use crate::metrics::{self, ConsumerMetrics};
-use crate::wire::{self, ErrorChain};
+use crate::wire::ErrorChain;
 use crate::TopicPartition;
 
 use super::config::ConsumerConfig;
@@ -140,66 +138,6 @@ impl Driver<'_> {
     }
 }
 
-/// Sends a commit of `offsets` through `commit` (the group's synchronous commit) and turns the
-/// group's per-partition results into the guard's failure type.
-pub(crate) fn commit_through(
-    commit: impl FnOnce(&[wire::OffsetCommitEntry]) -> Result<CommitResults, CommitError>,
-    offsets: &[CommitOffset],
-) -> Result<(), CommitFailure> {
-    commit_outcome(offsets, commit(&commit_entries(offsets)))
-}
-
-/// The OffsetCommit entries of the guard's positions.
-pub(crate) fn commit_entries(offsets: &[CommitOffset]) -> Vec<wire::OffsetCommitEntry> {
-    offsets
-        .iter()
-        .map(|o| wire::OffsetCommitEntry {
-            tp: o.tp.clone(),
-            offset: o.next_offset,
-            leader_epoch: None,
-            metadata: o.metadata.clone(),
-        })
-        .collect()
-}
-
-/// The group's answer to a commit of `offsets`, in the guard's terms: every partition accepted,
-/// or the request failed, or these partitions were refused (absent from the answer counts as
-/// refused).
-pub(crate) fn commit_outcome(
-    offsets: &[CommitOffset],
-    answer: Result<CommitResults, CommitError>,
-) -> Result<(), CommitFailure> {
-    let results = answer.map_err(|e| CommitFailure::Request(Box::new(e)))?;
-    let refused = refused_partitions(offsets, results);
-    if refused.is_empty() {
-        Ok(())
-    } else {
-        Err(CommitFailure::Partitions(refused))
-    }
-}
-
-/// The partitions of a commit that did not succeed: those the broker refused, and those its
-/// answer did not mention at all (absent is not done).
-fn refused_partitions(
-    asked: &[CommitOffset],
-    results: CommitResults,
-) -> Vec<(TopicPartition, BoxError)> {
-    let answered: PartitionSet = results.iter().map(|(tp, _)| tp.clone()).collect();
-    let mut refused: Vec<(TopicPartition, BoxError)> = results
-        .into_iter()
-        .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
-        .collect();
-    for offset in asked {
-        if !answered.contains(&offset.tp) {
-            refused.push((
-                offset.tp.clone(),
-                "absent from the OffsetCommit response".into(),
-            ));
-        }
-    }
-    refused
-}
-
 /// The lost hook the membership calls, on whichever thread detects a loss (the heartbeat
 /// thread, a refused commit): the guard fences the partitions at that moment, with the reason,
 /// before the poll thread can hand out another of their records. Nothing is committed.
@@ -229,22 +167,22 @@ impl Driver<'_> {
     /// library's: `max.poll.interval.ms` does not run meanwhile.
     pub(crate) fn drive(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         self.member.enter_poll();
-        let result = self.drive_inside(timeout);
-        self.member.leave_poll();
-        result
-    }
-
-    fn drive_inside(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         let deadline = Instant::now().checked_add(timeout);
-        loop {
+        let result = loop {
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });
-            match self.member.next_change(left)? {
-                None => return Ok(()),
-                Some(change) => self.apply(change)?,
+            let applied = match self.member.next_change(left) {
+                Ok(None) => break Ok(()),
+                Ok(Some(change)) => self.apply(change),
+                Err(error) => Err(error.into()),
+            };
+            if let Err(error) = applied {
+                break Err(error);
             }
-        }
+        };
+        self.member.leave_poll();
+        result
     }
 
     /// Hands back everything the member still owns, in the current generation, before it
@@ -260,33 +198,27 @@ impl Driver<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Applies one change: a revocation's handoff, an assignment, a loss.
-    pub(crate) fn apply(&mut self, change: Change) -> Result<(), ConsumerError> {
-        match change {
+    /// Applies one change: a revocation's handoff, an assignment, a loss; then hands the
+    /// change back to the membership as its acknowledgement (a loss has none).
+    pub(crate) fn apply(&mut self, mut change: Change) -> Result<(), ConsumerError> {
+        let applied = match &mut change {
             Change::Revoke {
                 identity,
                 partitions,
                 fenced,
-                ack,
-            } => {
-                let listened = self.hand_off(&identity, &partitions, fenced);
-                // The hand-back each protocol needs: the cooperative follow-up JoinGroup, the
-                // KIP-848 heartbeat that acknowledges the revocation, the eager JoinGroup.
-                self.member.acknowledge(ack);
-                listened
-            }
+                ..
+            } => self.hand_off(identity, partitions, fenced.take()),
             Change::Assign {
                 identity,
                 partitions,
-                ack,
                 ..
-            } => {
-                let started = self.start(&identity, &partitions);
-                self.member.acknowledge(ack);
-                started
-            }
-            Change::Lost { partitions, reason } => self.lose(&partitions, &reason),
-        }
+            } => self.start(identity, partitions),
+            Change::Lost { partitions, reason } => return self.lose(partitions, reason),
+        };
+        // The hand-back each protocol needs: the cooperative follow-up JoinGroup, the KIP-848
+        // heartbeat that acknowledges the revocation, the eager JoinGroup.
+        self.member.acknowledge(change);
+        applied
     }
 
     /// The handoff of revoked partitions, in order: the fetched records nobody was handed go
@@ -352,14 +284,12 @@ impl Driver<'_> {
                     "revocation in generation {generation}: {}",
                     ErrorChain(&error)
                 );
-                for failure in error.failures {
-                    self.handoffs.failures.push(HandoffFailure {
-                        tp: failure.tp,
+                self.handoffs
+                    .failures
+                    .extend(error.failures.into_iter().map(|failure| HandoffFailure {
                         generation_id: generation,
-                        stage: failure.stage,
-                        error: Arc::from(failure.error),
-                    });
-                }
+                        failure,
+                    }));
             }
         }
         listened
@@ -454,56 +384,29 @@ impl Driver<'_> {
     }
 
     /// Partitions taken away without a handoff: fenced already by the lost hook when the loss
-    /// was detected (this is idempotent); their records and positions are dropped. Nothing is
-    /// flushed or committed; the listener's `on_lost` is told after.
+    /// was detected, which also discarded their admitted work and counted the rebalance; their
+    /// fetched records and positions are dropped here. Nothing is flushed or committed; the
+    /// listener's `on_lost` is told after.
     fn lose(
         &mut self,
         partitions: &[TopicPartition],
         reason: &LostReason,
     ) -> Result<(), ConsumerError> {
-        let report = self.guard.lost_because(partitions, reason);
         for tp in partitions {
             self.handoffs.counters.dropped_records += self.intake.drop_partition(tp) as u64;
         }
         self.handoffs.counters.lost += partitions.len() as u64;
         self.handoffs.metrics.lost(partitions);
         log::warn!(
-            "lost {} partition(s) ({reason}) without commit; {} admitted record(s) discarded",
-            partitions.len(),
-            report.discarded
+            "lost {} partition(s) ({reason}) without commit",
+            partitions.len()
         );
-        self.storm(report.storm);
+        self.storm(Some(self.guard.storm_status()));
         match self.handoffs.listener.as_mut() {
             Some(listener) => listener
                 .on_lost(partitions)
                 .map_err(|error| listener_error("on_lost", error)),
             None => Ok(()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_partition_absent_from_the_commit_answer_is_not_committed() {
-        let tp = |p| TopicPartition::new("orders", p);
-        let asked = [
-            CommitOffset {
-                tp: tp(0),
-                next_offset: 5,
-                metadata: None,
-            },
-            CommitOffset {
-                tp: tp(1),
-                next_offset: 9,
-                metadata: None,
-            },
-        ];
-        let refused = refused_partitions(&asked, vec![(tp(0), Ok(()))]);
-        assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0].0, tp(1));
-        assert!(refused[0].1.to_string().contains("absent"));
     }
 }

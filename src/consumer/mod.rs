@@ -47,7 +47,8 @@
 //! - `pacer.rs`: `commit.interval.ms`: the paced commits of what finished while records flow,
 //!   sent without stopping the poll thread.
 //! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
-//!   drains, [`HandoffFailure`]s, and `commit_through` for every commit.
+//!   drains, [`HandoffFailure`]s (every commit translates the guard's positions through the
+//!   group's `commit.rs`).
 //! - `listener.rs`: the application's [`ConsumerRebalanceListener`] and what holds when each of
 //!   its calls runs.
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and

@@ -26,13 +26,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::group::{CommitError, Membership};
+use crate::group::{commit_entries, commit_outcome, commit_through, CommitError, Membership};
 use crate::guard::{CommitOffset, CommitRequest};
 use crate::wire::{ErrorChain, KafkaCode};
 
 use super::context::Guard;
 use super::error::ConsumerError;
-use super::handoff::{commit_entries, commit_outcome, commit_through};
 
 /// When the next paced commit is due, the one in flight, and how many were refused.
 #[derive(Debug)]

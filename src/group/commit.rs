@@ -64,7 +64,9 @@ pub use super::changes::{CommitKind, CommitResults};
 use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
-use super::session::{membership_refusal, CommitRefusal, GroupThread, Shared};
+use super::session::{CommitRefusal, GroupThread, Shared};
+use crate::basics::partition::PartitionSet;
+use crate::guard::{BoxError, CommitFailure, CommitOffset};
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
 
@@ -155,6 +157,20 @@ pub(crate) fn commit_offsets(
             .commit_refused(identity, code, kind.between_polls(), &ctx);
     }
     Ok(results)
+}
+
+/// The first per-partition commit error that speaks about the membership itself (the generation
+/// or member id is no longer valid, or the group is rebalancing), if any.
+pub(crate) fn membership_refusal(codes: impl IntoIterator<Item = KafkaCode>) -> Option<KafkaCode> {
+    codes.into_iter().find(|&c| {
+        matches!(
+            c,
+            KafkaCode::ILLEGAL_GENERATION
+                | KafkaCode::UNKNOWN_MEMBER_ID
+                | KafkaCode::FENCED_INSTANCE_ID
+                | KafkaCode::REBALANCE_IN_PROGRESS
+        )
+    })
 }
 
 /// KIP-848: a commit refused with STALE_MEMBER_EPOCH (the broker moved the member to a newer
@@ -585,6 +601,71 @@ fn timed_out(e: &WireError) -> bool {
     }
 }
 
+// ----------------------------------------------------------------------------------------------
+// The guard's positions and the group's answers: the one translation, for every commit (the
+// handoff's, the application's, the paced one).
+
+/// Sends a commit of the guard's positions `offsets` through `commit` (the group's synchronous
+/// commit) and turns the group's per-partition results into the guard's failure type: how the
+/// application's commit reaches the group.
+pub(crate) fn commit_through(
+    commit: impl FnOnce(&[wire::OffsetCommitEntry]) -> Result<CommitResults, CommitError>,
+    offsets: &[CommitOffset],
+) -> Result<(), CommitFailure> {
+    commit_outcome(offsets, commit(&commit_entries(offsets)))
+}
+
+/// The OffsetCommit entries of the guard's positions.
+pub(crate) fn commit_entries(offsets: &[CommitOffset]) -> Vec<wire::OffsetCommitEntry> {
+    offsets
+        .iter()
+        .map(|o| wire::OffsetCommitEntry {
+            tp: o.tp.clone(),
+            offset: o.next_offset,
+            leader_epoch: None,
+            metadata: o.metadata.clone(),
+        })
+        .collect()
+}
+
+/// The group's answer to a commit of `offsets`, in the guard's terms: every partition accepted,
+/// or the request failed, or these partitions were refused (absent from the answer counts as
+/// refused).
+pub(crate) fn commit_outcome(
+    offsets: &[CommitOffset],
+    answer: Result<CommitResults, CommitError>,
+) -> Result<(), CommitFailure> {
+    let results = answer.map_err(|e| CommitFailure::Request(Box::new(e)))?;
+    let refused = refused_partitions(offsets, results);
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(CommitFailure::Partitions(refused))
+    }
+}
+
+/// The partitions of a commit that did not succeed: those the broker refused, and those its
+/// answer did not mention at all (absent is not done).
+fn refused_partitions(
+    asked: &[CommitOffset],
+    results: CommitResults,
+) -> Vec<(TopicPartition, BoxError)> {
+    let answered: PartitionSet = results.iter().map(|(tp, _)| tp.clone()).collect();
+    let mut refused: Vec<(TopicPartition, BoxError)> = results
+        .into_iter()
+        .filter_map(|(tp, r)| r.err().map(|e| (tp, Box::new(e) as BoxError)))
+        .collect();
+    for offset in asked {
+        if !answered.contains(&offset.tp) {
+            refused.push((
+                offset.tp.clone(),
+                "absent from the OffsetCommit response".into(),
+            ));
+        }
+    }
+    refused
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,5 +770,26 @@ mod tests {
         // Nothing in flight: settle returns at once.
         committer.settle();
         assert!(committer.answer().is_none());
+    }
+
+    #[test]
+    fn a_partition_absent_from_the_commit_answer_is_not_committed() {
+        let tp = |p| TopicPartition::new("orders", p);
+        let asked = [
+            CommitOffset {
+                tp: tp(0),
+                next_offset: 5,
+                metadata: None,
+            },
+            CommitOffset {
+                tp: tp(1),
+                next_offset: 9,
+                metadata: None,
+            },
+        ];
+        let refused = refused_partitions(&asked, vec![(tp(0), Ok(()))]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, tp(1));
+        assert!(refused[0].1.to_string().contains("absent"));
     }
 }

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::changes::{Change, Membership};
-use super::commit::{CommitKind, CommitResults};
+use super::changes::{Change, CommitKind, CommitResults};
 use super::error::{CommitError, GroupError};
+use super::membership::Membership;
 use super::outcome::LostReason;
 use super::requests::MemberIdentity;
 use crate::wire::{self, RecordSource};
@@ -102,35 +102,24 @@ pub fn close_with(
 }
 
 fn apply(member: &mut dyn Membership, listener: &mut dyn RebalanceListener, change: Change) {
-    match change {
-        Change::Revoke {
-            identity,
-            partitions,
-            fenced: _,
-            ack,
-        } => {
-            let mut ctx = GroupContext {
-                member,
-                identity,
-                leader: false,
-            };
-            listener.on_partitions_revoked(&mut ctx, &partitions);
-            ctx.member.acknowledge(ack);
-        }
+    let (identity, leader) = match &change {
+        Change::Revoke { identity, .. } => (identity.clone(), false),
         Change::Assign {
-            identity,
-            partitions,
-            leader,
-            ack,
-        } => {
-            let mut ctx = GroupContext {
-                member,
-                identity,
-                leader,
-            };
-            listener.on_partitions_assigned(&mut ctx, &partitions);
-            ctx.member.acknowledge(ack);
+            identity, leader, ..
+        } => (identity.clone(), *leader),
+        Change::Lost { partitions, reason } => {
+            return listener.on_partitions_lost(partitions, reason);
         }
-        Change::Lost { partitions, reason } => listener.on_partitions_lost(&partitions, &reason),
+    };
+    let mut ctx = GroupContext {
+        member,
+        identity,
+        leader,
+    };
+    match &change {
+        Change::Revoke { partitions, .. } => listener.on_partitions_revoked(&mut ctx, partitions),
+        Change::Assign { partitions, .. } => listener.on_partitions_assigned(&mut ctx, partitions),
+        Change::Lost { .. } => {}
     }
+    ctx.member.acknowledge(change);
 }

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{Ack, AckKind, Change, FenceHook, Membership, MembershipView};
-use super::commit::{CommitKind, CommitResults};
+use super::changes::{Change, CommitKind, CommitResults, Decision, FenceHook, MembershipView};
 use super::error::{CommitError, GroupError};
+use super::membership::Membership;
 use super::requests::MemberIdentity;
 use crate::guard::SessionBound;
 use crate::wire::{Client, ClientConfig, CommitIdentity, Nudge, OffsetCommitEntry, RecordSource};
@@ -52,19 +52,15 @@ impl Membership for ManualAssignment {
             return Ok(None);
         }
         self.handed_out = true;
-        let identity = MemberIdentity::unjoined();
         Ok(Some(Change::Assign {
-            identity: identity.clone(),
+            identity: MemberIdentity::unjoined(),
             partitions: self.partitions.clone(),
             leader: false,
-            ack: Ack(AckKind::Assigned {
-                identity,
-                change: None,
-            }),
+            decision: Decision::manual(),
         }))
     }
 
-    fn acknowledge(&mut self, _ack: Ack) {}
+    fn acknowledge(&mut self, _change: Change) {}
 
     /// Nothing to hand back through a revocation: a reader outside a group commits only when
     /// asked, and nobody waits for its partitions.

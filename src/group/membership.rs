@@ -1,18 +1,30 @@
-//! The pure decisions of classic group membership: what a new assignment means for the partitions we
-//! own, in which order the consumer must apply it, and what each group error code asks us to do.
+//! Group membership as the poll thread sees it, and its pure decisions: the [`Membership`] trait
+//! every member type implements (one per group protocol, and the in-memory members tests drive
+//! the consumer with); what a new assignment means for the partitions we own, as the
+//! [`Change`]s the consumer must apply in order; and what each classic group error code asks us
+//! to do.
 //!
-//! Kept free of sockets and threads so that every rule is a table or a set difference that a unit
-//! test pins down (error codes are named by the one table, [`KafkaCode`]). The session
-//! (`group/session.rs`) applies them to the membership's state, and the threads that perform the
-//! JoinGroup/SyncGroup/Heartbeat I/O only follow the session's decisions.
+//! The decisions are kept free of sockets and threads so that every rule is a table or a set
+//! difference that a unit test pins down (error codes are named by the one table,
+//! [`KafkaCode`]). The session (`group/session.rs`) applies them to the membership's state, and
+//! the threads that perform the JoinGroup/SyncGroup/Heartbeat I/O only follow the session's
+//! decisions.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::assignor::RebalanceProtocol;
+use super::changes::{
+    Change, ChangeId, CommitKind, CommitResults, Decision, FenceHook, MembershipView, Origin,
+};
+use super::error::{CommitError, GroupError};
 pub(crate) use super::outcome::ErrorAction;
 use super::outcome::{FatalError, GroupApi};
 use super::quirks;
-use crate::wire::KafkaCode;
+use super::requests::MemberIdentity;
+use crate::guard::SessionBound;
+use crate::wire::{FetchStats, KafkaCode, Nudge, OffsetCommitEntry, RecordSource};
 use crate::TopicPartition;
 
 /// How an assignment change splits our partitions. Each list is sorted and free of duplicates.
@@ -40,134 +52,213 @@ pub(crate) fn diff(owned: &[TopicPartition], assigned: &[TopicPartition]) -> Ass
     }
 }
 
-/// One step the consumer applies, in order, through the rebalance guard. Revoked and lost are
-/// different events: a revoked partition is flushed and committed, a lost one is only fenced,
-/// because another member may already own it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum RebalanceEvent {
-    /// Hand these partitions back: fence, flush, commit, then stop fetching them.
-    Revoke(Vec<TopicPartition>),
-    /// These partitions are no longer ours and may be owned elsewhere: fence and discard, no commit.
-    Lost(Vec<TopicPartition>),
-    /// Start owning these partitions. Always the last event of a completed rebalance, even when
-    /// empty, so the consumer (and storm detection) sees every rebalance finish, as Java calls
-    /// `onPartitionsAssigned` every time.
-    Assign(Vec<TopicPartition>),
-}
-
-/// What to do once SyncGroup delivered an assignment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RebalancePlan {
-    /// Apply in this order.
-    pub events: Vec<RebalanceEvent>,
-    /// What we own once the events are applied (sorted): the next subscription's owned partitions.
-    pub owned_after: Vec<TopicPartition>,
-    /// Cooperative only: something was revoked, so we must rejoin at once for the follow-up
-    /// rebalance that hands those partitions to their new owners (KIP-429).
-    pub rejoin: bool,
-}
-
-impl RebalancePlan {
-    /// The partitions the plan revokes, in order.
-    pub(crate) fn revoked(&self) -> Vec<TopicPartition> {
-        self.events
-            .iter()
-            .filter_map(|event| match event {
-                RebalanceEvent::Revoke(partitions) => Some(partitions.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    }
-}
-
-/// The events due before sending JoinGroup. Eager: revoke everything we own (the new owner may be
-/// anyone, and it starts as soon as the group completes). Cooperative: nothing; we keep consuming
-/// through the rebalance and revoke only what moves once the assignment is known.
+/// The partitions due for revocation before sending JoinGroup. Eager: everything we own (the
+/// new owner may be anyone, and it starts as soon as the group completes). Cooperative:
+/// nothing; we keep consuming through the rebalance and revoke only what moves once the
+/// assignment is known.
 pub(crate) fn before_join(
     protocol: RebalanceProtocol,
     owned: &[TopicPartition],
-) -> Vec<RebalanceEvent> {
+) -> Vec<TopicPartition> {
     match protocol {
-        RebalanceProtocol::Eager if !owned.is_empty() => {
-            vec![RebalanceEvent::Revoke(sorted_unique(owned))]
-        }
-        _ => Vec::new(),
+        RebalanceProtocol::Eager => sorted_unique(owned),
+        RebalanceProtocol::Cooperative => Vec::new(),
     }
 }
 
-/// The events due once SyncGroup delivered `assigned`, given what we own at that moment.
+/// The changes due once SyncGroup delivered `assigned` to `identity` (`leader` when we computed
+/// it), given what we own at that moment, as the decided change `id`: a revocation (when
+/// something is taken away) and always an assignment, which is the last step even when empty,
+/// so the consumer (and storm detection) sees every rebalance finish, as Java calls
+/// `onPartitionsAssigned` every time. Revoked and lost are different: a revoked partition is
+/// drained and committed, a lost one only fenced.
 ///
 /// Eager: we normally own nothing by now ([`before_join`] revoked it all); if we still do, it is
 /// revoked first, and then the whole assignment is assigned. Cooperative: revoke only what was
-/// taken away, assign only what is new, and ask for a rejoin when something was revoked.
+/// taken away, assign only what is new, and ask for the follow-up rejoin (KIP-429) when
+/// something was revoked.
 pub(crate) fn after_sync(
     protocol: RebalanceProtocol,
     owned: &[TopicPartition],
     assigned: &[TopicPartition],
-) -> RebalancePlan {
+    identity: &MemberIdentity,
+    leader: bool,
+    id: ChangeId,
+) -> Vec<Change> {
     let owned_after = sorted_unique(assigned);
-    match protocol {
+    let (revoke, assign, rejoin) = match protocol {
         RebalanceProtocol::Eager => {
-            let mut events = Vec::new();
             if !owned.is_empty() {
                 log::warn!(
                     "eager rebalance completed while still owning {} partitions; revoking them first",
                     owned.len()
                 );
-                events.push(RebalanceEvent::Revoke(sorted_unique(owned)));
             }
-            events.push(RebalanceEvent::Assign(owned_after.clone()));
-            RebalancePlan {
-                events,
-                owned_after,
-                rejoin: false,
-            }
+            (sorted_unique(owned), owned_after.clone(), false)
         }
         RebalanceProtocol::Cooperative => {
             let d = diff(owned, assigned);
             let rejoin = !d.revoked.is_empty();
-            let mut events = Vec::new();
             if rejoin {
                 log::info!(
                     "cooperative rebalance revokes {} partitions; rejoining for the follow-up",
                     d.revoked.len()
                 );
-                events.push(RebalanceEvent::Revoke(d.revoked));
             }
-            events.push(RebalanceEvent::Assign(d.added));
-            RebalancePlan {
-                events,
-                owned_after,
-                rejoin,
-            }
+            (d.revoked, d.added, rejoin)
         }
+    };
+    let decision = Decision(Origin::Session {
+        id,
+        owned_after,
+        rejoin,
+        machine: None,
+    });
+    let mut changes = Vec::with_capacity(2);
+    if !revoke.is_empty() {
+        changes.push(Change::Revoke {
+            identity: identity.clone(),
+            partitions: revoke,
+            fenced: None,
+            decision: decision.clone(),
+        });
     }
+    changes.push(Change::Assign {
+        identity: identity.clone(),
+        partitions: assign,
+        leader,
+        decision,
+    });
+    changes
 }
 
-/// The events due when our assignment is lost (the generation or member id became invalid, or we
-/// left because `max.poll.interval.ms` expired): everything we own is lost, under either protocol.
-pub(crate) fn on_lost(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
-    if owned.is_empty() {
-        Vec::new()
-    } else {
-        vec![RebalanceEvent::Lost(sorted_unique(owned))]
-    }
-}
-
-/// The events due when we leave the group on purpose (close, unsubscribe): revoke everything, so
-/// offsets are committed while the generation is still ours.
-pub(crate) fn on_leave(owned: &[TopicPartition]) -> Vec<RebalanceEvent> {
-    if owned.is_empty() {
-        Vec::new()
-    } else {
-        vec![RebalanceEvent::Revoke(sorted_unique(owned))]
-    }
+/// The partitions reported lost when our assignment is lost (the generation or member id
+/// became invalid, or we left because `max.poll.interval.ms` expired) or handed back when we
+/// leave on purpose (close, unsubscribe: revoked, so offsets are committed while the generation
+/// is still ours): everything we own, under either protocol, sorted.
+pub(crate) fn everything(owned: &[TopicPartition]) -> Vec<TopicPartition> {
+    sorted_unique(owned)
 }
 
 fn sorted_unique(parts: &[TopicPartition]) -> Vec<TopicPartition> {
     let set: BTreeSet<&TopicPartition> = parts.iter().collect();
     set.into_iter().cloned().collect()
+}
+
+/// A group member as the poll thread drives it, whatever the protocol: take the next change,
+/// commit with an identity, acknowledge. The consumer, its batches and its handoff driver are
+/// written against this trait only, so they run the same over the classic protocol, KIP-848,
+/// and the in-memory members of the tests.
+pub trait Membership: Send {
+    /// The next ownership change to apply, waiting up to `timeout` for the membership (an
+    /// eager round runs inside this call); `None` once the member is stable or the time is up.
+    /// Losses come first, then the decided change, one event at a time.
+    fn next_change(&mut self, timeout: Duration) -> Result<Option<Change>, GroupError>;
+
+    /// `change`, handed out by [`next_change`](Self::next_change) or
+    /// [`closing`](Self::closing), was applied and comes back as its own acknowledgement: the
+    /// membership may go on. A [`Change::Lost`] is not acknowledged.
+    fn acknowledge(&mut self, change: Change);
+
+    /// Closing: the losses not reported yet, then the revocation of everything still owned (in
+    /// the current generation), for the driver to hand off before [`leave`](Self::leave).
+    fn closing(&mut self) -> Vec<Change>;
+
+    /// Leaves the group (unless static) and stops the membership's threads.
+    fn leave(&mut self) -> Result<(), GroupError>;
+
+    /// Commits synchronously as `identity`, after the background commit in flight (if any) was
+    /// answered, so commits reach the coordinator in the order they were made. `kind` says what
+    /// a refusal means (see [`CommitKind`]).
+    fn commit_as(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[OffsetCommitEntry],
+        kind: CommitKind,
+    ) -> Result<CommitResults, CommitError>;
+
+    /// Commits synchronously as the current identity (the application's commit between polls,
+    /// with offsets read just before it).
+    fn commit(&mut self, offsets: &[OffsetCommitEntry]) -> Result<CommitResults, CommitError> {
+        let identity = self.identity();
+        self.commit_as(&identity, offsets, CommitKind::Application)
+    }
+
+    /// Sends a commit as the current identity without waiting for it (a paced commit); the
+    /// offsets come back when one is still in flight or its answer was not taken.
+    fn commit_in_background(
+        &mut self,
+        offsets: Vec<OffsetCommitEntry>,
+    ) -> Result<(), Vec<OffsetCommitEntry>>;
+
+    /// The background commit's answer, once it arrived; never waits.
+    fn commit_answer(&mut self) -> Option<Result<CommitResults, CommitError>>;
+
+    /// Waits until the background commit (if any) was answered; its answer stays for
+    /// [`commit_answer`](Self::commit_answer).
+    fn settle_commit(&mut self);
+
+    /// True while a background commit was not answered, or its answer not taken.
+    fn commit_in_flight(&self) -> bool;
+
+    /// Where the poll thread reads records and positions: the member's wire client (an
+    /// in-memory log in tests).
+    fn records(&mut self) -> &mut dyn RecordSource;
+
+    /// Bytes fetched per broker and the partitions read from preferred read replicas (KIP-392),
+    /// for the consumer's stats; empty for a membership whose records come from no broker.
+    fn fetch_stats(&self) -> FetchStats {
+        FetchStats::default()
+    }
+
+    /// The generation (or member epoch) and member id now.
+    fn identity(&self) -> MemberIdentity;
+
+    /// The partitions owned now.
+    fn owned(&self) -> Vec<TopicPartition>;
+
+    /// Eager (everything stops for a rebalance) or incremental (only what moves stops).
+    fn rebalance_protocol(&self) -> RebalanceProtocol;
+
+    /// True when records of what we own may be fetched and handed out.
+    fn may_fetch(&self) -> bool;
+
+    /// True when the batch should end so a change can be applied (eager: any rebalance).
+    fn batch_boundary_due(&self) -> bool;
+
+    /// The poll thread is inside the library (`max.poll.interval.ms` does not run) until
+    /// [`leave_poll`](Self::leave_poll).
+    fn enter_poll(&self);
+
+    /// The application has control again: `max.poll.interval.ms` runs from now.
+    fn leave_poll(&self);
+
+    /// Waits up to `timeout` while `bound` has lapsed and the membership has nothing new.
+    fn wait_while_session_lapsed(&self, bound: &SessionBound, timeout: Duration);
+
+    /// Ends the poll thread's wait in [`next_change`](Self::next_change) or
+    /// [`wait_while_session_lapsed`](Self::wait_while_session_lapsed) from any thread (the
+    /// consumer's waker): the wait returns as if its time were up. An eager round running on
+    /// the poll thread is not interrupted (its requests are on the wire).
+    fn nudge(&self) -> Nudge;
+
+    /// A handle that reads the identity and ownership from any thread.
+    fn view(&self) -> MembershipView;
+
+    /// Lets every answered request renew `bound` (leases expire by time too).
+    fn bound_session(&self, bound: Arc<SessionBound>);
+
+    /// Fences revocations through `hook` the moment they are decided.
+    fn fence_revocations_with(&self, hook: FenceHook);
+
+    /// Makes the membership thread panic (tests of a dead membership thread only).
+    #[doc(hidden)]
+    fn panic_membership_thread(&self);
+
+    /// Makes the commit thread panic at its next commit (tests of a dead commit thread only;
+    /// a membership without one has nothing to do).
+    #[doc(hidden)]
+    fn panic_commit_thread(&self) {}
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -276,34 +367,93 @@ mod tests {
         assert_eq!(d.retained, parts(&[("a", 1), ("b", 0)]));
     }
 
+    /// Each step of a change, as ("revoke" | "assign", partitions).
+    type Steps = Vec<(&'static str, Vec<TopicPartition>)>;
+
+    /// The steps of `changes`, and the decision they share.
+    fn steps(changes: &[Change]) -> (Steps, Origin) {
+        let mut decided = None;
+        let steps = changes
+            .iter()
+            .map(|change| match change {
+                Change::Revoke {
+                    partitions,
+                    decision,
+                    ..
+                } => {
+                    decided = Some(decision.0.clone());
+                    ("revoke", partitions.clone())
+                }
+                Change::Assign {
+                    partitions,
+                    decision,
+                    ..
+                } => {
+                    decided = Some(decision.0.clone());
+                    ("assign", partitions.clone())
+                }
+                Change::Lost { partitions, .. } => ("lost", partitions.clone()),
+            })
+            .collect();
+        (steps, decided.expect("a decided change"))
+    }
+
+    fn sync(
+        protocol: RebalanceProtocol,
+        owned: &[TopicPartition],
+        assigned: &[TopicPartition],
+    ) -> (Steps, Vec<TopicPartition>, bool) {
+        let me = MemberIdentity {
+            generation_id: 3,
+            member_id: "m".to_string(),
+        };
+        let (steps, decided) = steps(&after_sync(
+            protocol,
+            owned,
+            assigned,
+            &me,
+            false,
+            ChangeId(1),
+        ));
+        let Origin::Session {
+            owned_after,
+            rejoin,
+            id,
+            machine,
+        } = decided
+        else {
+            panic!("a session's decision");
+        };
+        assert_eq!((id, machine), (ChangeId(1), None));
+        (steps, owned_after, rejoin)
+    }
+
     #[test]
     fn eager_revokes_everything_before_join_and_assigns_everything_after() {
         let owned = parts(&[("t", 1), ("t", 0)]);
         assert_eq!(
             before_join(RebalanceProtocol::Eager, &owned),
-            vec![RebalanceEvent::Revoke(parts(&[("t", 0), ("t", 1)]))]
+            parts(&[("t", 0), ("t", 1)])
         );
-        let plan = after_sync(RebalanceProtocol::Eager, &[], &parts(&[("t", 1), ("t", 2)]));
-        assert_eq!(
-            plan.events,
-            vec![RebalanceEvent::Assign(parts(&[("t", 1), ("t", 2)]))]
-        );
-        assert!(!plan.rejoin);
-        assert_eq!(plan.owned_after, parts(&[("t", 1), ("t", 2)]));
+        let (steps, owned_after, rejoin) =
+            sync(RebalanceProtocol::Eager, &[], &parts(&[("t", 1), ("t", 2)]));
+        assert_eq!(steps, vec![("assign", parts(&[("t", 1), ("t", 2)]))]);
+        assert!(!rejoin);
+        assert_eq!(owned_after, parts(&[("t", 1), ("t", 2)]));
     }
 
     #[test]
     fn eager_still_owning_at_sync_revokes_first() {
-        let plan = after_sync(
+        let (steps, _, _) = sync(
             RebalanceProtocol::Eager,
             &parts(&[("t", 1)]),
             &parts(&[("t", 1)]),
         );
         assert_eq!(
-            plan.events,
+            steps,
             vec![
-                RebalanceEvent::Revoke(parts(&[("t", 1)])),
-                RebalanceEvent::Assign(parts(&[("t", 1)]))
+                ("revoke", parts(&[("t", 1)])),
+                ("assign", parts(&[("t", 1)]))
             ]
         );
     }
@@ -311,8 +461,8 @@ mod tests {
     #[test]
     fn eager_empty_assignment_still_completes_with_an_assign_event() {
         assert!(before_join(RebalanceProtocol::Eager, &[]).is_empty());
-        let plan = after_sync(RebalanceProtocol::Eager, &[], &[]);
-        assert_eq!(plan.events, vec![RebalanceEvent::Assign(vec![])]);
+        let (steps, _, _) = sync(RebalanceProtocol::Eager, &[], &[]);
+        assert_eq!(steps, vec![("assign", vec![])]);
     }
 
     #[test]
@@ -324,49 +474,38 @@ mod tests {
     fn cooperative_revokes_only_moved_then_assigns_only_new_then_rejoins() {
         let owned = parts(&[("t", 0), ("t", 1), ("t", 2)]);
         let assigned = parts(&[("t", 0), ("t", 2), ("u", 0)]);
-        let plan = after_sync(RebalanceProtocol::Cooperative, &owned, &assigned);
+        let (steps, owned_after, rejoin) = sync(RebalanceProtocol::Cooperative, &owned, &assigned);
         assert_eq!(
-            plan.events,
+            steps,
             vec![
-                RebalanceEvent::Revoke(parts(&[("t", 1)])),
-                RebalanceEvent::Assign(parts(&[("u", 0)]))
+                ("revoke", parts(&[("t", 1)])),
+                ("assign", parts(&[("u", 0)]))
             ]
         );
-        assert!(plan.rejoin);
-        assert_eq!(plan.owned_after, parts(&[("t", 0), ("t", 2), ("u", 0)]));
+        assert!(rejoin);
+        assert_eq!(owned_after, parts(&[("t", 0), ("t", 2), ("u", 0)]));
     }
 
     #[test]
     fn cooperative_without_revocation_needs_no_rejoin() {
         let owned = parts(&[("t", 0)]);
-        let plan = after_sync(
+        let (steps, _, rejoin) = sync(
             RebalanceProtocol::Cooperative,
             &owned,
             &parts(&[("t", 0), ("t", 1)]),
         );
-        assert_eq!(
-            plan.events,
-            vec![RebalanceEvent::Assign(parts(&[("t", 1)]))]
-        );
-        assert!(!plan.rejoin);
-        let plan = after_sync(RebalanceProtocol::Cooperative, &owned, &owned);
-        assert_eq!(plan.events, vec![RebalanceEvent::Assign(vec![])]);
-        assert!(!plan.rejoin);
+        assert_eq!(steps, vec![("assign", parts(&[("t", 1)]))]);
+        assert!(!rejoin);
+        let (steps, _, rejoin) = sync(RebalanceProtocol::Cooperative, &owned, &owned);
+        assert_eq!(steps, vec![("assign", vec![])]);
+        assert!(!rejoin);
     }
 
     #[test]
     fn lost_and_leave_cover_everything_owned() {
         let owned = parts(&[("t", 3), ("t", 0)]);
-        assert_eq!(
-            on_lost(&owned),
-            vec![RebalanceEvent::Lost(parts(&[("t", 0), ("t", 3)]))]
-        );
-        assert_eq!(
-            on_leave(&owned),
-            vec![RebalanceEvent::Revoke(parts(&[("t", 0), ("t", 3)]))]
-        );
-        assert!(on_lost(&[]).is_empty());
-        assert!(on_leave(&[]).is_empty());
+        assert_eq!(everything(&owned), parts(&[("t", 0), ("t", 3)]));
+        assert!(everything(&[]).is_empty());
     }
 
     #[test]

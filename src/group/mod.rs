@@ -12,22 +12,24 @@
 //!   broker, readable by Java, librdkafka and kafka-python members;
 //! - `assignor/`: `range`, `roundrobin` and `cooperative-sticky`, run when we are the leader,
 //!   and (`assignor/join.rs`) the JoinGroup protocol list built from `partition.assignment.strategy`;
-//! - `membership.rs`: what to revoke, lose and assign, in which order, and what each classic
-//!   group error code asks for;
+//! - `membership.rs`: the [`Membership`] trait every member type implements (take the next
+//!   change, commit with an identity, acknowledge), what to revoke, lose and assign, in which
+//!   order, as [`Change`]s, and what each classic group error code asks for;
 //! - `outcome.rs`: the vocabulary both protocols' error tables share: [`ErrorAction`],
 //!   [`FatalError`], [`LostReason`];
+//! - `heartbeat_errors.rs`: what each ConsumerGroupHeartbeat and ShareGroupHeartbeat error code
+//!   asks of the member: one table, a column per protocol;
+//! - `ids.rs`: the identifiers both heartbeat protocols carry: topic ids (named through
+//!   Metadata) and the member id a client generates itself, printed as Kafka prints a `Uuid`;
 //! - `session.rs` (with `session/`): the membership's state and every transition of its life
 //!   cycle (join, joined, stabilise, rejoin, lose, close; commits; the heartbeat thread's
 //!   renewal, session expiry and poll timeout; KIP-848's), driven in its tests by an in-memory
 //!   coordinator with time passed in;
-//! - `changes.rs`: the seam between the membership and the poll thread: the [`Membership`] trait
-//!   every member type implements, and the [`Change`]s it hands out. Decided changes wait there
-//!   (their revoked partitions fenced at once) for the next batch boundary. For the consumer
-//!   these changes replace listener callbacks: its handoff driver (`consumer/handoff.rs`) applies
-//!   them;
-//! - `handout.rs`: the poll-thread half of that seam, shared by every member type: the order in
-//!   which a decided change is handed out and acknowledged (losses first, then revocations
-//!   before the assignment);
+//! - `changes.rs`: the seam between the membership and the poll thread: [`Change`], the one
+//!   type a decided change travels in from the session that decides it (its revoked partitions
+//!   fenced at once) to the driver that applies it at the next batch boundary and back as its
+//!   acknowledgement, with the [`Decision`] it carries out. For the consumer these changes
+//!   replace listener callbacks: its handoff driver (`consumer/handoff.rs`) applies them;
 //! - `quirks.rs`: each workaround for a broker that deviates from Kafka (all for librdkafka's
 //!   mock cluster), one named constant or function, so the general path reads as Kafka's
 //!   protocol;
@@ -45,7 +47,9 @@
 //! - `member.rs`: the poll thread's member for either protocol, the generic `Member<P>` (the
 //!   `Protocol` says what differs: who runs the rounds, how the member leaves), which
 //!   implements [`Membership`] over the session it shares with the membership thread: it hands
-//!   out decided changes, leaves, commits, and under the eager protocol runs the rounds.
+//!   out decided changes (its `Handout`, shared with the in-memory members of the tests: the
+//!   order in which a change is handed out and acknowledged, losses first, then revocations
+//!   before the assignment), leaves, commits, and under the eager protocol runs the rounds.
 //!   `ClassicMember` and `ConsumerGroupMember` are its two instances;
 //! - `classic/`: the classic protocol for the generic member (`ClassicMember`): its heartbeat
 //!   thread (`classic/heartbeat.rs`, which under the cooperative protocol also runs the rounds,
@@ -61,11 +65,15 @@
 //! - `requests.rs`: the four classic-protocol group requests, each built at the highest version
 //!   both sides speak (static membership must fail loudly where a broker cannot carry it);
 //! - `commit.rs`: offset commits bound to a generation: the one place that sends a group commit,
-//!   checks it against the session right before the request and feeds a refusal back; and the
+//!   checks it against the session right before the request and feeds a refusal back; the one
+//!   translation between the guard's positions and the group's per-partition answers; and the
 //!   commit thread (`Committer`): paced commits travel on a thread and a coordinator connection
 //!   of their own, so that a slow `__consumer_offsets` write does not stop the poll thread;
 //! - `manual.rs`: [`ManualAssignment`], the member of no group (Java's `assign`): its one
 //!   change is the assignment, and it commits only when asked, from outside any group;
+//! - `membership_thread.rs`: the membership thread written once for both heartbeat protocols
+//!   (KIP-848's and share groups'): the loop, the coordinator look-ups, the heartbeat and its
+//!   answer, the wait; each protocol supplies its machine;
 //! - `failover.rs`: coordinator failover for the membership threads: short, capped retries of
 //!   the look-up and bounded connects, so that a moved coordinator is found before the session
 //!   runs out;
@@ -87,11 +95,13 @@ mod config;
 pub mod consumer_group;
 mod error;
 mod failover;
-pub(crate) mod handout;
+mod heartbeat_errors;
+pub(crate) mod ids;
 mod listener;
 mod manual;
 pub(crate) mod member;
 pub(crate) mod membership;
+pub(crate) mod membership_thread;
 mod outcome;
 mod pattern;
 mod quirks;
@@ -103,7 +113,7 @@ pub(crate) mod subscription;
 pub(crate) mod watch;
 
 pub use assignor::{RebalanceProtocol, Strategy, StrategyError};
-pub use changes::{Ack, Change, FenceHook, LostHook, Membership, MembershipView};
+pub use changes::{Change, Decision, FenceHook, LostHook, MembershipView};
 #[doc(hidden)]
 pub use classic::ClassicMember;
 #[doc(hidden)]
@@ -118,9 +128,11 @@ pub use listener::{close_with, poll_with, GroupContext, RebalanceListener};
 pub use manual::ManualAssignment;
 #[doc(hidden)]
 pub use member::{Member, MemberIo, Protocol, Step};
+pub use membership::Membership;
 pub use outcome::{ErrorAction, FatalError, GroupApi, LostReason};
 pub use pattern::{PatternError, TopicPattern};
 
 pub(crate) use assignor::{check_strategies, AssignError};
+pub(crate) use commit::{commit_entries, commit_outcome, commit_through};
 pub use requests::MemberIdentity;
 pub use share::{ShareAssignment, ShareMembership, ShareMembershipConfig};

@@ -4,8 +4,8 @@
 //! lost ([`LostReason`]).
 //!
 //! Why one place: the classic protocol (`membership::classify`, JoinGroup/SyncGroup/Heartbeat/
-//! OffsetCommit) and the consumer group protocol (`consumer_group::classify`,
-//! ConsumerGroupHeartbeat) each keep their own table of codes, because Kafka gives the same code
+//! OffsetCommit) and the heartbeat protocols (`heartbeat_errors::classify`, ConsumerGroupHeartbeat
+//! and ShareGroupHeartbeat) each keep their own table of codes, because Kafka gives the same code
 //! different meanings under each; but what the tables decide, and what reaches the consumer and
 //! its listener, is one vocabulary, so a caller handles a fatal error or a loss the same way
 //! whichever protocol the group runs.
@@ -49,7 +49,7 @@ impl fmt::Display for GroupApi {
 
 /// What the member must do about a group response's error code: the one shape of both
 /// protocols' tables (`membership::classify` for the classic protocol,
-/// `consumer_group::classify` for ConsumerGroupHeartbeat).
+/// `heartbeat_errors::classify` for ConsumerGroupHeartbeat and ShareGroupHeartbeat).
 ///
 /// The classic table gives every variant. The consumer group table never gives
 /// [`Proceed`](ErrorAction::Proceed) (it classifies errors only) nor

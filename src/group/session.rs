@@ -23,12 +23,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::assignor::RebalanceProtocol;
-use super::changes::{ChangeId, FenceHook, LostHook, Pending};
+use super::changes::{Change, ChangeId, Decision, FenceHook, LostHook, Origin};
 use super::config::GroupConfig;
-use super::membership::{
-    after_sync, before_join, classify, on_leave, ErrorAction, ErrorContext, RebalanceEvent,
-    RebalancePlan,
-};
+use super::membership::{after_sync, before_join, classify, everything, ErrorAction, ErrorContext};
 use super::outcome::LostReason;
 use super::outcome::{FatalError, GroupApi};
 use super::watch::TopicWatch;
@@ -45,7 +42,6 @@ mod kip848;
 mod tests;
 mod threads;
 
-pub(crate) use commits::{membership_refusal, CommitRefusal};
 pub(crate) use heartbeat::{HeartbeatDue, HeartbeatVerdict};
 pub(crate) use threads::{GroupThread, ThreadDeath};
 
@@ -97,8 +93,8 @@ pub(crate) enum NextStep {
 pub(crate) struct RevokeBeforeJoin {
     /// The generation the partitions were owned in: the revocation commits with it.
     pub(crate) identity: MemberIdentity,
-    /// Eager: one revocation of everything owned; cooperative: nothing.
-    pub(crate) events: Vec<RebalanceEvent>,
+    /// Eager: everything owned; cooperative: nothing.
+    pub(crate) partitions: Vec<TopicPartition>,
 }
 
 /// What JoinGroup is sent with.
@@ -147,6 +143,18 @@ pub(crate) enum Refusal {
     Fatal(FatalError),
 }
 
+/// Why [`SessionState::may_commit`] refused a commit (the group id is the shell's to add).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CommitRefusal {
+    /// The identity is outside any generation.
+    NotInGeneration,
+    /// The generation the commit was made for is over.
+    GenerationOver {
+        /// The member's generation now (-1 when it has none).
+        current_generation_id: i32,
+    },
+}
+
 /// The membership state shared by the poll thread and the heartbeat thread. Its fields are
 /// private: every change is one of the transitions below.
 pub(crate) struct SessionState {
@@ -184,8 +192,11 @@ pub(crate) struct SessionState {
     /// poll-driven member would.
     polled: bool,
     /// The ownership change decided and not yet applied by the poll thread (see
-    /// [`super::changes`]).
-    pending: Option<Pending>,
+    /// [`super::changes`]): set from the decision until its last step is acknowledged.
+    decided: Option<ChangeId>,
+    /// The decided change's steps the poll thread has not taken yet (revocations first, their
+    /// fence tokens inside).
+    waiting: Vec<Change>,
     /// Fences partitions a decided change revokes, the moment it is decided.
     fence_hook: Option<FenceHook>,
     /// KIP-848: revocations the poll thread applied, for the membership thread to acknowledge.
@@ -215,7 +226,8 @@ impl SessionState {
             timeouts,
             rounds_beside: false,
             polled: false,
-            pending: None,
+            decided: None,
+            waiting: Vec::new(),
             fence_hook: None,
             acknowledged: Vec::new(),
             last_change: ChangeId::default(),
@@ -267,8 +279,29 @@ impl SessionState {
     }
 
     /// The decided change the poll thread must apply, if any.
-    pub(crate) fn pending(&self) -> Option<&Pending> {
-        self.pending.as_ref()
+    pub(crate) fn pending(&self) -> Option<ChangeId> {
+        self.decided
+    }
+
+    /// Whether a commit made for `identity` may be sent now: checked right before the request,
+    /// against the membership as it is now, so a loss detected by the heartbeat thread after the
+    /// caller chose what to commit stops the commit.
+    pub(crate) fn may_commit(&self, identity: &MemberIdentity) -> Result<(), CommitRefusal> {
+        if identity.generation_id < 0 || identity.member_id.is_empty() {
+            return Err(CommitRefusal::NotInGeneration);
+        }
+        if self.identity != *identity {
+            return Err(CommitRefusal::GenerationOver {
+                current_generation_id: self.identity.generation_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// The decided change's steps the poll thread has not taken yet (tests read them).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> &[Change] {
+        &self.waiting
     }
 
     /// True when the poll thread should end its batch and poll: eager, a rejoin is pending (the
@@ -276,7 +309,7 @@ impl SessionState {
     /// to be applied (a rebalance merely in progress does not stop the batch).
     pub(crate) fn boundary_due(&self) -> bool {
         if self.rounds_beside {
-            self.pending.is_some()
+            self.decided.is_some()
         } else {
             self.rejoin.is_some()
         }
@@ -298,7 +331,7 @@ impl SessionState {
     /// the poll thread (the second cooperative JoinGroup must not list what is being handed back,
     /// nor go out before its commit), and no failure waits to be reported.
     pub(crate) fn round_due(&self) -> Option<String> {
-        if !self.rounds_beside || !self.polled || self.pending.is_some() || self.fatal.is_some() {
+        if !self.rounds_beside || !self.polled || self.decided.is_some() || self.fatal.is_some() {
             return None;
         }
         match self.next_step() {
@@ -398,7 +431,10 @@ impl SessionState {
     /// lock is held (so no rejoin can interleave), records the loss for the poll thread's
     /// listener, and resets the identity as the error demands.
     pub(crate) fn lose(&mut self, reason: LostReason, reset_member_id: bool) {
-        let owned = std::mem::take(&mut self.owned);
+        // Kept sorted by every transition; reported sorted and once each whatever happened.
+        let mut owned = std::mem::take(&mut self.owned);
+        owned.sort();
+        owned.dedup();
         if !owned.is_empty() {
             log::warn!(
                 "assignment lost ({reason:?}): fencing {} partition(s) without commit",
@@ -410,7 +446,8 @@ impl SessionState {
         // A decided change of the ended membership is void: nothing of it is committed or
         // handed out. Its fence token goes with it: the lost hook just moved the epoch of every
         // partition it fenced, which takes them out of any handoff.
-        self.pending = None;
+        self.decided = None;
+        self.waiting.clear();
         self.identity.generation_id = -1;
         if reset_member_id {
             self.identity.member_id.clear();
@@ -432,17 +469,11 @@ impl SessionState {
     /// change was decided comes first, so its report can never follow, and undo in the guard,
     /// a later reassignment of the same partitions; a loss after it voids the change (see
     /// [`lose`](Self::lose)).
-    pub(crate) fn take_change(
-        &mut self,
-    ) -> (Vec<(Vec<TopicPartition>, LostReason)>, Option<Decided>) {
-        let decided = self.pending.as_mut().map(|pending| Decided {
-            id: pending.id,
-            identity: pending.identity.clone(),
-            leader: pending.leader,
-            plan: pending.plan.clone(),
-            fenced: pending.fenced.take(),
-        });
-        (std::mem::take(&mut self.lost), decided)
+    pub(crate) fn take_change(&mut self) -> (Vec<(Vec<TopicPartition>, LostReason)>, Vec<Change>) {
+        (
+            std::mem::take(&mut self.lost),
+            std::mem::take(&mut self.waiting),
+        )
     }
 
     /// Fences `partitions` through the fence hook now, for a revocation decided on the poll
@@ -512,7 +543,7 @@ impl SessionState {
     pub(crate) fn revoke_before_join(&self, protocol: RebalanceProtocol) -> RevokeBeforeJoin {
         RevokeBeforeJoin {
             identity: self.identity.clone(),
-            events: before_join(protocol, &self.owned),
+            partitions: before_join(protocol, &self.owned),
         }
     }
 
@@ -587,29 +618,32 @@ impl SessionState {
         Ok(())
     }
 
-    /// The generation is complete with `assigned`: heartbeats resume now, not after the
-    /// callbacks, because a revocation's drain may take longer than the session timeout. Until
+    /// The generation `me` is complete with `assigned`: heartbeats resume now, not after the
+    /// handoff, because a revocation's drain may take longer than the session timeout. Until
     /// the revocation has run, we own both what we keep and what we hand back. Returns the
-    /// callbacks to run, in order.
+    /// decided change's steps, in order (see [`after_sync`]).
     pub(crate) fn stabilise(
         &mut self,
         protocol: RebalanceProtocol,
+        me: &MemberIdentity,
+        leader: bool,
         owned_before: &[TopicPartition],
         assigned: &[TopicPartition],
-    ) -> RebalancePlan {
-        let plan = after_sync(protocol, owned_before, assigned);
+    ) -> Vec<Change> {
+        let id = self.next_change_id();
+        let changes = after_sync(protocol, owned_before, assigned, me, leader, id);
         let interim: std::collections::BTreeSet<TopicPartition> =
             owned_before.iter().chain(assigned).cloned().collect();
         self.owned = interim.into_iter().collect();
         self.phase = Phase::Stable;
-        plan
+        changes
     }
 
     /// The generation `me` is complete with `assigned` (as [`stabilise`](Self::stabilise)), and
     /// the change is left for the poll thread to apply at its next batch boundary (see
     /// [`super::changes`]): the partitions it revokes are fenced now, through the fence hook,
     /// under this lock, so no record of theirs is handed out from here on while the kept ones
-    /// flow on. Returns the plan, for the log.
+    /// flow on. True when the change asks for a cooperative follow-up round (for the log).
     pub(crate) fn post_assignment(
         &mut self,
         protocol: RebalanceProtocol,
@@ -617,10 +651,10 @@ impl SessionState {
         leader: bool,
         owned_before: &[TopicPartition],
         assigned: &[TopicPartition],
-    ) -> RebalancePlan {
+    ) -> bool {
         if self.phase == Phase::Closed {
             // Closed while the round ran (on the membership thread): nothing more to apply.
-            return after_sync(protocol, owned_before, assigned);
+            return false;
         }
         // What the round started with, less what was lost while it ran (a heartbeat answer, a
         // refused commit, the session bound): those partitions were fenced and reported lost,
@@ -630,29 +664,52 @@ impl SessionState {
             .filter(|tp| self.owned.contains(tp))
             .cloned()
             .collect();
-        let plan = self.stabilise(protocol, &still_owned, assigned);
-        let revoked = plan.revoked();
-        let fenced = match (revoked.is_empty(), &self.fence_hook) {
-            (false, Some(fence)) => {
-                log::info!(
-                    "generation {} revokes {} partition(s): fenced now, handed off at the next \
-                     batch boundary",
-                    me.generation_id,
-                    revoked.len()
-                );
-                Some(fence(&revoked))
-            }
-            _ => None,
-        };
-        self.pending = Some(Pending {
-            identity: me.clone(),
-            leader,
-            plan: plan.clone(),
-            ack: None,
-            fenced,
-            id: self.next_change_id(),
+        let changes = self.stabilise(protocol, me, leader, &still_owned, assigned);
+        let rejoin = changes.iter().any(|change| {
+            matches!(
+                change,
+                Change::Assign {
+                    decision: Decision(Origin::Session { rejoin: true, .. }),
+                    ..
+                }
+            )
         });
-        plan
+        self.decide(changes, "generation");
+        rejoin
+    }
+
+    /// Keeps `changes` (one decided change) for the poll thread, fencing what its revocation
+    /// hands back now, through the fence hook, under this lock. `what` names the identity's
+    /// number in the log (a generation, a member epoch).
+    pub(crate) fn decide(&mut self, mut changes: Vec<Change>, what: &str) {
+        for change in &mut changes {
+            if let Change::Revoke {
+                identity,
+                partitions,
+                fenced,
+                decision: Decision(Origin::Session { id, .. }),
+            } = change
+            {
+                if let Some(fence) = &self.fence_hook {
+                    log::info!(
+                        "{what} {} revokes {} partition(s): fenced now, handed off at the next \
+                         batch boundary",
+                        identity.generation_id,
+                        partitions.len()
+                    );
+                    *fenced = Some(fence(partitions));
+                }
+                self.decided = Some(*id);
+            }
+            if let Change::Assign {
+                decision: Decision(Origin::Session { id, .. }),
+                ..
+            } = change
+            {
+                self.decided = Some(*id);
+            }
+        }
+        self.waiting = changes;
     }
 
     /// A fresh [`ChangeId`] for a change being decided.
@@ -664,21 +721,19 @@ impl SessionState {
     /// True while the decided change `change` waits for the poll thread: false once it was
     /// applied, or voided by a loss (even if a change of the same identity was decided since).
     pub(crate) fn still_pending(&self, change: ChangeId) -> bool {
-        self.pending.as_ref().is_some_and(|p| p.id == change)
+        self.decided == Some(change)
     }
 
-    /// The poll thread applied the decided change `change` of generation `me` (revocations
-    /// committed, assignment handed out, or stopped by a loss): the membership may go on (the
-    /// cooperative follow-up round may start). Another change, of another generation or decided
-    /// after a loss in the same one, stays.
-    pub(crate) fn changes_applied(&mut self, me: &MemberIdentity, change: ChangeId) {
-        if self
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.identity == *me && p.id == change)
-        {
-            if let Some(ack) = self.pending.take().and_then(|p| p.ack) {
-                self.acknowledged.push(ack);
+    /// The poll thread applied the decided change of `decision` (revocations committed,
+    /// assignment handed out, or stopped by a loss): the membership may go on (the cooperative
+    /// follow-up round may start; KIP-848's machine hears of its revocation). Another change,
+    /// decided after a loss, stays.
+    pub(crate) fn changes_applied(&mut self, decision: &Decision) {
+        if let Origin::Session { id, machine, .. } = &decision.0 {
+            if self.decided == Some(*id) {
+                self.decided = None;
+                self.waiting.clear();
+                self.acknowledged.extend(*machine);
             }
         }
     }
@@ -691,17 +746,25 @@ impl SessionState {
         }
     }
 
-    /// The assignment of generation `me` is about to be handed to the listener. False when the
-    /// assignment was lost while a revocation ran: the next poll reports that instead. A
-    /// cooperative round that revoked something asks for its follow-up rebalance here.
-    pub(crate) fn assigning(&mut self, me: &MemberIdentity, plan: &RebalancePlan) -> bool {
+    /// The assignment of generation `me`, decided as `decision`, is about to be handed to the
+    /// poll thread. False when the assignment was lost while a revocation ran: the next poll
+    /// reports that instead. A cooperative round that revoked something asks for its follow-up
+    /// rebalance here.
+    pub(crate) fn assigning(&mut self, me: &MemberIdentity, decision: &Decision) -> bool {
         if self.identity != *me || self.phase != Phase::Stable {
             return false;
         }
-        self.owned = plan.owned_after.clone();
-        if plan.rejoin {
-            self.rejoin
-                .get_or_insert_with(|| "cooperative follow-up".to_string());
+        if let Origin::Session {
+            owned_after,
+            rejoin,
+            ..
+        } = &decision.0
+        {
+            self.owned = owned_after.clone();
+            if *rejoin {
+                self.rejoin
+                    .get_or_insert_with(|| "cooperative follow-up".to_string());
+            }
         }
         true
     }
@@ -711,32 +774,20 @@ impl SessionState {
 
     /// Closing: what to hand back (everything, committed while the generation is still ours) and
     /// in which generation. None when already closed.
-    pub(crate) fn leave(&self) -> Option<(MemberIdentity, Vec<RebalanceEvent>)> {
+    pub(crate) fn leave(&self) -> Option<(MemberIdentity, Vec<TopicPartition>)> {
         if self.phase == Phase::Closed {
             return None;
         }
-        Some((self.identity.clone(), on_leave(&self.owned)))
+        Some((self.identity.clone(), everything(&self.owned)))
     }
 
     /// Closed: we own nothing, and the heartbeat thread exits.
     pub(crate) fn close(&mut self) {
         self.owned.clear();
-        self.pending = None;
+        self.decided = None;
+        self.waiting.clear();
         self.phase = Phase::Closed;
     }
-}
-
-/// A decided change as the poll thread takes it (see [`SessionState::take_change`]): the
-/// change stays pending in the session until acknowledged; its fence token moves to the poll
-/// thread with it.
-#[derive(Debug)]
-pub(crate) struct Decided {
-    /// Which decided change this is: its acknowledgements name it.
-    pub(crate) id: ChangeId,
-    pub(crate) identity: MemberIdentity,
-    pub(crate) leader: bool,
-    pub(crate) plan: RebalancePlan,
-    pub(crate) fenced: Option<Fenced>,
 }
 
 /// The session behind its one mutex, and the condvar that wakes the heartbeat thread (and the

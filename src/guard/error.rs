@@ -396,14 +396,17 @@ pub enum HandoffStage {
 }
 
 /// One revoked partition whose handoff failed: where, and the caller's error as its source.
-#[derive(Debug)]
+/// Cloneable (the error is shared), so that a caller can keep it for later reporting as it is:
+/// the consumer's `HandoffFailure` is this plus the generation.
+#[derive(Debug, Clone)]
 pub struct PartitionFailure {
     /// The partition.
     pub tp: TopicPartition,
     /// Where it failed.
     pub stage: HandoffStage,
-    /// The caller's error.
-    pub error: BoxError,
+    /// The caller's error (the flush's, or the commit's: its `source()` chain reaches the
+    /// broker's code or the transport failure).
+    pub error: std::sync::Arc<dyn Error + Send + Sync>,
 }
 
 impl fmt::Display for HandoffStage {
@@ -423,7 +426,7 @@ impl fmt::Display for PartitionFailure {
 
 impl Error for PartitionFailure {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
-        Some(self.error.as_ref())
+        Some(&*self.error)
     }
 }
 

@@ -38,6 +38,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::error::{BoxError, CommitFailure, HandoffError, HandoffStage, PartitionFailure};
@@ -209,7 +210,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     drained.failures.push(PartitionFailure {
                         tp: tp.clone(),
                         stage: HandoffStage::Flush,
-                        error,
+                        error: error.into(),
                     });
                     false
                 }
@@ -278,12 +279,13 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             Some(Ok(())) => committed = offsets,
             Some(Err(CommitFailure::Request(error))) => {
                 log::warn!("revocation commit failed for every partition: {error}");
-                let message = error.to_string();
+                let shared: Arc<dyn std::error::Error + Send + Sync> =
+                    Arc::new(SharedFailure(error.to_string()));
                 for offset in offsets {
                     failures.push(PartitionFailure {
                         tp: offset.tp,
                         stage: HandoffStage::Commit,
-                        error: Box::new(SharedFailure(message.clone())),
+                        error: shared.clone(),
                     });
                 }
             }
@@ -294,7 +296,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                         Some(error) => failures.push(PartitionFailure {
                             tp: offset.tp,
                             stage: HandoffStage::Commit,
-                            error,
+                            error: error.into(),
                         }),
                         None => committed.push(offset),
                     }

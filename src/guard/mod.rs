@@ -71,6 +71,9 @@
 //!   cannot precompute colliding keys.
 //! - `idempotency_key.rs`: the [`IdempotencyKey`] the guard remembers, held without a heap
 //!   allocation when short.
+//! - `deadline.rs`: the one renewable deadline on the lease clock that both kinds of lease
+//!   hold (the [`SessionBound`]'s, a [`LockLease`]'s), and the one rule both keep: a lease ends
+//!   when ownership could have moved (deadline passed, scope ended, voided).
 //! - `session_bound.rs`: the [`SessionBound`]: ownership that expires by time, renewed by the
 //!   membership's answered requests, so a member frozen past its session stops trusting its
 //!   leases.
@@ -85,6 +88,7 @@
 
 mod clock;
 mod completed_map;
+mod deadline;
 mod error;
 mod handoff;
 mod hash_index;
@@ -128,6 +132,7 @@ pub use types::{
 };
 
 use crate::TopicPartition;
+use deadline::{lease_end, LeaseEnd};
 use key_set::KeySet;
 use partition_state::PartitionState;
 use progress::{Admitted, Progress, WorkState};
@@ -526,17 +531,28 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// will skip its effect, so its completion will not count even if the session is renewed
     /// before it returns (rule 7).
     pub fn is_current(&self, lease: &Lease) -> bool {
-        if self.session_expired() {
-            if let Some(mut state) = self.partition(&lease.tp) {
-                if state.epoch == lease.epoch {
-                    state.progress.mark_told_stale(lease.offset);
-                }
+        let mut state = self.partition(&lease.tp);
+        // The rule every lease keeps (`deadline.rs`): the session bound, then the assignment
+        // the lease was admitted under, then a seek that voided the record.
+        let end = lease_end(
+            self.session_expired(),
+            || {
+                !state
+                    .as_ref()
+                    .is_some_and(|state| state.accepts_completions(lease.epoch))
+            },
+            || {
+                state
+                    .as_ref()
+                    .is_some_and(|state| state.progress.is_voided(lease.offset))
+            },
+        );
+        if end == Some(LeaseEnd::DeadlinePassed) {
+            if let Some(state) = state.as_mut().filter(|state| state.epoch == lease.epoch) {
+                state.progress.mark_told_stale(lease.offset);
             }
-            return false;
         }
-        self.partition(&lease.tp).is_some_and(|state| {
-            state.accepts_completions(lease.epoch) && !state.progress.is_voided(lease.offset)
-        })
+        end.is_none()
     }
 
     /// True while the lease's partition is owned under the lease's assignment and not being

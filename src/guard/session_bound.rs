@@ -23,28 +23,26 @@
 //! never runs behind `Instant` (docs/DESIGN.md, "Clocks"). Off Linux and Android the boot clock is `Instant` and a suspend
 //! goes undetected.
 //!
-//! Lock-free (two atomics), so it can be read under the guard's lock and written by the
-//! heartbeat thread under the membership's lock without ordering the two locks.
+//! Lock-free (two [`Deadline`]s, one atomic each), so it can be read under the guard's lock and
+//! written by the heartbeat thread under the membership's lock without ordering the two locks.
+//! Whether a lease of the guard still holds once the bound is read is decided by the rule every
+//! lease keeps (`deadline.rs`, `lease_end`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::clock::{BootClock, Clock};
+use super::deadline::{Deadline, Timebase};
 
 /// How long ownership can be trusted: renewed by the membership, read by whoever is about to
 /// act on a lease. Starts unbounded (a guard used without a group membership).
 pub struct SessionBound {
-    /// The clock the bound is read on ([`is_expired_now`](Self::is_expired_now)).
-    clock: Arc<dyn Clock>,
-    base: Instant,
-    /// Nanoseconds after `base` at which the session may have expired, plus one; 0 means
-    /// unbounded.
-    until: AtomicU64,
-    /// Encoded like `until`: while a request of ours is held at the coordinator (a JoinGroup
-    /// waiting for the group), which does not expire a member it holds, the session lasts at
-    /// least until here whatever the renewals say; 0 when nothing is held.
-    held: AtomicU64,
+    /// The instant the session may have expired by; open while unbounded.
+    until: Deadline,
+    /// While a request of ours is held at the coordinator (a JoinGroup waiting for the group),
+    /// which does not expire a member it holds, the session lasts at least until here whatever
+    /// the renewals say; open when nothing is held.
+    held: Deadline,
 }
 
 impl std::fmt::Debug for SessionBound {
@@ -71,76 +69,52 @@ impl SessionBound {
     /// No bound yet, read on `clock` (the guard's): leases expire only when their partition
     /// moves.
     pub fn on_clock(clock: Arc<dyn Clock>) -> Self {
+        // The earlier of the two, so that neither a renewal's `Instant` send time nor a
+        // reading of the clock comes before it (either would be clamped to it).
+        let base = clock.now().min(Instant::now());
+        let time = Timebase::new(clock, base);
         SessionBound {
-            // The earlier of the two, so that neither a renewal's `Instant` send time nor a
-            // reading of the clock comes before it (either would be clamped to it).
-            base: clock.now().min(Instant::now()),
-            clock,
-            until: AtomicU64::new(0),
-            held: AtomicU64::new(0),
+            until: Deadline::open(time.clone()),
+            held: Deadline::open(time),
         }
-    }
-
-    fn encode(&self, at: Instant) -> u64 {
-        let nanos = at.saturating_duration_since(self.base).as_nanos();
-        u64::try_from(nanos)
-            .unwrap_or(u64::MAX - 1)
-            .saturating_add(1)
     }
 
     /// The coordinator answered a request sent at `sent`: the session lasts at least until
     /// `sent + session_timeout`. Never moves the bound back (an older answer arriving late).
     pub fn renew(&self, sent: Instant, session_timeout: Duration) {
         let until = sent.checked_add(session_timeout).unwrap_or(sent);
-        let encoded = self.encode(until).max(1);
-        self.until.fetch_max(encoded, Ordering::AcqRel);
+        self.until.extend(until);
     }
 
     /// The coordinator holds a request of ours and keeps the member meanwhile, at most until
     /// `until` (the request's send time plus the rebalance timeout): the bound does not lapse
     /// before then, until [`release`](Self::release).
     pub fn hold(&self, until: Instant) {
-        self.held
-            .store(self.encode(until).max(1), Ordering::Release);
+        self.held.set(Some(until));
     }
 
     /// The held request came back (answered, which renewed the bound first, or failed): the
     /// bound is the renewals' again.
     pub fn release(&self) {
-        self.held.store(0, Ordering::Release);
+        self.held.set(None);
     }
 
     /// True once `now` is past the bound: the coordinator may have evicted the member.
     pub fn is_expired(&self, now: Instant) -> bool {
-        self.expired_on(&|| now)
+        self.until.passed(now) && (self.held.is_open() || self.held.passed(now))
     }
 
     /// [`is_expired`](Self::is_expired) now, on the bound's clock (which counts a suspend of
     /// the machine as the coordinator does); the clock is read only when there is a bound (an
     /// unbounded guard pays no clock read).
     pub fn is_expired_now(&self) -> bool {
-        self.expired_on(&|| self.clock.now())
-    }
-
-    fn expired_on(&self, now: &dyn Fn() -> Instant) -> bool {
-        match self.until.load(Ordering::Acquire) {
-            0 => false,
-            until => {
-                let now = self.encode(now());
-                now >= until && now >= self.held.load(Ordering::Acquire)
-            }
-        }
+        !self.until.is_open() && self.is_expired(self.until.now())
     }
 
     /// The instant past which the session may have expired, if bounded.
     pub fn valid_until(&self) -> Option<Instant> {
-        match self.until.load(Ordering::Acquire) {
-            0 => None,
-            until => {
-                let until = until.max(self.held.load(Ordering::Acquire));
-                self.base.checked_add(Duration::from_nanos(until - 1))
-            }
-        }
+        let until = self.until.instant()?;
+        Some(self.held.instant().map_or(until, |held| held.max(until)))
     }
 }
 

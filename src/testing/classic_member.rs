@@ -23,7 +23,7 @@ use crate::group::assignor::{
     assign_and_encode, assignor_for, select_protocol, MemberSubscription, RebalanceProtocol,
     Strategy,
 };
-use crate::group::handout::Handout;
+use crate::group::member::Handout;
 use crate::group::membership::ErrorContext;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{HeartbeatDue, JoinAnswer, NextStep, Shared, Timeouts};

@@ -133,18 +133,15 @@ impl Steps for Kip848Steps {
         RebalanceProtocol::Cooperative
     }
 
-    /// The membership thread's turn, as `consumer_group/thread.rs` takes it, with the
-    /// coordinator in memory: what the poll thread did goes in, the machine's timers run, the
-    /// coordinator is "found", topic ids named, and the heartbeats due are answered.
+    /// The membership thread's turn, as `consumer_group/thread.rs` takes it (`Mirror::turn`,
+    /// the same code), with the coordinator in memory: what the poll thread did goes in, the
+    /// machine's timers run, the coordinator is "found", topic ids named, and the heartbeats due
+    /// are answered.
     fn step(&mut self) {
         let now = self.group.tick(self.mirror.machine.poll_timeout());
-        if !self.mirror.look_at_the_session(now) {
+        if !self.mirror.turn(now) {
             return;
         }
-        self.mirror.machine.handle_timeout(now);
-        self.mirror.take_events();
-        self.mirror.check_ownership(now);
-        self.mirror.sync_session();
         if self.mirror.machine.needs_coordinator() {
             self.mirror.machine.coordinator_found(HEARTBEAT_VERSION);
         }
@@ -164,8 +161,7 @@ impl Steps for Kip848Steps {
                 // Never reached the coordinator; the request timed out.
                 drop(request);
                 self.mirror.machine.on_transport_error(now);
-                self.mirror.take_events();
-                self.mirror.sync_session();
+                self.mirror.hand_over();
                 break;
             }
             let answer = self.group.coordinator().heartbeat(now, &request);
@@ -173,8 +169,7 @@ impl Steps for Kip848Steps {
             if let Some((at, bound)) = self.mirror.machine.session_renewal() {
                 self.shared.lock().renew_bound(at, bound);
             }
-            self.mirror.take_events();
-            self.mirror.sync_session();
+            self.mirror.hand_over();
         }
     }
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use super::memory_log::InMemoryLog;
 use crate::group::assignor::RebalanceProtocol;
 use crate::group::commit::commit_offsets;
-use crate::group::handout::Handout;
+use crate::group::member::Handout;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{GroupThread, Shared};
 use crate::group::{
-    Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupConfig, GroupError,
-    Membership, MembershipView,
+    Change, CommitError, CommitKind, CommitResults, FenceHook, GroupConfig, GroupError, Membership,
+    MembershipView,
 };
 use crate::guard::SessionBound;
 use crate::wire::{CommitIdentity, OffsetCommitEntry, RecordSource, WireError};
@@ -61,8 +61,8 @@ impl Journal {
         }
     }
 
-    fn acknowledged(ack: &Ack) -> Journal {
-        match ack.revoked() {
+    fn acknowledged(change: &Change) -> Journal {
+        match change.revoked() {
             Some(partitions) => Journal::RevocationAcknowledged(partitions),
             None => Journal::AssignmentAcknowledged,
         }
@@ -326,11 +326,11 @@ impl<P: Steps> Membership for InMemoryMember<P> {
         }
     }
 
-    fn acknowledge(&mut self, ack: Ack) {
+    fn acknowledge(&mut self, change: Change) {
         let mut shell = self.shell();
         let shared = shell.shared();
-        shell.journal.push(Journal::acknowledged(&ack));
-        shell.handout.acknowledge(&shared, ack);
+        shell.journal.push(Journal::acknowledged(&change));
+        shell.handout.acknowledge(&shared, change);
     }
 
     fn closing(&mut self) -> Vec<Change> {

@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rebalance_guard::group::{
-    Ack, Change, CommitError, CommitKind, CommitResults, FenceHook, GroupError, LostHook,
-    LostReason, MemberIdentity, Membership, MembershipView, RebalanceProtocol,
+    Change, CommitError, CommitKind, CommitResults, FenceHook, GroupError, LostHook, LostReason,
+    MemberIdentity, Membership, MembershipView, RebalanceProtocol,
 };
 use rebalance_guard::guard::SessionBound;
 use rebalance_guard::wire::{OffsetCommitEntry, RecordSource};
@@ -204,8 +204,8 @@ impl Membership for Recording {
         Ok(change)
     }
 
-    fn acknowledge(&mut self, ack: Ack) {
-        if ack.revoked().is_some() {
+    fn acknowledge(&mut self, change: Change) {
+        if change.revoked().is_some() {
             let now = monotonic_now();
             if let Some(revoked) = self.revoking.pop_front() {
                 let mut log = self.log.lock().unwrap();
@@ -214,7 +214,7 @@ impl Membership for Recording {
                 }
             }
         }
-        self.inner.acknowledge(ack);
+        self.inner.acknowledge(change);
     }
 
     fn closing(&mut self) -> Vec<Change> {

@@ -83,7 +83,7 @@ impl Round<'_> {
         let assigned = only_subscribed(assigned, &joined.topics);
         // The leader watches the partition counts its assignment used (see `watch.rs`).
         self.shared.topics().led(counts);
-        let plan = self.shared.lock().post_assignment(
+        let follow_up = self.shared.lock().post_assignment(
             self.protocol,
             &me,
             joined.leader,
@@ -95,8 +95,8 @@ impl Round<'_> {
             "group {}: generation {} assigns {} partition(s){}",
             self.config.group_id,
             me.generation_id,
-            plan.owned_after.len(),
-            if plan.rejoin {
+            assigned.len(),
+            if follow_up {
                 ", follow-up rebalance needed"
             } else {
                 ""

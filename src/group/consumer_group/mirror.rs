@@ -13,7 +13,6 @@ use crate::guard::lease_now;
 
 use super::{ConsumerGroupMembership, Event, MemberState, RevocationId, SESSION_BOUND_INTERVALS};
 use crate::group::error::GroupError;
-use crate::group::membership::RebalanceEvent;
 use crate::group::outcome::LostReason;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{Phase, Shared};
@@ -24,8 +23,9 @@ pub(crate) struct Mirror {
     pub(crate) shared: Arc<Shared>,
     pub(crate) machine: ConsumerGroupMembership,
     pub(crate) group_id: String,
-    /// Decided changes not posted yet: the seam holds one at a time.
-    queue: VecDeque<(RebalanceEvent, Option<u64>)>,
+    /// Decided changes not posted yet (the seam holds one at a time): a revocation of the
+    /// partitions with the machine's id for its acknowledgement, or (`None`) an assignment.
+    queue: VecDeque<(Vec<TopicPartition>, Option<u64>)>,
     /// The machine was told to leave: the member was closed, or its poll overran
     /// `max.poll.interval.ms`.
     pub(crate) leaving: bool,
@@ -51,6 +51,27 @@ impl Mirror {
             leave_started: None,
             diverged_since: None,
         }
+    }
+
+    /// The driving thread's turn before its requests, the same on the membership thread and in
+    /// the in-memory members of the tests, so that those tests run the thread's order: what
+    /// the poll thread did goes into the machine, time passes, and what the machine decided
+    /// goes into the session. False when the thread should exit at once.
+    pub(crate) fn turn(&mut self, now: Instant) -> bool {
+        if !self.look_at_the_session(now) {
+            return false;
+        }
+        self.machine.handle_timeout(now);
+        self.take_events();
+        self.check_ownership(now);
+        self.sync_session();
+        true
+    }
+
+    /// After a request was answered (or lost): what the machine decided goes into the session.
+    pub(crate) fn hand_over(&mut self) {
+        self.take_events();
+        self.sync_session();
     }
 
     /// Left (or out for good) after being told to leave: the driving thread may stop.
@@ -123,14 +144,12 @@ impl Mirror {
                         // closed the session; the machine only needs to hear it is done.
                         self.machine.revocation_done(lease_now(), id);
                     } else {
-                        self.queue
-                            .push_back((RebalanceEvent::Revoke(partitions), Some(id.0)));
+                        self.queue.push_back((partitions, Some(id.0)));
                     }
                 }
                 Event::Assign { partitions, .. } => {
                     if !self.leaving {
-                        self.queue
-                            .push_back((RebalanceEvent::Assign(partitions), None));
+                        self.queue.push_back((partitions, None));
                     }
                 }
                 Event::Lost { partitions, cause } => {
@@ -204,8 +223,7 @@ impl Mirror {
             state.lose_partitions(&extra, LostReason::NotOwnedByTheMembership);
         }
         if !missing.is_empty() {
-            self.queue
-                .push_back((RebalanceEvent::Assign(missing), None));
+            self.queue.push_back((missing, None));
         }
         drop(state);
         self.shared.wake.notify_all();
@@ -225,8 +243,12 @@ impl Mirror {
         if !state.member_epoch_is(&identity) {
             return;
         }
-        if let Some((event, ack)) = self.queue.front().cloned() {
-            if state.post_change(&identity, event, ack) {
+        if let Some((partitions, revocation)) = self.queue.front().cloned() {
+            let posted = match revocation {
+                Some(id) => state.post_revoke(&identity, partitions, id),
+                None => state.post_assign(&identity, partitions),
+            };
+            if posted {
                 self.queue.pop_front();
                 drop(state);
                 self.shared.wake.notify_all();

@@ -83,19 +83,18 @@
 //!   `machine/failures.rs`.
 //! - `types.rs`: the machine's vocabulary: its configuration, the heartbeat it asks to send and
 //!   the answer it is fed (both free of the wire encoding), and the [`Event`]s it hands out.
-//! - `errors.rs`: what each ConsumerGroupHeartbeat error code asks of the member ([`classify`]),
-//!   as Kafka defines it.
+//! - What each ConsumerGroupHeartbeat error code asks of the member is one column of the
+//!   heartbeat error table both heartbeat protocols share (`group/heartbeat_errors.rs`).
 //! - `reconcile.rs`: the reconciliation decisions as pure functions: which partitions of the
 //!   target can be named yet, what to revoke and what to assign, and which partitions a commit
 //!   refused with STALE_MEMBER_EPOCH may be retried.
-//! - `ids.rs`: topic ids and the member id a v1 client generates itself, printed the way Kafka
-//!   prints its `Uuid`.
 //! - `liveness.rs`: how long the member may trust its ownership without a fresh heartbeat
 //!   answer: the session bound derived from the heartbeat interval.
 //! - `wire.rs`: the requests on a coordinator connection (ConsumerGroupHeartbeat, and the
 //!   Metadata lookup that names topic ids), translated to and from the machine's types.
-//! - `thread.rs`: the membership thread, the I/O shell around the machine: it heartbeats,
-//!   resolves topic ids and hands the machine's decisions to the poll thread.
+//! - `thread.rs`: the membership thread: what this protocol supplies to the membership-thread
+//!   shell both heartbeat protocols run on (`group/membership_thread.rs`, which heartbeats and
+//!   resolves topic ids); it hands the machine's decisions to the poll thread.
 //! - `member.rs`: [`ConsumerGroupMember`], the generic poll-thread member over this protocol.
 //! - `mirror.rs`: the machine mirrored into the shared session (what the poll thread did goes
 //!   in, what the machine decided comes out as changes), run by the membership thread and by
@@ -103,8 +102,6 @@
 //! - `tests.rs`: the machine driven through whole group lives against the in-memory coordinator,
 //!   with time passed in.
 
-mod errors;
-mod ids;
 pub(crate) mod liveness;
 mod machine;
 mod member;
@@ -114,8 +111,7 @@ mod thread;
 mod types;
 pub mod wire;
 
-pub use errors::{classify, ErrorAction};
-pub use ids::{generate_member_id, TopicId};
+pub use crate::group::ids::{generate_member_id, TopicId};
 pub use machine::{ConsumerGroupMembership, MemberState};
 pub use member::{ConsumerGroup, ConsumerGroupMember};
 pub use reconcile::StaleEpochRetry;

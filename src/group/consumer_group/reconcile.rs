@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::ids::TopicId;
 use super::types::IdAssignment;
 use crate::group::commit::stale_epoch_retry_named;
 pub use crate::group::commit::StaleEpochRetry;
+use crate::group::ids::TopicId;
 use crate::TopicPartition;
 
 /// One partition known both by topic id (for the broker) and by name (for everyone else).

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::ids::TopicId;
+use crate::group::ids::TopicId;
 use crate::group::outcome::{FatalError, LostReason};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;

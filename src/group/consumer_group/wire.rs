@@ -1,6 +1,6 @@
 //! The consumer group protocol's requests on a coordinator connection: ConsumerGroupHeartbeat
-//! (API 68) at the highest version both sides speak, and the Metadata lookup that names the
-//! topic ids an assignment arrives with.
+//! (API 68) at the highest version both sides speak (the Metadata look-up that names the topic
+//! ids an assignment arrives with is both heartbeat protocols', in `group/ids.rs`).
 //!
 //! Why here and not in `group/requests.rs`: the machine's request and answer types
 //! ([`HeartbeatRequest`], [`HeartbeatResponse`]) are translated to and from `kafka-protocol`'s in
@@ -11,10 +11,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::{regex_unsupported, REGEX_VERSION};
-use super::ids::TopicId;
 use super::types::{HeartbeatRequest, HeartbeatResponse, IdAssignment};
 use crate::group::error::GroupError;
+use crate::group::heartbeat_errors::{regex_unsupported, REGEX_VERSION};
+/// The Metadata look-up that names topic ids, as both heartbeat protocols' threads make it
+/// (defined in `group/ids.rs`); here for the integration tests that drive the machine directly.
+pub use crate::group::ids::resolve_topic_ids;
+use crate::group::ids::TopicId;
 use crate::wire::Client;
 use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
 
@@ -30,14 +33,6 @@ fn str_bytes(s: &str) -> StrBytes {
 /// broker does not speak the protocol (a classic-only cluster).
 pub fn heartbeat_version(conn: &Connection) -> WireResult<i16> {
     conn.version_within(ApiKey::ConsumerGroupHeartbeat, HEARTBEAT_VERSIONS)
-}
-
-/// True when `error` says the coordinator shares no ConsumerGroupHeartbeat version with us: a
-/// broker before Kafka 4.0, or one with the consumer group protocol off, does not advertise
-/// the API at all. No retry can make it appear.
-pub fn heartbeat_unsupported(error: &WireError) -> bool {
-    matches!(error, WireError::UnsupportedVersion { api, .. }
-        if *api == ApiKey::ConsumerGroupHeartbeat as i16)
 }
 
 fn encode(req: &HeartbeatRequest) -> msg::ConsumerGroupHeartbeatRequest {
@@ -117,44 +112,6 @@ pub fn send_heartbeat(
     let v = heartbeat_version(conn)?;
     let resp = conn.send(&encode(req), v)?;
     Ok((v, decode(resp)))
-}
-
-/// Names topic ids through Metadata on `conn`: by id where the broker supports it (v12+),
-/// otherwise from the metadata of every topic. An id the broker does not know is left out (the
-/// machine keeps it unresolved and asks again).
-pub fn resolve_topic_ids(
-    conn: &mut Connection,
-    ids: &[TopicId],
-) -> WireResult<Vec<(TopicId, String)>> {
-    let v = conn.version_within(ApiKey::Metadata, VersionRange::new(10, 12))?;
-    let topics = (v >= 12).then(|| {
-        ids.iter()
-            .map(|id| {
-                metadata_request::MetadataRequestTopic::default()
-                    .with_topic_id(id.to_uuid())
-                    .with_name(None)
-            })
-            .collect()
-    });
-    let req = msg::MetadataRequest::default()
-        .with_topics(topics)
-        .with_allow_auto_topic_creation(false);
-    let resp = conn.send(&req, v)?;
-    let mut out = Vec::new();
-    for t in resp.topics {
-        let id = TopicId::from_uuid(t.topic_id);
-        if !ids.contains(&id) {
-            continue;
-        }
-        match (KafkaCode::from_code(t.error_code), t.name) {
-            (None, Some(name)) => out.push((id, name.to_string())),
-            (code, _) => log::debug!(
-                "metadata: topic id {id} not resolvable ({})",
-                code.map_or_else(|| "no name".to_string(), KafkaCode::name)
-            ),
-        }
-    }
-    Ok(out)
 }
 
 /// The ids of `names` (topics the cluster knows), for a shell that resolves its subscription up

@@ -1,7 +1,8 @@
-//! The session's commit transitions: whether a commit made for an identity may be sent now
-//! ([`SessionState::may_commit`], and why not: [`CommitRefusal`]), which of a commit's
-//! per-partition errors speak about the membership itself ([`membership_refusal`]), and what a
-//! refused commit does to the membership ([`SessionState::commit_refused`]).
+//! The session's commit transition: what a refused commit does to the membership
+//! ([`SessionState::commit_refused`]). Whether a commit may be sent at all is a read of the
+//! session (`SessionState::may_commit`, in `session.rs`), and which per-partition errors speak
+//! about the membership is the commit's own question (`group/commit.rs`): both lie on every
+//! commit's path, this file only on a refused one's.
 //!
 //! Separate from `session.rs` because these are the commit path's questions to the session
 //! (asked by `group/commit.rs` for every protocol), not steps of the member's own life cycle;
@@ -14,23 +15,8 @@ use crate::group::requests::MemberIdentity;
 use crate::wire::KafkaCode;
 
 impl SessionState {
-    /// Whether a commit made for `identity` may be sent now: checked right before the request,
-    /// against the membership as it is now, so a loss detected by the heartbeat thread after the
-    /// caller chose what to commit stops the commit.
-    pub(crate) fn may_commit(&self, identity: &MemberIdentity) -> Result<(), CommitRefusal> {
-        if identity.generation_id < 0 || identity.member_id.is_empty() {
-            return Err(CommitRefusal::NotInGeneration);
-        }
-        if self.identity != *identity {
-            return Err(CommitRefusal::GenerationOver {
-                current_generation_id: self.identity.generation_id,
-            });
-        }
-        Ok(())
-    }
-
     /// The coordinator refused a commit made for `identity` with `code` (one of
-    /// [`membership_refusal`]'s). For the application's commit between polls
+    /// `commit::membership_refusal`'s). For the application's commit between polls
     /// (`between_polls`), an answer that ends the membership loses the assignment here, as the
     /// heartbeat thread does on the same answers. Inside a revocation the partitions are fenced
     /// by the revocation already, and the JoinGroup that follows learns the same; there, and for
@@ -96,30 +82,4 @@ impl SessionState {
             }
         }
     }
-}
-
-/// Why [`SessionState::may_commit`] refused a commit (the group id is the shell's to add).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum CommitRefusal {
-    /// The identity is outside any generation.
-    NotInGeneration,
-    /// The generation the commit was made for is over.
-    GenerationOver {
-        /// The member's generation now (-1 when it has none).
-        current_generation_id: i32,
-    },
-}
-
-/// The first per-partition commit error that speaks about the membership itself (the generation
-/// or member id is no longer valid, or the group is rebalancing), if any.
-pub(crate) fn membership_refusal(codes: impl IntoIterator<Item = KafkaCode>) -> Option<KafkaCode> {
-    codes.into_iter().find(|&c| {
-        matches!(
-            c,
-            KafkaCode::ILLEGAL_GENERATION
-                | KafkaCode::UNKNOWN_MEMBER_ID
-                | KafkaCode::FENCED_INSTANCE_ID
-                | KafkaCode::REBALANCE_IN_PROGRESS
-        )
-    })
 }

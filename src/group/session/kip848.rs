@@ -3,7 +3,7 @@
 //! `consumer_group/mirror.rs`).
 //!
 //! The same state serves both protocols so that the poll thread reads one story: a decided
-//! change waits as one [`Pending`] and is handed to the poll thread at a batch boundary by the member (`Membership::next_change`), a
+//! change waits as [`Change`]s and is handed to the poll thread at a batch boundary by the member (`Membership::next_change`), a
 //! loss goes through [`SessionState::lose`], commits are checked by
 //! [`SessionState::may_commit`]. What differs is who decides: here the broker's target
 //! assignment, reconciled by the machine, instead of a JoinGroup/SyncGroup round. The identity's
@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Pending, Phase, SessionState};
-use crate::group::membership::{RebalanceEvent, RebalancePlan};
+use super::{Phase, SessionState};
+use crate::group::changes::{Change, Decision, Origin};
 use crate::group::outcome::LostReason;
 use crate::group::requests::MemberIdentity;
 use crate::TopicPartition;
@@ -23,7 +23,7 @@ impl SessionState {
     /// a change is applied with the identity it was decided in; the caller retries later.
     /// False when a change is pending or the member is closed.
     pub(crate) fn member_epoch_is(&mut self, identity: &MemberIdentity) -> bool {
-        if self.phase == Phase::Closed || self.pending.is_some() {
+        if self.phase == Phase::Closed || self.decided.is_some() {
             return false;
         }
         if self.identity != *identity || self.phase != Phase::Stable {
@@ -34,56 +34,76 @@ impl SessionState {
         true
     }
 
-    /// Posts one change the machine decided (a revocation, with its id for the acknowledgement,
-    /// or an assignment) for the poll thread, fencing what it revokes at once. False while
-    /// another change still waits (changes go one at a time, in the machine's order) or the
-    /// member is not in the group as `identity`.
-    pub(crate) fn post_change(
+    /// Posts the machine's revocation `machine` of `partitions` for the poll thread, fencing
+    /// them at once. False while another change still waits (changes go one at a time, in the
+    /// machine's order) or the member is not in the group as `identity`.
+    pub(crate) fn post_revoke(
         &mut self,
         identity: &MemberIdentity,
-        event: RebalanceEvent,
-        ack: Option<u64>,
+        partitions: Vec<TopicPartition>,
+        machine: u64,
     ) -> bool {
-        if self.pending.is_some() || self.phase != Phase::Stable || self.identity != *identity {
+        if !self.may_post(identity) {
             return false;
         }
-        let mut owned_after: Vec<TopicPartition> = self.owned.clone();
-        let mut fenced = None;
-        match &event {
-            RebalanceEvent::Revoke(partitions) => {
-                owned_after.retain(|tp| !partitions.contains(tp));
-                if let Some(fence) = &self.fence_hook {
-                    log::info!(
-                        "member epoch {} revokes {} partition(s): fenced now, handed off at the \
-                         next batch boundary",
-                        identity.generation_id,
-                        partitions.len()
-                    );
-                    fenced = Some(fence(partitions));
-                }
-            }
-            RebalanceEvent::Assign(partitions) => {
-                owned_after.extend(partitions.iter().cloned());
-                owned_after.sort();
-                owned_after.dedup();
-            }
-            RebalanceEvent::Lost(_) => return false,
-        }
-        // An assignment is applied through `assigning`, which sets the owned partitions to the
-        // plan's; a revocation through `revoked`. Neither asks for a round.
-        self.pending = Some(Pending {
+        let mut owned_after = self.owned.clone();
+        owned_after.retain(|tp| !partitions.contains(tp));
+        let decision = self.machine_decision(owned_after, Some(machine));
+        let change = Change::Revoke {
             identity: identity.clone(),
-            leader: false,
-            plan: RebalancePlan {
-                events: vec![event],
-                owned_after,
-                rejoin: false,
-            },
-            ack,
-            fenced,
-            id: self.next_change_id(),
-        });
+            partitions,
+            fenced: None,
+            decision,
+        };
+        self.decide(vec![change], "member epoch");
         true
+    }
+
+    /// Posts the machine's assignment of `partitions` (the new ones) for the poll thread; false
+    /// as for [`post_revoke`](Self::post_revoke).
+    pub(crate) fn post_assign(
+        &mut self,
+        identity: &MemberIdentity,
+        partitions: Vec<TopicPartition>,
+    ) -> bool {
+        if !self.may_post(identity) {
+            return false;
+        }
+        let mut owned_after = self.owned.clone();
+        owned_after.extend(partitions.iter().cloned());
+        owned_after.sort();
+        owned_after.dedup();
+        let decision = self.machine_decision(owned_after, None);
+        let change = Change::Assign {
+            identity: identity.clone(),
+            partitions,
+            leader: false,
+            decision,
+        };
+        self.decide(vec![change], "member epoch");
+        true
+    }
+
+    /// True when a change of `identity` may be posted: none waits, and the member is in the
+    /// group as `identity`.
+    fn may_post(&self, identity: &MemberIdentity) -> bool {
+        self.decided.is_none() && self.phase == Phase::Stable && self.identity == *identity
+    }
+
+    /// A decision of the machine's: an assignment sets the owned partitions to `owned_after`
+    /// (`assigning`), a revocation takes its partitions out (`revoked`); neither asks for a
+    /// round.
+    fn machine_decision(
+        &mut self,
+        owned_after: Vec<TopicPartition>,
+        machine: Option<u64>,
+    ) -> Decision {
+        Decision(Origin::Session {
+            id: self.next_change_id(),
+            owned_after,
+            rejoin: false,
+            machine,
+        })
     }
 
     /// The revocations the poll thread finished since the last call, for the machine's

@@ -7,7 +7,7 @@
 //! lead, sync, stabilise; tick, heartbeat, feed the answer), with requests answered by the
 //! [`Coordinator`] instead of a socket, and the changes recorded as callbacks. These tests pin
 //! the session's decisions one transition at a time; the order in which a member hands the
-//! changes to the poll thread (`group/handout.rs`) and the consumer applies them is run for real,
+//! changes to the poll thread (`group/member.rs`'s `Handout`) and the consumer applies them is run for real,
 //! with this coordinator, by the whole-consumer tests in `tests/in_memory_consumer.rs`.
 
 use std::collections::BTreeMap;
@@ -18,6 +18,7 @@ use bytes::Bytes;
 use super::*;
 use crate::group::assignor::MemberSubscription;
 use crate::group::assignor::{assign_and_encode, assignor_for, select_protocol, Strategy};
+use crate::group::commit::membership_refusal;
 use crate::group::subscription::{decode_assignment, decode_subscription, Subscription};
 use crate::testing::classic::{Coordinator, GroupState, JoinReply, JoinRequest};
 
@@ -162,13 +163,16 @@ impl TestMember {
                 self.callbacks.push(Callback::Lost { partitions, reason });
             }
         }
-        let Some(pending) = pending else {
+        let Some(decision) = pending.first().and_then(Change::decision).cloned() else {
             return;
         };
-        let me = pending.identity.clone();
-        for event in pending.plan.events.iter().cloned() {
-            match event {
-                RebalanceEvent::Revoke(partitions) => {
+        for change in pending {
+            match change {
+                Change::Revoke {
+                    identity: me,
+                    partitions,
+                    ..
+                } => {
                     commit(&mut self.session, &me);
                     self.callbacks.push(Callback::Revoked {
                         generation: me.generation_id,
@@ -176,8 +180,12 @@ impl TestMember {
                     });
                     self.session.revoked(&me, &partitions);
                 }
-                RebalanceEvent::Assign(partitions) => {
-                    if !self.session.assigning(&me, &pending.plan) {
+                Change::Assign {
+                    identity: me,
+                    partitions,
+                    ..
+                } => {
+                    if !self.session.assigning(&me, &decision) {
                         break;
                     }
                     self.callbacks.push(Callback::Assigned {
@@ -185,13 +193,12 @@ impl TestMember {
                         partitions,
                     });
                 }
-                RebalanceEvent::Lost(partitions) => self.callbacks.push(Callback::Lost {
-                    partitions,
-                    reason: LostReason::Fenced(KafkaCode::NONE),
-                }),
+                Change::Lost { partitions, reason } => {
+                    self.callbacks.push(Callback::Lost { partitions, reason })
+                }
             }
         }
-        self.session.changes_applied(&me, pending.id);
+        self.session.changes_applied(&decision);
     }
 
     fn fenced(&self) -> Vec<Vec<TopicPartition>> {
@@ -232,14 +239,12 @@ impl TestMember {
             panic!("start_join while {:?}", self.session.next_step());
         };
         let revoke = self.session.revoke_before_join(self.protocol);
-        for event in revoke.events {
-            if let RebalanceEvent::Revoke(partitions) = event {
-                self.callbacks.push(Callback::Revoked {
-                    generation: revoke.identity.generation_id,
-                    partitions,
-                });
-                self.session.revoked_before_join();
-            }
+        if !revoke.partitions.is_empty() {
+            self.callbacks.push(Callback::Revoked {
+                generation: revoke.identity.generation_id,
+                partitions: revoke.partitions,
+            });
+            self.session.revoked_before_join();
         }
         let start = self.session.join();
         let mut subscription = Subscription::new([TOPIC]);
@@ -407,12 +412,20 @@ impl TestMember {
             );
             return Ok(true);
         }
-        let plan = self
-            .session
-            .stabilise(self.protocol, &round.start.owned, &assigned.partitions);
-        for event in plan.events.iter().cloned() {
-            match event {
-                RebalanceEvent::Revoke(partitions) => {
+        let leader = round.joined.as_ref().is_some_and(|j| j.leader);
+        let changes = self.session.stabilise(
+            self.protocol,
+            &me,
+            leader,
+            &round.start.owned,
+            &assigned.partitions,
+        );
+        let Some(decision) = changes.first().and_then(Change::decision).cloned() else {
+            return Ok(true);
+        };
+        for change in changes {
+            match change {
+                Change::Revoke { partitions, .. } => {
                     during_revoke(&mut self.session);
                     self.callbacks.push(Callback::Revoked {
                         generation: me.generation_id,
@@ -420,8 +433,8 @@ impl TestMember {
                     });
                     self.session.revoked(&me, &partitions);
                 }
-                RebalanceEvent::Assign(partitions) => {
-                    if !self.session.assigning(&me, &plan) {
+                Change::Assign { partitions, .. } => {
+                    if !self.session.assigning(&me, &decision) {
                         return Ok(true);
                     }
                     self.callbacks.push(Callback::Assigned {
@@ -429,10 +442,9 @@ impl TestMember {
                         partitions,
                     });
                 }
-                RebalanceEvent::Lost(partitions) => self.callbacks.push(Callback::Lost {
-                    partitions,
-                    reason: LostReason::Fenced(KafkaCode::NONE),
-                }),
+                Change::Lost { partitions, reason } => {
+                    self.callbacks.push(Callback::Lost { partitions, reason })
+                }
             }
         }
         Ok(true)
@@ -1127,9 +1139,9 @@ fn a_commit_refusal_heard_after_a_reset_changes_nothing_more() {
 fn closing_hands_back_everything_once_and_stops_the_heartbeats() {
     let (mut c, mut a) = alone(Strategy::CooperativeSticky);
     let me = a.session.identity().clone();
-    let (identity, events) = a.session.leave().expect("not closed yet");
+    let (identity, partitions) = a.session.leave().expect("not closed yet");
     assert_eq!(identity, me);
-    assert_eq!(events, vec![RebalanceEvent::Revoke(tps(&[0, 1, 2, 3]))]);
+    assert_eq!(partitions, tps(&[0, 1, 2, 3]));
     a.session.close();
     assert_eq!(a.session.phase(), Phase::Closed);
     assert_eq!(a.session.next_step(), NextStep::Closed);
@@ -1308,12 +1320,17 @@ fn cooperative_round_decided_beside() -> (Coordinator, TestMember, TestMember) {
 #[test]
 fn a_cooperative_revocation_is_fenced_when_decided_and_the_follow_up_waits_for_its_handoff() {
     let (mut c, mut a, _b) = cooperative_round_decided_beside();
-    let moving = a
+    assert!(a.session.pending().is_some(), "a decided change");
+    let moving: Vec<TopicPartition> = a
         .session
-        .pending()
-        .expect("a decided change")
-        .plan
-        .revoked();
+        .waiting()
+        .iter()
+        .filter_map(|change| match change {
+            Change::Revoke { partitions, .. } => Some(partitions.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
     assert_eq!(moving.len(), 2);
     // Fenced at once, as a revocation (the lost hook stays silent); nothing applied yet.
     assert_eq!(a.fenced_ahead(), vec![moving.clone()]);
@@ -1379,10 +1396,11 @@ fn a_loss_before_the_poll_thread_applied_a_decided_change_voids_it() {
 #[test]
 fn a_change_applied_late_does_not_clear_the_next_generations_change() {
     let (_c, mut a, _b) = cooperative_round_decided_beside();
-    let (old_identity, old_change) = {
-        let pending = a.session.pending().expect("a decided change");
-        (pending.identity.clone(), pending.id)
-    };
+    let old_identity = a.session.identity().clone();
+    let old_change = a.session.waiting()[0]
+        .decision()
+        .cloned()
+        .expect("a decided change");
     a.session
         .lose(LostReason::Fenced(KafkaCode::ILLEGAL_GENERATION), false);
     // A new round completed (generation 9) before the old change's application returned.
@@ -1398,11 +1416,16 @@ fn a_change_applied_late_does_not_clear_the_next_generations_change() {
         &[],
         &tps(&[1]),
     );
-    a.session.changes_applied(&old_identity, old_change);
-    assert_eq!(
-        a.session.pending().map(|p| p.identity.generation_id),
-        Some(9)
+    a.session.changes_applied(&old_change);
+    assert!(
+        a.session.pending().is_some(),
+        "the next generation's change stays"
     );
+    assert!(a.session.waiting().iter().all(|change| matches!(
+        change,
+        Change::Revoke { identity, .. } | Change::Assign { identity, .. }
+            if identity.generation_id == 9
+    )));
 }
 
 #[test]
@@ -1468,9 +1491,7 @@ fn a_loss_detected_before_a_reassignment_of_the_same_partitions_is_reported_befo
         member_id: "member-1".to_string(),
     };
     assert!(a.session.member_epoch_is(&again));
-    assert!(a
-        .session
-        .post_change(&again, RebalanceEvent::Assign(tps(&[0, 1, 2, 3])), None));
+    assert!(a.session.post_assign(&again, tps(&[0, 1, 2, 3])));
     // The poll thread applies the change: the loss, detected before the reassignment, must reach
     // the listener (and the guard) before it, never after, or the guard would mark the
     // partitions lost again while the membership owns them.

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::errors::{classify, share_groups_unsupported, ShareErrorAction};
-use crate::group::consumer_group::TopicId;
-use crate::group::outcome::FatalError;
+use crate::group::heartbeat_errors::{self, share_groups_unsupported};
+use crate::group::ids::TopicId;
+use crate::group::outcome::{ErrorAction, FatalError, GroupApi};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
@@ -348,11 +348,11 @@ impl ShareGroupMachine {
 
     fn on_error(&mut self, now: Instant, code: KafkaCode, message: Option<&str>) {
         match classify(code, message) {
-            ShareErrorAction::Rediscover => {
+            ErrorAction::RediscoverCoordinator => {
                 self.needs_coordinator = true;
                 self.send_full = true;
             }
-            ShareErrorAction::Rejoin => {
+            ErrorAction::ResetAndRejoin { .. } => {
                 log::info!(
                     "share group {}: member {} answered {}: rejoining at epoch 0 with the same \
                      member id",
@@ -369,12 +369,13 @@ impl ShareGroupMachine {
                 self.metadata_at = None;
                 self.publish(SHARE_JOIN_EPOCH, BTreeSet::new());
             }
-            ShareErrorAction::Retry => {
+            // The table gives a heartbeat neither Proceed nor Rejoin.
+            ErrorAction::Retry | ErrorAction::Proceed | ErrorAction::Rejoin => {
                 self.send_full = true;
                 self.next_at = Some(now + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.config.retry_backoff_max);
             }
-            ShareErrorAction::Fatal(fatal) => self.fail(fatal),
+            ErrorAction::Fatal(fatal) => self.fail(fatal),
         }
     }
 
@@ -478,13 +479,13 @@ impl ShareGroupMachine {
     }
 }
 
-/// Whether an answer to the leave heartbeat ends the leave: any but the coordinator's
-/// "ask someone else" codes, after which the leave goes to the new coordinator.
+/// Whether an answer to the leave heartbeat ends the leave: any but the codes that send the
+/// member to the coordinator again (the table's), after which the leave goes to the new one.
 fn classify_leave(code: KafkaCode) -> bool {
-    !matches!(
-        code,
-        KafkaCode::NOT_COORDINATOR
-            | KafkaCode::COORDINATOR_NOT_AVAILABLE
-            | KafkaCode::COORDINATOR_LOAD_IN_PROGRESS
-    )
+    code == KafkaCode::NONE || !matches!(classify(code, None), ErrorAction::RediscoverCoordinator)
+}
+
+/// The ShareGroupHeartbeat column of the heartbeat error table.
+fn classify(code: KafkaCode, message: Option<&str>) -> ErrorAction {
+    heartbeat_errors::classify(GroupApi::ShareGroupHeartbeat, code, message)
 }

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::machine::{ShareAssignment, ShareGroupMachine, ShareMachineConfig};
 use super::thread::{spawn, Shared, State, Stop};
-use crate::group::consumer_group::generate_member_id;
 use crate::group::error::GroupError;
+use crate::group::ids::generate_member_id;
+use crate::guard::lease_now;
 use crate::wire::{ClientConfig, Nudge, WireError};
 
 /// How a share member is set up.
@@ -145,7 +146,7 @@ impl ShareMembership {
             if now >= deadline {
                 drop(s);
                 // A join may have reached the broker: leave, bounded, without waiting here.
-                membership.signal(Stop::Leave(Instant::now() + membership.leave_timeout));
+                membership.signal(Stop::Leave(lease_now() + membership.leave_timeout));
                 membership.handle = None;
                 return Err(GroupError::Wire(WireError::Timeout {
                     what: format!(
@@ -213,7 +214,7 @@ impl ShareMembership {
             self.stop_and_join(Stop::Abandon, Duration::from_secs(1));
             return Err(e);
         }
-        self.stop_and_join(Stop::Leave(Instant::now() + timeout), timeout);
+        self.stop_and_join(Stop::Leave(lease_now() + timeout), timeout);
         let s = self.shared.lock();
         if s.left {
             return Ok(());
@@ -242,7 +243,7 @@ impl ShareMembership {
     /// heartbeat is answered UNKNOWN_MEMBER_ID, after which the member rejoins. For tests.
     #[doc(hidden)]
     pub fn pause_heartbeats(&self, pause: Duration) {
-        self.shared.lock().paused_until = Some(Instant::now() + pause);
+        self.shared.lock().paused_until = Some(lease_now() + pause);
         self.shared.notify();
     }
 
@@ -295,7 +296,7 @@ impl Drop for ShareMembership {
     fn drop(&mut self) {
         if self.handle.is_some() {
             let bound = self.leave_timeout;
-            self.stop_and_join(Stop::Leave(Instant::now() + bound), bound);
+            self.stop_and_join(Stop::Leave(lease_now() + bound), bound);
         }
     }
 }

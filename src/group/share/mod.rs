@@ -30,27 +30,27 @@
 //!
 //! - `machine.rs`: [`ShareGroupMachine`], the sans-I/O member: what to send and when, what an
 //!   answer means, the published [`ShareAssignment`]; time is passed in.
-//! - `errors.rs`: what each ShareGroupHeartbeat error code asks of the member ([`classify`]).
+//! - What each ShareGroupHeartbeat error code asks of the member is one column of the heartbeat
+//!   error table both heartbeat protocols share (`group/heartbeat_errors.rs`).
 //! - `wire.rs`: ShareGroupHeartbeat encoded and decoded on a coordinator connection.
-//! - `thread.rs`: the heartbeat thread, the I/O shell: coordinator look-ups, heartbeats,
-//!   Metadata for topic ids, and the state it shares with the caller.
+//! - `thread.rs`: the heartbeat thread: what share groups supply to the membership-thread
+//!   shell both heartbeat protocols run on (`group/membership_thread.rs`), and the state it
+//!   shares with the caller.
 //! - `membership.rs`: [`ShareMembership`] and [`ShareMembershipConfig`], what the share
 //!   consumer holds: join, the assignment at any time, waiting for a change, leave.
 //! - `tests.rs`: the machine driven through whole lives with time passed in.
 
-mod errors;
 mod machine;
 mod membership;
 mod thread;
 mod wire;
 
-pub use errors::{classify, ShareErrorAction};
 pub use machine::{
     ShareAssignment, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatAnswer, ShareIdAssignment,
     ShareMachineConfig, ShareState, SHARE_JOIN_EPOCH, SHARE_LEAVE_EPOCH,
 };
 pub use membership::{ShareMembership, ShareMembershipConfig};
-pub use wire::{send_share_heartbeat, share_heartbeat_unsupported, share_heartbeat_version};
+pub use wire::{send_share_heartbeat, share_heartbeat_version};
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::group::consumer_group::TopicId;
+use crate::group::ids::TopicId;
 use crate::group::outcome::GroupApi;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;

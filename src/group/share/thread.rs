@@ -1,33 +1,34 @@
-//! The heartbeat thread of a share-group member: the I/O shell around
-//! [`ShareGroupMachine`]. It finds the coordinator (FindCoordinator, key type 0: the group),
-//! sends the heartbeat the machine asks for on its own client, names topic ids through
-//! Metadata, and publishes what changed into the [`Shared`] state that
-//! [`ShareMembership`](super::ShareMembership) reads.
-//!
-//! Coordinator outages are paced the way the consumer group member's are (`group/failover.rs`:
-//! short, capped retries of the look-up, bounded connects, one warning per outage and one info
-//! line with its length when a heartbeat is accepted again).
+//! The heartbeat thread of a share-group member: [`ShareGroupMachine`] run by the
+//! membership-thread shell both heartbeat protocols share (`group/membership_thread.rs`: the
+//! loop, the coordinator look-ups and their pacing, as the consumer group member's, the
+//! heartbeat and its answer, the wait). This file is what share groups supply to it: the
+//! [`Shared`] state that [`ShareMembership`](super::ShareMembership) reads (the assignment, a
+//! fatal error, a dead thread) and asks through (a stop, new topics), and the machine's side of
+//! each step.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::machine::{ShareAssignment, ShareGroupMachine, ShareState};
-use super::wire::{send_share_heartbeat, share_heartbeat_unsupported, share_heartbeat_version};
-use crate::group::consumer_group::wire::resolve_topic_ids;
-use crate::group::failover::{bound_membership_client, Failover};
-use crate::group::outcome::FatalError;
-use crate::wire::{Client, ClientConfig, Connection, ErrorChain, KafkaCode, Nudge, WireError};
+use super::machine::{
+    ShareAssignment, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatAnswer, ShareState,
+};
+use super::wire::{send_share_heartbeat, SHARE_HEARTBEAT_VERSIONS};
+use crate::group::ids::TopicId;
+use crate::group::membership_thread::{run, AfterTransportError, HeartbeatProtocol, Round};
+use crate::group::outcome::{FatalError, GroupApi};
+use crate::guard::lease_now;
+use kafka_protocol::messages::ApiKey;
 
-/// The longest the thread sleeps between looks at the shared state (a stop, new topics).
-const IDLE: Duration = Duration::from_millis(100);
+use crate::wire::{ClientConfig, Connection, KafkaCode, Nudge, VersionRange, WireError};
 
 /// How the caller wants the thread to end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stop {
     /// Keep going.
     No,
-    /// Send the leave heartbeat (epoch -1), for at most until this instant.
+    /// Send the leave heartbeat (epoch -1), for at most until this instant (on the lease
+    /// clock, `lease_now`, which the thread reads).
     Leave(Instant),
     /// Stop without a word to the broker (as a crashed process would).
     Abandon,
@@ -43,7 +44,7 @@ pub(crate) struct State {
     /// A new subscription, not yet taken by the thread.
     pub(crate) topics: Option<Vec<String>>,
     pub(crate) stop: Stop,
-    /// Send nothing before this (a test's stand-in for a stalled process).
+    /// Send nothing before this, on the lease clock (a test's stand-in for a stalled process).
     pub(crate) paused_until: Option<Instant>,
     /// The leave heartbeat was answered.
     pub(crate) left: bool,
@@ -127,90 +128,93 @@ pub(crate) fn spawn(
         .name(format!("share-heartbeat-{group_id}"))
         .spawn(move || {
             let _mark = ExitMark(shared.clone());
-            Driver::new(shared, client_config, machine, group_id, on_change).run();
+            let protocol = Share {
+                shared,
+                machine,
+                group_id,
+                on_change,
+                leave_until: None,
+            };
+            run(protocol, client_config);
         })
 }
 
-struct Driver {
+/// Share groups as the membership-thread shell runs them: the machine, and the state shared
+/// with the caller.
+struct Share {
     shared: Arc<Shared>,
     machine: ShareGroupMachine,
     group_id: String,
-    client_config: ClientConfig,
-    client: Option<Client>,
-    connect_retry: Option<Instant>,
-    failover: Failover,
-    coordinator: Option<i32>,
     on_change: Option<Nudge>,
+    /// The leave was asked for, to be answered by this instant.
     leave_until: Option<Instant>,
 }
 
-impl Driver {
-    fn new(
-        shared: Arc<Shared>,
-        client_config: ClientConfig,
-        machine: ShareGroupMachine,
-        group_id: String,
-        on_change: Option<Nudge>,
-    ) -> Self {
-        let mut client_config = client_config;
-        client_config.max_retries = 1;
-        bound_membership_client(&mut client_config);
-        let failover = Failover::new(&group_id, client_config.retry_backoff);
-        Driver {
-            shared,
-            machine,
-            group_id,
-            client_config,
-            client: None,
-            connect_retry: None,
-            failover,
-            coordinator: None,
-            on_change,
-            leave_until: None,
+impl Share {
+    /// Whether the machine is done (left, or failed for good).
+    fn is_over(&self) -> bool {
+        matches!(self.machine.state(), ShareState::Left | ShareState::Fatal)
+    }
+
+    /// Whether the leave ended with an answer (not by giving up at the deadline).
+    fn left_answered(&self) -> bool {
+        self.leave_until.is_some_and(|until| lease_now() < until)
+    }
+}
+
+impl HeartbeatProtocol for Share {
+    type Request = ShareHeartbeat;
+    type Answer = ShareHeartbeatAnswer;
+    const API: GroupApi = GroupApi::ShareGroupHeartbeat;
+    const API_KEY: ApiKey = ApiKey::ShareGroupHeartbeat;
+    const VERSIONS: VersionRange = SHARE_HEARTBEAT_VERSIONS;
+    const AFTER_TRANSPORT_ERROR: AfterTransportError = AfterTransportError {
+        pace_lookup: true,
+        fresh_client: true,
+    };
+
+    fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    /// Takes a stop (abandon: at once; leave: start the leave heartbeat) and new topics; gives
+    /// up a leave past its deadline. No requests while paused or once the machine is done.
+    fn before_io(&mut self, now: Instant) -> Round {
+        let paused;
+        {
+            let mut s = self.shared.lock();
+            match s.stop {
+                Stop::Abandon => return Round::Exit,
+                Stop::Leave(until) if self.leave_until.is_none() => {
+                    self.leave_until = Some(until);
+                    self.machine.leave();
+                }
+                _ => {}
+            }
+            if let Some(topics) = s.topics.take() {
+                self.machine.set_topics(topics);
+            }
+            paused = s.paused_until.is_some_and(|until| now < until);
+        }
+        if self.leave_until.is_some_and(|until| now >= until) {
+            log::warn!(
+                "share group {}: the leave heartbeat was not answered in time; the broker \
+                 removes member {} after its session timeout",
+                self.group_id,
+                self.machine.member_id()
+            );
+            self.machine.give_up_leaving();
+        }
+        if paused || self.is_over() {
+            Round::Idle
+        } else {
+            Round::Io
         }
     }
 
-    fn run(mut self) {
-        loop {
-            let now = Instant::now();
-            let paused;
-            {
-                let mut s = self.shared.lock();
-                match s.stop {
-                    Stop::Abandon => return,
-                    Stop::Leave(until) if self.leave_until.is_none() => {
-                        self.leave_until = Some(until);
-                        self.machine.leave();
-                    }
-                    _ => {}
-                }
-                if let Some(topics) = s.topics.take() {
-                    self.machine.set_topics(topics);
-                }
-                paused = s.paused_until.is_some_and(|until| now < until);
-            }
-            if self.leave_until.is_some_and(|until| now >= until) {
-                log::warn!(
-                    "share group {}: the leave heartbeat was not answered in time; the broker \
-                     removes member {} after its session timeout",
-                    self.group_id,
-                    self.machine.member_id()
-                );
-                self.machine.give_up_leaving();
-            }
-            if !paused && !matches!(self.machine.state(), ShareState::Left | ShareState::Fatal) {
-                self.io(now);
-            }
-            self.publish();
-            if matches!(self.machine.state(), ShareState::Left | ShareState::Fatal) {
-                return;
-            }
-            self.wait();
-        }
-    }
-
-    /// Hands what changed to the shared state, and wakes whoever waits.
-    fn publish(&mut self) {
+    /// Hands what changed to the shared state and wakes whoever waits; ends the thread once
+    /// the machine is done.
+    fn after_io(&mut self, _now: Instant) -> bool {
         let change = self.machine.take_assignment_change();
         let mut s = self.shared.lock();
         let mut news = false;
@@ -246,150 +250,70 @@ impl Driver {
                 nudge();
             }
         }
+        self.is_over()
     }
 
-    /// Whether the leave ended with an answer (not by giving up at the deadline).
-    fn left_answered(&self) -> bool {
-        self.leave_until.is_some_and(|until| Instant::now() < until)
-    }
-
-    fn io(&mut self, now: Instant) {
-        if self.machine.needs_coordinator() {
-            if self.connect_retry.is_some_and(|at| now < at) {
-                return;
-            }
-            match self.with_coordinator(|conn| share_heartbeat_version(conn)) {
-                Ok(_) => {
-                    self.machine.coordinator_found();
-                    self.connect_retry = None;
-                }
-                Err(error) if share_heartbeat_unsupported(&error) => {
-                    self.machine.on_unsupported(&ErrorChain(&error).to_string());
-                    return;
-                }
-                Err(error) => {
-                    self.outage_line("cannot reach the coordinator", &error);
-                    self.forget_coordinator();
-                    self.connect_retry = Some(now + self.failover.lost(now, self.coordinator));
-                    return;
-                }
-            }
-        }
-        if let Some(ids) = self.machine.poll_metadata(now) {
-            match self.with_coordinator(|conn| resolve_topic_ids(conn, &ids)) {
-                Ok(named) => self
-                    .machine
-                    .on_metadata(now, named.iter().map(|(id, name)| (*id, name.as_str()))),
-                Err(error) => {
-                    log::debug!(
-                        "share group {}: metadata for topic ids {ids:?} failed: {}",
-                        self.group_id,
-                        ErrorChain(&error)
-                    );
-                    self.machine.on_metadata(now, std::iter::empty());
-                }
-            }
-        }
-        let Some(hb) = self.machine.poll_transmit(now) else {
-            return;
-        };
-        match self.with_coordinator(|conn| send_share_heartbeat(conn, &hb)) {
-            Ok(answer) => {
-                let code = answer.error;
-                if code == KafkaCode::NONE {
-                    self.failover.accepted(Instant::now(), self.coordinator);
-                } else {
-                    log::debug!(
-                        "share group {}: heartbeat at epoch {} answered {}",
-                        self.group_id,
-                        hb.member_epoch,
-                        code.name()
-                    );
-                }
-                self.machine.on_response(Instant::now(), answer);
-                if self.machine.needs_coordinator() {
-                    // NOT_COORDINATOR and friends: paced like a lost connection.
-                    let delay = self.failover.lost(now, self.coordinator);
-                    self.connect_retry = Some(Instant::now() + delay);
-                    self.forget_coordinator();
-                }
-            }
-            Err(error) if share_heartbeat_unsupported(&error) => {
-                self.machine.on_unsupported(&ErrorChain(&error).to_string());
-            }
-            Err(error) => {
-                self.outage_line("heartbeat failed", &error);
-                let delay = self.failover.lost(now, self.coordinator);
-                self.connect_retry = Some(Instant::now() + delay);
-                self.forget_coordinator();
-                // The connection may be half-used: start over with a fresh client.
-                self.client = None;
-                self.machine.on_transport_error(Instant::now());
-            }
-        }
-    }
-
-    /// One warning per outage, debug lines for the retries inside it.
-    fn outage_line(&self, what: &str, error: &WireError) {
-        if self.failover.in_outage() {
-            log::debug!(
-                "share group {}: {what}: {}",
-                self.group_id,
-                ErrorChain(error)
-            );
-        } else {
-            log::warn!(
-                "share group {}: {what}: {}",
-                self.group_id,
-                ErrorChain(error)
-            );
-        }
-    }
-
-    fn client(&mut self) -> Result<&mut Client, WireError> {
-        if self.client.is_none() {
-            self.client = Some(Client::connect(self.client_config.clone())?);
-        }
-        self.client
-            .as_mut()
-            .ok_or_else(|| WireError::Config("share heartbeat client unavailable".to_string()))
-    }
-
-    fn with_coordinator<T>(
-        &mut self,
-        op: impl FnOnce(&mut Connection) -> Result<T, WireError>,
-    ) -> Result<T, WireError> {
-        let group = self.group_id.clone();
-        self.coordinator = None;
-        let node = self.client()?.find_coordinator(&group)?.node_id;
-        self.coordinator = Some(node);
-        op(self.client()?.connection(node)?)
-    }
-
-    fn forget_coordinator(&mut self) {
-        let group = self.group_id.clone();
-        if let Some(client) = self.client.as_mut() {
-            client.invalidate_coordinator(&group);
-        }
-    }
-
-    /// Sleeps until the machine has something due, the caller changed something, or [`IDLE`].
-    fn wait(&self) {
-        let now = Instant::now();
-        // While the coordinator is lost, the look-up's pacing decides; else the machine's.
-        let due = if self.machine.needs_coordinator() {
-            self.connect_retry
-        } else {
-            self.machine.poll_timeout()
-        };
-        let until = due.map_or(now + IDLE, |t| t.min(now + IDLE));
-        if until <= now {
-            return;
-        }
+    fn wait(&self, timeout: Duration) {
         let s = self.shared.lock();
         if s.topics.is_some() || (s.stop != Stop::No && self.leave_until.is_none()) {
             return;
         }
-        drop(self.shared.wait(s, until - now));
+        drop(self.shared.wait(s, timeout));
+    }
+
+    fn needs_coordinator(&self) -> bool {
+        self.machine.needs_coordinator()
+    }
+
+    fn coordinator_found(&mut self, _version: i16) {
+        self.machine.coordinator_found();
+    }
+
+    fn on_unsupported(&mut self, detail: &str) {
+        self.machine.on_unsupported(detail);
+    }
+
+    fn poll_metadata(&mut self, now: Instant) -> Option<Vec<TopicId>> {
+        self.machine.poll_metadata(now)
+    }
+
+    /// A failed look-up counts as one that named nothing: the machine paces its next try.
+    fn on_metadata(&mut self, now: Instant, named: Option<&[(TopicId, String)]>) {
+        let named = named.unwrap_or_default();
+        self.machine
+            .on_metadata(now, named.iter().map(|(id, name)| (*id, name.as_str())));
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<ShareHeartbeat> {
+        self.machine.poll_transmit(now)
+    }
+
+    fn on_response(&mut self, _round: Instant, answer: ShareHeartbeatAnswer) {
+        self.machine.on_response(lease_now(), answer);
+    }
+
+    fn on_transport_error(&mut self, now: Instant) {
+        self.machine.on_transport_error(now);
+    }
+
+    /// While the coordinator is lost, the look-up's pacing decides (the shell's); else the
+    /// machine's.
+    fn wake_at(&self) -> Option<Instant> {
+        if self.machine.needs_coordinator() {
+            None
+        } else {
+            self.machine.poll_timeout()
+        }
+    }
+
+    fn send(
+        conn: &mut Connection,
+        request: &ShareHeartbeat,
+    ) -> Result<ShareHeartbeatAnswer, WireError> {
+        send_share_heartbeat(conn, request)
+    }
+
+    fn code(answer: &ShareHeartbeatAnswer) -> KafkaCode {
+        answer.error
     }
 }

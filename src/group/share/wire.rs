@@ -5,8 +5,8 @@ use kafka_protocol::messages::{self as msg, ApiKey, GroupId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::machine::{ShareHeartbeat, ShareHeartbeatAnswer, ShareIdAssignment};
-use crate::group::consumer_group::TopicId;
-use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange, WireError};
+use crate::group::ids::TopicId;
+use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange};
 
 /// The ShareGroupHeartbeat versions this crate speaks: v1, the first of share groups' general
 /// availability (Kafka 4.1; v0 was 4.0's early access and is gone).
@@ -20,13 +20,6 @@ fn str_bytes(s: &str) -> StrBytes {
 /// broker does not speak it (before Kafka 4.1, or share groups off).
 pub fn share_heartbeat_version(conn: &Connection) -> WireResult<i16> {
     conn.version_within(ApiKey::ShareGroupHeartbeat, SHARE_HEARTBEAT_VERSIONS)
-}
-
-/// True when `error` says the broker shares no ShareGroupHeartbeat version with us: no retry
-/// can make it appear.
-pub fn share_heartbeat_unsupported(error: &WireError) -> bool {
-    matches!(error, WireError::UnsupportedVersion { api, .. }
-        if *api == ApiKey::ShareGroupHeartbeat as i16)
 }
 
 pub(crate) fn encode(hb: &ShareHeartbeat) -> msg::ShareGroupHeartbeatRequest {

@@ -1,18 +1,20 @@
 //! The handle a worker holds on one acquired record: its lock's deadline as this member may
 //! trust it, read against the monotonic clock by whoever asks.
 //!
-//! The deadline lives in one atomic shared by every clone of the handle, so that a renewal the
-//! poll thread records (the broker answered a RENEW) reaches the worker already holding the
-//! record, and a voided lease (the broker gave the record to us again, under a new
-//! acquisition) reads "not current" everywhere at once. No lock is taken to ask.
+//! The deadline is the guard's one lease [`Deadline`] (`guard/deadline.rs`), shared by every
+//! clone of the handle, so that a renewal the poll thread records (the broker answered a RENEW)
+//! reaches the worker already holding the record, and a voided lease (the broker gave the
+//! record to us again, under a new acquisition) reads "not current" everywhere at once. No lock
+//! is taken to ask; whether it holds is the rule every lease keeps (`lease_end`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::scope::SessionScope;
-use crate::guard::{Clock, IdempotencyKey};
+use crate::guard::deadline::{lease_end, Deadline, Timebase};
+use crate::guard::IdempotencyKey;
 use crate::TopicPartition;
 
 /// The lock the broker granted the records of one answer, as the guard needs it to lease them
@@ -30,9 +32,6 @@ pub struct Grant {
     /// The share session (and partition) that acquired them: its end ends their leases.
     pub scope: SessionScope,
 }
-
-/// The encoded deadline of a voided lease: never current again.
-const VOID: u64 = 0;
 
 /// A handle on the lock of one acquired record: cheap to clone (one reference count), shared
 /// with the worker that runs the record's handler.
@@ -54,37 +53,18 @@ struct Cell {
     /// finish is told apart from the finish of the acquisition that replaced it.
     acquisition: u64,
     key: Option<IdempotencyKey>,
-    clock: Arc<dyn Clock>,
-    /// The instant that deadlines are counted from (the guard's creation).
-    base: Instant,
-    /// Nanoseconds after `base` at which the lease ends, plus one; [`VOID`] once voided.
-    deadline: AtomicU64,
+    /// When the lease ends, on the guard's clock; ended for good once voided.
+    deadline: Deadline,
     /// The share session (and partition) that acquired the record: once it ended, the lease
     /// is not current whatever its deadline.
     scope: SessionScope,
-    /// Nanoseconds after `base` (plus one) by which the broker's lock has certainly ended: the
-    /// answer's arrival (or a later instant) plus the lock; moved forward by renewals. An
-    /// acknowledgement sent after it is certainly refused.
-    lock_ends_by: AtomicU64,
+    /// By when the broker's lock has certainly ended: the answer's arrival (or a later
+    /// instant) plus the lock; moved forward by renewals. An acknowledgement sent after it is
+    /// certainly refused.
+    lock_ends_by: Deadline,
     /// Set by the first finish, so that a second one (a caller's mistake) produces no second
     /// acknowledgement.
     finished: AtomicBool,
-}
-
-/// The clock leases read and the instant their deadlines are counted from, as the guard hands
-/// them to each lease.
-pub(super) struct Timebase {
-    pub(super) clock: Arc<dyn Clock>,
-    pub(super) base: Instant,
-}
-
-/// Nanoseconds from `base` to `at`, plus one, saturating; an instant before `base` encodes as
-/// `base` itself, which is earlier than any `now` the guard's clock reads after its creation.
-fn encode(base: Instant, at: Instant) -> u64 {
-    let nanos = at.saturating_duration_since(base).as_nanos();
-    u64::try_from(nanos)
-        .unwrap_or(u64::MAX - 1)
-        .saturating_add(1)
 }
 
 impl LockLease {
@@ -106,11 +86,9 @@ impl LockLease {
             delivery_count,
             acquisition,
             key,
-            clock: time.clock.clone(),
-            base: time.base,
-            deadline: AtomicU64::new(encode(time.base, deadline)),
+            deadline: Deadline::at(time.clone(), deadline),
             scope,
-            lock_ends_by: AtomicU64::new(encode(time.base, lock_ends_by)),
+            lock_ends_by: Deadline::at(time.clone(), lock_ends_by),
             finished: AtomicBool::new(false),
         }))
     }
@@ -119,14 +97,19 @@ impl LockLease {
     /// effect. Reads the monotonic clock itself, so a worker that was stalled (a frozen process,
     /// a starved thread) gets "no" as soon as it asks, whatever the poll thread has done since.
     pub fn is_current(&self) -> bool {
-        self.is_current_at(self.0.clock.now())
+        self.is_current_at(self.0.deadline.now())
     }
 
     /// [`is_current`](Self::is_current) at an instant the caller read from the guard's clock.
-    /// Never current once its share session ended.
+    /// Never current once its share session ended. A voided lease's deadline is ended, so it
+    /// reads as passed.
     pub fn is_current_at(&self, now: Instant) -> bool {
-        let deadline = self.0.deadline.load(Ordering::Acquire);
-        deadline != VOID && encode(self.0.base, now) < deadline && !self.0.scope.has_ended()
+        lease_end(
+            self.0.deadline.passed(now),
+            || self.0.scope.has_ended(),
+            || false,
+        )
+        .is_none()
     }
 
     /// The share session (and partition) that acquired the record: an acknowledgement decided
@@ -139,24 +122,23 @@ impl LockLease {
     /// answer's arrival plus the lock, or the latest renewal's): an acknowledgement sent later
     /// is certainly refused, so it is not sent.
     pub fn lock_ends_by(&self) -> Instant {
-        let encoded = self.0.lock_ends_by.load(Ordering::Acquire);
         self.0
-            .base
-            .checked_add(Duration::from_nanos(encoded.saturating_sub(1)))
-            .unwrap_or(self.0.base)
+            .lock_ends_by
+            .instant()
+            .unwrap_or_else(|| self.0.lock_ends_by.origin())
     }
 
     /// The current instant on the clock this lease reads (its guard's). A finish is stamped
     /// with it right after the handler returned: the guard decides the outcome at that
     /// instant, not at whatever later instant the poll thread gets to it.
     pub fn now(&self) -> Instant {
-        self.0.clock.now()
+        self.0.deadline.now()
     }
 
     /// How long the lease has left now (zero once it is not current), for a handler that bounds
     /// its own work (a call's timeout) by the lock.
     pub fn time_left(&self) -> Duration {
-        let now = self.0.clock.now();
+        let now = self.now();
         match self.deadline() {
             Some(deadline) if self.is_current_at(now) => deadline.saturating_duration_since(now),
             _ => Duration::ZERO,
@@ -167,11 +149,10 @@ impl LockLease {
     /// share session ended. An instant
     /// before the guard was created reads as the guard's creation.
     pub fn deadline(&self) -> Option<Instant> {
-        match self.0.deadline.load(Ordering::Acquire) {
-            VOID => None,
-            _ if self.0.scope.has_ended() => None,
-            encoded => self.0.base.checked_add(Duration::from_nanos(encoded - 1)),
+        if self.0.scope.has_ended() {
+            return None;
         }
+        self.0.deadline.instant()
     }
 
     /// How many times the broker has delivered this record (1 on its first delivery), for the
@@ -200,26 +181,18 @@ impl LockLease {
 
     /// Moves the latest end of the broker's lock to `to` if that is later (a renewal granted).
     pub(super) fn extend_lock_end(&self, to: Instant) {
-        self.0
-            .lock_ends_by
-            .fetch_max(encode(self.0.base, to), Ordering::AcqRel);
+        self.0.lock_ends_by.extend(to);
     }
 
     /// Moves the deadline to `to` if that is later; never moves it back and never revives a
     /// voided lease. True when it moved.
     pub(super) fn extend(&self, to: Instant) -> bool {
-        let to = encode(self.0.base, to);
-        self.0
-            .deadline
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |at| {
-                (at != VOID && to > at).then_some(to)
-            })
-            .is_ok()
+        self.0.deadline.extend(to)
     }
 
     /// Ends the lease for good: it never reads current again.
     pub(super) fn void(&self) {
-        self.0.deadline.store(VOID, Ordering::Release);
+        self.0.deadline.end();
     }
 
     /// Marks the lease finished; false when it already was.

@@ -57,10 +57,10 @@ pub use scope::SessionScope;
 pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outcome};
 
 use crate::basics::partition::PartitionMap;
+use crate::guard::deadline::Timebase;
 use crate::guard::key_set::KeySet;
 use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};
 use crate::TopicPartition;
-use lease::Timebase;
 
 /// Half-way through a lock of `lock` granted in answer to a request sent at `sent_at`.
 fn half_way(sent_at: Instant, lock: Duration) -> Instant {
@@ -167,7 +167,7 @@ impl LockGuard {
             // set's CLOCK replacement forgets them in insertion order, oldest first.
             applied: KeySet::new(config.applied_keys, 1),
             config,
-            time: Timebase { clock, base },
+            time: Timebase::new(clock, base),
             held: PartitionMap::default(),
             in_flight: HashMap::new(),
             next_acquisition: 0,
@@ -182,7 +182,7 @@ impl LockGuard {
 
     /// The current instant on the clock the leases read.
     pub fn now(&self) -> Instant {
-        self.time.clock.now()
+        self.time.now()
     }
 
     /// Turns renewal on or off, for a caller that learns only after the start whether the broker

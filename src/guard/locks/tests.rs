@@ -1226,7 +1226,7 @@ fn a_lock_guard_made_as_the_share_consumer_makes_it_reads_the_clock_its_send_sta
     // `Instant` ends late by every suspend since the process started.
     let guard = LockGuard::new(LockGuardConfig::default()).expect("valid config");
     assert!(Arc::ptr_eq(
-        &guard.time.clock,
+        guard.time.clock(),
         &crate::guard::BootClock::shared()
     ));
 }

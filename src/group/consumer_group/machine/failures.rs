@@ -13,10 +13,10 @@ use std::time::Instant;
 use log::{debug, info, warn};
 
 use super::{ConsumerGroupMembership, InFlight, MemberState, Sent};
-use crate::group::consumer_group::errors::{classify, ErrorAction};
 use crate::group::consumer_group::reconcile::named;
 use crate::group::consumer_group::types::{Event, HeartbeatResponse, JOIN_EPOCH};
-use crate::group::outcome::{FatalError, LostReason};
+use crate::group::heartbeat_errors;
+use crate::group::outcome::{ErrorAction, FatalError, GroupApi, LostReason};
 use crate::wire::KafkaCode;
 
 impl ConsumerGroupMembership {
@@ -207,4 +207,9 @@ impl ConsumerGroupMembership {
         self.state = MemberState::Fatal;
         self.events.push_back(Event::Fatal(fatal));
     }
+}
+
+/// The ConsumerGroupHeartbeat column of the heartbeat error table.
+fn classify(code: KafkaCode, message: Option<&str>) -> ErrorAction {
+    heartbeat_errors::classify(GroupApi::ConsumerGroupHeartbeat, code, message)
 }

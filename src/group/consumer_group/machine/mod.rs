@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
-use super::errors::{regex_unsupported, REGEX_VERSION};
-use super::ids::{generate_member_id, TopicId};
 use super::liveness::session_bound;
 use super::reconcile::{self, by_id, changes, named, resolve, Owned, StaleEpochRetry};
 use super::types::{
     ConsumerGroupConfig, Event, HeartbeatRequest, HeartbeatResponse, IdAssignment, RevocationId,
     JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
+use crate::group::heartbeat_errors::{regex_unsupported, REGEX_VERSION};
+use crate::group::ids::{generate_member_id, TopicId};
 use crate::group::outcome::LostReason;
 use crate::wire::KafkaCode;
 use crate::TopicPartition;

@@ -1,5 +1,9 @@
-//! The two 16-byte identifiers of the consumer group protocol: topic ids (the broker names
-//! assigned partitions by topic id, not by name) and the member id a v1 client generates itself.
+//! The two 16-byte identifiers of the heartbeat protocols (the consumer group protocol's and
+//! share groups'): topic ids (the broker names assigned partitions by topic id, not by name) and
+//! the member id a client generates itself (KIP-848 from v1, share groups always).
+//!
+//! Topic ids are named through Metadata ([`resolve_topic_ids`]), on the membership thread's
+//! coordinator connection, for either protocol.
 //!
 //! Both are printed the way Kafka prints its `Uuid`: URL-safe base64 without padding, 22
 //! characters, so a member id in our logs is the one in the broker's log and in
@@ -16,6 +20,10 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use kafka_protocol::messages::{self as msg, metadata_request, ApiKey};
+
+use crate::wire::{Connection, KafkaCode, Result as WireResult, VersionRange};
 
 const BASE64_URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -112,6 +120,44 @@ pub fn generate_member_id() -> String {
             return text;
         }
     }
+}
+
+/// Names topic ids through Metadata on `conn`: by id where the broker supports it (v12+),
+/// otherwise from the metadata of every topic. An id the broker does not know is left out (the
+/// machine keeps it unresolved and asks again).
+pub fn resolve_topic_ids(
+    conn: &mut Connection,
+    ids: &[TopicId],
+) -> WireResult<Vec<(TopicId, String)>> {
+    let v = conn.version_within(ApiKey::Metadata, VersionRange::new(10, 12))?;
+    let topics = (v >= 12).then(|| {
+        ids.iter()
+            .map(|id| {
+                metadata_request::MetadataRequestTopic::default()
+                    .with_topic_id(id.to_uuid())
+                    .with_name(None)
+            })
+            .collect()
+    });
+    let req = msg::MetadataRequest::default()
+        .with_topics(topics)
+        .with_allow_auto_topic_creation(false);
+    let resp = conn.send(&req, v)?;
+    let mut out = Vec::new();
+    for t in resp.topics {
+        let id = TopicId::from_uuid(t.topic_id);
+        if !ids.contains(&id) {
+            continue;
+        }
+        match (KafkaCode::from_code(t.error_code), t.name) {
+            (None, Some(name)) => out.push((id, name.to_string())),
+            (code, _) => log::debug!(
+                "metadata: topic id {id} not resolvable ({})",
+                code.map_or_else(|| "no name".to_string(), KafkaCode::name)
+            ),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
