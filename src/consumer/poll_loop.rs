@@ -219,7 +219,7 @@ impl Consumer {
         Ok(consumer)
     }
 
-    /// Sets how each record's idempotency key is derived (see [`KeyFn`]). Without it, only the
+    /// Sets how each record's idempotency key is derived (a `KeyFn`). Without it, only the
     /// fence and offset monotonicity are checked. The function returns anything that converts
     /// into an [`IdempotencyKey`] (`&str`, `&[u8]`, `String`, `Vec<u8>`, `u64`, or the key
     /// itself); returning an `IdempotencyKey` built from borrowed bytes allocates nothing for

@@ -49,7 +49,7 @@ pub enum GroupError {
 impl GroupError {
     /// The situation this error reports, so that a caller can tell a membership that is over
     /// from a network failure or a broker's refusal without matching the wrapped errors (see
-    /// [`ErrorKind`]): a fatal code that [ends the generation](crate::KafkaCode::ends_generation)
+    /// [`ErrorKind`]): a fatal code that [ends the generation](crate::error::KafkaCode::ends_generation)
     /// (FENCED_INSTANCE_ID) is [`ErrorKind::GenerationOver`], any other fatal code
     /// [`ErrorKind::Refused`]; a wire error is its own kind.
     pub fn kind(&self) -> ErrorKind {
