@@ -215,10 +215,7 @@ impl fmt::Display for ConsumerStats {
             " from_replicas={} replica_fallbacks={} fetched_bytes=",
             self.fetch.from_replicas, self.fetch.fallbacks
         )?;
-        for (i, (broker, b)) in self.fetch.brokers.iter().enumerate() {
-            let sep = if i == 0 { "" } else { "," };
-            write!(f, "{sep}{broker}:{}", b.bytes)?;
-        }
+        self.fetch.write_bytes(f)?;
         for p in &self.partitions {
             let g = &p.guard;
             write!(

@@ -189,6 +189,9 @@ impl ShareConsumer {
         stats.locks = self.locks.stats();
         stats.buffered = self.buffer.len();
         stats.outstanding = self.outstanding;
+        if let Some(fetcher) = &self.fetcher {
+            stats.fetch = fetcher.fetch_stats();
+        }
         stats
     }
 
@@ -272,6 +275,8 @@ impl ShareConsumer {
         self.drain_finished();
         let mut result = Ok(());
         if let Some(fetcher) = self.fetcher.take() {
+            // The last count, which `stats` reports once the fetcher is gone.
+            self.stats.fetch = fetcher.fetch_stats();
             if self.acks_pending {
                 self.stats.ack_round_trips += 1;
             }

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::guard::LockStats;
+use crate::wire::FetchStats;
 
 /// A snapshot of the share consumer's counters ([`ShareConsumer::stats`]).
 ///
@@ -34,6 +35,9 @@ pub struct ShareStats {
     pub outstanding: usize,
     /// The lock guard's decisions (accepted, released, rejected, failures, renewals, refusals).
     pub locks: LockStats,
+    /// What each broker's ShareFetch answers carried (record bytes, answers): the consumer's
+    /// `ConsumerStats::fetch`, the same shape counted the same way.
+    pub fetch: FetchStats,
 }
 
 impl fmt::Display for ShareStats {
@@ -54,6 +58,8 @@ impl fmt::Display for ShareStats {
             self.buffered,
             self.outstanding,
             self.locks
-        )
+        )?;
+        write!(f, " fetched_bytes=")?;
+        self.fetch.write_bytes(f)
     }
 }

@@ -57,9 +57,27 @@ pub struct FetchStats {
 }
 
 impl FetchStats {
+    /// Counts one answer of `broker` carrying `bytes` of record data: the one way both fetchers
+    /// (the consumer's and the share consumer's) count what crossed the network.
+    pub(crate) fn count(&mut self, broker: i32, bytes: u64) {
+        let entry = self.brokers.entry(broker).or_default();
+        entry.bytes = entry.bytes.saturating_add(bytes);
+        entry.answers += 1;
+    }
+
     /// Record bytes received from `broker` (0 if none).
     pub fn bytes_from(&self, broker: i32) -> u64 {
         self.brokers.get(&broker).map_or(0, |b| b.bytes)
+    }
+
+    /// Writes the record bytes per broker as `broker:bytes,...`, as both consumers' stats lines
+    /// print them.
+    pub(crate) fn write_bytes(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (broker, b)) in self.brokers.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            write!(f, "{sep}{broker}:{}", b.bytes)?;
+        }
+        Ok(())
     }
 
     /// Record bytes received from every broker together.
@@ -233,9 +251,7 @@ impl ReadReplicas {
 
     /// Counts one answer of `broker` carrying `bytes` of record data.
     pub(super) fn count(&mut self, broker: i32, bytes: u64) {
-        let entry = self.stats.brokers.entry(broker).or_default();
-        entry.bytes = entry.bytes.saturating_add(bytes);
-        entry.answers += 1;
+        self.stats.count(broker, bytes);
     }
 
     /// The counters now.

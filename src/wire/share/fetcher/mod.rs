@@ -39,7 +39,7 @@ use super::{
 };
 use crate::wire::error::{Result, WireError};
 use crate::wire::lane::{Done, Lanes, Wait};
-use crate::wire::{Client, ClientConfig, KafkaCode};
+use crate::wire::{Client, ClientConfig, FetchStats, KafkaCode};
 use crate::TopicPartition;
 
 /// What a request in flight was for.
@@ -92,6 +92,8 @@ pub struct ShareFetcher {
     renew_versions: BTreeMap<i32, i16>,
     /// [`close`](Self::close) has ended the sessions: what is queued was checked before.
     closing: bool,
+    /// What each broker's ShareFetch answers carried, counted as the consumer's fetcher counts.
+    fetched: FetchStats,
 }
 
 impl std::fmt::Debug for ShareFetcher {
@@ -145,6 +147,7 @@ impl ShareFetcher {
             renewed: HashMap::new(),
             renew_versions,
             closing: false,
+            fetched: FetchStats::default(),
         })
     }
 
@@ -254,6 +257,12 @@ impl ShareFetcher {
     pub fn set_max_records(&mut self, max_records: i32) {
         self.settings.max_records = max_records.max(1);
         self.settings.batch_size = self.settings.batch_size.min(self.settings.max_records);
+    }
+
+    /// What each broker's ShareFetch answers carried so far (record bytes, answers), in the
+    /// consumer's shape.
+    pub fn fetch_stats(&self) -> FetchStats {
+        self.fetched.clone()
     }
 
     /// Whether the cluster speaks ShareAcknowledge v2 (RENEW): every broker this fetcher
@@ -659,6 +668,15 @@ impl ShareFetcher {
                 return;
             }
             Ok(Incoming::Fetch(resp)) => {
+                let bytes: usize = resp
+                    .responses
+                    .iter()
+                    .flat_map(|topic| &topic.partitions)
+                    .filter_map(|partition| partition.records.as_ref())
+                    .map(|records| records.len())
+                    .sum();
+                self.fetched
+                    .count(broker, u64::try_from(bytes).unwrap_or(u64::MAX));
                 // What the session's partitions already owe counts against its bound.
                 let queued: usize = flight
                     .asked
@@ -1187,6 +1205,23 @@ mod tests {
                 .collect(),
         );
         f
+    }
+
+    /// The share fetcher counts each broker's answers and record bytes as the consumer's
+    /// fetcher does: a silent broker has none.
+    #[test]
+    fn fetch_stats_count_each_brokers_answers_and_bytes() {
+        let (addrs, _seen) = cluster([Fake::Serving, Fake::Silent]);
+        let mut f = fetcher(&addrs, &[0, 1]);
+        for _ in 0..2 {
+            let got = f.fetch().expect("fetch");
+            assert_eq!(got.batches.len(), 1, "{got:?}");
+        }
+        let stats = f.fetch_stats();
+        let serving = stats.brokers.get(&1).copied().unwrap_or_default();
+        assert_eq!(serving.answers, 2, "{stats:?}");
+        assert!(serving.bytes > 0, "{stats:?}");
+        assert_eq!(stats.bytes_from(2), 0, "{stats:?}");
     }
 
     #[test]
