@@ -95,7 +95,7 @@ impl DeadLetterTopic {
     }
     }
 
-    /// Writes the [`dead_letter_record`] of `record` and waits for the acknowledgement (acks=all);
+    /// Writes the dead-letter record of `record` (its key, value and headers, plus headers naming the error, the attempts and where it came from) and waits for the acknowledgement (acks=all);
     /// returns the offset it got in the dead-letter topic.
     pub fn send(
         &self,

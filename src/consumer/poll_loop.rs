@@ -85,8 +85,8 @@ impl Consumer {
     /// following topics created and deleted later. An invalid pattern is refused here. Classic
     /// protocol: matched in the client, against the cluster's topics every
     /// `metadata.max.age.ms`, internal topics left out (`exclude.internal.topics`); under
-    /// `group.protocol=consumer` the broker matches it (Kafka 4.0+). See [`TopicPattern`] for
-    /// the syntax and how it differs from Java's.
+    /// `group.protocol=consumer` the broker matches it (Kafka 4.0+). The syntax is Rust's
+    /// `regex-lite`, anchored at both ends as Java's `Pattern.matches` is.
     pub fn subscribe_pattern(
         config: ConsumerConfig,
         pattern: &str,

@@ -34,7 +34,7 @@ pub(crate) struct JoinProtocols {
 /// Why the JoinGroup protocol list could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JoinProtocolError {
-    /// The strategy list breaks a list rule (see [`check_strategies`]).
+    /// The strategy list breaks a list rule (the rules `partition.assignment.strategy` documents).
     Strategies(StrategyError),
     /// A subscription topic list is empty: a librdkafka leader drops such a member from the group's
     /// assignment without telling anyone.

@@ -218,14 +218,12 @@ pub(crate) fn assignor_for(name: &str) -> Option<&'static dyn Assignor> {
 }
 
 /// A partition assignor as `partition.assignment.strategy` names it: the one place assignor names
-/// are parsed, and the typed value the consumer's configuration and [`GroupConfig`] carry.
+/// are parsed, and the typed value the consumer's configuration and the group's settings carry.
 ///
 /// Why a closed enum and not free text: a member must know before it joins whether its assignors
 /// are eager or cooperative (that decides whether it revokes everything at the start of each
 /// rebalance), and an enum makes an unknown assignor a configuration error instead of a JoinGroup
 /// failure.
-///
-/// [`GroupConfig`]: super::GroupConfig
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
     /// Java's `RangeAssignor` (eager): per topic, contiguous ranges of partitions per member, so

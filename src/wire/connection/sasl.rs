@@ -45,7 +45,8 @@ pub enum SaslMechanism {
     ScramSha256,
     /// `SCRAM-SHA-512`.
     ScramSha512,
-    /// `OAUTHBEARER` (KIP-255): a bearer token from [`SaslConfig::token_callback`].
+    /// `OAUTHBEARER` (KIP-255): a bearer token from the application's token callback
+    /// (`sasl.oauthbearer.token.callback`).
     OAuthBearer,
 }
 

@@ -42,13 +42,13 @@ pub const PREFERENCE_MAX_AGE: Duration = Duration::from_secs(300);
 /// dead or lagging replica at once.
 pub const REPLICA_RETRY_AFTER: Duration = Duration::from_secs(30);
 
-/// What a fetch client knows about where its bytes came from (see [`super::Client::fetch_stats`]).
+/// What a fetch client knows about where its bytes came from (the consumer reports it in its stats).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FetchStats {
     /// Per broker id: what its Fetch answers carried.
     pub brokers: BTreeMap<i32, BrokerFetchStats>,
     /// Partitions read from a preferred read replica rather than their leader: those with a
-    /// preference in force (younger than [`PREFERENCE_MAX_AGE`]; a partition this client no
+    /// preference in force (younger than the preference's maximum age; a partition this client no
     /// longer fetches counts until its preference ages out).
     pub from_replicas: usize,
     /// Times a partition went back from its preferred read replica to its leader because the
