@@ -116,10 +116,9 @@ pub(crate) mod wire;
 pub use basics::error_kind::ErrorKind;
 pub use basics::partition::TopicPartition;
 pub use consumer::{
-    AssignedContext, Batch, BatchPlan, ConfigError, Consumer, ConsumerConfig,
-    ConsumerConfigBuilder, ConsumerError, ConsumerRebalanceListener, ConsumerStats,
-    DeadLetterTopic, Delivery, GuardView, HandoffFailure, PartitionStats, RebalanceCounters,
-    RevokedPartition, StatsHandle, Waker, WorkContext,
+    AssignedContext, Batch, ConfigError, Consumer, ConsumerConfig, ConsumerConfigBuilder,
+    ConsumerError, ConsumerRebalanceListener, ConsumerStats, DeadLetterTopic, Delivery,
+    HandoffFailure, RevokedPartition, Waker, WorkContext,
 };
 pub use group::{GroupError, LostReason};
 pub use guard::{IdempotencyKey, StormStatus};
@@ -140,9 +139,14 @@ pub mod error {
     pub use crate::wire::KafkaCode;
 }
 
-/// The consumer's statistics' parts that belong to the wire client: what
-/// [`ConsumerStats`] reports about fetching.
+/// What an application reads to watch a consumer rather than to run it: the parts of
+/// [`ConsumerStats`] and [`ShareStats`] (per partition, rebalances, fetching per broker), the
+/// handle that reads them from another thread, a batch's sizing plan and the read-only view of
+/// the guard an observer thread holds.
 pub mod stats {
+    pub use crate::consumer::{
+        BatchPlan, GuardView, PartitionStats, RebalanceCounters, StatsHandle,
+    };
     pub use crate::wire::{BrokerFetchStats, FetchStats};
 }
 
