@@ -77,7 +77,7 @@
 //! - `session_bound.rs`: the [`SessionBound`]: ownership that expires by time, renewed by the
 //!   membership's answered requests, so a member frozen past its session stops trusting its
 //!   leases.
-//! - `locks/`: the [`LockGuard`] of a share group (KIP-932), beside the rebalance guard and
+//! - `locks/`: the lock guard (`LockGuard`) of a share group (KIP-932), beside the rebalance guard and
 //!   independent of it: each acquired record runs under a [`LockLease`] that ends before the
 //!   broker's record lock can, renewals move it forward, and its finish decides the
 //!   acknowledgement ([`AckType`]): never ACCEPT once the lock may have ended.
@@ -95,6 +95,9 @@ mod hash_index;
 mod idempotency_key;
 mod key_hash;
 mod key_set;
+// Without `test-support` the lock guard is the share consumer's alone: what only the tests call
+// is unused there, and its `pub` items are not reachable.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub, dead_code))]
 mod locks;
 mod partition_state;
 mod progress;
@@ -120,10 +123,14 @@ pub use error::{
 };
 pub use handoff::{AwaitingCommit, Drained, Fenced, HandedBack};
 pub use idempotency_key::IdempotencyKey;
-pub use locks::{
-    AckFailures, AckType, Acquired, Grant, LockGuard, LockGuardConfig, LockLease, LockStats,
-    Outcome, SessionScope,
-};
+// The lock guard is the share consumer's: an application names a delivery's outcome, its lease
+// (and the session scope it belongs to) and the lock statistics. The guard itself is public for
+// the crate's own tests only (`test-support`).
+pub use locks::{AckFailures, AckType, LockLease, LockStats, SessionScope};
+#[cfg(feature = "test-support")]
+pub use locks::{Acquired, Grant, LockGuard, LockGuardConfig, Outcome};
+#[cfg(not(feature = "test-support"))]
+pub(crate) use locks::{Acquired, Grant, LockGuard, LockGuardConfig, Outcome};
 pub use session_bound::SessionBound;
 pub use storm::StormStatus;
 pub use types::{
