@@ -8,38 +8,38 @@
 //!
 //! # The map
 //!
-//! Four layers, each depending only on the ones below it (`docs/DESIGN.md` in the repository walks
-//! through the commit ordering with file and function names):
+//! Layers, each using only the ones below it (`tests/source_layout.rs` checks it; bottom first:
+//! basics, guard, wire, group, config, metrics, then the two consumers side by side;
+//! `docs/DESIGN.md` in the repository walks through the commit ordering hop by hop):
 //!
 //! - `consumer`: what an application embeds. [`Consumer`] runs the blocking
 //!   poll-process-commit loop ([`Consumer::run`], or [`Consumer::poll`] and a [`Batch`] of
 //!   [`Delivery`]s), sizes batches against `max.poll.interval.ms`, commits the contiguous
 //!   completed prefix, and has a decoupled mode with worker threads
-//!   ([`Consumer::run_with_workers`], handlers get a [`WorkContext`]). [`ConsumerConfig`] takes
-//!   Kafka's own setting names.
-//! - `group`: consumer-group membership (the classic protocol with eager and cooperative
-//!   assignors and static membership, and KIP-848) with a background heartbeat thread.
+//!   ([`Consumer::run_with_workers`], handlers get a [`WorkContext`]).
+//! - `share`, beside it: the member of a share group (KIP-932, Kafka's queues).
+//!   [`ShareConsumer`] acquires records under time-limited locks and acknowledges each by its
+//!   outcome; its lock guard ends every record's lease before the broker's lock can, so no
+//!   effect is applied once another member may hold the record.
+//! - `metrics`: the hooks through which both publish their operational signals to the `metrics`
+//!   crate (public, with its names, under the cargo feature `metrics`; empty without it).
+//! - [`config`]: the settings under Kafka's names that both consumers read, in one table
+//!   ([`config::SETTINGS`]) with one validation.
+//! - `group`: group membership (the classic protocol with eager and cooperative assignors and
+//!   static membership, KIP-848, share groups' heartbeat) on background threads.
 //! - `wire`: a blocking Kafka client over `std::net` whose messages are encoded by the
 //!   `kafka-protocol` crate.
-//! - [`guard`]: the sans-IO [`RebalanceGuard`](guard::RebalanceGuard), which decides what may be processed and what may
-//!   be committed while ownership moves: fence on revoke, drain, commit `last + 1`, never commit
-//!   on a loss, leases that go stale when their partition moves or the session could have
-//!   expired, storm detection. It is public as a module of its own: it is useful without the rest.
+//! - [`guard`]: the sans-IO [`RebalanceGuard`](guard::RebalanceGuard), which decides what may
+//!   be processed and what may be committed while ownership moves: fence on revoke, drain,
+//!   commit `last + 1`, never commit on a loss, leases that go stale when their partition moves
+//!   or the session could have expired, storm detection. It is public as a module of its own:
+//!   it is useful without the rest.
+//! - `basics`: the vocabulary every layer names, [`TopicPartition`] and [`ErrorKind`].
 //!
-//! Beside `consumer`, on the same layers: `share`, the member of a share group (KIP-932,
-//! Kafka's queues): [`ShareConsumer`] acquires records under time-limited locks and
-//! acknowledges each by its outcome; the lock guard (`guard::locks`) ends every record's lease
-//! before the broker's lock can, so no effect is applied once another member may hold the record.
-//!
-//! Under all of them, `basics` holds the vocabulary every layer names: [`TopicPartition`] and
-//! [`ErrorKind`]. Between the group and the consumers, [`config`] holds the settings under
-//! Kafka's names that the consumer and the share consumer both read, in one table
-//! ([`config::SETTINGS`]) with one validation. Besides the layers: `metrics` the hooks through which
-//! the consumer and the group publish their operational signals to the `metrics` crate (public,
-//! with its names, under the cargo feature `metrics`; empty without it); `fuzzing` holds the
-//! checks behind the fuzz targets and `testing` the in-memory cluster (a record log with committed
-//! offsets, group coordinators for both protocols, and members that run the real session against
-//! them) that tests drive the whole consumer against without a broker.
+//! Above them, for the crate's own tests only: `testing`, the in-memory cluster (a record log
+//! with committed offsets, group coordinators for both protocols, and members that run the real
+//! session against them) that tests drive the whole consumer against without a broker, and
+//! `fuzzing`, the checks behind the fuzz targets.
 //!
 //! # What is public
 //!
