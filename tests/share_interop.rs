@@ -113,6 +113,33 @@ fn wait_all(ids: &[String], count: impl Fn() -> usize, what: &str) {
 
 /// Two of ours and two Java members on two partitions (so partitions are shared): every order
 /// applied exactly once, by members of both clients, no acknowledgement refused.
+/// Produces a few orders at a time until each of `peers` applied one. A share group hands a
+/// record to whichever member fetches it first, so a JVM that joins after its sibling acquired
+/// the whole first batch would wait for records that never come (it did once, under load: one
+/// Java member took all 40 first orders before the other had joined).
+fn produce_until_each_applied(setup: &ShareSetup, peers: &[&SharePeer], ids: &mut Vec<String>) {
+    let deadline = Instant::now() + BOUND;
+    while peers
+        .iter()
+        .any(|peer| peer.events_of("applied").is_empty())
+    {
+        let applied: Vec<usize> = peers.iter().map(|p| p.events_of("applied").len()).collect();
+        assert!(
+            Instant::now() < deadline,
+            "the Java members did not each apply an order within {BOUND:?}: {applied:?}"
+        );
+        // Paces the production (the condition above is what the loop waits for): one more
+        // small batch per half second, for the member that has not fetched yet.
+        std::thread::sleep(Duration::from_millis(500));
+        if peers
+            .iter()
+            .any(|peer| peer.events_of("applied").is_empty())
+        {
+            ids.extend(setup.produce_orders(2, 5));
+        }
+    }
+}
+
 #[test]
 fn ours_and_java_share_one_group_and_apply_each_order_once_kafka() {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -124,11 +151,7 @@ fn ours_and_java_share_one_group_and_apply_each_order_once_kafka() {
     let stop = Arc::new(AtomicBool::new(false));
     let j1 = java(&setup, "java-1", 5, true);
     let j2 = java(&setup, "java-2", 5, true);
-    for peer in [&j1, &j2] {
-        peer.wait_for("its first records", BOUND, |events| {
-            events.iter().any(|e| e.event == "applied")
-        });
-    }
+    produce_until_each_applied(&setup, &[&j1, &j2], &mut ids);
     let (joined1, joined2): (Arc<AtomicBool>, Arc<AtomicBool>) = Default::default();
     let o1 = ours(
         &setup,
