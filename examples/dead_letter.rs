@@ -85,7 +85,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ("processing.retry.backoff.max.ms", "2000"),
     ])?;
     // Its own connection, with the consumer's client settings (credentials, TLS).
-    let dead_letters = DeadLetterTopic::connect(config.client_config(), &args.dead_letter_topic)?;
+    let dead_letters = DeadLetterTopic::connect(&config, &args.dead_letter_topic)?;
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?.on_dead_letter(
         move |record, error, attempts| {
             let at = dead_letters.send(record, error, attempts)?;

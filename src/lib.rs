@@ -120,7 +120,7 @@ pub use consumer::{
     ConsumerError, ConsumerRebalanceListener, ConsumerStats, DeadLetterTopic, Delivery,
     HandoffFailure, RevokedPartition, Waker, WorkContext,
 };
-pub use group::{GroupError, LostReason};
+pub use group::{GroupError, LostReason, MemberIdentity};
 pub use guard::{IdempotencyKey, StormStatus};
 pub use share::{
     AckType, ShareConfig, ShareConfigBuilder, ShareConsumer, ShareContext, ShareDelivery,
@@ -141,12 +141,13 @@ pub mod error {
 
 /// What an application reads to watch a consumer rather than to run it: the parts of
 /// [`ConsumerStats`] and [`ShareStats`] (per partition, rebalances, fetching per broker), the
-/// handle that reads them from another thread, a batch's sizing plan and the read-only view of
-/// the guard an observer thread holds.
+/// handle that reads them from another thread, a batch's sizing plan, and the read-only views of
+/// the guard and of the membership (generation and owned partitions) an observer thread holds.
 pub mod stats {
     pub use crate::consumer::{
         BatchPlan, GuardView, PartitionStats, RebalanceCounters, StatsHandle,
     };
+    pub use crate::group::MembershipView;
     pub use crate::wire::{BrokerFetchStats, FetchStats};
 }
 

@@ -257,7 +257,7 @@ fn a_poison_record_is_dead_lettered_once_to_a_topic_and_committed_past_kafka() {
         ("processing.retry.backoff.ms", "50"),
         ("processing.retry.backoff.max.ms", "50"),
     ]);
-    let dead_letters = DeadLetterTopic::connect(config.client_config(), &dlq).expect("dlq");
+    let dead_letters = DeadLetterTopic::connect(&config, &dlq).expect("dlq");
     let mut consumer = Consumer::subscribe(config, &[&s.topic])
         .expect("subscribe")
         .on_dead_letter(letter_box(&letters, move |record, error, attempts| {

@@ -17,7 +17,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use crate::wire::{Client, ClientConfig, ErrorChain, ProduceRecord, Record, WireError};
+use crate::config::ConsumerConfig;
+use crate::wire::{Client, ErrorChain, ProduceRecord, Record, WireError};
 use crate::TopicPartition;
 
 /// Header: the handler's last error, with its causes (`error: cause: cause`).
@@ -80,19 +81,17 @@ impl std::fmt::Debug for DeadLetterTopic {
 }
 
 impl DeadLetterTopic {
-    internal_pub! {
-    /// Connects (with `config`, e.g. the consumer's
-    /// [`client_config`](super::ConsumerConfig::client_config), so the same credentials apply)
-    /// and reads how many partitions `topic` has; the topic must exist.
-    fn connect(config: ClientConfig, topic: &str) -> Result<DeadLetterTopic, WireError> {
-        let mut client = Client::connect(config)?;
+    /// Connects with the consumer's own settings (`config`: the same brokers, credentials and
+    /// TLS, so a dead-letter topic needs no second configuration) and reads how many partitions
+    /// `topic` has; the topic must exist.
+    pub fn connect(config: &ConsumerConfig, topic: &str) -> Result<DeadLetterTopic, WireError> {
+        let mut client = Client::connect(config.client_config())?;
         let partitions = client.partitions(topic)?.len();
         Ok(DeadLetterTopic {
             topic: topic.to_string(),
             partitions: i32::try_from(partitions).unwrap_or(i32::MAX).max(1),
             client: Mutex::new(client),
         })
-    }
     }
 
     /// Writes the dead-letter record of `record` (its key, value and headers, plus headers naming the error, the attempts and where it came from) and waits for the acknowledgement (acks=all);

@@ -308,11 +308,11 @@ impl Consumer {
         self.guard.owned()
     }
 
-    internal_pub! {
-    /// The group generation and member id.
-    fn generation(&self) -> crate::group::MemberIdentity {
+    /// The group generation (KIP-848: the member epoch) and member id this member holds its
+    /// partitions under (Java: `groupMetadata()`), for an audit line that says which assignment
+    /// applied an effect.
+    pub fn generation(&self) -> crate::group::MemberIdentity {
         self.member.identity()
-    }
     }
 
     /// True while the lease's partition is still ours under the lease's assignment.
@@ -320,13 +320,11 @@ impl Consumer {
         self.guard.is_current(lease)
     }
 
-    internal_pub! {
     /// A handle that reads the generation and the owned partitions from any thread, while this
     /// consumer is busy in `run_with_workers` (the guard view says what each partition did, this
     /// one which generation owns it).
-    fn membership_view(&self) -> crate::group::MembershipView {
+    pub fn membership_view(&self) -> crate::group::MembershipView {
         self.member.view()
-    }
     }
 
     /// A handle that ends a blocked [`poll`](Self::poll) or [`run`](Self::run) at once from

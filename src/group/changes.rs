@@ -184,19 +184,21 @@ pub(crate) enum Origin {
     Manual,
 }
 
-/// Read-only access to a member's generation and ownership from another thread (see
-/// [`Membership::view`](super::Membership::view)): a metrics endpoint or a watchdog reads it while the poll thread is
-/// inside a long call; it keeps no membership alive and changes nothing.
+/// Read-only access to a member's generation and ownership from another thread (a consumer's
+/// `membership_view`): a metrics endpoint, a watchdog or an audit log reads it while the poll
+/// thread is inside a long call; it keeps no membership alive and changes nothing.
 #[derive(Clone)]
 pub struct MembershipView(Arc<dyn Fn() -> (MemberIdentity, Vec<TopicPartition>) + Send + Sync>);
 
 impl MembershipView {
+    internal_pub! {
     /// A view reading through `read`, which returns the identity and the owned partitions
     /// together (two separate reads could pair a new generation with the previous assignment).
-    pub fn new(
+    fn new(
         read: impl Fn() -> (MemberIdentity, Vec<TopicPartition>) + Send + Sync + 'static,
     ) -> Self {
         MembershipView(Arc::new(read))
+    }
     }
 
     /// The generation id and member id, and the partitions owned, read together.
