@@ -52,6 +52,11 @@
 #![warn(missing_docs, unreachable_pub)]
 // Without `test-support` every type a public signature mentions must be nameable from the root.
 #![cfg_attr(not(feature = "test-support"), warn(unnameable_types))]
+// On docs.rs (its metadata in Cargo.toml passes `--cfg docsrs`), the items a cargo feature turns
+// on (`tls`, `metrics`) carry the feature's name.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// The internal `test-support` switch is not a feature an application chooses: no label for it.
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "test-support"))))]
 
 /// Declares a function that the crate's own integration tests call but applications never do:
 /// `pub` under the internal `test-support` feature, `pub(crate)` otherwise, so that a view of the
