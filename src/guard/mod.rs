@@ -16,32 +16,56 @@
 //! A rule that spans partitions (fence every revoked partition before any I/O) is kept by order:
 //! each partition is fenced under its own lock, and the I/O starts after the last one.
 //!
-//! The rules (docs/DESIGN.md lists the test that pins each one):
+//! # The rules
+//!
+//! These are the guard's rules, numbered here and only here: README.md, the guide under `docs/`
+//! and `docs/DESIGN.md` (which lists the test that pins each one) refer to them as "rule N of
+//! the guard". A new rule takes the next number; a number is never reused.
+//!
 //! 1. **Assign** activates partitions; under cooperative rebalancing the argument is only the newly
 //!    added partitions, so it activates and never replaces.
 //! 2. **Admit** (`process_message`) checks the fence first, then the idempotency key, then offset
-//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch. A record
-//!    refused as a duplicate counts as finished at its offset: its event belongs to the first
-//!    copy, which the partition's position never passes unfinished.
+//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch. Each
+//!    refusal is its own [`AdmitError`] variant. A record refused as a duplicate counts as
+//!    finished at its offset: its event belongs to the first copy, which the partition's
+//!    position never passes unfinished.
 //! 3. **Revoke** fences *every* revoked partition before any I/O; then per partition flushes the
 //!    buffered and in-flight work through the caller's flush function and commits the contiguous
-//!    completed position (`last + 1`) only when that flush succeeded; failures are aggregated into
-//!    one [`HandoffError`] naming only the failed partitions, raised after every partition was
-//!    fenced and pruned. Its fence step may run alone, earlier ([`fence`](RebalanceGuard::fence)),
-//!    from the thread that learns the partitions move; the revocation that follows fences nothing
-//!    new and hands them off as above.
+//!    completed position (`last + 1`, rule 8) only when that flush succeeded, synchronously;
+//!    failures are aggregated into one [`HandoffError`] naming only the failed partitions, raised
+//!    after every partition was fenced and pruned. Without a commit function the guard fences
+//!    and drains, commits nothing, and warns. The steps are values (`handoff.rs`): its fence
+//!    step may run alone, earlier ([`fence`](RebalanceGuard::fence)), from the thread that
+//!    learns the partitions move, and each later step consumes the previous one's value, so
+//!    none can run out of order.
 //! 4. **Lost** fences and discards: no flush, no commit. Another member may own the partitions.
-//! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one rebalance.
+//!    Keys of discarded work are forgotten, so the redelivery is processed rather than mistaken
+//!    for a duplicate.
+//! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one
+//!    rebalance. The detector returns a value ([`StormStatus`]) so the caller can degrade, not
+//!    just a log line.
 //! 6. **Completed beyond the gap**: every commit carries, in its metadata, the offsets above its
 //!    position that finished (computed under the same lock as the position); a partition whose
 //!    map could outgrow `completed_map_max_bytes` admits nothing more until its gap closes, and a
 //!    record the committed map names as finished is skipped, never processed again.
 //! 7. **Released work comes again.** Work whose handler was told its lease was not current (and
 //!    so skipped its effect) does not count when it completes: it is *released*, as is work
-//!    that could not start (its session may have expired) or whose handler failed. A released record never counts as finished, its idempotency key
-//!    is forgotten (a key stands for work that happened or is under way, nothing else), the
-//!    position stays below it, and while the partition stays owned its record is admitted
-//!    again when the consumer reads it again from there.
+//!    that could not start (its session may have expired) or whose handler failed. A released
+//!    record never counts as finished, its idempotency key is forgotten (a key stands for work
+//!    that happened or is under way, nothing else), the position stays below it, and while the
+//!    partition stays owned its record is admitted again when the consumer reads it again from
+//!    there.
+//! 8. **Commit the next offset of the contiguous completed prefix.** The committed position is
+//!    `last processed + 1`, never the last processed offset (which would replay one record per
+//!    partition on every rebalance), and never past work that did not finish: with 100
+//!    complete, 101 running and 102 complete, the safe position is 101.
+//! 9. **Assignment is a lease that also ends by time.** Every admitted message carries a lease
+//!    with its partition's assignment epoch; work finishing after its partition moved is
+//!    recognised as stale before its side effect ([`is_current`](RebalanceGuard::is_current))
+//!    and never counts as progress. With a [`SessionBound`] renewed by the membership
+//!    ([`session_bound`](RebalanceGuard::session_bound)), every lease also goes stale once the
+//!    session could have expired, read on the [`BootClock`], and nothing new is admitted until
+//!    the bound is renewed.
 //!
 //! # Map
 //!
@@ -155,6 +179,45 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The rebalance guard. `K` is the idempotency key type (an order id, an event id); `M` is the
 /// payload a caller may leave buffered in the guard until it is flushed (use `()` when every
 /// message is processed as soon as it is admitted).
+///
+/// [`Consumer`](crate::Consumer) runs one for you; this type is public for a caller that has a
+/// consumer of its own and wants the same decisions. Admit, check the lease right before the
+/// effect, complete, and let a revocation fence, drain and commit (the module's rules 2, 9, 8
+/// and 3):
+///
+/// ```
+/// use rebalance_guard::guard::{GuardConfig, RebalanceGuard};
+/// use rebalance_guard::TopicPartition;
+///
+/// let guard: RebalanceGuard<String> = RebalanceGuard::new(GuardConfig::default())?;
+/// let tp = TopicPartition::new("orders", 0);
+/// guard.assign(&[tp.clone()]);
+///
+/// let lease = guard.process_message(&tp, 41, Some("ord-1".to_string()), ())?;
+/// if guard.is_current(&lease) {
+///     // apply the effect here, keyed by a stable effect key
+/// }
+/// guard.complete(&lease)?;
+/// // The same order id again is refused as a duplicate (rule 2).
+/// assert!(guard.process_message(&tp, 42, Some("ord-1".to_string()), ()).is_err());
+///
+/// // The partition moves: fence, drain (nothing buffered here), commit `last + 1`.
+/// let mut committed = Vec::new();
+/// let report = guard.revoke(
+///     &[tp.clone()],
+///     &mut |_batch| Ok(()),
+///     Some(&mut |offsets| {
+///         committed.extend(offsets.iter().map(|o| o.next_offset));
+///         Ok(())
+///     }),
+/// )?;
+/// assert_eq!(committed, [43]);
+/// assert_eq!(report.committed.len(), 1);
+/// // Fenced: nothing of it is admitted any more, and the old lease is stale.
+/// assert!(guard.process_message(&tp, 43, None, ()).is_err());
+/// assert!(!guard.is_current(&lease));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
     /// One entry per partition ever assigned, each behind its own lock. Entries are never
     /// removed, so that a partition's epoch only ever increases: a lease from an old assignment
