@@ -4,7 +4,7 @@
 //! Each row gives the field (also the typed setter's name), the type it is held in, the Kafka
 //! property name, the default (written once, as a `.properties` file would write it), the
 //! setting's own rule ([`super::checks`]), the typed setter's argument, and the documentation
-//! that README.md's configuration table is checked against. [`super::table`] explains the row
+//! that docs/configuration.md's settings table is checked against. [`super::table`] explains the row
 //! syntax and what is generated from it; rules between settings are in [`super::cross`].
 
 use std::time::Duration;
@@ -23,8 +23,8 @@ use crate::wire::{IsolationLevel, OAuthBearerCallback, SaslMechanism, Secret};
 
 /// One setting's name, default and meaning, for documentation and checks.
 ///
-/// Why a table in code: README.md's configuration table is checked against [`SETTINGS`] by a unit
-/// test, so the documentation cannot drift from what the parser accepts.
+/// Why a table in code: docs/configuration.md's settings table is checked against [`SETTINGS`] by
+/// a unit test, so the documentation cannot drift from what the parser accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SettingDoc {
     /// The property name, exactly as written in a `.properties` file.
