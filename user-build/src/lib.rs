@@ -1,6 +1,6 @@
 //! The user's documentation, compiled. Each module below is one markdown file of the repository
 //! (README.md and the guide under docs/) included as its doc comment, so that
-//! `cargo test -p user-build --doc --features tls,metrics` builds every Rust block in them
+//! `cargo test -p user-build --doc --features tls` builds every Rust block in them
 //! against the library as an application depends on it (without the internal `test-support`
 //! feature), and runs those that need no broker (the others are `no_run`). A block that names
 //! an item the public API lacks, or that no longer compiles, fails that command.
