@@ -5,8 +5,8 @@
 
 use std::hash::Hash;
 
-use super::{OwnerStatus, RebalanceGuard};
 use super::{Lease, RewindError, SeekError};
+use super::{OwnerStatus, RebalanceGuard};
 use crate::TopicPartition;
 
 impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
