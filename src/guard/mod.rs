@@ -70,7 +70,7 @@
 //! # Map
 //!
 //! - `mod.rs` (this file): the [`RebalanceGuard`] itself: assign, admit, complete, release,
-//!   rewind, snapshots, and the rules above.
+//!   snapshots, and the rules above.
 //! - `handoff.rs`: the handoff of revoked partitions as typed steps (fence -> [`Fenced`] ->
 //!   drain -> [`Drained`] -> prepare_commit -> [`AwaitingCommit`] -> hand_back ->
 //!   [`HandedBack`]), losses, and the commits of owned partitions.
