@@ -6,6 +6,24 @@
 //! an item the public API lacks, or that no longer compiles, fails that command.
 //!
 //! The modules exist only for doc tests (`cfg(doctest)`): nothing here is built otherwise.
+//!
+//! A page added to docs/ without a module here would escape the check; this example fails then:
+//!
+//! ```
+//! let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+//! let this = std::fs::read_to_string(format!("{root}/user-build/src/lib.rs")).unwrap();
+//! let mut pages = vec!["README.md".to_string()];
+//! for entry in std::fs::read_dir(format!("{root}/docs")).unwrap() {
+//!     let name = entry.unwrap().file_name().into_string().unwrap();
+//!     if name.ends_with(".md") {
+//!         pages.push(format!("docs/{name}"));
+//!     }
+//! }
+//! for page in pages {
+//!     let include = format!("include_str!(\"../../{page}\")");
+//!     assert!(this.contains(&include), "{page} is not compiled: add `#[doc = {include}]`");
+//! }
+//! ```
 
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
