@@ -6,6 +6,15 @@
 //! not redo work only because a commit was not made. This crate makes those decisions in one
 //! place that can be read top to bottom, on plain OS threads, in pure Rust, with no async runtime.
 //!
+//! # Where to start
+//!
+//! [`Consumer`] (its page has a worker in a dozen lines), [`Consumer::run_with_workers`] for the
+//! decoupled mode, [`ConsumerConfig`] (Kafka's property names), [`ShareConsumer`] for share
+//! groups, [`DeadLetterTopic`] for the failure policy, and the [`guard`] module, whose page numbers
+//! the rules every commit decision follows. The repository's README.md and docs/ (a guide, the
+//! settings, share groups, security, operations) are the long form; every Rust block there is
+//! compiled against this API.
+//!
 //! # The map
 //!
 //! Layers, each using only the ones below it (`tests/source_layout.rs` checks it; bottom first:

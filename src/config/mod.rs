@@ -18,8 +18,8 @@
 //! - a Java `.properties` file: [`ConsumerConfig::from_properties_file`].
 //!
 //! The builder's [`ConsumerConfigBuilder::set`] takes any setting by name, so the three can be
-//! mixed. [`SETTINGS`] lists every setting with its default and meaning; README.md's configuration
-//! table is checked against it by a unit test.
+//! mixed. [`SETTINGS`] lists every setting with its default and meaning; the settings table of
+//! docs/configuration.md is checked against it by a unit test.
 //!
 //! ## Where things are
 //! - `settings.rs`: the table, one row per setting (name, type, default, rule, setter, doc);
@@ -33,7 +33,7 @@
 //!   unknown and unsupported names;
 //! - this file: the public API (reading, printing, the accessors, and the conversions to the
 //!   wire, fetch and guard settings);
-//! - `tests.rs`: the unit tests of all of the above, README.md's table included.
+//! - `tests.rs`: the unit tests of all of the above, docs/configuration.md's table included.
 //!
 //! ## Choices that differ from, or go beyond, Java's consumer
 //! - `partition.assignment.strategy` defaults to `cooperative-sticky` alone. Java 3.x/4.x default

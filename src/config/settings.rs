@@ -4,8 +4,8 @@
 //! Each row gives the field (also the typed setter's name), the type it is held in, the Kafka
 //! property name, the default (written once, as a `.properties` file would write it), the
 //! setting's own rule ([`super::checks`]), the typed setter's argument, and the documentation
-//! that README.md's configuration table is checked against. [`super::table`] explains the row
-//! syntax and what is generated from it; rules between settings are in [`super::cross`].
+//! that docs/configuration.md's settings table is checked against. [`super::table`] explains the
+//! row syntax and what is generated from it; rules between settings are in [`super::cross`].
 
 use std::time::Duration;
 
@@ -23,8 +23,8 @@ use crate::wire::{IsolationLevel, OAuthBearerCallback, SaslMechanism, Secret};
 
 /// One setting's name, default and meaning, for documentation and checks.
 ///
-/// Why a table in code: README.md's configuration table is checked against [`SETTINGS`] by a unit
-/// test, so the documentation cannot drift from what the parser accepts.
+/// Why a table in code: docs/configuration.md's settings table is checked against [`SETTINGS`] by
+/// a unit test, so the documentation cannot drift from what the parser accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SettingDoc {
     /// The property name, exactly as written in a `.properties` file.
@@ -44,6 +44,29 @@ settings! {
     /// A validated consumer configuration. Only [`ConsumerConfigBuilder::build`] (and the
     /// `from_properties*` functions, which use it) make one, so holding a `ConsumerConfig` means
     /// every rule in this module was checked.
+    ///
+    /// Kafka's own property names, from pairs or a Java `.properties` file, so that a
+    /// configuration moves between this crate and the Java client or librdkafka unchanged:
+    ///
+    /// ```
+    /// use rebalance_guard::ConsumerConfig;
+    ///
+    /// let config = ConsumerConfig::from_properties([
+    ///     ("bootstrap.servers", "127.0.0.1:9092"),
+    ///     ("group.id", "order-workers"),
+    ///     ("session.timeout.ms", "12000"),
+    /// ])?;
+    /// assert_eq!(config.group_id(), "order-workers");
+    ///
+    /// // A refusal names the setting: timer-driven commits do not know what finished.
+    /// let refused = ConsumerConfig::from_properties([
+    ///     ("bootstrap.servers", "127.0.0.1:9092"),
+    ///     ("group.id", "order-workers"),
+    ///     ("enable.auto.commit", "true"),
+    /// ]);
+    /// assert_eq!(refused.unwrap_err().setting(), Some("enable.auto.commit"));
+    /// # Ok::<(), rebalance_guard::ConfigError>(())
+    /// ```
     pub struct ConsumerConfig;
 
     /// Collects settings, typed or by name, and validates them all in
@@ -52,6 +75,31 @@ settings! {
     /// Why errors wait for `build`: the builder chains (`.set(..).group_id(..).build()?`) and a
     /// configuration is either wholly valid or refused with the first problem found. Setters
     /// given the same setting twice keep the last value.
+    ///
+    /// Typed setters (named after the setting) and [`set`](Self::set) by Kafka's name mix:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rebalance_guard::ConsumerConfig;
+    ///
+    /// let config = ConsumerConfig::builder()
+    ///     .bootstrap_servers(["127.0.0.1:9092"])
+    ///     .group_id("order-workers")
+    ///     .session_timeout(Duration::from_secs(12))
+    ///     .set("processing.order", "key") // any setting by name
+    ///     .build()?;
+    /// assert_eq!(config.session_timeout(), Duration::from_secs(12));
+    ///
+    /// // Checked at build, naming the setting: a heartbeat must fit three times in the session.
+    /// let refused = ConsumerConfig::builder()
+    ///     .bootstrap_servers(["127.0.0.1:9092"])
+    ///     .group_id("order-workers")
+    ///     .set("heartbeat.interval.ms", "5000")
+    ///     .set("session.timeout.ms", "6000")
+    ///     .build();
+    /// assert!(refused.is_err());
+    /// # Ok::<(), rebalance_guard::ConfigError>(())
+    /// ```
     pub struct ConsumerConfigBuilder;
 
     bootstrap_servers: Vec<String> {

@@ -65,6 +65,28 @@ pub fn dead_letter_record(
 
 /// A dead-letter topic written through its own wire client (shared by the workers, one produce
 /// at a time). Its [`send`](Self::send) is what an `on_dead_letter` callback calls.
+///
+/// A record that failed `processing.retries + 1` times is copied here (with the error, the
+/// attempts and where it came from in `dead-letter.*` headers) and then counts as finished, so
+/// one poison record does not stop the partition:
+///
+/// ```no_run
+/// use std::sync::atomic::AtomicBool;
+/// use rebalance_guard::{Consumer, ConsumerConfig, DeadLetterTopic, Record};
+/// # fn submit_order(_record: &Record) -> std::io::Result<()> { Ok(()) }
+///
+/// let config = ConsumerConfig::builder()
+///     .bootstrap_servers(["127.0.0.1:9092"])
+///     .group_id("order-workers")
+///     .set("processing.retries", "3")
+///     .build()?;
+/// let dlq = DeadLetterTopic::connect(&config, "orders.dlq")?; // the consumer's brokers, credentials
+/// let mut consumer = Consumer::subscribe(config, &["orders"])?
+///     // Synchronous: Ok only once the copy is acknowledged (acks=all).
+///     .on_dead_letter(move |record, error, attempts| dlq.send(record, error, attempts).map(drop));
+/// consumer.run(&AtomicBool::new(false), |record, _ctx| submit_order(record))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct DeadLetterTopic {
     topic: String,
     partitions: i32,

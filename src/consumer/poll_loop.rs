@@ -36,6 +36,32 @@ use super::wake::Waker;
 use super::workers::{self, WorkSource};
 
 /// A synchronous, rebalance-safe Kafka consumer.
+///
+/// Subscribe, then [`run`](Self::run) a handler that checks its lease right before its side
+/// effect, and [`close`](Self::close) when `stop` was set. What finished is committed (`last + 1`
+/// of the contiguous completed prefix) every `commit.interval.ms` and at every revocation, which
+/// fences, drains and commits before the partition is handed back (the guard's rules,
+/// [`guard`](crate::guard)). A broker is needed to run this:
+///
+/// ```no_run
+/// use std::sync::atomic::AtomicBool;
+/// use rebalance_guard::{Consumer, ConsumerConfig, IdempotencyKey, Record};
+/// # fn submit_order(_record: &Record) -> std::io::Result<()> { Ok(()) }
+///
+/// let config = ConsumerConfig::builder()
+///     .bootstrap_servers(["127.0.0.1:9092"])
+///     .group_id("order-workers")
+///     .build()?;
+/// let stop = AtomicBool::new(false); // set from a SIGTERM handler, then wake the consumer
+/// let mut consumer = Consumer::subscribe(config, &["orders"])?
+///     .with_idempotency_key(|record| record.key.as_deref().map(IdempotencyKey::from));
+/// consumer.run(&stop, |record, ctx| {
+///     // Right before the side effect: is this partition still ours?
+///     if ctx.is_current() { submit_order(record) } else { Ok(()) }
+/// })?;
+/// consumer.close()?; // the last commit, the partitions handed back, the group left
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Consumer {
     pub(super) config: ConsumerConfig,
     pub(super) member: Box<dyn Membership>,
@@ -554,6 +580,31 @@ impl Consumer {
     /// Stopping cancels the queued records that have not started (they come again too) and
     /// waits for the started ones for at most `revoke.drain.timeout.ms`; a handler still
     /// running then is left to finish on its own thread, and its record is not committed.
+    ///
+    /// Which records may run at once is `processing.order`: `partition` (the default: one at a
+    /// time per partition, in offset order), `key` (in order per record key) or `unordered`.
+    ///
+    /// ```no_run
+    /// use std::sync::atomic::AtomicBool;
+    /// use rebalance_guard::{Consumer, ConsumerConfig, Record};
+    /// # fn submit_order(_record: &Record) -> std::io::Result<()> { Ok(()) }
+    ///
+    /// let config = ConsumerConfig::builder()
+    ///     .bootstrap_servers(["127.0.0.1:9092"])
+    ///     .group_id("order-workers")
+    ///     .set("processing.order", "key") // one account's orders in order, accounts in parallel
+    ///     .build()?;
+    /// let stop = AtomicBool::new(false);
+    /// let mut consumer = Consumer::subscribe(config, &["orders"])?;
+    /// consumer.run_with_workers(&stop, 8, 64, |record, ctx| {
+    ///     if !ctx.is_current() {
+    ///         return Ok(()); // it waited in a queue while its partition moved: released
+    ///     }
+    ///     submit_order(record)
+    /// })?;
+    /// consumer.close()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn run_with_workers<E, H>(
         &mut self,
         stop: &AtomicBool,

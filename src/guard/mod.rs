@@ -16,37 +16,61 @@
 //! A rule that spans partitions (fence every revoked partition before any I/O) is kept by order:
 //! each partition is fenced under its own lock, and the I/O starts after the last one.
 //!
-//! The rules (docs/DESIGN.md lists the test that pins each one):
+//! # The rules
+//!
+//! These are the guard's rules, numbered here and only here: README.md, the guide under `docs/`
+//! and `docs/DESIGN.md` (which lists the test that pins each one) refer to them as "rule N of
+//! the guard". A new rule takes the next number; a number is never reused.
+//!
 //! 1. **Assign** activates partitions; under cooperative rebalancing the argument is only the newly
 //!    added partitions, so it activates and never replaces.
 //! 2. **Admit** (`process_message`) checks the fence first, then the idempotency key, then offset
-//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch. A record
-//!    refused as a duplicate counts as finished at its offset: its event belongs to the first
-//!    copy, which the partition's position never passes unfinished.
+//!    monotonicity, and hands out a [`Lease`] tied to the partition's assignment epoch. Each
+//!    refusal is its own [`AdmitError`] variant. A record refused as a duplicate counts as
+//!    finished at its offset: its event belongs to the first copy, which the partition's
+//!    position never passes unfinished.
 //! 3. **Revoke** fences *every* revoked partition before any I/O; then per partition flushes the
 //!    buffered and in-flight work through the caller's flush function and commits the contiguous
-//!    completed position (`last + 1`) only when that flush succeeded; failures are aggregated into
-//!    one [`HandoffError`] naming only the failed partitions, raised after every partition was
-//!    fenced and pruned. Its fence step may run alone, earlier ([`fence`](RebalanceGuard::fence)),
-//!    from the thread that learns the partitions move; the revocation that follows fences nothing
-//!    new and hands them off as above.
+//!    completed position (`last + 1`, rule 8) only when that flush succeeded, synchronously;
+//!    failures are aggregated into one [`HandoffError`] naming only the failed partitions, raised
+//!    after every partition was fenced and pruned. Without a commit function the guard fences
+//!    and drains, commits nothing, and warns. The steps are values (`handoff.rs`): its fence
+//!    step may run alone, earlier ([`fence`](RebalanceGuard::fence)), from the thread that
+//!    learns the partitions move, and each later step consumes the previous one's value, so
+//!    none can run out of order.
 //! 4. **Lost** fences and discards: no flush, no commit. Another member may own the partitions.
-//! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one rebalance.
+//!    Keys of discarded work are forgotten, so the redelivery is processed rather than mistaken
+//!    for a duplicate.
+//! 5. **Storms** are counted on a monotonic clock; a revoke followed by an assign is one
+//!    rebalance. The detector returns a value ([`StormStatus`]) so the caller can degrade, not
+//!    just a log line.
 //! 6. **Completed beyond the gap**: every commit carries, in its metadata, the offsets above its
 //!    position that finished (computed under the same lock as the position); a partition whose
 //!    map could outgrow `completed_map_max_bytes` admits nothing more until its gap closes, and a
 //!    record the committed map names as finished is skipped, never processed again.
 //! 7. **Released work comes again.** Work whose handler was told its lease was not current (and
 //!    so skipped its effect) does not count when it completes: it is *released*, as is work
-//!    that could not start (its session may have expired) or whose handler failed. A released record never counts as finished, its idempotency key
-//!    is forgotten (a key stands for work that happened or is under way, nothing else), the
-//!    position stays below it, and while the partition stays owned its record is admitted
-//!    again when the consumer reads it again from there.
+//!    that could not start (its session may have expired) or whose handler failed. A released
+//!    record never counts as finished, its idempotency key is forgotten (a key stands for work
+//!    that happened or is under way, nothing else), the position stays below it, and while the
+//!    partition stays owned its record is admitted again when the consumer reads it again from
+//!    there.
+//! 8. **Commit the next offset of the contiguous completed prefix.** The committed position is
+//!    `last processed + 1`, never the last processed offset (which would replay one record per
+//!    partition on every rebalance), and never past work that did not finish: with 100
+//!    complete, 101 running and 102 complete, the safe position is 101.
+//! 9. **Assignment is a lease that also ends by time.** Every admitted message carries a lease
+//!    with its partition's assignment epoch; work finishing after its partition moved is
+//!    recognised as stale before its side effect ([`is_current`](RebalanceGuard::is_current))
+//!    and never counts as progress. With a [`SessionBound`] renewed by the membership
+//!    ([`session_bound`](RebalanceGuard::session_bound)), every lease also goes stale once the
+//!    session could have expired, read on the [`BootClock`], and nothing new is admitted until
+//!    the bound is renewed.
 //!
 //! # Map
 //!
 //! - `mod.rs` (this file): the [`RebalanceGuard`] itself: assign, admit, complete, release,
-//!   rewind, snapshots, and the rules above.
+//!   snapshots, and the rules above.
 //! - `handoff.rs`: the handoff of revoked partitions as typed steps (fence -> [`Fenced`] ->
 //!   drain -> [`Drained`] -> prepare_commit -> [`AwaitingCommit`] -> hand_back ->
 //!   [`HandedBack`]), losses, and the commits of owned partitions.
@@ -74,6 +98,8 @@
 //! - `deadline.rs`: the one renewable deadline on the lease clock that both kinds of lease
 //!   hold (the [`SessionBound`]'s, a [`LockLease`]'s), and the one rule both keep: a lease ends
 //!   when ownership could have moved (deadline passed, scope ended, voided).
+//! - `seeking.rs`: moving an owned partition's reading on purpose: a rewind by the consumer, the
+//!   application's seek, a reposition after the log went back; each a guard event.
 //! - `session_bound.rs`: the [`SessionBound`]: ownership that expires by time, renewed by the
 //!   membership's answered requests, so a member frozen past its session stops trusting its
 //!   leases.
@@ -102,6 +128,7 @@ mod locks;
 mod partition_state;
 mod progress;
 mod recent;
+mod seeking;
 mod session_bound;
 mod storm;
 mod table;
@@ -155,6 +182,45 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The rebalance guard. `K` is the idempotency key type (an order id, an event id); `M` is the
 /// payload a caller may leave buffered in the guard until it is flushed (use `()` when every
 /// message is processed as soon as it is admitted).
+///
+/// The crate's `Consumer` runs one for you; this type is public for a caller that has a
+/// consumer of its own and wants the same decisions. Admit, check the lease right before the
+/// effect, complete, and let a revocation fence, drain and commit (the module's rules 2, 9, 8
+/// and 3):
+///
+/// ```
+/// use rebalance_guard::guard::{GuardConfig, RebalanceGuard};
+/// use rebalance_guard::TopicPartition;
+///
+/// let guard: RebalanceGuard<String> = RebalanceGuard::new(GuardConfig::default())?;
+/// let tp = TopicPartition::new("orders", 0);
+/// guard.assign(&[tp.clone()]);
+///
+/// let lease = guard.process_message(&tp, 41, Some("ord-1".to_string()), ())?;
+/// if guard.is_current(&lease) {
+///     // apply the effect here, keyed by a stable effect key
+/// }
+/// guard.complete(&lease)?;
+/// // The same order id again is refused as a duplicate (rule 2).
+/// assert!(guard.process_message(&tp, 42, Some("ord-1".to_string()), ()).is_err());
+///
+/// // The partition moves: fence, drain (nothing buffered here), commit `last + 1`.
+/// let mut committed = Vec::new();
+/// let report = guard.revoke(
+///     &[tp.clone()],
+///     &mut |_batch| Ok(()),
+///     Some(&mut |offsets| {
+///         committed.extend(offsets.iter().map(|o| o.next_offset));
+///         Ok(())
+///     }),
+/// )?;
+/// assert_eq!(committed, [43]);
+/// assert_eq!(report.committed.len(), 1);
+/// // Fenced: nothing of it is admitted any more, and the old lease is stale.
+/// assert!(guard.process_message(&tp, 43, None, ()).is_err());
+/// assert!(!guard.is_current(&lease));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct RebalanceGuard<K = Vec<u8>, M = ()> {
     /// One entry per partition ever assigned, each behind its own lock. Entries are never
     /// removed, so that a partition's epoch only ever increases: a lease from an old assignment
@@ -724,92 +790,6 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 )
             })
             .collect()
-    }
-
-    /// Forgets the work at or after the leased record so that it can be admitted again, for a
-    /// consumer that seeks back on one thread (a record it could not hand on, taken back): the
-    /// record and everything after it come again, including later records that already finished
-    /// (their keys stay remembered, so a keyed redelivery of them is refused as a duplicate).
-    /// Refuses a lease of an earlier assignment, a partition not owned, and going back into the
-    /// contiguous completed prefix, which may already be committed. Work that other threads may
-    /// still be doing is given back one record at a time with [`release`](Self::release)
-    /// instead, which never discards anything else.
-    pub fn rewind(&self, lease: &Lease) -> Result<(), RewindError> {
-        let (partition, offset) = (&lease.tp, lease.offset);
-        let mut state = self
-            .partition(partition)
-            .filter(|state| state.status == OwnerStatus::Owned && state.epoch == lease.epoch)
-            .ok_or_else(|| RewindError::NotOwned {
-                tp: partition.clone(),
-            })?;
-        let discarded = state.progress.rewind(offset).map_err(|finished_offset| {
-            RewindError::PastFinishedWork {
-                tp: partition.clone(),
-                finished_offset,
-            }
-        })?;
-        self.keys.forget_unfinished(discarded);
-        Ok(())
-    }
-
-    /// The application moves an owned partition's reading to `offset` (Java's `seek`): a guard
-    /// event, because work already admitted must not be committed past or applied twice.
-    ///
-    /// - Work admitted at or after `offset` is taken away. A handler still running one of those
-    ///   records sees its lease not current from now on (`is_current` is false, its completion
-    ///   does not count), and the record is not admitted again until that handler returned, so
-    ///   one record never runs twice at once. Unfinished work's keys are forgotten (the record
-    ///   is read again); finished work's keys stay, so a keyed record whose effect this member
-    ///   applied is refused as a duplicate when read again.
-    /// - Work before `offset` stays: the commit still waits for it to finish.
-    /// - Once it finished, the commit position is `offset`: a seek forward skips the records in
-    ///   between on purpose (they are never committed as unfinished work, they are not work);
-    ///   a seek back makes the next commit carry `offset`, even below what was committed.
-    pub fn seek(&self, partition: &TopicPartition, offset: i64) -> Result<(), SeekError> {
-        if offset < 0 {
-            return Err(SeekError::Negative {
-                tp: partition.clone(),
-                offset,
-            });
-        }
-        let mut state = self
-            .partition(partition)
-            .filter(|state| state.status == OwnerStatus::Owned)
-            .ok_or_else(|| SeekError::NotOwned {
-                tp: partition.clone(),
-            })?;
-        let back = state
-            .progress
-            .commit_position()
-            .is_some_and(|at| offset < at)
-            || state
-                .last_committed
-                .is_some_and(|committed| offset < committed);
-        let discarded = state.progress.seek(offset, self.clock.now());
-        if back {
-            // The next commit carries the position read again from, below the committed one.
-            state.last_committed = None;
-        }
-        let discarded = self.keys.forget_unfinished(discarded);
-        log::info!("{partition}: seek to {offset} ({discarded} unfinished record(s) taken away)");
-        Ok(())
-    }
-
-    /// Moves an owned partition's monotonicity mark back to `offset`, for a consumer whose fetch
-    /// position was reset to an earlier offset because the log went back (OFFSET_OUT_OF_RANGE
-    /// after a truncation, or a topic recreated under the same name): the records now at those
-    /// offsets are new records and must be admitted, not refused as regressions. Unfinished work
-    /// at or after `offset` is discarded (its keys forgotten). Returns the previous mark when it
-    /// moved; `None` when the partition is not owned or was already below `offset`.
-    pub fn reposition(&self, partition: &TopicPartition, offset: i64) -> Option<i64> {
-        let mut state = self
-            .partition(partition)
-            .filter(|state| state.status == OwnerStatus::Owned)?;
-        let (discarded, previous) = state.progress.reposition(offset)?;
-        // Progress on the log as it is now must be committable again.
-        state.last_committed = state.last_committed.map(|last| last.min(offset));
-        self.keys.forget_unfinished(discarded);
-        Some(previous)
     }
 
     /// The current instant on the guard's clock, for [`process_message_at`](Self::process_message_at).

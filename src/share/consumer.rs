@@ -61,6 +61,31 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A member of a share group (KIP-932): records of the subscribed topics are acquired under a
 /// lock, handed out in bounded batches, and acknowledged one by one by what their handler did
 /// and whether their lock could still be held.
+///
+/// Each record runs under a lease that ends before the broker's lock can; a handler that finds
+/// it not current skips its effect, and the record is released, never accepted:
+///
+/// ```no_run
+/// use std::sync::atomic::AtomicBool;
+/// use rebalance_guard::{Record, ShareConfig, ShareConsumer, ShareFailure};
+/// # fn submit_order(_record: &Record) -> std::io::Result<()> { Ok(()) }
+///
+/// let config = ShareConfig::builder()
+///     .bootstrap_servers(["127.0.0.1:9092"])
+///     .group_id("order-workers") // the share group
+///     .build()?;
+/// let stop = AtomicBool::new(false);
+/// let mut consumer = ShareConsumer::subscribe(config, &["orders"])?;
+/// consumer.run_with_workers(&stop, 16, |record, ctx| {
+///     if !ctx.is_current() {
+///         return Ok(()); // the lock may have ended: released, another member may have it
+///     }
+///     // Released for another delivery while processing.retries allow, then rejected.
+///     submit_order(record).map_err(ShareFailure::retryable)
+/// })?;
+/// consumer.close()?; // release what is held, the last acknowledgements, leave the group
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ShareConsumer {
     pub(super) config: ShareConfig,
     membership: Option<ShareMembership>,
