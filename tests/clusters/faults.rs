@@ -209,7 +209,7 @@ fn a_killed_partition_leader_loses_nothing_and_consumption_goes_on() {
         // The longest pause in processing on each partition from the kill (included) to its
         // last record. Not asserted: every partition here has the killed node as a replica, so
         // acks=all production itself waits until the node is fenced (the producer's floor);
-        // tests/cluster_leaders.rs measures what the consumer adds.
+        // tests/clusters/leaders.rs measures what the consumer adds.
         let mut gaps = BTreeMap::new();
         for p in 0..PARTITIONS {
             let times: Vec<Instant> = std::iter::once(killed_at)

@@ -8,7 +8,7 @@
 //! balance: 2 partitions each of 6 with three members). Under cooperative-sticky, a partition that
 //! does not move is never revoked from its owner, ours or a peer's.
 //!
-//! Broker and peer coverage, and why (see `tests/peer_groups.rs` for the measurements):
+//! Broker and peer coverage, and why (see `tests/brokers/group/peers.rs` for the measurements):
 //! - kafka-python 2.3.3 has no cooperative protocol: cooperative groups are ours + confluent.
 //! - librdkafka's mock answers INVALID_REQUEST to a follower whose SyncGroup arrives after the
 //!   leader's, and kafka-python followers lose that race almost every time; so on the mock a

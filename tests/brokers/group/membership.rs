@@ -394,7 +394,7 @@ fn eager_joins_and_leaves_stay_balanced(kind: BrokerKind, strategy: &str) {
 /// the split is exactly-once and balanced; when a member joins, each old member is revoked exactly
 /// the partitions that moved away from it and gains nothing; when a member leaves, the others are
 /// revoked nothing and keep everything; no partition is ever assigned while another member still
-/// owns it, and nothing is lost. (The mock twin is `cooperative_sticky_moves_only_what_moves_mock`.)
+/// owns it, and nothing is lost. (The mock twin is `mock::cooperative_sticky_moves_only_what_moves`.)
 fn cooperative_joins_and_leaves_move_only_what_moves(kind: BrokerKind) {
     let started = Instant::now();
     let (broker, topic) = broker_with_topic(kind, 6);
@@ -497,7 +497,7 @@ crate::on_brokers! {
         /// id, so the operator knows which two consumers collide. Until that heartbeat both consumers
         /// believe they own the partitions: Kafka does not wait for the first one (the window is one
         /// heartbeat interval, measured and printed). The injected twin is
-        /// `fenced_instance_id_is_fatal_and_named_mock`.
+        /// `mock::fenced_instance_id_is_fatal_and_named`.
         #[test]
         fn duplicate_instance_id_fences_the_first_member_with_a_named_fatal_error() {
             let started = Instant::now();
@@ -576,7 +576,7 @@ crate::on_brokers! {
         /// the heartbeat thread leaves the group and fences the assignment as lost (no revocation), Kafka
         /// rebalances the other member onto every partition, and when the stuck thread polls again the
         /// member rejoins cleanly and the split is balanced again. The mock twin (one member) is
-        /// `poll_timeout_leaves_fences_and_rejoins_mock`.
+        /// `mock::poll_timeout_leaves_fences_and_rejoins`.
         #[test]
         fn poll_timeout_leaves_fences_and_rejoins() {
             let started = Instant::now();

@@ -449,7 +449,7 @@ fn static_restart_strict(kind: BrokerKind) {
 
 // The strict static-membership property is not tested on the mock: librdkafka 2.16's mock has no
 // static membership (it matches members by member id only, so a restarted member joins as a new
-// one and the survivor is rebalanced twice). `mock_static_member_restart_settles` checks what
+// one and the survivor is rebalanced twice). `mock::static_member_restart_settles` checks what
 // does hold there.
 
 crate::on_brokers! {
@@ -496,7 +496,7 @@ crate::on_brokers! {
             cooperative_sticky_group(BrokerKind::Kafka);
         }
         /// Kafka, session timeout 6000 ms: the reference behaviour of KIP-345. It is
-        /// also the Kafka twin of `mock_static_member_restart_settles`: where the mock
+        /// also the Kafka twin of `mock::static_member_restart_settles`: where the mock
         /// rebalances the survivor twice, Kafka does not touch it.
         #[test]
         fn static_member_restart_keeps_partitions_without_rebalance() {

@@ -39,7 +39,7 @@
 //!   overloaded machine (our consumer-protocol members bound their lease at the broker's 6 s
 //!   session, `session.bound.ms`, instead of the default 1.5 s, which a two-core machine under a
 //!   load of 40 outlasted). At a deployment's pace ([`Pace::Rolling`]) the coordinator does take
-//!   partitions (see [`rolling_migration_unsettled_range_kafka`]) and each loss explains the
+//!   partitions (see `kafka::rolling_migration_unsettled_range`) and each loss explains the
 //!   repeats of what its member applied before it.
 //! - **one owner at every moment**: the tenures of `support::tenure` (when a member may apply a
 //!   partition's records, stamped early at assignment and late after the revocation's commit) of
@@ -824,7 +824,7 @@ crate::on_brokers! {
         fn rolling_migration_unsettled_range() {
             rolling_migration(PeerStrategy::Range, Pace::Rolling);
         }
-        /// [`rolling_migration_unsettled_range_kafka`] with incremental classic members.
+        /// `kafka::rolling_migration_unsettled_range` with incremental classic members.
         #[test]
         fn rolling_migration_unsettled_cooperative_sticky() {
             rolling_migration(PeerStrategy::CooperativeSticky, Pace::Rolling);

@@ -1,7 +1,7 @@
 //! Version negotiation and failure recovery, driven by librdkafka's mock cluster fault
 //! injection (`api_version`, `leader`, `broker_down`/`broker_up`). tansu has no fault injection
 //! and always advertises its own full ranges, so these tests run on the mock only; the normal
-//! negotiation path against tansu is exercised by every test in `wire_records.rs`.
+//! negotiation path against tansu is exercised by every test in `wire::records`.
 //! Needs `scripts/setup-test-env`.
 
 use crate::support;

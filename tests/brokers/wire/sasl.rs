@@ -25,7 +25,7 @@ use support::fetch::fetch_answered;
 use support::kafka::{SaslKafka, SASL_REAUTH};
 use support::unique_name;
 
-/// The mechanisms that authenticate with a password (OAUTHBEARER takes a token: wire_tls).
+/// The mechanisms that authenticate with a password (OAUTHBEARER takes a token: `wire::tls`).
 const PASSWORD_MECHANISMS: [SaslMechanism; 3] = [
     SaslMechanism::Plain,
     SaslMechanism::ScramSha256,

@@ -203,7 +203,7 @@ fn produce_is_answered(addr: &str, version: i16) -> bool {
 
 /// The APIs this crate sends in this test's classic workload. `ConsumerGroupHeartbeat` (API 68,
 /// sent under `group.protocol=consumer` only, at v0-1 as `group/consumer_group/wire.rs` says)
-/// is not part of it: `tests/consumer_group_protocol.rs` and `tests/consumer_kip848.rs` run it
+/// is not part of it: `tests/brokers/consumer/group_protocol.rs` and `tests/brokers/consumer/kip848.rs` run it
 /// on Kafka 4.x.
 const APIS: &[ApiKey] = &[
     ApiKey::ApiVersions,
@@ -607,7 +607,7 @@ crate::on_brokers! {
         /// the APIs we use, and nothing we send is below the floors: checked against the broker's own
         /// answer and against what went over the wire. Our declared minimums are at or above the
         /// floors too, so no broker can make us send less. (Kafka 3.x still has every version from 0:
-        /// `every_version_from_0_is_still_taken_kafka_3`.)
+        /// `kafka3::every_version_from_0_is_still_taken`.)
         #[test]
         fn nothing_sent_is_below_the_kip_896_floors() {
             let o = observe(KafkaVersion::Newest);

@@ -1,7 +1,7 @@
 //! Rule 6 of the guard, in memory: what finished beyond the first unfinished offset travels in the
 //! commit's metadata, the next owner skips it, the map never outgrows its limit (admission waits
 //! instead), and a revocation of a partition worked out of order cancels without waiting for what
-//! never started. The same, end to end on Kafka, is in tests/consumer_workers.rs.
+//! never started. The same, end to end on Kafka, is in tests/brokers/consumer/workers.rs.
 
 use std::sync::Mutex;
 
