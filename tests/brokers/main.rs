@@ -16,12 +16,12 @@
 //! * [`smoke`]: Proves the test-broker infrastructure works with no code of ours on the wire.
 //! * [`wire`]: The wire client on single brokers.
 
-#[path = "../support/mod.rs"]
-mod support;
 #[path = "../support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "../support/on_brokers.rs"]
 mod on_brokers;
+#[path = "../support/mod.rs"]
+mod support;
 
 /// The binary's one allocator: counting, for the hostile-broker tests (`wire::hostile`).
 #[global_allocator]

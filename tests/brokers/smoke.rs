@@ -143,84 +143,86 @@ crate::on_brokers! {
     kafka3 {
         roundtrip => kafka_roundtrip(KafkaVersion::Last3),
     }
+}
 
-    mock {
-        ;
-        #[test]
-        fn roundtrip() {
-            let mock = MockCluster::start(MockOptions::default());
-            eprintln!("mock cluster up in {:?}", mock.startup_time());
-            api_versions_probe(bootstrap_addr(&mock)).expect("mock answers ApiVersions v0");
-            produce_and_consume_roundtrip(&mock);
-        }
-        #[test]
-        fn commands() {
-            let mock = MockCluster::start(MockOptions {
-                brokers: 3,
-                topics: vec![("pre".to_string(), 4)],
-                initial_rebalance_delay_ms: 0,
-            });
-            assert_eq!(mock.bootstrap().split(',').count(), 3);
-            mock.must("ping");
-            mock.must("create_topic fresh 2 3");
-            mock.must("leader fresh 0 2");
-            mock.must("coordinator group g1 3");
-            mock.must("rtt -1 0");
-            mock.must("broker_down 2");
-            mock.must("broker_up 2");
-            mock.must("api_version Fetch 4 11");
-            mock.must("push_errors JoinGroup REBALANCE_IN_PROGRESS 27 _TRANSPORT");
-            mock.must("clear_errors JoinGroup");
-            mock.must("broker_push_errors 1 Heartbeat NOT_COORDINATOR:10 0:0");
-            mock.must("initial_rebalance_delay 0");
-            let err = mock.command("no_such_command").unwrap_err();
-            assert!(err.contains("unknown command"), "{err}");
-            let err = mock
-                .command("push_errors JoinGroup NOT_AN_ERROR")
-                .unwrap_err();
-            assert!(err.contains("unknown error code"), "{err}");
-            let err = mock.command("coordinator shard g1 1").unwrap_err();
-            assert!(err.contains("group or transaction"), "{err}");
+mod mock {
+    use super::*;
 
-            // Injected errors reach a real client: the next two Produce requests fail
-            // with a non-retriable error, so the first record's delivery fails...
-            mock.must("push_errors Produce TOPIC_AUTHORIZATION_FAILED TOPIC_AUTHORIZATION_FAILED");
-            let (ok, _, stderr) = peer_try(&[
-                "produce",
-                "--bootstrap",
-                mock.bootstrap(),
-                "--topic",
-                "pre",
-                "--count",
-                "1",
-                "--partition",
-                "0",
-                "--timeout-s",
-                "10",
-            ]);
-            assert!(!ok, "produce should fail on an injected error");
-            assert!(stderr.contains("TOPIC_AUTHORIZATION_FAILED"), "{stderr}");
-            // ...and with the stack drained, producing works again.
-            mock.must("clear_errors Produce");
-            peer_produce(mock.bootstrap(), "pre", 5, &["--partition", "1"]);
-            let records = peer_consume(mock.bootstrap(), "pre", 5, &["--partition", "1"]);
-            assert_eq!(records.len(), 5);
-
-            // `quit` ends the script; later commands report that instead of hanging.
-            mock.must("quit");
-            let err = mock.command("ping").unwrap_err();
-            assert!(err.contains("exited") || err.contains("write"), "{err}");
-        }
+    #[test]
+    fn roundtrip() {
+        let mock = MockCluster::start(MockOptions::default());
+        eprintln!("mock cluster up in {:?}", mock.startup_time());
+        api_versions_probe(bootstrap_addr(&mock)).expect("mock answers ApiVersions v0");
+        produce_and_consume_roundtrip(&mock);
     }
+    #[test]
+    fn commands() {
+        let mock = MockCluster::start(MockOptions {
+            brokers: 3,
+            topics: vec![("pre".to_string(), 4)],
+            initial_rebalance_delay_ms: 0,
+        });
+        assert_eq!(mock.bootstrap().split(',').count(), 3);
+        mock.must("ping");
+        mock.must("create_topic fresh 2 3");
+        mock.must("leader fresh 0 2");
+        mock.must("coordinator group g1 3");
+        mock.must("rtt -1 0");
+        mock.must("broker_down 2");
+        mock.must("broker_up 2");
+        mock.must("api_version Fetch 4 11");
+        mock.must("push_errors JoinGroup REBALANCE_IN_PROGRESS 27 _TRANSPORT");
+        mock.must("clear_errors JoinGroup");
+        mock.must("broker_push_errors 1 Heartbeat NOT_COORDINATOR:10 0:0");
+        mock.must("initial_rebalance_delay 0");
+        let err = mock.command("no_such_command").unwrap_err();
+        assert!(err.contains("unknown command"), "{err}");
+        let err = mock
+            .command("push_errors JoinGroup NOT_AN_ERROR")
+            .unwrap_err();
+        assert!(err.contains("unknown error code"), "{err}");
+        let err = mock.command("coordinator shard g1 1").unwrap_err();
+        assert!(err.contains("group or transaction"), "{err}");
 
-    tansu {
-        ;
-        #[test]
-        fn roundtrip() {
-            let tansu = Tansu::start();
-            eprintln!("tansu up in {:?}", tansu.startup_time());
-            bootstrap_addr(&tansu);
-            produce_and_consume_roundtrip(&tansu);
-        }
+        // Injected errors reach a real client: the next two Produce requests fail
+        // with a non-retriable error, so the first record's delivery fails...
+        mock.must("push_errors Produce TOPIC_AUTHORIZATION_FAILED TOPIC_AUTHORIZATION_FAILED");
+        let (ok, _, stderr) = peer_try(&[
+            "produce",
+            "--bootstrap",
+            mock.bootstrap(),
+            "--topic",
+            "pre",
+            "--count",
+            "1",
+            "--partition",
+            "0",
+            "--timeout-s",
+            "10",
+        ]);
+        assert!(!ok, "produce should fail on an injected error");
+        assert!(stderr.contains("TOPIC_AUTHORIZATION_FAILED"), "{stderr}");
+        // ...and with the stack drained, producing works again.
+        mock.must("clear_errors Produce");
+        peer_produce(mock.bootstrap(), "pre", 5, &["--partition", "1"]);
+        let records = peer_consume(mock.bootstrap(), "pre", 5, &["--partition", "1"]);
+        assert_eq!(records.len(), 5);
+
+        // `quit` ends the script; later commands report that instead of hanging.
+        mock.must("quit");
+        let err = mock.command("ping").unwrap_err();
+        assert!(err.contains("exited") || err.contains("write"), "{err}");
+    }
+}
+
+mod tansu {
+    use super::*;
+
+    #[test]
+    fn roundtrip() {
+        let tansu = Tansu::start();
+        eprintln!("tansu up in {:?}", tansu.startup_time());
+        bootstrap_addr(&tansu);
+        produce_and_consume_roundtrip(&tansu);
     }
 }

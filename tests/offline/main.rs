@@ -16,10 +16,10 @@
 //! * [`layout`]: Checks of the repository itself.
 //! * [`wire`]: The wire layer against fake peers on 127.0.0.1 and hostile bytes.
 
-#[path = "../support/mod.rs"]
-mod support;
 #[path = "../support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "../support/mod.rs"]
+mod support;
 
 /// The binary's one allocator: counting for the allocation bounds (`wire`), watching freed
 /// blocks for `config::secrets_wiped`.

@@ -80,9 +80,10 @@ pub const FAST_REBALANCE: FastRebalance = FastRebalance {
 /// [`FAST_REBALANCE`] for the peer clients (Java, confluent-kafka, kafka-python), with a 3 s
 /// session. Why: with confluent-kafka members at 6 s on librdkafka's mock, the mixed groups of
 /// `brokers::group::interop` (`mock::cooperative_sticky_{ours,peer}_leads`,
-/// `mock::roundrobin_peer_leads`) do not settle within 90 s: the mock holds JoinGroups past our join wait and answers the late
-/// SyncGroups INVALID_REQUEST (`group/quirks.rs`), with the old poll-thread membership as with
-/// the current one. At 3 s they settle; on Kafka and tansu either value works.
+/// `mock::roundrobin_peer_leads`) do not settle within 90 s: the mock holds JoinGroups past our
+/// join wait and answers the late SyncGroups INVALID_REQUEST (`group/quirks.rs`), with the old
+/// poll-thread membership as with the current one. At 3 s they settle; on Kafka and tansu either
+/// value works.
 pub const PEER_FAST_REBALANCE: FastRebalance = FastRebalance {
     session_timeout_ms: 3000,
     ..FAST_REBALANCE

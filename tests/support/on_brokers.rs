@@ -8,14 +8,24 @@
 //! ```ignore
 //! crate::on_brokers! {
 //!     kafka {
-//!         commit_after_a_batch_is_last_plus_one,                    // super::name(BrokerKind::Kafka)
-//!         handoff_range => handoff(BrokerKind::Kafka, "range"),     // another call
-//!         ;
-//!         /// A test that exists on this broker only, written out.
-//!         #[test]
-//!         fn an_eager_rebalance_stops_every_partition() { ... }
+//!         commit_after_a_batch_is_last_plus_one,                // super::name(BrokerKind::Kafka)
+//!         handoff_range => handoff(BrokerKind::Kafka, "range"), // another call
 //!     }
 //!     mock { commit_after_a_batch_is_last_plus_one }
+//! }
+//! ```
+//!
+//! Where a broker also has tests written out (a body of its own), its module is written out too,
+//! and the macro's entries go inside it with the broker named first:
+//!
+//! ```ignore
+//! mod kafka {
+//!     use super::*;
+//!
+//!     crate::on_brokers!(kafka: commit_after_a_batch_is_last_plus_one);
+//!
+//!     #[test]
+//!     fn an_eager_rebalance_stops_every_partition() { ... }
 //! }
 //! ```
 //!
@@ -26,21 +36,6 @@
 /// One `#[test]` per broker: see the [module notes](self).
 #[macro_export]
 macro_rules! on_brokers {
-    ($( $module:ident { $( $name:ident $(=> $call:expr)? ),* $(,)? $(; $($item:item)*)? } )*) => {
-        $(
-            mod $module {
-                #[allow(unused_imports)]
-                use super::*;
-                $(
-                    #[test]
-                    fn $name() {
-                        $crate::on_brokers!(@call $module $name $(, $call)?);
-                    }
-                )*
-                $($($item)*)?
-            }
-        )*
-    };
     (@call $module:ident $name:ident) => {
         super::$name($crate::on_brokers!(@kind $module))
     };
@@ -51,4 +46,23 @@ macro_rules! on_brokers {
     (@kind kafka3) => { $crate::support::BrokerKind::Kafka3 };
     (@kind mock) => { $crate::support::BrokerKind::Mock };
     (@kind tansu) => { $crate::support::BrokerKind::Tansu };
+    // Inside a broker's module written out: one `#[test]` per entry.
+    ($module:ident: $( $name:ident $(=> $call:expr)? ),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::on_brokers!(@call $module $name $(, $call)?);
+            }
+        )*
+    };
+    // A module per broker, each with its entries.
+    ($( $module:ident { $( $name:ident $(=> $call:expr)? ),* $(,)? } )*) => {
+        $(
+            mod $module {
+                #[allow(unused_imports)]
+                use super::*;
+                $crate::on_brokers!($module: $( $name $(=> $call)? ),*);
+            }
+        )*
+    };
 }

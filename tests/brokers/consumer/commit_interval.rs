@@ -99,30 +99,30 @@ fn redone_after_a_freeze_mid_batch(interval_ms: &str) -> usize {
     redone
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        /// With the default 100 ms interval the next owner redoes about ten 10 ms records (one interval,
-        /// plus the record in hand and a commit's round trip), not the ~3 s the batch had applied.
-        #[test]
-        fn a_member_frozen_mid_batch_costs_its_next_owner_about_one_commit_interval() {
-            let redone = redone_after_a_freeze_mid_batch("100");
-            let one_interval = (100 / RECORD_TIME.as_millis()) as usize;
-            assert!(
-                redone <= 3 * one_interval,
-                "redid {redone} records, more than about one 100 ms interval ({one_interval})"
-            );
-        }
-        /// The same freeze with commits paced out of the way (an interval longer than the batch): the
-        /// position moved only after batches, and the next owner redoes the frozen batch's work. This
-        /// is what the interval saves, measured in the same scenario.
-        #[test]
-        fn without_commits_during_the_batch_the_next_owner_redoes_the_frozen_batch() {
-            let redone = redone_after_a_freeze_mid_batch("600000");
-            assert!(
-                redone >= APPLIED_BEFORE_FREEZE / 2,
-                "redid only {redone}: was the batch committed during its course?"
-            );
-        }
+mod kafka {
+    use super::*;
+
+    /// With the default 100 ms interval the next owner redoes about ten 10 ms records (one
+    /// interval, plus the record in hand and a commit's round trip), not the ~3 s the batch had
+    /// applied.
+    #[test]
+    fn a_member_frozen_mid_batch_costs_its_next_owner_about_one_commit_interval() {
+        let redone = redone_after_a_freeze_mid_batch("100");
+        let one_interval = (100 / RECORD_TIME.as_millis()) as usize;
+        assert!(
+            redone <= 3 * one_interval,
+            "redid {redone} records, more than about one 100 ms interval ({one_interval})"
+        );
+    }
+    /// The same freeze with commits paced out of the way (an interval longer than the batch): the
+    /// position moved only after batches, and the next owner redoes the frozen batch's work. This
+    /// is what the interval saves, measured in the same scenario.
+    #[test]
+    fn without_commits_during_the_batch_the_next_owner_redoes_the_frozen_batch() {
+        let redone = redone_after_a_freeze_mid_batch("600000");
+        assert!(
+            redone >= APPLIED_BEFORE_FREEZE / 2,
+            "redid only {redone}: was the batch committed during its course?"
+        );
     }
 }

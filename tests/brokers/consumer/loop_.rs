@@ -791,268 +791,288 @@ fn a_dead_membership_thread_fails_every_poll_and_fences_the_partitions_at_once_k
 }
 
 crate::on_brokers! {
-    kafka {
-        commit_after_a_batch_is_last_plus_one,
-        a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss,
-        batch_sizing_keeps_a_slow_handler_in_the_group,
-        graceful_handoff_has_no_duplicates_range => graceful_handoff_has_no_duplicates(BrokerKind::Kafka, "range"),
-        graceful_handoff_has_no_duplicates_cooperative_sticky => graceful_handoff_has_no_duplicates(BrokerKind::Kafka, "cooperative-sticky"),
-        closing_a_member_hands_off_without_duplicates_range => closing_a_member_hands_off_without_duplicates(BrokerKind::Kafka, "range"),
-        closing_a_member_hands_off_without_duplicates_cooperative_sticky => closing_a_member_hands_off_without_duplicates(BrokerKind::Kafka, "cooperative-sticky"),
-        pause_and_resume,
-        joining_does_not_count_against_max_poll_interval,
-        one_very_slow_record_does_not_stall_later_batches,
-        a_republished_order_is_applied_once,
-        ;
-        /// The same situation on real Kafka (4.x), without injection: the member's membership ends on
-        /// the broker (an operator removes it, as `kafka-consumer-groups --delete --members` or the
-        /// Admin API's removeMembersFromConsumerGroup do, with a LeaveGroup naming its member id) while
-        /// the member still believes it owns its partition, and then it commits late. Kafka refuses
-        /// the commit with UNKNOWN_MEMBER_ID (the member is no longer known to the group); the consumer
-        /// reports it, does not retry it, and the committed offset stays where it was. Its next poll
-        /// rejoins and resumes at the last committed position, so the uncommitted records come again.
-        #[test]
-        fn a_late_commit_of_a_removed_member_is_refused_not_retried() {
-            let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 1);
-            let bootstrap = broker.bootstrap();
-            peer_produce(&bootstrap, &topic, 20, &["--partition", "0"]);
-            let group = unique_name("group");
-            let _ = env_logger::builder().is_test(true).try_init();
-            let mut consumer =
-                Consumer::subscribe(config(&bootstrap, &group, &LATE_COMMIT_SETTINGS), &[&topic]).unwrap();
-            assert_eq!(process(&mut consumer, 5), (0..5).collect::<Vec<_>>());
-            let joined = Instant::now();
-            consumer.commit().expect("the member's own commit");
-            assert_eq!(committed(&bootstrap, &group, &topic, 1)[&0], Some(5));
-            assert_eq!(process(&mut consumer, 5), (5..10).collect::<Vec<_>>());
-
-            let me = consumer.generation();
-            let mut admin = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap)).unwrap();
-            let node = admin.find_coordinator(&group).unwrap().node_id;
-            let code = requests::leave_group(
-                admin.connection(node).unwrap(),
-                &group,
-                None,
-                &me.member_id,
-                "removed by the test",
-            )
-            .unwrap();
-            assert_eq!(
-                code,
-                KafkaCode::NONE,
-                "the coordinator did not remove {}",
-                me.member_id
-            );
-
-            expect_refused(consumer.commit(), "UnknownMemberId (25)", joined);
-            assert_eq!(
-                committed(&bootstrap, &group, &topic, 1)[&0],
-                Some(5),
-                "the refused position must not reach the broker by a retry"
-            );
-            assert_eq!(consumer.stats().commits_refused, 1);
-            // The broker said the membership is over: the partition is fenced at once, as lost (another
-            // member may own it already), not left to a revocation that would commit again.
-            assert!(
-                consumer.assignment().is_empty(),
-                "still owned after the broker ended the membership: {}",
-                consumer.stats()
-            );
-            // The next poll rejoins as a new member and starts at the last committed position, 5.
-            assert_eq!(process(&mut consumer, 1), vec![5]);
-            assert_ne!(consumer.generation().member_id, me.member_id);
-            let stats = consumer.stats();
-            assert_eq!(stats.counters.lost, 1, "{stats}");
-            assert_eq!(stats.counters.failed_handoffs, 0, "no revocation: {stats}");
-            assert!(consumer.take_handoff_failures().is_empty());
-            consumer.close().unwrap();
-        }
-        /// The zombie of a restarted static member on real Kafka (4.x): a new process with the same
-        /// `group.instance.id` joins and takes the member's place (no rebalance: Kafka hands it the
-        /// cached assignment), while the old process still runs and believes it owns the partition.
-        /// Its late commit is refused with FENCED_INSTANCE_ID, reported and not retried; the committed
-        /// offset does not move, and the new instance starts at the last committed position.
-        #[test]
-        fn a_late_commit_of_a_replaced_static_member_is_refused_not_retried() {
-            let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 1);
-            let bootstrap = broker.bootstrap();
-            peer_produce(&bootstrap, &topic, 20, &["--partition", "0"]);
-            let group = unique_name("group");
-            let instance = unique_name("instance");
-            let _ = env_logger::builder().is_test(true).try_init();
-            let mut settings = LATE_COMMIT_SETTINGS.to_vec();
-            settings.push(("group.instance.id", &instance));
-            let mut old = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
-            assert_eq!(process(&mut old, 5), (0..5).collect::<Vec<_>>());
-            let joined = Instant::now();
-            old.commit().expect("the member's own commit");
-            assert_eq!(process(&mut old, 5), (5..10).collect::<Vec<_>>());
-
-            let mut new = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
-            wait_until("the new instance owns the partition", WAIT, || {
-                drop(new.poll(Duration::from_millis(100)).unwrap());
-                new.assignment().len() == 1
-            });
-            expect_refused(old.commit(), "FencedInstanceId (82)", joined);
-            assert_eq!(
-                committed(&bootstrap, &group, &topic, 1)[&0],
-                Some(5),
-                "the zombie's position must not reach the broker"
-            );
-            assert_eq!(old.stats().commits_refused, 1);
-            // Fenced at once, and the zombie's next poll fails for good (two processes share the id).
-            assert!(old.assignment().is_empty(), "{}", old.stats());
-            match old.poll(Duration::from_millis(100)) {
-                Err(ConsumerError::Group(GroupError::Fatal(fatal))) => {
-                    assert!(fatal.to_string().contains("FencedInstanceId"), "{fatal}")
-                }
-                Err(other) => panic!("expected the fatal fencing, got {other}"),
-                Ok(_) => panic!("the zombie polled on"),
-            }
-            assert_eq!(process(&mut new, 1), vec![5]);
-            new.close().unwrap();
-            drop(old);
-        }
-        /// The same on Kafka, with real rebalances: a second member joins the group and leaves it
-        /// again until the storm hook fires.
-        #[test]
-        fn a_rebalance_storm_calls_the_hook() {
-            let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 2);
-            let bootstrap = broker.bootstrap();
-            let group = unique_name("group");
-            let settings = [
-                ("rebalance.storm.threshold", "3"),
-                ("rebalance.storm.window.ms", "60000"),
-            ];
-            let storms = Arc::new(Mutex::new(Vec::new()));
-            let seen = storms.clone();
-            let mut consumer = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic])
-                .unwrap()
-                .on_storm(move |status| seen.lock().unwrap().push(status.rebalances_in_window));
-            // Waits, polling, for the next generation in which the consumer owns `owned` partitions.
-            let next_generation = |consumer: &mut Consumer, owned: usize, what: &str| {
-                let generation = consumer.generation().generation_id;
-                wait_until(what, WAIT, || {
-                    drop(consumer.poll(Duration::from_millis(100)).unwrap());
-                    consumer.generation().generation_id > generation && consumer.assignment().len() == owned
-                });
-            };
-            next_generation(&mut consumer, 2, "the first join");
-            let mut rounds = 0;
-            while storms.lock().unwrap().is_empty() {
-                assert!(rounds < 3, "no storm: {}", consumer.stats());
-                rounds += 1;
-                let other = OurMember::start(OurMemberSpec::new(&bootstrap, &group, &topic, "range"));
-                next_generation(&mut consumer, 1, "the rebalance of the other's join");
-                drop(other.close());
-                next_generation(&mut consumer, 2, "the rebalance of the other's leave");
-            }
-            assert!(consumer.storm_status().is_storm());
-            assert_eq!(
-                storms.lock().unwrap()[0],
-                3,
-                "the hook fires at the threshold"
-            );
-            consumer.close().unwrap();
-        }
-    }
-
-    mock {
-        commit_after_a_batch_is_last_plus_one,
-        a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss,
-        batch_sizing_keeps_a_slow_handler_in_the_group,
-        graceful_handoff_has_no_duplicates_cooperative_sticky => graceful_handoff_has_no_duplicates(BrokerKind::Mock, "cooperative-sticky"),
-        pause_and_resume,
-        joining_does_not_count_against_max_poll_interval,
-        one_very_slow_record_does_not_stall_later_batches,
-        ;
-        /// A commit the coordinator refuses for a fenced generation (mock, ILLEGAL_GENERATION injected
-        /// through the mock's own error stack) is reported to the caller and not retried into success:
-        /// the broker's committed offset does not move, although a retry would have gone through.
-        #[test]
-        fn a_refused_commit_is_reported_not_retried() {
-            let topic = unique_name("orders");
-            let mock = MockCluster::start(MockOptions {
-                topics: vec![(topic.clone(), 1)],
-                ..MockOptions::default()
-            });
-            peer_produce(mock.bootstrap(), &topic, 20, &["--partition", "0"]);
-            let group = unique_name("group");
-            let _ = env_logger::builder().is_test(true).try_init();
-            let mut consumer =
-                Consumer::subscribe(config(mock.bootstrap(), &group, &[]), &[&topic]).unwrap();
-            process(&mut consumer, 5);
-            mock.must("push_errors OffsetCommit ILLEGAL_GENERATION");
-            match consumer.commit() {
-                Err(ConsumerError::Commit(failure)) => {
-                    let text = rebalance_guard::ErrorChain(&failure).to_string();
-                    assert!(
-                        text.contains("ILLEGAL_GENERATION") || text.contains("IllegalGeneration"),
-                        "{text}"
-                    );
-                }
-                other => panic!("expected a refused commit, got {other:?}"),
-            }
-            assert_eq!(
-                committed(mock.bootstrap(), &group, &topic, 1)[&0],
-                None,
-                "the refused position must not reach the broker by a retry"
-            );
-            assert_eq!(consumer.stats().commits_refused, 1);
-            assert!(consumer.assignment().is_empty(), "fenced at once as lost");
-            consumer.close().unwrap();
-        }
-        /// Rebalances past the storm threshold call the storm hook with the detector's status (mock,
-        /// rebalances forced through the heartbeat error stack).
-        #[test]
-        fn a_rebalance_storm_calls_the_hook() {
-            let topic = unique_name("orders");
-            let mock = MockCluster::start(MockOptions {
-                topics: vec![(topic.clone(), 1)],
-                ..MockOptions::default()
-            });
-            let settings = [
-                ("rebalance.storm.threshold", "3"),
-                ("rebalance.storm.window.ms", "60000"),
-            ];
-            let storms = Arc::new(Mutex::new(Vec::new()));
-            let seen = storms.clone();
-            let mut consumer = Consumer::subscribe(
-                config(mock.bootstrap(), &unique_name("group"), &settings),
-                &[&topic],
-            )
-            .unwrap()
-            .on_storm(move |status| seen.lock().unwrap().push(status.rebalances_in_window));
-            let deadline = Instant::now() + WAIT;
-            let mut pushed = 0;
-            while storms.lock().unwrap().is_empty() {
-                assert!(Instant::now() < deadline, "no storm: {}", consumer.stats());
-                let generation = consumer.generation().generation_id;
-                drop(consumer.poll(Duration::from_millis(100)).unwrap());
-                if generation >= 0 && consumer.generation().generation_id == generation && pushed < 4 {
-                    // One forced rebalance per generation.
-                    mock.must("push_errors Heartbeat REBALANCE_IN_PROGRESS");
-                    pushed += 1;
-                    wait_until("the forced rebalance", WAIT, || {
-                        drop(consumer.poll(Duration::from_millis(100)).unwrap());
-                        consumer.generation().generation_id > generation
-                    });
-                }
-            }
-            assert!(consumer.storm_status().is_storm());
-            assert_eq!(
-                storms.lock().unwrap()[0],
-                3,
-                "the hook fires at the threshold"
-            );
-            consumer.close().unwrap();
-        }
-    }
-
     tansu {
         commit_after_a_batch_is_last_plus_one,
-        graceful_handoff_has_no_duplicates_range => graceful_handoff_has_no_duplicates(BrokerKind::Tansu, "range"),
+        graceful_handoff_has_no_duplicates_range =>
+            graceful_handoff_has_no_duplicates(BrokerKind::Tansu, "range"),
         pause_and_resume,
         a_republished_order_is_applied_once,
+    }
+}
+
+mod kafka {
+    use super::*;
+
+    crate::on_brokers!(
+        kafka:
+        commit_after_a_batch_is_last_plus_one,
+        a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss,
+        batch_sizing_keeps_a_slow_handler_in_the_group,
+        graceful_handoff_has_no_duplicates_range =>
+            graceful_handoff_has_no_duplicates(BrokerKind::Kafka, "range"),
+        graceful_handoff_has_no_duplicates_cooperative_sticky =>
+            graceful_handoff_has_no_duplicates(BrokerKind::Kafka, "cooperative-sticky"),
+        closing_a_member_hands_off_without_duplicates_range =>
+            closing_a_member_hands_off_without_duplicates(BrokerKind::Kafka, "range"),
+        closing_a_member_hands_off_without_duplicates_cooperative_sticky =>
+            closing_a_member_hands_off_without_duplicates(BrokerKind::Kafka, "cooperative-sticky"),
+        pause_and_resume,
+        joining_does_not_count_against_max_poll_interval,
+        one_very_slow_record_does_not_stall_later_batches,
+        a_republished_order_is_applied_once,
+    );
+
+    /// The same situation on real Kafka (4.x), without injection: the member's membership ends on
+    /// the broker (an operator removes it, as `kafka-consumer-groups --delete --members` or the
+    /// Admin API's removeMembersFromConsumerGroup do, with a LeaveGroup naming its member id) while
+    /// the member still believes it owns its partition, and then it commits late. Kafka refuses
+    /// the commit with UNKNOWN_MEMBER_ID (the member is no longer known to the group); the consumer
+    /// reports it, does not retry it, and the committed offset stays where it was. Its next poll
+    /// rejoins and resumes at the last committed position, so the uncommitted records come again.
+    #[test]
+    fn a_late_commit_of_a_removed_member_is_refused_not_retried() {
+        let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 1);
+        let bootstrap = broker.bootstrap();
+        peer_produce(&bootstrap, &topic, 20, &["--partition", "0"]);
+        let group = unique_name("group");
+        let _ = env_logger::builder().is_test(true).try_init();
+        let mut consumer =
+            Consumer::subscribe(config(&bootstrap, &group, &LATE_COMMIT_SETTINGS), &[&topic])
+                .unwrap();
+        assert_eq!(process(&mut consumer, 5), (0..5).collect::<Vec<_>>());
+        let joined = Instant::now();
+        consumer.commit().expect("the member's own commit");
+        assert_eq!(committed(&bootstrap, &group, &topic, 1)[&0], Some(5));
+        assert_eq!(process(&mut consumer, 5), (5..10).collect::<Vec<_>>());
+
+        let me = consumer.generation();
+        let mut admin = Client::connect(ClientConfig::from_bootstrap_str(&bootstrap)).unwrap();
+        let node = admin.find_coordinator(&group).unwrap().node_id;
+        let code = requests::leave_group(
+            admin.connection(node).unwrap(),
+            &group,
+            None,
+            &me.member_id,
+            "removed by the test",
+        )
+        .unwrap();
+        assert_eq!(
+            code,
+            KafkaCode::NONE,
+            "the coordinator did not remove {}",
+            me.member_id
+        );
+
+        expect_refused(consumer.commit(), "UnknownMemberId (25)", joined);
+        assert_eq!(
+            committed(&bootstrap, &group, &topic, 1)[&0],
+            Some(5),
+            "the refused position must not reach the broker by a retry"
+        );
+        assert_eq!(consumer.stats().commits_refused, 1);
+        // The broker said the membership is over: the partition is fenced at once, as lost (another
+        // member may own it already), not left to a revocation that would commit again.
+        assert!(
+            consumer.assignment().is_empty(),
+            "still owned after the broker ended the membership: {}",
+            consumer.stats()
+        );
+        // The next poll rejoins as a new member and starts at the last committed position, 5.
+        assert_eq!(process(&mut consumer, 1), vec![5]);
+        assert_ne!(consumer.generation().member_id, me.member_id);
+        let stats = consumer.stats();
+        assert_eq!(stats.counters.lost, 1, "{stats}");
+        assert_eq!(stats.counters.failed_handoffs, 0, "no revocation: {stats}");
+        assert!(consumer.take_handoff_failures().is_empty());
+        consumer.close().unwrap();
+    }
+    /// The zombie of a restarted static member on real Kafka (4.x): a new process with the same
+    /// `group.instance.id` joins and takes the member's place (no rebalance: Kafka hands it the
+    /// cached assignment), while the old process still runs and believes it owns the partition.
+    /// Its late commit is refused with FENCED_INSTANCE_ID, reported and not retried; the committed
+    /// offset does not move, and the new instance starts at the last committed position.
+    #[test]
+    fn a_late_commit_of_a_replaced_static_member_is_refused_not_retried() {
+        let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 1);
+        let bootstrap = broker.bootstrap();
+        peer_produce(&bootstrap, &topic, 20, &["--partition", "0"]);
+        let group = unique_name("group");
+        let instance = unique_name("instance");
+        let _ = env_logger::builder().is_test(true).try_init();
+        let mut settings = LATE_COMMIT_SETTINGS.to_vec();
+        settings.push(("group.instance.id", &instance));
+        let mut old =
+            Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
+        assert_eq!(process(&mut old, 5), (0..5).collect::<Vec<_>>());
+        let joined = Instant::now();
+        old.commit().expect("the member's own commit");
+        assert_eq!(process(&mut old, 5), (5..10).collect::<Vec<_>>());
+
+        let mut new =
+            Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic]).unwrap();
+        wait_until("the new instance owns the partition", WAIT, || {
+            drop(new.poll(Duration::from_millis(100)).unwrap());
+            new.assignment().len() == 1
+        });
+        expect_refused(old.commit(), "FencedInstanceId (82)", joined);
+        assert_eq!(
+            committed(&bootstrap, &group, &topic, 1)[&0],
+            Some(5),
+            "the zombie's position must not reach the broker"
+        );
+        assert_eq!(old.stats().commits_refused, 1);
+        // Fenced at once, and the zombie's next poll fails for good (two processes share the id).
+        assert!(old.assignment().is_empty(), "{}", old.stats());
+        match old.poll(Duration::from_millis(100)) {
+            Err(ConsumerError::Group(GroupError::Fatal(fatal))) => {
+                assert!(fatal.to_string().contains("FencedInstanceId"), "{fatal}")
+            }
+            Err(other) => panic!("expected the fatal fencing, got {other}"),
+            Ok(_) => panic!("the zombie polled on"),
+        }
+        assert_eq!(process(&mut new, 1), vec![5]);
+        new.close().unwrap();
+        drop(old);
+    }
+    /// The same on Kafka, with real rebalances: a second member joins the group and leaves it
+    /// again until the storm hook fires.
+    #[test]
+    fn a_rebalance_storm_calls_the_hook() {
+        let (broker, topic) = broker_with_topic(BrokerKind::Kafka, "orders", 2);
+        let bootstrap = broker.bootstrap();
+        let group = unique_name("group");
+        let settings = [
+            ("rebalance.storm.threshold", "3"),
+            ("rebalance.storm.window.ms", "60000"),
+        ];
+        let storms = Arc::new(Mutex::new(Vec::new()));
+        let seen = storms.clone();
+        let mut consumer = Consumer::subscribe(config(&bootstrap, &group, &settings), &[&topic])
+            .unwrap()
+            .on_storm(move |status| seen.lock().unwrap().push(status.rebalances_in_window));
+        // Waits, polling, for the next generation in which the consumer owns `owned` partitions.
+        let next_generation = |consumer: &mut Consumer, owned: usize, what: &str| {
+            let generation = consumer.generation().generation_id;
+            wait_until(what, WAIT, || {
+                drop(consumer.poll(Duration::from_millis(100)).unwrap());
+                consumer.generation().generation_id > generation
+                    && consumer.assignment().len() == owned
+            });
+        };
+        next_generation(&mut consumer, 2, "the first join");
+        let mut rounds = 0;
+        while storms.lock().unwrap().is_empty() {
+            assert!(rounds < 3, "no storm: {}", consumer.stats());
+            rounds += 1;
+            let other = OurMember::start(OurMemberSpec::new(&bootstrap, &group, &topic, "range"));
+            next_generation(&mut consumer, 1, "the rebalance of the other's join");
+            drop(other.close());
+            next_generation(&mut consumer, 2, "the rebalance of the other's leave");
+        }
+        assert!(consumer.storm_status().is_storm());
+        assert_eq!(
+            storms.lock().unwrap()[0],
+            3,
+            "the hook fires at the threshold"
+        );
+        consumer.close().unwrap();
+    }
+}
+
+mod mock {
+    use super::*;
+
+    crate::on_brokers!(
+        mock:
+        commit_after_a_batch_is_last_plus_one,
+        a_handler_slower_than_max_poll_interval_processes_nothing_after_the_loss,
+        batch_sizing_keeps_a_slow_handler_in_the_group,
+        graceful_handoff_has_no_duplicates_cooperative_sticky =>
+            graceful_handoff_has_no_duplicates(BrokerKind::Mock, "cooperative-sticky"),
+        pause_and_resume,
+        joining_does_not_count_against_max_poll_interval,
+        one_very_slow_record_does_not_stall_later_batches,
+    );
+
+    /// A commit the coordinator refuses for a fenced generation (mock, ILLEGAL_GENERATION injected
+    /// through the mock's own error stack) is reported to the caller and not retried into success:
+    /// the broker's committed offset does not move, although a retry would have gone through.
+    #[test]
+    fn a_refused_commit_is_reported_not_retried() {
+        let topic = unique_name("orders");
+        let mock = MockCluster::start(MockOptions {
+            topics: vec![(topic.clone(), 1)],
+            ..MockOptions::default()
+        });
+        peer_produce(mock.bootstrap(), &topic, 20, &["--partition", "0"]);
+        let group = unique_name("group");
+        let _ = env_logger::builder().is_test(true).try_init();
+        let mut consumer =
+            Consumer::subscribe(config(mock.bootstrap(), &group, &[]), &[&topic]).unwrap();
+        process(&mut consumer, 5);
+        mock.must("push_errors OffsetCommit ILLEGAL_GENERATION");
+        match consumer.commit() {
+            Err(ConsumerError::Commit(failure)) => {
+                let text = rebalance_guard::ErrorChain(&failure).to_string();
+                assert!(
+                    text.contains("ILLEGAL_GENERATION") || text.contains("IllegalGeneration"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected a refused commit, got {other:?}"),
+        }
+        assert_eq!(
+            committed(mock.bootstrap(), &group, &topic, 1)[&0],
+            None,
+            "the refused position must not reach the broker by a retry"
+        );
+        assert_eq!(consumer.stats().commits_refused, 1);
+        assert!(consumer.assignment().is_empty(), "fenced at once as lost");
+        consumer.close().unwrap();
+    }
+    /// Rebalances past the storm threshold call the storm hook with the detector's status (mock,
+    /// rebalances forced through the heartbeat error stack).
+    #[test]
+    fn a_rebalance_storm_calls_the_hook() {
+        let topic = unique_name("orders");
+        let mock = MockCluster::start(MockOptions {
+            topics: vec![(topic.clone(), 1)],
+            ..MockOptions::default()
+        });
+        let settings = [
+            ("rebalance.storm.threshold", "3"),
+            ("rebalance.storm.window.ms", "60000"),
+        ];
+        let storms = Arc::new(Mutex::new(Vec::new()));
+        let seen = storms.clone();
+        let mut consumer = Consumer::subscribe(
+            config(mock.bootstrap(), &unique_name("group"), &settings),
+            &[&topic],
+        )
+        .unwrap()
+        .on_storm(move |status| seen.lock().unwrap().push(status.rebalances_in_window));
+        let deadline = Instant::now() + WAIT;
+        let mut pushed = 0;
+        while storms.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "no storm: {}", consumer.stats());
+            let generation = consumer.generation().generation_id;
+            drop(consumer.poll(Duration::from_millis(100)).unwrap());
+            if generation >= 0 && consumer.generation().generation_id == generation && pushed < 4 {
+                // One forced rebalance per generation.
+                mock.must("push_errors Heartbeat REBALANCE_IN_PROGRESS");
+                pushed += 1;
+                wait_until("the forced rebalance", WAIT, || {
+                    drop(consumer.poll(Duration::from_millis(100)).unwrap());
+                    consumer.generation().generation_id > generation
+                });
+            }
+        }
+        assert!(consumer.storm_status().is_storm());
+        assert_eq!(
+            storms.lock().unwrap()[0],
+            3,
+            "the hook fires at the threshold"
+        );
+        consumer.close().unwrap();
     }
 }

@@ -200,99 +200,101 @@ fn an_invalid_pattern_is_refused_at_subscribe() {
     }
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        #[test]
-        fn classic_cooperative_pattern_follows_created_grown_and_deleted_topics() {
-            let kafka = Kafka::shared(KafkaVersion::Newest);
-            follows_the_cluster(
-                &kafka,
-                true,
-                classic(kafka.bootstrap(), "cooperative-sticky"),
-            );
-        }
-        #[test]
-        fn classic_pattern_that_matches_nothing_yet_joins_and_takes_the_first_matching_topic() {
-            let _ = env_logger::builder().is_test(true).try_init();
-            let kafka = Kafka::shared(KafkaVersion::Newest);
-            let bootstrap = kafka.bootstrap();
-            let prefix = unique_name("pattern-empty");
-            let config = classic(bootstrap, "cooperative-sticky")(&unique_name("pattern-group"));
-            let mut consumer =
-                Consumer::subscribe_pattern(config, &format!("{prefix}-.*")).expect("subscribe");
-            let mut seen = BTreeSet::new();
-            // Joined with an empty subscription (as Java does): a generation, and nothing assigned.
-            poll_until(&mut consumer, &mut seen, "the empty join", |c, _| {
-                c.generation().generation_id > 0
-            });
-            assert!(consumer.assignment().is_empty());
-            let topic = format!("{prefix}-orders");
-            Broker::create_topic(&kafka, &topic, 2);
-            produce_to_each_partition(bootstrap, &topic, 2, RECORDS);
-            poll_until(
-                &mut consumer,
-                &mut seen,
-                "the first matching topic",
-                |c, seen| owns_topic(c, &topic) == 2 && delivered(seen, &topic) == 2 * RECORDS,
-            );
-            consumer.close().expect("close");
-        }
-        #[test]
-        fn classic_topic_list_consumes_partitions_added_later() {
-            let _ = env_logger::builder().is_test(true).try_init();
-            let kafka = Kafka::shared(KafkaVersion::Newest);
-            let bootstrap = kafka.bootstrap();
-            let topic = unique_name("grown");
-            Broker::create_topic(&kafka, &topic, 1);
-            produce_to_each_partition(bootstrap, &topic, 1, RECORDS);
-            let config = classic(bootstrap, "cooperative-sticky")(&unique_name("grown-group"));
-            let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
-            let mut seen = BTreeSet::new();
-            poll_until(
-                &mut consumer,
-                &mut seen,
-                "the first partition",
-                |c, seen| owns_topic(c, &topic) == 1 && delivered(seen, &topic) == RECORDS,
-            );
-            grow(bootstrap, &topic, 1, 3);
-            poll_until(
-                &mut consumer,
-                &mut seen,
-                "the added partitions",
-                |c, seen| owns_topic(c, &topic) == 3 && delivered(seen, &topic) == 3 * RECORDS,
-            );
-            consumer.close().expect("close");
-        }
-        #[test]
-        fn consumer_protocol_pattern_is_resolved_by_the_broker() {
-            let kafka = Kafka::shared(KafkaVersion::Newest);
-            let bootstrap = kafka.bootstrap().to_string();
-            follows_the_cluster(&kafka, false, move |group| {
-                consumer_protocol_config(&bootstrap, group, &[])
-            });
-        }
-    }
+mod kafka {
+    use super::*;
 
-    kafka3 {
-        ;
-        #[test]
-        fn classic_eager_pattern_follows_created_grown_and_deleted_topics() {
-            let kafka = Kafka::shared(KafkaVersion::Last3);
-            follows_the_cluster(&kafka, false, classic(kafka.bootstrap(), "range"));
-        }
-        #[test]
-        fn consumer_protocol_pattern_is_refused_at_subscribe() {
-            let kafka = Kafka::shared(KafkaVersion::Last3);
-            let config = consumer_protocol_config(kafka.bootstrap(), &unique_name("pattern-group"), &[]);
-            let err = Consumer::subscribe_pattern(config, "orders-.*").expect_err("no regex before 4.0");
-            let text = rebalance_guard::ErrorChain(&err).to_string();
-            // Kafka 3.9 speaks ConsumerGroupHeartbeat v0 only: the member says what it needs.
-            assert!(
-                text.contains("needs ConsumerGroupHeartbeat v1 (Kafka 4.0 or later)"),
-                "{text}"
-            );
-            assert!(text.contains("orders-.*"), "{text}");
-        }
+    #[test]
+    fn classic_cooperative_pattern_follows_created_grown_and_deleted_topics() {
+        let kafka = Kafka::shared(KafkaVersion::Newest);
+        follows_the_cluster(
+            &kafka,
+            true,
+            classic(kafka.bootstrap(), "cooperative-sticky"),
+        );
+    }
+    #[test]
+    fn classic_pattern_that_matches_nothing_yet_joins_and_takes_the_first_matching_topic() {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let kafka = Kafka::shared(KafkaVersion::Newest);
+        let bootstrap = kafka.bootstrap();
+        let prefix = unique_name("pattern-empty");
+        let config = classic(bootstrap, "cooperative-sticky")(&unique_name("pattern-group"));
+        let mut consumer =
+            Consumer::subscribe_pattern(config, &format!("{prefix}-.*")).expect("subscribe");
+        let mut seen = BTreeSet::new();
+        // Joined with an empty subscription (as Java does): a generation, and nothing assigned.
+        poll_until(&mut consumer, &mut seen, "the empty join", |c, _| {
+            c.generation().generation_id > 0
+        });
+        assert!(consumer.assignment().is_empty());
+        let topic = format!("{prefix}-orders");
+        Broker::create_topic(&kafka, &topic, 2);
+        produce_to_each_partition(bootstrap, &topic, 2, RECORDS);
+        poll_until(
+            &mut consumer,
+            &mut seen,
+            "the first matching topic",
+            |c, seen| owns_topic(c, &topic) == 2 && delivered(seen, &topic) == 2 * RECORDS,
+        );
+        consumer.close().expect("close");
+    }
+    #[test]
+    fn classic_topic_list_consumes_partitions_added_later() {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let kafka = Kafka::shared(KafkaVersion::Newest);
+        let bootstrap = kafka.bootstrap();
+        let topic = unique_name("grown");
+        Broker::create_topic(&kafka, &topic, 1);
+        produce_to_each_partition(bootstrap, &topic, 1, RECORDS);
+        let config = classic(bootstrap, "cooperative-sticky")(&unique_name("grown-group"));
+        let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
+        let mut seen = BTreeSet::new();
+        poll_until(
+            &mut consumer,
+            &mut seen,
+            "the first partition",
+            |c, seen| owns_topic(c, &topic) == 1 && delivered(seen, &topic) == RECORDS,
+        );
+        grow(bootstrap, &topic, 1, 3);
+        poll_until(
+            &mut consumer,
+            &mut seen,
+            "the added partitions",
+            |c, seen| owns_topic(c, &topic) == 3 && delivered(seen, &topic) == 3 * RECORDS,
+        );
+        consumer.close().expect("close");
+    }
+    #[test]
+    fn consumer_protocol_pattern_is_resolved_by_the_broker() {
+        let kafka = Kafka::shared(KafkaVersion::Newest);
+        let bootstrap = kafka.bootstrap().to_string();
+        follows_the_cluster(&kafka, false, move |group| {
+            consumer_protocol_config(&bootstrap, group, &[])
+        });
+    }
+}
+
+mod kafka3 {
+    use super::*;
+
+    #[test]
+    fn classic_eager_pattern_follows_created_grown_and_deleted_topics() {
+        let kafka = Kafka::shared(KafkaVersion::Last3);
+        follows_the_cluster(&kafka, false, classic(kafka.bootstrap(), "range"));
+    }
+    #[test]
+    fn consumer_protocol_pattern_is_refused_at_subscribe() {
+        let kafka = Kafka::shared(KafkaVersion::Last3);
+        let config =
+            consumer_protocol_config(kafka.bootstrap(), &unique_name("pattern-group"), &[]);
+        let err =
+            Consumer::subscribe_pattern(config, "orders-.*").expect_err("no regex before 4.0");
+        let text = rebalance_guard::ErrorChain(&err).to_string();
+        // Kafka 3.9 speaks ConsumerGroupHeartbeat v0 only: the member says what it needs.
+        assert!(
+            text.contains("needs ConsumerGroupHeartbeat v1 (Kafka 4.0 or later)"),
+            "{text}"
+        );
+        assert!(text.contains("orders-.*"), "{text}");
     }
 }

@@ -207,33 +207,38 @@ fn kept_partitions_flow_while_the_group_rebalances(kind: BrokerKind) {
 }
 
 crate::on_brokers! {
-    kafka {
-        kept_partitions_flow_while_the_group_rebalances,
-        ;
-        /// Eager: from the last commit before the rebalance's JoinGroup (the revocation of everything
-        /// comes after it) to the SyncGroup answer, not one record is handed out; before and after, A
-        /// processes, so the stop is the rebalance's and not an idle consumer's.
-        #[test]
-        fn an_eager_rebalance_stops_every_partition_until_the_new_assignment() {
-            let (log, _) = run(BrokerKind::Kafka, "range");
-            let (revoked, _, synced) = rebalance_window(&log).expect("the rebalance is in the log");
-            let handed_inside: Vec<&Event> = log[revoked..synced]
-                .iter()
-                .filter(|e| matches!(e, Event::Handed(..)))
-                .collect();
-            assert!(
-                handed_inside.is_empty(),
-                "records handed out during an eager rebalance: {handed_inside:?}\n{}",
-                around(&log, revoked, synced)
-            );
-            assert!(log[..revoked]
-                .iter()
-                .any(|e| matches!(e, Event::Handed(..))));
-            assert!(log[synced..].iter().any(|e| matches!(e, Event::Handed(..))));
-        }
-    }
-
     mock {
         kept_partitions_flow_while_the_group_rebalances,
+    }
+}
+
+mod kafka {
+    use super::*;
+
+    crate::on_brokers!(
+        kafka:
+        kept_partitions_flow_while_the_group_rebalances,
+    );
+
+    /// Eager: from the last commit before the rebalance's JoinGroup (the revocation of everything
+    /// comes after it) to the SyncGroup answer, not one record is handed out; before and after, A
+    /// processes, so the stop is the rebalance's and not an idle consumer's.
+    #[test]
+    fn an_eager_rebalance_stops_every_partition_until_the_new_assignment() {
+        let (log, _) = run(BrokerKind::Kafka, "range");
+        let (revoked, _, synced) = rebalance_window(&log).expect("the rebalance is in the log");
+        let handed_inside: Vec<&Event> = log[revoked..synced]
+            .iter()
+            .filter(|e| matches!(e, Event::Handed(..)))
+            .collect();
+        assert!(
+            handed_inside.is_empty(),
+            "records handed out during an eager rebalance: {handed_inside:?}\n{}",
+            around(&log, revoked, synced)
+        );
+        assert!(log[..revoked]
+            .iter()
+            .any(|e| matches!(e, Event::Handed(..))));
+        assert!(log[synced..].iter().any(|e| matches!(e, Event::Handed(..))));
     }
 }

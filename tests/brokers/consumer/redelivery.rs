@@ -96,10 +96,12 @@ fn failed_record_comes_again_and_finished_later_ones_do_not(kind: BrokerKind) {
 
 crate::on_brokers! {
     kafka {
-        a_failed_record_comes_again_and_finished_later_ones_do_not => failed_record_comes_again_and_finished_later_ones_do_not(BrokerKind::Kafka),
+        a_failed_record_comes_again_and_finished_later_ones_do_not =>
+            failed_record_comes_again_and_finished_later_ones_do_not(BrokerKind::Kafka),
     }
 
     tansu {
-        a_failed_record_comes_again_and_finished_later_ones_do_not => failed_record_comes_again_and_finished_later_ones_do_not(BrokerKind::Tansu),
+        a_failed_record_comes_again_and_finished_later_ones_do_not =>
+            failed_record_comes_again_and_finished_later_ones_do_not(BrokerKind::Tansu),
     }
 }

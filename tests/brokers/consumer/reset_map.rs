@@ -54,81 +54,80 @@ fn map_of_the_old_log(tp: &TopicPartition) -> String {
     sent[0].metadata.clone().expect("a completed-offsets map")
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        #[test]
-        fn records_at_offsets_an_old_map_named_are_processed_after_a_reset() {
-            let _ = env_logger::builder().is_test(true).try_init();
-            let broker = BrokerKind::Kafka.start();
-            let topic = unique_name("reset-map");
-            let group = unique_name("reset-map-group");
-            broker.create_topic(&topic, 1);
-            let tp = TopicPartition::new(topic.as_str(), 0);
-            let mut client =
-                Client::connect(ClientConfig::from_bootstrap_str(&broker.bootstrap())).expect("client");
-            let values = |range: std::ops::Range<i64>| value_records(range.map(|i| format!("v-{i}")));
-            produce_until_accepted(
-                &mut client,
-                &tp,
-                &values(0..50),
-                "the log after the truncation",
-            );
-            // The earlier owner's commit, above the log end now.
-            let who = CommitIdentity {
-                group_id: &group,
-                generation_id_or_member_epoch: -1,
-                member_id: "",
-                group_instance_id: None,
-            };
-            let entry = OffsetCommitEntry {
-                tp: tp.clone(),
-                offset: 100,
-                leader_epoch: None,
-                metadata: Some(map_of_the_old_log(&tp)),
-            };
-            let results = client.offset_commit(&who, &[entry]).expect("OffsetCommit");
-            assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
+mod kafka {
+    use super::*;
 
-            let processed: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
-            let stop = Arc::new(AtomicBool::new(false));
-            let member = {
-                let config = config(
-                    &broker.bootstrap(),
-                    &group,
-                    &[("auto.offset.reset", "earliest")],
-                );
-                let (topic, processed, stop) = (topic.clone(), processed.clone(), stop.clone());
-                thread::spawn(move || {
-                    let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
-                    consumer
-                        .run(&stop, |record, _ctx| {
-                            processed.lock().unwrap().insert(record.offset);
-                            Ok::<(), std::io::Error>(())
-                        })
-                        .expect("run");
-                    consumer.close().expect("close");
-                })
-            };
-            wait_until("the member read the log from its beginning", WAIT, || {
-                processed.lock().unwrap().len() >= 50
-            });
-            // New records at the offsets the old map named.
-            produce_until_accepted(&mut client, &tp, &values(50..110), "new records");
-            let everything: BTreeSet<i64> = (0..110).collect();
-            let outcome = std::panic::catch_unwind(|| {
-                wait_until("every record processed", Duration::from_secs(20), || {
-                    *processed.lock().unwrap() == everything
-                })
-            });
-            stop.store(true, Ordering::SeqCst);
-            member.join().expect("member");
-            let processed = processed.lock().unwrap().clone();
-            let missing: Vec<i64> = everything.difference(&processed).copied().collect();
-            assert!(
-                outcome.is_ok() && missing.is_empty(),
-                "records of the new log never processed (skipped as finished by the old map): {missing:?}"
+    #[test]
+    fn records_at_offsets_an_old_map_named_are_processed_after_a_reset() {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let broker = BrokerKind::Kafka.start();
+        let topic = unique_name("reset-map");
+        let group = unique_name("reset-map-group");
+        broker.create_topic(&topic, 1);
+        let tp = TopicPartition::new(topic.as_str(), 0);
+        let mut client =
+            Client::connect(ClientConfig::from_bootstrap_str(&broker.bootstrap())).expect("client");
+        let values = |range: std::ops::Range<i64>| value_records(range.map(|i| format!("v-{i}")));
+        produce_until_accepted(
+            &mut client,
+            &tp,
+            &values(0..50),
+            "the log after the truncation",
+        );
+        // The earlier owner's commit, above the log end now.
+        let who = CommitIdentity {
+            group_id: &group,
+            generation_id_or_member_epoch: -1,
+            member_id: "",
+            group_instance_id: None,
+        };
+        let entry = OffsetCommitEntry {
+            tp: tp.clone(),
+            offset: 100,
+            leader_epoch: None,
+            metadata: Some(map_of_the_old_log(&tp)),
+        };
+        let results = client.offset_commit(&who, &[entry]).expect("OffsetCommit");
+        assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
+
+        let processed: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let member = {
+            let config = config(
+                &broker.bootstrap(),
+                &group,
+                &[("auto.offset.reset", "earliest")],
             );
-        }
+            let (topic, processed, stop) = (topic.clone(), processed.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut consumer = Consumer::subscribe(config, &[&topic]).expect("subscribe");
+                consumer
+                    .run(&stop, |record, _ctx| {
+                        processed.lock().unwrap().insert(record.offset);
+                        Ok::<(), std::io::Error>(())
+                    })
+                    .expect("run");
+                consumer.close().expect("close");
+            })
+        };
+        wait_until("the member read the log from its beginning", WAIT, || {
+            processed.lock().unwrap().len() >= 50
+        });
+        // New records at the offsets the old map named.
+        produce_until_accepted(&mut client, &tp, &values(50..110), "new records");
+        let everything: BTreeSet<i64> = (0..110).collect();
+        let outcome = std::panic::catch_unwind(|| {
+            wait_until("every record processed", Duration::from_secs(20), || {
+                *processed.lock().unwrap() == everything
+            })
+        });
+        stop.store(true, Ordering::SeqCst);
+        member.join().expect("member");
+        let processed = processed.lock().unwrap().clone();
+        let missing: Vec<i64> = everything.difference(&processed).copied().collect();
+        assert!(
+            outcome.is_ok() && missing.is_empty(),
+            "records of the new log never processed (skipped as finished by the old map): {missing:?}"
+        );
     }
 }

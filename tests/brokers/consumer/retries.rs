@@ -231,185 +231,190 @@ fn header<'r>(record: &'r Record, name: &str) -> &'r str {
         .unwrap_or_else(|| panic!("no header {name}: {:?}", record.headers))
 }
 
-crate::on_brokers! {
-    kafka {
+mod kafka {
+    use super::*;
+
+    crate::on_brokers!(
+        kafka:
         run_retries_a_failing_record_then_commits_it => retried_and_committed(false),
         workers_retry_a_failing_record_then_commit_it => retried_and_committed(true),
-        ;
-        /// A poison record in the decoupled mode: after `processing.retries + 1` failures the callback
-        /// (the dead-letter topic's `send`) is called once with attempts = 2; the record lands in the
-        /// dead-letter topic with its value and the error, attempts and source headers; the offset is
-        /// committed past it; every other record succeeded once.
-        #[test]
-        fn a_poison_record_is_dead_lettered_once_to_a_topic_and_committed_past() {
-            let s = setup(2);
-            let dlq = unique_name("retries-dlq");
-            s.broker.create_topic(&dlq, 1);
-            let (calls, letters, stop) = (Calls::default(), Letters::default(), Arc::default());
-            let handler = handler((1, 6), u32::MAX, s.all(), &calls, &letters, &stop);
-            let config = s.config(&[
-                ("processing.retries", "1"),
-                ("processing.retry.backoff.ms", "50"),
-                ("processing.retry.backoff.max.ms", "50"),
-            ]);
-            let dead_letters = DeadLetterTopic::connect(&config, &dlq).expect("dlq");
-            let mut consumer = Consumer::subscribe(config, &[&s.topic])
-                .expect("subscribe")
-                .on_dead_letter(letter_box(&letters, move |record, error, attempts| {
-                    dead_letters.send(record, error, attempts).map(drop)
-                }));
-            let stats = within(WAIT, move || {
-                consumer
-                    .run_with_workers(&stop, 2, 4, handler)
-                    .expect("run with workers");
-                let stats = consumer.stats();
-                consumer.close().expect("close");
-                stats
-            });
-            assert_eq!(
-                *letters.lock().unwrap(),
-                [(1, 6, 2, "the exchange said no (try 2)".to_string())]
-            );
-            assert_eq!(attempts_of(&calls, (1, 6)), [1, 2]);
-            let seen = successes(&calls);
-            assert_eq!(seen.len(), s.all() - 1, "{seen:?}");
-            assert!(
-                seen.values().all(|n| *n == 1),
-                "a record repeated: {seen:?}"
-            );
-            assert_eq!((stats.retries, stats.dead_lettered), (1, 1), "{stats}");
-            assert_eq!(s.committed()[&1], Some(RECORDS as i64), "committed past it");
-            let copy = record_at(&s.broker.bootstrap(), &dlq, 0, 0);
-            let source = record_at(&s.broker.bootstrap(), &s.topic, 1, 6);
-            assert_eq!((&copy.key, &copy.value), (&source.key, &source.value));
-            assert_eq!(header(&copy, HEADER_ERROR), "the exchange said no (try 2)");
-            assert_eq!(header(&copy, HEADER_ATTEMPTS), "2");
-            assert_eq!(header(&copy, HEADER_TOPIC), s.topic);
-            assert_eq!(header(&copy, HEADER_PARTITION), "1");
-            assert_eq!(header(&copy, HEADER_OFFSET), "6");
-        }
-        /// The dead-letter callback fails: the run stops with the error naming the record and its
-        /// attempts, and nothing is committed past the record (the records before it are).
-        #[test]
-        fn a_failing_dead_letter_callback_stops_the_run_with_nothing_committed_past_the_record() {
-            for workers in [false, true] {
-                let s = setup(1);
-                let (calls, letters, stop) = (Calls::default(), Letters::default(), Arc::default());
-                let handler = handler((0, 4), u32::MAX, s.all(), &calls, &letters, &stop);
-                let mut consumer = s
-                    .consumer(&[
-                        ("processing.retries", "1"),
-                        ("processing.retry.backoff.ms", "50"),
-                        ("processing.retry.backoff.max.ms", "50"),
-                    ])
-                    .on_dead_letter(letter_box(&letters, |_, _, _| {
-                        Err(std::io::Error::other("the dead-letter topic is down"))
-                    }));
-                let (result, stats) = within(WAIT, move || {
-                    let result = if workers {
-                        consumer.run_with_workers(&stop, 2, 4, handler)
-                    } else {
-                        consumer.run(&stop, handler)
-                    };
-                    (result, consumer.stats())
-                });
-                match result {
-                    Err(ConsumerError::DeadLetter {
-                        tp,
-                        offset,
-                        attempts,
-                        ..
-                    }) => assert_eq!((tp.partition, offset, attempts), (0, 4, 2)),
-                    other => panic!("workers={workers}: expected the callback's failure, got {other:?}"),
-                }
-                assert_eq!(letters.lock().unwrap().len(), 1, "workers={workers}");
-                assert_eq!(stats.dead_lettered, 0, "workers={workers}: {stats}");
-                assert_eq!(
-                    s.committed()[&0],
-                    Some(4),
-                    "workers={workers}: committed up to the record, not past it"
-                );
-            }
-        }
-        /// The old owner's handler fails on a record after its partition was revoked (it held on past
-        /// `revoke.drain.timeout.ms`, so the revocation went on without it): with a dead-letter callback
-        /// and no retries the record would be dead-lettered at once if it were still this member's; it
-        /// is not, and the partition's next owner (either member, after an eager rebalance) processes
-        /// it.
-        #[test]
-        fn a_revoked_partitions_failing_record_is_not_dead_lettered_by_the_old_owner() {
+    );
+
+    /// A poison record in the decoupled mode: after `processing.retries + 1` failures the callback
+    /// (the dead-letter topic's `send`) is called once with attempts = 2; the record lands in the
+    /// dead-letter topic with its value and the error, attempts and source headers; the offset is
+    /// committed past it; every other record succeeded once.
+    #[test]
+    fn a_poison_record_is_dead_lettered_once_to_a_topic_and_committed_past() {
+        let s = setup(2);
+        let dlq = unique_name("retries-dlq");
+        s.broker.create_topic(&dlq, 1);
+        let (calls, letters, stop) = (Calls::default(), Letters::default(), Arc::default());
+        let handler = handler((1, 6), u32::MAX, s.all(), &calls, &letters, &stop);
+        let config = s.config(&[
+            ("processing.retries", "1"),
+            ("processing.retry.backoff.ms", "50"),
+            ("processing.retry.backoff.max.ms", "50"),
+        ]);
+        let dead_letters = DeadLetterTopic::connect(&config, &dlq).expect("dlq");
+        let mut consumer = Consumer::subscribe(config, &[&s.topic])
+            .expect("subscribe")
+            .on_dead_letter(letter_box(&letters, move |record, error, attempts| {
+                dead_letters.send(record, error, attempts).map(drop)
+            }));
+        let stats = within(WAIT, move || {
+            consumer
+                .run_with_workers(&stop, 2, 4, handler)
+                .expect("run with workers");
+            let stats = consumer.stats();
+            consumer.close().expect("close");
+            stats
+        });
+        assert_eq!(
+            *letters.lock().unwrap(),
+            [(1, 6, 2, "the exchange said no (try 2)".to_string())]
+        );
+        assert_eq!(attempts_of(&calls, (1, 6)), [1, 2]);
+        let seen = successes(&calls);
+        assert_eq!(seen.len(), s.all() - 1, "{seen:?}");
+        assert!(
+            seen.values().all(|n| *n == 1),
+            "a record repeated: {seen:?}"
+        );
+        assert_eq!((stats.retries, stats.dead_lettered), (1, 1), "{stats}");
+        assert_eq!(s.committed()[&1], Some(RECORDS as i64), "committed past it");
+        let copy = record_at(&s.broker.bootstrap(), &dlq, 0, 0);
+        let source = record_at(&s.broker.bootstrap(), &s.topic, 1, 6);
+        assert_eq!((&copy.key, &copy.value), (&source.key, &source.value));
+        assert_eq!(header(&copy, HEADER_ERROR), "the exchange said no (try 2)");
+        assert_eq!(header(&copy, HEADER_ATTEMPTS), "2");
+        assert_eq!(header(&copy, HEADER_TOPIC), s.topic);
+        assert_eq!(header(&copy, HEADER_PARTITION), "1");
+        assert_eq!(header(&copy, HEADER_OFFSET), "6");
+    }
+    /// The dead-letter callback fails: the run stops with the error naming the record and its
+    /// attempts, and nothing is committed past the record (the records before it are).
+    #[test]
+    fn a_failing_dead_letter_callback_stops_the_run_with_nothing_committed_past_the_record() {
+        for workers in [false, true] {
             let s = setup(1);
-            let letters = Letters::default();
-            let processed: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
-            let failed_after_revocation = Arc::new(AtomicBool::new(false));
-            let (started_tx, started_rx) = mpsc::channel();
-            let extra = [
-                ("processing.retries", "0"),
-                ("revoke.drain.timeout.ms", "1000"),
-                ("commit.interval.ms", "50"),
-            ];
-            let a = s
-                .consumer(&extra)
-                .on_dead_letter(letter_box(&letters, |_, _, _| Ok::<(), std::io::Error>(())));
-            let stop = Arc::new(AtomicBool::new(false));
-            let first_try = Arc::new(AtomicUsize::new(0));
-            let (a_stop, a_log, a_failed, a_first) = (
-                stop.clone(),
-                processed.clone(),
-                failed_after_revocation.clone(),
-                first_try.clone(),
-            );
-            let runner_a = thread::spawn(move || {
-                let mut a = a;
-                let started_tx = Mutex::new(started_tx);
-                let result = a.run_with_workers(&a_stop, 1, 4, move |record, ctx| {
-                    if record.offset == 0 && a_first.fetch_add(1, Ordering::SeqCst) == 0 {
-                        let _ = started_tx.lock().unwrap().send(());
-                        let deadline = Instant::now() + WAIT;
-                        while ctx.is_current() && Instant::now() < deadline {
-                            thread::sleep(Duration::from_millis(10));
-                        }
-                        a_failed.store(!ctx.is_current(), Ordering::SeqCst);
-                        return Err(std::io::Error::other("failed after the revocation"));
-                    }
-                    a_log.lock().unwrap().push(("a".to_string(), record.offset));
-                    Ok(())
-                });
-                let stats = a.stats();
-                a.close().expect("close a");
-                (result, stats)
+            let (calls, letters, stop) = (Calls::default(), Letters::default(), Arc::default());
+            let handler = handler((0, 4), u32::MAX, s.all(), &calls, &letters, &stop);
+            let mut consumer = s
+                .consumer(&[
+                    ("processing.retries", "1"),
+                    ("processing.retry.backoff.ms", "50"),
+                    ("processing.retry.backoff.max.ms", "50"),
+                ])
+                .on_dead_letter(letter_box(&letters, |_, _, _| {
+                    Err(std::io::Error::other("the dead-letter topic is down"))
+                }));
+            let (result, stats) = within(WAIT, move || {
+                let result = if workers {
+                    consumer.run_with_workers(&stop, 2, 4, handler)
+                } else {
+                    consumer.run(&stop, handler)
+                };
+                (result, consumer.stats())
             });
-            started_rx
-                .recv_timeout(WAIT)
-                .expect("a started the first record");
-            let b = s.consumer(&extra);
-            let (b_stop, b_log) = (stop.clone(), processed.clone());
-            let runner_b = thread::spawn(move || {
-                let mut b = b;
-                let result = b.run(&b_stop, move |record, _ctx| {
-                    b_log.lock().unwrap().push(("b".to_string(), record.offset));
-                    Ok::<(), std::io::Error>(())
-                });
-                b.close().expect("close b");
-                result
-            });
-            wait_until("offset 0 processed by its next owner", WAIT, || {
-                processed.lock().unwrap().iter().any(|(_, o)| *o == 0)
-            });
-            stop.store(true, Ordering::SeqCst);
-            let (result_a, stats_a) = runner_a.join().expect("a");
-            result_a.expect("a's run");
-            runner_b.join().expect("b").expect("b's run");
-            assert!(
-                failed_after_revocation.load(Ordering::SeqCst),
-                "the handler was to fail only once its partition was revoked"
-            );
+            match result {
+                Err(ConsumerError::DeadLetter {
+                    tp,
+                    offset,
+                    attempts,
+                    ..
+                }) => assert_eq!((tp.partition, offset, attempts), (0, 4, 2)),
+                other => {
+                    panic!("workers={workers}: expected the callback's failure, got {other:?}")
+                }
+            }
+            assert_eq!(letters.lock().unwrap().len(), 1, "workers={workers}");
+            assert_eq!(stats.dead_lettered, 0, "workers={workers}: {stats}");
             assert_eq!(
-                *letters.lock().unwrap(),
-                [],
-                "the old owner dead-lettered a record of a revoked partition"
+                s.committed()[&0],
+                Some(4),
+                "workers={workers}: committed up to the record, not past it"
             );
-            assert_eq!(stats_a.dead_lettered, 0, "{stats_a}");
         }
+    }
+    /// The old owner's handler fails on a record after its partition was revoked (it held on past
+    /// `revoke.drain.timeout.ms`, so the revocation went on without it): with a dead-letter
+    /// callback and no retries the record would be dead-lettered at once if it were still this
+    /// member's; it is not, and the partition's next owner (either member, after an eager
+    /// rebalance) processes it.
+    #[test]
+    fn a_revoked_partitions_failing_record_is_not_dead_lettered_by_the_old_owner() {
+        let s = setup(1);
+        let letters = Letters::default();
+        let processed: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+        let failed_after_revocation = Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = mpsc::channel();
+        let extra = [
+            ("processing.retries", "0"),
+            ("revoke.drain.timeout.ms", "1000"),
+            ("commit.interval.ms", "50"),
+        ];
+        let a = s
+            .consumer(&extra)
+            .on_dead_letter(letter_box(&letters, |_, _, _| Ok::<(), std::io::Error>(())));
+        let stop = Arc::new(AtomicBool::new(false));
+        let first_try = Arc::new(AtomicUsize::new(0));
+        let (a_stop, a_log, a_failed, a_first) = (
+            stop.clone(),
+            processed.clone(),
+            failed_after_revocation.clone(),
+            first_try.clone(),
+        );
+        let runner_a = thread::spawn(move || {
+            let mut a = a;
+            let started_tx = Mutex::new(started_tx);
+            let result = a.run_with_workers(&a_stop, 1, 4, move |record, ctx| {
+                if record.offset == 0 && a_first.fetch_add(1, Ordering::SeqCst) == 0 {
+                    let _ = started_tx.lock().unwrap().send(());
+                    let deadline = Instant::now() + WAIT;
+                    while ctx.is_current() && Instant::now() < deadline {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    a_failed.store(!ctx.is_current(), Ordering::SeqCst);
+                    return Err(std::io::Error::other("failed after the revocation"));
+                }
+                a_log.lock().unwrap().push(("a".to_string(), record.offset));
+                Ok(())
+            });
+            let stats = a.stats();
+            a.close().expect("close a");
+            (result, stats)
+        });
+        started_rx
+            .recv_timeout(WAIT)
+            .expect("a started the first record");
+        let b = s.consumer(&extra);
+        let (b_stop, b_log) = (stop.clone(), processed.clone());
+        let runner_b = thread::spawn(move || {
+            let mut b = b;
+            let result = b.run(&b_stop, move |record, _ctx| {
+                b_log.lock().unwrap().push(("b".to_string(), record.offset));
+                Ok::<(), std::io::Error>(())
+            });
+            b.close().expect("close b");
+            result
+        });
+        wait_until("offset 0 processed by its next owner", WAIT, || {
+            processed.lock().unwrap().iter().any(|(_, o)| *o == 0)
+        });
+        stop.store(true, Ordering::SeqCst);
+        let (result_a, stats_a) = runner_a.join().expect("a");
+        result_a.expect("a's run");
+        runner_b.join().expect("b").expect("b's run");
+        assert!(
+            failed_after_revocation.load(Ordering::SeqCst),
+            "the handler was to fail only once its partition was revoked"
+        );
+        assert_eq!(
+            *letters.lock().unwrap(),
+            [],
+            "the old owner dead-lettered a record of a revoked partition"
+        );
+        assert_eq!(stats_a.dead_lettered, 0, "{stats_a}");
     }
 }

@@ -684,99 +684,111 @@ fn one_slow_key_holds_up_only_its_own_records(kind: BrokerKind) {
 }
 
 crate::on_brokers! {
-    kafka {
-        workers_process_everything_once_in_partition_order,
-        held_open_rebalance,
-        a_drain_that_finishes_in_time_hands_off_without_duplicates,
-        held_open_rebalance_out_of_order_the_next_owner_redoes_only_the_blocked_record => the_next_owner_redoes_only_the_blocked_record(BrokerKind::Kafka),
-        one_slow_key_holds_up_only_its_own_records,
-        ;
-        /// The same under `group.protocol=consumer` (KIP-848) on Kafka 4.x: the broker moves one
-        /// partition to B; A's revocation fences it, drains (the held record times out the drain),
-        /// commits the completed prefix with the member epoch, and only then acknowledges, so B starts
-        /// at the held offset and nothing is applied twice.
-        #[test]
-        fn held_open_rebalance_consumer_protocol() {
-            held_open_rebalance_with(BrokerKind::Kafka, |bootstrap, group| {
-                support::consumer::consumer_protocol_config(
-                    bootstrap,
-                    group,
-                    &[("revoke.drain.timeout.ms", "1000")],
-                )
-            });
-        }
-        /// The same handoff without the map (`commit.metadata.max.bytes = 0`, or a broker that does not
-        /// keep metadata): the position alone makes B redo 101..110, nine of them already applied. This
-        /// is what the map saves, measured in the same scenario.
-        #[test]
-        fn held_open_rebalance_out_of_order_without_the_map_redoes_everything_beyond_the_gap() {
-            let (mut b_offsets, attempts, skipped) = held_open_out_of_order(BrokerKind::Kafka, "0");
-            // `processing.order = unordered`: B's workers may finish 101..110 in any order; each of them
-            // exactly once is the claim.
-            b_offsets.sort_unstable();
-            assert_eq!(b_offsets, (101..=110).collect::<Vec<_>>(), "{attempts:?}");
-            assert_eq!(skipped, 0);
-            assert_eq!(repeated_effects(&attempts).len(), 9);
-        }
-    }
-
-    mock {
-        workers_process_everything_once_in_partition_order,
-        held_open_rebalance,
-        a_drain_that_finishes_in_time_hands_off_without_duplicates,
-        held_open_rebalance_out_of_order_the_next_owner_redoes_only_the_blocked_record => the_next_owner_redoes_only_the_blocked_record(BrokerKind::Mock),
-        ;
-        /// The held-open rebalance with the revocation's own commit refused (issue: a handoff whose
-        /// commit fails must lose nothing and cost the next owner only what was not recorded). A holds
-        /// 101 of both partitions with 0..100 committed by its paced commits; B joins; while A's
-        /// revocation drains, the next OffsetCommit is made to fail; the held 101 is released and
-        /// applied under a still-current lease, and the revocation's commit of 102 is refused. B then
-        /// starts the moved partition at the last committed 101: the one record A finished whose commit
-        /// was refused comes again (the repeat an idempotent sink absorbs), nothing is lost, and the
-        /// failure is counted as a failed handoff.
-        ///
-        /// On librdkafka's mock only: it is the one broker here that refuses a chosen request on demand
-        /// (`push_errors`); REBALANCE_IN_PROGRESS is what Kafka answers a commit racing a rebalance.
-        #[test]
-        fn a_refused_revocation_commit_costs_the_next_owner_only_the_unrecorded_record() {
-            let topic = unique_name("orders");
-            let mock = support::MockCluster::start(support::MockOptions {
-                topics: vec![(topic.clone(), 2)],
-                ..support::MockOptions::default()
-            });
-            let bootstrap = mock.bootstrap().to_string();
-            let handoff = HeldHandoff::until_draining(&bootstrap, &topic, |group| {
-                wait_until("A's paced commits recorded 0..100", WAIT, || {
-                    committed(&bootstrap, group, &topic, 2)
-                        .values()
-                        .all(|offset| *offset == Some(101))
-                });
-            });
-            // A's poll thread is inside the drain, so the next OffsetCommit is the revocation's.
-            mock.must("push_errors OffsetCommit REBALANCE_IN_PROGRESS");
-            let (a_stats, attempts) = handoff.release_and_finish();
-            let moved = moved_partition(&attempts);
-            assert!(
-                a_stats.counters.failed_handoffs >= 1,
-                "the refused revocation commit is a failed handoff: {a_stats}"
-            );
-            let a_last = last_attempt(&attempts, "a", moved);
-            assert_eq!((a_last.offset, a_last.applied), (101, true), "{attempts:?}");
-            assert_eq!(
-                first_offset(&attempts, "b", moved),
-                Some(101),
-                "B starts at the last recorded position: {attempts:?}"
-            );
-            assert_eq!(
-                repeated_effects(&attempts),
-                vec![(moved, 101)],
-                "the one repeat is the record whose commit was refused: {a_stats}"
-            );
-        }
-    }
-
     tansu {
         workers_process_everything_once_in_partition_order,
         one_slow_key_holds_up_only_its_own_records,
+    }
+}
+
+mod kafka {
+    use super::*;
+
+    crate::on_brokers!(
+        kafka:
+        workers_process_everything_once_in_partition_order,
+        held_open_rebalance,
+        a_drain_that_finishes_in_time_hands_off_without_duplicates,
+        held_open_rebalance_out_of_order_the_next_owner_redoes_only_the_blocked_record =>
+            the_next_owner_redoes_only_the_blocked_record(BrokerKind::Kafka),
+        one_slow_key_holds_up_only_its_own_records,
+    );
+
+    /// The same under `group.protocol=consumer` (KIP-848) on Kafka 4.x: the broker moves one
+    /// partition to B; A's revocation fences it, drains (the held record times out the drain),
+    /// commits the completed prefix with the member epoch, and only then acknowledges, so B starts
+    /// at the held offset and nothing is applied twice.
+    #[test]
+    fn held_open_rebalance_consumer_protocol() {
+        held_open_rebalance_with(BrokerKind::Kafka, |bootstrap, group| {
+            support::consumer::consumer_protocol_config(
+                bootstrap,
+                group,
+                &[("revoke.drain.timeout.ms", "1000")],
+            )
+        });
+    }
+    /// The same handoff without the map (`commit.metadata.max.bytes = 0`, or a broker that does not
+    /// keep metadata): the position alone makes B redo 101..110, nine of them already applied. This
+    /// is what the map saves, measured in the same scenario.
+    #[test]
+    fn held_open_rebalance_out_of_order_without_the_map_redoes_everything_beyond_the_gap() {
+        let (mut b_offsets, attempts, skipped) = held_open_out_of_order(BrokerKind::Kafka, "0");
+        // `processing.order = unordered`: B's workers may finish 101..110 in any order; each of
+        // them exactly once is the claim.
+        b_offsets.sort_unstable();
+        assert_eq!(b_offsets, (101..=110).collect::<Vec<_>>(), "{attempts:?}");
+        assert_eq!(skipped, 0);
+        assert_eq!(repeated_effects(&attempts).len(), 9);
+    }
+}
+
+mod mock {
+    use super::*;
+
+    crate::on_brokers!(
+        mock:
+        workers_process_everything_once_in_partition_order,
+        held_open_rebalance,
+        a_drain_that_finishes_in_time_hands_off_without_duplicates,
+        held_open_rebalance_out_of_order_the_next_owner_redoes_only_the_blocked_record =>
+            the_next_owner_redoes_only_the_blocked_record(BrokerKind::Mock),
+    );
+
+    /// The held-open rebalance with the revocation's own commit refused (issue: a handoff whose
+    /// commit fails must lose nothing and cost the next owner only what was not recorded). A holds
+    /// 101 of both partitions with 0..100 committed by its paced commits; B joins; while A's
+    /// revocation drains, the next OffsetCommit is made to fail; the held 101 is released and
+    /// applied under a still-current lease, and the revocation's commit of 102 is refused. B then
+    /// starts the moved partition at the last committed 101: the one record A finished whose commit
+    /// was refused comes again (the repeat an idempotent sink absorbs), nothing is lost, and the
+    /// failure is counted as a failed handoff.
+    ///
+    /// On librdkafka's mock only: it is the one broker here that refuses a chosen request on demand
+    /// (`push_errors`); REBALANCE_IN_PROGRESS is what Kafka answers a commit racing a rebalance.
+    #[test]
+    fn a_refused_revocation_commit_costs_the_next_owner_only_the_unrecorded_record() {
+        let topic = unique_name("orders");
+        let mock = support::MockCluster::start(support::MockOptions {
+            topics: vec![(topic.clone(), 2)],
+            ..support::MockOptions::default()
+        });
+        let bootstrap = mock.bootstrap().to_string();
+        let handoff = HeldHandoff::until_draining(&bootstrap, &topic, |group| {
+            wait_until("A's paced commits recorded 0..100", WAIT, || {
+                committed(&bootstrap, group, &topic, 2)
+                    .values()
+                    .all(|offset| *offset == Some(101))
+            });
+        });
+        // A's poll thread is inside the drain, so the next OffsetCommit is the revocation's.
+        mock.must("push_errors OffsetCommit REBALANCE_IN_PROGRESS");
+        let (a_stats, attempts) = handoff.release_and_finish();
+        let moved = moved_partition(&attempts);
+        assert!(
+            a_stats.counters.failed_handoffs >= 1,
+            "the refused revocation commit is a failed handoff: {a_stats}"
+        );
+        let a_last = last_attempt(&attempts, "a", moved);
+        assert_eq!((a_last.offset, a_last.applied), (101, true), "{attempts:?}");
+        assert_eq!(
+            first_offset(&attempts, "b", moved),
+            Some(101),
+            "B starts at the last recorded position: {attempts:?}"
+        );
+        assert_eq!(
+            repeated_effects(&attempts),
+            vec![(moved, 101)],
+            "the one repeat is the record whose commit was refused: {a_stats}"
+        );
     }
 }

@@ -19,18 +19,18 @@
 //!
 //! On Apache Kafka 4.x (the reference) the groups also hold Kafka's own Java consumer
 //! (kafka-clients, `scripts/Peer.java`): ours, Java, confluent-kafka and (eager strategies)
-//! kafka-python, with ours, Java, confluent or (eager) kafka-python as the leader. Kafka makes the first member that
-//! joins a classic group its leader and keeps it leader while it rejoins every rebalance in time,
-//! so the leader is chosen by joining it first, alone, and checked after every join: our member
-//! records the generations it led, and the Java member reports every assignment its assignor
-//! computed (only the leader's does). Kafka handles the follower SyncGroup race that the mock
-//! gets wrong, so kafka-python follows there too. After every join and every leave the ownership
-//! must be exactly-once and balanced (member sizes differ by one at most), and the peers' merged
-//! event timeline must never show a partition owned twice. A Java-only group on the consumer
-//! protocol (KIP-848) checks the peer itself on that protocol, and our classic member also joins
-//! a group that a Java consumer-protocol member created (Kafka's mixed groups). Further Kafka
-//! runs: mixed subscriptions (ours subscribes to fewer topics than the peers), a SIGKILLed Java
-//! member, and static restarts of a Java follower and of our leader.
+//! kafka-python, with ours, Java, confluent or (eager) kafka-python as the leader. Kafka makes the
+//! first member that joins a classic group its leader and keeps it leader while it rejoins every
+//! rebalance in time, so the leader is chosen by joining it first, alone, and checked after every
+//! join: our member records the generations it led, and the Java member reports every assignment
+//! its assignor computed (only the leader's does). Kafka handles the follower SyncGroup race that
+//! the mock gets wrong, so kafka-python follows there too. After every join and every leave the
+//! ownership must be exactly-once and balanced (member sizes differ by one at most), and the peers'
+//! merged event timeline must never show a partition owned twice. A Java-only group on the consumer
+//! protocol (KIP-848) checks the peer itself on that protocol, and our classic member also joins a
+//! group that a Java consumer-protocol member created (Kafka's mixed groups). Further Kafka runs:
+//! mixed subscriptions (ours subscribes to fewer topics than the peers), a SIGKILLed Java member,
+//! and static restarts of a Java follower and of our leader.
 
 use crate::support;
 
@@ -1138,19 +1138,25 @@ crate::on_brokers! {
         roundrobin_python_leads => kafka_interop("roundrobin", Leader::Python),
         cooperative_sticky_ours_leads => kafka_interop("cooperative-sticky", Leader::Ours),
         cooperative_sticky_java_leads => kafka_interop("cooperative-sticky", Leader::Java),
-        cooperative_sticky_confluent_leads => kafka_interop("cooperative-sticky", Leader::Confluent),
+        cooperative_sticky_confluent_leads =>
+            kafka_interop("cooperative-sticky", Leader::Confluent),
         java_consumer_protocol_members_split_and_take_over => java_consumer_protocol_group(None),
         java_and_python_peers_share_one_clock => peers_share_one_clock(BrokerKind::Kafka),
         range_mixed_subscriptions_ours_leads => kafka_mixed_subscriptions("range", Leader::Ours),
-        roundrobin_mixed_subscriptions_ours_leads => kafka_mixed_subscriptions("roundrobin", Leader::Ours),
-        cooperative_sticky_mixed_subscriptions_ours_leads => kafka_mixed_subscriptions("cooperative-sticky", Leader::Ours),
-        cooperative_sticky_mixed_subscriptions_java_leads => kafka_mixed_subscriptions("cooperative-sticky", Leader::Java),
+        roundrobin_mixed_subscriptions_ours_leads =>
+            kafka_mixed_subscriptions("roundrobin", Leader::Ours),
+        cooperative_sticky_mixed_subscriptions_ours_leads =>
+            kafka_mixed_subscriptions("cooperative-sticky", Leader::Ours),
+        cooperative_sticky_mixed_subscriptions_java_leads =>
+            kafka_mixed_subscriptions("cooperative-sticky", Leader::Java),
         range_java_member_killed => kafka_java_member_killed("range"),
         cooperative_sticky_java_member_killed => kafka_java_member_killed("cooperative-sticky"),
         static_java_follower_restart_is_no_rebalance => kafka_static_restart("java"),
         static_ours_leader_restart_is_no_rebalance => kafka_static_restart("ours"),
-        classic_ours_joins_a_java_consumer_protocol_group => kafka_ours_in_java_consumer_protocol_group(),
-        mixed_group_ours_and_java_on_the_consumer_protocol_with_a_classic_member => kafka_mixed_consumer_protocol_group(),
+        classic_ours_joins_a_java_consumer_protocol_group =>
+            kafka_ours_in_java_consumer_protocol_group(),
+        mixed_group_ours_and_java_on_the_consumer_protocol_with_a_classic_member =>
+            kafka_mixed_consumer_protocol_group(),
     }
 
     mock {

@@ -452,143 +452,144 @@ fn static_restart_strict(kind: BrokerKind) {
 // one and the survivor is rebalanced twice). `mock::static_member_restart_settles` checks what
 // does hold there.
 
-crate::on_brokers! {
-    kafka {
-        ;
-        /// Kafka, range: the mock's scenario (kafka-python leads, a confluent follower
-        /// leaves). Kafka needs no leader choice: followers' SyncGroups wait for the
-        /// leader's, so no member loses a race.
-        #[test]
-        fn range_kafka_python_leads_confluent_follower_leaves() {
-            eager_mixed_group(
-                BrokerKind::Kafka,
-                PeerStrategy::Range,
-                PeerClient::KafkaPython,
-                Leaver::Follower,
-            );
-        }
-        /// Kafka, range: tansu's scenario (a confluent member leads, a kafka-python
-        /// follower leaves with LeaveGroup v3, which Kafka understands).
-        #[test]
-        fn range_confluent_leads_kafka_python_follower_leaves() {
-            eager_mixed_group(
-                BrokerKind::Kafka,
-                PeerStrategy::Range,
-                PeerClient::Confluent,
-                Leaver::Follower,
-            );
-        }
-        /// Kafka, roundrobin: kafka-python leads and leaves; unlike on the mock its
-        /// LeaveGroup v3 is understood, so the others rebalance at once instead of
-        /// after its session expired.
-        #[test]
-        fn roundrobin_kafka_python_leads_and_leaves() {
-            eager_mixed_group(
-                BrokerKind::Kafka,
-                PeerStrategy::RoundRobin,
-                PeerClient::KafkaPython,
-                Leaver::Leader,
-            );
-        }
-        /// Kafka, cooperative-sticky, confluent members only.
-        #[test]
-        fn cooperative_sticky_unmoved_partitions_are_never_revoked() {
-            cooperative_sticky_group(BrokerKind::Kafka);
-        }
-        /// Kafka, session timeout 6000 ms: the reference behaviour of KIP-345. It is
-        /// also the Kafka twin of `mock::static_member_restart_settles`: where the mock
-        /// rebalances the survivor twice, Kafka does not touch it.
-        #[test]
-        fn static_member_restart_keeps_partitions_without_rebalance() {
-            static_restart_strict(BrokerKind::Kafka);
-        }
-    }
+mod kafka {
+    use super::*;
 
-    mock {
-        ;
-        /// Mock, range: kafka-python leads (it must, see the SyncGroup race in the
-        /// module docs); a confluent follower leaves with a LeaveGroup.
-        #[test]
-        fn range_kafka_python_leads_confluent_follower_leaves() {
-            eager_mixed_group(
-                BrokerKind::Mock,
-                PeerStrategy::Range,
-                PeerClient::KafkaPython,
-                Leaver::Follower,
-            );
-        }
-        /// Mock, roundrobin: kafka-python leads, then the kafka-python leader closes.
-        /// On the mock its LeaveGroup v3 is not understood, so the others rebalance
-        /// only when its session expires: the "leader crashed" path.
-        #[test]
-        fn roundrobin_kafka_python_leads_and_leaves() {
-            eager_mixed_group(
-                BrokerKind::Mock,
-                PeerStrategy::RoundRobin,
-                PeerClient::KafkaPython,
-                Leaver::Leader,
-            );
-        }
-        /// Mock, cooperative-sticky, confluent members only.
-        #[test]
-        fn cooperative_sticky_unmoved_partitions_are_never_revoked() {
-            cooperative_sticky_group(BrokerKind::Mock);
-        }
-        /// What does hold for a restarted static member on the mock, which has no
-        /// static membership: the group settles again with exactly-once ownership
-        /// once the old incarnation's session has expired. Prints what the survivor
-        /// saw (two rebalances).
-        #[test]
-        fn static_member_restart_settles() {
-            let kind = BrokerKind::Mock;
-            let started = Instant::now();
-            let r = static_restart(kind);
-            r.s.stable(&[&r.a, &r.b2], "static member restarted");
-            let disturbed: Vec<String> = r.a.events()[r.mark..]
-                .iter()
-                .map(MemberEvent::summary)
-                .collect();
-            eprintln!("{kind:?}: survivor events after the restart: {disturbed:?}");
-            assert_no_double_ownership(&[&r.a, &r.b, &r.b2]);
-            eprintln!("{kind:?} static restart: done in {:.1?}", started.elapsed());
-        }
+    /// Kafka, range: the mock's scenario (kafka-python leads, a confluent follower
+    /// leaves). Kafka needs no leader choice: followers' SyncGroups wait for the
+    /// leader's, so no member loses a race.
+    #[test]
+    fn range_kafka_python_leads_confluent_follower_leaves() {
+        eager_mixed_group(
+            BrokerKind::Kafka,
+            PeerStrategy::Range,
+            PeerClient::KafkaPython,
+            Leaver::Follower,
+        );
     }
+    /// Kafka, range: tansu's scenario (a confluent member leads, a kafka-python
+    /// follower leaves with LeaveGroup v3, which Kafka understands).
+    #[test]
+    fn range_confluent_leads_kafka_python_follower_leaves() {
+        eager_mixed_group(
+            BrokerKind::Kafka,
+            PeerStrategy::Range,
+            PeerClient::Confluent,
+            Leaver::Follower,
+        );
+    }
+    /// Kafka, roundrobin: kafka-python leads and leaves; unlike on the mock its
+    /// LeaveGroup v3 is understood, so the others rebalance at once instead of
+    /// after its session expired.
+    #[test]
+    fn roundrobin_kafka_python_leads_and_leaves() {
+        eager_mixed_group(
+            BrokerKind::Kafka,
+            PeerStrategy::RoundRobin,
+            PeerClient::KafkaPython,
+            Leaver::Leader,
+        );
+    }
+    /// Kafka, cooperative-sticky, confluent members only.
+    #[test]
+    fn cooperative_sticky_unmoved_partitions_are_never_revoked() {
+        cooperative_sticky_group(BrokerKind::Kafka);
+    }
+    /// Kafka, session timeout 6000 ms: the reference behaviour of KIP-345. It is
+    /// also the Kafka twin of `mock::static_member_restart_settles`: where the mock
+    /// rebalances the survivor twice, Kafka does not touch it.
+    #[test]
+    fn static_member_restart_keeps_partitions_without_rebalance() {
+        static_restart_strict(BrokerKind::Kafka);
+    }
+}
 
-    tansu {
-        ;
-        /// tansu, range: a confluent member leads, kafka-python is a follower (no
-        /// SyncGroup race on tansu) and leaves with its LeaveGroup v3.
-        #[test]
-        fn range_confluent_leads_kafka_python_follower_leaves() {
-            eager_mixed_group(
-                BrokerKind::Tansu,
-                PeerStrategy::Range,
-                PeerClient::Confluent,
-                Leaver::Follower,
-            );
-        }
-        /// tansu, roundrobin: kafka-python leads and then leaves; a confluent member
-        /// takes over as leader.
-        #[test]
-        fn roundrobin_kafka_python_leads_and_leaves() {
-            eager_mixed_group(
-                BrokerKind::Tansu,
-                PeerStrategy::RoundRobin,
-                PeerClient::KafkaPython,
-                Leaver::Leader,
-            );
-        }
-        /// tansu, cooperative-sticky, confluent members only: works, one ~3 s
-        /// rebalance per incremental round (see the module docs for the stuck-leader
-        /// case seen when the leader left in the middle of a round).
-        #[test]
-        fn cooperative_sticky_unmoved_partitions_are_never_revoked() {
-            cooperative_sticky_group(BrokerKind::Tansu);
-        }
-        /// tansu, session timeout 10000 ms (see the module docs for why not less).
-        #[test]
-        fn static_member_restart_keeps_partitions_without_rebalance() {
-            static_restart_strict(BrokerKind::Tansu);
-        }
+mod mock {
+    use super::*;
+
+    /// Mock, range: kafka-python leads (it must, see the SyncGroup race in the
+    /// module docs); a confluent follower leaves with a LeaveGroup.
+    #[test]
+    fn range_kafka_python_leads_confluent_follower_leaves() {
+        eager_mixed_group(
+            BrokerKind::Mock,
+            PeerStrategy::Range,
+            PeerClient::KafkaPython,
+            Leaver::Follower,
+        );
+    }
+    /// Mock, roundrobin: kafka-python leads, then the kafka-python leader closes.
+    /// On the mock its LeaveGroup v3 is not understood, so the others rebalance
+    /// only when its session expires: the "leader crashed" path.
+    #[test]
+    fn roundrobin_kafka_python_leads_and_leaves() {
+        eager_mixed_group(
+            BrokerKind::Mock,
+            PeerStrategy::RoundRobin,
+            PeerClient::KafkaPython,
+            Leaver::Leader,
+        );
+    }
+    /// Mock, cooperative-sticky, confluent members only.
+    #[test]
+    fn cooperative_sticky_unmoved_partitions_are_never_revoked() {
+        cooperative_sticky_group(BrokerKind::Mock);
+    }
+    /// What does hold for a restarted static member on the mock, which has no
+    /// static membership: the group settles again with exactly-once ownership
+    /// once the old incarnation's session has expired. Prints what the survivor
+    /// saw (two rebalances).
+    #[test]
+    fn static_member_restart_settles() {
+        let kind = BrokerKind::Mock;
+        let started = Instant::now();
+        let r = static_restart(kind);
+        r.s.stable(&[&r.a, &r.b2], "static member restarted");
+        let disturbed: Vec<String> = r.a.events()[r.mark..]
+            .iter()
+            .map(MemberEvent::summary)
+            .collect();
+        eprintln!("{kind:?}: survivor events after the restart: {disturbed:?}");
+        assert_no_double_ownership(&[&r.a, &r.b, &r.b2]);
+        eprintln!("{kind:?} static restart: done in {:.1?}", started.elapsed());
+    }
+}
+
+mod tansu {
+    use super::*;
+
+    /// tansu, range: a confluent member leads, kafka-python is a follower (no
+    /// SyncGroup race on tansu) and leaves with its LeaveGroup v3.
+    #[test]
+    fn range_confluent_leads_kafka_python_follower_leaves() {
+        eager_mixed_group(
+            BrokerKind::Tansu,
+            PeerStrategy::Range,
+            PeerClient::Confluent,
+            Leaver::Follower,
+        );
+    }
+    /// tansu, roundrobin: kafka-python leads and then leaves; a confluent member
+    /// takes over as leader.
+    #[test]
+    fn roundrobin_kafka_python_leads_and_leaves() {
+        eager_mixed_group(
+            BrokerKind::Tansu,
+            PeerStrategy::RoundRobin,
+            PeerClient::KafkaPython,
+            Leaver::Leader,
+        );
+    }
+    /// tansu, cooperative-sticky, confluent members only: works, one ~3 s
+    /// rebalance per incremental round (see the module docs for the stuck-leader
+    /// case seen when the leader left in the middle of a round).
+    #[test]
+    fn cooperative_sticky_unmoved_partitions_are_never_revoked() {
+        cooperative_sticky_group(BrokerKind::Tansu);
+    }
+    /// tansu, session timeout 10000 ms (see the module docs for why not less).
+    #[test]
+    fn static_member_restart_keeps_partitions_without_rebalance() {
+        static_restart_strict(BrokerKind::Tansu);
     }
 }

@@ -14,16 +14,15 @@
 //! `group.consumer.heartbeat.interval.ms=500`, `group.consumer.session.timeout.ms=6000`; the
 //! classic members use a 6 s (ours) or 3 s (Java) session with 500 ms heartbeats.
 //!
-//! Steps (the [`Pace::Settled`] tests): all four start classic; each member in turn (ours-1, ours-2, ours-3, java) moves to the
-//! consumer protocol; then each in turn (java, ours-1, ours-2, ours-3) moves back to classic, so
-//! that our member's join converts the group and our member's leave converts it back; the
-//! group's type, as the Admin API describes it, is checked before, after the first step
-//! (`consumer`) and after the last (`classic`). After
-//! every step the group must be stable (every partition owned exactly once, every member owning
-//! some) and the restarted member must have applied records. The first step proves the
-//! conversion: Kafka refuses a consumer-protocol member into a classic group it does not
-//! convert, so ours-1 owning partitions next to three classic members means the group is a
-//! consumer group.
+//! Steps (the [`Pace::Settled`] tests): all four start classic; each member in turn (ours-1,
+//! ours-2, ours-3, java) moves to the consumer protocol; then each in turn (java, ours-1, ours-2,
+//! ours-3) moves back to classic, so that our member's join converts the group and our member's
+//! leave converts it back; the group's type, as the Admin API describes it, is checked before,
+//! after the first step (`consumer`) and after the last (`classic`). After every step the group
+//! must be stable (every partition owned exactly once, every member owning some) and the restarted
+//! member must have applied records. The first step proves the conversion: Kafka refuses a
+//! consumer-protocol member into a classic group it does not convert, so ours-1 owning partitions
+//! next to three classic members means the group is a consumer group.
 //!
 //! What is checked, over every record produced:
 //! - **lost = 0**: every produced record was applied by some member.
@@ -796,38 +795,37 @@ fn tenure_check_fails_on_any_overlap() {
     assert!(check_tenures(&[log(vec![tenure("a", 1.0, Some(2.0))], vec![late])]).is_err());
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        /// Classic members on the incremental protocol (`cooperative-sticky`): in the mixed group the
-        /// broker revokes only what moves from them.
-        #[test]
-        fn rolling_migration_cooperative_sticky() {
-            rolling_migration(PeerStrategy::CooperativeSticky, Pace::Settled);
-        }
-        /// Classic members on the eager protocol (`range`): each of their rebalances revokes everything
-        /// and joins again, inside the consumer group as in the classic one.
-        #[test]
-        fn rolling_migration_range() {
-            rolling_migration(PeerStrategy::Range, Pace::Settled);
-        }
-        /// Each restart as soon as the restarted member applied a record, eager classic members: the
-        /// closes and joins overlap the rebalances the previous ones started. When the last
-        /// consumer-protocol member leaves while a classic member has not rejoined for the latest group
-        /// epoch yet, Kafka converts the group back with the group's epoch as the classic generation, so
-        /// that member's commits are refused with ILLEGAL_GENERATION: it loses its partitions without a
-        /// commit (so does Java's consumer, with a CommitFailedException) and the next owner repeats
-        /// what it applied since its last commit. Here a loss or a refused commit is allowed, and every
-        /// repeat must be explained by one, of the member that applied the record first, on that
-        /// partition; nothing may be lost and no partition may ever have two owners.
-        #[test]
-        fn rolling_migration_unsettled_range() {
-            rolling_migration(PeerStrategy::Range, Pace::Rolling);
-        }
-        /// `kafka::rolling_migration_unsettled_range` with incremental classic members.
-        #[test]
-        fn rolling_migration_unsettled_cooperative_sticky() {
-            rolling_migration(PeerStrategy::CooperativeSticky, Pace::Rolling);
-        }
+mod kafka {
+    use super::*;
+
+    /// Classic members on the incremental protocol (`cooperative-sticky`): in the mixed group the
+    /// broker revokes only what moves from them.
+    #[test]
+    fn rolling_migration_cooperative_sticky() {
+        rolling_migration(PeerStrategy::CooperativeSticky, Pace::Settled);
+    }
+    /// Classic members on the eager protocol (`range`): each of their rebalances revokes everything
+    /// and joins again, inside the consumer group as in the classic one.
+    #[test]
+    fn rolling_migration_range() {
+        rolling_migration(PeerStrategy::Range, Pace::Settled);
+    }
+    /// Each restart as soon as the restarted member applied a record, eager classic members: the
+    /// closes and joins overlap the rebalances the previous ones started. When the last
+    /// consumer-protocol member leaves while a classic member has not rejoined for the latest group
+    /// epoch yet, Kafka converts the group back with the group's epoch as the classic generation,
+    /// so that member's commits are refused with ILLEGAL_GENERATION: it loses its partitions
+    /// without a commit (so does Java's consumer, with a CommitFailedException) and the next owner
+    /// repeats what it applied since its last commit. Here a loss or a refused commit is allowed,
+    /// and every repeat must be explained by one, of the member that applied the record first, on
+    /// that partition; nothing may be lost and no partition may ever have two owners.
+    #[test]
+    fn rolling_migration_unsettled_range() {
+        rolling_migration(PeerStrategy::Range, Pace::Rolling);
+    }
+    /// `kafka::rolling_migration_unsettled_range` with incremental classic members.
+    #[test]
+    fn rolling_migration_unsettled_cooperative_sticky() {
+        rolling_migration(PeerStrategy::CooperativeSticky, Pace::Rolling);
     }
 }

@@ -140,140 +140,139 @@ fn produce_until_each_applied(setup: &ShareSetup, peers: &[&SharePeer], ids: &mu
     }
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        #[test]
-        fn ours_and_java_share_one_group_and_apply_each_order_once() {
-            let _ = env_logger::builder().is_test(true).try_init();
-            let setup = ShareSetup::new("share-interop", 2, 15_000);
-            // The Java members join first (a JVM starts in seconds, our members in milliseconds) and
-            // take the first orders; ours join once both applied some, then the rest is produced.
-            let mut ids = setup.produce_orders(2, 20);
-            let applied: Applied = Arc::default();
-            let stop = Arc::new(AtomicBool::new(false));
-            let j1 = java(&setup, "java-1", 5, true);
-            let j2 = java(&setup, "java-2", 5, true);
-            produce_until_each_applied(&setup, &[&j1, &j2], &mut ids);
-            let (joined1, joined2): (Arc<AtomicBool>, Arc<AtomicBool>) = Default::default();
-            let o1 = ours(
-                &setup,
-                "ours-1",
-                applied.clone(),
-                stop.clone(),
-                joined1.clone(),
-            );
-            let o2 = ours(
-                &setup,
-                "ours-2",
-                applied.clone(),
-                stop.clone(),
-                joined2.clone(),
-            );
-            wait_joined(&[&joined1, &joined2]);
-            ids.extend(setup.produce_orders(2, 400));
-            let count = || {
-                let mut all = applied.lock().unwrap().clone();
-                for (peer, name) in [(&j1, "java-1"), (&j2, "java-2")] {
-                    for e in peer.events_of("applied") {
-                        all.entry(e.key.clone().unwrap_or_default())
-                            .or_default()
-                            .push(name.into());
-                    }
+mod kafka {
+    use super::*;
+
+    #[test]
+    fn ours_and_java_share_one_group_and_apply_each_order_once() {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let setup = ShareSetup::new("share-interop", 2, 15_000);
+        // The Java members join first (a JVM starts in seconds, our members in milliseconds) and
+        // take the first orders; ours join once both applied some, then the rest is produced.
+        let mut ids = setup.produce_orders(2, 20);
+        let applied: Applied = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let j1 = java(&setup, "java-1", 5, true);
+        let j2 = java(&setup, "java-2", 5, true);
+        produce_until_each_applied(&setup, &[&j1, &j2], &mut ids);
+        let (joined1, joined2): (Arc<AtomicBool>, Arc<AtomicBool>) = Default::default();
+        let o1 = ours(
+            &setup,
+            "ours-1",
+            applied.clone(),
+            stop.clone(),
+            joined1.clone(),
+        );
+        let o2 = ours(
+            &setup,
+            "ours-2",
+            applied.clone(),
+            stop.clone(),
+            joined2.clone(),
+        );
+        wait_joined(&[&joined1, &joined2]);
+        ids.extend(setup.produce_orders(2, 400));
+        let count = || {
+            let mut all = applied.lock().unwrap().clone();
+            for (peer, name) in [(&j1, "java-1"), (&j2, "java-2")] {
+                for e in peer.events_of("applied") {
+                    all.entry(e.key.clone().unwrap_or_default())
+                        .or_default()
+                        .push(name.into());
                 }
-                all.len()
-            };
-            wait_all(&ids, count, "two clients in one share group");
-            stop.store(true, Ordering::SeqCst);
-            let stats = [o1.join().unwrap(), o2.join().unwrap()];
-            let (e1, e2) = (j1.close(), j2.close());
-            let java_refused = e1
-                .iter()
-                .chain(&e2)
-                .filter(|e| e.event == "ack_failed")
-                .count();
-            merge_java(&applied, &e1, "java-1");
-            merge_java(&applied, &e2, "java-2");
-            let applied = applied.lock().unwrap();
-            let twice: Vec<_> = applied.iter().filter(|(_, by)| by.len() > 1).collect();
-            assert!(twice.is_empty(), "applied twice without a fault: {twice:?}");
-            assert_eq!(applied.len(), ids.len());
-            let by_ours = applied
-                .values()
-                .filter(|by| by[0].starts_with("ours"))
-                .count();
-            let by_java = applied.len() - by_ours;
-            assert!(by_ours > 0 && by_java > 0, "ours {by_ours}, java {by_java}");
-            // Once ours joined, both clients kept taking records (not one of them idle).
-            let java_late = e1
-                .iter()
-                .chain(&e2)
-                .filter(|e| e.event == "applied" && e.key.as_deref().is_some_and(|k| k.contains('.')))
-                .count();
+            }
+            all.len()
+        };
+        wait_all(&ids, count, "two clients in one share group");
+        stop.store(true, Ordering::SeqCst);
+        let stats = [o1.join().unwrap(), o2.join().unwrap()];
+        let (e1, e2) = (j1.close(), j2.close());
+        let java_refused = e1
+            .iter()
+            .chain(&e2)
+            .filter(|e| e.event == "ack_failed")
+            .count();
+        merge_java(&applied, &e1, "java-1");
+        merge_java(&applied, &e2, "java-2");
+        let applied = applied.lock().unwrap();
+        let twice: Vec<_> = applied.iter().filter(|(_, by)| by.len() > 1).collect();
+        assert!(twice.is_empty(), "applied twice without a fault: {twice:?}");
+        assert_eq!(applied.len(), ids.len());
+        let by_ours = applied
+            .values()
+            .filter(|by| by[0].starts_with("ours"))
+            .count();
+        let by_java = applied.len() - by_ours;
+        assert!(by_ours > 0 && by_java > 0, "ours {by_ours}, java {by_java}");
+        // Once ours joined, both clients kept taking records (not one of them idle).
+        let java_late = e1
+            .iter()
+            .chain(&e2)
+            .filter(|e| e.event == "applied" && e.key.as_deref().is_some_and(|k| k.contains('.')))
+            .count();
+        assert!(
+            java_late > 0,
+            "the Java members took none of the later orders"
+        );
+        for s in &stats {
+            assert_eq!(s.locks.ack_failures.total(), 0, "{s}");
+        }
+        assert_eq!(java_refused, 0, "Java's acknowledgements refused");
+        eprintln!(
+            "interop: {} orders, ours applied {by_ours}, Java {by_java}",
+            ids.len()
+        );
+    }
+    /// A Java member killed (SIGKILL) while it holds locks: its records come back to the others
+    /// (ours and the other Java member) after the lock duration; every order is applied, and an
+    /// order is applied twice only when the killed member applied it first.
+    #[test]
+    fn a_killed_java_members_records_come_back_to_ours() {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let setup = ShareSetup::new("share-interop-kill", 2, 3_000);
+        let ids = setup.produce_orders(2, 300);
+        let applied: Applied = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        // The Java member alone first: it acquires batches of records and works through them.
+        let mut victim = java(&setup, "java-victim", 20, false);
+        victim.wait_for("some records applied", BOUND, |events| {
+            events.iter().filter(|e| e.event == "applied").count() >= 20
+        });
+        let o1 = ours(
+            &setup,
+            "ours-1",
+            applied.clone(),
+            stop.clone(),
+            Arc::default(),
+        );
+        let until = Instant::now() + BOUND;
+        while applied.lock().unwrap().is_empty() {
             assert!(
-                java_late > 0,
-                "the Java members took none of the later orders"
+                Instant::now() < until,
+                "ours applied nothing beside the Java member"
             );
-            for s in &stats {
-                assert_eq!(s.locks.ack_failures.total(), 0, "{s}");
-            }
-            assert_eq!(java_refused, 0, "Java's acknowledgements refused");
-            eprintln!(
-                "interop: {} orders, ours applied {by_ours}, Java {by_java}",
-                ids.len()
-            );
+            std::thread::sleep(Duration::from_millis(20));
         }
-        /// A Java member killed (SIGKILL) while it holds locks: its records come back to the others
-        /// (ours and the other Java member) after the lock duration; every order is applied, and an
-        /// order is applied twice only when the killed member applied it first.
-        #[test]
-        fn a_killed_java_members_records_come_back_to_ours() {
-            let _ = env_logger::builder().is_test(true).try_init();
-            let setup = ShareSetup::new("share-interop-kill", 2, 3_000);
-            let ids = setup.produce_orders(2, 300);
-            let applied: Applied = Arc::default();
-            let stop = Arc::new(AtomicBool::new(false));
-            // The Java member alone first: it acquires batches of records and works through them.
-            let mut victim = java(&setup, "java-victim", 20, false);
-            victim.wait_for("some records applied", BOUND, |events| {
-                events.iter().filter(|e| e.event == "applied").count() >= 20
-            });
-            let o1 = ours(
-                &setup,
-                "ours-1",
-                applied.clone(),
-                stop.clone(),
-                Arc::default(),
-            );
-            let until = Instant::now() + BOUND;
-            while applied.lock().unwrap().is_empty() {
-                assert!(
-                    Instant::now() < until,
-                    "ours applied nothing beside the Java member"
-                );
-                std::thread::sleep(Duration::from_millis(20));
+        victim.kill();
+        merge_java(&applied, &victim.events(), "java-victim");
+        let count = || applied.lock().unwrap().len();
+        wait_all(&ids, count, "after the Java member was killed");
+        stop.store(true, Ordering::SeqCst);
+        let stats = o1.join().unwrap();
+        let applied = applied.lock().unwrap();
+        let mut repeats = 0;
+        for (order, by) in applied.iter() {
+            if by.len() > 1 {
+                repeats += 1;
+                assert_eq!(by.len(), 2, "{order}: {by:?}");
+                assert!(by.contains(&"java-victim".to_string()), "{order}: {by:?}");
+                assert!(by.contains(&"ours-1".to_string()), "{order}: {by:?}");
             }
-            victim.kill();
-            merge_java(&applied, &victim.events(), "java-victim");
-            let count = || applied.lock().unwrap().len();
-            wait_all(&ids, count, "after the Java member was killed");
-            stop.store(true, Ordering::SeqCst);
-            let stats = o1.join().unwrap();
-            let applied = applied.lock().unwrap();
-            let mut repeats = 0;
-            for (order, by) in applied.iter() {
-                if by.len() > 1 {
-                    repeats += 1;
-                    assert_eq!(by.len(), 2, "{order}: {by:?}");
-                    assert!(by.contains(&"java-victim".to_string()), "{order}: {by:?}");
-                    assert!(by.contains(&"ours-1".to_string()), "{order}: {by:?}");
-                }
-            }
-            eprintln!(
-                "killed Java member: {} orders, {repeats} repeat(s) (applied by it, never acknowledged); \
-                 ours: {stats}",
-                ids.len()
-            );
         }
+        eprintln!(
+            "killed Java member: {} orders, {repeats} repeat(s) (applied by it, never acknowledged); \
+             ours: {stats}",
+            ids.len()
+        );
     }
 }

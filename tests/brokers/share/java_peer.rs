@@ -57,7 +57,8 @@ fn two_java_share_members_take_each_record_once_and_see_releases_come_back() {
         &[("share.auto.offset.reset", "earliest")],
     );
 
-    // Both with the same rules: whichever gets k-3 first releases it, whichever gets k-5 rejects it.
+    // Both with the same rules: whichever gets k-3 first releases it, whichever gets k-5 rejects
+    // it.
     let member = |name: &str| {
         let mut spec = SharePeerSpec::new(bootstrap, &group, &topic, name);
         spec.release_first = vec!["k-3".to_string()];

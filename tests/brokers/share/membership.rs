@@ -341,29 +341,28 @@ fn with_more_members_than_partitions_a_partition_is_assigned_to_several_members(
     assert!(total > 2, "{seen:?}");
 }
 
-crate::on_brokers! {
-    kafka3 {
-        ;
-        #[test]
-        fn a_broker_without_share_groups_refuses_the_join_naming_share_version() {
-            // Kafka 3.9 does not advertise ShareGroupHeartbeat (KIP-932 was early access there).
-            let kafka = Kafka::shared(KafkaVersion::Last3);
-            let t = unique_name("share-old");
-            let started = Instant::now();
-            let err = ShareMembership::join(config(kafka, &unique_name("share-old"), &[&t]))
-                .expect_err("no share groups before Kafka 4.1");
-            println!("{err}");
-            match &err {
-                GroupError::Fatal(f) => {
-                    assert_eq!(f.code, KafkaCode::UNSUPPORTED_VERSION, "{f}");
-                    assert!(f.to_string().contains("share.version"), "{f}");
-                }
-                other => panic!("{other:?}"),
+mod kafka3 {
+    use super::*;
+
+    #[test]
+    fn a_broker_without_share_groups_refuses_the_join_naming_share_version() {
+        // Kafka 3.9 does not advertise ShareGroupHeartbeat (KIP-932 was early access there).
+        let kafka = Kafka::shared(KafkaVersion::Last3);
+        let t = unique_name("share-old");
+        let started = Instant::now();
+        let err = ShareMembership::join(config(kafka, &unique_name("share-old"), &[&t]))
+            .expect_err("no share groups before Kafka 4.1");
+        println!("{err}");
+        match &err {
+            GroupError::Fatal(f) => {
+                assert_eq!(f.code, KafkaCode::UNSUPPORTED_VERSION, "{f}");
+                assert!(f.to_string().contains("share.version"), "{f}");
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "refused at once, not retried"
-            );
+            other => panic!("{other:?}"),
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "refused at once, not retried"
+        );
     }
 }

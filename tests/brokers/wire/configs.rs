@@ -181,10 +181,12 @@ fn an_authorizers_refusal_is_a_clear_error_not_a_retry() {
 
 crate::on_brokers! {
     kafka {
-        reports_its_broker_session_timeout => reads_the_failure_detection_settings(KafkaVersion::Newest),
+        reports_its_broker_session_timeout =>
+            reads_the_failure_detection_settings(KafkaVersion::Newest),
     }
 
     kafka3 {
-        reports_its_broker_session_timeout => reads_the_failure_detection_settings(KafkaVersion::Last3),
+        reports_its_broker_session_timeout =>
+            reads_the_failure_detection_settings(KafkaVersion::Last3),
     }
 }

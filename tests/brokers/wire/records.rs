@@ -630,148 +630,6 @@ for tp, fut in admin.delete_records([TopicPartition(topic, 0, before)]).items():
 "#;
 
 crate::on_brokers! {
-    kafka {
-        codecs_and_headers,
-        our_records_read_by_confluent_kafka,
-        fetch_from_middle_of_batch,
-        empty_partition_and_offsets,
-        prefetch_follows_the_callers_positions,
-        transaction_markers_are_skipped,
-        ;
-        #[test]
-        fn earliest_offset_after_records_are_deleted() {
-            let broker = BrokerKind::Kafka.start();
-            let mut c = client(&*broker);
-            let topic = unique_name("deleted");
-            broker.create_topic(&topic, 2);
-            peer_produce(
-                &broker.bootstrap(),
-                &topic,
-                100,
-                &["--partition", "0", "--flush-every", "10"],
-            );
-            let p0 = TopicPartition::new(topic.as_str(), 0);
-            let p1 = TopicPartition::new(topic.as_str(), 1);
-            assert_eq!(single_partition_offsets(&mut c, &p0), (0, 100));
-            let out = support::venv_python_run(DELETE_RECORDS, &[&broker.bootstrap(), &topic, "45"]);
-            assert_eq!(out.trim(), "low 45");
-            assert_eq!(single_partition_offsets(&mut c, &p0), (45, 100));
-            let f = c
-                .fetch(
-                    &[
-                        FetchPosition {
-                            tp: p0.clone(),
-                            offset: 0,
-                        },
-                        FetchPosition {
-                            tp: p1.clone(),
-                            offset: 0,
-                        },
-                    ],
-                    &fetch_cfg(),
-                )
-                .expect("fetch");
-            let r0 = f.iter().find(|r| r.tp == p0).expect("p0");
-            assert_eq!(
-                r0.error.as_ref().and_then(|e| e.kafka_code()),
-                Some(rebalance_guard::wire::KafkaCode::OFFSET_OUT_OF_RANGE),
-                "{:?}",
-                r0.error
-            );
-            assert!(r0.records.is_empty());
-            // Kafka answers an errored partition with log_start_offset -1 (unknown); the mock differs
-            // and reports its earliest offset there. Our consumer resets with ListOffsets, not this.
-            assert_eq!(r0.log_start_offset, -1);
-            let r1 = f.iter().find(|r| r.tp == p1).expect("p1");
-            assert!(r1.error.is_none(), "{:?}", r1.error);
-            // The deletion split a batch (batches of 10, one flush each): the broker still returns the
-            // whole batch from 40 for a fetch at 45...
-            let mut data = raw_fetch(&mut c, &p0, 45, 0).records.expect("records");
-            let batches = RecordBatchDecoder::decode_batch_info(&mut data).expect("batch headers");
-            assert_eq!(
-                batches.first().map(|b| b.min_offset),
-                Some(40),
-                "{batches:?}"
-            );
-            // ...and reading from the new earliest offset starts exactly there.
-            let got = read_to_end(&mut c, &topic, &BTreeMap::from([(0, 45), (1, 0)]));
-            assert_eq!(
-                got.get(&0)
-                    .map(|r| r.iter().map(|r| r.offset).collect::<Vec<_>>())
-                    .unwrap_or_default(),
-                (45..100).collect::<Vec<_>>()
-            );
-            assert_eq!(got[&0][0].value.as_deref(), Some(&peer_value(45, 32)[..]));
-        }
-    }
-
-    mock {
-        codecs_and_headers,
-        our_records_read_by_confluent_kafka,
-        fetch_from_middle_of_batch,
-        empty_partition_and_offsets,
-        prefetch_follows_the_callers_positions,
-        transaction_markers_are_skipped,
-        ;
-        /// The mock keeps about 45,000 records of 100 bytes per partition and drops older segments, so
-        /// after 60,000 records the earliest offset is above 0 and fetching below it is
-        /// OFFSET_OUT_OF_RANGE, reported for that partition only. Mock only: tansu keeps everything.
-        #[test]
-        fn earliest_offset_after_old_segments_are_dropped() {
-            let broker = BrokerKind::Mock.start();
-            let mut c = client(&*broker);
-            let topic = unique_name("retention");
-            broker.create_topic(&topic, 2);
-            peer_produce(
-                &broker.bootstrap(),
-                &topic,
-                60_000,
-                &["--partition", "0", "--size", "100", "--timeout-s", "90"],
-            );
-            let p0 = TopicPartition::new(topic.as_str(), 0);
-            let p1 = TopicPartition::new(topic.as_str(), 1);
-            let (earliest, latest) = single_partition_offsets(&mut c, &p0);
-            assert_eq!(latest, 60_000);
-            assert!(earliest > 0 && earliest < latest, "earliest {earliest}");
-            let f = c
-                .fetch(
-                    &[
-                        FetchPosition {
-                            tp: p0.clone(),
-                            offset: 0,
-                        },
-                        FetchPosition {
-                            tp: p1.clone(),
-                            offset: 0,
-                        },
-                    ],
-                    &fetch_cfg(),
-                )
-                .expect("fetch");
-            let r0 = f.iter().find(|r| r.tp == p0).expect("p0");
-            assert_eq!(
-                r0.error.as_ref().and_then(|e| e.kafka_code()),
-                Some(rebalance_guard::wire::KafkaCode::OFFSET_OUT_OF_RANGE),
-                "{:?}",
-                r0.error
-            );
-            assert_eq!(r0.log_start_offset, earliest);
-            let r1 = f.iter().find(|r| r.tp == p1).expect("p1");
-            assert!(r1.error.is_none(), "{:?}", r1.error);
-            // Fetching from the earliest offset works.
-            let f = c
-                .fetch(
-                    &[FetchPosition {
-                        tp: p0.clone(),
-                        offset: earliest,
-                    }],
-                    &fetch_cfg(),
-                )
-                .expect("fetch");
-            assert_eq!(f[0].records.first().map(|r| r.offset), Some(earliest));
-        }
-    }
-
     tansu {
         codecs_and_headers,
         our_records_read_by_confluent_kafka,
@@ -779,5 +637,157 @@ crate::on_brokers! {
         empty_partition_and_offsets,
         prefetch_follows_the_callers_positions,
         transaction_markers_are_skipped,
+    }
+}
+
+mod kafka {
+    use super::*;
+
+    crate::on_brokers!(
+        kafka:
+        codecs_and_headers,
+        our_records_read_by_confluent_kafka,
+        fetch_from_middle_of_batch,
+        empty_partition_and_offsets,
+        prefetch_follows_the_callers_positions,
+        transaction_markers_are_skipped,
+    );
+
+    #[test]
+    fn earliest_offset_after_records_are_deleted() {
+        let broker = BrokerKind::Kafka.start();
+        let mut c = client(&*broker);
+        let topic = unique_name("deleted");
+        broker.create_topic(&topic, 2);
+        peer_produce(
+            &broker.bootstrap(),
+            &topic,
+            100,
+            &["--partition", "0", "--flush-every", "10"],
+        );
+        let p0 = TopicPartition::new(topic.as_str(), 0);
+        let p1 = TopicPartition::new(topic.as_str(), 1);
+        assert_eq!(single_partition_offsets(&mut c, &p0), (0, 100));
+        let out = support::venv_python_run(DELETE_RECORDS, &[&broker.bootstrap(), &topic, "45"]);
+        assert_eq!(out.trim(), "low 45");
+        assert_eq!(single_partition_offsets(&mut c, &p0), (45, 100));
+        let f = c
+            .fetch(
+                &[
+                    FetchPosition {
+                        tp: p0.clone(),
+                        offset: 0,
+                    },
+                    FetchPosition {
+                        tp: p1.clone(),
+                        offset: 0,
+                    },
+                ],
+                &fetch_cfg(),
+            )
+            .expect("fetch");
+        let r0 = f.iter().find(|r| r.tp == p0).expect("p0");
+        assert_eq!(
+            r0.error.as_ref().and_then(|e| e.kafka_code()),
+            Some(rebalance_guard::wire::KafkaCode::OFFSET_OUT_OF_RANGE),
+            "{:?}",
+            r0.error
+        );
+        assert!(r0.records.is_empty());
+        // Kafka answers an errored partition with log_start_offset -1 (unknown); the mock differs
+        // and reports its earliest offset there. Our consumer resets with ListOffsets, not this.
+        assert_eq!(r0.log_start_offset, -1);
+        let r1 = f.iter().find(|r| r.tp == p1).expect("p1");
+        assert!(r1.error.is_none(), "{:?}", r1.error);
+        // The deletion split a batch (batches of 10, one flush each): the broker still returns the
+        // whole batch from 40 for a fetch at 45...
+        let mut data = raw_fetch(&mut c, &p0, 45, 0).records.expect("records");
+        let batches = RecordBatchDecoder::decode_batch_info(&mut data).expect("batch headers");
+        assert_eq!(
+            batches.first().map(|b| b.min_offset),
+            Some(40),
+            "{batches:?}"
+        );
+        // ...and reading from the new earliest offset starts exactly there.
+        let got = read_to_end(&mut c, &topic, &BTreeMap::from([(0, 45), (1, 0)]));
+        assert_eq!(
+            got.get(&0)
+                .map(|r| r.iter().map(|r| r.offset).collect::<Vec<_>>())
+                .unwrap_or_default(),
+            (45..100).collect::<Vec<_>>()
+        );
+        assert_eq!(got[&0][0].value.as_deref(), Some(&peer_value(45, 32)[..]));
+    }
+}
+
+mod mock {
+    use super::*;
+
+    crate::on_brokers!(
+        mock:
+        codecs_and_headers,
+        our_records_read_by_confluent_kafka,
+        fetch_from_middle_of_batch,
+        empty_partition_and_offsets,
+        prefetch_follows_the_callers_positions,
+        transaction_markers_are_skipped,
+    );
+
+    /// The mock keeps about 45,000 records of 100 bytes per partition and drops older segments, so
+    /// after 60,000 records the earliest offset is above 0 and fetching below it is
+    /// OFFSET_OUT_OF_RANGE, reported for that partition only. Mock only: tansu keeps everything.
+    #[test]
+    fn earliest_offset_after_old_segments_are_dropped() {
+        let broker = BrokerKind::Mock.start();
+        let mut c = client(&*broker);
+        let topic = unique_name("retention");
+        broker.create_topic(&topic, 2);
+        peer_produce(
+            &broker.bootstrap(),
+            &topic,
+            60_000,
+            &["--partition", "0", "--size", "100", "--timeout-s", "90"],
+        );
+        let p0 = TopicPartition::new(topic.as_str(), 0);
+        let p1 = TopicPartition::new(topic.as_str(), 1);
+        let (earliest, latest) = single_partition_offsets(&mut c, &p0);
+        assert_eq!(latest, 60_000);
+        assert!(earliest > 0 && earliest < latest, "earliest {earliest}");
+        let f = c
+            .fetch(
+                &[
+                    FetchPosition {
+                        tp: p0.clone(),
+                        offset: 0,
+                    },
+                    FetchPosition {
+                        tp: p1.clone(),
+                        offset: 0,
+                    },
+                ],
+                &fetch_cfg(),
+            )
+            .expect("fetch");
+        let r0 = f.iter().find(|r| r.tp == p0).expect("p0");
+        assert_eq!(
+            r0.error.as_ref().and_then(|e| e.kafka_code()),
+            Some(rebalance_guard::wire::KafkaCode::OFFSET_OUT_OF_RANGE),
+            "{:?}",
+            r0.error
+        );
+        assert_eq!(r0.log_start_offset, earliest);
+        let r1 = f.iter().find(|r| r.tp == p1).expect("p1");
+        assert!(r1.error.is_none(), "{:?}", r1.error);
+        // Fetching from the earliest offset works.
+        let f = c
+            .fetch(
+                &[FetchPosition {
+                    tp: p0.clone(),
+                    offset: earliest,
+                }],
+                &fetch_cfg(),
+            )
+            .expect("fetch");
+        assert_eq!(f[0].records.first().map(|r| r.offset), Some(earliest));
     }
 }

@@ -202,9 +202,9 @@ fn produce_is_answered(addr: &str, version: i16) -> bool {
 // ---------------------------------------------------------------------------
 
 /// The APIs this crate sends in this test's classic workload. `ConsumerGroupHeartbeat` (API 68,
-/// sent under `group.protocol=consumer` only, at v0-1 as `group/consumer_group/wire.rs` says)
-/// is not part of it: `tests/brokers/consumer/group_protocol.rs` and `tests/brokers/consumer/kip848.rs` run it
-/// on Kafka 4.x.
+/// sent under `group.protocol=consumer` only, at v0-1 as `group/consumer_group/wire.rs` says) is
+/// not part of it: `tests/brokers/consumer/group_protocol.rs` and
+/// `tests/brokers/consumer/kip848.rs` run it on Kafka 4.x.
 const APIS: &[ApiKey] = &[
     ApiKey::ApiVersions,
     ApiKey::Metadata,
@@ -594,86 +594,86 @@ fn caps_below_kafka_are_documented(o: &Observed) {
     }
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        #[test]
-        fn sent_versions_are_the_highest_common() {
-            let o = observe(KafkaVersion::Newest);
-            super::sent_versions_are_the_highest_common(&o);
-            caps_below_kafka_are_documented(&o);
-        }
-        /// Kafka 4.x advertises exactly the KIP-896 minimums (as amended, see [`KIP_896_FLOORS`]) for
-        /// the APIs we use, and nothing we send is below the floors: checked against the broker's own
-        /// answer and against what went over the wire. Our declared minimums are at or above the
-        /// floors too, so no broker can make us send less. (Kafka 3.x still has every version from 0:
-        /// `kafka3::every_version_from_0_is_still_taken`.)
-        #[test]
-        fn nothing_sent_is_below_the_kip_896_floors() {
-            let o = observe(KafkaVersion::Newest);
-            for &(api, advertised, floor) in KIP_896_FLOORS {
-                let (lo, _) = o.broker[&(api as i16)];
-                assert_eq!(
-                    lo, advertised,
-                    "Kafka {}: {api:?} advertises min v{lo}, KIP-896 (amended) says v{advertised}",
-                    o.kafka
-                );
-                for &v in &o.sent[&(api as i16)] {
-                    assert!(
-                        v >= floor.max(lo),
-                        "Kafka {}: {api:?} sent at v{v}, below the floor v{}",
-                        o.kafka,
-                        floor.max(lo)
-                    );
-                }
-                assert!(
-                    ours(api).min >= floor,
-                    "{api:?}: we declare v{} and up, Kafka 4 refuses below v{floor}",
-                    ours(api).min
-                );
-            }
-            // Produce is advertised from v0 but refused below v3: Kafka closes the connection.
-            let new = Kafka::shared(KafkaVersion::Newest).bootstrap();
-            assert!(
-                !produce_is_answered(new, 2),
-                "Kafka {} took Produce v2",
-                o.kafka
-            );
-            assert!(
-                produce_is_answered(new, 3),
-                "Kafka {} refused Produce v3",
-                o.kafka
-            );
-        }
-    }
+mod kafka {
+    use super::*;
 
-    kafka3 {
-        ;
-        #[test]
-        fn sent_versions_are_the_highest_common() {
-            let o = observe(KafkaVersion::Last3);
-            super::sent_versions_are_the_highest_common(&o);
-            caps_below_kafka_are_documented(&o);
-        }
-        /// Before KIP-896 (Kafka 3.x and older), every API we use is advertised from v0 and Produce v2
-        /// is still answered: the floors above are a 4.0 change, not a constant of the protocol.
-        #[test]
-        fn every_version_from_0_is_still_taken() {
-            let old = Kafka::shared(KafkaVersion::Last3);
-            let old_apis = broker_api_versions(old.bootstrap());
-            for &(api, _, _) in KIP_896_FLOORS {
-                assert_eq!(
-                    old_apis.get(&(api as i16)).map(|r| r.0),
-                    Some(0),
-                    "Kafka {}: {api:?} min",
-                    KafkaVersion::Last3.version()
+    #[test]
+    fn sent_versions_are_the_highest_common() {
+        let o = observe(KafkaVersion::Newest);
+        super::sent_versions_are_the_highest_common(&o);
+        caps_below_kafka_are_documented(&o);
+    }
+    /// Kafka 4.x advertises exactly the KIP-896 minimums (as amended, see [`KIP_896_FLOORS`]) for
+    /// the APIs we use, and nothing we send is below the floors: checked against the broker's own
+    /// answer and against what went over the wire. Our declared minimums are at or above the
+    /// floors too, so no broker can make us send less. (Kafka 3.x still has every version from 0:
+    /// `kafka3::every_version_from_0_is_still_taken`.)
+    #[test]
+    fn nothing_sent_is_below_the_kip_896_floors() {
+        let o = observe(KafkaVersion::Newest);
+        for &(api, advertised, floor) in KIP_896_FLOORS {
+            let (lo, _) = o.broker[&(api as i16)];
+            assert_eq!(
+                lo, advertised,
+                "Kafka {}: {api:?} advertises min v{lo}, KIP-896 (amended) says v{advertised}",
+                o.kafka
+            );
+            for &v in &o.sent[&(api as i16)] {
+                assert!(
+                    v >= floor.max(lo),
+                    "Kafka {}: {api:?} sent at v{v}, below the floor v{}",
+                    o.kafka,
+                    floor.max(lo)
                 );
             }
             assert!(
-                produce_is_answered(old.bootstrap(), 2),
-                "Kafka {} refused Produce v2",
+                ours(api).min >= floor,
+                "{api:?}: we declare v{} and up, Kafka 4 refuses below v{floor}",
+                ours(api).min
+            );
+        }
+        // Produce is advertised from v0 but refused below v3: Kafka closes the connection.
+        let new = Kafka::shared(KafkaVersion::Newest).bootstrap();
+        assert!(
+            !produce_is_answered(new, 2),
+            "Kafka {} took Produce v2",
+            o.kafka
+        );
+        assert!(
+            produce_is_answered(new, 3),
+            "Kafka {} refused Produce v3",
+            o.kafka
+        );
+    }
+}
+
+mod kafka3 {
+    use super::*;
+
+    #[test]
+    fn sent_versions_are_the_highest_common() {
+        let o = observe(KafkaVersion::Last3);
+        super::sent_versions_are_the_highest_common(&o);
+        caps_below_kafka_are_documented(&o);
+    }
+    /// Before KIP-896 (Kafka 3.x and older), every API we use is advertised from v0 and Produce v2
+    /// is still answered: the floors above are a 4.0 change, not a constant of the protocol.
+    #[test]
+    fn every_version_from_0_is_still_taken() {
+        let old = Kafka::shared(KafkaVersion::Last3);
+        let old_apis = broker_api_versions(old.bootstrap());
+        for &(api, _, _) in KIP_896_FLOORS {
+            assert_eq!(
+                old_apis.get(&(api as i16)).map(|r| r.0),
+                Some(0),
+                "Kafka {}: {api:?} min",
                 KafkaVersion::Last3.version()
             );
         }
+        assert!(
+            produce_is_answered(old.bootstrap(), 2),
+            "Kafka {} refused Produce v2",
+            KafkaVersion::Last3.version()
+        );
     }
 }

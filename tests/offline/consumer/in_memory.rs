@@ -518,7 +518,8 @@ fn a_kip848_fenced_epoch_loses_everything_without_a_commit() {
     assert!(a.handle.identity().generation_id > 0);
 }
 
-/// What the coordinator holds for the member `member_id` (assigned and pending revocation), by name.
+/// What the coordinator holds for the member `member_id` (assigned and pending revocation), by
+/// name.
 fn held_by_coordinator(group: &Kip848Group, member_id: &str) -> BTreeSet<TopicPartition> {
     let coordinator = group.coordinator();
     let id = coordinator.topic_id(TOPIC);

@@ -65,42 +65,68 @@ fn defined_functions() -> BTreeSet<String> {
 /// The brokers a test can run on, as `on_brokers!` names their modules.
 const BROKER_MODULES: [&str; 4] = ["kafka", "kafka3", "mock", "tansu"];
 
-/// Every `(broker module, test name)` of every `on_brokers!` block under `tests/`: the blocks as
-/// the tiers write them (`crate::on_brokers! {` at the start of a line, a broker's module at four
-/// spaces, its tests at eight: `name,`, `name => call,` or `fn name()`).
+/// Every `(broker module, test name)` under `tests/`, as the tiers write them: an
+/// `on_brokers!` block (`crate::on_brokers! {` at the start of a line, a broker's module at four
+/// spaces, its entries at eight: `name,` or `name => call,`), or a broker's module written out
+/// (`mod kafka {` at the start of a line), whose tests are its `fn name(` at four spaces and the
+/// entries of the `on_brokers!` call inside it at eight.
 fn broker_instances() -> BTreeSet<(String, String)> {
     let mut texts = Vec::new();
     rust_sources(&root().join("tests"), &mut texts);
     let mut found = BTreeSet::new();
     for text in &texts {
+        let mut block = false;
+        let mut call = false;
         let mut module: Option<&str> = None;
-        let mut inside = false;
         for line in text.lines() {
             if line == "crate::on_brokers! {" {
-                inside = true;
+                block = true;
                 continue;
             }
-            if !inside {
+            if let Some(name) = line
+                .strip_prefix("mod ")
+                .and_then(|l| l.strip_suffix(" {"))
+                .filter(|name| BROKER_MODULES.contains(name))
+            {
+                module = Some(name);
                 continue;
             }
             if line == "}" {
-                inside = false;
+                block = false;
+                call = false;
                 module = None;
-            } else if let Some(name) = line
-                .strip_prefix("    ")
-                .and_then(|l| l.strip_suffix(" {"))
-                .filter(|l| !l.starts_with(' '))
-            {
-                module = Some(name);
-            } else if let (Some(module), Some(entry)) = (module, line.strip_prefix("        ")) {
-                let entry = entry.strip_prefix("fn ").unwrap_or(entry);
-                let name: String = entry
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() && !entry.starts_with(' ') {
-                    found.insert((module.to_string(), name));
+                continue;
+            }
+            if block {
+                if let Some(name) = line
+                    .strip_prefix("    ")
+                    .and_then(|l| l.strip_suffix(" {"))
+                    .filter(|name| BROKER_MODULES.contains(name))
+                {
+                    module = Some(name);
+                    continue;
                 }
+            }
+            let Some(module) = module else { continue };
+            if line == "    crate::on_brokers!(" {
+                call = true;
+                continue;
+            }
+            if line == "    );" {
+                call = false;
+                continue;
+            }
+            let (rest, ends) = match (line.strip_prefix("    fn "), line.strip_prefix("        ")) {
+                (Some(rest), _) => (rest, &["("][..]),
+                (None, Some(rest)) if block || call => (rest, &[",", " =>"][..]),
+                _ => continue,
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && ends.iter().any(|end| rest[name.len()..].starts_with(end)) {
+                found.insert((module.to_string(), name));
             }
         }
     }

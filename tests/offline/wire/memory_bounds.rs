@@ -3,13 +3,13 @@
 //!
 //! A counting allocator (this test binary only) tracks live heap bytes and their peak over all
 //! threads. Each test builds, for every codec, the partitions of one response a hostile broker
-//! could send (their bytes allocated before the measurement starts, as a received frame is),
-//! resets the peak, decodes every partition under one shared [`Allowance`] as the client does,
-//! and requires the peak to stay within [`K`] times [`budget_bytes`]. The hazards: one record
-//! declaring millions of empty headers; many batches of the smallest records there are; header
-//! keys (copied into `String`s) as long as a batch can carry; a record section that just fits the budget and one that decompresses to four times it; for
-//! zstd, a frame declaring the largest window its decoder accepts. Each peak is printed
-//! (`--no-capture` shows it).
+//! could send (their bytes allocated before the measurement starts, as a received frame is), resets
+//! the peak, decodes every partition under one shared [`Allowance`] as the client does, and
+//! requires the peak to stay within [`K`] times [`budget_bytes`]. The hazards: one record declaring
+//! millions of empty headers; many batches of the smallest records there are; header keys (copied
+//! into `String`s) as long as a batch can carry; a record section that just fits the budget and one
+//! that decompresses to four times it; for zstd, a frame declaring the largest window its decoder
+//! accepts. Each peak is printed (`--no-capture` shows it).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -18,9 +18,7 @@ use rebalance_guard::wire::records::{
 };
 use rebalance_guard::wire::{Result, WireError};
 
-use crate::counting_alloc::{
-    THREAD_LARGEST as LARGEST, THREAD_LIVE as LIVE, THREAD_PEAK as PEAK,
-};
+use crate::counting_alloc::{THREAD_LARGEST as LARGEST, THREAD_LIVE as LIVE, THREAD_PEAK as PEAK};
 
 struct Measured {
     result: Result<DecodeSummary>,

@@ -157,38 +157,39 @@ fn stale_skips_are_done_when_the_partitions_come_back(
     );
 }
 
-crate::on_brokers! {
-    kafka {
-        ;
-        /// The classic protocol: a 3 s session (the lease bound too), the traffic held for 5 s.
-        #[test]
-        fn a_keyed_decoupled_member_that_loses_its_queued_partitions_applies_every_order_when_they_come_back() {
-            let settings = [
-                ("session.timeout.ms", "3000"),
-                ("heartbeat.interval.ms", "300"),
-                ("processing.order", "key"),
-                ("revoke.drain.timeout.ms", "2000"),
-            ];
-            stale_skips_are_done_when_the_partitions_come_back(
-                |bootstrap, group| config(bootstrap, group, &settings),
-                Duration::from_millis(60),
-                Duration::from_secs(5),
-            );
-        }
-        /// KIP-848: the shared broker keeps consumer-protocol sessions 6 s with 500 ms heartbeats, so
-        /// leases lapse after three heartbeat intervals, long before the coordinator expires the member;
-        /// the traffic is held for 8 s.
-        #[test]
-        fn a_keyed_decoupled_consumer_protocol_member_that_loses_its_queued_partitions_applies_every_order() {
-            let settings = [
-                ("processing.order", "key"),
-                ("revoke.drain.timeout.ms", "2000"),
-            ];
-            stale_skips_are_done_when_the_partitions_come_back(
-                |bootstrap, group| consumer_protocol_config(bootstrap, group, &settings),
-                Duration::from_millis(25),
-                Duration::from_secs(8),
-            );
-        }
+mod kafka {
+    use super::*;
+
+    /// The classic protocol: a 3 s session (the lease bound too), the traffic held for 5 s.
+    #[test]
+    fn a_keyed_decoupled_member_that_loses_its_queued_partitions_applies_every_order_when_they_come_back(
+    ) {
+        let settings = [
+            ("session.timeout.ms", "3000"),
+            ("heartbeat.interval.ms", "300"),
+            ("processing.order", "key"),
+            ("revoke.drain.timeout.ms", "2000"),
+        ];
+        stale_skips_are_done_when_the_partitions_come_back(
+            |bootstrap, group| config(bootstrap, group, &settings),
+            Duration::from_millis(60),
+            Duration::from_secs(5),
+        );
+    }
+    /// KIP-848: the shared broker keeps consumer-protocol sessions 6 s with 500 ms heartbeats, so
+    /// leases lapse after three heartbeat intervals, long before the coordinator expires the
+    /// member; the traffic is held for 8 s.
+    #[test]
+    fn a_keyed_decoupled_consumer_protocol_member_that_loses_its_queued_partitions_applies_every_order(
+    ) {
+        let settings = [
+            ("processing.order", "key"),
+            ("revoke.drain.timeout.ms", "2000"),
+        ];
+        stale_skips_are_done_when_the_partitions_come_back(
+            |bootstrap, group| consumer_protocol_config(bootstrap, group, &settings),
+            Duration::from_millis(25),
+            Duration::from_secs(8),
+        );
     }
 }
