@@ -11,7 +11,7 @@
 //! * [`leaders`]: Fetching survives a hung or unreachable partition leader (issue 21, item 4), on a
 //!   three-node Kafka 4.x cluster.
 //! * [`rack`]: Fetching from followers (KIP-392, issue 23 item 9) on a three-node Kafka 4.x cluster
-//!   whose nodes are in racks of their own (`broker.rack=rack-ID`) and whose...
+//!   whose nodes are in racks of their own (`broker.rack=rack-ID`).
 //! * [`share`]: A share group on three real Kafka 4.4 brokers while brokers fail.
 
 #[path = "../support/mod.rs"]

@@ -4,14 +4,15 @@
 //! Modules:
 //! * [`api`]: The calls a Java or rust-rdkafka user looks for, on real Kafka (the run's shared 4.x
 //!   broker).
-//! * [`commit_interval`]: `commit.interval.ms`.
+//! * [`commit_interval`]: A member frozen mid-batch costs its next owner about one
+//!   `commit.interval.ms` of repeated work, not the whole batch.
 //! * [`commit_thread`]: The commit thread.
 //! * [`failure_detection`]: The warning at subscribe when the lease bound does not outlast the
 //!   cluster's failure detection (issue 21, item 6), on real Kafka 4.x.
 //! * [`group_protocol`]: The consumer group protocol (KIP-848) on real Apache Kafka 4.x, with the
-//!   sans-I/O machine (`group::consumer_group`) driven directly by the wire functions,...
+//!   sans-I/O machine (`group::consumer_group`) driven directly by the wire functions.
 //! * [`kip848`]: The consumer group protocol (KIP-848, `group.protocol=consumer`) through the whole
-//!   consumer (`Consumer::subscribe` → poll loop → guard → commits), on real...
+//!   consumer (`Consumer::subscribe` → poll loop → guard → commits), on real Kafka 4.x.
 //! * [`lag`]: Lag on real Kafka.
 //! * [`loop_`]: The consumer end to end against real brokers.
 //! * [`patterns`]: Pattern subscriptions (`Consumer::subscribe_pattern`) on real Apache Kafka.

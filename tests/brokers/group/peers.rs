@@ -3,7 +3,7 @@
 //! reference), librdkafka's mock cluster and tansu: the baseline that our own
 //! member's interop tests build on. If these fail, the broker or the peer
 //! flavour is at fault, not our member. Every mock or tansu scenario has a
-//! `kafka_` twin, which shows what the real coordinator does with these
+//! `kafka::` twin, which shows what the real coordinator does with these
 //! clients.
 //!
 //! Every test uses its own topic (6 partitions) and group (and its own broker

@@ -3,7 +3,7 @@
 //!
 //! Modules:
 //! * [`configs`]: DescribeConfigs for the cluster's failure detection (issue 21, item 6), against
-//!   real Apache Kafka (the newest 4.x and the last 3.x) and a scripted broker...
+//!   real Apache Kafka (the newest 4.x and the last 3.x) and a scripted broker.
 //! * [`faults`]: Version negotiation and failure recovery, driven by librdkafka's mock cluster
 //!   fault injection (`api_version`, `leader`, `broker_down`/`broker_up`).
 //! * [`hostile`]: A hostile broker.
