@@ -47,7 +47,7 @@ client's group-protocol debug log to stderr (librdkafka ``debug=cgrp,protocol``;
 kafka-python's DEBUG logging with timestamps).
 
 Broker quirks that decide how tests must use these members are listed in the
-docs of tests/peer_groups.rs.
+docs of tests/brokers/group/peers.rs.
 
 Stdin takes line commands: ``close`` or ``quit`` close the member gracefully
 (LeaveGroup, unless it is a static member with --instance-id), and so do EOF

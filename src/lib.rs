@@ -17,7 +17,7 @@
 //!
 //! # The map
 //!
-//! Layers, each using only the ones below it (`tests/source_layout.rs` checks it; bottom first:
+//! Layers, each using only the ones below it (the `source_layout` test checks it; bottom first:
 //! basics, guard, wire, group, config, metrics, then the two consumers side by side;
 //! `docs/DESIGN.md` in the repository walks through the commit ordering hop by hop):
 //!

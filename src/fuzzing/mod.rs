@@ -3,7 +3,7 @@
 //! A fuzz target is only as good as what it asserts, and a bug it found stays fixed only if CI
 //! replays the input without a nightly toolchain. So each target's logic lives here, as a plain
 //! function from bytes to "no panic, every property held": `fuzz/fuzz_targets/<name>.rs` calls
-//! it under libFuzzer, and `tests/fuzz_corpus.rs` calls the very same function on every file of
+//! it under libFuzzer, and the test `offline::fuzz_corpus` calls that same function on each file of
 //! `fuzz/corpus/<name>/` and `fuzz/artifacts/<name>/` with the stable toolchain.
 //!
 //! A check panics (with a message naming the property) when a property fails: that is how

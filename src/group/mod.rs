@@ -83,7 +83,7 @@
 
 pub(crate) mod assignor;
 // The items marked `#[doc(hidden)] pub` below are the group layer's internals that the
-// integration tests (tests/group_*.rs, tests/consumer_group_protocol.rs) and the fuzz targets
+// integration tests (tests/brokers/group/, brokers::consumer::group_protocol) and the fuzz targets
 // drive directly against a broker; they are not part of the product's API and may change
 // without notice. Applications reach the group only through `Consumer`.
 mod changes;

@@ -5,7 +5,7 @@
 //!
 //! Every one of them is for librdkafka's mock cluster (the `mock` broker of the tests), and none
 //! changes what Kafka sees or how its answers are read: the `_kafka` tests and
-//! tests/wire_versions.rs pin that. The wire layer's workarounds are in `wire/quirks.rs`;
+//! tests/brokers/wire/versions.rs pin that. The wire layer's workarounds are in `wire/quirks.rs`;
 //! docs/DESIGN.md ("Brokers in tests") lists both.
 //!
 //! - [`MAX_JOIN_GROUP`], [`MAX_SYNC_GROUP`], [`MAX_HEARTBEAT`], [`MAX_LEAVE_GROUP`]: the mock
@@ -27,7 +27,7 @@ use crate::wire::{Connection, KafkaCode, VersionRange};
 // SyncGroup 5, Heartbeat 4, LeaveGroup 5). Each group API is capped at its last non-flexible
 // version, the same for every broker; with Kafka nothing is lost, since what the later versions
 // add (flexible encoding, KIP-559 protocol type and name, KIP-800 reasons, KIP-814
-// skip_assignment) this crate does not use. tests/wire_versions.rs lists every such cap.
+// skip_assignment) this crate does not use. tests/brokers/wire/versions.rs lists every such cap.
 
 /// The highest JoinGroup version sent (see the caps above): v5, the last non-flexible one.
 pub(crate) const MAX_JOIN_GROUP: i16 = 5;

@@ -9,7 +9,7 @@
 //! * `scripts/test` starts the newest 4.x and the last 3.x before the tests, and hands their
 //!   addresses over in `RG_TEST_KAFKA_4_BOOTSTRAP` and `RG_TEST_KAFKA_3_BOOTSTRAP` (nextest
 //!   runs every test in a process of its own, so the broker must live outside them);
-//! * without those variables (a plain `cargo test --test consumer_loop`), the first test that
+//! * without those variables (a plain `cargo test --test brokers consumer::loop_`), the first test that
 //!   asks starts the broker for its whole test binary; it stops when the test process exits
 //!   (the launcher sees its stdin close).
 //!
@@ -22,14 +22,13 @@
 //! # The version matrix
 //!
 //! `scripts/test --versions` runs a subset of the suite (`scripts/version-matrix.list`) against
-//! older Kafka lines, one at a time. It names the line under test in
-//! `RG_TEST_KAFKA_MATRIX_VERSION` (e.g. `3.0.2`) and hands over its broker in
-//! `RG_TEST_KAFKA_MATRIX_BOOTSTRAP`. While the version is set, every Kafka a test asks for, the
-//! newest and the last 3.x alike, shared or its own, is that version: the tests run unchanged,
-//! and a test whose feature the old line lacks is excluded by the matrix list with its reason
-//! or calls [`require_kafka`], which fails it loudly. With the version set and no bootstrap
-//! (`RG_TEST_KAFKA_MATRIX_VERSION=3.0.2 cargo test --test wire_offsets`), the first test starts
-//! that broker for its test binary, as for the shared ones.
+//! older Kafka lines, one at a time. It names the line under test in `RG_TEST_KAFKA_MATRIX_VERSION`
+//! (e.g. `3.0.2`) and hands over its broker in `RG_TEST_KAFKA_MATRIX_BOOTSTRAP`. While the version
+//! is set, every Kafka a test asks for, the newest and the last 3.x alike, shared or its own, is
+//! that version: the tests run unchanged, and a test whose feature the old line lacks is excluded
+//! by the matrix list with its reason or calls [`require_kafka`], which fails it loudly. With the
+//! version set and no bootstrap (`RG_TEST_KAFKA_MATRIX_VERSION=3.0.2 cargo test --test brokers
+//! wire::offsets`), the first test starts that broker for its test binary, as for the shared ones.
 //!
 //! The broker settings (fast first join, one offsets partition, replication 1, no automatic
 //! topic creation, short minimum session timeouts) are listed in `scripts/kafka_broker.py`.
@@ -313,7 +312,7 @@ impl Drop for Kafka {
 }
 
 /// The run's Kafka 4.x with a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and
-/// one user, for the `wire_sasl` tests.
+/// one user, for the `brokers::wire::sasl` tests.
 ///
 /// Why its own broker: the shared brokers have a PLAINTEXT listener only, and SASL settings are
 /// broker-wide. Why shared across processes: nextest runs every test in a process of its own,
@@ -328,12 +327,11 @@ impl Drop for Kafka {
 /// The listener re-authenticates sessions after [`SASL_REAUTH`] (`connections.max.reauth.ms`),
 /// so long-lived connections in these tests must renew their sessions (KIP-368).
 ///
-/// The same JVM also serves the `wire_tls` tests (one broker for every security test, not one
-/// more JVM): certificates made at run time ([`super::certs`]) in `tls_dir`, and the TLS
-/// listeners `SSL`, `MTLS` (client certificate required), `SASL_SSL` (PLAIN, SCRAM,
-/// OAUTHBEARER) and `WRONGHOST` (a certificate for another host name), in `tls`.
-/// `RG_TEST_KAFKA_SASL` may carry a fifth field, the directory of such a broker's certificates
-/// and its `tls.bootstrap`.
+/// The same JVM also serves the `brokers::wire::tls` tests (one broker for every security test, not
+/// one more JVM): certificates made at run time ([`super::certs`]) in `tls_dir`, and the TLS
+/// listeners `SSL`, `MTLS` (client certificate required), `SASL_SSL` (PLAIN, SCRAM, OAUTHBEARER)
+/// and `WRONGHOST` (a certificate for another host name), in `tls`. `RG_TEST_KAFKA_SASL` may carry
+/// a fifth field, the directory of such a broker's certificates and its `tls.bootstrap`.
 pub struct SaslKafka {
     /// The PLAINTEXT listener (topic creation by the peers; no authentication).
     pub plaintext: String,

@@ -14,7 +14,7 @@
 //!
 //! Broker and peer limitations that decide how a test must be set up (leader
 //! choice, which broker, which client) are listed in the docs of
-//! `tests/peer_groups.rs`.
+//! `tests/brokers/group/peers.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -26,8 +26,11 @@
 //! 127.0.0.1 only and is killed (by its own PID) when its handle drops, so
 //! each test can start its own and tests can run in parallel.
 //!
-//! Integration tests include it with `mod support;`. Each test binary uses a
-//! subset, hence the `dead_code` allowance. Beyond std it uses only serde_json
+//! Each tier binary (`tests/offline`, `tests/brokers`, `tests/clusters`) includes it with
+//! `#[path = "../support/mod.rs"] mod support;` (and `tests/metrics_prometheus.rs` with
+//! `mod support;`); beside it, `counting_alloc.rs` (the tiers' global allocator) and
+//! `on_brokers.rs` (a test's broker as a module of its name) are declared by the tiers' `main.rs`.
+//! Each binary uses a subset, hence the `dead_code` allowance. Beyond std it uses only serde_json
 //! (a dev-dependency) to read the peers' JSON lines, and libc's `clock_gettime` to stamp our
 //! members' ownership on the peers' clock ([`tenure`]).
 #![allow(dead_code)]
@@ -76,10 +79,11 @@ pub const FAST_REBALANCE: FastRebalance = FastRebalance {
 
 /// [`FAST_REBALANCE`] for the peer clients (Java, confluent-kafka, kafka-python), with a 3 s
 /// session. Why: with confluent-kafka members at 6 s on librdkafka's mock, the mixed groups of
-/// `group_interop` (`cooperative_sticky_{ours,peer}_leads_mock`, `roundrobin_peer_leads_mock`)
-/// do not settle within 90 s: the mock holds JoinGroups past our join wait and answers the late
-/// SyncGroups INVALID_REQUEST (`group/quirks.rs`), with the old poll-thread membership as with
-/// the current one. At 3 s they settle; on Kafka and tansu either value works.
+/// `brokers::group::interop` (`mock::cooperative_sticky_{ours,peer}_leads`,
+/// `mock::roundrobin_peer_leads`) do not settle within 90 s: the mock holds JoinGroups past our
+/// join wait and answers the late SyncGroups INVALID_REQUEST (`group/quirks.rs`), with the old
+/// poll-thread membership as with the current one. At 3 s they settle; on Kafka and tansu either
+/// value works.
 pub const PEER_FAST_REBALANCE: FastRebalance = FastRebalance {
     session_timeout_ms: 3000,
     ..FAST_REBALANCE

@@ -338,10 +338,10 @@ impl RebalanceListener for Recorder {
 
 /// A range member of `group` for `topics` with the session of
 /// [`FAST_REBALANCE`](super::FAST_REBALANCE) and heartbeats every [`DEADLINE_HEARTBEAT`], to be
-/// polled by the test itself; the counter tells how often its lost hook fired.
-/// The heartbeat interval of [`direct_member`], shorter than [`FAST_REBALANCE`](super::FAST_REBALANCE)'s:
-/// the deadline tests that poll it use `max.poll.interval.ms` of a second, and the heartbeat
-/// thread checks that deadline at each tick.
+/// polled by the test itself; the counter tells how often its lost hook fired. The heartbeat
+/// interval of [`direct_member`], shorter than [`FAST_REBALANCE`](super::FAST_REBALANCE)'s: the
+/// deadline tests that poll it use `max.poll.interval.ms` of a second, and the heartbeat thread
+/// checks that deadline at each tick.
 pub const DEADLINE_HEARTBEAT: Duration = Duration::from_millis(100);
 
 pub fn direct_member(

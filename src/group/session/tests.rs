@@ -8,7 +8,7 @@
 //! [`Coordinator`] instead of a socket, and the changes recorded as callbacks. These tests pin
 //! the session's decisions one transition at a time; the order in which a member hands the
 //! changes to the poll thread (`group/member.rs`'s `Handout`) and the consumer applies them is run for real,
-//! with this coordinator, by the whole-consumer tests in `tests/in_memory_consumer.rs`.
+//! with this coordinator, by the whole-consumer tests in `tests/offline/consumer/in_memory.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex as StdMutex;

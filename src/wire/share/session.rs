@@ -24,7 +24,7 @@ use crate::wire::KafkaCode;
 use crate::TopicPartition;
 
 /// Whether a ShareAcknowledge moves the session epoch on, like a ShareFetch. Measured on Kafka
-/// 4.4 (`tests/wire_share.rs`): it does.
+/// 4.4 (`tests/brokers/wire/share.rs`): it does.
 pub const ACKNOWLEDGE_ADVANCES_EPOCH: bool = true;
 
 /// Acknowledgements per partition, as a request carries them.
