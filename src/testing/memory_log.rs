@@ -19,8 +19,8 @@ use crate::fuzzing::batch_writer::{batch_of, RawBatch, RawRecord};
 use crate::wire::records::PartitionInput;
 use crate::wire::{
     CommittedOffset, DecodeBudget, FetchConfig, FetchPosition, IsolationLevel, KafkaCode,
-    LazyPartition, LazyRecords, OffsetCommitEntry, OffsetSpec, ProduceRecord, RecordSource, Result,
-    WireError,
+    LazyPartition, LazyRecords, OffsetCommitEntry, OffsetSpec, ProduceRecord, Record, RecordSource,
+    Result, TimestampType, WireError,
 };
 use crate::TopicPartition;
 
@@ -388,6 +388,34 @@ impl InMemoryLog {
     #[track_caller]
     pub fn log_start(&self, tp: &TopicPartition) -> i64 {
         self.state().partition_mut(tp).log_start
+    }
+
+    /// Up to `max` records of `tp` from `offset` on (from the log start when `offset` is below
+    /// it), decoded: what the share coordinator hands out, which acquires records one by one
+    /// rather than returning whole batches. Empty for a partition that does not exist.
+    pub(crate) fn records_from(&self, tp: &TopicPartition, offset: i64, max: usize) -> Vec<Record> {
+        let state = self.state();
+        let Some(log) = state.partition(tp) else {
+            return Vec::new();
+        };
+        let from = offset.max(log.log_start);
+        let skip = usize::try_from(from - log.log_start).unwrap_or(usize::MAX);
+        log.records
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .take(max)
+            .map(|(index, stored)| Record {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: log.log_start + index as i64,
+                timestamp: stored.timestamp,
+                timestamp_type: TimestampType::CreateTime,
+                key: stored.key.clone(),
+                value: stored.value.clone(),
+                headers: stored.headers.clone(),
+            })
+            .collect()
     }
 
     /// Deletes the records of `tp` below `offset` (retention, or DeleteRecords): a consumer
