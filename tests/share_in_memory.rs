@@ -371,3 +371,40 @@ fn a_record_still_running_at_half_its_lock_is_renewed_and_its_lease_moves_on() {
     assert_eq!(coordinator.stats().lock_expiries, 0);
     consumer.close().expect("close");
 }
+
+#[test]
+fn a_fenced_member_sees_its_leases_end_and_its_records_come_back() {
+    let fenced_soon = ShareGroupSettings {
+        lock_duration: Duration::from_secs(60),
+        session_timeout: Duration::from_secs(10),
+        ..ShareGroupSettings::default()
+    };
+    let (_log, coordinator) = group(1, 1, fenced_soon);
+    let mut consumer = coordinator
+        .consumer(config("fenced", &[("share.lock.renew", "false")]), &[TOPIC])
+        .expect("consumer");
+    let mut batch = consumer.poll(POLL).expect("poll");
+    let held = batch.remove(0);
+    // No heartbeat for the session timeout (the poll thread did not turn): the group removes
+    // the member and releases its records, well inside their lock.
+    coordinator.advance(Duration::from_secs(11));
+    let again = consumer.poll(POLL).expect("poll");
+    assert_eq!(coordinator.stats().fenced, 1);
+    assert_eq!(coordinator.stats().released_with_session, 1);
+    assert!(
+        !held.is_current(),
+        "the fence ended the share session, whatever the lock had left"
+    );
+    assert_eq!(seen(&again), vec![(0, 0, 2)], "rejoined, and delivered again");
+    held.applied();
+    for d in again {
+        d.applied();
+    }
+    assert!(consumer.poll(POLL).expect("poll").is_empty());
+    let locks = consumer.stats().locks;
+    assert_eq!(locks.applied_session_ended, 1, "counted, never acknowledged");
+    assert_eq!(locks.accepted, 1);
+    assert_eq!(coordinator.stats().accepted, 1);
+    assert_eq!(coordinator.stats().refused, 0);
+    consumer.close().expect("close");
+}
