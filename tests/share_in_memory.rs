@@ -53,7 +53,7 @@ fn group(
             log.produce(
                 TOPIC,
                 partition,
-                &format!("p{partition}-{offset}"),
+                format!("p{partition}-{offset}"),
                 "amount=10",
             );
         }
@@ -137,7 +137,11 @@ fn a_record_held_past_its_lease_reads_stale_is_released_and_comes_back_with_deli
     // The worker applies anyway (it did not ask in time): never accepted, released instead.
     held.applied();
     let again = consumer.poll(POLL).expect("poll");
-    assert_eq!(seen(&again), vec![(0, 0, 2)], "released, then delivered again");
+    assert_eq!(
+        seen(&again),
+        vec![(0, 0, 2)],
+        "released, then delivered again"
+    );
     let locks = consumer.stats().locks;
     assert_eq!(locks.accepted, 0);
     assert_eq!(locks.applied_after_expiry, 1);
@@ -172,7 +176,10 @@ fn the_close_releases_what_was_acquired_and_not_finished_at_once() {
     first.close().expect("close");
     let stats = coordinator.stats();
     assert_eq!(stats.accepted, 1);
-    assert_eq!(stats.released, 3, "the buffered records, released by the consumer");
+    assert_eq!(
+        stats.released, 3,
+        "the buffered records, released by the consumer"
+    );
     assert_eq!(
         stats.released_with_session, 1,
         "the one handed out and never finished, released with the share session"
@@ -238,7 +245,11 @@ fn a_lock_that_runs_out_at_the_delivery_count_limit_archives_its_record() {
     assert_eq!(seen(&held), vec![(0, 0, 1)]);
     coordinator.advance(LOCK);
     let second = consumer.poll(POLL).expect("poll");
-    assert_eq!(seen(&second), vec![(0, 0, 2)], "the lock ran out: delivered again");
+    assert_eq!(
+        seen(&second),
+        vec![(0, 0, 2)],
+        "the lock ran out: delivered again"
+    );
     assert!(
         !held[0].is_current(),
         "the earlier delivery's lease is voided by the new one"
@@ -337,7 +348,10 @@ fn an_acknowledgement_after_its_lock_ended_is_refused_counted_and_never_taken_as
     let stats = coordinator.stats();
     assert_eq!(stats.refused, 1, "the late ACCEPT");
     assert_eq!(stats.delivered, 2);
-    assert_eq!(stats.accepted, 1, "only the second delivery's ACCEPT was taken");
+    assert_eq!(
+        stats.accepted, 1,
+        "only the second delivery's ACCEPT was taken"
+    );
     let record = coordinator.record(&tp(0), 0).expect("delivered");
     assert_eq!(
         (record.state, record.delivery_count),
@@ -361,7 +375,10 @@ fn a_record_still_running_at_half_its_lock_is_renewed_and_its_lease_moves_on() {
     assert_eq!(coordinator.stats().renewed, 1);
     assert_eq!(consumer.stats().locks.renewals, 1);
     let renewed = running.context().deadline().expect("deadline");
-    assert!(renewed > first_deadline, "{renewed:?} after {first_deadline:?}");
+    assert!(
+        renewed > first_deadline,
+        "{renewed:?} after {first_deadline:?}"
+    );
     // Past the first lock's end, the lease (and the broker's lock) still hold.
     coordinator.advance(LOCK / 2 + Duration::from_secs(1));
     assert!(running.is_current());
@@ -395,14 +412,21 @@ fn a_fenced_member_sees_its_leases_end_and_its_records_come_back() {
         !held.is_current(),
         "the fence ended the share session, whatever the lock had left"
     );
-    assert_eq!(seen(&again), vec![(0, 0, 2)], "rejoined, and delivered again");
+    assert_eq!(
+        seen(&again),
+        vec![(0, 0, 2)],
+        "rejoined, and delivered again"
+    );
     held.applied();
     for d in again {
         d.applied();
     }
     assert!(consumer.poll(POLL).expect("poll").is_empty());
     let locks = consumer.stats().locks;
-    assert_eq!(locks.applied_session_ended, 1, "counted, never acknowledged");
+    assert_eq!(
+        locks.applied_session_ended, 1,
+        "counted, never acknowledged"
+    );
     assert_eq!(locks.accepted, 1);
     assert_eq!(coordinator.stats().accepted, 1);
     assert_eq!(coordinator.stats().refused, 0);

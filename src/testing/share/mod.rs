@@ -176,7 +176,11 @@ impl ShareCoordinator {
             let mut group = self.lock();
             group.next_member += 1;
             let id = format!("member-{}", group.next_member);
-            self.add_member(&mut group, &id, topics.iter().map(|t| t.to_string()).collect());
+            self.add_member(
+                &mut group,
+                &id,
+                topics.iter().map(|t| t.to_string()).collect(),
+            );
             id
         };
         (
@@ -296,7 +300,10 @@ impl ShareCoordinator {
             if n <= partitions {
                 for p in 0..partitions {
                     let owner = subscribers[p % n];
-                    assigned.entry(owner.clone()).or_default().insert(partition(p));
+                    assigned
+                        .entry(owner.clone())
+                        .or_default()
+                        .insert(partition(p));
                 }
             } else {
                 for (i, member) in subscribers.iter().enumerate() {

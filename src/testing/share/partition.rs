@@ -170,7 +170,10 @@ impl SharePartition {
             return Err(KafkaCode::INVALID_RECORD_STATE);
         };
         match &record.state {
-            RecordState::Acquired { member: holder, until } if holder == member && *until > now => {}
+            RecordState::Acquired {
+                member: holder,
+                until,
+            } if holder == member && *until > now => {}
             _ => return Err(KafkaCode::INVALID_RECORD_STATE),
         }
         let applied = match kind {
