@@ -432,3 +432,30 @@ fn a_fenced_member_sees_its_leases_end_and_its_records_come_back() {
     assert_eq!(coordinator.stats().refused, 0);
     consumer.close().expect("close");
 }
+
+#[test]
+fn a_poll_with_no_time_to_wait_still_fetches_once_and_run_works_with_fetch_max_wait_zero() {
+    let (_log, coordinator) = group(1, 2, settings());
+    let mut consumer = coordinator
+        .consumer(config("no-wait", &[("fetch.max.wait.ms", "0")]), &[TOPIC])
+        .expect("consumer");
+    let batch = consumer.poll(Duration::ZERO).expect("poll");
+    assert_eq!(seen(&batch), vec![(0, 0, 1), (0, 1, 1)]);
+    drop(batch);
+    // `run` polls with `fetch.max.wait.ms` as its wait: 0 must not make it spin without
+    // fetching.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut handled = Vec::new();
+    consumer
+        .run(&stop, |record, ctx| {
+            handled.push((record.offset, ctx.delivery_count()));
+            if handled.len() == 2 {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
+        })
+        .expect("run");
+    assert_eq!(handled, vec![(0, 2), (1, 2)]);
+    consumer.close().expect("close");
+    assert_eq!(coordinator.stats().accepted, 2);
+}

@@ -223,7 +223,7 @@ impl ShareConsumer {
 
     /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first (a
     /// fetch round in progress may add up to `fetch.max.wait.ms` and the fetch margin; no
-    /// acknowledgement's answer is waited for). Each [`ShareDelivery`] must be finished (or
+    /// acknowledgement's answer is waited for; a zero `timeout` still makes one round). Each [`ShareDelivery`] must be finished (or
     /// dropped: released); what it reports is decided at the instant it was finished and
     /// acknowledged by the next poll (sent, not answered), before that poll hands out anything
     /// (records already buffered included).
@@ -234,16 +234,21 @@ impl ShareConsumer {
             // acknowledged now, not after the records about to be handed out.
             self.turn(false)?;
         }
+        // At least one fetch round per poll, however short its timeout: a poll with no time
+        // to wait (`run` with `fetch.max.wait.ms` 0) must still take in what is there, or it
+        // would never fetch at all.
+        let mut fetched = false;
         loop {
             let want = self.config.consumer().max_poll_records();
             let out = self.hand_out(want);
             if !out.is_empty() {
                 return Ok(out);
             }
-            if Instant::now() >= until {
+            if fetched && Instant::now() >= until {
                 return Ok(Vec::new());
             }
             self.turn(true)?;
+            fetched = true;
         }
     }
 
