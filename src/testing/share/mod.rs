@@ -27,10 +27,13 @@
 //! - `partition.rs`: one share partition's records and their rules;
 //! - `member.rs`: [`InMemoryShareMember`] and [`InMemoryShareSource`], the two halves of one
 //!   member that the share consumer holds through its seams
-//!   ([`ShareMember`](crate::share::ShareMember), [`ShareSource`](crate::share::ShareSource)).
+//!   ([`ShareMember`](crate::share::ShareMember), [`ShareSource`](crate::share::ShareSource));
+//! - `tests.rs`: the coordinator's answers, request by request, with no consumer in between.
 
 mod member;
 mod partition;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
