@@ -18,7 +18,7 @@ use std::time::Duration;
 use rebalance_guard::guard::AckType;
 use rebalance_guard::testing::share::{RecordState, ShareCoordinator, ShareGroupSettings};
 use rebalance_guard::testing::InMemoryLog;
-use rebalance_guard::wire::KafkaCode;
+use rebalance_guard::wire::{KafkaCode, ProduceRecord};
 use rebalance_guard::{IdempotencyKey, ShareConfig, ShareDelivery, ShareFailure, TopicPartition};
 
 const TOPIC: &str = "payments";
@@ -163,11 +163,24 @@ fn a_record_held_past_its_lease_reads_stale_is_released_and_comes_back_with_deli
 
 #[test]
 fn the_close_releases_what_was_acquired_and_not_finished_at_once() {
-    let (_log, coordinator) = group(1, 5, settings());
+    let (log, coordinator) = group(1, 0, settings());
+    let five: Vec<ProduceRecord> = (0..5)
+        .map(|i| ProduceRecord {
+            key: Some(format!("order-{i}").into()),
+            value: Some("amount=10".into()),
+            ..ProduceRecord::default()
+        })
+        .collect();
+    log.produce_batch(&tp(0), &five);
+    let batches = [
+        ("max.poll.records", "2"),
+        ("share.acquire.mode", "batch_optimized"),
+    ];
     let mut first = coordinator
-        .consumer(config("close", &[("max.poll.records", "2")]), &[TOPIC])
+        .consumer(config("close", &batches), &[TOPIC])
         .expect("consumer");
-    // One fetch acquires all five; two are handed out, three wait in the buffer.
+    // Acquiring whole batches, one fetch takes all five; two are handed out, three wait in the
+    // buffer.
     let mut batch = first.poll(POLL).expect("poll");
     assert_eq!(seen(&batch), vec![(0, 0, 1), (0, 1, 1)]);
     assert_eq!(first.stats().buffered, 3);

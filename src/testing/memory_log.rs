@@ -390,6 +390,23 @@ impl InMemoryLog {
         self.state().partition_mut(tp).log_start
     }
 
+    /// The offset after the last record of the produced batch holding `offset` of `tp` (the
+    /// log end when `offset` is at or past it, or the partition does not exist): how far a
+    /// broker acquiring whole batches goes.
+    pub(crate) fn batch_end(&self, tp: &TopicPartition, offset: i64) -> i64 {
+        let state = self.state();
+        let Some(log) = state.partition(tp) else {
+            return offset;
+        };
+        let Ok(at) = usize::try_from(offset - log.log_start) else {
+            return log.log_start;
+        };
+        let end = (at + 1..log.records.len())
+            .find(|&i| log.records[i].batch_start)
+            .unwrap_or(log.records.len());
+        log.log_start + end as i64
+    }
+
     /// Up to `max` records of `tp` from `offset` on (from the log start when `offset` is below
     /// it), decoded: what the share coordinator hands out, which acquires records one by one
     /// rather than returning whole batches. Empty for a partition that does not exist.

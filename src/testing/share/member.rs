@@ -85,6 +85,8 @@ pub struct InMemoryShareSource {
     /// Outcomes not reported yet.
     results: Vec<AckResult>,
     max_records: usize,
+    /// Batch-optimized acquisition (`share.acquire.mode`): whole produced batches.
+    whole_batches: bool,
     /// The coordinator's session generation this session belongs to.
     generation: u64,
     session: SessionScope,
@@ -96,6 +98,7 @@ impl InMemoryShareSource {
         let generation = coordinator.session_generation(&id);
         InMemoryShareSource {
             max_records: coordinator.settings().max_records,
+            whole_batches: false,
             coordinator,
             id,
             assigned: BTreeSet::new(),
@@ -105,6 +108,12 @@ impl InMemoryShareSource {
             session: SessionScope::new(),
             partitions: HashMap::new(),
         }
+    }
+
+    /// Acquires whole produced batches, past `MaxRecords` (`share.acquire.mode`
+    /// `batch_optimized`), or at most `MaxRecords` (`record_limit`, the default).
+    pub fn acquire_whole_batches(&mut self, whole: bool) {
+        self.whole_batches = whole;
     }
 
     /// Ends the session's scope and opens the next one.
@@ -204,9 +213,12 @@ impl ShareSource for InMemoryShareSource {
         self.send_pending();
         let sent_at = self.coordinator.now();
         let lock = self.coordinator.settings().lock_duration;
-        let acquired = self
-            .coordinator
-            .fetch(&self.id, &self.assigned, self.max_records);
+        let acquired = self.coordinator.fetch(
+            &self.id,
+            &self.assigned,
+            self.max_records,
+            self.whole_batches,
+        );
         let mut batches = Vec::new();
         for (tp, records) in acquired {
             batches.push(AcquiredBatch {

@@ -45,7 +45,9 @@ pub use partition::{InFlight, RecordState};
 use partition::{Applied, SharePartition};
 
 use super::InMemoryLog;
+use crate::config::AcquireMode;
 use crate::guard::{AckType, Clock, ManualClock};
+use crate::share::ShareSource;
 use crate::share::{ShareConfig, ShareConsumer, ShareError};
 use crate::wire::KafkaCode;
 use crate::TopicPartition;
@@ -59,7 +61,9 @@ pub struct ShareGroupSettings {
     pub delivery_count_limit: u16,
     /// `group.share.session.timeout.ms`: a member not heard from for this long is removed.
     pub session_timeout: Duration,
-    /// The most records one fetch acquires per partition (`MaxRecords`).
+    /// The most records one fetch acquires (`MaxRecords`) when the member's fetch side was not
+    /// told (a consumer built by [`ShareCoordinator::consumer`] asks for `max.poll.records`, as
+    /// the broker's fetcher does), and a cap on what any fetch asks for.
     pub max_records: usize,
     /// `share.auto.offset.reset`: true starts a partition at its log start, false at its end
     /// (Kafka's default is the end; the broker tests set the start, and so does this default).
@@ -199,7 +203,12 @@ impl ShareCoordinator {
         config: ShareConfig,
         topics: &[&str],
     ) -> Result<ShareConsumer, ShareError> {
-        let (member, source) = self.join(topics);
+        let (member, mut source) = self.join(topics);
+        // What `ShareConsumer::subscribe` asks of the broker's fetcher.
+        source.set_max_records(
+            i32::try_from(config.consumer().max_poll_records()).unwrap_or(i32::MAX),
+        );
+        source.acquire_whole_batches(config.acquire_mode() == AcquireMode::BatchOptimized);
         let clock: Arc<dyn Clock> = self.clock.clone();
         ShareConsumer::with_parts(config, Box::new(member), Box::new(source), clock)
     }
@@ -373,19 +382,24 @@ impl ShareCoordinator {
     }
 
     /// A fetch of `id` for `partitions`: the records acquired, per partition, with their
-    /// delivery counts.
+    /// delivery counts; at most `max_records` in all (`MaxRecords`), or, with `whole_batches`
+    /// (batch-optimized acquisition), past it to the end of the batch that reached it.
     fn fetch(
         &self,
         id: &str,
         partitions: &BTreeSet<TopicPartition>,
         max_records: usize,
+        whole_batches: bool,
     ) -> Vec<(TopicPartition, Vec<(crate::wire::Record, u16)>)> {
         let mut group = self.lock();
         self.expire(&mut group);
         let now = self.clock.now();
-        let max = max_records.min(self.settings.max_records).max(1);
+        let mut left = max_records.min(self.settings.max_records).max(1);
         let mut out = Vec::new();
         for tp in partitions {
+            if left == 0 {
+                break;
+            }
             let exists = self
                 .log
                 .partition_count(&tp.topic)
@@ -403,7 +417,16 @@ impl ShareCoordinator {
                 };
                 partition.start(start);
             }
-            let acquired = partition.acquire(id, now, self.settings.lock_duration, log_end, max);
+            let batch_end = |offset: i64| self.log.batch_end(tp, offset);
+            let acquired = partition.acquire(
+                id,
+                now,
+                self.settings.lock_duration,
+                log_end,
+                left,
+                whole_batches.then_some(&batch_end as &dyn Fn(i64) -> i64),
+            );
+            left = left.saturating_sub(acquired.len());
             let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
                 continue;
             };

@@ -105,7 +105,9 @@ impl SharePartition {
 
     /// The offsets `member` acquires now, at most `max`: the available ones already delivered,
     /// then the log's new ones below `log_end`, in offset order; each is acquired until
-    /// `now + lock`. Returns the offsets with their delivery counts.
+    /// `now + lock`. With `batch_end` (the offset after the produced batch holding an offset:
+    /// batch-optimized acquisition) the last new batch is acquired whole, past `max`. Returns
+    /// the offsets with their delivery counts.
     pub(super) fn acquire(
         &mut self,
         member: &str,
@@ -113,6 +115,7 @@ impl SharePartition {
         lock: Duration,
         log_end: i64,
         max: usize,
+        batch_end: Option<&dyn Fn(i64) -> i64>,
     ) -> Vec<(i64, u16)> {
         let until = now + lock;
         let mut out = Vec::new();
@@ -132,7 +135,12 @@ impl SharePartition {
         let Some(next) = self.next.as_mut() else {
             return out;
         };
-        while out.len() < max && *next < log_end {
+        // Past `max` only to finish the batch the max-th record is in.
+        let mut whole_to: Option<i64> = None;
+        while *next < log_end {
+            if out.len() >= max && whole_to.map_or(true, |end| *next >= end) {
+                break;
+            }
             let offset = *next;
             *next += 1;
             self.records.insert(
@@ -146,6 +154,9 @@ impl SharePartition {
                 },
             );
             out.push((offset, 1));
+            if out.len() == max {
+                whole_to = batch_end.map(|end| end(offset));
+            }
         }
         out
     }

@@ -9,7 +9,7 @@ use crate::guard::AckType;
 use crate::share::{ShareMember, ShareSource};
 use crate::testing::InMemoryLog;
 use crate::wire::share::{AckError, ShareAck, ShareFetchRound};
-use crate::wire::KafkaCode;
+use crate::wire::{KafkaCode, ProduceRecord};
 use crate::TopicPartition;
 
 fn tp(partition: i32) -> TopicPartition {
@@ -161,4 +161,35 @@ fn renew_restarts_the_lock_from_now_for_its_holder_only() {
     );
     let refused = source.renew(&[(tp(0), 0)], Duration::ZERO);
     assert_eq!(refused.lock_duration, None);
+}
+
+#[test]
+fn record_limit_acquires_at_most_max_records_and_batch_optimized_finishes_the_batch() {
+    let records = InMemoryLog::new();
+    records.create_topic("orders", 2);
+    for partition in 0..2 {
+        let batch: Vec<ProduceRecord> = (0..3)
+            .map(|i| ProduceRecord {
+                value: Some(format!("v{i}").into()),
+                ..ProduceRecord::default()
+            })
+            .collect();
+        records.produce_batch(&tp(partition), &batch);
+    }
+    let coordinator = ShareCoordinator::new(&records, ShareGroupSettings::default());
+    let (_a, mut limited) = member(&coordinator);
+    limited.set_max_records(2);
+    assert_eq!(
+        offsets(&limited.fetch().expect("fetch")),
+        vec![(0, 0, 1), (0, 1, 1)],
+        "MaxRecords counts the whole request, not each partition"
+    );
+    let (_b, mut whole) = member(&coordinator);
+    whole.set_max_records(2);
+    whole.acquire_whole_batches(true);
+    assert_eq!(
+        offsets(&whole.fetch().expect("fetch")),
+        vec![(1, 0, 1), (1, 1, 1), (1, 2, 1)],
+        "the batch that reached MaxRecords is acquired whole (the second member has partition 1)"
+    );
 }
