@@ -9,7 +9,8 @@
 //! its delivery count up; the close gives back at once what was acquired and not finished; the
 //! delivery count limit archives; members split the partitions and a member that leaves gives its
 //! records back; an acknowledgement that arrives after its lock is refused, counted, and never
-//! taken as applied.
+//! taken as applied; a fenced member's leases end; a renewal moves a running record's lease on;
+//! a poll with no time to wait still fetches; the decoupled mode's workers apply each record once.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -471,4 +472,39 @@ fn a_poll_with_no_time_to_wait_still_fetches_once_and_run_works_with_fetch_max_w
     assert_eq!(handled, vec![(0, 2), (1, 2)]);
     consumer.close().expect("close");
     assert_eq!(coordinator.stats().accepted, 2);
+}
+
+#[test]
+fn workers_apply_every_record_once_and_each_is_accepted() {
+    let (_log, coordinator) = group(3, 10, settings());
+    let mut consumer = coordinator
+        .consumer(config("workers", &[]), &[TOPIC])
+        .expect("consumer");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let applied: Mutex<Vec<(i32, i64, i16)>> = Mutex::default();
+    consumer
+        .run_with_workers(&stop, 4, |record, ctx| {
+            if !ctx.is_current() {
+                return Ok(());
+            }
+            let mut applied = applied.lock().expect("applied");
+            applied.push((record.partition, record.offset, ctx.delivery_count()));
+            if applied.len() == 30 {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
+        })
+        .expect("run");
+    consumer.close().expect("close");
+    let mut applied = applied.into_inner().expect("applied");
+    applied.sort();
+    let expected: Vec<(i32, i64, i16)> = (0..3)
+        .flat_map(|p| (0..10).map(move |o| (p, o, 1)))
+        .collect();
+    assert_eq!(applied, expected, "each record once, first delivery");
+    let stats = coordinator.stats();
+    assert_eq!(
+        (stats.accepted, stats.delivered, stats.refused),
+        (30, 30, 0)
+    );
 }
