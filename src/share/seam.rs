@@ -38,7 +38,7 @@ pub trait ShareSource: Send {
     fn assigned(&self) -> &BTreeSet<TopicPartition>;
     /// As [`ShareFetcher::acknowledge`]: queued for the next request.
     fn acknowledge(&mut self, acks: Vec<ShareAck>);
-    /// As [`ShareFetcher::member_fenced`]: every session's scope ends now.
+    /// As `ShareFetcher::member_fenced`: every session's scope ends now.
     fn member_fenced(&mut self);
     /// As [`ShareFetcher::set_max_records`].
     fn set_max_records(&mut self, max_records: i32);
@@ -50,9 +50,9 @@ pub trait ShareSource: Send {
     fn nudge(&self) -> Option<Nudge>;
     /// As [`ShareFetcher::fetch`]: one round, carrying the queued acknowledgements.
     fn fetch(&mut self) -> Result<ShareFetchRound>;
-    /// As [`ShareFetcher::send_acks_now`]: sends the queued acknowledgements, answers later.
+    /// As `ShareFetcher::send_acks_now`: sends the queued acknowledgements, answers later.
     fn send_acks_now(&mut self) -> Vec<AckResult>;
-    /// As [`ShareFetcher::has_queued_acks`].
+    /// As `ShareFetcher::has_queued_acks`.
     fn has_queued_acks(&self) -> bool;
     /// As [`ShareFetcher::renew`].
     fn renew(&mut self, records: &[(TopicPartition, i64)], timeout: Duration) -> RenewResult;
