@@ -21,7 +21,7 @@ fn log(partitions: i32, records: i32) -> InMemoryLog {
     log.create_topic("orders", partitions);
     for p in 0..partitions {
         for r in 0..records {
-            log.produce("orders", p, &format!("k{r}"), "v");
+            log.produce("orders", p, format!("k{r}"), "v");
         }
     }
     log
