@@ -33,17 +33,20 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
 use super::config::ShareConfig;
 use super::context::{Finished, ShareDelivery, ShareFailure};
+use super::seam::{ShareMember, ShareSource};
 use super::stats::ShareStats;
 use super::ShareContext;
 use crate::group::{ShareMembership, ShareMembershipConfig};
 use crate::guard::{
-    AckType, Acquired, IdempotencyKey, LockGuard, LockGuardConfig, LockLease, Outcome,
+    AckType, Acquired, BootClock, Clock, IdempotencyKey, LockGuard, LockGuardConfig, LockLease,
+    Outcome,
 };
 use crate::wire::share::{AckResult, ShareAck, ShareFetchSettings, ShareFetcher};
 use crate::wire::{ErrorChain, KeyFn, Record, WireError};
@@ -88,8 +91,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```
 pub struct ShareConsumer {
     pub(super) config: ShareConfig,
-    membership: Option<ShareMembership>,
-    pub(super) fetcher: Option<ShareFetcher>,
+    membership: Option<Box<dyn ShareMember>>,
+    pub(super) fetcher: Option<Box<dyn ShareSource>>,
     pub(super) locks: LockGuard,
     key_fn: Option<KeyFn>,
     on_ack_failure: Option<AckFailureHook>,
@@ -133,8 +136,36 @@ impl ShareConsumer {
             membership.member_id(),
             settings,
         )?;
+        info!(
+            "share consumer: member {} of share group {} subscribed to {:?}",
+            membership.member_id(),
+            config.group_id(),
+            topics
+        );
+        // The leases read the process's boot clock, which the fetcher's send stamps read too.
+        Self::with_parts(
+            config,
+            Box::new(membership),
+            Box::new(fetcher),
+            BootClock::shared(),
+        )
+    }
+
+    internal_pub! {
+    /// A share consumer over `membership` and `fetcher`, whose leases read `clock` (the clock
+    /// the fetcher stamps its requests' send times on). [`subscribe`](Self::subscribe) passes
+    /// the broker's; tests pass the in-memory share coordinator's members and its manual clock,
+    /// which drive the whole share consumer (turns, leases, acknowledgements, renewals, the
+    /// close) without a broker.
+    fn with_parts(
+        config: ShareConfig,
+        membership: Box<dyn ShareMember>,
+        fetcher: Box<dyn ShareSource>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<ShareConsumer, ShareError> {
+        let base = config.consumer();
         let defaults = LockGuardConfig::default();
-        let locks = LockGuard::new(LockGuardConfig {
+        let locks = LockGuard::with_clock(LockGuardConfig {
             // A margin set by the operator is the margin (at most half the lock); otherwise the
             // guard's: a tenth of the lock, at least a second.
             margin_floor: config.lock_safety_margin().unwrap_or(defaults.margin_floor),
@@ -146,13 +177,7 @@ impl ShareConsumer {
             retries: base.processing_retries(),
             applied_keys: base.idempotency_cache_size(),
             renewal: config.lock_renew() && fetcher.supports_renew(),
-        })?;
-        info!(
-            "share consumer: member {} of share group {} subscribed to {:?}",
-            membership.member_id(),
-            config.group_id(),
-            topics
-        );
+        }, clock)?;
         let (done_tx, done_rx) = channel();
         Ok(ShareConsumer {
             config,
@@ -171,6 +196,7 @@ impl ShareConsumer {
             network_failures: 0,
             fences_seen: 0,
         })
+    }
     }
 
     /// Derives each record's idempotency key (an order id): a redelivered record whose effect
@@ -222,7 +248,7 @@ impl ShareConsumer {
 
     /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first (a
     /// fetch round in progress may add up to `fetch.max.wait.ms` and the fetch margin; no
-    /// acknowledgement's answer is waited for). Each [`ShareDelivery`] must be finished (or
+    /// acknowledgement's answer is waited for; a zero `timeout` still makes one round). Each [`ShareDelivery`] must be finished (or
     /// dropped: released); what it reports is decided at the instant it was finished and
     /// acknowledged by the next poll (sent, not answered), before that poll hands out anything
     /// (records already buffered included).
@@ -233,16 +259,21 @@ impl ShareConsumer {
             // acknowledged now, not after the records about to be handed out.
             self.turn(false)?;
         }
+        // At least one fetch round per poll, however short its timeout: a poll with no time
+        // to wait (`run` with `fetch.max.wait.ms` 0) must still take in what is there, or it
+        // would never fetch at all.
+        let mut fetched = false;
         loop {
             let want = self.config.consumer().max_poll_records();
             let out = self.hand_out(want);
             if !out.is_empty() {
                 return Ok(out);
             }
-            if Instant::now() >= until {
+            if fetched && Instant::now() >= until {
                 return Ok(Vec::new());
             }
             self.turn(true)?;
+            fetched = true;
         }
     }
 
@@ -293,7 +324,8 @@ impl ShareConsumer {
     }
 
     fn shutdown(&mut self) -> Result<(), ShareError> {
-        let now = Instant::now();
+        // Decisions are read on the leases' clock, as every other instant they are checked at.
+        let now = self.locks.now();
         while let Some((_record, lease)) = self.buffer.pop_front() {
             self.decide(&lease, Outcome::Skipped, now);
         }
@@ -322,7 +354,7 @@ impl ShareConsumer {
     /// released.
     pub(super) fn hand_out(&mut self, want: usize) -> Vec<ShareDelivery> {
         let mut out = Vec::new();
-        let now = Instant::now();
+        let now = self.locks.now();
         while out.len() < want {
             let Some((record, lease)) = self.buffer.pop_front() else {
                 break;
@@ -415,7 +447,7 @@ impl ShareConsumer {
 
     fn queue_ack(&mut self, ack: ShareAck) {
         if let Some(fetcher) = self.fetcher.as_mut() {
-            fetcher.acknowledge([ack]);
+            fetcher.acknowledge(vec![ack]);
             self.acks_pending = true;
         }
     }

@@ -48,6 +48,10 @@
 //!   `share.*` ones among them), from the `config` layer it shares with the consumer; this
 //!   module and the consumer's import neither each other.
 //! - `error.rs`: [`ShareError`].
+//! - `seam.rs`: [`ShareSource`] and [`ShareMember`], the two conversations with the cluster the
+//!   consumer holds (ShareFetch/ShareAcknowledge, ShareGroupHeartbeat) behind traits: the
+//!   broker's `ShareFetcher` and `ShareMembership` in production, the in-memory share
+//!   coordinator's members in tests.
 //!
 //! The layers underneath: the membership (ShareGroupHeartbeat) in `group::share`, the share
 //! sessions and fetch threads in `wire::share`, the lock guard in `guard::locks`.
@@ -56,6 +60,7 @@ mod config;
 mod consumer;
 mod context;
 mod error;
+mod seam;
 mod stats;
 mod workers;
 
@@ -65,4 +70,5 @@ pub use config::{ShareConfig, ShareConfigBuilder};
 pub use consumer::{AckFailureHook, ShareConsumer};
 pub use context::{ShareContext, ShareDelivery, ShareFailure};
 pub use error::ShareError;
+pub use seam::{ShareMember, ShareSource};
 pub use stats::ShareStats;

@@ -54,7 +54,7 @@ impl ShareConsumer {
         let panicked: Mutex<Option<String>> = Mutex::new(None);
         // A finished record wakes the poll thread out of its fetch wait: the outcome is drained
         // and the worker fed at once, not after the broker's long poll.
-        let wake = self.fetcher.as_ref().map(|fetcher| fetcher.nudge());
+        let wake = self.fetcher.as_ref().and_then(|fetcher| fetcher.nudge());
         let result = std::thread::scope(|scope| {
             // Owned by this closure, so that every way out of it (an early error included)
             // closes the queue before the scope joins the workers.

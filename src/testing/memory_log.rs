@@ -19,8 +19,8 @@ use crate::fuzzing::batch_writer::{batch_of, RawBatch, RawRecord};
 use crate::wire::records::PartitionInput;
 use crate::wire::{
     CommittedOffset, DecodeBudget, FetchConfig, FetchPosition, IsolationLevel, KafkaCode,
-    LazyPartition, LazyRecords, OffsetCommitEntry, OffsetSpec, ProduceRecord, RecordSource, Result,
-    WireError,
+    LazyPartition, LazyRecords, OffsetCommitEntry, OffsetSpec, ProduceRecord, Record, RecordSource,
+    Result, TimestampType, WireError,
 };
 use crate::TopicPartition;
 
@@ -388,6 +388,51 @@ impl InMemoryLog {
     #[track_caller]
     pub fn log_start(&self, tp: &TopicPartition) -> i64 {
         self.state().partition_mut(tp).log_start
+    }
+
+    /// The offset after the last record of the produced batch holding `offset` of `tp` (the
+    /// log end when `offset` is at or past it, or the partition does not exist): how far a
+    /// broker acquiring whole batches goes.
+    pub(crate) fn batch_end(&self, tp: &TopicPartition, offset: i64) -> i64 {
+        let state = self.state();
+        let Some(log) = state.partition(tp) else {
+            return offset;
+        };
+        let Ok(at) = usize::try_from(offset - log.log_start) else {
+            return log.log_start;
+        };
+        let end = (at + 1..log.records.len())
+            .find(|&i| log.records[i].batch_start)
+            .unwrap_or(log.records.len());
+        log.log_start + end as i64
+    }
+
+    /// Up to `max` records of `tp` from `offset` on (from the log start when `offset` is below
+    /// it), decoded: what the share coordinator hands out, which acquires records one by one
+    /// rather than returning whole batches. Empty for a partition that does not exist.
+    pub(crate) fn records_from(&self, tp: &TopicPartition, offset: i64, max: usize) -> Vec<Record> {
+        let state = self.state();
+        let Some(log) = state.partition(tp) else {
+            return Vec::new();
+        };
+        let from = offset.max(log.log_start);
+        let skip = usize::try_from(from - log.log_start).unwrap_or(usize::MAX);
+        log.records
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .take(max)
+            .map(|(index, stored)| Record {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: log.log_start + index as i64,
+                timestamp: stored.timestamp,
+                timestamp_type: TimestampType::CreateTime,
+                key: stored.key.clone(),
+                value: stored.value.clone(),
+                headers: stored.headers.clone(),
+            })
+            .collect()
     }
 
     /// Deletes the records of `tp` below `offset` (retention, or DeleteRecords): a consumer

@@ -23,6 +23,12 @@
 //! - [`Kip848Group`] (`consumer_group_member.rs`): KIP-848 members that run the real machine,
 //!   mirrored into the real session by the membership thread's own code, against the KIP-848
 //!   coordinator, for the same use.
+//! - [`share::ShareCoordinator`] (`share/`): a share group's broker side (KIP-932) with time
+//!   passed in: membership by heartbeat, records of an [`InMemoryLog`] acquired under locks with
+//!   delivery counts, acknowledgements, lock expiry, the delivery count limit, share sessions;
+//!   its members plug into the share consumer's seams
+//!   ([`ShareSource`](crate::share::ShareSource), [`ShareMember`](crate::share::ShareMember)),
+//!   which then runs whole, on a manual clock.
 //!
 //! Not part of the API: hidden from the documentation, it may change with any test's needs.
 
@@ -32,6 +38,7 @@ pub mod consumer_group;
 mod consumer_group_member;
 mod member;
 mod memory_log;
+pub mod share;
 
 pub use classic_member::ClassicGroup;
 pub use consumer_group_member::Kip848Group;
