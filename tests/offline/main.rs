@@ -14,6 +14,7 @@
 //! * [`fuzz_corpus`]: The fuzz corpus as ordinary tests.
 //! * [`guard`]: The guard's rules, in memory.
 //! * [`layout`]: Checks of the repository itself.
+//! * [`share`]: The share consumer without a broker.
 //! * [`wire`]: The wire layer against fake peers on 127.0.0.1 and hostile bytes.
 
 #[path = "../support/counting_alloc.rs"]
@@ -32,4 +33,5 @@ mod consumer;
 mod fuzz_corpus;
 mod guard;
 mod layout;
+mod share;
 mod wire;
