@@ -20,6 +20,7 @@
 //!   on the wire.
 //! * [`share_peer::SharePeer`]: Apache Kafka's share consumer (`scripts/SharePeer.java`), a
 //!   member of a share group beside ours, and the share group's configuration.
+//! * [`java`]: how both Java programs start, from the classes `scripts/setup-test-env` compiled.
 //!
 //! Everything here needs `scripts/setup-test-env` to have run; a missing piece
 //! is a panic that says so, never a silent skip. Every broker listens on
@@ -37,6 +38,7 @@ pub mod cluster;
 pub mod consumer;
 pub mod fault_member;
 pub mod fetch;
+pub mod java;
 pub mod kafka;
 pub mod log_capture;
 pub mod log_lines;
