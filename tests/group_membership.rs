@@ -282,7 +282,7 @@ fn eager_members_split_and_hand_back_on_both_brokers() {
 #[test]
 fn cooperative_sticky_moves_only_what_moves_mock() {
     let topic = unique_name("orders");
-    let mock = mock_with_topic(&topic, 6, 1);
+    let mock = support::shared::SharedMock::with_topics(&[(&topic, 6)]);
     let group = unique_name("group");
     let spec = OurMemberSpec::new(mock.bootstrap(), &group, &topic, "cooperative-sticky");
     let a = OurMember::start(spec.clone());
@@ -470,7 +470,7 @@ fn coordinator_down_and_moved_is_rediscovered_mock() {
 #[test]
 fn poll_timeout_leaves_fences_and_rejoins_mock() {
     let topic = unique_name("orders");
-    let mock = mock_with_topic(&topic, 2, 1);
+    let mock = support::shared::SharedMock::with_topics(&[(&topic, 2)]);
     let mut spec = OurMemberSpec::new(mock.bootstrap(), &unique_name("group"), &topic, "range");
     spec.max_poll_interval_ms = 1500;
     let a = OurMember::start(spec);
