@@ -8,8 +8,7 @@
 //! --serve`) and one tansu (`scripts/tansu_broker.py`) before the tests and hands them over in
 //! `RG_TEST_MOCK_BOOTSTRAP` with `RG_TEST_MOCK_CONTROL` (the mock's command port) and
 //! `RG_TEST_TANSU_BOOTSTRAP`. Without those variables (a test run by hand) the first test that
-//! asks starts one for its process, stopped when the process exits (the launcher sees its stdin
-//! close).
+//! asks starts one for its process, with the same launchers, stopped when the process exits.
 //!
 //! Nothing a test does on a shared broker is visible to another, because every test uses topics
 //! and groups of [`super::unique_name`] and takes only the mock commands that act on the topic
@@ -21,12 +20,15 @@
 //! delay starts a [`MockCluster`] of its own. No test stops or restarts tansu, so every tansu
 //! test can share it; [`Tansu::start`] remains for the test of the launcher itself.
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{Broker, BrokerKind, MockCluster, MockOptions, Tansu, COMMAND_TIMEOUT};
+use super::{kill_and_reap, log_path, log_tail, repo_root, spawn_launcher, venv_python};
+use super::{Broker, BrokerKind, MockCluster, Tansu, COMMAND_TIMEOUT, STARTUP_TIMEOUT};
 
 /// The variable naming the shared mock's bootstrap list.
 const MOCK_BOOTSTRAP_VAR: &str = "RG_TEST_MOCK_BOOTSTRAP";
@@ -43,23 +45,19 @@ fn handed_over(var: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The run's shared mock (one broker, no initial rebalance delay): a topic of the test's own is
-/// all it offers ([`Broker::create_topic`]), no fault injection (see the module documentation).
+/// The run's shared mock (one broker, no initial rebalance delay): topics of the test's own
+/// ([`Broker::create_topic`]) and the other commands `scripts/mock_cluster.py --serve` takes,
+/// no fault injection (see the module documentation).
 pub struct SharedMock {
     bootstrap: String,
-    control: MockControl,
-}
-
-enum MockControl {
-    /// The mock `scripts/test` started, steered over its command port.
-    Remote(SocketAddr),
-    /// A mock this process started, for lack of one handed over.
-    Own(MockCluster),
+    /// The mock's command port.
+    control: SocketAddr,
 }
 
 impl MockCluster {
     /// The run's shared mock: the one `scripts/test` handed over, or else one started on first
-    /// use for this test process.
+    /// use for this test process (`scripts/mock_cluster.py --serve` as well, so that it takes
+    /// exactly the commands the run's takes; it stops when this process exits).
     pub fn shared() -> &'static SharedMock {
         static CELL: OnceLock<SharedMock> = OnceLock::new();
         CELL.get_or_init(|| match handed_over(MOCK_BOOTSTRAP_VAR) {
@@ -67,28 +65,54 @@ impl MockCluster {
                 let control = handed_over(MOCK_CONTROL_VAR).unwrap_or_else(|| {
                     panic!("{MOCK_BOOTSTRAP_VAR} is set without {MOCK_CONTROL_VAR}")
                 });
-                let control = control.parse().unwrap_or_else(|e| {
-                    panic!("{MOCK_CONTROL_VAR}={control:?} is not an address: {e}")
-                });
                 SharedMock {
                     bootstrap,
-                    control: MockControl::Remote(control),
+                    control: control.parse().unwrap_or_else(|e| {
+                        panic!("{MOCK_CONTROL_VAR}={control:?} is not an address: {e}")
+                    }),
                 }
             }
-            None => {
-                let mock = MockCluster::start(MockOptions::default());
-                SharedMock {
-                    bootstrap: mock.bootstrap().to_string(),
-                    control: MockControl::Own(mock),
-                }
-            }
+            None => serve_mock_for_this_process(),
         })
+    }
+}
+
+/// Starts `scripts/mock_cluster.py --serve`, watching this process, and reads its two lines:
+/// the bootstrap list and the command port. Its child handle is let go: the script stops by
+/// itself when this process exits.
+fn serve_mock_for_this_process() -> SharedMock {
+    let log = log_path("mock-shared");
+    let stderr = File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(repo_root().join("scripts/mock_cluster.py"))
+        .arg("--serve")
+        .arg("--watch-pid")
+        .arg(std::process::id().to_string());
+    let (mut child, lines) = spawn_launcher(&mut cmd, "scripts/mock_cluster.py --serve", stderr);
+    let mut next_line = || match lines.recv_timeout(STARTUP_TIMEOUT) {
+        Ok(line) if !line.trim().is_empty() => line.trim().to_string(),
+        other => {
+            kill_and_reap(&mut child);
+            panic!(
+                "the shared mock did not start ({other:?}); log {}:\n{}",
+                log.display(),
+                log_tail(&log, 4000)
+            );
+        }
+    };
+    let bootstrap = next_line();
+    let control = next_line();
+    SharedMock {
+        bootstrap,
+        control: control
+            .parse()
+            .unwrap_or_else(|e| panic!("the shared mock's command port {control:?}: {e}")),
     }
 }
 
 impl SharedMock {
     /// The shared mock with new topics `(name, partitions)` on it: what
-    /// [`MockOptions::topics`] does for a mock of a test's own.
+    /// [`MockOptions::topics`](super::MockOptions::topics) does for a mock of a test's own.
     pub fn with_topics(topics: &[(&str, u32)]) -> &'static SharedMock {
         let mock = MockCluster::shared();
         for (name, partitions) in topics {
@@ -102,12 +126,11 @@ impl SharedMock {
         &self.bootstrap
     }
 
-    /// One command (of those the shared mock takes) and its answer.
-    fn command(&self, line: &str) -> Result<(), String> {
-        match &self.control {
-            MockControl::Own(mock) => mock.command(line),
-            MockControl::Remote(addr) => remote_command(*addr, line),
-        }
+    /// Sends one command (the grammar of `scripts/mock_cluster.py`) and waits for its answer:
+    /// `Err` with the mock's message when it fails, or when it is one the shared mock refuses
+    /// (everything that is not confined to the topic or group it names).
+    pub fn command(&self, line: &str) -> Result<(), String> {
+        remote_command(self.control, line)
     }
 }
 
