@@ -250,7 +250,10 @@ fn the_shared_mock_takes_topics_and_refuses_faults() {
         "quit",
     ] {
         let err = mock.command(fault).unwrap_err();
-        assert!(err.contains("not taken by the shared mock"), "{fault}: {err}");
+        assert!(
+            err.contains("not taken by the shared mock"),
+            "{fault}: {err}"
+        );
     }
     mock.command("ping").expect("the shared mock still answers");
 }

@@ -43,8 +43,7 @@ pub fn classes_dir() -> PathBuf {
 pub fn java_program(program: &str) -> Command {
     let source = repo_root().join(format!("scripts/{program}.java"));
     let class = classes_dir().join(format!("{program}.class"));
-    let source_time = modified(&source)
-        .unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    let source_time = modified(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
     match modified(&class) {
         Ok(class_time) if class_time >= source_time => {}
         Ok(_) => panic!(
@@ -61,7 +60,11 @@ pub fn java_program(program: &str) -> Command {
     let mut cmd = Command::new("java");
     cmd.args(JAVA_FLAGS)
         .arg("-cp")
-        .arg(format!("{}:{}", classes_dir().display(), clients_classpath()))
+        .arg(format!(
+            "{}:{}",
+            classes_dir().display(),
+            clients_classpath()
+        ))
         .arg(program);
     cmd
 }
