@@ -648,12 +648,12 @@ def _bench(opts, root, run, spawn, stop_all):
     for name, mode in (("java-commitsync", "sync"), ("java-commitasync", "async")):
         readers_p[name] = spawn(
             name, ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", opts.clients_cp,
-                   "scripts/BenchConsumer.java", "--bootstrap", bootstrap, "--topic", topic,
+                   "BenchConsumer", "--bootstrap", bootstrap, "--topic", topic,
                    "--group", groups[name], "--faults-out", files[name], "--commit", mode,
                    "--stop-file", stop_file] + java_sets)
     t0 = now_ms()
     # The faults start once every reader is reading (each prints "first-record MS" on stdout at
-    # its first record; a JVM that compiles its reader on a loaded machine can take a while),
+    # its first record; a JVM that starts its reader on a loaded machine can take a while),
     # and warmup_s after the last of them.
     waiting = dict(readers_p)
     deadline = time.monotonic() + 180

@@ -14,15 +14,27 @@ cluster, and then:
 On stdin EOF (e.g. the test process died) or ``quit`` it destroys the cluster
 and exits 0. Run it with the project's virtualenv: ``.venv/bin/python``.
 
+With ``--serve`` it is the run's shared mock instead (scripts/test starts one for every test
+of a run, tests/support/shared.rs hands it out): it reads nothing on stdin, writes the control
+address (``127.0.0.1:PORT``) to ``--control-file`` and then the bootstrap list to
+``--bootstrap-file`` (each file whole or not at all), and answers commands sent to that control
+address over TCP, one line in and one line out as above, any number per connection. Only the
+commands whose effect stays inside the topic or group they name are taken there (marked
+``*`` below); the rest change the cluster for every test at once (errors pushed for
+an API key answer whichever client sends the next request of that key, a broker down or slow is
+down or slow for all) and are refused with ``err``: a test that needs them starts a mock of its
+own. It runs until SIGTERM or SIGINT, or until ``--watch-pid`` exits.
+
 Command grammar (fields separated by whitespace; APIKEY is a number or a name
 such as ``JoinGroup``; ERR is a number or a librdkafka error name such as
 ``NOT_COORDINATOR``, ``REBALANCE_IN_PROGRESS`` or ``_TRANSPORT``; BROKER is a
-broker id, 1..N, or -1 for all brokers where noted):
+broker id, 1..N, or -1 for all brokers where noted); ``*`` marks the commands a ``--serve``
+mock takes:
 
-  ping                                        no-op, answers ok
-  create_topic NAME PARTITIONS [RF]           rd_kafka_mock_topic_create (RF default 1)
-  delete_topic NAME                           rd_kafka_mock_topic_delete
-  topic_error NAME ERR                        rd_kafka_mock_topic_set_error (Metadata)
+* ping                                        no-op, answers ok
+* create_topic NAME PARTITIONS [RF]           rd_kafka_mock_topic_create (RF default 1)
+* delete_topic NAME                           rd_kafka_mock_topic_delete
+* topic_error NAME ERR                        rd_kafka_mock_topic_set_error (Metadata)
   push_errors APIKEY ERR [ERR...]             next requests of APIKEY fail in order
   clear_errors APIKEY                         rd_kafka_mock_clear_request_errors
   broker_push_errors BROKER APIKEY ERR[:RTT_MS] [ERR[:RTT_MS]...]
@@ -30,8 +42,8 @@ broker id, 1..N, or -1 for all brokers where noted):
   broker_down BROKER                          disconnect, refuse connections (-1: all)
   broker_up BROKER                            accept connections again (-1: all)
   rtt BROKER MS                               add MS of round-trip delay (-1: all)
-  coordinator group|transaction KEY BROKER    pin the coordinator of a group / txn id
-  leader TOPIC PARTITION BROKER               set partition leader (-1: leaderless)
+* coordinator group|transaction KEY BROKER    pin the coordinator of a group / txn id
+* leader TOPIC PARTITION BROKER               set partition leader (-1: leaderless)
   api_version APIKEY MIN MAX                  advertised version range (-1 -1: disable)
   initial_rebalance_delay MS                  group.initial.rebalance.delay.ms
   group_consumer_session_timeout MS           KIP-848 group.consumer.session.timeout.ms
@@ -44,8 +56,13 @@ import ctypes
 import glob
 import importlib.util
 import os
+import signal
+import socketserver
 import sys
 import sysconfig
+import threading
+
+from kafka_broker import Stopper, watch_pid
 
 # Kafka protocol API keys, so tests and humans can write names.
 API_KEYS = {
@@ -89,6 +106,15 @@ ERR_ALIASES = {
     "NOT_COORDINATOR_FOR_GROUP": "NOT_COORDINATOR",
     "INVALID_TOPIC_EXCEPTION": "TOPIC_EXCEPTION",
 }
+
+
+# The commands a --serve mock takes: each acts on the topic or group it names and on nothing
+# else, so tests that use their own (unique) names cannot see each other's. (With one broker,
+# the coordinator and leader commands can only name broker 1: harmless, and kept for tests
+# that want the call itself.)
+SHARED_COMMANDS = frozenset(
+    ["ping", "create_topic", "delete_topic", "topic_error", "coordinator", "leader"]
+)
 
 
 class CommandError(Exception):
@@ -405,6 +431,61 @@ def run_command(mock, line):
     return False
 
 
+def write_whole(path, text):
+    """Write the file so that a reader sees all of it or none (a rename over the old one)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def serve(mock, bootstraps, opts):
+    """The --serve mode (see the module docstring): commands over TCP, shared ones only."""
+    lock = threading.Lock()
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            for raw in self.rfile:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line:
+                    continue
+                cmd = line.split()[0]
+                if cmd not in SHARED_COMMANDS:
+                    answer = "err %s is not taken by the shared mock (unknown, or it changes the " \
+                        "cluster for every test): start a mock of your own for it" % cmd
+                else:
+                    try:
+                        with lock:
+                            run_command(mock, line)
+                        answer = "ok"
+                    except CommandError as e:
+                        answer = "err %s" % str(e).replace("\n", " ")
+                self.wfile.write((answer + "\n").encode())
+                self.wfile.flush()
+
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    stopper = Stopper()
+    signal.signal(signal.SIGTERM, lambda *_: stopper.stop("SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *_: stopper.stop("SIGINT"))
+    with Server(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        control = "127.0.0.1:%d" % server.server_address[1]
+        if opts.control_file:
+            write_whole(opts.control_file, control + "\n")
+        if opts.bootstrap_file:
+            write_whole(opts.bootstrap_file, bootstraps + "\n")
+        sys.stdout.write(bootstraps + "\n" + control + "\n")
+        sys.stdout.flush()
+        if opts.watch_pid:
+            threading.Thread(target=watch_pid, args=(stopper, opts.watch_pid), daemon=True).start()
+        stopper.event.wait()
+        server.shutdown()
+    sys.stderr.write("mock_cluster.py: shared mock on %s stopped (%s)\n" % (bootstraps, stopper.reason))
+
+
 def topic_spec(text):
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[0]:
@@ -432,6 +513,14 @@ def main():
         metavar="NAME:PARTITIONS[:RF]",
         help="create this topic before printing the bootstrap list (repeatable)",
     )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="the run's shared mock: commands over TCP (shared ones only), none on stdin",
+    )
+    parser.add_argument("--bootstrap-file", help="--serve: write the bootstrap list here")
+    parser.add_argument("--control-file", help="--serve: write the control address here")
+    parser.add_argument("--watch-pid", type=int, help="--serve: stop when this process exits")
     opts = parser.parse_args()
     if opts.brokers < 1:
         parser.error("--brokers must be at least 1")
@@ -453,6 +542,9 @@ def main():
                     % (name, mock.rd_kafka_err2str(code).decode())
                 )
 
+        if opts.serve:
+            serve(mock, bootstraps, opts)
+            return
         out = sys.stdout
         out.write(bootstraps + "\n")
         out.flush()

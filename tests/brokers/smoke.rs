@@ -226,3 +226,41 @@ mod tansu {
         produce_and_consume_roundtrip(&tansu);
     }
 }
+
+/// The run's shared mock (`scripts/mock_cluster.py --serve`, `MockCluster::shared`) takes a
+/// topic of a test's own, and refuses every command that would reach the other tests on it
+/// (errors pushed for an API key, a broker down or slow, cluster settings): a test that needs
+/// those starts a mock of its own.
+#[test]
+fn the_shared_mock_takes_topics_and_refuses_faults() {
+    let mock = MockCluster::shared();
+    let topic = unique_name("shared");
+    mock.create_topic(&topic, 2);
+    peer_produce(mock.bootstrap(), &topic, 5, &["--partition", "1"]);
+    assert_eq!(
+        peer_consume(mock.bootstrap(), &topic, 5, &["--partition", "1"]).len(),
+        5
+    );
+    // A command it takes still reports the mock's own refusal.
+    let err = mock
+        .command(&format!("create_topic {topic} 2"))
+        .unwrap_err();
+    assert!(err.contains("TOPIC_ALREADY_EXISTS"), "{err}");
+    for fault in [
+        "push_errors JoinGroup REBALANCE_IN_PROGRESS",
+        "clear_errors JoinGroup",
+        "broker_push_errors 1 Heartbeat NOT_COORDINATOR:10",
+        "broker_down 1",
+        "rtt -1 100",
+        "api_version Fetch 4 11",
+        "initial_rebalance_delay 3000",
+        "quit",
+    ] {
+        let err = mock.command(fault).unwrap_err();
+        assert!(
+            err.contains("not taken by the shared mock"),
+            "{fault}: {err}"
+        );
+    }
+    mock.command("ping").expect("the shared mock still answers");
+}

@@ -10,7 +10,7 @@ use rebalance_guard::consumer::ConsumerConfig;
 use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord};
 use rebalance_guard::TopicPartition;
 
-use super::{unique_name, Broker, BrokerKind, MockCluster, MockOptions, FAST_REBALANCE};
+use super::{unique_name, Broker, BrokerKind, FAST_REBALANCE};
 
 /// A consumer configuration for tests: earliest reset, the group timings of [`FAST_REBALANCE`],
 /// short fetch waits, `range`; `extra` overrides any of it.
@@ -119,26 +119,16 @@ pub fn produce_to_each_partition(bootstrap: &str, topic: &str, partitions: i32, 
     }
 }
 
-/// A broker of `kind` with a new topic of `partitions` partitions, named after `prefix`: the
-/// mock gets it at start-up (its own option), Kafka (the shared broker) and tansu through the
-/// admin API.
+/// The run's shared broker of `kind` with a new topic of `partitions` partitions, named after
+/// `prefix`.
 pub fn broker_with_topic(
     kind: BrokerKind,
     prefix: &str,
     partitions: u32,
 ) -> (Box<dyn Broker>, String) {
     let topic = unique_name(prefix);
-    let broker: Box<dyn Broker> = match kind {
-        BrokerKind::Mock => Box::new(MockCluster::start(MockOptions {
-            topics: vec![(topic.clone(), partitions)],
-            ..MockOptions::default()
-        })),
-        _ => {
-            let broker = kind.start();
-            broker.create_topic(&topic, partitions);
-            broker
-        }
-    };
+    let broker = kind.start();
+    broker.create_topic(&topic, partitions);
     (broker, topic)
 }
 

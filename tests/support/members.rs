@@ -26,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::kafka::pinned;
+use super::java::java_program;
 use serde_json::Value;
 
 use super::{repo_root, scratch_dir, unique_name, venv_python, wait_exit};
@@ -42,19 +42,11 @@ pub type Ownership = Vec<(String, BTreeSet<Tp>)>;
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `Drop` waits after closing stdin before it kills.
 const DROP_GRACE: Duration = Duration::from_secs(1);
-/// The least time [`PeerMember::wait_ready`] gives a Java member: the JVM
-/// starts and compiles `scripts/Peer.java` in memory first, about 2 s on an
-/// idle 2-core machine and several times that while cargo and other JVMs run.
+/// The least time [`PeerMember::wait_ready`] gives a Java member: the JVM starts and loads
+/// kafka-clients first (the classes `scripts/setup-test-env` compiled, see [`super::java`]),
+/// under a second on an idle 2-core machine and several times that while cargo and other JVMs
+/// run.
 const JAVA_READY_TIMEOUT: Duration = Duration::from_secs(120);
-/// JVM flags for a Java member: start fast (C1 only, serial GC, a small heap)
-/// on a machine shared with brokers and other members.
-const JAVA_FLAGS: &[&str] = &[
-    "-XX:TieredStopAtLevel=1",
-    "-XX:+UseSerialGC",
-    "-Xss512k",
-    "-Xmx192m",
-    "-Djava.awt.headless=true",
-];
 
 /// Which peer client library runs the member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -396,14 +388,7 @@ impl PeerMember {
         let log_file =
             File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
         let (mut cmd, program) = match spec.client {
-            PeerClient::Java => {
-                let mut cmd = Command::new("java");
-                cmd.args(JAVA_FLAGS)
-                    .arg("-cp")
-                    .arg(java_classpath())
-                    .arg(repo_root().join("scripts/Peer.java"));
-                (cmd, "scripts/Peer.java")
-            }
+            PeerClient::Java => (java_program("Peer"), "scripts/Peer.java"),
             PeerClient::Confluent | PeerClient::KafkaPython => {
                 let mut cmd = Command::new(venv_python());
                 cmd.arg(repo_root().join("scripts/peer_member.py"))
@@ -564,8 +549,8 @@ impl PeerMember {
     }
 
     /// Wait for the `ready` event (subscribed). A Java member gets at least
-    /// [`JAVA_READY_TIMEOUT`] whatever `timeout` says: its JVM compiles the
-    /// program first.
+    /// [`JAVA_READY_TIMEOUT`] whatever `timeout` says: its JVM starts and
+    /// loads kafka-clients first.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), String> {
         let timeout = match self.client {
             PeerClient::Java => timeout.max(JAVA_READY_TIMEOUT),
@@ -697,20 +682,6 @@ impl Drop for PeerMember {
             let _ = fs::remove_file(&self.log);
         }
     }
-}
-
-/// The classpath of the pinned kafka-clients (and a log4j2 binding), written by
-/// `scripts/setup-test-env` to `.cache/kafka/clients-<version>/classpath`.
-fn java_classpath() -> String {
-    let version = pinned("KAFKA_CLIENTS_VERSION");
-    let path = repo_root().join(format!(".cache/kafka/clients-{version}/classpath"));
-    let text = fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "read {}: {e} (run scripts/setup-test-env first)",
-            path.display()
-        )
-    });
-    text.trim().to_string()
 }
 
 fn latest_owned(events: &[MemberEvent]) -> BTreeSet<Tp> {

@@ -9,8 +9,10 @@
 //! * [`cluster::KafkaCluster`]: three Kafka nodes of a test's own (`scripts/kafka_cluster.py`),
 //!   replication 3, for tests that kill, stop, pause and restart brokers.
 //! * [`MockCluster`]: librdkafka's mock cluster (`scripts/mock_cluster.py`),
-//!   with fault injection through [`MockCluster::command`].
-//! * [`Tansu`]: the tansu broker binary, memory storage, a second independent implementation.
+//!   with fault injection through [`MockCluster::command`]; the run's shared one
+//!   ([`MockCluster::shared`], [`shared::SharedMock`]) takes no faults.
+//! * [`Tansu`]: the tansu broker binary (`scripts/tansu_broker.py`), memory storage, a second
+//!   independent implementation; one of a test's own or the run's shared one ([`Tansu::shared`]).
 //! * [`fetch::fetch_answered`]: one fetch whose every partition the leader answered, for tests
 //!   that check what one answer holds on a busy machine.
 //! * [`share`]: a share group on the shared Kafka 4.4 broker (its group configuration set) and
@@ -20,11 +22,13 @@
 //!   on the wire.
 //! * [`share_peer::SharePeer`]: Apache Kafka's share consumer (`scripts/SharePeer.java`), a
 //!   member of a share group beside ours, and the share group's configuration.
+//! * [`java`]: how both Java programs start, from the classes `scripts/setup-test-env` compiled.
 //!
 //! Everything here needs `scripts/setup-test-env` to have run; a missing piece
 //! is a panic that says so, never a silent skip. Every broker listens on
-//! 127.0.0.1 only and is killed (by its own PID) when its handle drops, so
-//! each test can start its own and tests can run in parallel.
+//! 127.0.0.1 only. A test's own broker is killed (by its own PID) when its handle
+//! drops; the run's shared brokers (Kafka, the mock, tansu: [`BrokerKind::start`]) are
+//! started once by `scripts/test`, or once per test process without it.
 //!
 //! Each tier binary (`tests/offline`, `tests/brokers`, `tests/clusters`) includes it with
 //! `#[path = "../support/mod.rs"] mod support;` (and `tests/metrics_prometheus.rs` with
@@ -40,6 +44,7 @@ pub mod cluster;
 pub mod consumer;
 pub mod fault_member;
 pub mod fetch;
+pub mod java;
 pub mod kafka;
 pub mod log_capture;
 pub mod log_lines;
@@ -48,6 +53,7 @@ pub mod ours;
 pub mod proxy;
 pub mod share;
 pub mod share_peer;
+pub mod shared;
 pub mod tenure;
 
 pub use kafka::{Kafka, KafkaVersion};
@@ -102,7 +108,7 @@ pub struct FastRebalance {
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,17 +142,6 @@ pub fn repo_root() -> PathBuf {
 /// Panics with a hint to run `scripts/setup-test-env` if it is missing.
 pub fn venv_python() -> PathBuf {
     let path = repo_root().join(".venv/bin/python");
-    if !path.exists() {
-        panic!("{} is missing: {SETUP_HINT}", path.display());
-    }
-    path
-}
-
-/// The tansu broker binary, `.cache/bin/tansu`.
-///
-/// Panics with a hint to run `scripts/setup-test-env` if it is missing.
-pub fn tansu_bin() -> PathBuf {
-    let path = repo_root().join(".cache/bin/tansu");
     if !path.exists() {
         panic!("{} is missing: {SETUP_HINT}", path.display());
     }
@@ -274,14 +269,16 @@ impl BrokerKind {
     /// independent implementations. Kafka 3.x is left to the tests that are about versions.
     pub const ALL: [BrokerKind; 3] = [BrokerKind::Kafka, BrokerKind::Mock, BrokerKind::Tansu];
 
-    /// A broker of this kind with default options: the run's shared broker for Kafka (unique
-    /// topic and group names keep tests apart), a fresh one for the mock and tansu.
+    /// The run's shared broker of this kind (unique topic and group names keep tests apart; see
+    /// [`kafka`] and [`shared`]). A test that injects faults into the mock, or needs a broker
+    /// with other options, starts one of its own: [`MockCluster::start`], [`Tansu::start`],
+    /// [`Kafka::start`].
     pub fn start(self) -> Box<dyn Broker> {
         match self {
             BrokerKind::Kafka => Box::new(Kafka::shared(KafkaVersion::Newest)),
             BrokerKind::Kafka3 => Box::new(Kafka::shared(KafkaVersion::Last3)),
-            BrokerKind::Mock => Box::new(MockCluster::start(MockOptions::default())),
-            BrokerKind::Tansu => Box::new(Tansu::start()),
+            BrokerKind::Mock => Box::new(MockCluster::shared()),
+            BrokerKind::Tansu => Box::new(Tansu::shared()),
         }
     }
 
@@ -323,8 +320,9 @@ struct MockControl {
     lines: Receiver<String>,
 }
 
-/// librdkafka's mock Kafka cluster, run by `scripts/mock_cluster.py` in a child
-/// process and steered with line commands on its stdin.
+/// librdkafka's mock Kafka cluster of a test's own, run by `scripts/mock_cluster.py` in a
+/// child process and steered with line commands on its stdin: for the tests that inject
+/// faults (the run's shared mock, [`MockCluster::shared`], takes none).
 ///
 /// See the docstring of `scripts/mock_cluster.py` for the command grammar, e.g.
 /// `push_errors JoinGroup REBALANCE_IN_PROGRESS`, `broker_down 1`,
@@ -469,101 +467,64 @@ impl Drop for MockCluster {
 // tansu
 // ---------------------------------------------------------------------------
 
-/// A tansu broker on a free loopback port, memory storage; killed on drop.
+/// A tansu broker (memory storage) on a free loopback port, run by `scripts/tansu_broker.py`,
+/// the one place its command line is written: either one of this process's own
+/// ([`Tansu::start`], stopped when the handle drops) or the run's shared one ([`Tansu::shared`]).
 pub struct Tansu {
-    child: Child,
-    port: u16,
-    log: PathBuf,
+    /// The launcher of a broker this process started (its stdin open while the broker should
+    /// run); `None` for the shared broker `scripts/test` handed over.
+    launcher: Option<Child>,
+    bootstrap: String,
+    /// tansu's own output, when this process started it.
+    log: Option<PathBuf>,
     startup: Duration,
 }
 
 impl Tansu {
-    /// Start tansu and wait until it answers an ApiVersions request; panics
-    /// (with its log) if that does not happen within 20 seconds.
+    /// Start a tansu of this test's own and wait until it answers an ApiVersions request; panics
+    /// (with its logs) if that does not happen within 20 seconds.
     pub fn start() -> Tansu {
-        let bin = tansu_bin();
         let started = Instant::now();
-        // The port is free when we pick it but could be taken before tansu
-        // binds it, so a broker that exits at once gets another port.
-        let mut last_failure = String::new();
-        for _attempt in 0..3 {
-            let port = free_loopback_port();
-            let log = log_path("tansu");
-            let log_file =
-                File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-            let log_err = log_file
-                .try_clone()
-                .unwrap_or_else(|e| panic!("clone log handle: {e}"));
-            let url = format!("tcp://127.0.0.1:{port}");
-            let mut child = Command::new(&bin)
-                .arg("broker")
-                .arg("--listener-url")
-                .arg(&url)
-                .arg("--advertised-listener-url")
-                .arg(&url)
-                .arg("--storage-engine")
-                .arg("memory://tansu/")
-                // tansu reads these from the environment too; none may leak in.
-                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-                .env_remove("SCHEMA_REGISTRY")
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log_file))
-                .stderr(Stdio::from(log_err))
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let deadline = started + STARTUP_TIMEOUT;
-            loop {
-                if let Ok(Some(status)) = child.try_wait() {
-                    last_failure = format!(
-                        "tansu exited with {status}; log {}:\n{}",
-                        log.display(),
-                        log_tail(&log, 4000)
-                    );
-                    break;
-                }
-                match api_versions_probe(addr) {
-                    Ok(()) => {
-                        return Tansu {
-                            child,
-                            port,
-                            log,
-                            startup: started.elapsed(),
-                        }
-                    }
-                    Err(e) => last_failure = e,
-                }
-                if Instant::now() >= deadline {
-                    kill_and_reap(&mut child);
-                    panic!(
-                        "tansu did not answer ApiVersions on {addr} within {STARTUP_TIMEOUT:?} \
-                         (last: {last_failure}); log {}:\n{}",
-                        log.display(),
-                        log_tail(&log, 4000)
-                    );
-                }
-                thread::sleep(Duration::from_millis(20));
+        let log = log_path("tansu");
+        let launcher_log = log.with_extension("launcher.log");
+        let stderr = File::create(&launcher_log)
+            .unwrap_or_else(|e| panic!("create {}: {e}", launcher_log.display()));
+        let mut cmd = Command::new(venv_python());
+        cmd.arg(repo_root().join("scripts/tansu_broker.py"))
+            .arg("--log")
+            .arg(&log)
+            .arg("--stop-on-stdin-eof")
+            .arg("--timeout-s")
+            .arg(STARTUP_TIMEOUT.as_secs().to_string());
+        let (mut child, lines) = spawn_launcher(&mut cmd, "scripts/tansu_broker.py", stderr);
+        // The launcher's own bound, plus its interpreter's start.
+        match lines.recv_timeout(STARTUP_TIMEOUT + Duration::from_secs(10)) {
+            Ok(line) if !line.trim().is_empty() => Tansu {
+                launcher: Some(child),
+                bootstrap: line.trim().to_string(),
+                log: Some(log),
+                startup: started.elapsed(),
+            },
+            other => {
+                kill_and_reap(&mut child);
+                panic!(
+                    "tansu did not start ({other:?}); launcher {}:\n{}\ntansu log {}:\n{}",
+                    launcher_log.display(),
+                    log_tail(&launcher_log, 4000),
+                    log.display(),
+                    log_tail(&log, 4000)
+                );
             }
         }
-        panic!("tansu failed to start three times; last: {last_failure}");
     }
 
-    /// The port tansu listens on (127.0.0.1).
-    pub fn port(&self) -> u16 {
-        self.port
+    /// The file that receives tansu's stdout and stderr, when this process started it.
+    pub fn log_path(&self) -> Option<&Path> {
+        self.log.as_deref()
     }
 
-    /// The child's PID.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The file that receives tansu's stdout and stderr.
-    pub fn log_path(&self) -> &Path {
-        &self.log
-    }
-
-    /// How long start-up took, up to the first ApiVersions answer.
+    /// How long start-up took, up to the first ApiVersions answer (zero for a broker handed
+    /// over by `scripts/test`).
     pub fn startup_time(&self) -> Duration {
         self.startup
     }
@@ -575,14 +536,14 @@ impl Broker for Tansu {
     }
 
     fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.bootstrap.clone()
     }
 
     fn create_topic(&self, name: &str, partitions: u32) {
         peer(&[
             "create-topic",
             "--bootstrap",
-            &Broker::bootstrap(self),
+            &self.bootstrap,
             "--topic",
             name,
             "--partitions",
@@ -591,17 +552,34 @@ impl Broker for Tansu {
     }
 }
 
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        kill_and_reap(&mut self.child);
-        discard_log_unless_panicking(&self.log);
+impl Broker for &'static Tansu {
+    fn kind(&self) -> BrokerKind {
+        Broker::kind(*self)
+    }
+
+    fn bootstrap(&self) -> String {
+        Broker::bootstrap(*self)
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) {
+        Broker::create_topic(*self, name, partitions)
     }
 }
 
-/// A loopback port that was free a moment ago (bind to port 0, read, release).
-pub fn free_loopback_port() -> u16 {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        if let Some(launcher) = &mut self.launcher {
+            // EOF on stdin: the launcher stops tansu by its PID.
+            drop(launcher.stdin.take());
+            if !wait_exit(launcher, Duration::from_secs(5)) {
+                kill_and_reap(launcher);
+            }
+            if let Some(log) = &self.log {
+                discard_log_unless_panicking(log);
+                discard_log_unless_panicking(&log.with_extension("launcher.log"));
+            }
+        }
+    }
 }
 
 /// Send a hand-encoded ApiVersions v0 request and check the response header

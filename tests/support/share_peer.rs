@@ -19,18 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::kafka::pinned;
+use super::java::java_program;
 use super::{repo_root, run_with_timeout, scratch_dir, unique_name, venv_python, wait_exit};
 
-/// The JVM starts and compiles `scripts/SharePeer.java` in memory before it
-/// joins; on a loaded two-core machine that takes several seconds.
-const JAVA_FLAGS: &[&str] = &[
-    "-XX:TieredStopAtLevel=1",
-    "-XX:+UseSerialGC",
-    "-Xss512k",
-    "-Xmx192m",
-    "-Djava.awt.headless=true",
-];
 /// How long [`SharePeer::close`] waits for the `closed` event and the exit.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(40);
 
@@ -139,12 +130,8 @@ impl SharePeer {
         ));
         let log_file =
             File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-        let mut cmd = Command::new("java");
-        cmd.args(JAVA_FLAGS)
-            .arg("-cp")
-            .arg(java_classpath())
-            .arg(repo_root().join("scripts/SharePeer.java"))
-            .args(["--bootstrap", &spec.bootstrap])
+        let mut cmd = java_program("SharePeer");
+        cmd.args(["--bootstrap", &spec.bootstrap])
             .args(["--group", &spec.group])
             .args(["--name", &spec.name])
             .args(["--process-ms", &spec.process_ms.to_string()]);
@@ -168,7 +155,7 @@ impl SharePeer {
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn java scripts/SharePeer.java: {e}"));
+            .unwrap_or_else(|e| panic!("spawn java SharePeer (scripts/SharePeer.java): {e}"));
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let shared: Shared = Arc::default();
@@ -329,20 +316,4 @@ pub fn set_share_group_config(bootstrap: &str, group: &str, settings: &[(&str, &
         }
         Err(e) => panic!("share_group.py set-config {group}: {e}"),
     }
-}
-
-/// The classpath of the pinned kafka-clients (and a log4j2 binding), written by
-/// `scripts/setup-test-env`.
-fn java_classpath() -> String {
-    let version = pinned("KAFKA_CLIENTS_VERSION");
-    let path = repo_root().join(format!(".cache/kafka/clients-{version}/classpath"));
-    fs::read_to_string(&path)
-        .unwrap_or_else(|e| {
-            panic!(
-                "read {}: {e} (run scripts/setup-test-env first)",
-                path.display()
-            )
-        })
-        .trim()
-        .to_string()
 }

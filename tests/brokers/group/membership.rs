@@ -797,7 +797,7 @@ mod mock {
     #[test]
     fn cooperative_sticky_moves_only_what_moves() {
         let topic = unique_name("orders");
-        let mock = mock_with_topic(&topic, 6, 1);
+        let mock = support::shared::SharedMock::with_topics(&[(&topic, 6)]);
         let group = unique_name("group");
         let spec = OurMemberSpec::new(mock.bootstrap(), &group, &topic, "cooperative-sticky");
         let a = OurMember::start(spec.clone());
@@ -978,7 +978,7 @@ mod mock {
     #[test]
     fn poll_timeout_leaves_fences_and_rejoins() {
         let topic = unique_name("orders");
-        let mock = mock_with_topic(&topic, 2, 1);
+        let mock = support::shared::SharedMock::with_topics(&[(&topic, 2)]);
         let mut spec = OurMemberSpec::new(mock.bootstrap(), &unique_name("group"), &topic, "range");
         spec.max_poll_interval_ms = 1500;
         let a = OurMember::start(spec);

@@ -96,7 +96,7 @@ use support::members::{
     MemberEventKind, Ownership, PeerClient, PeerMember, PeerMemberSpec, PeerStrategy, Stability,
     Tp,
 };
-use support::{unique_name, Broker, BrokerKind, MockCluster, MockOptions, Tansu};
+use support::{unique_name, Broker, BrokerKind};
 
 const PARTITIONS: i32 = 6;
 const READY: Duration = Duration::from_secs(30);
@@ -114,22 +114,8 @@ struct Setup {
 
 fn setup(kind: BrokerKind) -> Setup {
     let topic = unique_name("pg");
-    let broker: Box<dyn Broker> = match kind {
-        BrokerKind::Mock => Box::new(MockCluster::start(MockOptions {
-            topics: vec![(topic.clone(), PARTITIONS as u32)],
-            ..MockOptions::default()
-        })),
-        BrokerKind::Tansu => {
-            let tansu = Tansu::start();
-            tansu.create_topic(&topic, PARTITIONS as u32);
-            Box::new(tansu)
-        }
-        BrokerKind::Kafka | BrokerKind::Kafka3 => {
-            let kafka = kind.start();
-            kafka.create_topic(&topic, PARTITIONS as u32);
-            kafka
-        }
-    };
+    let broker = kind.start();
+    broker.create_topic(&topic, PARTITIONS as u32);
     Setup {
         broker,
         partitions: one_topic(&topic, PARTITIONS),
