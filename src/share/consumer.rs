@@ -178,6 +178,9 @@ impl ShareConsumer {
             applied_keys: base.idempotency_cache_size(),
             renewal: config.lock_renew() && fetcher.supports_renew(),
         }, clock)?;
+        // The membership's answered heartbeats bound every lease: past the bound the group may
+        // have removed this member and given its records to another.
+        membership.bound_session(locks.session_bound());
         let (done_tx, done_rx) = channel();
         Ok(ShareConsumer {
             config,

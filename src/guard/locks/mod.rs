@@ -59,7 +59,7 @@ pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outc
 use crate::basics::partition::PartitionMap;
 use crate::guard::deadline::Timebase;
 use crate::guard::key_set::KeySet;
-use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};
+use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey, SessionBound};
 use crate::TopicPartition;
 
 /// Half-way through a lock of `lock` granted in answer to a request sent at `sent_at`.
@@ -121,6 +121,7 @@ struct Counters {
     refused_key_in_flight: u64,
     voided: u64,
     applied_session_ended: u64,
+    released_session_lapsed: u64,
 }
 
 /// The lock guard of one share-group member: which acquired records may run, what each is
@@ -128,6 +129,9 @@ struct Counters {
 pub struct LockGuard {
     config: LockGuardConfig,
     time: Timebase,
+    /// How long this member's place in the group can be trusted: renewed by the share
+    /// membership, read by every lease (see `lease.rs` for why a record lock needs it).
+    session: Arc<SessionBound>,
     held: PartitionMap<BTreeMap<i64, Held>>,
     /// Keys whose effect this member applied, oldest forgotten first.
     applied: KeySet<IdempotencyKey>,
@@ -167,6 +171,7 @@ impl LockGuard {
             // set's CLOCK replacement forgets them in insertion order, oldest first.
             applied: KeySet::new(config.applied_keys, 1),
             config,
+            session: Arc::new(SessionBound::on_clock(clock.clone())),
             time: Timebase::new(clock, base),
             held: PartitionMap::default(),
             in_flight: HashMap::new(),
@@ -183,6 +188,15 @@ impl LockGuard {
     /// The current instant on the clock the leases read.
     pub fn now(&self) -> Instant {
         self.time.now()
+    }
+
+    /// The bound in time on this member's place in the share group, for the share membership
+    /// to renew with every answered heartbeat (see [`SessionBound`]): every lease ends when it
+    /// passes, whatever its lock has left, since the group may have removed the member and
+    /// Kafka then gives its records to others. Until it is first renewed, leases end by their
+    /// lock, their session and voiding only.
+    pub fn session_bound(&self) -> Arc<SessionBound> {
+        self.session.clone()
     }
 
     /// Turns renewal on or off, for a caller that learns only after the start whether the broker
@@ -287,6 +301,7 @@ impl LockGuard {
                     key.clone(),
                     &self.time,
                     deadline,
+                    self.session.clone(),
                     grant,
                 );
                 let held = Held {
@@ -439,6 +454,13 @@ impl LockGuard {
         }
         let ack = if !current {
             self.counters.released_expired += 1;
+            if lease.session_lapsed_at(now) {
+                self.counters.released_session_lapsed += 1;
+                log::warn!(
+                    "{tp} offset {offset}: the member's session bound passed before its \
+                     finish: the group may have removed it and given the record to another"
+                );
+            }
             if applied {
                 self.counters.applied_after_expiry += 1;
                 log::warn!(
@@ -714,6 +736,7 @@ impl LockGuard {
             refused_key_in_flight: c.refused_key_in_flight,
             voided: c.voided,
             applied_session_ended: c.applied_session_ended,
+            released_session_lapsed: c.released_session_lapsed,
         }
     }
 }
