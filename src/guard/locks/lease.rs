@@ -79,6 +79,9 @@ struct Cell {
     /// The member's session bound (the guard's, renewed by the share membership): the lease
     /// ends when it passes, if that comes before `deadline`.
     session: Arc<SessionBound>,
+    /// Set when the lease found the session bound passed before its lock's deadline (and
+    /// ended that deadline for it): why it ended, for the guard's count.
+    lapsed: AtomicBool,
     /// The share session (and partition) that acquired the record: once it ended, the lease
     /// is not current whatever its deadline.
     scope: SessionScope,
@@ -115,6 +118,7 @@ impl LockLease {
             key,
             deadline: Deadline::at(time.clone(), deadline),
             session,
+            lapsed: AtomicBool::new(false),
             scope,
             lock_ends_by: Deadline::at(time.clone(), lock_ends_by),
             finished: AtomicBool::new(false),
@@ -148,21 +152,17 @@ impl LockLease {
             return true;
         }
         if self.0.session.is_expired(now) {
+            self.0.lapsed.store(true, Ordering::Release);
             self.0.deadline.end();
             return true;
         }
         false
     }
 
-    /// Whether the lease ended (or ends at `now`) because the member's session bound passed
-    /// while the lock's deadline had not: the group may have removed the member.
-    pub(super) fn session_lapsed_at(&self, now: Instant) -> bool {
-        self.0.session.is_expired(now)
-            && self
-                .0
-                .deadline
-                .instant()
-                .is_none_or(|deadline| now < deadline)
+    /// Whether the lease ended because the member's session bound passed while the lock's
+    /// deadline had not (the group may have removed the member), as a reading of it found.
+    pub(super) fn session_lapsed(&self) -> bool {
+        self.0.lapsed.load(Ordering::Acquire)
     }
 
     /// The share session (and partition) that acquired the record: an acknowledgement decided

@@ -454,7 +454,7 @@ impl LockGuard {
         }
         let ack = if !current {
             self.counters.released_expired += 1;
-            if lease.session_lapsed_at(now) {
+            if lease.session_lapsed() {
                 self.counters.released_session_lapsed += 1;
                 log::warn!(
                     "{tp} offset {offset}: the member's session bound passed before its \
