@@ -41,9 +41,11 @@ pub struct ShareAssignment {
     /// The assigned partitions. In a share group another member may be assigned the same ones.
     pub partitions: BTreeSet<TopicPartition>,
     /// How many times the member was fenced (told it is not a member, to rejoin at epoch 0)
-    /// before this assignment. Why: Kafka releases every record of a member it removes, so the
-    /// fetch side ends its share sessions' leases when this grows; counted, not flagged, so
-    /// that a caller that looks only after the rejoin was answered still learns of the fence.
+    /// before this assignment. Why: a member the group removed may have lost its share sessions
+    /// and its records with them (Kafka releases a member's records when its share session
+    /// ends), so the fetch side ends its share sessions' leases when this grows; counted, not
+    /// flagged, so that a caller that looks only after the rejoin was answered still learns of
+    /// the fence.
     pub fenced: u64,
 }
 

@@ -6,8 +6,9 @@
 //! the record to any member again. A handler that is still at work then races the next one, and
 //! both apply the effect. The lock guard makes sure an effect is never applied once the lock
 //! *may* have ended: each acquired record gets a [`LockLease`] whose deadline is the request's
-//! send time plus the lock minus a safety margin ([`LockGuardConfig::margin`]), and the handler
-//! asks the lease right before it acts.
+//! send time plus the lock minus a safety margin ([`LockGuardConfig::margin`]), or the member's
+//! session bound ([`LockGuard::session_bound`], renewed by the share membership's answered
+//! heartbeats) if that comes first, and the handler asks the lease right before it acts.
 //!
 //! The decisions it owns, all with times passed in (no I/O, no threads):
 //! 1. **Acquire** ([`LockGuard::acquired`]): a lease to run under, or a refusal: a key this
@@ -34,8 +35,9 @@
 //!
 //! - `mod.rs` (this file): the [`LockGuard`] and its decisions.
 //! - `lease.rs`: the [`LockLease`] a worker holds: the deadline in one atomic, read against the
-//!   lease clock (it counts suspended time), and the [`Grant`] a lease is made from (the lock an
-//!   answer granted, and the session scope that acquired it).
+//!   lease clock (it counts suspended time) together with the member's session bound (and why
+//!   Kafka makes that needed), and the [`Grant`] a lease is made from (the lock an answer
+//!   granted, and the session scope that acquired it).
 //! - `scope.rs`: the [`SessionScope`]: the share session (and partition) a lease belongs to;
 //!   ended once, never revived, read lock-free by every lease of it.
 //! - `types.rs`: the vocabulary: [`AckType`], [`Outcome`], [`Acquired`], [`LockGuardConfig`]
