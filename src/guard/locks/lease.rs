@@ -188,8 +188,9 @@ impl LockLease {
         self.0.deadline.now()
     }
 
-    /// How long the lease has left now (zero once it is not current), for a handler that bounds
-    /// its own work (a call's timeout) by the lock.
+    /// How long the lease has left by its lock now (zero once it is not current), for a handler
+    /// that bounds its own work (a call's timeout) by the lock. The session bound can end it
+    /// sooner, if the membership stops hearing from the group (see [`deadline`](Self::deadline)).
     pub fn time_left(&self) -> Duration {
         let now = self.now();
         match self.deadline() {
@@ -198,21 +199,18 @@ impl LockLease {
         }
     }
 
-    /// The instant the lease ends: the lock's deadline (moved forward by renewals) or the
-    /// member's session bound (moved forward by heartbeats), whichever is earlier; `None` once
-    /// voided, once its share session ended, or once the session bound was found passed. An
-    /// instant before the guard was created reads as the guard's creation.
+    /// The instant the lease ends by its lock (moved forward by renewals); `None` once voided,
+    /// once its share session ended, or once the member's session bound was found passed. The
+    /// session bound is not in it: the membership moves it forward every heartbeat interval, so
+    /// it ends the lease only if it passes (as [`is_current`](Self::is_current) reads), and a
+    /// handler that bounds its work by the lock, or an acknowledgement judged late against it,
+    /// would otherwise see a deadline seconds away that is never reached. An instant before the
+    /// guard was created reads as the guard's creation.
     pub fn deadline(&self) -> Option<Instant> {
         if self.0.scope.has_ended() {
             return None;
         }
-        let lock = self.0.deadline.instant()?;
-        Some(
-            self.0
-                .session
-                .valid_until()
-                .map_or(lock, |bound| bound.min(lock)),
-        )
+        self.0.deadline.instant()
     }
 
     /// How many times the broker has delivered this record (1 on its first delivery), for the
