@@ -99,7 +99,7 @@ fn order_id(i: usize) -> String {
 
 /// The record value of order `i`.
 fn order_value(i: usize) -> String {
-    let side = if i % 2 == 0 { "buy" } else { "sell" };
+    let side = if i.is_multiple_of(2) { "buy" } else { "sell" };
     format!(
         "order_id={};account=acct-{:03};side={side};qty={}",
         order_id(i),

@@ -299,7 +299,7 @@ impl BatchSizer {
         match self.estimate() {
             Some(per_record) => now
                 .checked_add(per_record)
-                .map_or(true, |done| done > plan.deadline),
+                .is_none_or(|done| done > plan.deadline),
             None => false,
         }
     }
@@ -545,7 +545,7 @@ mod tests {
         }
         s.batch_processed(10, Duration::from_millis(100));
         let (a, b) = (s.estimate().unwrap(), single.estimate().unwrap());
-        let diff = if a > b { a - b } else { b - a };
+        let diff = a.abs_diff(b);
         assert!(diff < Duration::from_micros(1), "{a:?} vs {b:?}");
         // A slower batch average is believed at once.
         s.batch_processed(2, Duration::from_millis(400));

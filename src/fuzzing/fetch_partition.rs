@@ -100,7 +100,7 @@ fn decode_once(
             r.offset
         );
         assert!(
-            !previous.is_some_and(|p| r.offset <= p),
+            previous.is_none_or(|p| r.offset > p),
             "offsets do not increase at {}",
             r.offset
         );

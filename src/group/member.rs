@@ -254,7 +254,7 @@ impl<P: Protocol> Membership for Member<P> {
         // No deadline when the timeout reaches past what an Instant can hold (Duration::MAX).
         let deadline = Instant::now().checked_add(timeout);
         let passed = |deadline: Option<Instant>, after: Duration| {
-            deadline.is_some_and(|d| Instant::now().checked_add(after).map_or(true, |t| t >= d))
+            deadline.is_some_and(|d| Instant::now().checked_add(after).is_none_or(|t| t >= d))
         };
         let mut backoff = Duration::from_millis(50);
         loop {

@@ -53,7 +53,7 @@ impl<M> PartitionState<M> {
             return None;
         }
         let metadata = (map_limit > 0).then(|| completed_map::encode(position, &runs));
-        let moved = completed.is_some_and(|next| self.last_committed.map_or(true, |l| next > l));
+        let moved = completed.is_some_and(|next| self.last_committed.is_none_or(|l| next > l));
         let changed = metadata.is_some() && metadata != self.last_metadata;
         (moved || changed).then(|| CommitOffset {
             tp: partition.clone(),

@@ -320,13 +320,13 @@ impl Coordinator {
                 if req.rebalance_timeout_ms == -1 {
                     return invalid("RebalanceTimeoutMs must be provided in first request.");
                 }
-                if req.owned.as_ref().map_or(true, |o| !o.is_empty()) {
+                if req.owned.as_ref().is_none_or(|o| !o.is_empty()) {
                     return invalid("TopicPartitions must be empty when (re-)joining.");
                 }
                 if req
                     .subscribed_topic_names
                     .as_ref()
-                    .map_or(true, Vec::is_empty)
+                    .is_none_or(Vec::is_empty)
                 {
                     return invalid("SubscribedTopicNames must be set in first request.");
                 }
@@ -401,7 +401,7 @@ impl Coordinator {
                 // answered with the epoch and the assignment the member still has. Anything else
                 // is FENCED_MEMBER_EPOCH.
                 let m = &self.members[&req.member_id];
-                let subset = owned.as_ref().map_or(true, |o| o.is_subset(&m.assigned));
+                let subset = owned.as_ref().is_none_or(|o| o.is_subset(&m.assigned));
                 if m.epoch != JOIN_EPOCH && (m.previous_epoch != JOIN_EPOCH || !subset) {
                     return error(KafkaCode::FENCED_MEMBER_EPOCH, "fenced epoch");
                 }
@@ -418,7 +418,7 @@ impl Coordinator {
                 let Some(m) = self.members.get(&req.member_id) else {
                     return error(KafkaCode::UNKNOWN_MEMBER_ID, "unknown member");
                 };
-                let subset = owned.as_ref().map_or(true, |o| o.is_subset(&m.assigned));
+                let subset = owned.as_ref().is_none_or(|o| o.is_subset(&m.assigned));
                 if epoch > m.epoch || (epoch < m.epoch && (epoch != m.previous_epoch || !subset)) {
                     return error(KafkaCode::FENCED_MEMBER_EPOCH, "fenced epoch");
                 }

@@ -93,7 +93,7 @@ struct Cached {
 
 /// Whether `now` is before `deadline` (`None`: a deadline that never comes).
 fn before(now: Instant, deadline: Option<Instant>) -> bool {
-    deadline.map_or(true, |d| now < d)
+    deadline.is_none_or(|d| now < d)
 }
 
 /// Why no token could be had.

@@ -402,7 +402,7 @@ fn base64_encode_into(data: &[u8], out: &mut Vec<u8>) {
 /// Decodes canonical standard base64 with padding; `None` for anything else.
 pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let value = |c: u8| BASE64.iter().position(|&x| x == c).map(|p| p as u32);

@@ -857,7 +857,7 @@ fn parse_peer_record(line: &str) -> Result<PeerRecord, String> {
 }
 
 fn from_hex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(format!("odd-length hex {s:?}"));
     }
     (0..s.len())

@@ -376,7 +376,7 @@ pub fn check_tenures(logs: &[MemberLog]) -> Result<TenureReport, String> {
             let inside = log
                 .tenures
                 .iter()
-                .any(|t| t.tp == a.tp && t.start <= a.t && t.end.map_or(true, |end| a.t <= end));
+                .any(|t| t.tp == a.tp && t.start <= a.t && t.end.is_none_or(|end| a.t <= end));
             if !inside {
                 let _ = writeln!(
                     problems,

@@ -172,7 +172,7 @@ impl Intake {
     fn prune_dry(&mut self) {
         let (positions, buffers) = (&self.positions, &self.buffers);
         self.dry.retain(|tp| {
-            positions.contains_key(tp) && buffers.get(tp).map_or(true, PartitionBuffer::is_empty)
+            positions.contains_key(tp) && buffers.get(tp).is_none_or(PartitionBuffer::is_empty)
         });
     }
 

@@ -762,7 +762,7 @@ fn balance(
                     .min_by_key(|&&i| (assigned[i].len(), i))
                 {
                     let to_load = assigned[to].len();
-                    if to_load + 1 < load && best.as_ref().map_or(true, |(l, _, _)| to_load < *l) {
+                    if to_load + 1 < load && best.as_ref().is_none_or(|(l, _, _)| to_load < *l) {
                         best = Some((to_load, to, topic.clone()));
                     }
                 }

@@ -1017,8 +1017,8 @@ fn check_sequence(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 };
                 match (acquired, id) {
                     (Acquired::Run(lease), _) => {
-                        prop_assert!(id.map_or(true, |id| !model.applied.contains(&id)));
-                        prop_assert!(id.map_or(true, |id| !model.key_in_flight(id)));
+                        prop_assert!(id.is_none_or(|id| !model.applied.contains(&id)));
+                        prop_assert!(id.is_none_or(|id| !model.key_in_flight(id)));
                         let deadline = model.margin_deadline(sent_at, lock);
                         prop_assert_eq!(lease.deadline(), (!ended).then_some(deadline));
                         model.current.insert(record, model.leases.len());

@@ -138,7 +138,7 @@ impl SharePartition {
         // Past `max` only to finish the batch the max-th record is in.
         let mut whole_to: Option<i64> = None;
         while *next < log_end {
-            if out.len() >= max && whole_to.map_or(true, |end| *next >= end) {
+            if out.len() >= max && whole_to.is_none_or(|end| *next >= end) {
                 break;
             }
             let offset = *next;

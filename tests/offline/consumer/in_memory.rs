@@ -680,7 +680,7 @@ fn assert_commits_never_move_back(log: &InMemoryLog) {
     for entry in log.commit_history("g") {
         let previous = last.insert(entry.tp.clone(), entry.offset);
         assert!(
-            previous.map_or(true, |p| p <= entry.offset),
+            previous.is_none_or(|p| p <= entry.offset),
             "{}: commit moved back from {previous:?} to {}",
             entry.tp,
             entry.offset

@@ -102,7 +102,7 @@ fn check_commits(
         );
         prop_assert!(
             p.last_committed
-                .map_or(true, |last| commit.next_offset >= last),
+                .is_none_or(|last| commit.next_offset >= last),
             "commit {} goes back from {:?}",
             commit.next_offset,
             p.last_committed

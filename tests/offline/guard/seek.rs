@@ -50,7 +50,7 @@ fn a_seek_forward_skips_on_purpose_but_never_commits_past_work_still_running_bef
         "work before the seek point stays current"
     );
     assert!(
-        commit(&guard).map_or(true, |at| at <= 10),
+        commit(&guard).is_none_or(|at| at <= 10),
         "10 has not finished: nothing past it may be committed"
     );
     // Records between are never admitted again (a stale fetch answer is refused).

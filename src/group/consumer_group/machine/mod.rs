@@ -359,7 +359,7 @@ impl ConsumerGroupMembership {
         }
         let due = match self.state {
             MemberState::Joining | MemberState::Releasing | MemberState::Leaving => true,
-            _ => self.urgent || self.next_heartbeat.map_or(true, |t| now >= t),
+            _ => self.urgent || self.next_heartbeat.is_none_or(|t| now >= t),
         };
         if !due {
             return None;
