@@ -5,15 +5,18 @@
 //! (a partition owned under an assignment epoch) trusts ownership only until the
 //! [`SessionBound`]: the coordinator may evict a member it has not heard from. The share
 //! group's [`LockLease`] (one acquired record) trusts it only until the broker's record lock
-//! may have ended. Each is a deadline on the lease clock (the [`BootClock`], which counts the
+//! may have ended, or the member's own [`SessionBound`] passed, whichever is first: a member no
+//! longer heard from may lose its share sessions, and Kafka then gives their records to
+//! others (`locks/lease.rs` says where Kafka does it). Each is a deadline on the lease clock (the [`BootClock`], which counts the
 //! time the machine was suspended, as the broker's clocks do), moved forward by the broker's
 //! answers and never back, read lock-free by any thread about to act. [`Deadline`] is that
 //! deadline, written once: before it the two leases kept one encoding each, and copies drift
 //! (the share lease once learned a rule the consumer's already kept, one round late).
 //!
 //! The rule ([`lease_end`]): a lease holds while none of these is true, checked in this order:
-//! 1. its **deadline passed** (the session bound, the record lock's margin): the broker may
-//!    already have handed the work to another member without telling us;
+//! 1. its **deadline passed** (the session bound; the record lock's margin or, earlier, the
+//!    member's session bound): the broker may already have handed the work to another member
+//!    without telling us;
 //! 2. the **scope it was granted under ended** (the partition's assignment moved on or was
 //!    lost; the share session that acquired the record ended, which releases the record at
 //!    once);

@@ -102,7 +102,8 @@
 //!   application's seek, a reposition after the log went back; each a guard event.
 //! - `session_bound.rs`: the [`SessionBound`]: ownership that expires by time, renewed by the
 //!   membership's answered requests, so a member frozen past its session stops trusting its
-//!   leases.
+//!   leases (the rebalance guard's, and a share lock guard's: its own bound, which the share
+//!   membership renews).
 //! - `locks/`: the lock guard (`LockGuard`) of a share group (KIP-932), beside the rebalance guard and
 //!   independent of it: each acquired record runs under a [`LockLease`] that ends before the
 //!   broker's record lock can, renewals move it forward, and its finish decides the

@@ -28,7 +28,10 @@
 //! neither `poll` past its fetch wait nor `run`'s next record.
 //!
 //! A fence (the membership tells that Kafka removed the member, which rejoins at epoch 0) ends
-//! every share session's leases: Kafka released the member's records.
+//! every share session's leases: a member the group removed may have lost its share sessions,
+//! and their records, too. Before the member hears of it, the session bound its answered
+//! heartbeats renew ends every lease the same way (`LockGuard::session_bound`, handed to the
+//! membership by `with_parts`): past it, the group may already have removed the member.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,6 +181,9 @@ impl ShareConsumer {
             applied_keys: base.idempotency_cache_size(),
             renewal: config.lock_renew() && fetcher.supports_renew(),
         }, clock)?;
+        // The membership's answered heartbeats bound every lease: past the bound the group may
+        // have removed this member and given its records to another.
+        membership.bound_session(locks.session_bound());
         let (done_tx, done_rx) = channel();
         Ok(ShareConsumer {
             config,
@@ -458,10 +464,11 @@ impl ShareConsumer {
         };
         let assignment = membership.assignment();
         if assignment.fenced != self.fences_seen {
-            // Kafka removed the member and released its records: no lease of the sessions
-            // before the fence may read current.
+            // Kafka removed the member, whose records may have been released with its share
+            // sessions: no lease of the sessions before the fence may read current.
             warn!(
-                "share consumer: member fenced ({} time(s)): the records it held are released",
+                "share consumer: member fenced ({} time(s)): the records it held may be \
+                 released",
                 assignment.fenced
             );
             fetcher.member_fenced();

@@ -29,8 +29,9 @@
 //! Why the same guard story as the consumer group: a share-group lock *is* a lease that ends by
 //! time. When it ends while a handler still works, the broker hands the record to another
 //! member and both would apply it. Here every acquired record carries a lease that ends before
-//! the broker's lock can (measured from when the ShareFetch was *sent*, minus a safety margin),
-//! the handler asks [`ShareContext::is_current`] right before its effect, a record finished
+//! the broker's lock can (measured from when the ShareFetch was *sent*, minus a safety margin)
+//! and before the group may have removed the member (the session bound its answered heartbeats
+//! renew: Kafka releases a member's records when its share session ends), the handler asks [`ShareContext::is_current`] right before its effect, a record finished
 //! after its lease is released, not accepted, records still running at half their lock are
 //! renewed (RENEW, where the broker supports it), and a redelivered record whose idempotency
 //! key this member already applied is accepted without running again.

@@ -16,9 +16,11 @@
 //! layers know nothing of them.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::group::{GroupError, ShareAssignment, ShareMembership};
+use crate::guard::SessionBound;
 use crate::wire::share::{AckResult, RenewResult, ShareAck, ShareFetchRound, ShareFetcher};
 use crate::wire::{FetchStats, Nudge, Result};
 use crate::TopicPartition;
@@ -118,7 +120,9 @@ impl ShareSource for ShareFetcher {
 ///
 /// Implementations keep the contracts of the [`ShareMembership`] methods of the same name: the
 /// assignment's `fenced` count grows each time the group removed the member (its records were
-/// released then), and its epoch changes with every new assignment.
+/// released then), its epoch changes with every new assignment, and each heartbeat the group
+/// answered renews the session bound handed over, from the heartbeat's send time on the
+/// leases' clock.
 pub trait ShareMember: Send {
     /// As [`ShareMembership::member_id`].
     fn member_id(&self) -> &str;
@@ -128,6 +132,9 @@ pub trait ShareMember: Send {
     fn wait_for_assignment_change(&self, since_epoch: i32, timeout: Duration) -> ShareAssignment;
     /// As [`ShareMembership::status`]: the error that ended the membership, if one did.
     fn status(&self) -> std::result::Result<(), GroupError>;
+    /// As [`ShareMembership::bound_session`]: every answered heartbeat renews `bound` from
+    /// its send time, for as long as the group keeps a member it has not heard from.
+    fn bound_session(&self, bound: Arc<SessionBound>);
     /// As [`ShareMembership::leave`].
     fn leave(self: Box<Self>, timeout: Duration) -> std::result::Result<(), GroupError>;
 }
@@ -147,6 +154,10 @@ impl ShareMember for ShareMembership {
 
     fn status(&self) -> std::result::Result<(), GroupError> {
         ShareMembership::status(self)
+    }
+
+    fn bound_session(&self, bound: Arc<SessionBound>) {
+        ShareMembership::bound_session(self, bound)
     }
 
     fn leave(self: Box<Self>, timeout: Duration) -> std::result::Result<(), GroupError> {

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::group::consumer_group::liveness::session_bound;
 use crate::group::heartbeat_errors::{self, share_groups_unsupported};
 use crate::group::ids::TopicId;
 use crate::group::outcome::{ErrorAction, FatalError, GroupApi};
@@ -40,9 +41,11 @@ pub struct ShareAssignment {
     /// The assigned partitions. In a share group another member may be assigned the same ones.
     pub partitions: BTreeSet<TopicPartition>,
     /// How many times the member was fenced (told it is not a member, to rejoin at epoch 0)
-    /// before this assignment. Why: Kafka releases every record of a member it removes, so the
-    /// fetch side ends its share sessions' leases when this grows; counted, not flagged, so
-    /// that a caller that looks only after the rejoin was answered still learns of the fence.
+    /// before this assignment. Why: a member the group removed may have lost its share sessions
+    /// and its records with them (Kafka releases a member's records when its share session
+    /// ends), so the fetch side ends its share sessions' leases when this grows; counted, not
+    /// flagged, so that a caller that looks only after the rejoin was answered still learns of
+    /// the fence.
     pub fenced: u64,
 }
 
@@ -134,6 +137,11 @@ pub struct ShareGroupMachine {
     changed: bool,
     fatal: Option<FatalError>,
     answered: bool,
+    /// The send time of the heartbeat in flight (the one the next answer is for).
+    sent_at: Option<Instant>,
+    /// The send time of the last heartbeat answered without error, and how long the session
+    /// is trusted from it: what `SessionBound::renew` takes.
+    renewal: Option<(Instant, Duration)>,
 }
 
 impl ShareGroupMachine {
@@ -163,6 +171,8 @@ impl ShareGroupMachine {
             changed: false,
             fatal: None,
             answered: false,
+            sent_at: None,
+            renewal: None,
         }
     }
 
@@ -204,6 +214,15 @@ impl ShareGroupMachine {
     /// The heartbeat interval the broker asked for (a default before its first answer).
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+
+    /// The send time of the last heartbeat answered without error and how long the member's
+    /// place in the group can be trusted from it (derived from the heartbeat interval as the
+    /// consumer group member derives it, `consumer_group/liveness.rs`: the broker keeps
+    /// `group.share.session.timeout.ms` to itself): what `SessionBound::renew` takes, so that
+    /// the share consumer's leases end when the group may have removed the member.
+    pub fn session_renewal(&self) -> Option<(Instant, Duration)> {
+        self.renewal
     }
 
     /// Whether the shell must find the coordinator before anything else is sent.
@@ -287,6 +306,7 @@ impl ShareGroupMachine {
         }
         // Not again before the answer (the shell feeds it back before it asks again).
         self.next_at = Some(now + self.interval);
+        self.sent_at = Some(now);
         let mut hb = ShareHeartbeat {
             group_id: self.config.group_id.clone(),
             member_id: self.config.member_id.clone(),
@@ -337,6 +357,9 @@ impl ShareGroupMachine {
         self.state = ShareState::Stable;
         if answer.member_epoch >= 0 {
             self.epoch = answer.member_epoch;
+        }
+        if let Some(sent) = self.sent_at.take() {
+            self.renewal = Some((sent, session_bound(None, self.interval)));
         }
         self.next_at = Some(now + self.interval);
         if let Some(assignment) = answer.assignment {

@@ -10,7 +10,7 @@ use super::machine::{ShareAssignment, ShareGroupMachine, ShareMachineConfig};
 use super::thread::{spawn, Shared, State, Stop};
 use crate::group::error::GroupError;
 use crate::group::ids::generate_member_id;
-use crate::guard::lease_now;
+use crate::guard::{lease_now, SessionBound};
 use crate::wire::{ClientConfig, Nudge, WireError};
 
 /// How a share member is set up.
@@ -188,6 +188,18 @@ impl ShareMembership {
             }
             s = self.shared.wait(s, deadline - now);
         }
+    }
+
+    /// Hands over the session bound the share consumer's leases read (its lock guard's): every
+    /// answered heartbeat renews it from its send time, starting with the latest one before
+    /// this call, so that a lease ends when the group may have removed this member (see
+    /// [`LockGuard::session_bound`](crate::guard::LockGuard::session_bound)).
+    pub fn bound_session(&self, bound: Arc<SessionBound>) {
+        let mut s = self.shared.lock();
+        if let Some((sent, holds)) = s.renewal {
+            bound.renew(sent, holds);
+        }
+        s.bound = Some(bound);
     }
 
     /// Changes the subscription: the next heartbeat (sent at once) carries the new topic names.

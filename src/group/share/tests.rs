@@ -397,3 +397,28 @@ fn a_leave_that_cannot_be_sent_is_given_up() {
     assert_eq!(m.state(), ShareState::Left);
     assert!(!m.needs_coordinator());
 }
+
+#[test]
+fn an_answered_heartbeat_renews_the_session_from_its_send_time_and_a_refused_one_does_not() {
+    let t0 = Instant::now();
+    assert_eq!(machine().session_renewal(), None, "nothing answered yet");
+    let mut m = joined(t0);
+    // Three 500 ms intervals from the join's send time (`consumer_group/liveness.rs`).
+    assert_eq!(m.session_renewal(), Some((t0, 1500 * MS)));
+    let sent = t0 + 500 * MS;
+    m.poll_transmit(sent).expect("heartbeat due");
+    m.on_response(sent + 40 * MS, ok(3, None));
+    assert_eq!(
+        m.session_renewal(),
+        Some((sent, 1500 * MS)),
+        "counted from the send, not the answer"
+    );
+    let fenced_at = sent + 540 * MS;
+    m.poll_transmit(fenced_at).expect("heartbeat due");
+    m.on_response(fenced_at, err(KafkaCode::FENCED_MEMBER_EPOCH));
+    assert_eq!(
+        m.session_renewal(),
+        Some((sent, 1500 * MS)),
+        "a fence renews nothing"
+    );
+}

@@ -17,7 +17,7 @@ use super::wire::{send_share_heartbeat, SHARE_HEARTBEAT_VERSIONS};
 use crate::group::ids::TopicId;
 use crate::group::membership_thread::{run, AfterTransportError, HeartbeatProtocol, Round};
 use crate::group::outcome::{FatalError, GroupApi};
-use crate::guard::lease_now;
+use crate::guard::{lease_now, SessionBound};
 use kafka_protocol::messages::ApiKey;
 
 use crate::wire::{ClientConfig, Connection, KafkaCode, Nudge, VersionRange, WireError};
@@ -51,6 +51,25 @@ pub(crate) struct State {
     /// The thread ended; with the panic's message if it died.
     pub(crate) exited: bool,
     pub(crate) died: Option<String>,
+    /// The session bound the share consumer's leases read, once it handed it over
+    /// ([`ShareMembership::bound_session`](super::ShareMembership::bound_session)).
+    pub(crate) bound: Option<Arc<SessionBound>>,
+    /// The latest renewal (an answered heartbeat's send time and how long it holds), kept so
+    /// that a bound handed over after the join starts from it.
+    pub(crate) renewal: Option<(Instant, Duration)>,
+}
+
+impl State {
+    /// An answered heartbeat sent at `sent` renews the session for `holds`: kept, and applied
+    /// to the bound if one was handed over.
+    pub(crate) fn renew_bound(&mut self, sent: Instant, holds: Duration) {
+        if self.renewal.is_none_or(|(at, _)| at <= sent) {
+            self.renewal = Some((sent, holds));
+        }
+        if let Some(bound) = &self.bound {
+            bound.renew(sent, holds);
+        }
+    }
 }
 
 /// The state shared between the heartbeat thread and the caller's threads.
@@ -73,6 +92,8 @@ impl Shared {
                 left: false,
                 exited: false,
                 died: None,
+                bound: None,
+                renewal: None,
             }),
             changed: Condvar::new(),
         }
@@ -288,8 +309,15 @@ impl HeartbeatProtocol for Share {
         self.machine.poll_transmit(now)
     }
 
-    fn on_response(&mut self, _round: Instant, answer: ShareHeartbeatAnswer) {
+    /// The answer, then the session bound it renews (only a renewal from this round's
+    /// heartbeat: an older one was applied when it came).
+    fn on_response(&mut self, round: Instant, answer: ShareHeartbeatAnswer) {
         self.machine.on_response(lease_now(), answer);
+        if let Some((at, holds)) = self.machine.session_renewal() {
+            if at >= round {
+                self.shared.lock().renew_bound(at, holds);
+            }
+        }
     }
 
     fn on_transport_error(&mut self, now: Instant) {

@@ -6,6 +6,24 @@
 //! reaches the worker already holding the record, and a voided lease (the broker gave the
 //! record to us again, under a new acquisition) reads "not current" everywhere at once. No lock
 //! is taken to ask; whether it holds is the rule every lease keeps (`lease_end`).
+//!
+//! The deadline the rule asks is the earlier of two: the record lock's (minus the margin) and
+//! the member's [`SessionBound`], which the share membership renews with every answered
+//! ShareGroupHeartbeat, as the consumer's heartbeats renew the rebalance guard's. Why the
+//! second: Kafka gives a member's acquired records to others before their lock ends when its
+//! share session ends, and a member that is no longer heard from loses it without being told.
+//! In Kafka (4.1 on, KAFKA-19116/KAFKA-19258) the share-partition leader's `ShareSessionCache`
+//! drops the session of a connection that closed (`ClientConnectionDisconnectListener`, which
+//! also fires when the broker reaps a connection idle for `connections.max.idle.ms`) and calls
+//! `ShareGroupListener.onMemberLeave`, whose implementation in `SharePartitionManager` runs
+//! `releaseSession`, and that releases every record the member acquired
+//! (`SharePartition.releaseAcquiredRecords`). The group coordinator's own fence on
+//! `group.share.session.timeout.ms` (`GroupMetadataManager`'s share session timeout, which
+//! removes the member and reassigns its partitions) does not itself reach the partition leader;
+//! but a member whose heartbeats stopped is a member whose connections go silent too, and
+//! `group.share.record.lock.duration.ms` may be up to an hour. So the lease trusts the record no
+//! longer than it trusts the membership: past the session bound it reads not current, and stays
+//! so (a renewal that arrives later cannot say the record was not given away meanwhile).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::scope::SessionScope;
 use crate::guard::deadline::{lease_end, Deadline, Timebase};
-use crate::guard::IdempotencyKey;
+use crate::guard::{IdempotencyKey, SessionBound};
 use crate::TopicPartition;
 
 /// The lock the broker granted the records of one answer, as the guard needs it to lease them
@@ -41,7 +59,9 @@ pub struct Grant {
 /// given the record to another member. The deadline moves forward when a renewal of the lock is
 /// answered, and the lease is voided for good when the broker hands the same record to this
 /// member again under a new acquisition, or when the share session that acquired it ends (its
-/// [`SessionScope`]: the broker then releases the record at once).
+/// [`SessionScope`]: the broker then releases the record at once). It also ends, for good, once
+/// the member's [`SessionBound`] passed: the group may have removed the member, and its records
+/// with it, without a word that could reach it (see the module notes).
 #[derive(Clone)]
 pub struct LockLease(Arc<Cell>);
 
@@ -53,8 +73,15 @@ struct Cell {
     /// finish is told apart from the finish of the acquisition that replaced it.
     acquisition: u64,
     key: Option<IdempotencyKey>,
-    /// When the lease ends, on the guard's clock; ended for good once voided.
+    /// When the lock's lease ends, on the guard's clock; ended for good once voided or once the
+    /// session bound was found passed.
     deadline: Deadline,
+    /// The member's session bound (the guard's, renewed by the share membership): the lease
+    /// ends when it passes, if that comes before `deadline`.
+    session: Arc<SessionBound>,
+    /// Set when the lease found the session bound passed before its lock's deadline (and
+    /// ended that deadline for it): why it ended, for the guard's count.
+    lapsed: AtomicBool,
     /// The share session (and partition) that acquired the record: once it ended, the lease
     /// is not current whatever its deadline.
     scope: SessionScope,
@@ -69,7 +96,9 @@ struct Cell {
 
 impl LockLease {
     /// The lease of acquisition `acquisition` of the record at `offset` of `tp`, ending at
-    /// `deadline`, under `grant`'s session and lock end.
+    /// `deadline` or when `session` passes, whichever is first, under `grant`'s session and
+    /// lock end.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         acquisition: u64,
         (tp, offset): (TopicPartition, i64),
@@ -77,6 +106,7 @@ impl LockLease {
         key: Option<IdempotencyKey>,
         time: &Timebase,
         deadline: Instant,
+        session: Arc<SessionBound>,
         grant: &Grant,
     ) -> Self {
         let (scope, lock_ends_by) = (grant.scope.clone(), grant.lock_ends_by);
@@ -87,6 +117,8 @@ impl LockLease {
             acquisition,
             key,
             deadline: Deadline::at(time.clone(), deadline),
+            session,
+            lapsed: AtomicBool::new(false),
             scope,
             lock_ends_by: Deadline::at(time.clone(), lock_ends_by),
             finished: AtomicBool::new(false),
@@ -102,14 +134,35 @@ impl LockLease {
 
     /// [`is_current`](Self::is_current) at an instant the caller read from the guard's clock.
     /// Never current once its share session ended. A voided lease's deadline is ended, so it
-    /// reads as passed.
+    /// reads as passed; so does a lease that found the session bound passed (it ends its
+    /// deadline then, so that a later renewal of the bound does not revive it).
     pub fn is_current_at(&self, now: Instant) -> bool {
         lease_end(
-            self.0.deadline.passed(now),
+            self.deadline_passed(now),
             || self.0.scope.has_ended(),
             || false,
         )
         .is_none()
+    }
+
+    /// The lease's deadline as the rule asks it: the lock's, or the session bound's if that
+    /// passed first (which ends the lock's deadline for good).
+    fn deadline_passed(&self, now: Instant) -> bool {
+        if self.0.deadline.passed(now) {
+            return true;
+        }
+        if self.0.session.is_expired(now) {
+            self.0.lapsed.store(true, Ordering::Release);
+            self.0.deadline.end();
+            return true;
+        }
+        false
+    }
+
+    /// Whether the lease ended because the member's session bound passed while the lock's
+    /// deadline had not (the group may have removed the member), as a reading of it found.
+    pub(super) fn session_lapsed(&self) -> bool {
+        self.0.lapsed.load(Ordering::Acquire)
     }
 
     /// The share session (and partition) that acquired the record: an acknowledgement decided
@@ -135,8 +188,9 @@ impl LockLease {
         self.0.deadline.now()
     }
 
-    /// How long the lease has left now (zero once it is not current), for a handler that bounds
-    /// its own work (a call's timeout) by the lock.
+    /// How long the lease has left by its lock now (zero once it is not current), for a handler
+    /// that bounds its own work (a call's timeout) by the lock. The session bound can end it
+    /// sooner, if the membership stops hearing from the group (see [`deadline`](Self::deadline)).
     pub fn time_left(&self) -> Duration {
         let now = self.now();
         match self.deadline() {
@@ -145,9 +199,13 @@ impl LockLease {
         }
     }
 
-    /// The instant the lease ends (moved forward by renewals); `None` once voided or once its
-    /// share session ended. An instant
-    /// before the guard was created reads as the guard's creation.
+    /// The instant the lease ends by its lock (moved forward by renewals); `None` once voided,
+    /// once its share session ended, or once the member's session bound was found passed. The
+    /// session bound is not in it: the membership moves it forward every heartbeat interval, so
+    /// it ends the lease only if it passes (as [`is_current`](Self::is_current) reads), and a
+    /// handler that bounds its work by the lock, or an acknowledgement judged late against it,
+    /// would otherwise see a deadline seconds away that is never reached. An instant before the
+    /// guard was created reads as the guard's creation.
     pub fn deadline(&self) -> Option<Instant> {
         if self.0.scope.has_ended() {
             return None;

@@ -6,8 +6,9 @@
 //! the record to any member again. A handler that is still at work then races the next one, and
 //! both apply the effect. The lock guard makes sure an effect is never applied once the lock
 //! *may* have ended: each acquired record gets a [`LockLease`] whose deadline is the request's
-//! send time plus the lock minus a safety margin ([`LockGuardConfig::margin`]), and the handler
-//! asks the lease right before it acts.
+//! send time plus the lock minus a safety margin ([`LockGuardConfig::margin`]), or the member's
+//! session bound ([`LockGuard::session_bound`], renewed by the share membership's answered
+//! heartbeats) if that comes first, and the handler asks the lease right before it acts.
 //!
 //! The decisions it owns, all with times passed in (no I/O, no threads):
 //! 1. **Acquire** ([`LockGuard::acquired`]): a lease to run under, or a refusal: a key this
@@ -34,8 +35,9 @@
 //!
 //! - `mod.rs` (this file): the [`LockGuard`] and its decisions.
 //! - `lease.rs`: the [`LockLease`] a worker holds: the deadline in one atomic, read against the
-//!   lease clock (it counts suspended time), and the [`Grant`] a lease is made from (the lock an
-//!   answer granted, and the session scope that acquired it).
+//!   lease clock (it counts suspended time) together with the member's session bound (and why
+//!   Kafka makes that needed), and the [`Grant`] a lease is made from (the lock an answer
+//!   granted, and the session scope that acquired it).
 //! - `scope.rs`: the [`SessionScope`]: the share session (and partition) a lease belongs to;
 //!   ended once, never revived, read lock-free by every lease of it.
 //! - `types.rs`: the vocabulary: [`AckType`], [`Outcome`], [`Acquired`], [`LockGuardConfig`]
@@ -59,7 +61,7 @@ pub use types::{AckFailures, AckType, Acquired, LockGuardConfig, LockStats, Outc
 use crate::basics::partition::PartitionMap;
 use crate::guard::deadline::Timebase;
 use crate::guard::key_set::KeySet;
-use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey};
+use crate::guard::{BootClock, Clock, GuardConfigError, IdempotencyKey, SessionBound};
 use crate::TopicPartition;
 
 /// Half-way through a lock of `lock` granted in answer to a request sent at `sent_at`.
@@ -121,6 +123,7 @@ struct Counters {
     refused_key_in_flight: u64,
     voided: u64,
     applied_session_ended: u64,
+    released_session_lapsed: u64,
 }
 
 /// The lock guard of one share-group member: which acquired records may run, what each is
@@ -128,6 +131,9 @@ struct Counters {
 pub struct LockGuard {
     config: LockGuardConfig,
     time: Timebase,
+    /// How long this member's place in the group can be trusted: renewed by the share
+    /// membership, read by every lease (see `lease.rs` for why a record lock needs it).
+    session: Arc<SessionBound>,
     held: PartitionMap<BTreeMap<i64, Held>>,
     /// Keys whose effect this member applied, oldest forgotten first.
     applied: KeySet<IdempotencyKey>,
@@ -167,6 +173,7 @@ impl LockGuard {
             // set's CLOCK replacement forgets them in insertion order, oldest first.
             applied: KeySet::new(config.applied_keys, 1),
             config,
+            session: Arc::new(SessionBound::on_clock(clock.clone())),
             time: Timebase::new(clock, base),
             held: PartitionMap::default(),
             in_flight: HashMap::new(),
@@ -183,6 +190,15 @@ impl LockGuard {
     /// The current instant on the clock the leases read.
     pub fn now(&self) -> Instant {
         self.time.now()
+    }
+
+    /// The bound in time on this member's place in the share group, for the share membership
+    /// to renew with every answered heartbeat (see [`SessionBound`]): every lease ends when it
+    /// passes, whatever its lock has left, since the group may have removed the member and
+    /// Kafka then gives its records to others. Until it is first renewed, leases end by their
+    /// lock, their session and voiding only.
+    pub fn session_bound(&self) -> Arc<SessionBound> {
+        self.session.clone()
     }
 
     /// Turns renewal on or off, for a caller that learns only after the start whether the broker
@@ -287,6 +303,7 @@ impl LockGuard {
                     key.clone(),
                     &self.time,
                     deadline,
+                    self.session.clone(),
                     grant,
                 );
                 let held = Held {
@@ -439,6 +456,13 @@ impl LockGuard {
         }
         let ack = if !current {
             self.counters.released_expired += 1;
+            if lease.session_lapsed() {
+                self.counters.released_session_lapsed += 1;
+                log::warn!(
+                    "{tp} offset {offset}: the member's session bound passed before its \
+                     finish: the group may have removed it and given the record to another"
+                );
+            }
             if applied {
                 self.counters.applied_after_expiry += 1;
                 log::warn!(
@@ -714,6 +738,7 @@ impl LockGuard {
             refused_key_in_flight: c.refused_key_in_flight,
             voided: c.voided,
             applied_session_ended: c.applied_session_ended,
+            released_session_lapsed: c.released_session_lapsed,
         }
     }
 }

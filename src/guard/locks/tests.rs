@@ -128,6 +128,79 @@ fn the_deadline_counts_from_the_requests_send_time_not_the_answers_arrival() {
 }
 
 #[test]
+fn the_lease_ends_at_the_session_bound_when_it_comes_before_the_lock_and_stays_ended() {
+    let (mut guard, clock) = guard();
+    let lock = Duration::from_secs(600);
+    let sent_at = clock.now();
+    let lease = run(guard.acquired(&tp(0), 3, 1, key(3), sent_at, lock));
+    let other = run(guard.acquired(&tp(0), 4, 1, None, sent_at, lock));
+    // Unbounded until the membership renews it: the lock's lease (600 s less 60 s).
+    assert_eq!(lease.deadline(), Some(sent_at + Duration::from_secs(540)));
+    // A heartbeat sent now is answered: the session holds 15 s from its send time.
+    let bound = guard.session_bound();
+    bound.renew(clock.now(), Duration::from_secs(15));
+    assert_eq!(
+        lease.deadline(),
+        Some(sent_at + Duration::from_secs(540)),
+        "the lock's: heartbeats move the bound on"
+    );
+    clock.advance(Duration::from_secs(15) - ms(1));
+    assert!(lease.is_current());
+    clock.advance(ms(1));
+    assert!(
+        !lease.is_current(),
+        "the group may have removed the member: 585 s of lock left are no longer ours"
+    );
+    // A later heartbeat cannot say the record stayed ours meanwhile: the lease stays ended.
+    bound.renew(clock.now(), Duration::from_secs(15));
+    assert!(!lease.is_current(), "never revived");
+    assert_eq!(lease.deadline(), None);
+    assert_eq!(
+        guard.finished(&lease, Outcome::Applied, clock.now()),
+        Some(AckType::Release)
+    );
+    let stats = guard.stats();
+    assert_eq!(
+        (
+            stats.released_session_lapsed,
+            stats.released_expired,
+            stats.applied_after_expiry
+        ),
+        (1, 1, 1)
+    );
+    // A lease nobody asked while the bound was passed holds again once it is renewed: only an
+    // instant at which ownership could have moved ends a lease.
+    assert!(other.is_current());
+    assert_eq!(
+        guard.finished(&other, Outcome::Applied, clock.now()),
+        Some(AckType::Accept)
+    );
+    assert_eq!(guard.stats().released_session_lapsed, 1);
+}
+
+#[test]
+fn a_lock_that_ends_before_the_session_bound_is_not_counted_as_a_lapsed_session() {
+    let (mut guard, clock) = guard();
+    let sent_at = clock.now();
+    guard
+        .session_bound()
+        .renew(sent_at, Duration::from_secs(45));
+    let lease = run(guard.acquired(&tp(0), 5, 1, None, sent_at, LOCK));
+    assert_eq!(lease.deadline(), Some(sent_at + Duration::from_secs(27)));
+    clock.advance(Duration::from_secs(27));
+    assert!(!lease.is_current());
+    assert_eq!(
+        guard.finished(&lease, Outcome::Skipped, clock.now()),
+        Some(AckType::Release)
+    );
+    let stats = guard.stats();
+    assert_eq!(
+        (stats.released_expired, stats.released_session_lapsed),
+        (1, 0)
+    );
+}
+
+#[test]
 fn a_lock_that_ran_out_before_its_answer_arrived_gives_a_lease_that_is_never_current() {
     let (mut guard, clock) = guard();
     let sent_at = clock.now();

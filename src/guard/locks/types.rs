@@ -209,4 +209,8 @@ pub struct LockStats {
     /// Effects applied whose share session ended before their finish: no acknowledgement could
     /// be sent (the broker had released the record), so another member may apply them again.
     pub applied_session_ended: u64,
+    /// Of the RELEASEs for an ended lease, those whose lease ended because the member's session
+    /// bound passed first ([`LockGuard::session_bound`](super::LockGuard::session_bound)): the
+    /// group may have removed the member, and Kafka then gives its records to others.
+    pub released_session_lapsed: u64,
 }

@@ -9,11 +9,12 @@
 //! ended session is dropped unsent ([`AckError::SessionEnded`]), as the fetcher drops it.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::ShareCoordinator;
 use crate::group::{GroupError, ShareAssignment};
-use crate::guard::{AckType, SessionScope};
+use crate::guard::{AckType, SessionBound, SessionScope};
 use crate::share::{ShareMember, ShareSource};
 use crate::wire::share::{
     AckError, AckResult, AcquiredBatch, AcquiredRecord, RenewResult, ShareAck, ShareFetchRound,
@@ -22,12 +23,14 @@ use crate::wire::{FetchStats, Nudge, Result};
 use crate::TopicPartition;
 
 /// A member's heartbeat side: each [`assignment`](ShareMember::assignment) is a heartbeat at
-/// the coordinator's now.
+/// the coordinator's now, which renews the session bound handed over for the group's session
+/// timeout from then (the coordinator answers at once, so the send time is now).
 #[derive(Debug)]
 pub struct InMemoryShareMember {
     coordinator: ShareCoordinator,
     id: String,
     topics: Vec<String>,
+    bound: Mutex<Option<Arc<SessionBound>>>,
 }
 
 impl InMemoryShareMember {
@@ -42,6 +45,7 @@ impl InMemoryShareMember {
             coordinator,
             id,
             topics,
+            bound: Mutex::new(None),
         }
     }
 }
@@ -52,7 +56,11 @@ impl ShareMember for InMemoryShareMember {
     }
 
     fn assignment(&self) -> ShareAssignment {
+        let sent = self.coordinator.now();
         let (epoch, partitions, fenced) = self.coordinator.heartbeat(&self.id, &self.topics);
+        if let Some(bound) = &*self.bound.lock().unwrap_or_else(PoisonError::into_inner) {
+            bound.renew(sent, self.coordinator.settings().session_timeout);
+        }
         ShareAssignment {
             epoch,
             partitions,
@@ -67,6 +75,10 @@ impl ShareMember for InMemoryShareMember {
 
     fn status(&self) -> std::result::Result<(), GroupError> {
         Ok(())
+    }
+
+    fn bound_session(&self, bound: Arc<SessionBound>) {
+        *self.bound.lock().unwrap_or_else(PoisonError::into_inner) = Some(bound);
     }
 
     fn leave(self: Box<Self>, _timeout: Duration) -> std::result::Result<(), GroupError> {

@@ -10,9 +10,11 @@
 use crate::support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::group::{ShareAssignment, ShareMembership, ShareMembershipConfig};
+use rebalance_guard::guard::SessionBound;
 use rebalance_guard::wire::{
     Client, ClientConfig, CommitIdentity, KafkaCode, OffsetCommitEntry, WireError,
 };
@@ -171,6 +173,53 @@ fn a_member_fenced_after_a_stall_rejoins_with_the_same_member_id() {
     println!("rejoined after {took:?}: {seen:?} (first epoch {first})");
     assert!(took >= Duration::from_millis(2 * SHORT_SESSION_MS - 100));
     assert_eq!(a.member_id(), id, "the member id is kept across the rejoin");
+    a.status().expect("a fence is not fatal");
+}
+
+/// Polls `done` every 20 ms until it holds or `bound` passed; how long it took.
+fn within(bound: Duration, what: &str, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < bound, "{what}: not within {bound:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+#[test]
+fn answered_heartbeats_renew_the_session_bound_handed_over_and_a_stall_lets_it_pass() {
+    let kafka = kafka();
+    let t = topic(kafka, 1);
+    let group = unique_name("share-bound");
+    short_session(kafka, &group);
+    let a = join(kafka, &group, &[&t]);
+    // What the share consumer hands over: its lock guard's bound, on the boot clock.
+    let bound = Arc::new(SessionBound::unbounded());
+    a.bound_session(bound.clone());
+    let first = bound
+        .valid_until()
+        .expect("bounded at once, from the join's answer");
+    // Three 500 ms heartbeat intervals from each answered send: the heartbeats move it on.
+    within(Duration::from_secs(5), "a renewal", || {
+        bound
+            .valid_until()
+            .is_some_and(|until| until >= first + Duration::from_millis(400))
+    });
+    assert!(!bound.is_expired_now());
+    // Silent for twice the session: the bound passes about 1.5 s after the last answered send,
+    // well before the broker's 2 s session ends and its fence.
+    a.pause_heartbeats(Duration::from_millis(2 * SHORT_SESSION_MS));
+    let lapsed = within(Duration::from_secs(3), "the bound to pass", || {
+        bound.is_expired_now()
+    });
+    println!("the session bound passed {lapsed:?} into the stall");
+    // Rejoined after the pause: answered heartbeats renew it again.
+    let renewed = within(
+        Duration::from_secs(20),
+        "a renewal after the rejoin",
+        || !bound.is_expired_now(),
+    );
+    println!("renewed {renewed:?} after it passed");
     a.status().expect("a fence is not fatal");
 }
 

@@ -9,7 +9,9 @@
 //! its delivery count up; the close gives back at once what was acquired and not finished; the
 //! delivery count limit archives; members split the partitions and a member that leaves gives its
 //! records back; an acknowledgement that arrives after its lock is refused, counted, and never
-//! taken as applied; a fenced member's leases end; a renewal moves a running record's lease on;
+//! taken as applied; a fenced member's leases end; a member not heard from past its session
+//! loses its leases before their lock ends, and the record is applied once, by the member the
+//! group gave it to; a renewal moves a running record's lease on;
 //! a poll with no time to wait still fetches; the decoupled mode's workers apply each record once.
 
 use std::collections::BTreeSet;
@@ -445,6 +447,102 @@ fn a_fenced_member_sees_its_leases_end_and_its_records_come_back() {
     assert_eq!(coordinator.stats().accepted, 1);
     assert_eq!(coordinator.stats().refused, 0);
     consumer.close().expect("close");
+}
+
+/// A handler that applies its record's effect only while its lease is current, as the share
+/// consumer's handlers must; true when it applied it.
+fn apply_if_current(
+    delivery: ShareDelivery,
+    effects: &mut Vec<(String, i32, i64)>,
+    who: &str,
+) -> bool {
+    if delivery.is_current() {
+        let record = delivery.record();
+        effects.push((who.to_string(), record.partition, record.offset));
+        delivery.applied();
+        true
+    } else {
+        delivery.skipped();
+        false
+    }
+}
+
+#[test]
+fn a_member_not_heard_from_past_its_session_loses_its_leases_before_the_lock_and_the_other_member_applies_once(
+) {
+    // The lock outlasts the session timeout (Kafka allows a lock of up to an hour): only the
+    // session bound can end the stalled member's lease before the group gives its record away.
+    let long_lock = ShareGroupSettings {
+        lock_duration: Duration::from_secs(120),
+        session_timeout: Duration::from_secs(10),
+        ..ShareGroupSettings::default()
+    };
+    let (_log, coordinator) = group(1, 1, long_lock);
+    let mut stalled = coordinator
+        .consumer(config("lapse", &[("share.lock.renew", "false")]), &[TOPIC])
+        .expect("consumer");
+    let mut held = stalled.poll(POLL).expect("poll");
+    assert_eq!(seen(&held), vec![(0, 0, 1)]);
+    let held = held.remove(0);
+    let mut other = coordinator
+        .consumer(config("lapse", &[("share.lock.renew", "false")]), &[TOPIC])
+        .expect("consumer");
+    assert!(
+        other.poll(POLL).expect("poll").is_empty(),
+        "locked by the first member"
+    );
+    // The first member's process stalls (no turn, no heartbeat); the other keeps heartbeating.
+    coordinator.advance(Duration::from_secs(6));
+    assert!(other.poll(POLL).expect("poll").is_empty());
+    assert!(held.is_current(), "6 s of silence: inside the session");
+    coordinator.advance(Duration::from_secs(5));
+    // The group fences the silent member and releases its record, 11 s into a 120 s lock; the
+    // other member acquires it.
+    let taken_over = other.poll(POLL).expect("poll");
+    assert_eq!(coordinator.stats().fenced, 1);
+    assert_eq!(coordinator.stats().released_with_session, 1);
+    assert_eq!(seen(&taken_over), vec![(0, 0, 2)]);
+    // The stalled handler resumes before its poll thread learned of the fence: its lock has
+    // 109 s left, but its session bound passed, so its lease no longer holds.
+    assert!(
+        !held.is_current(),
+        "past the session bound the group may have given the record away"
+    );
+    assert_eq!(held.context().deadline(), None, "ended, not merely due");
+    let mut effects = Vec::new();
+    assert!(!apply_if_current(held, &mut effects, "stalled"));
+    for delivery in taken_over {
+        assert!(apply_if_current(delivery, &mut effects, "other"));
+    }
+    assert!(other.poll(POLL).expect("poll").is_empty());
+    // The stalled member turns again: it learns of the fence and rejoins; nothing comes back.
+    assert!(stalled.poll(POLL).expect("poll").is_empty());
+    assert_eq!(
+        effects,
+        vec![("other".to_string(), 0, 0)],
+        "applied once, by the other member"
+    );
+    let locks = stalled.stats().locks;
+    assert_eq!(
+        (
+            locks.released_expired,
+            locks.released_session_lapsed,
+            locks.accepted
+        ),
+        (1, 1, 0),
+        "the refused effect is counted as a release for a lapsed session"
+    );
+    assert_eq!(locks.applied_after_expiry, 0);
+    let stats = coordinator.stats();
+    assert_eq!((stats.accepted, stats.delivered), (1, 2));
+    assert_eq!(
+        coordinator
+            .record(&tp(0), 0)
+            .map(|r| (r.state, r.delivery_count)),
+        Some((RecordState::Acknowledged, 2))
+    );
+    stalled.close().expect("close");
+    other.close().expect("close");
 }
 
 #[test]

@@ -231,8 +231,9 @@ impl ShareFetcher {
         }
     }
 
-    /// The member was fenced (removed from the share group, to rejoin at epoch 0): Kafka
-    /// released every record it held, so every session's scope ends now, as at a reset (each
+    /// The member was fenced (removed from the share group, to rejoin at epoch 0): its share
+    /// sessions, and the records they acquired, may be gone (Kafka releases them when a
+    /// session ends), so every session's scope ends now, as at a reset (each
     /// session reopens with its next request). Why here and not on the next answer: nothing
     /// the share sessions hear says so, and a lease must not read current while another member
     /// may hold its record.
