@@ -210,7 +210,7 @@ pub struct LockStats {
     /// be sent (the broker had released the record), so another member may apply them again.
     pub applied_session_ended: u64,
     /// Of the RELEASEs for an ended lease, those whose lease ended because the member's session
-    /// bound passed first ([`LockGuard::session_bound`](super::LockGuard::session_bound)): the
-    /// group may have removed the member, and Kafka then gives its records to others.
+    /// bound passed first (its share-group heartbeats went unanswered for too long): it may have
+    /// lost its connections, and Kafka then gives its records to others.
     pub released_session_lapsed: u64,
 }
