@@ -616,7 +616,16 @@ fn joining_does_not_count_against_max_poll_interval(kind: BrokerKind) {
         stats.counters.lost, 0,
         "{kind:?}: evicted for time spent joining: {stats}"
     );
-    assert_eq!(consumer.assignment().len(), 1, "{kind:?}: {stats}");
+    // What this test is about is ours: joined after more than its poll interval, then most of
+    // an interval in the handler, and still a member (nothing lost). Whether the busy member is
+    // still in the group is the broker's affair: on Kafka it is (one partition each); the mock,
+    // under load, sometimes forms a later generation without the member that stalled, and hands
+    // ours both partitions.
+    let owned = consumer.assignment().len();
+    match kind {
+        BrokerKind::Mock => assert!((1..=2).contains(&owned), "{kind:?}: {stats}"),
+        _ => assert_eq!(owned, 1, "{kind:?}: {stats}"),
+    }
     consumer.close().unwrap();
     drop(busy.close());
 }
