@@ -112,6 +112,12 @@ pub mod metrics;
 mod metrics;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
+pub mod producer;
+#[cfg(not(feature = "test-support"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+pub(crate) mod producer;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod share;
 #[cfg(not(feature = "test-support"))]
 #[allow(unreachable_pub, unused_imports, dead_code)]
@@ -136,6 +142,11 @@ pub use consumer::{
 };
 pub use group::{GroupError, LostReason, MemberIdentity};
 pub use guard::{IdempotencyKey, StormStatus};
+pub use producer::partitioner;
+pub use producer::{
+    DeliveryHandle, ProduceError, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
+    RecordMetadata,
+};
 pub use share::{
     AckType, ShareConfig, ShareConfigBuilder, ShareConsumer, ShareContext, ShareDelivery,
     ShareError, ShareFailure, ShareStats,

@@ -295,3 +295,55 @@ pub(super) fn rack(name: &'static str, rack: String) -> Result<String, ConfigErr
         None => Ok(rack),
     }
 }
+
+/// A producer's byte size (`batch.size`, `buffer.memory`, `max.request.size`): at least one
+/// byte, at most what a Produce request's int32 length can carry.
+pub(super) fn batch_bytes(name: &'static str, n: usize) -> Result<usize, ConfigError> {
+    if n == 0 || n > i32::MAX as usize {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: n.to_string(),
+            rule: "must be between 1 and 2147483647",
+        });
+    }
+    Ok(n)
+}
+
+/// `compression.type`: the codec's cargo feature must be in this build (a producer that
+/// silently sent uncompressed would break the operator's disk and network budget).
+pub(super) fn codec_built(
+    name: &'static str,
+    codec: super::values::CompressionType,
+) -> Result<super::values::CompressionType, ConfigError> {
+    if !codec.is_built() {
+        return Err(ConfigError::UnsupportedSetting {
+            name: name.to_string(),
+            reason: "this build lacks the codec's cargo feature (gzip, snappy, lz4, zstd)",
+        });
+    }
+    Ok(codec)
+}
+
+/// `compression.gzip.level`: Java's range (KIP-390), 1 to 9, or -1 for the default.
+pub(super) fn gzip_level(name: &'static str, level: i32) -> Result<i32, ConfigError> {
+    if level != -1 && !(1..=9).contains(&level) {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: level.to_string(),
+            rule: "must be -1 (the default) or between 1 and 9",
+        });
+    }
+    Ok(level)
+}
+
+/// `compression.zstd.level`: what the pure-Rust encoder implements, 0 (stored) to 3.
+pub(super) fn zstd_level(name: &'static str, level: i32) -> Result<i32, ConfigError> {
+    if !(0..=3).contains(&level) {
+        return Err(ConfigError::OutOfRange {
+            name,
+            value: level.to_string(),
+            rule: "must be between 0 and 3 (the pure-Rust zstd encoder has no higher levels)",
+        });
+    }
+    Ok(level)
+}

@@ -46,6 +46,117 @@ pub(super) const NOT_FOR_SHARE_GROUPS: &[(&str, &str)] = &[
     ("batch.safety.factor", "batches are bounded by `max.poll.records` and each record by its lock"),
 ];
 
+/// The producer's own settings (its rows in the table, documented "Producer only"): refused
+/// by the consumer and the share consumer, which produce nothing with them.
+pub(super) const PRODUCER_ONLY: &[&str] = &[
+    "acks",
+    "enable.idempotence",
+    "linger.ms",
+    "batch.size",
+    "buffer.memory",
+    "max.block.ms",
+    "max.in.flight.requests.per.connection",
+    "delivery.timeout.ms",
+    "max.request.size",
+    "compression.type",
+    "compression.gzip.level",
+    "compression.zstd.level",
+    "partitioner.ignore.keys",
+];
+
+/// The settings a producer shares with the consumer: how to reach, trust and authenticate to
+/// the cluster, and how long to wait for it. Every other consumer setting is refused by a
+/// producer ([`ConfigError::NotForProducers`]) rather than ignored.
+pub(super) const SHARED_WITH_PRODUCERS: &[&str] = &[
+    "bootstrap.servers",
+    "client.id",
+    "request.timeout.ms",
+    "socket.connection.setup.timeout.ms",
+    "retry.backoff.ms",
+    "reconnect.backoff.max.ms",
+    "metadata.max.age.ms",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "sasl.jaas.config",
+    "sasl.oauthbearer.token.callback",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.endpoint.identification.algorithm",
+];
+
+/// Whether a setting is the producer's own.
+pub(super) fn producer_only(name: &str) -> bool {
+    PRODUCER_ONLY.contains(&name)
+}
+
+/// The rules between a producer's settings (as Java's `ProducerConfig` states them).
+pub(super) fn check_producer(config: &ConsumerConfig) -> Result<(), ConfigError> {
+    if config.enable_idempotence {
+        if config.acks != super::values::Acks::All {
+            return Err(ConfigError::Conflict {
+                name: "acks",
+                other: "enable.idempotence",
+                rule: format!(
+                    "idempotence needs acks=all (acks is {}): a batch only its leader has can \
+                     be lost with the leader, and the retry that replaces it would carry a \
+                     sequence the new leader never saw; set acks=all or enable.idempotence=false",
+                    super::values::SettingValue::text(&config.acks)
+                ),
+            });
+        }
+        if config.max_in_flight_requests_per_connection > 5 {
+            return Err(ConfigError::Conflict {
+                name: "max.in.flight.requests.per.connection",
+                other: "enable.idempotence",
+                rule: format!(
+                    "with idempotence at most 5 requests may be in flight (got {}): the leader \
+                     remembers a producer's last five batches per partition, and a sixth would \
+                     make a retry look out of order",
+                    config.max_in_flight_requests_per_connection
+                ),
+            });
+        }
+    }
+    let floor = config.linger_ms + config.request_timeout;
+    if config.delivery_timeout < floor {
+        return Err(ConfigError::Conflict {
+            name: "delivery.timeout.ms",
+            other: "request.timeout.ms",
+            rule: format!(
+                "delivery.timeout.ms ({} ms) must be at least linger.ms + request.timeout.ms \
+                 ({} ms): a record must be able to wait out its batch and one request",
+                config.delivery_timeout.as_millis(),
+                floor.as_millis()
+            ),
+        });
+    }
+    if config.batch_size > config.buffer_memory {
+        return Err(ConfigError::Conflict {
+            name: "batch.size",
+            other: "buffer.memory",
+            rule: format!(
+                "batch.size ({}) must not exceed buffer.memory ({}): one batch must fit",
+                config.batch_size, config.buffer_memory
+            ),
+        });
+    }
+    if config.max_request_size > config.buffer_memory {
+        return Err(ConfigError::Conflict {
+            name: "max.request.size",
+            other: "buffer.memory",
+            rule: format!(
+                "max.request.size ({}) must not exceed buffer.memory ({}): the largest record \
+                 must fit in the buffer",
+                config.max_request_size, config.buffer_memory
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Whether a setting is the share consumer's own (its rows in the table are named `share.*`):
 /// refused by the consumer, which has no share group to apply it to.
 pub(super) fn share_only(name: &str) -> bool {

@@ -113,6 +113,18 @@ pub enum ConfigError {
         /// The setting.
         name: &'static str,
     },
+    /// A producer's own setting (`acks`, `linger.ms`, ...) given to a consumer or share
+    /// consumer, which produces nothing with it: refused rather than ignored.
+    ProducerOnly {
+        /// The setting.
+        name: &'static str,
+    },
+    /// A consumer setting given to a producer (a group, fetching, processing): refused rather
+    /// than ignored, so that a producer configured from a consumer's file says what it drops.
+    NotForProducers {
+        /// The setting.
+        name: &'static str,
+    },
     /// A `.properties` file could not be read.
     File {
         /// The file.
@@ -148,6 +160,8 @@ impl ConfigError {
             | ConfigError::TlsFile { name, .. }
             | ConfigError::ClassicOnly { name }
             | ConfigError::ShareOnly { name }
+            | ConfigError::ProducerOnly { name }
+            | ConfigError::NotForProducers { name }
             | ConfigError::NotForShareGroups { name, .. } => Some(name),
             ConfigError::AutoCommitRefused => Some("enable.auto.commit"),
             ConfigError::Strategies(_) => Some("partition.assignment.strategy"),
@@ -232,6 +246,16 @@ impl fmt::Display for ConfigError {
                 f,
                 "setting `{name}` applies to a share consumer only (ShareConfig); this consumer \
                  belongs to a consumer group"
+            ),
+            ConfigError::ProducerOnly { name } => write!(
+                f,
+                "setting `{name}` applies to a producer only (ProducerConfig); a consumer \
+                 produces nothing with it"
+            ),
+            ConfigError::NotForProducers { name } => write!(
+                f,
+                "setting `{name}` does not apply to a producer: a producer takes the connection \
+                 and security settings and its own (acks, linger.ms, batch.size, ...)"
             ),
             ConfigError::File {
                 path,

@@ -83,7 +83,8 @@ pub use crate::wire::{IsolationLevel, SaslMechanism};
 pub use security::{EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol};
 pub use settings::{SettingDoc, SETTINGS};
 pub use values::{
-    AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder,
+    Acks, AcknowledgementMode, AcquireMode, AutoOffsetReset, CompressionType, GroupProtocol,
+    ProcessingOrder,
 };
 // Named at the crate root (and `PropertiesSyntaxError` in `error`).
 pub use error::ConfigError;
@@ -157,7 +158,7 @@ impl ConsumerConfig {
     pub fn to_properties(&self) -> Vec<(&'static str, String)> {
         let mut out = self.all_properties();
         // The share consumer's own settings: the consumer refuses them, so it does not print them.
-        out.retain(|(k, _)| !cross::share_only(k));
+        out.retain(|(k, _)| !cross::share_only(k) && !cross::producer_only(k));
         // The group protocol decides these; printing them would make the round trip refuse them.
         if self.group_protocol == GroupProtocol::Consumer {
             out.retain(|(k, _)| !cross::CLASSIC_ONLY.contains(k));
@@ -171,7 +172,7 @@ impl ConsumerConfig {
     }
     /// `group.id`.
     pub fn group_id(&self) -> &str {
-        &self.group_id
+        self.group_id.as_deref().unwrap_or_default()
     }
     /// `group.instance.id`: `Some` for a static member.
     pub fn group_instance_id(&self) -> Option<&str> {
@@ -455,7 +456,7 @@ impl ConsumerConfig {
     /// broker waits for a revocation), the backoff is the client's.
     fn consumer_group_config(&self, topics: &[&str]) -> ConsumerGroupConfig {
         ConsumerGroupConfig {
-            group_id: self.group_id.clone(),
+            group_id: self.group_id().to_string(),
             instance_id: self.group_instance_id.clone(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
             topic_regex: None,
@@ -514,7 +515,7 @@ impl ConsumerConfigBuilder {
         if let Some(setting) = share_only_set {
             return Err(ConfigError::ShareOnly { name: setting.name });
         }
-        self.build_checked()
+        self.build_for_group()
     }
 
     /// What a share consumer's configuration is built by: the `share.*` rows are accepted, and
@@ -523,6 +524,34 @@ impl ConsumerConfigBuilder {
     pub(crate) fn build_for_share(mut self) -> Result<ConsumerConfig, ConfigError> {
         if let Some(e) = self.error.take() {
             return Err(e);
+        }
+        self.build_for_group()
+    }
+
+    /// What a producer's configuration is built by: its own rows and the connection and
+    /// security rows; a consumer's setting is refused as it is given ([`refused_for_producer`]),
+    /// and the rules between the producer's settings are checked.
+    pub(crate) fn build_for_producer(mut self) -> Result<ConsumerConfig, ConfigError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let config = self.resolve()?;
+        cross::check_security(&config)?;
+        cross::check_producer(&config)?;
+        Ok(config)
+    }
+
+    /// A consumer's or share consumer's build: a group is required, a producer's settings are
+    /// refused, then every other rule.
+    fn build_for_group(self) -> Result<ConsumerConfig, ConfigError> {
+        let producer_only_set = SETTINGS
+            .iter()
+            .find(|s| cross::producer_only(s.name) && self.is_set(s.name));
+        if let Some(setting) = producer_only_set {
+            return Err(ConfigError::ProducerOnly { name: setting.name });
+        }
+        if !self.is_set("group.id") {
+            return Err(ConfigError::Missing { name: "group.id" });
         }
         self.build_checked()
     }
@@ -547,6 +576,68 @@ pub(crate) fn refused_for_share(name: &str) -> Option<ConfigError> {
         .iter()
         .find(|(refused, _)| *refused == name)?;
     Some(ConfigError::NotForShareGroups { name, instead })
+}
+
+/// A producer's own settings, read out of the one table for the producer layer.
+#[derive(Clone, Debug)]
+pub(crate) struct ProducerSettings {
+    pub(crate) acks: Acks,
+    pub(crate) idempotence: bool,
+    pub(crate) linger: std::time::Duration,
+    pub(crate) batch_size: usize,
+    pub(crate) buffer_memory: usize,
+    pub(crate) max_block: std::time::Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) delivery_timeout: std::time::Duration,
+    pub(crate) request_timeout: std::time::Duration,
+    pub(crate) max_request_size: usize,
+    pub(crate) compression: CompressionType,
+    pub(crate) compression_level: Option<i32>,
+    pub(crate) ignore_keys: bool,
+    pub(crate) retry_backoff: std::time::Duration,
+    pub(crate) retry_backoff_max: std::time::Duration,
+    pub(crate) metadata_max_age: std::time::Duration,
+}
+
+impl ConsumerConfig {
+    /// The producer's settings (meaningful for a configuration built for a producer).
+    pub(crate) fn producer_settings(&self) -> ProducerSettings {
+        ProducerSettings {
+            acks: self.acks,
+            idempotence: self.enable_idempotence,
+            linger: self.linger_ms,
+            batch_size: self.batch_size,
+            buffer_memory: self.buffer_memory,
+            max_block: self.max_block,
+            max_in_flight: self.max_in_flight_requests_per_connection,
+            delivery_timeout: self.delivery_timeout,
+            request_timeout: self.request_timeout,
+            max_request_size: self.max_request_size,
+            compression: self.compression_type,
+            compression_level: match self.compression_type {
+                CompressionType::Gzip if self.compression_gzip_level > 0 => {
+                    Some(self.compression_gzip_level)
+                }
+                CompressionType::Zstd => Some(self.compression_zstd_level),
+                _ => None,
+            },
+            ignore_keys: self.partitioner_ignore_keys,
+            retry_backoff: self.retry_backoff,
+            retry_backoff_max: self.reconnect_backoff_max.max(self.retry_backoff),
+            metadata_max_age: self.metadata_max_age,
+        }
+    }
+}
+
+/// [`ConfigError::NotForProducers`] for a consumer setting given to a producer (anything but
+/// the producer's own rows and the connection and security rows); `None` for any other name
+/// (an unknown name is the table's own error).
+pub(crate) fn refused_for_producer(name: &str) -> Option<ConfigError> {
+    let setting = SETTINGS.iter().find(|s| s.name == name)?;
+    if cross::producer_only(name) || cross::SHARED_WITH_PRODUCERS.contains(&name) {
+        return None;
+    }
+    Some(ConfigError::NotForProducers { name: setting.name })
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use super::security::{EndpointIdentification, JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
 use super::values::{
-    AcknowledgementMode, AcquireMode, AutoOffsetReset, GroupProtocol, ProcessingOrder,
+    Acks, AcknowledgementMode, AcquireMode, AutoOffsetReset, CompressionType, GroupProtocol,
+    ProcessingOrder,
 };
 use super::{checks, cross, ConfigError};
 use crate::group::consumer_group::RemoteAssignor;
@@ -111,10 +112,10 @@ settings! {
     }
     group_id: String {
         name: "group.id",
-        default: required,
+        default: none,
         rule: checks::not_blank,
         set: |group_id: impl Into<String>| group_id.into(),
-        doc: "The consumer group. Required: without a group there is no rebalance to guard and no committed position.",
+        doc: "The consumer group. Required by the consumer and the share consumer: without a group there is no rebalance to guard and no committed position. A producer has none.",
     }
     group_instance_id: String {
         name: "group.instance.id",
@@ -465,5 +466,96 @@ settings! {
         rule: checks::any,
         set: |renew: bool| renew,
         doc: "Share consumer only; ours. Renew the lock of a record still running at half its lock (RENEW, KIP-1222, Kafka 4.2+ brokers); without it a slow record's lease simply ends.",
+    }
+    acks: Acks {
+        name: "acks",
+        default: "all",
+        rule: checks::any,
+        set: |acks: Acks| acks,
+        doc: "Producer only. `all` (`-1`), `1` or `0`: which replicas must have a record before the leader answers. `all` (Java's default since 3.0), so that an acknowledged record survives the loss of its leader; idempotence requires it.",
+    }
+    enable_idempotence: bool {
+        name: "enable.idempotence",
+        default: "true",
+        rule: checks::any,
+        set: |on: bool| on,
+        doc: "Producer only. A producer id and a sequence per partition, so that the leader drops a retried batch it already wrote: a retry after a lost answer writes nothing twice, and up to 5 requests in flight keep their order. On by default, as in Java since 3.0.",
+    }
+    linger_ms: Duration {
+        name: "linger.ms",
+        default: "5",
+        rule: checks::int32_ms,
+        set: |linger: Duration| linger,
+        doc: "Producer only. How long a partition's batch waits for more records before it is sent, unless it is full first. 5 ms (Java's default since 4.0): a few ms of latency buy batches several times larger.",
+    }
+    batch_size: usize {
+        name: "batch.size",
+        default: "16384",
+        rule: checks::batch_bytes,
+        set: |bytes: usize| bytes,
+        doc: "Producer only. The size in bytes at which a partition's batch is sent without waiting for `linger.ms`, and after which the sticky partitioner moves keyless records to another partition. A record larger than it travels in a batch of its own.",
+    }
+    buffer_memory: usize {
+        name: "buffer.memory",
+        default: "33554432",
+        rule: checks::batch_bytes,
+        set: |bytes: usize| bytes,
+        doc: "Producer only. Bytes of records that may wait unsent or unacknowledged; `send` blocks while it is full, up to `max.block.ms`. Bounds the producer's memory whatever the brokers do.",
+    }
+    max_block: Duration {
+        name: "max.block.ms",
+        default: "60000",
+        rule: checks::int32_ms,
+        set: |wait: Duration| wait,
+        doc: "Producer only. How long `send` may block: for a topic's metadata, or for room in `buffer.memory`. Then it fails with an error that says which.",
+    }
+    max_in_flight_requests_per_connection: usize {
+        name: "max.in.flight.requests.per.connection",
+        default: "5",
+        rule: checks::in_flight,
+        set: |n: usize| n,
+        doc: "Producer only. Produce requests one broker connection may have unanswered. At most 5 with idempotence: the leader remembers the last five batches of a producer per partition, which is what keeps a retry in order.",
+    }
+    delivery_timeout: Duration {
+        name: "delivery.timeout.ms",
+        default: "120000",
+        rule: checks::int32_ms,
+        set: |timeout: Duration| timeout,
+        doc: "Producer only. How long a record may take from `send` to its acknowledgement, retries included; then its handle fails. At least `linger.ms` + `request.timeout.ms`. Two minutes ride out a leader election and a broker restart.",
+    }
+    max_request_size: usize {
+        name: "max.request.size",
+        default: "1048576",
+        rule: checks::batch_bytes,
+        set: |bytes: usize| bytes,
+        doc: "Producer only. The largest record (and Produce request) sent; a larger record fails at `send`. Keep it at most the broker's `message.max.bytes`.",
+    }
+    compression_type: CompressionType {
+        name: "compression.type",
+        default: "none",
+        rule: checks::codec_built,
+        set: |codec: CompressionType| codec,
+        doc: "Producer only. `none`, `gzip`, `snappy`, `lz4` or `zstd`, compressing each batch with the pure-Rust codec of the same cargo feature (all on by default).",
+    }
+    compression_gzip_level: i32 {
+        name: "compression.gzip.level",
+        default: "-1",
+        rule: checks::gzip_level,
+        set: |level: i32| level,
+        doc: "Producer only. 1 (fastest) to 9 (smallest), or -1 for the codec's default (6), as Java names it (KIP-390).",
+    }
+    compression_zstd_level: i32 {
+        name: "compression.zstd.level",
+        default: "3",
+        rule: checks::zstd_level,
+        set: |level: i32| level,
+        doc: "Producer only. 0 stores blocks uncompressed; 1 to 3 compress (the pure-Rust encoder has no higher levels and 1-3 all use its fastest one). Java's default is 3.",
+    }
+    partitioner_ignore_keys: bool {
+        name: "partitioner.ignore.keys",
+        default: "false",
+        rule: checks::any,
+        set: |ignore: bool| ignore,
+        doc: "Producer only. Spread keyed records as keyless ones (sticky), ignoring the key. False: a key lands on `murmur2(key) % partitions`, the partition Java's producer picks for it.",
     }
 }

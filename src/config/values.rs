@@ -444,3 +444,115 @@ impl SettingValue for AcknowledgementMode {
         "explicit".to_string()
     }
 }
+
+/// `acks`: which replicas must have a record before its leader answers the Produce request.
+///
+/// Why a type and not a number: the three values mean three durability promises, and
+/// idempotence is only sound with [`Acks::All`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Acks {
+    /// No answer at all (`0`): the producer learns of no failure and no offset.
+    None,
+    /// The leader's own log (`1`): lost if the leader dies before a follower copied it.
+    Leader,
+    /// Every in-sync replica (`all`, `-1`), at least `min.insync.replicas` of them.
+    #[default]
+    All,
+}
+
+impl Acks {
+    /// The number a Produce request carries.
+    pub fn wire_value(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+impl SettingValue for Acks {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        match text.to_ascii_lowercase().as_str() {
+            "all" | "-1" => Ok(Acks::All),
+            "1" => Ok(Acks::Leader),
+            "0" => Ok(Acks::None),
+            _ => Err(invalid(name, text, "one of `all` (or `-1`), `1`, `0`")),
+        }
+    }
+    fn text(&self) -> String {
+        match self {
+            Acks::None => "0",
+            Acks::Leader => "1",
+            Acks::All => "all",
+        }
+        .to_string()
+    }
+}
+
+/// `compression.type`: the codec a producer compresses each batch with.
+///
+/// Why only these: they are the codecs Kafka's record format knows, and each has a pure-Rust
+/// encoder behind the cargo feature of the same name, so compressing needs no C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CompressionType {
+    /// Batches go as they are.
+    #[default]
+    None,
+    /// DEFLATE in a gzip stream (`flate2`'s Rust backend; feature `gzip`).
+    Gzip,
+    /// A raw snappy block, as librdkafka writes it (`snap`; feature `snappy`).
+    Snappy,
+    /// An LZ4 frame (`lz4_flex`; feature `lz4`).
+    Lz4,
+    /// A zstd frame (`ruzstd`; feature `zstd`).
+    Zstd,
+}
+
+impl CompressionType {
+    /// The value as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompressionType::None => "none",
+            CompressionType::Gzip => "gzip",
+            CompressionType::Snappy => "snappy",
+            CompressionType::Lz4 => "lz4",
+            CompressionType::Zstd => "zstd",
+        }
+    }
+
+    /// Whether this build has the codec's cargo feature.
+    pub fn is_built(self) -> bool {
+        match self {
+            CompressionType::None => true,
+            CompressionType::Gzip => cfg!(feature = "gzip"),
+            CompressionType::Snappy => cfg!(feature = "snappy"),
+            CompressionType::Lz4 => cfg!(feature = "lz4"),
+            CompressionType::Zstd => cfg!(feature = "zstd"),
+        }
+    }
+}
+
+impl SettingValue for CompressionType {
+    fn parse(name: &'static str, text: &str) -> Result<Self, ConfigError> {
+        [
+            CompressionType::None,
+            CompressionType::Gzip,
+            CompressionType::Snappy,
+            CompressionType::Lz4,
+            CompressionType::Zstd,
+        ]
+        .into_iter()
+        .find(|c| c.as_str().eq_ignore_ascii_case(text.trim()))
+        .ok_or_else(|| {
+            invalid(
+                name,
+                text,
+                "a codec (allowed: none, gzip, snappy, lz4, zstd)",
+            )
+        })
+    }
+    fn text(&self) -> String {
+        self.as_str().to_string()
+    }
+}

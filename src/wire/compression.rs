@@ -63,8 +63,8 @@ pub(crate) fn decompress(
 }
 
 /// Compresses `raw` with `codec` the way producers do (gzip stream, raw snappy block, LZ4 frame,
-/// zstd frame). Not used on the consume path: it exists so that tests and fuzz targets can check
-/// that every decoder reads what the matching encoder writes.
+/// zstd frame), each at its default level; the producer's batches go through [`compress_at`],
+/// tests and fuzz targets through this.
 pub(crate) fn compress(raw: &[u8], codec: Compression) -> Result<Vec<u8>, String> {
     #[cfg(any(feature = "gzip", feature = "lz4"))]
     use std::io::Write;
@@ -95,6 +95,39 @@ pub(crate) fn compress(raw: &[u8], codec: Compression) -> Result<Vec<u8>, String
         c => Err(format!(
             "{c:?}: the cargo feature for this codec is disabled"
         )),
+    }
+}
+
+/// Compresses a batch's record section with `codec` at `level` (`None`: the codec's default),
+/// as the producer does: a gzip stream, a raw snappy block (as librdkafka writes it; Java's
+/// consumer reads it too), an LZ4 frame, a zstd frame.
+pub(crate) fn compress_at(
+    raw: &[u8],
+    codec: Compression,
+    level: Option<i32>,
+) -> Result<Vec<u8>, String> {
+    match codec {
+        #[cfg(feature = "gzip")]
+        Compression::Gzip => {
+            use std::io::Write;
+            let level = match level {
+                Some(l @ 1..=9) => flate2::Compression::new(l as u32),
+                _ => flate2::Compression::default(),
+            };
+            let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 2), level);
+            e.write_all(raw).map_err(|e| e.to_string())?;
+            e.finish().map_err(|e| e.to_string())
+        }
+        #[cfg(feature = "zstd")]
+        Compression::Zstd => Ok(ruzstd::encoding::compress_to_vec(
+            raw,
+            if level == Some(0) {
+                ruzstd::encoding::CompressionLevel::Uncompressed
+            } else {
+                ruzstd::encoding::CompressionLevel::Fastest
+            },
+        )),
+        other => compress(raw, other),
     }
 }
 

@@ -148,6 +148,27 @@ impl KafkaCode {
     pub const SHARE_SESSION_LIMIT_REACHED: KafkaCode =
         KafkaCode(ResponseError::ShareSessionLimitReached.code());
 
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`: the leader expected another sequence from this producer
+    /// for the partition (an earlier batch is missing, or the leader lost the producer's state).
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: KafkaCode =
+        KafkaCode(ResponseError::OutOfOrderSequenceNumber.code());
+    /// `DUPLICATE_SEQUENCE_NUMBER`: the batch was written already (older brokers say so
+    /// instead of answering with its offset).
+    pub const DUPLICATE_SEQUENCE_NUMBER: KafkaCode =
+        KafkaCode(ResponseError::DuplicateSequenceNumber.code());
+    /// `UNKNOWN_PRODUCER_ID`: the leader has no state for this producer id (its records were
+    /// deleted by retention, or it expired after `transactional.id.expiration.ms`).
+    pub const UNKNOWN_PRODUCER_ID: KafkaCode = KafkaCode(ResponseError::UnknownProducerId.code());
+    /// `INVALID_PRODUCER_EPOCH`: a newer epoch of this producer id exists.
+    pub const INVALID_PRODUCER_EPOCH: KafkaCode =
+        KafkaCode(ResponseError::InvalidProducerEpoch.code());
+    /// `PRODUCER_FENCED`: another producer with the same transactional id took over.
+    pub const PRODUCER_FENCED: KafkaCode = KafkaCode(ResponseError::ProducerFenced.code());
+    /// `MESSAGE_TOO_LARGE`: the request or a batch exceeds the broker's or topic's limit.
+    pub const MESSAGE_TOO_LARGE: KafkaCode = KafkaCode(ResponseError::MessageTooLarge.code());
+    /// `NOT_ENOUGH_REPLICAS`: fewer in-sync replicas than `min.insync.replicas`; nothing written.
+    pub const NOT_ENOUGH_REPLICAS: KafkaCode = KafkaCode(ResponseError::NotEnoughReplicas.code());
+
     /// `None` for code 0 (success), so that response handling can write `if let Some(code)`.
     pub fn from_code(code: i16) -> Option<KafkaCode> {
         if code == 0 {

@@ -79,6 +79,28 @@ pub(in crate::wire) trait Lane: Default + Send + 'static {
 
     /// The connection is about to be dropped: end what the broker ties to it.
     fn disconnecting(&mut self) {}
+
+    /// Writes `job`'s request without reading its answer, for a lane whose [`Lanes`] let
+    /// several requests be on the wire at once ([`Lanes::with_depth`]); [`Lane::read`] reads the
+    /// answers back in the order they were written. `Some` answers the job at once (a request the
+    /// broker does not answer, such as Produce with acks=0). The default serves the job whole.
+    fn write(
+        &mut self,
+        link: &mut Link,
+        job: &Self::Job,
+        sent: &mut dyn FnMut(Instant, Duration),
+    ) -> Result<Option<Self::Answer>> {
+        self.serve(link, job, sent).map(Some)
+    }
+
+    /// Reads the answer to the oldest request [`Lane::write`] left unanswered.
+    fn read(&mut self, link: &mut Link) -> Result<Self::Answer> {
+        let _ = link;
+        Err(WireError::Protocol(format!(
+            "{}: a lane that answers every job in write() read an answer",
+            Self::NAME
+        )))
+    }
 }
 
 /// One broker's connection as a lane holds it: opened when a job needs it, after the backoff of
@@ -262,6 +284,7 @@ pub(in crate::wire) struct Lanes<L: Lane> {
     config: ConnectionConfig,
     backoff: (Duration, Duration),
     next_id: u64,
+    depth: usize,
 }
 
 impl<L: Lane> fmt::Debug for Lanes<L> {
@@ -291,7 +314,17 @@ impl<L: Lane> Lanes<L> {
             config,
             backoff: (backoff, backoff_max),
             next_id: 0,
+            depth: 1,
         }
+    }
+
+    /// Lets each broker's thread have up to `depth` requests on the wire before it reads an
+    /// answer (the producer's `max.in.flight.requests.per.connection`): a broker's round trip
+    /// then no longer bounds its throughput. Answers are still read, and reported, in the order
+    /// the requests went out; a failed connection fails every request still unanswered on it.
+    pub(in crate::wire) fn with_depth(mut self, depth: usize) -> Self {
+        self.depth = depth.max(1);
+        self
     }
 
     /// Queues `body` on `broker`'s lane (started, or restarted when the broker's address
@@ -363,6 +396,7 @@ impl<L: Lane> Lanes<L> {
                 version: None,
             },
             events: self.events_tx.clone(),
+            depth: self.depth,
         };
         thread::Builder::new()
             .name(format!("rg-{}-{broker}", L::NAME))
@@ -512,10 +546,15 @@ struct Worker<L: Lane> {
     lane: L,
     link: Link,
     events: mpsc::Sender<Event<L::Answer>>,
+    depth: usize,
 }
 
 impl<L: Lane> Worker<L> {
     fn run(mut self, jobs: &mpsc::Receiver<Job<L::Job>>) {
+        if self.depth > 1 {
+            self.run_pipelined(jobs);
+            return;
+        }
         loop {
             let job = match L::IDLE_WATCH {
                 Some(every) => match jobs.recv_timeout(every) {
@@ -549,6 +588,99 @@ impl<L: Lane> Worker<L> {
         }
         self.disconnect();
         debug!("{}: the thread of broker {} ends", L::NAME, self.broker);
+    }
+
+    /// The loop of a lane with several requests on the wire: it writes a job whenever one is
+    /// waiting and fewer than `depth` are unanswered, and otherwise reads the oldest answer. It
+    /// waits for a job only when nothing is unanswered, so a broker that stops answering holds
+    /// only its own requests, each bounded by the request timeout.
+    fn run_pipelined(mut self, jobs: &mpsc::Receiver<Job<L::Job>>) {
+        let mut written: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+        let mut open = true;
+        while open || !written.is_empty() {
+            let job = if !open || written.len() >= self.depth {
+                None
+            } else if written.is_empty() {
+                match jobs.recv() {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvError) => {
+                        open = false;
+                        None
+                    }
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(mpsc::TryRecvError::Empty) => None,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        open = false;
+                        None
+                    }
+                }
+            };
+            let (id, result) = match job {
+                Some(job) => {
+                    if self.link.conn.as_ref().is_some_and(Connection::is_broken) {
+                        self.disconnect();
+                    }
+                    let (id, events) = (job.id, &self.events);
+                    let mut sent = |at, wait| {
+                        let _ = events.send(Event::Sent { id, at, wait });
+                    };
+                    match self.lane.write(&mut self.link, &job.body, &mut sent) {
+                        Ok(None) => {
+                            written.push_back(id);
+                            continue;
+                        }
+                        Ok(Some(answer)) => (id, Ok(answer)),
+                        Err(e) => (id, Err(e)),
+                    }
+                }
+                None => match written.pop_front() {
+                    Some(id) => (id, self.lane.read(&mut self.link)),
+                    None => continue,
+                },
+            };
+            let connected = self.link.conn.is_some();
+            match &result {
+                Ok(_) => self.link.failures = 0,
+                Err(e) => self.failed(e),
+            }
+            if !self.report(id, result) {
+                return;
+            }
+            if connected && self.link.conn.is_none() {
+                // The connection went with the failure: what was written on it is unanswered
+                // for good (the broker may still have executed it).
+                for id in written.drain(..) {
+                    let lost = WireError::io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        format!(
+                            "{}: connection to broker {} lost before the answer",
+                            L::NAME,
+                            self.broker
+                        ),
+                    ));
+                    if !self.report(id, Err(lost)) {
+                        return;
+                    }
+                }
+            }
+        }
+        self.disconnect();
+        debug!("{}: the thread of broker {} ends", L::NAME, self.broker);
+    }
+
+    /// Reports job `id`'s answer; false when nobody listens any more.
+    fn report(&mut self, id: u64, result: Result<L::Answer>) -> bool {
+        let done = Event::Done {
+            broker: self.broker,
+            id,
+            at: L::now(),
+            version: self.link.version.take(),
+            result,
+        };
+        self.events.send(done).is_ok()
     }
 
     fn serve(&mut self, job: &Job<L::Job>) -> Result<L::Answer> {

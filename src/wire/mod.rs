@@ -98,6 +98,10 @@ pub use client::fetch::{
 };
 pub use client::offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
 pub use client::{Client, ClientConfig};
+pub(crate) use client::produce::lane::{
+    PartitionAnswer, ProduceAnswer, ProduceDone, ProduceJob, ProduceLanes,
+};
+pub(crate) use client::produce::ProducerIdentity;
 pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};

@@ -392,6 +392,19 @@ pub(super) static HEARTBEAT: Schema = Schema {
     ],
 };
 
+/// InitProducerId response (API 22), versions 0-5.
+pub(super) static INIT_PRODUCER_ID: Schema = Schema {
+    api: ApiKey::InitProducerId,
+    versions: (0, 5),
+    flexible_from: 2,
+    fields: &[
+        f("ThrottleTimeMs", K::I32, 0, MAX),
+        f("ErrorCode", K::I16, 0, MAX),
+        f("ProducerId", K::I64, 0, MAX),
+        f("ProducerEpoch", K::I16, 0, MAX),
+    ],
+};
+
 /// LeaveGroup response (API 13), versions 0-5.
 pub(super) static LEAVE_GROUP: Schema = Schema {
     api: ApiKey::LeaveGroup,
@@ -822,6 +835,7 @@ pub(super) static ALL: &[&Schema] = &[
     &SASL_AUTHENTICATE,
     &CREATE_TOPICS,
     &PRODUCE,
+    &INIT_PRODUCER_ID,
     &DESCRIBE_GROUPS,
     &CONSUMER_GROUP_HEARTBEAT,
     &DESCRIBE_CONFIGS,

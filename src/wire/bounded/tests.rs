@@ -88,6 +88,7 @@ fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
     cases += exercise::<msg::SaslAuthenticateResponse>(ApiKey::SaslAuthenticate);
     cases += exercise::<msg::CreateTopicsResponse>(ApiKey::CreateTopics);
     cases += exercise::<msg::ProduceResponse>(ApiKey::Produce);
+    cases += exercise::<msg::InitProducerIdResponse>(ApiKey::InitProducerId);
     cases += exercise::<msg::DescribeGroupsResponse>(ApiKey::DescribeGroups);
     cases += exercise::<msg::ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat);
     cases += exercise::<msg::DescribeConfigsResponse>(ApiKey::DescribeConfigs);

@@ -308,7 +308,7 @@ impl Client {
     }
 
     /// `tp`'s leader as cached (-1: none), without a request.
-    pub(in crate::wire) fn cached_leader(&self, tp: &TopicPartition) -> Option<i32> {
+    pub(crate) fn cached_leader(&self, tp: &TopicPartition) -> Option<i32> {
         self.leaders.get(tp).copied()
     }
 

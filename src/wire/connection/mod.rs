@@ -96,6 +96,7 @@ wire_requests! {
     OffsetFetchRequest => OffsetFetchResponse: OffsetFetch,
     OffsetCommitRequest => OffsetCommitResponse: OffsetCommit,
     ProduceRequest => ProduceResponse: Produce,
+    InitProducerIdRequest => InitProducerIdResponse: InitProducerId,
     JoinGroupRequest => JoinGroupResponse: JoinGroup,
     SyncGroupRequest => SyncGroupResponse: SyncGroup,
     HeartbeatRequest => HeartbeatResponse: Heartbeat,
@@ -413,6 +414,13 @@ impl Connection {
             version,
             _req: PhantomData,
         })
+    }
+
+    /// Forgets `pending`, a request the broker never answers (Produce with acks=0), so that the
+    /// connection does not count it as owed.
+    pub(crate) fn forget<R: WireRequest>(&mut self, pending: Pending<R>) {
+        let _ = pending;
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     /// Reads the response to `pending`, which must be the oldest request still in flight.

@@ -10,6 +10,7 @@
 //! Encoding (for Produce) stays `kafka-protocol`'s: it only sees our own records.
 
 mod batch;
+pub(crate) mod encode;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -464,46 +465,19 @@ fn be_i64(bytes: &[u8], at: usize) -> Option<i64> {
     field.try_into().ok().map(i64::from_be_bytes)
 }
 
-/// Encodes `records` as one uncompressed v2 batch starting at relative offset 0.
-///
-/// The broker assigns the real offsets, so producing needs no compression codec at all.
+/// Encodes `records` as one uncompressed v2 batch of no producer, starting at relative offset 0
+/// (the one-shot [`Client::produce`](crate::wire::Client::produce) of tests and tools; the
+/// producer fills its batches record by record with the same encoder).
 pub(crate) fn encode_batch(records: &[ProduceRecord], now_ms: i64) -> Result<Bytes> {
-    let kp: Vec<KpRecord> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| KpRecord {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: KpTimestampType::Creation,
-            offset: i as i64,
-            // kafka-protocol starts a new batch whenever `offset - sequence` changes; this keeps
-            // one batch with base sequence -1 (no idempotence).
-            sequence: (i as i32).wrapping_add(NO_SEQUENCE),
-            timestamp: r.timestamp.unwrap_or(now_ms),
-            key: r.key.clone(),
-            value: r.value.clone(),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone().into(), v.clone()))
-                .collect(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &kp,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| WireError::Protocol(format!("cannot encode record batch: {e:#}")))?;
-    Ok(buf.freeze())
+    let size: usize = records.iter().map(encode::record_size_bound).sum();
+    let mut open = encode::OpenBatch::with_capacity(size);
+    for r in records {
+        open.append(r, r.timestamp.unwrap_or(now_ms));
+    }
+    let sealed = open
+        .seal(encode::Codec::NONE)
+        .map_err(|e| WireError::Protocol(format!("cannot encode record batch: {e}")))?;
+    Ok(sealed.stamp(encode::ProducerStamp::NONE))
 }
 
 #[cfg(test)]

@@ -1,0 +1,216 @@
+//! The producer's settings, under Kafka's names: the consumer's connection and security rows as
+//! they are, and the producer's own rows (`acks`, `enable.idempotence`, `linger.ms`, ...).
+//!
+//! Why one table with the consumer's: a producer connects and authenticates as a consumer does,
+//! so its settings are rows of the one settings table (`crate::config`), read, checked and
+//! documented once. A consumer's setting given to a producer is refused by name
+//! ([`ConfigError::NotForProducers`]) rather than ignored, and a producer's setting given to a
+//! consumer likewise ([`ConfigError::ProducerOnly`]).
+
+use crate::config::{self, ConfigError, ConsumerConfig, ProducerSettings};
+use crate::wire::ClientConfig;
+
+/// A validated producer configuration. Build it with [`ProducerConfig::builder`] or
+/// [`ProducerConfig::from_properties`]; the settings table (`config::SETTINGS`) documents every
+/// setting, the producer's rows among them ("Producer only").
+///
+/// ```
+/// use rebalance_guard::ProducerConfig;
+///
+/// let config = ProducerConfig::builder()
+///     .bootstrap_servers(["127.0.0.1:9092"])
+///     .set("linger.ms", "10")
+///     .set("compression.type", "zstd")
+///     .build()?;
+/// assert!(config.idempotence());
+///
+/// // Idempotence needs every in-sync replica to have the batch:
+/// let refused = ProducerConfig::builder()
+///     .bootstrap_servers(["127.0.0.1:9092"])
+///     .set("acks", "1")
+///     .build();
+/// assert_eq!(refused.unwrap_err().setting(), Some("acks"));
+/// # Ok::<(), rebalance_guard::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ProducerConfig {
+    base: ConsumerConfig,
+    settings: ProducerSettings,
+}
+
+impl ProducerConfig {
+    /// A builder with every setting at its default.
+    pub fn builder() -> ProducerConfigBuilder {
+        ProducerConfigBuilder::default()
+    }
+
+    /// Builds from `(name, value)` pairs (a `.properties` file's); a later pair overrides an
+    /// earlier one of the same name. Every setting is read and checked by the one settings
+    /// table; a consumer's setting is refused by name.
+    pub fn from_properties<I, K, V>(properties: I) -> Result<ProducerConfig, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut base = ConsumerConfig::builder();
+        for (name, value) in properties {
+            let name = name.as_ref().trim();
+            if let Some(refused) = config::refused_for_producer(name) {
+                return Err(refused);
+            }
+            base = base.set(name, value.as_ref());
+        }
+        let base = base.build_for_producer()?;
+        let settings = base.producer_settings();
+        Ok(ProducerConfig { base, settings })
+    }
+
+    /// `enable.idempotence`.
+    pub fn idempotence(&self) -> bool {
+        self.settings.idempotence
+    }
+
+    /// `bootstrap.servers`.
+    pub fn bootstrap_servers(&self) -> &[String] {
+        self.base.bootstrap_servers()
+    }
+
+    /// The producer's own settings, read once.
+    pub(crate) fn settings(&self) -> &ProducerSettings {
+        &self.settings
+    }
+
+    /// How the producer's client connects: the consumer's rule for connection and security,
+    /// and metadata that may create a topic where the broker allows it (as Java's producer
+    /// asks by default).
+    pub(crate) fn client_config(&self) -> ClientConfig {
+        let mut config = self.base.client_config();
+        config.allow_auto_topic_creation = true;
+        config
+    }
+}
+
+/// Builds a [`ProducerConfig`]: typed setters for the common settings, [`set`](Self::set) for any
+/// setting by its Kafka name. Errors wait for [`build`](Self::build), which names the setting.
+#[derive(Clone, Debug, Default)]
+pub struct ProducerConfigBuilder {
+    properties: Vec<(String, String)>,
+}
+
+impl ProducerConfigBuilder {
+    /// `bootstrap.servers`: any reachable broker of the cluster.
+    pub fn bootstrap_servers<S: AsRef<str>>(self, servers: impl IntoIterator<Item = S>) -> Self {
+        let list: Vec<String> = servers
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .collect();
+        self.set("bootstrap.servers", &list.join(","))
+    }
+
+    /// `client.id`: how broker logs and quotas name this producer.
+    pub fn client_id(self, id: &str) -> Self {
+        self.set("client.id", id)
+    }
+
+    /// Any setting by its property name.
+    pub fn set(mut self, name: &str, value: &str) -> Self {
+        self.properties.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Validates and returns the configuration, or the first problem, naming the setting.
+    pub fn build(self) -> Result<ProducerConfig, ConfigError> {
+        ProducerConfig::from_properties(self.properties)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Acks, CompressionType};
+    use std::time::Duration;
+
+    fn minimal() -> ProducerConfigBuilder {
+        ProducerConfig::builder().bootstrap_servers(["127.0.0.1:9092"])
+    }
+
+    #[test]
+    fn defaults_are_javas() {
+        let c = minimal().build().expect("valid");
+        let s = c.settings();
+        assert_eq!(s.acks, Acks::All);
+        assert!(s.idempotence);
+        assert_eq!(s.linger, Duration::from_millis(5));
+        assert_eq!(s.batch_size, 16384);
+        assert_eq!(s.buffer_memory, 32 * 1024 * 1024);
+        assert_eq!(s.max_in_flight, 5);
+        assert_eq!(s.delivery_timeout, Duration::from_secs(120));
+        assert_eq!(s.max_block, Duration::from_secs(60));
+        assert_eq!(s.compression, CompressionType::None);
+        assert!(c.client_config().allow_auto_topic_creation);
+    }
+
+    /// Each refusal names the setting and states the rule.
+    #[test]
+    fn bad_settings_are_refused_by_name() {
+        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+            (&[("acks", "1")], "acks", "idempotence needs acks=all"),
+            (
+                &[("max.in.flight.requests.per.connection", "6")],
+                "max.in.flight.requests.per.connection",
+                "at most 5",
+            ),
+            (
+                &[("delivery.timeout.ms", "1000")],
+                "delivery.timeout.ms",
+                "linger.ms + request.timeout.ms",
+            ),
+            (&[("batch.size", "0")], "batch.size", "between 1 and"),
+            (
+                &[("batch.size", "2048"), ("buffer.memory", "1024")],
+                "batch.size",
+                "must not exceed buffer.memory",
+            ),
+            (&[("compression.type", "brotli")], "compression.type", "a codec"),
+            (&[("compression.gzip.level", "12")], "compression.gzip.level", "1 and 9"),
+            (&[("group.id", "orders")], "group.id", "does not apply to a producer"),
+            (&[("max.poll.records", "10")], "max.poll.records", "does not apply"),
+            (&[("acks", "2")], "acks", "one of"),
+        ];
+        for (props, name, rule) in cases {
+            let mut b = minimal();
+            for (k, v) in *props {
+                b = b.set(k, v);
+            }
+            let e = b.build().expect_err(name);
+            assert_eq!(e.setting(), Some(*name), "{e}");
+            assert!(e.to_string().contains(rule), "{name}: {e}");
+        }
+        // Without idempotence, acks=1 and more requests in flight are the operator's call.
+        let c = minimal()
+            .set("enable.idempotence", "false")
+            .set("acks", "1")
+            .set("max.in.flight.requests.per.connection", "10")
+            .build()
+            .expect("valid");
+        assert_eq!(c.settings().acks, Acks::Leader);
+    }
+
+    /// A consumer refuses a producer's settings rather than ignoring them.
+    #[test]
+    fn a_consumer_refuses_producer_settings() {
+        let e = ConsumerConfig::builder()
+            .bootstrap_servers(["127.0.0.1:9092"])
+            .group_id("g")
+            .set("linger.ms", "10")
+            .build()
+            .expect_err("producer only");
+        assert_eq!(e, ConfigError::ProducerOnly { name: "linger.ms" });
+        let e = ConsumerConfig::builder()
+            .bootstrap_servers(["127.0.0.1:9092"])
+            .build()
+            .expect_err("no group");
+        assert_eq!(e, ConfigError::Missing { name: "group.id" });
+    }
+}
