@@ -84,7 +84,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ("processing.retry.backoff.ms", "200"),
         ("processing.retry.backoff.max.ms", "2000"),
     ])?;
-    // Its own connection, with the consumer's client settings (credentials, TLS).
+    // Its own idempotent producer, with the consumer's client settings (credentials, TLS).
     let dead_letters = DeadLetterTopic::connect(&config, &args.dead_letter_topic)?;
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?.on_dead_letter(
         move |record, error, attempts| {
@@ -93,7 +93,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 "dead-lettered {}-{} offset {} after {attempts} attempt(s) at {} offset {at}: {error}",
                 record.topic, record.partition, record.offset, args.dead_letter_topic
             );
-            Ok::<(), rebalance_guard::WireError>(())
+            Ok::<(), rebalance_guard::ProduceError>(())
         },
     );
 

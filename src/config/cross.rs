@@ -143,17 +143,6 @@ pub(super) fn check_producer(config: &ConsumerConfig) -> Result<(), ConfigError>
             ),
         });
     }
-    if config.max_request_size > config.buffer_memory {
-        return Err(ConfigError::Conflict {
-            name: "max.request.size",
-            other: "buffer.memory",
-            rule: format!(
-                "max.request.size ({}) must not exceed buffer.memory ({}): the largest record \
-                 must fit in the buffer",
-                config.max_request_size, config.buffer_memory
-            ),
-        });
-    }
     Ok(())
 }
 

@@ -83,7 +83,7 @@ pub use crate::wire::{IsolationLevel, SaslMechanism};
 pub use security::{EndpointIdentification, JaasConfig, LoginModule, SecurityProtocol};
 pub use settings::{SettingDoc, SETTINGS};
 pub use values::{
-    Acks, AcknowledgementMode, AcquireMode, AutoOffsetReset, CompressionType, GroupProtocol,
+    AcknowledgementMode, Acks, AcquireMode, AutoOffsetReset, CompressionType, GroupProtocol,
     ProcessingOrder,
 };
 // Named at the crate root (and `PropertiesSyntaxError` in `error`).
@@ -595,7 +595,6 @@ pub(crate) struct ProducerSettings {
     pub(crate) compression_level: Option<i32>,
     pub(crate) ignore_keys: bool,
     pub(crate) retry_backoff: std::time::Duration,
-    pub(crate) retry_backoff_max: std::time::Duration,
     pub(crate) metadata_max_age: std::time::Duration,
 }
 
@@ -623,7 +622,6 @@ impl ConsumerConfig {
             },
             ignore_keys: self.partitioner_ignore_keys,
             retry_backoff: self.retry_backoff,
-            retry_backoff_max: self.reconnect_backoff_max.max(self.retry_backoff),
             metadata_max_age: self.metadata_max_age,
         }
     }

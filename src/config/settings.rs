@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use super::security::{EndpointIdentification, JaasConfig, SecurityProtocol};
 use super::suggest::unknown_setting;
 use super::values::{
-    Acks, AcknowledgementMode, AcquireMode, AutoOffsetReset, CompressionType, GroupProtocol,
+    AcknowledgementMode, Acks, AcquireMode, AutoOffsetReset, CompressionType, GroupProtocol,
     ProcessingOrder,
 };
 use super::{checks, cross, ConfigError};

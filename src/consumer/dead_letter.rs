@@ -1,6 +1,6 @@
 //! A dead-letter topic for [`Consumer::on_dead_letter`](super::Consumer::on_dead_letter): the
 //! failed record copied there with why and where from in its headers, written synchronously
-//! through the wire client's produce path.
+//! through the crate's idempotent [`Producer`].
 //!
 //! Why a ready-made one: the callback must not return `Ok` before the copy is acknowledged (the
 //! record's offset is committed past right after), and every user would otherwise rebuild the
@@ -9,17 +9,18 @@
 //!
 //! The copy keeps the record's key, value, timestamp and headers (the dead-letter headers come
 //! after them). It goes to the dead-letter topic's partition `source partition % its partition
-//! count`, so one source partition's dead letters stay in order. A produce retried after a lost
-//! answer may write a copy twice: readers of the topic key on the source coordinates.
+//! count`, so one source partition's dead letters stay in order. The producer is idempotent, so a
+//! retry after a lost answer does not write a copy twice; a consumer restarted after a crash
+//! between the copy and its commit may still copy a record again, so readers of the topic key
+//! on the source coordinates (the `dead-letter.*` headers).
 
 use std::error::Error;
-use std::sync::Mutex;
 
 use bytes::Bytes;
 
 use crate::config::ConsumerConfig;
-use crate::wire::{Client, ErrorChain, ProduceRecord, Record, WireError};
-use crate::TopicPartition;
+use crate::producer::{ProduceError, Producer, ProducerConfig, ProducerRecord};
+use crate::wire::{ErrorChain, ProduceRecord, Record};
 
 /// Header: the handler's last error, with its causes (`error: cause: cause`).
 pub const HEADER_ERROR: &str = "dead-letter.error";
@@ -63,8 +64,8 @@ pub fn dead_letter_record(
     }
 }
 
-/// A dead-letter topic written through its own wire client (shared by the workers, one produce
-/// at a time). Its [`send`](Self::send) is what an `on_dead_letter` callback calls.
+/// A dead-letter topic written through its own idempotent [`Producer`] (shared by the workers).
+/// Its [`send`](Self::send) is what an `on_dead_letter` callback calls.
 ///
 /// A record that failed `processing.retries + 1` times is copied here (with the error, the
 /// attempts and where it came from in `dead-letter.*` headers) and then counts as finished, so
@@ -90,7 +91,7 @@ pub fn dead_letter_record(
 pub struct DeadLetterTopic {
     topic: String,
     partitions: i32,
-    client: Mutex<Client>,
+    producer: Producer,
 }
 
 impl std::fmt::Debug for DeadLetterTopic {
@@ -104,33 +105,37 @@ impl std::fmt::Debug for DeadLetterTopic {
 
 impl DeadLetterTopic {
     /// Connects with the consumer's own settings (`config`: the same brokers, credentials and
-    /// TLS, so a dead-letter topic needs no second configuration) and reads how many partitions
-    /// `topic` has; the topic must exist.
-    pub fn connect(config: &ConsumerConfig, topic: &str) -> Result<DeadLetterTopic, WireError> {
-        let mut client = Client::connect(config.client_config())?;
-        let partitions = client.partitions(topic)?.len();
+    /// TLS, so a dead-letter topic needs no second configuration; the producer's own settings at
+    /// their defaults, idempotent with acks=all, and `linger.ms=0`: a dead letter waits for
+    /// nothing) and reads how many partitions `topic` has; the topic must exist.
+    pub fn connect(config: &ConsumerConfig, topic: &str) -> Result<DeadLetterTopic, ProduceError> {
+        let producer = Producer::new(ProducerConfig::for_dead_letters(config))?;
+        let partitions = producer.partition_count(topic)?;
         Ok(DeadLetterTopic {
             topic: topic.to_string(),
-            partitions: i32::try_from(partitions).unwrap_or(i32::MAX).max(1),
-            client: Mutex::new(client),
+            partitions,
+            producer,
         })
     }
 
-    /// Writes the dead-letter record of `record` (its key, value and headers, plus headers naming the error, the attempts and where it came from) and waits for the acknowledgement (acks=all);
-    /// returns the offset it got in the dead-letter topic.
+    /// Writes the dead-letter record of `record` (its key, value and headers, plus headers
+    /// naming the error, the attempts and where it came from) and waits for the
+    /// acknowledgement (acks=all, idempotent); returns the offset it got in the dead-letter
+    /// topic.
     pub fn send(
         &self,
         record: &Record,
         error: &(dyn Error + 'static),
         attempts: u32,
-    ) -> Result<i64, WireError> {
-        let tp = TopicPartition::new(
-            self.topic.as_str(),
-            record.partition.rem_euclid(self.partitions),
-        );
+    ) -> Result<i64, ProduceError> {
         let copy = dead_letter_record(record, error, attempts);
-        let mut client = self.client.lock().unwrap_or_else(|p| p.into_inner());
-        client.produce(&tp, std::slice::from_ref(&copy))
+        let partition = record.partition.rem_euclid(self.partitions);
+        let written = self.producer.send_and_wait(ProducerRecord::from_parts(
+            &self.topic,
+            Some(partition),
+            copy,
+        ))?;
+        Ok(written.offset)
     }
 }
 

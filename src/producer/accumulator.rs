@@ -138,48 +138,20 @@ impl Accumulator {
         now_ms: i64,
     ) -> Result<DeliveryHandle, ProduceError> {
         let size = record_size_bound(record);
-        if size > self.settings.max_request_size {
+        // As Java: a record larger than a request, or than the whole buffer, can never go.
+        let limit = self
+            .settings
+            .max_request_size
+            .min(self.settings.buffer_memory);
+        if size > limit {
             return Err(ProduceError::RecordTooLarge {
                 size,
-                max_request_size: self.settings.max_request_size,
+                max_request_size: limit,
             });
         }
         let started = Instant::now();
         let deadline = started + self.settings.max_block;
-        let mut state = self.lock();
-        let topic: Arc<str> = match state.topics.get_key_value(topic) {
-            Some((name, _)) => Arc::clone(name),
-            None => Arc::from(topic),
-        };
-        // The topic's partition count, from the sender's metadata.
-        let partitions = loop {
-            if state.closed {
-                return Err(ProduceError::Closed);
-            }
-            if let Some(fatal) = &state.fatal {
-                return Err(fatal.clone());
-            }
-            let last = match state.topics.get(&topic) {
-                Some(TopicState::Known(n)) => break *n,
-                Some(TopicState::Failed(why)) => Some(why.clone()),
-                None => None,
-            };
-            if state.wanted.insert(Arc::clone(&topic)) {
-                drop(state);
-                self.wake_sender();
-                state = self.lock();
-                continue;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ProduceError::MetadataTimeout {
-                    topic: topic.to_string(),
-                    waited: started.elapsed(),
-                    last,
-                });
-            }
-            state = self.wait(state, left);
-        };
+        let (mut state, topic, partitions) = self.topic_partitions(topic, started, deadline)?;
         let partition = match partition {
             Some(p) if p < 0 || p >= partitions => {
                 return Err(ProduceError::UnknownPartition {
@@ -251,6 +223,60 @@ impl Accumulator {
             self.wake_sender();
         }
         Ok(handle)
+    }
+
+    /// How many partitions `topic` has, waiting up to `max.block.ms` for its metadata.
+    pub(crate) fn partition_count(&self, topic: &str) -> Result<i32, ProduceError> {
+        let started = Instant::now();
+        let deadline = started + self.settings.max_block;
+        self.topic_partitions(topic, started, deadline)
+            .map(|(_, _, partitions)| partitions)
+    }
+
+    /// The topic's partition count from the sender's metadata, asking the sender for it and
+    /// waiting until `deadline`; returns the lock still held, and the topic's shared name.
+    fn topic_partitions(
+        &self,
+        topic: &str,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<(MutexGuard<'_, State>, Arc<str>, i32), ProduceError> {
+        let mut state = self.lock();
+        let topic: Arc<str> = match state.topics.get_key_value(topic) {
+            Some((name, _)) => Arc::clone(name),
+            None => Arc::from(topic),
+        };
+        loop {
+            if state.closed {
+                return Err(ProduceError::Closed);
+            }
+            if let Some(fatal) = &state.fatal {
+                return Err(fatal.clone());
+            }
+            let last = match state.topics.get(&topic) {
+                Some(TopicState::Known(n)) => {
+                    let n = *n;
+                    return Ok((state, topic, n));
+                }
+                Some(TopicState::Failed(why)) => Some(why.clone()),
+                None => None,
+            };
+            if state.wanted.insert(Arc::clone(&topic)) {
+                drop(state);
+                self.wake_sender();
+                state = self.lock();
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ProduceError::MetadataTimeout {
+                    topic: topic.to_string(),
+                    waited: started.elapsed(),
+                    last,
+                });
+            }
+            state = self.wait(state, left);
+        }
     }
 
     fn wait<'a>(&self, state: MutexGuard<'a, State>, left: Duration) -> MutexGuard<'a, State> {
@@ -376,11 +402,6 @@ impl Accumulator {
     pub(crate) fn is_closed_and_empty(&self) -> bool {
         let state = self.lock();
         state.closed && state.unfinished == 0
-    }
-
-    /// Whether `close` was called.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.lock().closed
     }
 
     /// The producer cannot go on: every waiting call returns `error`, and so does every later

@@ -66,6 +66,19 @@ impl ProducerConfig {
         Ok(ProducerConfig { base, settings })
     }
 
+    /// A producer with a consumer's connection and security settings and the producer's own at
+    /// their defaults but `linger.ms=0` (the dead-letter topic's: one record at a time, waited
+    /// for), its delivery timeout raised to cover the consumer's request timeout if need be.
+    pub(crate) fn for_dead_letters(consumer: &ConsumerConfig) -> ProducerConfig {
+        let mut settings = consumer.producer_settings();
+        settings.linger = std::time::Duration::ZERO;
+        settings.delivery_timeout = settings.delivery_timeout.max(settings.request_timeout * 2);
+        ProducerConfig {
+            base: consumer.clone(),
+            settings,
+        }
+    }
+
     /// `enable.idempotence`.
     pub fn idempotence(&self) -> bool {
         self.settings.idempotence
@@ -154,7 +167,13 @@ mod tests {
     /// Each refusal names the setting and states the rule.
     #[test]
     fn bad_settings_are_refused_by_name() {
-        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+        // (settings, the setting named, a phrase of the rule)
+        type Case = (
+            &'static [(&'static str, &'static str)],
+            &'static str,
+            &'static str,
+        );
+        let cases: &[Case] = &[
             (&[("acks", "1")], "acks", "idempotence needs acks=all"),
             (
                 &[("max.in.flight.requests.per.connection", "6")],
@@ -172,10 +191,26 @@ mod tests {
                 "batch.size",
                 "must not exceed buffer.memory",
             ),
-            (&[("compression.type", "brotli")], "compression.type", "a codec"),
-            (&[("compression.gzip.level", "12")], "compression.gzip.level", "1 and 9"),
-            (&[("group.id", "orders")], "group.id", "does not apply to a producer"),
-            (&[("max.poll.records", "10")], "max.poll.records", "does not apply"),
+            (
+                &[("compression.type", "brotli")],
+                "compression.type",
+                "a codec",
+            ),
+            (
+                &[("compression.gzip.level", "12")],
+                "compression.gzip.level",
+                "1 and 9",
+            ),
+            (
+                &[("group.id", "orders")],
+                "group.id",
+                "does not apply to a producer",
+            ),
+            (
+                &[("max.poll.records", "10")],
+                "max.poll.records",
+                "does not apply",
+            ),
             (&[("acks", "2")], "acks", "one of"),
         ];
         for (props, name, rule) in cases {

@@ -47,11 +47,12 @@ pub enum ProduceError {
         /// How many the topic has.
         partitions: i32,
     },
-    /// The record is larger than `max.request.size` (as encoded, bounded from above).
+    /// The record is larger than `max.request.size` or `buffer.memory` (as encoded, bounded
+    /// from above).
     RecordTooLarge {
         /// Its encoded size.
         size: usize,
-        /// `max.request.size`.
+        /// The smaller of `max.request.size` and `buffer.memory`.
         max_request_size: usize,
     },
     /// The leader refused the record's batch with an error no retry fixes (authorization, a
@@ -126,7 +127,10 @@ impl fmt::Display for ProduceError {
                 waited,
                 last,
             } => {
-                write!(f, "no metadata for topic {topic} within {waited:?} (max.block.ms)")?;
+                write!(
+                    f,
+                    "no metadata for topic {topic} within {waited:?} (max.block.ms)"
+                )?;
                 match last {
                     Some(last) => write!(f, ": {last}"),
                     None => Ok(()),
@@ -145,7 +149,8 @@ impl fmt::Display for ProduceError {
                 max_request_size,
             } => write!(
                 f,
-                "a record of {size} bytes exceeds max.request.size ({max_request_size})"
+                "a record of {size} bytes exceeds max.request.size or buffer.memory \
+                 ({max_request_size})"
             ),
             ProduceError::Refused {
                 topic,

@@ -51,14 +51,6 @@ impl BatchOutcome {
             self.done.notify_all();
         }
     }
-
-    /// Whether the batch is settled.
-    pub(crate) fn is_settled(&self) -> bool {
-        self.result
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
-    }
 }
 
 /// What [`Producer::send`](super::Producer::send) returns: the record's acknowledgement, to wait

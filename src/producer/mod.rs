@@ -183,6 +183,11 @@ impl Producer {
         self.send(record)?.wait()
     }
 
+    /// How many partitions `topic` has, waiting for its metadata up to `max.block.ms`.
+    pub fn partition_count(&self, topic: &str) -> Result<i32, ProduceError> {
+        self.acc.partition_count(topic)
+    }
+
     /// Sends every record queued so far at once (not waiting for `linger.ms`) and blocks until
     /// each is acknowledged or failed (look at their handles for which).
     pub fn flush(&self) -> Result<(), ProduceError> {

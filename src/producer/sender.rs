@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::records::Compression;
 use log::{debug, info, warn};
 
@@ -39,7 +38,7 @@ use crate::config::{CompressionType, ProducerSettings};
 use crate::wire::records::encode::{Codec, ProducerStamp, SealedBatch};
 use crate::wire::{
     Client, KafkaCode, PartitionAnswer, ProduceDone, ProduceJob, ProduceLanes, ProducerIdentity,
-    WireError,
+    TopicBatches, WireError,
 };
 use crate::TopicPartition;
 
@@ -339,7 +338,9 @@ impl Sender {
                 continue;
             }
             match self.client.cached_leader(tp) {
-                Some(leader) if leader >= 0 => by_leader.entry(leader).or_default().push(tp.clone()),
+                Some(leader) if leader >= 0 => {
+                    by_leader.entry(leader).or_default().push(tp.clone())
+                }
                 _ => self.metadata_due = true,
             }
         }
@@ -391,7 +392,7 @@ impl Sender {
                 },
                 _ => ProducerStamp::NONE,
             };
-            let mut topics: Vec<(Arc<str>, Vec<(i32, Bytes)>)> = Vec::new();
+            let mut topics: Vec<TopicBatches> = Vec::new();
             for (tp, b) in &batches {
                 let bytes = b.sealed.stamp(stamp_of(b));
                 match topics.last_mut() {
@@ -553,7 +554,14 @@ impl Sender {
     }
 
     /// Puts `b` back at its place in its partition's flow (sequence order) after a failure.
-    fn retry(&mut self, tp: TopicPartition, mut b: Batch, why: String, unknown: bool, now: Instant) {
+    fn retry(
+        &mut self,
+        tp: TopicPartition,
+        mut b: Batch,
+        why: String,
+        unknown: bool,
+        now: Instant,
+    ) {
         b.fate_unknown |= unknown;
         b.last_error = Some(why);
         let backoff = self.settings.retry_backoff;

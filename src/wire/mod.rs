@@ -97,11 +97,11 @@ pub use client::fetch::{
     FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, LazyPartition, LazyRecords,
 };
 pub use client::offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, OffsetSpec};
-pub use client::{Client, ClientConfig};
 pub(crate) use client::produce::lane::{
-    PartitionAnswer, ProduceAnswer, ProduceDone, ProduceJob, ProduceLanes,
+    PartitionAnswer, ProduceDone, ProduceJob, ProduceLanes, TopicBatches,
 };
 pub(crate) use client::produce::ProducerIdentity;
+pub use client::{Client, ClientConfig};
 pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]
 pub use connection::{Connection, ConnectionConfig};

@@ -12,6 +12,7 @@
 //! Modules:
 //! * [`consumer`]: The consumer on single brokers.
 //! * [`group`]: The group layer on single brokers.
+//! * [`producer`]: The producer on single brokers.
 //! * [`share`]: Share groups on the shared Kafka 4.x broker.
 //! * [`smoke`]: Proves the test-broker infrastructure works with no code of ours on the wire.
 //! * [`wire`]: The wire client on single brokers.
@@ -29,6 +30,7 @@ static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting::plain();
 
 mod consumer;
 mod group;
+mod producer;
 mod share;
 mod smoke;
 mod wire;

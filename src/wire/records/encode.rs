@@ -132,10 +132,8 @@ impl OpenBatch {
             + varint_len(record.headers.len() as i64);
         for (k, v) in &record.headers {
             let v_len = v.as_ref().map_or(-1, |v| v.len() as i64);
-            length += varint_len(k.len() as i64)
-                + k.len() as i64
-                + varint_len(v_len)
-                + v_len.max(0);
+            length +=
+                varint_len(k.len() as i64) + k.len() as i64 + varint_len(v_len) + v_len.max(0);
         }
         put_varint(&mut self.records, length);
         self.records.put_slice(&body[..head_len]);
@@ -298,7 +296,12 @@ mod tests {
             value: Some(Bytes::copy_from_slice(value.as_bytes())),
             headers: headers
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.map(|v| Bytes::copy_from_slice(v.as_bytes()))))
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+                    )
+                })
                 .collect(),
             timestamp: None,
         }
@@ -322,7 +325,11 @@ mod tests {
         for compression in codecs {
             let mut open = OpenBatch::with_capacity(64);
             let records = [
-                record(Some("acct-17"), "fill 1", &[("trace", Some("a")), ("trace", None)]),
+                record(
+                    Some("acct-17"),
+                    "fill 1",
+                    &[("trace", Some("a")), ("trace", None)],
+                ),
                 record(None, "fill 2", &[]),
                 record(Some(""), &"x".repeat(300), &[]),
             ];

@@ -15,12 +15,8 @@ pub(crate) mod encode;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record as KpRecord, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType as KpTimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-    NO_SEQUENCE,
-};
+use bytes::Bytes;
+use kafka_protocol::records::TimestampType as KpTimestampType;
 use log::{debug, trace};
 
 use super::error::{Result, WireError};
@@ -483,6 +479,11 @@ pub(crate) fn encode_batch(records: &[ProduceRecord], now_ms: i64) -> Result<Byt
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record as KpRecord, RecordBatchEncoder, RecordEncodeOptions,
+        NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    };
 
     pub(crate) fn kp_record(offset: i64, value: &str) -> KpRecord {
         KpRecord {

@@ -292,6 +292,7 @@ const LAYERS: &[&[&str]] = &[
     &["group"],
     &["config"],
     &["metrics"],
+    &["producer"],
     &["consumer", "share"],
     &["fuzzing"],
     &["testing"],

@@ -21,6 +21,9 @@ use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
 use crate::wire::lane::{Lane, Lanes, Link, Wait};
 use crate::wire::{ClientConfig, Nudge};
 
+/// One topic's part of a Produce request: per partition, one stamped batch.
+pub(crate) type TopicBatches = (Arc<str>, Vec<(i32, Bytes)>);
+
 /// One Produce request: the batches of several partitions led by one broker.
 #[derive(Debug)]
 pub(crate) struct ProduceJob {
@@ -31,7 +34,7 @@ pub(crate) struct ProduceJob {
     /// `transactional.id`, inside a transaction.
     pub(crate) transactional_id: Option<Arc<str>>,
     /// Per topic, per partition, one stamped batch.
-    pub(crate) topics: Vec<(Arc<str>, Vec<(i32, Bytes)>)>,
+    pub(crate) topics: Vec<TopicBatches>,
 }
 
 /// What the leader said of one partition's batch.

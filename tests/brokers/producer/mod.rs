@@ -1,0 +1,306 @@
+//! The producer on single brokers: every record once and in order per partition, read back by
+//! our fetch and by librdkafka (every codec), offsets in the handles that match the log, keys on
+//! the partition Java's partitioner picks, a full buffer that blocks and then fails after
+//! `max.block.ms` (librdkafka's mock slows the broker down on demand), and settings refused by
+//! name.
+//!
+//! Where a broker answers differently from Kafka, the test says so; Kafka's answer is asserted
+//! strictly.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rebalance_guard::wire::{
+    Client, ClientConfig, FetchConfig, FetchPosition, IsolationLevel, OffsetSpec, Record,
+};
+use rebalance_guard::{
+    partitioner, ErrorKind, ProduceError, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
+use support::{peer_consume, unique_name, BrokerKind, MockCluster, MockOptions};
+
+/// A producer for `bootstrap` with `settings` on top of short test timeouts.
+pub(crate) fn producer(bootstrap: &str, settings: &[(&str, &str)]) -> Producer {
+    let mut b = ProducerConfig::builder()
+        .bootstrap_servers([bootstrap])
+        .set("request.timeout.ms", "10000")
+        .set("delivery.timeout.ms", "60000")
+        .set("max.block.ms", "20000")
+        .set("retry.backoff.ms", "50");
+    for (k, v) in settings {
+        b = b.set(k, v);
+    }
+    Producer::new(b.build().expect("producer config")).expect("producer")
+}
+
+/// Every partition of `topic` from offset 0 to its end, with our fetch.
+pub(crate) fn read_all(bootstrap: &str, topic: &str) -> BTreeMap<i32, Vec<Record>> {
+    let mut cfg = ClientConfig::from_bootstrap_str(bootstrap);
+    cfg.connection.request_timeout = Duration::from_secs(10);
+    let mut c = Client::connect(cfg).expect("connect");
+    let partitions = c.partitions(topic).expect("partitions");
+    let tps: Vec<TopicPartition> = partitions
+        .iter()
+        .map(|&p| TopicPartition::new(topic, p))
+        .collect();
+    let end = c
+        .list_offsets(&tps, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
+        .expect("latest offsets");
+    let mut positions: Vec<FetchPosition> = tps
+        .iter()
+        .map(|tp| FetchPosition {
+            tp: tp.clone(),
+            offset: 0,
+        })
+        .collect();
+    let fetch = FetchConfig {
+        max_wait: Duration::from_millis(100),
+        ..FetchConfig::default()
+    };
+    let mut out: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        positions.retain(|p| p.offset < end[&p.tp]);
+        if positions.is_empty() {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "read timed out at {positions:?}");
+        for f in c.fetch(&positions, &fetch).expect("fetch") {
+            assert!(f.error.is_none(), "fetch {}: {:?}", f.tp, f.error);
+            if let Some(p) = positions.iter_mut().find(|p| p.tp == f.tp) {
+                p.offset = f.next_offset;
+            }
+            out.entry(f.tp.partition).or_default().extend(f.records);
+        }
+    }
+}
+
+/// Checks that `records` hold every `(key index, sequence)` of `expected` once, and that each
+/// key's sequences appear in increasing order (a key stays on one partition, so this is the
+/// partition's order for that key).
+pub(crate) fn assert_once_in_order(
+    what: &str,
+    records: &BTreeMap<i32, Vec<Record>>,
+    keys: usize,
+    per_key: usize,
+) {
+    let mut next = vec![0usize; keys];
+    let mut total = 0;
+    for (p, rs) in records {
+        for r in rs {
+            let value = std::str::from_utf8(r.value.as_deref().unwrap_or_default()).expect("utf8");
+            let (k, s) = value
+                .split_once(':')
+                .and_then(|(k, s)| Some((k.parse::<usize>().ok()?, s.parse::<usize>().ok()?)))
+                .unwrap_or_else(|| panic!("{what}: unexpected value {value:?}"));
+            assert_eq!(
+                s, next[k],
+                "{what}: key {k} in partition {p}: sequence {s} where {} was next \
+                 (a duplicate or a reordering)",
+                next[k]
+            );
+            next[k] += 1;
+            total += 1;
+        }
+    }
+    assert_eq!(total, keys * per_key, "{what}: records read back");
+    assert!(
+        next.iter().all(|n| *n == per_key),
+        "{what}: every key complete"
+    );
+}
+
+/// `keys * per_key` records, value `key:sequence`, keyed `acct-<key>`, in rounds over the keys.
+pub(crate) fn send_keyed(
+    producer: &Producer,
+    topic: &str,
+    keys: usize,
+    per_key: usize,
+) -> Vec<(usize, rebalance_guard::DeliveryHandle)> {
+    let mut handles = Vec::with_capacity(keys * per_key);
+    for s in 0..per_key {
+        for k in 0..keys {
+            let record = ProducerRecord::new(topic, format!("{k}:{s}")).key(format!("acct-{k}"));
+            handles.push((k, producer.send(record).expect("send")));
+        }
+    }
+    handles
+}
+
+fn every_record_once_in_order(kind: BrokerKind, codec: &str) {
+    let broker = kind.start();
+    let topic = unique_name(&format!("produce-{codec}"));
+    broker.create_topic(&topic, 6);
+    let bootstrap = broker.bootstrap();
+    let producer = producer(
+        &bootstrap,
+        &[("compression.type", codec), ("batch.size", "4096")],
+    );
+    let handles = send_keyed(&producer, &topic, 50, 100);
+    producer.flush().expect("flush");
+    let records = read_all(&bootstrap, &topic);
+    assert_once_in_order(&format!("{kind:?} {codec}"), &records, 50, 100);
+    // The handles' offsets are the log's: record i of a partition at offset i.
+    for (k, h) in &handles {
+        let m = h.try_result().expect("settled").expect("acknowledged");
+        assert_eq!(
+            m.partition,
+            partitioner::partition_for_key(format!("acct-{k}").as_bytes(), 6)
+        );
+        let stored = &records[&m.partition][m.offset as usize];
+        assert_eq!(stored.offset, m.offset);
+        assert_eq!(stored.key.as_deref(), Some(format!("acct-{k}").as_bytes()));
+    }
+    producer.close().expect("close");
+}
+
+fn uncompressed(kind: BrokerKind) {
+    every_record_once_in_order(kind, "none");
+}
+
+crate::on_brokers! {
+    kafka { uncompressed }
+    kafka3 { uncompressed }
+    mock { uncompressed }
+    tansu { uncompressed }
+}
+
+/// Every codec, written by us and read by us and by librdkafka (confluent-kafka).
+mod codecs {
+    use super::*;
+
+    fn read_by_librdkafka(codec: &str) {
+        let broker = BrokerKind::Kafka.start();
+        let topic = unique_name(&format!("produce-read-{codec}"));
+        broker.create_topic(&topic, 3);
+        let bootstrap = broker.bootstrap();
+        every_record_once_in_order(BrokerKind::Kafka, codec);
+        let producer = producer(&bootstrap, &[("compression.type", codec)]);
+        for i in 0..300 {
+            let r = ProducerRecord::new(&topic, format!("v-{i}"))
+                .key(format!("k-{i}"))
+                .header("h", format!("{i}"));
+            producer.send(r).expect("send");
+        }
+        producer.close().expect("close");
+        let read = peer_consume(&bootstrap, &topic, 300, &[]);
+        assert_eq!(read.len(), 300, "{codec}: librdkafka read them all");
+        for r in &read {
+            let i = r
+                .key
+                .as_deref()
+                .and_then(|k| k.strip_prefix("k-"))
+                .expect("key");
+            assert_eq!(r.value.as_deref(), Some(format!("v-{i}").as_bytes()));
+            assert_eq!(
+                r.headers,
+                vec![("h".to_string(), Some(i.as_bytes().to_vec()))]
+            );
+        }
+    }
+
+    #[test]
+    fn gzip() {
+        read_by_librdkafka("gzip");
+    }
+
+    #[test]
+    fn snappy() {
+        read_by_librdkafka("snappy");
+    }
+
+    #[test]
+    fn lz4() {
+        read_by_librdkafka("lz4");
+    }
+
+    #[test]
+    fn zstd() {
+        read_by_librdkafka("zstd");
+    }
+}
+
+/// `send` blocks while `buffer.memory` is full and fails after `max.block.ms`, with nothing of
+/// the refused record buffered; once the broker answers again every record sent is written. The
+/// mock's round-trip time (a fault only it injects on demand) holds the Produce answers.
+#[test]
+fn a_full_buffer_blocks_then_fails_after_max_block() {
+    let mock = MockCluster::start(MockOptions::default());
+    let topic = unique_name("produce-full");
+    mock.must(&format!("create_topic {topic} 1 1"));
+    let producer = producer(
+        mock.bootstrap(),
+        &[
+            ("buffer.memory", "16384"),
+            ("batch.size", "2048"),
+            ("linger.ms", "0"),
+            ("max.block.ms", "500"),
+        ],
+    );
+    producer
+        .send_and_wait(ProducerRecord::new(&topic, "warm-up"))
+        .expect("warm-up");
+    mock.must("rtt 1 3000");
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    let refused = loop {
+        assert!(started.elapsed() < Duration::from_secs(10), "never blocked");
+        match producer.send(ProducerRecord::new(&topic, vec![b'x'; 900])) {
+            Ok(h) => handles.push(h),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(refused, ProduceError::BufferFull { .. }),
+        "{refused}"
+    );
+    assert_eq!(refused.kind(), ErrorKind::Network);
+    assert!(refused.to_string().contains("max.block.ms"), "{refused}");
+    let blocked = started.elapsed();
+    assert!(blocked >= Duration::from_millis(500), "blocked {blocked:?}");
+    mock.must("rtt 1 0");
+    producer.flush().expect("flush");
+    for h in &handles {
+        h.wait().expect("written once the broker answers");
+    }
+    let read = read_all(mock.bootstrap(), &topic);
+    assert_eq!(
+        read[&0].len(),
+        handles.len() + 1,
+        "every accepted record, none refused"
+    );
+    producer.close().expect("close");
+}
+
+/// A record for a partition the topic lacks, or larger than `max.request.size`, is refused at
+/// `send` with the reason; the producer goes on.
+#[test]
+fn impossible_records_are_refused_at_send() {
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("produce-refused");
+    broker.create_topic(&topic, 2);
+    let producer = producer(&broker.bootstrap(), &[("max.request.size", "10000")]);
+    let e = producer
+        .send(ProducerRecord::new(&topic, "v").partition(7))
+        .expect_err("no partition 7");
+    assert!(
+        matches!(e, ProduceError::UnknownPartition { partitions: 2, .. }),
+        "{e}"
+    );
+    let e = producer
+        .send(ProducerRecord::new(&topic, vec![0u8; 20_000]))
+        .expect_err("too large");
+    assert!(matches!(e, ProduceError::RecordTooLarge { .. }), "{e}");
+    let m = producer
+        .send_and_wait(ProducerRecord::new(&topic, "v").partition(1))
+        .expect("a good record");
+    assert_eq!((m.partition, m.offset), (1, 0));
+    producer.close().expect("close");
+    let e = ProducerConfig::builder()
+        .bootstrap_servers([broker.bootstrap()])
+        .set("session.timeout.ms", "10000")
+        .build()
+        .expect_err("a consumer setting");
+    assert_eq!(e.setting(), Some("session.timeout.ms"));
+}
