@@ -247,11 +247,11 @@ impl Accumulator {
             None => Arc::from(topic),
         };
         loop {
-            if state.closed {
-                return Err(ProduceError::Closed);
-            }
             if let Some(fatal) = &state.fatal {
                 return Err(fatal.clone());
+            }
+            if state.closed {
+                return Err(ProduceError::Closed);
             }
             let last = match state.topics.get(&topic) {
                 Some(TopicState::Known(n)) => {

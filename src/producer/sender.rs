@@ -14,14 +14,17 @@
 //!    sequence after a gap with OUT_OF_ORDER_SEQUENCE_NUMBER.)
 //! 4. A batch whose request got no answer (a lost connection, a timeout) may have been written:
 //!    it is retried under the same epoch and sequence until the leader says what became of it.
-//! 5. The epoch is bumped (InitProducerId with the current id, KIP-360) only when a partition's
-//!    sequence can no longer continue: the leader lost the producer's state
-//!    (UNKNOWN_PRODUCER_ID), or a batch failed for good and left a gap. The bump waits until no
-//!    request is unanswered and no batch's fate is unknown (rule 4); then every partition starts
-//!    again at sequence 0 and the batches not written yet are re-stamped, in order.
+//! 5. A new producer id is taken (KIP-360's reset; InitProducerId answers an idempotent
+//!    producer with a fresh id) only when a partition's sequence can no longer continue: the
+//!    leader lost the producer's state (UNKNOWN_PRODUCER_ID), the oldest batch of a partition was
+//!    refused as out of order (OUT_OF_ORDER_SEQUENCE_NUMBER with no earlier batch on the wire or
+//!    waiting), or a batch failed for good and left a gap. The reset waits until no request is
+//!    unanswered and no batch's fate is unknown (rule 4), so no copy of a batch under the old id
+//!    can still arrive; then every partition starts again at sequence 0 and the batches not
+//!    written yet are re-stamped, in order.
 //! 6. A batch not acknowledged within `delivery.timeout.ms` of its first record's `send` fails
 //!    with [`ProduceError::DeliveryTimeout`] (while it is on the wire, once its request answers
-//!    or fails), and so does its partition's next bump (rule 5).
+//!    or fails), which also takes a new producer id (rule 5): the partition has a gap.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -29,7 +32,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::records::Compression;
-use log::{debug, info, warn};
+use log::{debug, info, trace, warn};
 
 use super::accumulator::{Accumulator, DrainedBatch, TopicState};
 use super::error::ProduceError;
@@ -64,6 +67,8 @@ struct Flow {
     queue: VecDeque<Batch>,
     /// Batches on the wire.
     in_flight: usize,
+    /// The sequences of the batches on the wire (to tell an earlier one from a later one).
+    on_wire: Vec<i32>,
     /// Set by a retriable failure: nothing is sent until `in_flight` is 0 and this time passed.
     retry_at: Option<Instant>,
     /// A failure this flow is waiting out (rule 3).
@@ -84,7 +89,7 @@ pub(crate) struct Sender {
     lanes: ProduceLanes,
     codec: Codec,
     identity: Option<ProducerIdentity>,
-    bump_needed: bool,
+    reset_needed: bool,
     flows: HashMap<TopicPartition, Flow>,
     jobs: HashMap<u64, Sent>,
     /// Requests unanswered per broker (at most `max.in.flight.requests.per.connection`).
@@ -114,7 +119,7 @@ impl Sender {
             lanes,
             codec,
             identity: None,
-            bump_needed: false,
+            reset_needed: false,
             flows: HashMap::new(),
             jobs: HashMap::new(),
             broker_in_flight: HashMap::new(),
@@ -223,8 +228,8 @@ impl Sender {
         }
     }
 
-    /// A producer id before the first batch goes out, and a bumped epoch when rule 5 asks for
-    /// one and nothing is unanswered or of unknown fate.
+    /// A producer id before the first batch goes out, and a new one when rule 5 asks for it and
+    /// nothing is unanswered or of unknown fate.
     fn ensure_identity(&mut self) -> Result<(), ProduceError> {
         if !self.settings.idempotence {
             return Ok(());
@@ -234,23 +239,23 @@ impl Sender {
             if nothing_to_send {
                 return Ok(());
             }
-        } else if !self.bump_needed || !self.jobs.is_empty() || self.any_fate_unknown() {
+        } else if !self.reset_needed || !self.jobs.is_empty() || self.any_fate_unknown() {
             return Ok(());
         }
         let current = self.identity;
-        match self.client.init_producer_id(current) {
+        match self.client.init_producer_id() {
             Ok(id) => {
-                if current.is_some() {
+                if let Some(old) = current {
                     info!(
-                        "producer: epoch bumped to {} (producer id {}); every partition's \
-                         sequence starts again",
-                        id.epoch, id.producer_id
+                        "producer: new producer id {} (was {}); every partition's sequence \
+                         starts again",
+                        id.producer_id, old.producer_id
                     );
                 } else {
                     debug!("producer: id {} epoch {}", id.producer_id, id.epoch);
                 }
                 self.identity = Some(id);
-                self.bump_needed = false;
+                self.reset_needed = false;
                 for flow in self.flows.values_mut() {
                     flow.next_sequence = 0;
                     for b in &mut flow.queue {
@@ -293,7 +298,7 @@ impl Sender {
         for (tp, b) in expired {
             if b.sequence.is_some() {
                 // A sequence the leader may never see: the partition cannot continue (rule 5).
-                self.bump_needed = true;
+                self.reset_needed = true;
             }
             let error = ProduceError::DeliveryTimeout {
                 topic: tp.topic.to_string(),
@@ -308,8 +313,8 @@ impl Sender {
     /// Builds and submits one request per leader with room, one batch per partition that may
     /// send (rules 2 and 3).
     fn send_ready(&mut self, now: Instant) {
-        if self.settings.idempotence && (self.identity.is_none() || self.bump_needed) {
-            // Before the id, nothing can be stamped; while a bump waits, only batches of unknown
+        if self.settings.idempotence && (self.identity.is_none() || self.reset_needed) {
+            // Before the id, nothing can be stamped; while a reset waits, only batches of unknown
             // fate go (under the old epoch), to learn their fate.
             if self.identity.is_none() {
                 return;
@@ -334,7 +339,7 @@ impl Sender {
             if flow.in_flight >= max_per_partition {
                 continue;
             }
-            if self.bump_needed && !next.fate_unknown {
+            if self.reset_needed && !next.fate_unknown {
                 continue;
             }
             match self.client.cached_leader(tp) {
@@ -375,6 +380,9 @@ impl Sender {
                     flow.next_sequence = flow.next_sequence.wrapping_add(b.sealed.count());
                 }
                 flow.in_flight += 1;
+                if let Some(seq) = b.sequence {
+                    flow.on_wire.push(seq);
+                }
                 flow.retrying = false;
                 flow.retry_at = None;
                 b.attempts += 1;
@@ -394,7 +402,15 @@ impl Sender {
             };
             let mut topics: Vec<TopicBatches> = Vec::new();
             for (tp, b) in &batches {
-                let bytes = b.sealed.stamp(stamp_of(b));
+                let stamp = stamp_of(b);
+                trace!(
+                    "producer: {tp} to broker {leader}: sequence {} epoch {} ({} records, attempt {})",
+                    stamp.base_sequence,
+                    stamp.epoch,
+                    b.sealed.count(),
+                    b.attempts
+                );
+                let bytes = b.sealed.stamp(stamp);
                 match topics.last_mut() {
                     Some((t, parts)) if *t == tp.topic => parts.push((tp.partition, bytes)),
                     _ => topics.push((Arc::clone(&tp.topic), vec![(tp.partition, bytes)])),
@@ -467,7 +483,7 @@ impl Sender {
                 debug!("producer: broker {} request failed: {why}", done.broker);
                 self.metadata_due = true;
                 for (tp, b) in sent.batches {
-                    self.landed(&tp);
+                    self.landed(&tp, &b);
                     self.retry(tp, b, why.clone(), true, now);
                 }
             }
@@ -478,7 +494,7 @@ impl Sender {
                     .map(|p| ((Arc::clone(&p.topic), p.partition), p))
                     .collect();
                 for (tp, b) in sent.batches {
-                    self.landed(&tp);
+                    self.landed(&tp, &b);
                     match by_tp.remove(&(Arc::clone(&tp.topic), tp.partition)) {
                         None if self.settings.acks.wire_value() == 0 => self.settle(b, Ok(-1)),
                         None => self.retry(
@@ -495,9 +511,12 @@ impl Sender {
         }
     }
 
-    fn landed(&mut self, tp: &TopicPartition) {
+    fn landed(&mut self, tp: &TopicPartition, b: &Batch) {
         if let Some(flow) = self.flows.get_mut(tp) {
             flow.in_flight = flow.in_flight.saturating_sub(1);
+            if let Some(seq) = b.sequence {
+                flow.on_wire.retain(|s| *s != seq);
+            }
         }
     }
 
@@ -509,6 +528,12 @@ impl Sender {
         now: Instant,
     ) {
         b.fate_unknown = false;
+        trace!(
+            "producer: {tp} sequence {:?}: {:?} at offset {}",
+            b.sequence,
+            p.error.map(KafkaCode::name),
+            p.base_offset
+        );
         let Some(code) = p.error else {
             self.settle(b, Ok(p.base_offset));
             return;
@@ -520,15 +545,16 @@ impl Sender {
             KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER | KafkaCode::UNKNOWN_PRODUCER_ID => {
                 // An earlier batch of the partition is still to be retried or on the wire: this
                 // one follows it (rule 3). Otherwise the sequence cannot continue (rule 5).
+                let earlier = |s: &i32| Some(*s) < b.sequence;
                 let earlier_pending = self.flows.get(&tp).is_some_and(|f| {
-                    f.in_flight > 0
+                    f.on_wire.iter().any(earlier)
                         || f.queue
                             .iter()
-                            .any(|q| q.sequence.is_some_and(|s| Some(s) < b.sequence))
+                            .any(|q| q.sequence.as_ref().is_some_and(earlier))
                 });
                 if !earlier_pending || code == KafkaCode::UNKNOWN_PRODUCER_ID {
-                    warn!("producer: {tp}: {why}; the epoch will be bumped");
-                    self.bump_needed = true;
+                    warn!("producer: {tp}: {why}; a new producer id will be taken");
+                    self.reset_needed = true;
                 }
                 self.retry(tp, b, why, false, now);
             }
@@ -540,7 +566,7 @@ impl Sender {
             }
             code => {
                 if b.sequence.is_some() {
-                    self.bump_needed = true;
+                    self.reset_needed = true;
                 }
                 let error = ProduceError::Refused {
                     topic: tp.topic.to_string(),

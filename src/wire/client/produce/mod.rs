@@ -76,39 +76,29 @@ impl Client {
 pub(crate) struct ProducerIdentity {
     /// The id the leaders deduplicate by.
     pub(crate) producer_id: i64,
-    /// Its epoch: a bump starts every partition's sequence at 0 again.
+    /// Its epoch (0 for an idempotent producer's fresh id).
     pub(crate) epoch: i16,
 }
 
 impl Client {
-    /// A producer id for an idempotent producer (no transactional id), from any broker; with
-    /// `current`, the same id with its epoch bumped (KIP-360, InitProducerId v3+), so that the
-    /// leaders start every partition's sequence again without forgetting the id. A broker older
-    /// than v3 gives a new id instead.
-    pub(crate) fn init_producer_id(
-        &mut self,
-        current: Option<ProducerIdentity>,
-    ) -> Result<ProducerIdentity> {
-        self.retrying("InitProducerId", |c| c.init_producer_id_once(current))
+    /// A new producer id for an idempotent producer (no transactional id), from any broker:
+    /// epoch 0, every partition's sequence starting at 0. Kafka answers a request without a
+    /// transactional id with a fresh id whatever id it names, so a producer whose sequence
+    /// cannot continue asks for a new one (what Java does once its local epoch bump runs out).
+    pub(crate) fn init_producer_id(&mut self) -> Result<ProducerIdentity> {
+        self.retrying("InitProducerId", Client::init_producer_id_once)
     }
 
-    fn init_producer_id_once(
-        &mut self,
-        current: Option<ProducerIdentity>,
-    ) -> Result<ProducerIdentity> {
+    fn init_producer_id_once(&mut self) -> Result<ProducerIdentity> {
         let timeout_ms =
             i32::try_from(self.config.connection.request_timeout.as_millis()).unwrap_or(i32::MAX);
         let resp = self.any_broker(|conn| {
             let version = conn.version_for(ApiKey::InitProducerId)?;
-            let (id, epoch) = match current {
-                Some(c) if version >= 3 => (c.producer_id, c.epoch),
-                _ => (-1, -1),
-            };
             let req = msg::InitProducerIdRequest::default()
                 .with_transactional_id(None)
                 .with_transaction_timeout_ms(timeout_ms.max(1))
-                .with_producer_id(msg::ProducerId(id))
-                .with_producer_epoch(epoch);
+                .with_producer_id(msg::ProducerId(-1))
+                .with_producer_epoch(-1);
             conn.send(&req, version)
         })?;
         if let Some(code) = KafkaCode::from_code(resp.error_code) {
