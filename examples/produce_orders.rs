@@ -1,5 +1,5 @@
-//! Fills the `orders` topic with orders for `order_worker`, through this crate's own wire client
-//! (no librdkafka on the producing side either). With `--create` it creates the topic first
+//! Fills the `orders` topic with orders for `order_worker`, through this crate's own idempotent
+//! `Producer` (no librdkafka on the producing side either). With `--create` it creates the topic first
 //! (CreateTopics); librdkafka's mock cluster has no CreateTopics, so there the topic is created
 //! through the mock's own control interface and this waits until it has `--partitions`.
 //!
@@ -15,8 +15,10 @@
 //!
 //! `--manifest FILE` writes one line per order, `order_id partition offset`, with the offsets the
 //! leader assigned: the ground truth the demo's checker compares the effect logs with. The topic
-//! must be fresh: each partition's batches must land at offsets 0, 1, 2, ... in order, so a
-//! retried produce that was written twice fails the run instead of adding a duplicate order.
+//! must be fresh: each partition's orders must land at offsets 0, 1, 2, ... in the order they were
+//! sent, so a record written twice or out of order fails the run instead of adding a duplicate
+//! order (the producer is idempotent: a retry after a lost answer writes nothing twice).
+//! `--batch N` is the producer's `batch.size` in records of about 60 bytes.
 //!
 //! Arguments are parsed with std only.
 
@@ -25,9 +27,8 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use rebalance_guard::wire::{Client, ClientConfig, KafkaCode, ProduceRecord};
-use rebalance_guard::TopicPartition;
+use rebalance_guard::wire::{Client, ClientConfig, KafkaCode};
+use rebalance_guard::{Producer, ProducerConfig, ProducerRecord};
 
 struct Args {
     bootstrap: String,
@@ -141,41 +142,51 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Some(BufWriter::new(File::create(path)?)),
         None => None,
     };
-    let topic: std::sync::Arc<str> = args.topic.as_str().into();
-    for partition in 0..args.partitions {
-        let tp = TopicPartition::new(topic.clone(), partition);
-        let mut next_offset = 0i64;
-        let ids: Vec<usize> = (partition as usize..args.count)
-            .step_by(args.partitions as usize)
-            .collect();
-        for chunk in ids.chunks(args.batch) {
-            let records: Vec<ProduceRecord> = chunk
-                .iter()
-                .map(|&i| ProduceRecord {
-                    key: Some(Bytes::from(format!("acct-{:03}", i % 97))),
-                    value: Some(Bytes::from(order_value(i))),
-                    headers: Vec::new(),
-                    timestamp: None,
-                })
-                .collect();
-            let base = client.produce(&tp, &records)?;
-            // On a fresh topic the orders of a partition must land at 0, 1, 2, ...: a produce
-            // that a retry wrote twice, or a foreign record, shows up as a gap here.
-            if base != next_offset {
-                return Err(format!(
-                    "{tp}: batch written at offset {base}, expected {next_offset} (topic not \
-                     fresh, or a retried produce was written twice)"
-                )
-                .into());
-            }
-            next_offset += records.len() as i64;
-            if let Some(out) = manifest.as_mut() {
-                for (n, &i) in chunk.iter().enumerate() {
-                    writeln!(out, "{} {partition} {}", order_id(i), base + n as i64)?;
-                }
-            }
+    let batch_bytes = (args.batch * 64).to_string();
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers([args.bootstrap.as_str()])
+            .set("batch.size", &batch_bytes)
+            .build()?,
+    )?;
+    let mut sent = Vec::with_capacity(args.count);
+    for i in 0..args.count {
+        let partition = (i % args.partitions as usize) as i32;
+        let record = ProducerRecord::new(args.topic.as_str(), order_value(i))
+            .key(format!("acct-{:03}", i % 97))
+            .partition(partition);
+        sent.push((i, producer.send(record)?));
+    }
+    producer.flush()?;
+    let mut next_offset = vec![0i64; args.partitions as usize];
+    for (i, handle) in &sent {
+        let written = handle.wait()?;
+        // On a fresh topic the orders of a partition must land at 0, 1, 2, ... in send order: a
+        // record written twice or out of order, or a foreign record, shows up as a gap here.
+        let next = &mut next_offset[written.partition as usize];
+        if written.offset != *next {
+            return Err(format!(
+                "{}-{}: order {} written at offset {}, expected {} (topic not fresh?)",
+                written.topic,
+                written.partition,
+                order_id(*i),
+                written.offset,
+                next
+            )
+            .into());
+        }
+        *next += 1;
+        if let Some(out) = manifest.as_mut() {
+            writeln!(
+                out,
+                "{} {} {}",
+                order_id(*i),
+                written.partition,
+                written.offset
+            )?;
         }
     }
+    producer.close()?;
     if let Some(mut out) = manifest.take() {
         out.flush()?;
     }

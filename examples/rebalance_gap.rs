@@ -24,14 +24,13 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rebalance_guard::consumer::{Consumer, ConsumerConfig};
-use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord};
-use rebalance_guard::TopicPartition;
+use rebalance_guard::wire::{Client, ClientConfig};
+use rebalance_guard::{Producer, ProducerConfig, ProducerRecord};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -156,25 +155,27 @@ fn member(
     Ok(received)
 }
 
-/// Produces `rate` records/s to every partition, in 20 ms ticks, until `stop`.
+/// Produces `rate` records/s to every partition, in 20 ms ticks, until `stop`, through the
+/// crate's producer (`linger.ms=0`: each tick's records go at once).
 fn produce(args: &Args, stop: &AtomicBool) -> Result<u64, BoxError> {
-    let mut client = Client::connect(ClientConfig::from_bootstrap_str(&args.bootstrap))?;
-    let topic: Arc<str> = Arc::from(args.topic.as_str());
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers([args.bootstrap.as_str()])
+            .set("linger.ms", "0")
+            .build()?,
+    )?;
     let tick = Duration::from_millis(20);
     let per_tick = (args.rate as usize / 50).max(1);
     let value = Bytes::from(vec![b'x'; 100]);
-    let records: Vec<ProduceRecord> = (0..per_tick)
-        .map(|_| ProduceRecord {
-            value: Some(value.clone()),
-            ..ProduceRecord::default()
-        })
-        .collect();
     let mut next = Instant::now();
     let mut sent = 0u64;
     while !stop.load(Ordering::SeqCst) {
         for p in 0..args.partitions {
-            client.produce(&TopicPartition::new(topic.clone(), p), &records)?;
-            sent += records.len() as u64;
+            for _ in 0..per_tick {
+                producer
+                    .send(ProducerRecord::new(args.topic.as_str(), value.clone()).partition(p))?;
+                sent += 1;
+            }
         }
         next += tick;
         let now = Instant::now();
@@ -185,6 +186,7 @@ fn produce(args: &Args, stop: &AtomicBool) -> Result<u64, BoxError> {
             next = now;
         }
     }
+    producer.close()?;
     Ok(sent)
 }
 
