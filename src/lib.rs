@@ -10,7 +10,8 @@
 //!
 //! [`Consumer`] (its page has a worker in a dozen lines), [`Consumer::run_with_workers`] for the
 //! decoupled mode, [`ConsumerConfig`] (Kafka's property names), [`ShareConsumer`] for share
-//! groups, [`DeadLetterTopic`] for the failure policy, and the [`guard`] module, whose page numbers
+//! groups, [`Producer`] for writing records (idempotent, partitioned as Java's producer),
+//! [`DeadLetterTopic`] for the failure policy, and the [`guard`] module, whose page numbers
 //! the rules every commit decision follows. The repository's README.md and docs/ (a guide, the
 //! settings, share groups, security, operations) are the long form; every Rust block there is
 //! compiled against this API.
@@ -18,7 +19,7 @@
 //! # The map
 //!
 //! Layers, each using only the ones below it (the `source_layout` test checks it; bottom first:
-//! basics, guard, wire, group, config, metrics, then the two consumers side by side;
+//! basics, guard, wire, group, config, metrics, producer, then the two consumers side by side;
 //! `docs/DESIGN.md` in the repository walks through the commit ordering hop by hop):
 //!
 //! - `consumer`: what an application embeds. [`Consumer`] runs the blocking
@@ -30,9 +31,13 @@
 //!   [`ShareConsumer`] acquires records under time-limited locks and acknowledges each by its
 //!   outcome; its lock guard ends every record's lease before the broker's lock can, so no
 //!   effect is applied once another member may hold the record.
+//! - `producer`, below them: [`Producer`], idempotent and batched, on the consumer's per-broker
+//!   lanes and settings table; the dead-letter topic writes through it, which is why it sits
+//!   under the consumers rather than beside them. Its sender's module documentation numbers the
+//!   rules that keep every record once and in order.
 //! - `metrics`: the hooks through which both publish their operational signals to the `metrics`
 //!   crate (public, with its names, under the cargo feature `metrics`; empty without it).
-//! - [`config`]: the settings under Kafka's names that both consumers read, in one table
+//! - [`config`]: the settings under Kafka's names that the consumers and the producer read, in one table
 //!   ([`config::SETTINGS`]) with one validation.
 //! - `group`: group membership (the classic protocol with eager and cooperative assignors and
 //!   static membership, KIP-848, share groups' heartbeat) on background threads.
@@ -52,9 +57,9 @@
 //!
 //! # What is public
 //!
-//! The items re-exported here are the ones applications name, and [`guard`] is public as a
-//! module. `consumer`, `share`, `wire` and `group` are crate-private; the internal cargo feature
-//! `test-support` makes them (and `testing` and `fuzzing`, which are not compiled at all
+//! The items re-exported here are the ones applications name, and [`guard`] and [`partitioner`]
+//! are public as modules. `consumer`, `share`, `producer`, `wire` and `group` are crate-private;
+//! the internal cargo feature `test-support` makes them (and `testing` and `fuzzing`, which are not compiled at all
 //! without it) public for the crate's own integration tests, benchmarks and fuzz targets. That
 //! feature is not part of the API and an application never enables it.
 

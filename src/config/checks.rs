@@ -309,21 +309,6 @@ pub(super) fn batch_bytes(name: &'static str, n: usize) -> Result<usize, ConfigE
     Ok(n)
 }
 
-/// `compression.type`: the codec's cargo feature must be in this build (a producer that
-/// silently sent uncompressed would break the operator's disk and network budget).
-pub(super) fn codec_built(
-    name: &'static str,
-    codec: super::values::CompressionType,
-) -> Result<super::values::CompressionType, ConfigError> {
-    if !codec.is_built() {
-        return Err(ConfigError::UnsupportedSetting {
-            name: name.to_string(),
-            reason: "this build lacks the codec's cargo feature (gzip, snappy, lz4, zstd)",
-        });
-    }
-    Ok(codec)
-}
-
 /// `compression.gzip.level`: Java's range (KIP-390), 1 to 9, or -1 for the default.
 pub(super) fn gzip_level(name: &'static str, level: i32) -> Result<i32, ConfigError> {
     if level != -1 && !(1..=9).contains(&level) {

@@ -533,7 +533,7 @@ settings! {
     compression_type: CompressionType {
         name: "compression.type",
         default: "none",
-        rule: checks::codec_built,
+        rule: super::values::codec_built,
         set: |codec: CompressionType| codec,
         doc: "Producer only. `none`, `gzip`, `snappy`, `lz4` or `zstd`, compressing each batch with the pure-Rust codec of the same cargo feature (all on by default).",
     }

@@ -556,3 +556,18 @@ impl SettingValue for CompressionType {
         self.as_str().to_string()
     }
 }
+
+/// `compression.type`: the codec's cargo feature must be in this build (a producer that
+/// silently sent uncompressed would break the operator's disk and network budget).
+pub(super) fn codec_built(
+    name: &'static str,
+    codec: CompressionType,
+) -> Result<CompressionType, ConfigError> {
+    if !codec.is_built() {
+        return Err(ConfigError::UnsupportedSetting {
+            name: name.to_string(),
+            reason: "this build lacks the codec's cargo feature (gzip, snappy, lz4, zstd)",
+        });
+    }
+    Ok(codec)
+}

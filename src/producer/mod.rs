@@ -19,6 +19,11 @@
 //!    it goes again with the same sequence, so the leader drops a copy it already has; the
 //!    sender's module docs give the rules. `delivery.timeout.ms` bounds the whole story.
 //!
+//! Files: `accumulator` (the batches waiting, per partition, and the buffer's bound), `config`
+//! (`ProducerConfig`, rows of the one settings table), `error` (`ProduceError`), `handle`
+//! (`DeliveryHandle`, one outcome per batch), `partitioner` (murmur2 as Java, sticky), `sender`
+//! (the sender thread and its numbered rules).
+//!
 //! No async runtime: `send` is a short critical section, the sender and the lanes are threads.
 //! The sender's rules are the ones Java's producer follows (KIP-98 idempotence, KIP-360 epoch
 //! bumps, KIP-480 and KIP-794 partitioning), so that a record written by this producer and one

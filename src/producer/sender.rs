@@ -7,7 +7,14 @@
 //! 1. A batch gets its sequence when it is first sent and keeps it on every retry, so the leader
 //!    recognises a retry of a batch it already wrote and answers with the first write's offset.
 //! 2. A partition's batches are sent in sequence order, at most five unanswered (the leader
-//!    remembers a producer's last five batches per partition).
+//!    remembers a producer's last five batches per partition), and only one while the partition
+//!    has not acknowledged a batch of this producer id yet, or is recovering from a failure.
+//!    Why: a leader that has no state for a producer on a partition accepts any sequence as its
+//!    first (Kafka does, so that a producer whose records retention deleted can go on), so with
+//!    two batches on the wire a refused first one (a leader not yet ready on a new topic answers
+//!    NOT_LEADER_OR_FOLLOWER) would let the second be written first. Measured on Kafka 4.4: a new
+//!    topic's first batch refused, the second written at offset 0. Once the leader acknowledged
+//!    one batch it checks every later sequence.
 //! 3. When a batch of a partition fails and will be retried, nothing more of that partition is
 //!    sent until every batch of it still on the wire has answered; then the failed ones go again,
 //!    in sequence order, before anything newer. (The later ones failed too: the leader refuses a
@@ -73,6 +80,11 @@ struct Flow {
     retry_at: Option<Instant>,
     /// A failure this flow is waiting out (rule 3).
     retrying: bool,
+    /// A batch of this producer id was acknowledged here: the leader checks our sequences now
+    /// (rule 2).
+    confirmed: bool,
+    /// Retried since the last acknowledgement: one batch at a time until the next (rule 2).
+    recovering: bool,
     next_sequence: i32,
 }
 
@@ -258,6 +270,7 @@ impl Sender {
                 self.reset_needed = false;
                 for flow in self.flows.values_mut() {
                     flow.next_sequence = 0;
+                    flow.confirmed = false;
                     for b in &mut flow.queue {
                         b.sequence = None;
                     }
@@ -336,7 +349,12 @@ impl Sender {
             if flow.retry_at.is_some_and(|at| now < at) {
                 continue;
             }
-            if flow.in_flight >= max_per_partition {
+            let limit = if flow.confirmed && !flow.recovering {
+                max_per_partition
+            } else {
+                1
+            };
+            if flow.in_flight >= limit {
                 continue;
             }
             if self.reset_needed && !next.fate_unknown {
@@ -535,13 +553,23 @@ impl Sender {
             p.base_offset
         );
         let Some(code) = p.error else {
+            if let Some(flow) = self.flows.get_mut(&tp) {
+                flow.confirmed = true;
+                flow.recovering = false;
+            }
             self.settle(b, Ok(p.base_offset));
             return;
         };
         let why = format!("{} {}", code.name(), p.message.clone().unwrap_or_default());
         match code {
             // Written by an earlier attempt (brokers before 2.x say so instead of the offset).
-            KafkaCode::DUPLICATE_SEQUENCE_NUMBER => self.settle(b, Ok(-1)),
+            KafkaCode::DUPLICATE_SEQUENCE_NUMBER => {
+                if let Some(flow) = self.flows.get_mut(&tp) {
+                    flow.confirmed = true;
+                    flow.recovering = false;
+                }
+                self.settle(b, Ok(-1));
+            }
             KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER | KafkaCode::UNKNOWN_PRODUCER_ID => {
                 // An earlier batch of the partition is still to be retried or on the wire: this
                 // one follows it (rule 3). Otherwise the sequence cannot continue (rule 5).
@@ -603,6 +631,7 @@ impl Sender {
             .unwrap_or(flow.queue.len());
         flow.queue.insert(at, b);
         flow.retrying = true;
+        flow.recovering = true;
         flow.retry_at = Some(now + backoff);
     }
 

@@ -42,6 +42,10 @@ mod configuration {}
 mod share_groups {}
 
 #[cfg(doctest)]
+#[doc = include_str!("../../docs/producer.md")]
+mod producer {}
+
+#[cfg(doctest)]
 #[doc = include_str!("../../docs/security.md")]
 mod security {}
 

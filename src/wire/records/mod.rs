@@ -7,7 +7,8 @@
 //! records before the fetch offset when a fetch starts inside a batch, charging what decoding
 //! allocates to the response's [`DecodeBudget`], and turning every failure into an error that
 //! names the partition and offset. Nothing here panics or allocates without bound on network data.
-//! Encoding (for Produce) stays `kafka-protocol`'s: it only sees our own records.
+//! Encoding (for Produce) is `encode`: the producer's batches, appended record by record and
+//! stamped per attempt.
 
 mod batch;
 pub(crate) mod encode;
