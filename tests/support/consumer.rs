@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rebalance_guard::consumer::ConsumerConfig;
 use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord};
-use rebalance_guard::TopicPartition;
+use rebalance_guard::{Producer, ProducerConfig, ProducerRecord, TopicPartition};
 
 use super::{unique_name, Broker, BrokerKind, FAST_REBALANCE};
 
@@ -145,10 +145,67 @@ pub fn value_records(values: impl IntoIterator<Item = String>) -> Vec<ProduceRec
         .collect()
 }
 
-/// Produces `records` to `tp` through `client`, retrying for up to 20 s while the broker cannot
-/// take them yet (a new topic's leader still electing); panics with `context: error` after.
-/// The base offset the broker assigned.
+/// Produces `records` to `tp` with the crate's idempotent producer (on `client`'s brokers), in
+/// order, waiting up to 20 s for a new topic's leader; panics with `context: error` after. The
+/// offset of the first record (the others follow it: one writer, one partition, in order).
 pub fn produce_until_accepted(
+    client: &mut Client,
+    tp: &TopicPartition,
+    records: &[ProduceRecord],
+    context: &str,
+) -> i64 {
+    let bootstrap = client.config().bootstrap.join(",");
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers([bootstrap.as_str()])
+            .set("linger.ms", "50")
+            .set("request.timeout.ms", "10000")
+            .set("delivery.timeout.ms", "20000")
+            .set("max.block.ms", "20000")
+            .set("retry.backoff.ms", "200")
+            .build()
+            .unwrap_or_else(|e| panic!("{context}: {e}")),
+    )
+    .unwrap_or_else(|e| panic!("{context}: {e}"));
+    let handles: Vec<_> = records
+        .iter()
+        .map(|r| {
+            let mut record =
+                ProducerRecord::new(tp.topic.to_string(), r.value.clone().unwrap_or_default())
+                    .partition(tp.partition);
+            if let Some(key) = &r.key {
+                record = record.key(key.clone());
+            }
+            for (k, v) in &r.headers {
+                record = record.header(k.clone(), v.clone().unwrap_or_default());
+            }
+            if let Some(ts) = r.timestamp {
+                record = record.timestamp(ts);
+            }
+            producer
+                .send(record)
+                .unwrap_or_else(|e| panic!("{context}: {e}"))
+        })
+        .collect();
+    producer
+        .flush()
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    let offsets: Vec<i64> = handles
+        .iter()
+        .map(|h| h.wait().unwrap_or_else(|e| panic!("{context}: {e}")).offset)
+        .collect();
+    producer
+        .close()
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    offsets.first().copied().unwrap_or(-1)
+}
+
+/// Produces `records` to `tp` as one batch through `client`'s own one-shot produce (its
+/// connection, credentials and TLS: the wire tests of secured listeners), retrying for up to
+/// 20 s while a new topic's leader is still electing; panics with `context: error` after. The
+/// base offset the broker assigned. Not idempotent: a retry after a lost answer could write the
+/// batch twice, which these tests would see as offsets they did not expect.
+pub fn produce_through_client(
     client: &mut Client,
     tp: &TopicPartition,
     records: &[ProduceRecord],

@@ -20,7 +20,7 @@ use rebalance_guard::wire::{
     OffsetCommitEntry, OffsetSpec, ProduceRecord, SaslConfig, SaslMechanism, Secret, WireError,
 };
 use rebalance_guard::TopicPartition;
-use support::consumer::{produce_until_accepted, value_records};
+use support::consumer::{produce_through_client, value_records};
 use support::fetch::fetch_answered;
 use support::kafka::{SaslKafka, SASL_REAUTH};
 use support::unique_name;
@@ -63,7 +63,7 @@ fn produce_fetch_and_offsets(mechanism: SaslMechanism) {
             timestamp: None,
         })
         .collect();
-    let base = produce_until_accepted(&mut client, &tp, &records, &format!("{mechanism}: produce"));
+    let base = produce_through_client(&mut client, &tp, &records, &format!("{mechanism}: produce"));
     assert_eq!(base, 0, "{mechanism}");
     let latest = client
         .list_offsets(
@@ -203,7 +203,7 @@ fn sasl_scram_consumer_group_joins_heartbeats_commits_and_leaves() {
         .expect("create topic");
     let tp = TopicPartition::new(topic.as_str(), 0);
     let records = value_records((0..10).map(|i| format!("order-{i}")));
-    produce_until_accepted(&mut admin, &tp, &records, "produce");
+    produce_through_client(&mut admin, &tp, &records, "produce");
     let group = unique_name("sasl-group");
     let config = ConsumerConfig::from_properties([
         ("bootstrap.servers", kafka.sasl.as_str()),

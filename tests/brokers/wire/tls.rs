@@ -26,7 +26,7 @@ use rebalance_guard::wire::{
     OAuthBearerCallback, OAuthBearerToken, SaslConfig, SaslMechanism, Secret, TlsConfig, WireError,
 };
 use rebalance_guard::TopicPartition;
-use support::consumer::{produce_until_accepted, value_records};
+use support::consumer::{produce_through_client, value_records};
 use support::kafka::{SaslKafka, SASL_REAUTH};
 use support::unique_name;
 
@@ -82,20 +82,28 @@ fn produce_and_fetch(client: &mut Client, what: &str) {
         .unwrap_or_else(|e| panic!("{what}: create topic: {e}"));
     let tp = TopicPartition::new(topic.as_str(), 0);
     let records = value_records((0..5).map(|i| format!("v{i}")));
-    produce_until_accepted(client, &tp, &records, &format!("{what}: produce"));
-    let fetched = client
-        .fetch(
-            &[FetchPosition {
-                tp: tp.clone(),
-                offset: 0,
-            }],
-            &FetchConfig::default(),
-        )
-        .unwrap_or_else(|e| panic!("{what}: fetch: {e}"));
-    let values: Vec<Option<Bytes>> = fetched
-        .iter()
-        .flat_map(|p| p.records.iter().map(|r| r.value.clone()))
-        .collect();
+    produce_through_client(client, &tp, &records, &format!("{what}: produce"));
+    // One fetch round may come back before a loaded broker's answer (the lanes leave a late
+    // answer in flight for the next round): fetch until the records are there, bounded.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let values: Vec<Option<Bytes>> = loop {
+        let fetched = client
+            .fetch(
+                &[FetchPosition {
+                    tp: tp.clone(),
+                    offset: 0,
+                }],
+                &FetchConfig::default(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: fetch: {e}"));
+        let values: Vec<Option<Bytes>> = fetched
+            .iter()
+            .flat_map(|p| p.records.iter().map(|r| r.value.clone()))
+            .collect();
+        if !values.is_empty() || Instant::now() >= deadline {
+            break values;
+        }
+    };
     assert_eq!(
         values,
         (0..5)
@@ -442,7 +450,7 @@ fn sasl_ssl_consumer_group_joins_heartbeats_commits_and_revokes() {
     for p in 0..2 {
         let tp = TopicPartition::new(topic.as_str(), p);
         let records = value_records((0..10).map(|i| format!("order-{p}-{i}")));
-        produce_until_accepted(&mut admin, &tp, &records, "produce");
+        produce_through_client(&mut admin, &tp, &records, "produce");
     }
     let group = unique_name("tls-group");
     let ca = cert(kafka, "ca.pem");
