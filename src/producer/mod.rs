@@ -109,6 +109,13 @@ impl ProducerRecord {
         self
     }
 
+    /// Adds a header with no value (a null value, as Java's `headers.add(key, null)`), which a
+    /// consumer tells apart from an empty one: a flag whose presence is the message.
+    pub fn null_header(mut self, key: impl Into<String>) -> Self {
+        self.record.headers.push((key.into(), None));
+        self
+    }
+
     /// The timestamp (ms since the epoch) instead of the send time.
     pub fn timestamp(mut self, ms: i64) -> Self {
         self.record.timestamp = Some(ms);

@@ -22,7 +22,9 @@
 //!   on the wire.
 //! * [`share_peer::SharePeer`]: Apache Kafka's share consumer (`scripts/SharePeer.java`), a
 //!   member of a share group beside ours, and the share group's configuration.
-//! * [`java`]: how both Java programs start, from the classes `scripts/setup-test-env` compiled.
+//! * [`java`]: how the Java programs start, from the classes `scripts/setup-test-env` compiled
+//!   (`scripts/ProducerPeer.java`, Java's producer and consumer judging ours, is driven by
+//!   `tests/brokers/producer/java.rs`).
 //!
 //! Everything here needs `scripts/setup-test-env` to have run; a missing piece
 //! is a panic that says so, never a silent skip. Every broker listens on

@@ -2,7 +2,8 @@
 //! our fetch and by librdkafka (every codec), offsets in the handles that match the log, keys on
 //! the partition Java's partitioner picks, a full buffer that blocks and then fails after
 //! `max.block.ms` (librdkafka's mock slows the broker down on demand), and settings refused by
-//! name.
+//! name. [`java`]: Java's producer and consumer as the judges of ours (the partition of 10,000
+//! keys, every field of what we wrote with every codec).
 //!
 //! Where a broker answers differently from Kafka, the test says so; Kafka's answer is asserted
 //! strictly.
@@ -10,6 +11,8 @@
 mod faults;
 
 use crate::support;
+
+mod java;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
