@@ -31,7 +31,10 @@
 //!    written yet are re-stamped, in order.
 //! 6. A batch not acknowledged within `delivery.timeout.ms` of its first record's `send` fails
 //!    with [`ProduceError::DeliveryTimeout`] (while it is on the wire, once its request answers
-//!    or fails), which also takes a new producer id (rule 5): the partition has a gap.
+//!    or fails), which also takes a new producer id (rule 5): the partition has a gap. The
+//!    bound is `delivery.timeout.ms`, plus the request on the wire when it ran out, plus a
+//!    metadata request the sender is waiting for then (one attempt per address, each bounded by
+//!    `request.timeout.ms`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -48,7 +51,7 @@ use crate::config::{CompressionType, ProducerSettings};
 use crate::wire::records::encode::{Codec, ProducerStamp, SealedBatch};
 use crate::wire::{
     Client, KafkaCode, PartitionAnswer, ProduceDone, ProduceJob, ProduceLanes, ProducerIdentity,
-    TopicBatches, WireError,
+    TopicBatches,
 };
 use crate::TopicPartition;
 
@@ -149,12 +152,16 @@ impl Sender {
 
     fn run(mut self) {
         loop {
-            let now = Instant::now();
-            self.refresh_metadata(now);
+            // Overdue batches first, then the requests that may block this thread (metadata,
+            // a producer id: one attempt each, bounded by the request timeout), then the clock
+            // read again for everything after them.
+            self.expire(Instant::now());
+            self.refresh_metadata(Instant::now());
             if let Err(e) = self.ensure_identity() {
                 self.fail_everything(e);
                 return;
             }
+            let now = Instant::now();
             let (drained, next_linger) = self.acc.drain(now);
             for b in drained {
                 self.admit(b);
@@ -217,7 +224,7 @@ impl Sender {
         }
         self.metadata_at = Some(now);
         let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
-        match self.client.metadata(&names) {
+        match self.client.metadata_single(&names) {
             Ok(md) => {
                 self.metadata_due = false;
                 for t in md {
@@ -277,7 +284,7 @@ impl Sender {
                 }
                 Ok(())
             }
-            Err(e) if e.retriable() || matches!(e, WireError::RetriesExhausted { .. }) => {
+            Err(e) if e.retriable() => {
                 warn!("producer: InitProducerId failed, will retry: {e}");
                 Ok(())
             }

@@ -102,6 +102,19 @@ impl Client {
         self.retrying("metadata", |c| c.metadata_once(req))
     }
 
+    /// Like [`Client::metadata`] with one attempt (on any broker that answers) instead of the
+    /// client's retries: for a caller that must not block longer than one request timeout and
+    /// asks again in its own loop (the producer's sender, whose other brokers' batches wait).
+    pub(crate) fn metadata_single(&mut self, topics: &[&str]) -> Result<Vec<TopicMetadata>> {
+        let names: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        let req = if names.is_empty() {
+            None
+        } else {
+            Some(names.as_slice())
+        };
+        self.metadata_once(req)
+    }
+
     /// How many partitions `topic` had in the last metadata this client saw, without a request.
     pub fn cached_partition_count(&self, topic: &str) -> Option<usize> {
         self.topics

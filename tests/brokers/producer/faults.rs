@@ -81,3 +81,64 @@ fn a_lost_producer_state_takes_a_new_producer_id() {
 fn a_sequence_gap_takes_a_new_producer_id() {
     survives("OUT_OF_ORDER_SEQUENCE_NUMBER", 40, 50);
 }
+
+/// A leader that does not answer: each request ends at `request.timeout.ms`, each record at
+/// `delivery.timeout.ms` (its handle fails with `DeliveryTimeout`, which says the last request
+/// may have been written); once the leader answers again the producer goes on, on a new
+/// producer id (the expired batch left its partition's sequence with a gap).
+#[test]
+fn an_unanswered_record_fails_at_its_delivery_timeout() {
+    let mock = MockCluster::start(MockOptions::default());
+    let topic = unique_name("produce-expire");
+    mock.must(&format!("create_topic {topic} 1 1"));
+    let producer = producer(
+        mock.bootstrap(),
+        &[
+            ("linger.ms", "0"),
+            ("request.timeout.ms", "1000"),
+            ("delivery.timeout.ms", "2500"),
+        ],
+    );
+    producer
+        .send_and_wait(ProducerRecord::new(&topic, "before"))
+        .expect("warm-up");
+    mock.must("rtt 1 20000");
+    let sent = Instant::now();
+    let handle = producer
+        .send(ProducerRecord::new(&topic, "unanswered"))
+        .expect("send");
+    let failed = handle
+        .wait()
+        .expect_err("no answer within the delivery timeout");
+    let took = sent.elapsed();
+    assert!(
+        matches!(failed, ProduceError::DeliveryTimeout { .. }),
+        "{failed}"
+    );
+    assert_eq!(failed.kind(), ErrorKind::Network);
+    // The bound (the sender's rule 6): the delivery timeout, plus the request on the wire when
+    // it ran out, plus the metadata request the sender waits for then (one attempt per address:
+    // here the broker and the bootstrap entry, each a connection and a request of 1 s), plus a
+    // margin for a loaded machine.
+    assert!(
+        took >= Duration::from_millis(2500)
+            && took < Duration::from_millis(2500 + 1000 + 3000 + 1500),
+        "failed after {took:?}"
+    );
+    mock.must("rtt 1 0");
+    let after = producer
+        .send_and_wait(ProducerRecord::new(&topic, "after"))
+        .expect("the producer goes on");
+    assert!(after.offset >= 1);
+    let values: Vec<Vec<u8>> = read_all(mock.bootstrap(), &topic)[&0]
+        .iter()
+        .map(|r| r.value.as_deref().unwrap_or_default().to_vec())
+        .collect();
+    assert_eq!(values.first().map(Vec::as_slice), Some(&b"before"[..]));
+    assert_eq!(values.last().map(Vec::as_slice), Some(&b"after"[..]));
+    assert!(
+        values.len() <= 3,
+        "at most the unanswered one between: {values:?}"
+    );
+    producer.close().expect("close");
+}

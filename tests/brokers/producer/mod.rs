@@ -28,7 +28,10 @@ use support::{peer_consume, unique_name, BrokerKind, MockCluster, MockOptions};
 /// A producer for `bootstrap` with `settings` on top of short test timeouts.
 pub(crate) fn producer(bootstrap: &str, settings: &[(&str, &str)]) -> Producer {
     // The sender's trace (`RUST_LOG=rebalance_guard::producer=trace`) when a test is looked at.
-    let _ = env_logger::builder().is_test(true).try_init();
+    let _ = env_logger::builder()
+        .is_test(true)
+        .format_timestamp_millis()
+        .try_init();
     let mut b = ProducerConfig::builder()
         .bootstrap_servers([bootstrap])
         .set("request.timeout.ms", "10000")

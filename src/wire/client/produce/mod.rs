@@ -85,11 +85,9 @@ impl Client {
     /// epoch 0, every partition's sequence starting at 0. Kafka answers a request without a
     /// transactional id with a fresh id whatever id it names, so a producer whose sequence
     /// cannot continue asks for a new one (what Java does once its local epoch bump runs out).
+    /// One attempt, bounded by the request timeout: the producer's sender asks again in its own
+    /// loop, where batches for other brokers keep going meanwhile.
     pub(crate) fn init_producer_id(&mut self) -> Result<ProducerIdentity> {
-        self.retrying("InitProducerId", Client::init_producer_id_once)
-    }
-
-    fn init_producer_id_once(&mut self) -> Result<ProducerIdentity> {
         let timeout_ms =
             i32::try_from(self.config.connection.request_timeout.as_millis()).unwrap_or(i32::MAX);
         let resp = self.any_broker(|conn| {
