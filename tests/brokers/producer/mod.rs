@@ -314,3 +314,88 @@ fn impossible_records_are_refused_at_send() {
         .expect_err("a consumer setting");
     assert_eq!(e.setting(), Some("session.timeout.ms"));
 }
+
+/// Without idempotence the other acknowledgements work as Java's: `acks=1` answers with
+/// offsets, `acks=0` gets no answer at all (offset -1 in every handle) and the records are
+/// there all the same.
+#[test]
+fn acks_one_and_zero_without_idempotence() {
+    let broker = BrokerKind::Kafka.start();
+    let bootstrap = broker.bootstrap();
+    for acks in ["1", "0"] {
+        let topic = unique_name(&format!("produce-acks{acks}"));
+        broker.create_topic(&topic, 2);
+        let producer = producer(
+            &bootstrap,
+            &[("enable.idempotence", "false"), ("acks", acks)],
+        );
+        // Metadata first: acks=0 would not notice a partition that is not ready yet.
+        producer
+            .send_and_wait(
+                ProducerRecord::new(&topic, "0:0")
+                    .key("acct-0")
+                    .partition(0),
+            )
+            .ok();
+        let records = read_all(&bootstrap, &topic);
+        let warm = records.values().map(Vec::len).sum::<usize>();
+        let handles: Vec<_> = (0..200)
+            .map(|i| {
+                producer
+                    .send(ProducerRecord::new(&topic, format!("v{i}")).partition(i % 2))
+                    .expect("send")
+            })
+            .collect();
+        producer.flush().expect("flush");
+        for h in &handles {
+            let m = h.wait().expect("acknowledged");
+            if acks == "0" {
+                assert_eq!(m.offset, -1, "acks=0 learns no offset");
+            } else {
+                assert!(m.offset >= 0);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let n: usize = read_all(&bootstrap, &topic).values().map(Vec::len).sum();
+            if n == warm + 200 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "acks={acks}: {n} of {} records",
+                warm + 200
+            );
+        }
+        producer.close().expect("close");
+    }
+}
+
+/// The producer is shared between threads as Java's is.
+#[test]
+fn a_producer_is_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Producer>();
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("produce-threads");
+    broker.create_topic(&topic, 3);
+    let producer = std::sync::Arc::new(producer(&broker.bootstrap(), &[]));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let producer = std::sync::Arc::clone(&producer);
+            let topic = topic.clone();
+            std::thread::spawn(move || {
+                for s in 0..250 {
+                    let r =
+                        ProducerRecord::new(&topic, format!("{t}:{s}")).key(format!("acct-{t}"));
+                    producer.send(r).expect("send");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("sender thread");
+    }
+    producer.flush().expect("flush");
+    assert_once_in_order("4 threads", &read_all(&broker.bootstrap(), &topic), 4, 250);
+}
