@@ -35,8 +35,16 @@
 //!    bound is `delivery.timeout.ms`, plus the request on the wire when it ran out, plus a
 //!    metadata request the sender is waiting for then (one attempt per address, each bounded by
 //!    `request.timeout.ms`).
+//! 7. A broker whose last request got no answer (a lost connection, a timeout) gets one request
+//!    at a time until one is answered, as Java's sender sends nothing to a node that is not
+//!    ready. Requests queued on a dead or hung broker's lane would each wait out a connect and a
+//!    request timeout of their own, one after the other, and their partitions could not move to
+//!    a new leader before the last of them failed (rule 3). The producer's own client is told
+//!    too, so that its next metadata request goes to another broker first: asked on this
+//!    thread, a metadata request to a hung broker would hold every partition for a request
+//!    timeout.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -109,6 +117,8 @@ pub(crate) struct Sender {
     jobs: HashMap<u64, Sent>,
     /// Requests unanswered per broker (at most `max.in.flight.requests.per.connection`).
     broker_in_flight: HashMap<i32, usize>,
+    /// Brokers whose last request got no answer: one request at a time (rule 7).
+    troubled: HashSet<i32>,
     metadata_at: Option<Instant>,
     metadata_due: bool,
 }
@@ -138,6 +148,7 @@ impl Sender {
             flows: HashMap::new(),
             jobs: HashMap::new(),
             broker_in_flight: HashMap::new(),
+            troubled: HashSet::new(),
             metadata_at: None,
             metadata_due: true,
         }
@@ -376,7 +387,12 @@ impl Sender {
         }
         for (leader, mut tps) in by_leader {
             let busy = self.broker_in_flight.get(&leader).copied().unwrap_or(0);
-            if busy >= self.settings.max_in_flight {
+            let room = if self.troubled.contains(&leader) {
+                1
+            } else {
+                self.settings.max_in_flight
+            };
+            if busy >= room {
                 continue;
             }
             let Some(addr) = self.client.broker(leader).map(|b| b.addr()) else {
@@ -507,12 +523,17 @@ impl Sender {
                 let why = e.to_string();
                 debug!("producer: broker {} request failed: {why}", done.broker);
                 self.metadata_due = true;
+                self.troubled.insert(done.broker);
+                self.client.set_troubled_elsewhere(done.broker, true);
                 for (tp, b) in sent.batches {
                     self.landed(&tp, &b);
                     self.retry(tp, b, why.clone(), true, now);
                 }
             }
             Ok(answer) => {
+                if self.troubled.remove(&done.broker) {
+                    self.client.set_troubled_elsewhere(done.broker, false);
+                }
                 let mut by_tp: HashMap<(Arc<str>, i32), PartitionAnswer> = answer
                     .partitions
                     .into_iter()

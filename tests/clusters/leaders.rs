@@ -55,7 +55,11 @@ fn start_producer(bootstrap: &str, topic: &str) -> thread::JoinHandle<String> {
 
 /// Creates `topic` with the given replicas per partition (the first one leads), through the
 /// Admin API, and waits until every partition has a leader.
-fn create_topic_with_replicas(cluster: &KafkaCluster, topic: &str, replicas: &[Vec<NodeId>]) {
+pub(crate) fn create_topic_with_replicas(
+    cluster: &KafkaCluster,
+    topic: &str,
+    replicas: &[Vec<NodeId>],
+) {
     let assignment = format!(
         "[{}]",
         replicas

@@ -27,7 +27,7 @@ pub(super) mod offsets;
 mod pool;
 pub(super) mod produce;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -118,6 +118,9 @@ pub struct Client {
     pub(super) conns: HashMap<i32, Connection>,
     pub(super) bootstrap_conn: Option<Connection>,
     pub(super) broker_state: HashMap<i32, BrokerState>,
+    /// Brokers another thread of the same owner found not answering (a producer's lanes): tried
+    /// last for the requests any broker can answer (owned by `pool.rs`).
+    pub(super) troubled_elsewhere: HashSet<i32>,
     // Fetch state (owned by `fetch/mod.rs`; the fetch connections belong to the brokers' fetch
     // threads, see `fetch/fetcher.rs`).
     pub(super) fetchers: Fetchers,
@@ -148,6 +151,7 @@ impl Client {
             conns: HashMap::new(),
             bootstrap_conn: None,
             broker_state: HashMap::new(),
+            troubled_elsewhere: HashSet::new(),
             topics: HashMap::new(),
             leaders: HashMap::new(),
             topic_ids: HashMap::new(),

@@ -67,6 +67,20 @@ impl Client {
             .ok_or(WireError::UnknownBroker { node_id })
     }
 
+    /// Marks `node_id` as not answering another thread of this client's owner (a producer
+    /// lane's request timed out or lost its connection), or as answering again. Why: the
+    /// requests any broker can answer (Metadata, InitProducerId) go first to a broker this
+    /// client is connected to, and the producer's sender asks them on its own thread; sent to a
+    /// hung broker, one would hold every partition's batches for a whole request timeout. A
+    /// marked broker is tried last, as a broker whose fetches fail is.
+    pub(crate) fn set_troubled_elsewhere(&mut self, node_id: i32, troubled: bool) {
+        if troubled {
+            self.troubled_elsewhere.insert(node_id);
+        } else {
+            self.troubled_elsewhere.remove(&node_id);
+        }
+    }
+
     /// Records a failure of `node_id`: drops its connection, schedules the next attempt with
     /// exponential backoff and marks metadata stale (the broker may be gone for good).
     ///
@@ -115,9 +129,11 @@ impl Client {
                 .filter(|id| !self.conns.contains_key(id))
                 .copied(),
         );
-        // Brokers whose fetches fail or are late last: a hung broker would hold this request
-        // for the whole request timeout.
-        candidates.sort_by_key(|id| self.fetchers.is_troubled(*id));
+        // Brokers whose fetches fail or are late, or that another thread found not answering,
+        // last: a hung broker would hold this request for the whole request timeout.
+        candidates.sort_by_key(|id| {
+            self.fetchers.is_troubled(*id) || self.troubled_elsewhere.contains(id)
+        });
         for id in candidates {
             let conn = match self.connection(id) {
                 Ok(c) => c,

@@ -21,6 +21,10 @@ use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
 use crate::wire::lane::{Lane, Lanes, Link, Wait};
 use crate::wire::{ClientConfig, Nudge};
 
+/// How much longer than `request.timeout.ms` a lane waits for a Produce answer: the leader
+/// itself waits up to `request.timeout.ms` for its replicas before it answers.
+const PRODUCE_ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
 /// One topic's part of a Produce request: per partition, one stamped batch.
 pub(crate) type TopicBatches = (Arc<str>, Vec<(i32, Bytes)>);
 
@@ -148,9 +152,12 @@ impl Lane for ProduceLane {
         let pending = self.unanswered.pop_front().ok_or_else(|| {
             WireError::Protocol("produce lane: an answer read with none owed".to_string())
         })?;
-        // The leader may hold the request up to its own timeout (the job's), and the answer
-        // then needs the trip back: the connection's request timeout covers both by default.
-        let timeout = link.request_timeout();
+        // The leader may hold the request up to the job's timeout (`request.timeout.ms`, the
+        // time it waits for its replicas) and then answers REQUEST_TIMED_OUT: wait that long
+        // plus the trip back, so that the answer (a definite "not written") is read rather than
+        // given up on one instant before it arrives (which would count the broker as not
+        // answering and leave the batch's fate unknown).
+        let timeout = link.request_timeout() + PRODUCE_ANSWER_MARGIN;
         let conn = link.current().ok_or_else(|| {
             WireError::io(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
