@@ -439,3 +439,113 @@ fn drained(tp: &TopicPartition, f: Filling) -> DrainedBatch {
         created: f.created,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::producer::ProducerConfig;
+    use bytes::Bytes;
+
+    fn accumulator(settings: &[(&str, &str)]) -> Arc<Accumulator> {
+        let mut b = ProducerConfig::builder().bootstrap_servers(["127.0.0.1:9092"]);
+        for (k, v) in settings {
+            b = b.set(k, v);
+        }
+        let acc = Accumulator::new(b.build().expect("config").settings().clone());
+        acc.learned(Arc::from("t"), TopicState::Known(2));
+        acc
+    }
+
+    fn record(value: &str) -> ProduceRecord {
+        ProduceRecord {
+            key: None,
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers: Vec::new(),
+            timestamp: None,
+        }
+    }
+
+    /// A batch goes when it is full or has waited `linger.ms`, and not before; a flush or a
+    /// close makes every batch ready at once.
+    #[test]
+    fn batches_are_ready_when_full_or_lingered() {
+        let acc = accumulator(&[("linger.ms", "1000"), ("batch.size", "200")]);
+        let t0 = Instant::now();
+        acc.append("t", Some(0), &record("a"), 1).expect("append");
+        let (ready, next) = acc.drain(t0);
+        assert!(ready.is_empty(), "a fresh batch lingers");
+        assert!(next.is_some_and(|at| at > t0 + Duration::from_millis(900)));
+        for _ in 0..10 {
+            acc.append("t", Some(0), &record(&"x".repeat(40)), 1)
+                .expect("append");
+        }
+        let (ready, _) = acc.drain(Instant::now());
+        assert!(!ready.is_empty(), "full batches go at once");
+        assert!(ready.iter().all(|b| b.tp.partition == 0));
+        let (later, _) = acc.drain(Instant::now() + Duration::from_secs(2));
+        assert_eq!(
+            later.len(),
+            1,
+            "the last, partly filled batch after its linger"
+        );
+        acc.append("t", Some(1), &record("b"), 1).expect("append");
+        acc.close();
+        let (closing, _) = acc.drain(Instant::now());
+        assert_eq!(closing.len(), 1, "close makes it ready");
+        assert!(matches!(
+            acc.append("t", Some(1), &record("c"), 1),
+            Err(ProduceError::Closed)
+        ));
+    }
+
+    /// `buffer.memory` bounds what waits: a send that does not fit blocks for `max.block.ms` and
+    /// fails without buffering anything; a settled batch frees its bytes.
+    #[test]
+    fn a_full_buffer_blocks_for_max_block_then_refuses() {
+        let acc = accumulator(&[
+            ("buffer.memory", "4096"),
+            ("batch.size", "1024"),
+            ("max.block.ms", "200"),
+        ]);
+        let mut sent = 0;
+        let refused = loop {
+            match acc.append("t", Some(0), &record(&"x".repeat(300)), 1) {
+                Ok(_) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 100, "never full");
+        };
+        assert!(
+            matches!(refused, ProduceError::BufferFull { waited, .. } if waited >= Duration::from_millis(200))
+        );
+        let (ready, _) = acc.drain(Instant::now() + Duration::from_secs(1));
+        let records: u64 = ready.iter().map(|b| b.records.count() as u64).sum();
+        assert_eq!(records, sent, "the refused record was not buffered");
+        for b in ready {
+            acc.settled(b.records.count() as u64, b.charged);
+        }
+        acc.append("t", Some(0), &record(&"x".repeat(300)), 1)
+            .expect("room again");
+    }
+
+    /// A topic whose metadata never comes fails the send after `max.block.ms` with what the
+    /// last metadata said.
+    #[test]
+    fn a_topic_without_metadata_fails_after_max_block() {
+        let acc = accumulator(&[("max.block.ms", "100")]);
+        acc.learned(
+            Arc::from("missing"),
+            TopicState::Failed("UnknownTopicOrPartition".to_string()),
+        );
+        let e = acc
+            .append("missing", None, &record("v"), 1)
+            .expect_err("no metadata");
+        match e {
+            ProduceError::MetadataTimeout { topic, last, .. } => {
+                assert_eq!(topic, "missing");
+                assert_eq!(last.as_deref(), Some("UnknownTopicOrPartition"));
+            }
+            other => panic!("{other}"),
+        }
+    }
+}
