@@ -17,18 +17,20 @@
 //!
 //! First it prints the settings in force, read back from `ProducerConfig`'s getters (defaults
 //! included): `bench produce settings producer=ours acks=.. enable.idempotence=.. linger.ms=..
-//! batch.size=.. ...`. Then one line:
+//! batch.size=.. ...`. Before the clock starts it waits for the topic's metadata and writes one
+//! keyless record, waited for (`warmup=1`: the topic holds N + 1 records), so that what is
+//! measured is the producer at work, not its connection and producer id. Then one line:
 //!
 //! - throughput (`--count N`): `producer=ours mode=throughput records=N errors=E
-//!   first_send_to_last_ack_s=T`, timed from the first `send` to the end of the `flush` that
-//!   waited for the last acknowledgement. Handles are checked as they settle (a queue of the
+//!   first_send_to_last_ack_s=T warmup=1`, timed from the first `send` to the end of the `flush`
+//!   that waited for the last acknowledgement. Handles are checked as they settle (a queue of the
 //!   unsettled ones, bounded by what `buffer.memory` holds) and the rest after the flush.
 //! - latency (`--rate R --seconds D`): record `i` is sent at `i / R` s after the start (a missed
 //!   slot is sent at once, never skipped); a second thread waits on the handles in send order and
 //!   notes when each returns. `producer=ours mode=latency records=N errors=E p50_ms=.. p99_ms=..
-//!   max_ms=.. late_sends=L`: L sends that started more than 1 ms after their slot (the pacing
-//!   fell behind). A record acknowledged before an earlier one is counted at the earlier one's
-//!   acknowledgement, which can only make ours look slower.
+//!   max_ms=.. late_sends=L warmup=1`: L sends that started more than 1 ms after their slot (the
+//!   pacing fell behind). A record acknowledged before an earlier one is counted at the earlier
+//!   one's acknowledgement, which can only make ours look slower.
 
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -140,9 +142,14 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
     // One value for every record: a buffer that lives as long as the process.
     let value: &'static [u8] = Vec::leak(vec![b'x'; args.size]);
     let producer = Producer::new(config)?;
-    // The topic's metadata before the clock starts, as the other producers' first send waits
-    // for it outside their timing too.
+    // Before the clock starts: the topic's metadata, and one record written and acknowledged,
+    // so that the connection and the producer id are in place (the other producers get the same
+    // warm-up; librdkafka's idempotent producer may otherwise hold its first records up to
+    // 500 ms, the retry timer of its producer-id request).
     producer.partition_count(&args.topic)?;
+    producer
+        .send(ProducerRecord::new(args.topic.as_str(), value))?
+        .wait()?;
     let line = match (args.count, args.rate) {
         (Some(count), _) => throughput(args, &producer, value, count)?,
         (None, Some(rate)) => latency(args, &producer, value, rate)?,
@@ -198,7 +205,7 @@ fn throughput(
     }
     Ok(format!(
         "producer=ours mode=throughput records={count} errors={errors} \
-         first_send_to_last_ack_s={:.3}",
+         first_send_to_last_ack_s={:.3} warmup=1",
         elapsed.as_secs_f64()
     ))
 }
@@ -251,7 +258,7 @@ fn latency(
     };
     Ok(format!(
         "producer=ours mode=latency records={} errors={errors} p50_ms={:.3} p99_ms={:.3} \
-         max_ms={:.3} late_sends={late}",
+         max_ms={:.3} late_sends={late} warmup=1",
         micros.len(),
         pct(0.50),
         pct(0.99),

@@ -7,19 +7,22 @@
  *   --count N                  as fast as send() takes them, a Callback per record counting
  *                              failures; timed from the first send to the return of the flush()
  *                              that waited for the last acknowledgement:
- *     producer=java mode=throughput records=N errors=E first_send_to_last_ack_s=T
+ *     producer=java mode=throughput records=N errors=E first_send_to_last_ack_s=T warmup=1
  *
  *   --rate R --seconds D       record i sent at i / R s after the start (a missed slot is sent at
  *                              once, never skipped); each record's latency from just before its
  *                              send() to its Callback (on the producer's I/O thread):
  *     producer=java mode=latency records=N errors=E p50_ms=.. p99_ms=.. max_ms=.. late_sends=L
+ *                              warmup=1
  *                              (L: sends that started more than 1 ms after their slot)
  *
  * Before the result, the settings in force (defaults included), read back from ProducerConfig:
  *
  *   bench produce settings producer=java acks=.. enable.idempotence=.. linger.ms=.. ...
  *
- * The topic's metadata is fetched (partitionsFor) before the clock starts. --set NAME=VALUE
+ * Before the clock starts the topic's metadata is fetched (partitionsFor) and one keyless record
+ * is sent and waited for (warmup=1 in the line: the topic holds N + 1 records), as the other
+ * producers do, so that the connection and the producer id are in place. --set NAME=VALUE
  * (repeatable) passes any producer setting. Run from the classes scripts/setup-test-env compiles,
  * or as a single-file program:
  *
@@ -115,7 +118,9 @@ public class BenchProducer {
         AtomicReference<Exception> firstError = new AtomicReference<>();
         String line;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            // The warm-up (see the header): metadata, connection and producer id in place.
             producer.partitionsFor(topic);
+            producer.send(new ProducerRecord<>(topic, null, value)).get();
             if (count > 0) {
                 Callback callback = (metadata, e) -> {
                     if (e != null) {
@@ -130,7 +135,7 @@ public class BenchProducer {
                 }
                 producer.flush();
                 long elapsed = System.nanoTime() - started;
-                line = String.format("producer=java mode=throughput records=%d errors=%d first_send_to_last_ack_s=%.3f",
+                line = String.format("producer=java mode=throughput records=%d errors=%d first_send_to_last_ack_s=%.3f warmup=1",
                         count, errors.get(), elapsed / 1e9);
             } else {
                 int n = (int) (rate * seconds);
@@ -163,7 +168,7 @@ public class BenchProducer {
                 // completes a batch's callbacks before the batch counts as done).
                 Arrays.sort(micros);
                 line = String.format("producer=java mode=latency records=%d errors=%d p50_ms=%.3f p99_ms=%.3f"
-                        + " max_ms=%.3f late_sends=%d", n, errors.get(), pct(micros, 0.50) / 1000.0,
+                        + " max_ms=%.3f late_sends=%d warmup=1", n, errors.get(), pct(micros, 0.50) / 1000.0,
                         pct(micros, 0.99) / 1000.0, pct(micros, 1.0) / 1000.0, late);
             }
         }
