@@ -7,7 +7,9 @@
 //! ([`ConfigError::NotForProducers`]) rather than ignored, and a producer's setting given to a
 //! consumer likewise ([`ConfigError::ProducerOnly`]).
 
-use crate::config::{self, ConfigError, ConsumerConfig, ProducerSettings};
+use std::time::Duration;
+
+use crate::config::{self, Acks, CompressionType, ConfigError, ConsumerConfig, ProducerSettings};
 use crate::wire::ClientConfig;
 
 /// A validated producer configuration. Build it with [`ProducerConfig::builder`] or
@@ -89,6 +91,43 @@ impl ProducerConfig {
         self.base.bootstrap_servers()
     }
 
+    /// `acks`: which replicas have a record before it counts as written. Read back (like the
+    /// getters below) so that a log line or a benchmark can print what a producer runs with,
+    /// defaults included, rather than what it was given.
+    pub fn acks(&self) -> Acks {
+        self.settings.acks
+    }
+
+    /// `linger.ms`: how long a batch waits for more records before it goes.
+    pub fn linger(&self) -> Duration {
+        self.settings.linger
+    }
+
+    /// `batch.size`: the bytes of records a partition's batch holds before it goes at once.
+    pub fn batch_size(&self) -> usize {
+        self.settings.batch_size
+    }
+
+    /// `buffer.memory`: the bytes of records waiting or unacknowledged before `send` blocks.
+    pub fn buffer_memory(&self) -> usize {
+        self.settings.buffer_memory
+    }
+
+    /// `max.in.flight.requests.per.connection`: the Produce requests on the wire per broker.
+    pub fn max_in_flight_requests_per_connection(&self) -> usize {
+        self.settings.max_in_flight
+    }
+
+    /// `compression.type`: the codec each batch is compressed with.
+    pub fn compression_type(&self) -> CompressionType {
+        self.settings.compression
+    }
+
+    /// `delivery.timeout.ms`: the bound on a record's whole story, `send` to acknowledgement.
+    pub fn delivery_timeout(&self) -> Duration {
+        self.settings.delivery_timeout
+    }
+
     /// The producer's own settings, read once.
     pub(crate) fn settings(&self) -> &ProducerSettings {
         &self.settings
@@ -141,8 +180,6 @@ impl ProducerConfigBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Acks, CompressionType};
-    use std::time::Duration;
 
     fn minimal() -> ProducerConfigBuilder {
         ProducerConfig::builder().bootstrap_servers(["127.0.0.1:9092"])
@@ -162,6 +199,14 @@ mod tests {
         assert_eq!(s.max_block, Duration::from_secs(60));
         assert_eq!(s.compression, CompressionType::None);
         assert!(c.client_config().allow_auto_topic_creation);
+        // The public getters read the same settings.
+        assert_eq!(
+            (c.acks(), c.linger(), c.batch_size(), c.buffer_memory()),
+            (Acks::All, Duration::from_millis(5), 16384, 32 * 1024 * 1024)
+        );
+        assert_eq!(c.max_in_flight_requests_per_connection(), 5);
+        assert_eq!(c.compression_type(), CompressionType::None);
+        assert_eq!(c.delivery_timeout(), Duration::from_secs(120));
     }
 
     /// Each refusal names the setting and states the rule.
