@@ -578,6 +578,64 @@ pub(crate) fn refused_for_share(name: &str) -> Option<ConfigError> {
     Some(ConfigError::NotForShareGroups { name, instead })
 }
 
+/// The builder behind the clients that take part of the one settings table (the share consumer,
+/// the producer): each setting is parsed as it is given, by the table's own code (so a secret
+/// is typed at once and `Debug` never shows it), and a setting outside the client's part is
+/// refused by name (`refuse`). The first error is kept for `build`, as the consumer's builder
+/// does.
+#[derive(Clone, Debug)]
+pub(crate) struct ScopedBuilder {
+    base: ConsumerConfigBuilder,
+    refuse: fn(&str) -> Option<ConfigError>,
+    error: Option<ConfigError>,
+}
+
+impl ScopedBuilder {
+    /// An empty builder for a client that refuses what `refuse` names.
+    pub(crate) fn new(refuse: fn(&str) -> Option<ConfigError>) -> Self {
+        ScopedBuilder {
+            base: ConsumerConfigBuilder::default(),
+            refuse,
+            error: None,
+        }
+    }
+
+    /// Any setting by its property name (refused, or parsed into the table's builder).
+    pub(crate) fn set(mut self, name: &str, value: &str) -> Self {
+        if self.error.is_none() {
+            let name = name.trim();
+            match (self.refuse)(name) {
+                Some(refused) => self.error = Some(refused),
+                None => self.base = self.base.set(name, value),
+            }
+        }
+        self
+    }
+
+    /// `bootstrap.servers` from a list of `host:port`.
+    pub(crate) fn bootstrap_servers<S: AsRef<str>>(
+        self,
+        servers: impl IntoIterator<Item = S>,
+    ) -> Self {
+        let list: Vec<String> = servers
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .collect();
+        self.set("bootstrap.servers", &list.join(","))
+    }
+
+    /// The first refusal, or what `build` (the client's own validation) makes of the settings.
+    pub(crate) fn build_with(
+        self,
+        build: fn(ConsumerConfigBuilder) -> Result<ConsumerConfig, ConfigError>,
+    ) -> Result<ConsumerConfig, ConfigError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => build(self.base),
+        }
+    }
+}
+
 /// A producer's own settings, read out of the one table for the producer layer.
 #[derive(Clone, Debug)]
 pub(crate) struct ProducerSettings {

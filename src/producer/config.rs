@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use crate::config::{self, Acks, CompressionType, ConfigError, ConsumerConfig, ProducerSettings};
+use crate::config::{
+    self, Acks, CompressionType, ConfigError, ConsumerConfig, ConsumerConfigBuilder,
+    ProducerSettings,
+};
 use crate::wire::ClientConfig;
 
 /// A validated producer configuration. Build it with [`ProducerConfig::builder`] or
@@ -55,17 +58,12 @@ impl ProducerConfig {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut base = ConsumerConfig::builder();
-        for (name, value) in properties {
-            let name = name.as_ref().trim();
-            if let Some(refused) = config::refused_for_producer(name) {
-                return Err(refused);
-            }
-            base = base.set(name, value.as_ref());
-        }
-        let base = base.build_for_producer()?;
-        let settings = base.producer_settings();
-        Ok(ProducerConfig { base, settings })
+        properties
+            .into_iter()
+            .fold(ProducerConfig::builder(), |b, (name, value)| {
+                b.set(name.as_ref(), value.as_ref())
+            })
+            .build()
     }
 
     /// A producer with a consumer's connection and security settings and the producer's own at
@@ -145,19 +143,27 @@ impl ProducerConfig {
 
 /// Builds a [`ProducerConfig`]: typed setters for the common settings, [`set`](Self::set) for any
 /// setting by its Kafka name. Errors wait for [`build`](Self::build), which names the setting.
-#[derive(Clone, Debug, Default)]
+/// Each setting is parsed as it is given, so a secret (`sasl.password`, `sasl.jaas.config`) is
+/// never kept as text and `Debug` never shows it.
+#[derive(Clone, Debug)]
 pub struct ProducerConfigBuilder {
-    properties: Vec<(String, String)>,
+    inner: config::ScopedBuilder,
+}
+
+impl Default for ProducerConfigBuilder {
+    fn default() -> Self {
+        ProducerConfigBuilder {
+            inner: config::ScopedBuilder::new(config::refused_for_producer),
+        }
+    }
 }
 
 impl ProducerConfigBuilder {
     /// `bootstrap.servers`: any reachable broker of the cluster.
     pub fn bootstrap_servers<S: AsRef<str>>(self, servers: impl IntoIterator<Item = S>) -> Self {
-        let list: Vec<String> = servers
-            .into_iter()
-            .map(|s| s.as_ref().to_string())
-            .collect();
-        self.set("bootstrap.servers", &list.join(","))
+        ProducerConfigBuilder {
+            inner: self.inner.bootstrap_servers(servers),
+        }
     }
 
     /// `client.id`: how broker logs and quotas name this producer.
@@ -165,15 +171,21 @@ impl ProducerConfigBuilder {
         self.set("client.id", id)
     }
 
-    /// Any setting by its property name.
-    pub fn set(mut self, name: &str, value: &str) -> Self {
-        self.properties.push((name.to_string(), value.to_string()));
-        self
+    /// Any setting by its property name; a consumer's setting is refused by name at
+    /// [`build`](Self::build).
+    pub fn set(self, name: &str, value: &str) -> Self {
+        ProducerConfigBuilder {
+            inner: self.inner.set(name, value),
+        }
     }
 
     /// Validates and returns the configuration, or the first problem, naming the setting.
     pub fn build(self) -> Result<ProducerConfig, ConfigError> {
-        ProducerConfig::from_properties(self.properties)
+        let base = self
+            .inner
+            .build_with(ConsumerConfigBuilder::build_for_producer)?;
+        let settings = base.producer_settings();
+        Ok(ProducerConfig { base, settings })
     }
 }
 
@@ -275,6 +287,25 @@ mod tests {
             .build()
             .expect("valid");
         assert_eq!(c.settings().acks, Acks::Leader);
+    }
+
+    /// A secret given to the builder is typed at once: neither the builder's nor the
+    /// configuration's `Debug` shows it (the share consumer's builder is the same type).
+    #[test]
+    fn debug_never_shows_a_password() {
+        let b = minimal()
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "PLAIN")
+            .set("sasl.username", "u")
+            .set("sasl.password", "hunter2-secret");
+        assert!(!format!("{b:?}").contains("hunter2"), "{b:?}");
+        let c = b.build().expect("valid");
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let share = crate::share::ShareConfig::builder()
+            .bootstrap_servers(["127.0.0.1:9092"])
+            .group_id("g")
+            .set("sasl.password", "hunter2-secret");
+        assert!(!format!("{share:?}").contains("hunter2"));
     }
 
     /// A consumer refuses a producer's settings rather than ignoring them.

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::config::{self, AcquireMode, ConfigError, ConsumerConfig};
+use crate::config::{self, AcquireMode, ConfigError, ConsumerConfig, ConsumerConfigBuilder};
 use crate::wire::ClientConfig;
 
 /// A validated share consumer configuration. Build it with [`ShareConfig::builder`] or
@@ -37,17 +37,12 @@ impl ShareConfig {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut base = ConsumerConfig::builder();
-        for (name, value) in properties {
-            let name = name.as_ref().trim();
-            if let Some(refused) = config::refused_for_share(name) {
-                return Err(refused);
-            }
-            base = base.set(name, value.as_ref());
-        }
-        Ok(ShareConfig {
-            base: base.build_for_share()?,
-        })
+        properties
+            .into_iter()
+            .fold(ShareConfig::builder(), |b, (name, value)| {
+                b.set(name.as_ref(), value.as_ref())
+            })
+            .build()
     }
 
     /// The settings underneath (connection, security, fetch, `max.poll.records`,
@@ -88,20 +83,27 @@ impl ShareConfig {
 }
 
 /// Collects settings by name (typed shortcuts for the two every configuration needs) and
-/// validates them all at [`build`](Self::build).
-#[derive(Clone, Debug, Default)]
+/// validates them all at [`build`](Self::build). Each is parsed as it is given, so a secret
+/// (`sasl.password`, `sasl.jaas.config`) is never kept as text and `Debug` never shows it.
+#[derive(Clone, Debug)]
 pub struct ShareConfigBuilder {
-    properties: Vec<(String, String)>,
+    inner: config::ScopedBuilder,
+}
+
+impl Default for ShareConfigBuilder {
+    fn default() -> Self {
+        ShareConfigBuilder {
+            inner: config::ScopedBuilder::new(config::refused_for_share),
+        }
+    }
 }
 
 impl ShareConfigBuilder {
     /// `bootstrap.servers`.
     pub fn bootstrap_servers<S: AsRef<str>>(self, servers: impl IntoIterator<Item = S>) -> Self {
-        let list: Vec<String> = servers
-            .into_iter()
-            .map(|s| s.as_ref().to_string())
-            .collect();
-        self.set("bootstrap.servers", &list.join(","))
+        ShareConfigBuilder {
+            inner: self.inner.bootstrap_servers(servers),
+        }
     }
 
     /// `group.id`: the share group.
@@ -109,15 +111,21 @@ impl ShareConfigBuilder {
         self.set("group.id", group)
     }
 
-    /// Any setting by its property name.
-    pub fn set(mut self, name: &str, value: &str) -> Self {
-        self.properties.push((name.to_string(), value.to_string()));
-        self
+    /// Any setting by its property name; a consumer-group setting a share group decides
+    /// elsewhere is refused by name at [`build`](Self::build).
+    pub fn set(self, name: &str, value: &str) -> Self {
+        ShareConfigBuilder {
+            inner: self.inner.set(name, value),
+        }
     }
 
     /// Validates and returns the configuration, or the first problem, naming the setting.
     pub fn build(self) -> Result<ShareConfig, ConfigError> {
-        ShareConfig::from_properties(self.properties)
+        Ok(ShareConfig {
+            base: self
+                .inner
+                .build_with(ConsumerConfigBuilder::build_for_share)?,
+        })
     }
 }
 
