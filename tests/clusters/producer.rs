@@ -24,9 +24,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::wire::{
-    Client, ClientConfig, FetchConfig, FetchPosition, IsolationLevel, OffsetSpec, Record,
-};
+use rebalance_guard::wire::Record;
 use rebalance_guard::{partitioner, Producer, ProducerConfig, ProducerRecord, TopicPartition};
 use support::cluster::{KafkaCluster, NodeId};
 use support::consumer::wait_until;
@@ -484,42 +482,7 @@ impl Finished {
 
 /// Every partition of `topic` from offset 0 to its end, with our fetch.
 fn read_all(bootstrap: &str, topic: &str) -> BTreeMap<i32, Vec<Record>> {
-    let mut cfg = ClientConfig::from_bootstrap_str(bootstrap);
-    cfg.connection.request_timeout = Duration::from_secs(10);
-    let mut c = Client::connect(cfg).expect("connect");
-    let tps: Vec<TopicPartition> = (0..PARTITIONS)
-        .map(|p| TopicPartition::new(topic, p))
-        .collect();
-    let end = c
-        .list_offsets(&tps, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
-        .expect("latest offsets");
-    let mut positions: Vec<FetchPosition> = tps
-        .iter()
-        .map(|tp| FetchPosition {
-            tp: tp.clone(),
-            offset: 0,
-        })
-        .collect();
-    let fetch = FetchConfig {
-        max_wait: Duration::from_millis(100),
-        ..FetchConfig::default()
-    };
-    let mut out: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        positions.retain(|p| p.offset < end[&p.tp]);
-        if positions.is_empty() {
-            return out;
-        }
-        assert!(Instant::now() < deadline, "read timed out at {positions:?}");
-        for f in c.fetch(&positions, &fetch).expect("fetch") {
-            assert!(f.error.is_none(), "fetch {}: {:?}", f.tp, f.error);
-            if let Some(p) = positions.iter_mut().find(|p| p.tp == f.tp) {
-                p.offset = f.next_offset;
-            }
-            out.entry(f.tp.partition).or_default().extend(f.records);
-        }
-    }
+    support::fetch::read_topic(bootstrap, topic, WAIT)
 }
 
 /// The partitions of `topic` that `node` leads now.

@@ -7,9 +7,14 @@
 //! answer" then fails by timing alone (seen on the version matrix's runs). Tests that check
 //! what one answer holds fetch through [`fetch_answered`] instead.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::wire::{Client, FetchConfig, FetchPosition, FetchedPartition};
+use rebalance_guard::wire::{
+    Client, ClientConfig, FetchConfig, FetchPosition, FetchedPartition, IsolationLevel, OffsetSpec,
+    Record,
+};
+use rebalance_guard::TopicPartition;
 
 /// How long [`fetch_answered`] asks again before it fails the test.
 const ANSWER_BOUND: Duration = Duration::from_secs(30);
@@ -34,5 +39,49 @@ pub fn fetch_answered(
             Instant::now() < deadline,
             "no answer within {ANSWER_BOUND:?} to a fetch of {positions:?}: {fetched:?}"
         );
+    }
+}
+
+/// Every partition of `topic` from offset 0 to its end (as ListOffsets says when the call
+/// starts), with our own fetch, within `bound`: what a producer test reads back to check that
+/// each record is there once and in order.
+pub fn read_topic(bootstrap: &str, topic: &str, bound: Duration) -> BTreeMap<i32, Vec<Record>> {
+    let mut cfg = ClientConfig::from_bootstrap_str(bootstrap);
+    cfg.connection.request_timeout = Duration::from_secs(10);
+    let mut c = Client::connect(cfg).expect("connect");
+    let partitions = c.partitions(topic).expect("partitions");
+    let tps: Vec<TopicPartition> = partitions
+        .iter()
+        .map(|&p| TopicPartition::new(topic, p))
+        .collect();
+    let end = c
+        .list_offsets(&tps, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
+        .expect("latest offsets");
+    let mut positions: Vec<FetchPosition> = tps
+        .iter()
+        .map(|tp| FetchPosition {
+            tp: tp.clone(),
+            offset: 0,
+        })
+        .collect();
+    let fetch = FetchConfig {
+        max_wait: Duration::from_millis(100),
+        ..FetchConfig::default()
+    };
+    let mut out: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    let deadline = Instant::now() + bound;
+    loop {
+        positions.retain(|p| p.offset < end[&p.tp]);
+        if positions.is_empty() {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "read timed out at {positions:?}");
+        for f in c.fetch(&positions, &fetch).expect("fetch") {
+            assert!(f.error.is_none(), "fetch {}: {:?}", f.tp, f.error);
+            if let Some(p) = positions.iter_mut().find(|p| p.tp == f.tp) {
+                p.offset = f.next_offset;
+            }
+            out.entry(f.tp.partition).or_default().extend(f.records);
+        }
     }
 }

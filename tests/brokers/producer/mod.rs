@@ -17,11 +17,9 @@ mod java;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rebalance_guard::wire::{
-    Client, ClientConfig, FetchConfig, FetchPosition, IsolationLevel, OffsetSpec, Record,
-};
+use rebalance_guard::wire::Record;
 use rebalance_guard::{
-    partitioner, ErrorKind, ProduceError, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+    partitioner, ErrorKind, ProduceError, Producer, ProducerConfig, ProducerRecord,
 };
 use support::{peer_consume, unique_name, BrokerKind, MockCluster, MockOptions};
 
@@ -46,44 +44,7 @@ pub(crate) fn producer(bootstrap: &str, settings: &[(&str, &str)]) -> Producer {
 
 /// Every partition of `topic` from offset 0 to its end, with our fetch.
 pub(crate) fn read_all(bootstrap: &str, topic: &str) -> BTreeMap<i32, Vec<Record>> {
-    let mut cfg = ClientConfig::from_bootstrap_str(bootstrap);
-    cfg.connection.request_timeout = Duration::from_secs(10);
-    let mut c = Client::connect(cfg).expect("connect");
-    let partitions = c.partitions(topic).expect("partitions");
-    let tps: Vec<TopicPartition> = partitions
-        .iter()
-        .map(|&p| TopicPartition::new(topic, p))
-        .collect();
-    let end = c
-        .list_offsets(&tps, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
-        .expect("latest offsets");
-    let mut positions: Vec<FetchPosition> = tps
-        .iter()
-        .map(|tp| FetchPosition {
-            tp: tp.clone(),
-            offset: 0,
-        })
-        .collect();
-    let fetch = FetchConfig {
-        max_wait: Duration::from_millis(100),
-        ..FetchConfig::default()
-    };
-    let mut out: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        positions.retain(|p| p.offset < end[&p.tp]);
-        if positions.is_empty() {
-            return out;
-        }
-        assert!(Instant::now() < deadline, "read timed out at {positions:?}");
-        for f in c.fetch(&positions, &fetch).expect("fetch") {
-            assert!(f.error.is_none(), "fetch {}: {:?}", f.tp, f.error);
-            if let Some(p) = positions.iter_mut().find(|p| p.tp == f.tp) {
-                p.offset = f.next_offset;
-            }
-            out.entry(f.tp.partition).or_default().extend(f.records);
-        }
-    }
+    support::fetch::read_topic(bootstrap, topic, Duration::from_secs(60))
 }
 
 /// Checks that `records` hold every `(key index, sequence)` of `expected` once, and that each
