@@ -41,6 +41,8 @@ use crate::wire::ClientConfig;
 pub struct ProducerConfig {
     base: ConsumerConfig,
     settings: ProducerSettings,
+    /// Whether the producer's metadata requests may create a topic (where the broker allows).
+    auto_create_topics: bool,
 }
 
 impl ProducerConfig {
@@ -68,14 +70,20 @@ impl ProducerConfig {
 
     /// A producer with a consumer's connection and security settings and the producer's own at
     /// their defaults but `linger.ms=0` (the dead-letter topic's: one record at a time, waited
-    /// for), its delivery timeout raised to cover the consumer's request timeout if need be.
+    /// for), `max.block.ms` at the request timeout and no topic created by its metadata (a
+    /// missing dead-letter topic is an error, soon), its delivery timeout raised to cover the
+    /// consumer's request timeout if need be.
     pub(crate) fn for_dead_letters(consumer: &ConsumerConfig) -> ProducerConfig {
         let mut settings = consumer.producer_settings();
         settings.linger = std::time::Duration::ZERO;
+        // A missing topic is reported within one request timeout, as the consumer would.
+        settings.max_block = settings.request_timeout;
         settings.delivery_timeout = settings.delivery_timeout.max(settings.request_timeout * 2);
         ProducerConfig {
             base: consumer.clone(),
             settings,
+            // A dead-letter topic must exist: a typo must fail `connect`, not create a topic.
+            auto_create_topics: false,
         }
     }
 
@@ -136,7 +144,7 @@ impl ProducerConfig {
     /// asks by default).
     pub(crate) fn client_config(&self) -> ClientConfig {
         let mut config = self.base.client_config();
-        config.allow_auto_topic_creation = true;
+        config.allow_auto_topic_creation = self.auto_create_topics;
         config
     }
 }
@@ -185,7 +193,11 @@ impl ProducerConfigBuilder {
             .inner
             .build_with(ConsumerConfigBuilder::build_for_producer)?;
         let settings = base.producer_settings();
-        Ok(ProducerConfig { base, settings })
+        Ok(ProducerConfig {
+            base,
+            settings,
+            auto_create_topics: true,
+        })
     }
 }
 
@@ -306,6 +318,21 @@ mod tests {
             .group_id("g")
             .set("sasl.password", "hunter2-secret");
         assert!(!format!("{share:?}").contains("hunter2"));
+    }
+
+    /// The dead-letter topic's producer: no waiting for company, no topic created by a typo.
+    #[test]
+    fn the_dead_letter_producer_creates_no_topic() {
+        let consumer = ConsumerConfig::builder()
+            .bootstrap_servers(["127.0.0.1:9092"])
+            .group_id("g")
+            .build()
+            .expect("consumer");
+        let dlq = ProducerConfig::for_dead_letters(&consumer);
+        assert!(!dlq.client_config().allow_auto_topic_creation);
+        assert_eq!(dlq.settings().linger, Duration::ZERO);
+        assert_eq!(dlq.settings().max_block, consumer.request_timeout());
+        assert!(dlq.idempotence());
     }
 
     /// A consumer refuses a producer's settings rather than ignoring them.
