@@ -360,3 +360,39 @@ fn a_producer_is_shared_between_threads() {
     producer.flush().expect("flush");
     assert_once_in_order("4 threads", &read_all(&broker.bootstrap(), &topic), 4, 250);
 }
+
+/// The dead-letter topic writes through the producer, but a missing dead-letter topic is an
+/// error within one request timeout (a typo must not create a topic, whatever the broker's
+/// `auto.create.topics.enable`), while a producer of its own may create one where the broker
+/// allows, as Java's does.
+#[test]
+fn a_missing_dead_letter_topic_is_an_error_not_a_new_topic() {
+    use rebalance_guard::{ConsumerConfig, DeadLetterTopic};
+    let broker = BrokerKind::Kafka.start();
+    let bootstrap = broker.bootstrap();
+    let missing = unique_name("dlq-typo");
+    let config = ConsumerConfig::builder()
+        .bootstrap_servers([bootstrap.as_str()])
+        .group_id(&unique_name("dlq-group"))
+        .set("request.timeout.ms", "2000")
+        .build()
+        .expect("config");
+    let started = Instant::now();
+    let e = DeadLetterTopic::connect(&config, &missing).expect_err("no such topic");
+    assert!(matches!(e, ProduceError::MetadataTimeout { .. }), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut client = rebalance_guard::wire::Client::connect(
+        rebalance_guard::wire::ClientConfig::from_bootstrap_str(&bootstrap),
+    )
+    .expect("connect");
+    let md = client.metadata(&[missing.as_str()]).expect("metadata");
+    assert!(
+        md.iter()
+            .all(|t| t.name.as_ref() != missing || t.error.is_some()),
+        "the dead-letter producer created {missing}"
+    );
+}
