@@ -373,7 +373,7 @@ fn a_missing_dead_letter_topic_is_an_error_not_a_new_topic() {
     let missing = unique_name("dlq-typo");
     let config = ConsumerConfig::builder()
         .bootstrap_servers([bootstrap.as_str()])
-        .group_id(&unique_name("dlq-group"))
+        .group_id(unique_name("dlq-group"))
         .set("request.timeout.ms", "2000")
         .build()
         .expect("config");
