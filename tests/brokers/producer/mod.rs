@@ -396,3 +396,45 @@ fn a_missing_dead_letter_topic_is_an_error_not_a_new_topic() {
         "the dead-letter producer created {missing}"
     );
 }
+
+/// Rule 2 of the sender: a partition gets one batch at a time until its leader acknowledged one.
+/// A topic created an instant earlier is where it matters: its leaders refuse the first batches
+/// (NOT_LEADER_OR_FOLLOWER) while they are not ready, and a leader with no state for a producer
+/// takes any sequence as the first, so a second batch already on the wire would be written
+/// before the refused first (seen on Kafka 4.4: the second batch at offset 0). Every record of
+/// each partition must sit at the offset of its place in the send order.
+#[test]
+fn a_new_topics_first_batches_keep_their_order() {
+    let broker = BrokerKind::Kafka.start();
+    let bootstrap = broker.bootstrap();
+    let mut admin = rebalance_guard::wire::Client::connect(
+        rebalance_guard::wire::ClientConfig::from_bootstrap_str(&bootstrap),
+    )
+    .expect("connect");
+    for round in 0..3 {
+        let topic = unique_name(&format!("produce-fresh-{round}"));
+        admin
+            .create_topics(&[(topic.as_str(), 12, 1)])
+            .expect("create");
+        let producer = producer(&bootstrap, &[("batch.size", "2048")]);
+        let handles: Vec<_> = (0..12_000)
+            .map(|i| {
+                let p = i % 12;
+                let r = ProducerRecord::new(&topic, format!("{i}")).partition(p);
+                (i, producer.send(r).expect("send"))
+            })
+            .collect();
+        producer.flush().expect("flush");
+        let mut next = [0i64; 12];
+        for (i, h) in &handles {
+            let m = h.wait().expect("acknowledged");
+            assert_eq!(
+                m.offset, next[m.partition as usize],
+                "round {round}: record {i} of partition {} out of its send order",
+                m.partition
+            );
+            next[m.partition as usize] += 1;
+        }
+        producer.close().expect("close");
+    }
+}
