@@ -19,7 +19,7 @@ use crate::wire::versions::client_range;
 use crate::wire::WireError;
 
 /// The APIs whose responses the client decodes, in selector order.
-pub const APIS: [ApiKey; 22] = [
+pub const APIS: [ApiKey; 27] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Fetch,
@@ -42,6 +42,12 @@ pub const APIS: [ApiKey; 22] = [
     ApiKey::ShareGroupHeartbeat,
     ApiKey::ShareFetch,
     ApiKey::ShareAcknowledge,
+    // Appended, so that an existing seed still selects the API it was written for.
+    ApiKey::InitProducerId,
+    ApiKey::AddPartitionsToTxn,
+    ApiKey::AddOffsetsToTxn,
+    ApiKey::TxnOffsetCommit,
+    ApiKey::EndTxn,
 ];
 
 /// The versions of `api` the client can negotiate.
@@ -86,6 +92,11 @@ fn decode(api: ApiKey, version: i16, body: Bytes) -> Result<(), WireError> {
         DescribeConfigs => DescribeConfigsResponse,
         IncrementalAlterConfigs => IncrementalAlterConfigsResponse,
         ShareGroupHeartbeat => ShareGroupHeartbeatResponse,
+        InitProducerId => InitProducerIdResponse,
+        AddPartitionsToTxn => AddPartitionsToTxnResponse,
+        AddOffsetsToTxn => AddOffsetsToTxnResponse,
+        TxnOffsetCommit => TxnOffsetCommitResponse,
+        EndTxn => EndTxnResponse,
     )?;
     match api {
         ApiKey::ShareFetch => bounded::decode::<ShareFetchAnswer>(api, version, &mut b).map(drop),

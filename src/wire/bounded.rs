@@ -22,12 +22,14 @@
 //! whether it is allowed is the codec's concern), UTF-8 is left to the codec, and trailing
 //! bytes are left alone.
 //!
-//! Files: this one holds the walker; `bounded/shapes.rs` the shape tables; `bounded/sample.rs`
+//! Files: this one holds the walker; `bounded/shapes.rs` the shape tables (the transaction
+//! responses' in `bounded/txn_shapes.rs`); `bounded/sample.rs`
 //! populated bodies written from the tables (for the tests and the response fuzz target); and
 //! `bounded/tests.rs` the tables checked against `kafka-protocol`'s codec.
 
 mod sample;
 mod shapes;
+mod txn_shapes;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;

@@ -164,6 +164,37 @@ impl KafkaCode {
         KafkaCode(ResponseError::InvalidProducerEpoch.code());
     /// `PRODUCER_FENCED`: another producer with the same transactional id took over.
     pub const PRODUCER_FENCED: KafkaCode = KafkaCode(ResponseError::ProducerFenced.code());
+    /// `INVALID_TXN_STATE`: a transactional request that the transaction's state does not allow
+    /// (e.g. an EndTxn with no transaction ongoing, or a transactional batch for a partition that
+    /// was never added to the transaction).
+    pub const INVALID_TXN_STATE: KafkaCode = KafkaCode(ResponseError::InvalidTxnState.code());
+    /// `INVALID_PRODUCER_ID_MAPPING`: the producer id is not (or no longer) the one the
+    /// coordinator has for the transactional id (it expired after
+    /// `transactional.id.expiration.ms`, or another id took over).
+    pub const INVALID_PRODUCER_ID_MAPPING: KafkaCode =
+        KafkaCode(ResponseError::InvalidProducerIdMapping.code());
+    /// `INVALID_TRANSACTION_TIMEOUT`: the transaction timeout exceeds the broker's
+    /// `transaction.max.timeout.ms`.
+    pub const INVALID_TRANSACTION_TIMEOUT: KafkaCode =
+        KafkaCode(ResponseError::InvalidTransactionTimeout.code());
+    /// `CONCURRENT_TRANSACTIONS`: the coordinator is still completing this transactional id's
+    /// previous transaction (writing its markers); the same request succeeds shortly. Retriable,
+    /// as Kafka's `ConcurrentTransactionsException` is (a `RetriableException`), although
+    /// `kafka-protocol`'s table says otherwise.
+    pub const CONCURRENT_TRANSACTIONS: KafkaCode =
+        KafkaCode(ResponseError::ConcurrentTransactions.code());
+    /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: an ACL refuses this principal the transactional
+    /// id.
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: KafkaCode =
+        KafkaCode(ResponseError::TransactionalIdAuthorizationFailed.code());
+    /// `TRANSACTIONAL_ID_NOT_FOUND`: the coordinator has no state for the transactional id.
+    pub const TRANSACTIONAL_ID_NOT_FOUND: KafkaCode =
+        KafkaCode(ResponseError::TransactionalIdNotFound.code());
+    /// `TRANSACTION_ABORTABLE`: the transaction cannot complete but the producer may abort it and
+    /// go on (KIP-890: e.g. a TxnOffsetCommit v4 for a group whose offsets partition was not
+    /// added to the transaction).
+    pub const TRANSACTION_ABORTABLE: KafkaCode =
+        KafkaCode(ResponseError::TransactionAbortable.code());
     /// `MESSAGE_TOO_LARGE`: the request or a batch exceeds the broker's or topic's limit.
     pub const MESSAGE_TOO_LARGE: KafkaCode = KafkaCode(ResponseError::MessageTooLarge.code());
     /// `NOT_ENOUGH_REPLICAS`: fewer in-sync replicas than `min.insync.replicas`; nothing written.
@@ -196,12 +227,16 @@ impl KafkaCode {
             KafkaCode::TOPIC_AUTHORIZATION_FAILED
                 | KafkaCode::GROUP_AUTHORIZATION_FAILED
                 | KafkaCode::CLUSTER_AUTHORIZATION_FAILED
+                | KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )
     }
 
     /// Whether Kafka itself classifies the error as retriable (same request may succeed later).
+    /// Follows Kafka's exception classes; where `kafka-protocol`'s table differs from them
+    /// (CONCURRENT_TRANSACTIONS), Kafka wins.
     pub fn retriable(self) -> bool {
-        ResponseError::try_from_code(self.0).is_some_and(|e| e.is_retriable())
+        self == KafkaCode::CONCURRENT_TRANSACTIONS
+            || ResponseError::try_from_code(self.0).is_some_and(|e| e.is_retriable())
     }
 
     /// Errors after which the client must refresh its metadata (leader cache) before retrying.

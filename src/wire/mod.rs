@@ -10,8 +10,9 @@
 //!   its children each implement the `Client` methods of one concern: `cluster.rs` (metadata,
 //!   leaders, coordinators, topic creation), `pool.rs` (connections per broker and their
 //!   backoff), `fetch/` (Fetch, with its per-broker lanes in `fetch/fetcher.rs`),
-//!   `offsets.rs` (ListOffsets, OffsetFetch, OffsetCommit), `produce.rs` and `configs.rs` (the
-//!   cluster's failure-detection settings, DescribeConfigs);
+//!   `offsets.rs` (ListOffsets, OffsetFetch, OffsetCommit), `produce/` (Produce, InitProducerId,
+//!   and the transaction requests in `produce/txn.rs`) and `configs.rs` (the cluster's
+//!   failure-detection settings, DescribeConfigs);
 //! - `lane.rs`: the request-lane machine, one OS thread per broker owning that broker's
 //!   connection, and the one rule for waiting for their answers (the fetch's wait plus
 //!   [`FETCH_ANSWER_MARGIN`]); both the consumer's Fetch and the share fetcher run on it;
@@ -100,7 +101,8 @@ pub use client::offsets::{CommitIdentity, CommittedOffset, OffsetCommitEntry, Of
 pub(crate) use client::produce::lane::{
     PartitionAnswer, ProduceDone, ProduceJob, ProduceLanes, TopicBatches,
 };
-pub(crate) use client::produce::ProducerIdentity;
+pub use client::produce::txn::{TransactionVersion, TRANSACTION_VERSION_FEATURE};
+pub use client::produce::ProducerIdentity;
 pub use client::{Client, ClientConfig};
 pub use connection::sasl::{SaslConfig, SaslMechanism};
 #[doc(hidden)]

@@ -57,7 +57,22 @@ pub fn client_range(api: ApiKey) -> VersionRange {
         ApiKey::OffsetCommit => VersionRange::new(2, 9),
         ApiKey::OffsetFetch => VersionRange::new(1, 9),
         ApiKey::FindCoordinator => VersionRange::new(0, 4),
-        ApiKey::Produce => VersionRange::new(3, 9),
+        // v10-v11 add tagged leader hints (KIP-951) that the lane ignores; v12 is KIP-890's
+        // transaction version 2 (a transactional batch adds its partition to the transaction
+        // implicitly), which a transaction of version 1 must not use (the callers cap it at 11).
+        // v13 names topics by id only, which the produce paths do not handle.
+        ApiKey::Produce => VersionRange::new(3, 12),
+        // v6 is KIP-939's two-phase commit, which this client does not take part in.
+        ApiKey::InitProducerId => VersionRange::new(0, 5),
+        // v4+ is the broker-to-broker batch form (KIP-890's verification); clients stop at 3.
+        ApiKey::AddPartitionsToTxn => VersionRange::new(0, 3),
+        ApiKey::AddOffsetsToTxn => VersionRange::new(0, 4),
+        // v3+ carries the group membership that fences a zombie's offsets (KIP-447); without it
+        // there is no fencing, so lower versions are not spoken at all. v5 is transaction
+        // version 2 (the coordinator adds the offsets partition itself).
+        ApiKey::TxnOffsetCommit => VersionRange::new(3, 5),
+        // v5 is transaction version 2: the answer carries the bumped producer id and epoch.
+        ApiKey::EndTxn => VersionRange::new(0, 5),
         // v0 is gone from Kafka 4.0 (KIP-896); v1 is in 2.1.
         ApiKey::DescribeConfigs => VersionRange::new(1, 4),
         // v2 (RENEW, the acquire mode) is encoded by `wire::share`, past kafka-protocol's v1.
@@ -76,6 +91,12 @@ pub fn client_range(api: ApiKey) -> VersionRange {
 #[derive(Clone, Debug, Default)]
 pub struct VersionTable {
     broker: HashMap<i16, VersionRange>,
+    /// The cluster-wide finalized features (KIP-584) the broker reported in ApiVersions v3+:
+    /// (name, max version level). Empty before v3 or when the broker reported none.
+    finalized_features: Vec<(String, i16)>,
+    /// The epoch of [`Self::finalized_features`] (-1: unknown), so that a caller comparing
+    /// several brokers' reports takes the newest, as Java's `ApiVersions` does.
+    finalized_features_epoch: i64,
 }
 
 impl VersionTable {
@@ -85,7 +106,38 @@ impl VersionTable {
             .into_iter()
             .map(|(k, lo, hi)| (k, VersionRange::new(lo, hi)))
             .collect();
-        VersionTable { broker }
+        VersionTable {
+            broker,
+            finalized_features: Vec::new(),
+            finalized_features_epoch: -1,
+        }
+    }
+
+    /// The same table with the finalized features (name, max version level) and their epoch
+    /// from the ApiVersions v3+ answer. Kept because the transaction protocol a producer may use
+    /// (KIP-890's `transaction.version`) is a finalized feature, not an API version.
+    pub(crate) fn with_finalized_features(
+        mut self,
+        epoch: i64,
+        features: impl IntoIterator<Item = (String, i16)>,
+    ) -> Self {
+        self.finalized_features = features.into_iter().collect();
+        self.finalized_features_epoch = epoch;
+        self
+    }
+
+    /// The max version level of finalized feature `name`, if the broker reported it (a
+    /// feature the cluster never finalized is level 0 for Kafka).
+    pub fn finalized_feature(&self, name: &str) -> Option<i16> {
+        self.finalized_features
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, level)| *level)
+    }
+
+    /// The epoch of the finalized features reported (-1: none reported).
+    pub fn finalized_features_epoch(&self) -> i64 {
+        self.finalized_features_epoch
     }
 
     /// The range the broker advertised for `api`, if any.
@@ -177,6 +229,11 @@ mod tests {
             ApiKey::OffsetFetch,
             ApiKey::FindCoordinator,
             ApiKey::Produce,
+            ApiKey::InitProducerId,
+            ApiKey::AddPartitionsToTxn,
+            ApiKey::AddOffsetsToTxn,
+            ApiKey::TxnOffsetCommit,
+            ApiKey::EndTxn,
         ] {
             let ours = client_range(api);
             let gen = api.valid_versions();

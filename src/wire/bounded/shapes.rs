@@ -11,7 +11,7 @@
 
 use kafka_protocol::messages::ApiKey;
 
-use super::{f, Kind as K, Schema, MAX};
+use super::{f, txn_shapes, Kind as K, Schema, MAX};
 
 /// ApiVersions response (API 18), versions 0-4.
 pub(super) static API_VERSIONS: Schema = Schema {
@@ -486,16 +486,17 @@ pub(super) static CREATE_TOPICS: Schema = Schema {
     ],
 };
 
-/// Produce response (API 0), versions 0-11.
+/// Produce response (API 0), versions 0-13 (v13 names topics by id; the client stops at 12).
 pub(super) static PRODUCE: Schema = Schema {
     api: ApiKey::Produce,
-    versions: (0, 11),
+    versions: (0, 13),
     flexible_from: 9,
     fields: &[
         f(
             "Responses",
             K::Array(&K::Struct(&[
-                f("Name", K::Str, 0, MAX),
+                f("Name", K::Str, 0, 12),
+                f("TopicId", K::Uuid, 13, MAX),
                 f(
                     "PartitionResponses",
                     K::Array(&K::Struct(&[
@@ -836,6 +837,10 @@ pub(super) static ALL: &[&Schema] = &[
     &CREATE_TOPICS,
     &PRODUCE,
     &INIT_PRODUCER_ID,
+    &txn_shapes::ADD_PARTITIONS_TO_TXN,
+    &txn_shapes::ADD_OFFSETS_TO_TXN,
+    &txn_shapes::TXN_OFFSET_COMMIT,
+    &txn_shapes::END_TXN,
     &DESCRIBE_GROUPS,
     &CONSUMER_GROUP_HEARTBEAT,
     &DESCRIBE_CONFIGS,

@@ -89,6 +89,10 @@ fn shape_tables_match_kafka_protocol_and_refuse_every_huge_count() {
     cases += exercise::<msg::CreateTopicsResponse>(ApiKey::CreateTopics);
     cases += exercise::<msg::ProduceResponse>(ApiKey::Produce);
     cases += exercise::<msg::InitProducerIdResponse>(ApiKey::InitProducerId);
+    cases += exercise::<msg::AddPartitionsToTxnResponse>(ApiKey::AddPartitionsToTxn);
+    cases += exercise::<msg::AddOffsetsToTxnResponse>(ApiKey::AddOffsetsToTxn);
+    cases += exercise::<msg::TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit);
+    cases += exercise::<msg::EndTxnResponse>(ApiKey::EndTxn);
     cases += exercise::<msg::DescribeGroupsResponse>(ApiKey::DescribeGroups);
     cases += exercise::<msg::ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat);
     cases += exercise::<msg::DescribeConfigsResponse>(ApiKey::DescribeConfigs);

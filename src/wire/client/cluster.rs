@@ -22,6 +22,25 @@ use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
 use crate::wire::quirks;
 use crate::TopicPartition;
 
+/// What FindCoordinator looks for: its `key_type` (v1+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CoordinatorKind {
+    /// A consumer or share group's coordinator (key type 0).
+    Group = 0,
+    /// A transactional id's transaction coordinator (key type 1).
+    Transaction = 1,
+}
+
+impl CoordinatorKind {
+    /// How an error message names the key.
+    fn noun(self) -> &'static str {
+        match self {
+            CoordinatorKind::Group => "group",
+            CoordinatorKind::Transaction => "transactional id",
+        }
+    }
+}
+
 /// A broker as listed in the cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerInfo {
@@ -384,7 +403,9 @@ impl Client {
         {
             return Ok(info.clone());
         }
-        let info = self.retrying("FindCoordinator", |c| c.find_coordinator_once(group_id))?;
+        let info = self.retrying("FindCoordinator", |c| {
+            c.find_coordinator_once(group_id, CoordinatorKind::Group)
+        })?;
         self.coordinators.insert(group_id.to_string(), info.node_id);
         self.brokers
             .entry(info.node_id)
@@ -392,15 +413,39 @@ impl Client {
         Ok(info)
     }
 
-    fn find_coordinator_once(&mut self, group_id: &str) -> Result<BrokerInfo> {
+    /// One FindCoordinator for `key` (a group id or a transactional id, as `kind` says), from
+    /// any broker.
+    pub(super) fn find_coordinator_once(
+        &mut self,
+        key: &str,
+        kind: CoordinatorKind,
+    ) -> Result<BrokerInfo> {
+        let group_id = key;
         let resp = self.any_broker(|conn| {
             let version = conn.version_for(ApiKey::FindCoordinator)?;
+            if kind == CoordinatorKind::Transaction && version < 1 {
+                // v0 has no key type: it would find the group coordinator of a group so named.
+                return Err(WireError::UnsupportedVersion {
+                    api: ApiKey::FindCoordinator as i16,
+                    ours: (
+                        1,
+                        crate::wire::versions::client_range(ApiKey::FindCoordinator).max,
+                    ),
+                    broker: conn
+                        .versions()
+                        .broker_range(ApiKey::FindCoordinator)
+                        .map(|r| (r.min, r.max)),
+                });
+            }
             let key = StrBytes::from_string(group_id.to_string());
-            let req = if version >= 4 {
+            let mut req = if version >= 4 {
                 msg::FindCoordinatorRequest::default().with_coordinator_keys(vec![key])
             } else {
                 msg::FindCoordinatorRequest::default().with_key(key)
             };
+            if version >= 1 {
+                req = req.with_key_type(kind as i8);
+            }
             Ok((version, conn.send(&req, version)?))
         })?;
         let (version, resp) = resp;
@@ -423,7 +468,7 @@ impl Client {
             return Err(WireError::kafka(
                 ApiKey::FindCoordinator,
                 code,
-                format!("group {group_id} {msg}"),
+                format!("{} {group_id} {msg}", kind.noun()),
             ));
         }
         Ok(BrokerInfo {

@@ -9,7 +9,8 @@
 //! - `fetch/`: Fetch (`fetch/mod.rs`), the per-broker fetch lanes (`fetch/fetcher.rs`) and
 //!   the preferred read replicas with the bytes per broker (`fetch/replicas.rs`);
 //! - `offsets.rs`: ListOffsets, OffsetFetch and OffsetCommit;
-//! - `produce.rs`: Produce, for tests and tools;
+//! - `produce/`: Produce (the producer's lanes, InitProducerId, a one-shot Produce for tests
+//!   and tools) and the transaction requests (`produce/txn.rs`);
 //! - `configs.rs`: the cluster's failure-detection settings (DescribeConfigs), and group
 //!   configuration (IncrementalAlterConfigs and DescribeConfigs on a group);
 //! - this file: [`ClientConfig`], the fields of [`Client`], and the retry loop they all use.
@@ -113,6 +114,10 @@ pub struct Client {
     /// refreshes metadata first.
     pub(super) metadata_stale: bool,
     pub(super) coordinators: HashMap<String, i32>,
+    /// Transaction coordinators by transactional id (owned by `produce/txn.rs`): apart from
+    /// the group coordinators, because a group and a transactional id may share a name and
+    /// live on different brokers.
+    pub(super) txn_coordinators: HashMap<String, i32>,
     pub(super) controller: Option<i32>,
     // The connection pool (owned by `pool.rs`).
     pub(super) conns: HashMap<i32, Connection>,
@@ -159,6 +164,7 @@ impl Client {
             leader_epochs: HashMap::new(),
             metadata_stale: true,
             coordinators: HashMap::new(),
+            txn_coordinators: HashMap::new(),
             controller: None,
             fetch_rotation: 0,
             read_replicas: ReadReplicas::default(),

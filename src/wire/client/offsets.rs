@@ -383,7 +383,11 @@ impl Client {
 
     /// The connection to `group_id`'s coordinator `node`; failing to reach it forgets the
     /// coordinator, so the retry finds it again.
-    fn coordinator_connection(&mut self, group_id: &str, node: i32) -> Result<&mut Connection> {
+    pub(super) fn coordinator_connection(
+        &mut self,
+        group_id: &str,
+        node: i32,
+    ) -> Result<&mut Connection> {
         if let Err(e) = self.connection(node) {
             self.coordinators.remove(group_id);
             return Err(e);
@@ -409,7 +413,7 @@ impl Client {
 }
 
 /// The request topics for partitions grouped by topic name, in name order.
-fn per_topic<P, T>(
+pub(super) fn per_topic<P, T>(
     by_topic: BTreeMap<&str, Vec<P>>,
     topic: impl Fn(TopicName, Vec<P>) -> T,
 ) -> Vec<T> {

@@ -97,6 +97,10 @@ wire_requests! {
     OffsetCommitRequest => OffsetCommitResponse: OffsetCommit,
     ProduceRequest => ProduceResponse: Produce,
     InitProducerIdRequest => InitProducerIdResponse: InitProducerId,
+    AddPartitionsToTxnRequest => AddPartitionsToTxnResponse: AddPartitionsToTxn,
+    AddOffsetsToTxnRequest => AddOffsetsToTxnResponse: AddOffsetsToTxn,
+    TxnOffsetCommitRequest => TxnOffsetCommitResponse: TxnOffsetCommit,
+    EndTxnRequest => EndTxnResponse: EndTxn,
     JoinGroupRequest => JoinGroupResponse: JoinGroup,
     SyncGroupRequest => SyncGroupResponse: SyncGroup,
     HeartbeatRequest => HeartbeatResponse: Heartbeat,
@@ -636,6 +640,12 @@ impl Connection {
                 resp.api_keys
                     .iter()
                     .map(|k| (k.api_key, k.min_version, k.max_version)),
+            )
+            .with_finalized_features(
+                resp.finalized_features_epoch,
+                resp.finalized_features
+                    .iter()
+                    .map(|f| (f.name.to_string(), f.max_version_level)),
             );
             debug!(
                 "{}: ApiVersions v{version} handshake done, {} APIs advertised",

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{self as msg, produce_request, ApiKey, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::txn::TransactionVersion;
 use crate::wire::connection::Pending;
 use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
 use crate::wire::lane::{Lane, Lanes, Link, Wait};
@@ -106,7 +107,17 @@ impl Lane for ProduceLane {
     ) -> Result<Option<ProduceAnswer>> {
         let request_timeout = link.request_timeout();
         let conn = link.connection()?;
-        let version = conn.version_for(ApiKey::Produce)?;
+        // A transactional batch stays at v11 (transaction version 1): from v12 the leader adds
+        // the partition to the transaction itself (KIP-890's version 2), which only a
+        // transaction the producer runs under version 2 may ask for. The job does not say
+        // which version its transaction runs yet, so transactional jobs take version 1's range
+        // (which a version-2 cluster still serves); a version-2 transaction needs the job to
+        // carry `TransactionVersion::produce_versions` instead.
+        let version = if job.transactional_id.is_some() {
+            conn.version_within(ApiKey::Produce, TransactionVersion::V1.produce_versions())?
+        } else {
+            conn.version_for(ApiKey::Produce)?
+        };
         let timeout_ms = i32::try_from(job.timeout.as_millis()).unwrap_or(i32::MAX);
         let req = msg::ProduceRequest::default()
             .with_acks(job.acks)

@@ -1,9 +1,10 @@
 //! Produce on the wire: the producer's per-broker lanes ([`lane`]), the producer id it writes
-//! under ([`Client::init_producer_id`]), and a one-shot append to one partition for tests and
-//! tools that need exact batches (uncompressed, acks=all, one batch per call, not idempotent:
-//! an application writes through the crate's `Producer`).
+//! under ([`Client::init_producer_id`]), the transaction requests ([`txn`]), and a one-shot
+//! append to one partition for tests and tools that need exact batches (uncompressed, acks=all,
+//! one batch per call, not idempotent: an application writes through the crate's `Producer`).
 
 pub(crate) mod lane;
+pub(crate) mod txn;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -71,13 +72,15 @@ impl Client {
     }
 }
 
-/// The producer id and epoch InitProducerId gave, or bumped.
+/// The producer id and epoch InitProducerId gave, or bumped. Public within the wire layer's
+/// internals (as the transaction requests are) so that the integration tests can drive a
+/// transaction by hand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProducerIdentity {
+pub struct ProducerIdentity {
     /// The id the leaders deduplicate by.
-    pub(crate) producer_id: i64,
+    pub producer_id: i64,
     /// Its epoch (0 for an idempotent producer's fresh id).
-    pub(crate) epoch: i16,
+    pub epoch: i16,
 }
 
 impl Client {
