@@ -13,6 +13,8 @@
 //! * [`sasl`]: SASL over SASL_PLAINTEXT against real Kafka 4.x.
 //! * [`share`]: The share-group wire layer (`wire::share`) against real Apache Kafka 4.4.
 //! * [`tls`]: TLS and SASL_SSL against real Kafka 4.x (feature `tls` only).
+//! * [`transactions`]: The transaction requests driven by hand against real Apache Kafka (the
+//!   newest 4.x and the last 3.x).
 //! * [`versions`]: Version negotiation against real Apache Kafka (the newest 4.x and the last 3.x).
 
 mod configs;
@@ -23,4 +25,5 @@ mod records;
 mod sasl;
 mod share;
 mod tls;
+mod transactions;
 mod versions;

@@ -248,9 +248,9 @@ const CAPS: &[(ApiKey, i16, &str)] = &[
     ),
     (
         ApiKey::Produce,
-        9,
-        "wire/versions.rs: newest version whose semantics the wire code handles (not \
-         idempotent, no transactions, topics by name)",
+        12,
+        "wire/versions.rs: v13 names topics by id only, which the produce paths do not \
+         handle (v12 is transaction version 2; transactional batches of version 1 stay at v11)",
     ),
     (
         ApiKey::Fetch,
