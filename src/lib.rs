@@ -143,14 +143,14 @@ pub use basics::partition::TopicPartition;
 pub use consumer::{
     AssignedContext, Batch, ConfigError, Consumer, ConsumerConfig, ConsumerConfigBuilder,
     ConsumerError, ConsumerRebalanceListener, ConsumerStats, DeadLetterTopic, Delivery,
-    HandoffFailure, RevokedPartition, Waker, WorkContext,
+    HandoffFailure, RevokedPartition, TransactionContext, Waker, WorkContext,
 };
 pub use group::{GroupError, LostReason, MemberIdentity};
 pub use guard::{IdempotencyKey, StormStatus};
 pub use producer::partitioner;
 pub use producer::{
-    DeliveryHandle, ProduceError, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
-    RecordMetadata,
+    ConsumerGroupMetadata, DeliveryHandle, ProduceError, Producer, ProducerConfig,
+    ProducerConfigBuilder, ProducerRecord, RecordMetadata,
 };
 pub use share::{
     AckType, ShareConfig, ShareConfigBuilder, ShareConsumer, ShareContext, ShareDelivery,

@@ -44,6 +44,7 @@ pub(super) const NOT_FOR_SHARE_GROUPS: &[(&str, &str)] = &[
     ("rebalance.storm.window.ms", "share groups have no rebalances that stop processing"),
     ("rebalance.storm.threshold", "share groups have no rebalances that stop processing"),
     ("batch.safety.factor", "batches are bounded by `max.poll.records` and each record by its lock"),
+    ("transaction.interval.ms", "share groups have no committed offsets to put in a transaction (KIP-932)"),
 ];
 
 /// The producer's own settings (its rows in the table, documented "Producer only"): refused
@@ -62,6 +63,8 @@ pub(super) const PRODUCER_ONLY: &[&str] = &[
     "compression.gzip.level",
     "compression.zstd.level",
     "partitioner.ignore.keys",
+    "transactional.id",
+    "transaction.timeout.ms",
 ];
 
 /// The settings a producer shares with the consumer: how to reach, trust and authenticate to
@@ -94,6 +97,16 @@ pub(super) fn producer_only(name: &str) -> bool {
 
 /// The rules between a producer's settings (as Java's `ProducerConfig` states them).
 pub(super) fn check_producer(config: &ConsumerConfig) -> Result<(), ConfigError> {
+    if config.transactional_id.is_some() && !config.enable_idempotence {
+        return Err(ConfigError::Conflict {
+            name: "enable.idempotence",
+            other: "transactional.id",
+            rule: "a transactional producer is idempotent (enable.idempotence=true): the \
+                   transaction coordinator fences by the producer id and epoch, and a retried \
+                   batch must not be written twice inside a transaction"
+                .to_string(),
+        });
+    }
     if config.enable_idempotence {
         if config.acks != super::values::Acks::All {
             return Err(ConfigError::Conflict {

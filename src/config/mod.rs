@@ -385,6 +385,17 @@ impl ConsumerConfig {
     pub fn commit_interval(&self) -> Duration {
         self.commit_interval
     }
+    /// Reads with `read_committed` from now on (`Consumer::run_transactional`: an input that is
+    /// itself a transactional output must not be read before it commits).
+    pub(crate) fn read_committed(&mut self) {
+        self.isolation_level = IsolationLevel::ReadCommitted;
+    }
+
+    /// `transaction.interval.ms`: how long `run_transactional` keeps a transaction open.
+    pub fn transaction_interval(&self) -> Duration {
+        self.transaction_interval
+    }
+
     /// `commit.metadata.max.bytes`: 0, or between 64 and 1 MiB.
     pub fn commit_metadata_max_bytes(&self) -> usize {
         self.commit_metadata_max_bytes
@@ -654,6 +665,10 @@ pub(crate) struct ProducerSettings {
     pub(crate) ignore_keys: bool,
     pub(crate) retry_backoff: std::time::Duration,
     pub(crate) metadata_max_age: std::time::Duration,
+    /// `transactional.id`: `Some` makes the producer transactional.
+    pub(crate) transactional_id: Option<String>,
+    /// `transaction.timeout.ms`.
+    pub(crate) transaction_timeout: std::time::Duration,
 }
 
 impl ConsumerConfig {
@@ -681,6 +696,8 @@ impl ConsumerConfig {
             ignore_keys: self.partitioner_ignore_keys,
             retry_backoff: self.retry_backoff,
             metadata_max_age: self.metadata_max_age,
+            transactional_id: self.transactional_id.clone(),
+            transaction_timeout: self.transaction_timeout,
         }
     }
 }

@@ -439,6 +439,13 @@ settings! {
         set: |backoff: Duration| backoff,
         doc: "Cap on the doubling retry backoff; at least `processing.retry.backoff.ms`. Ten seconds: a broken dependency is not hammered, a record is not held for minutes.",
     }
+    transaction_interval: Duration {
+        name: "transaction.interval.ms",
+        default: "100",
+        rule: checks::positive_ms,
+        set: |interval: Duration| interval,
+        doc: "Consumer only; ours. For `Consumer::run_transactional`: how long a transaction stays open collecting finished records before it commits them with their offsets (the role `commit.interval.ms` has for plain commits). Shorter: outputs become visible to `read_committed` readers sooner and less is redone after an abort; longer: fewer transaction markers, more throughput. Keep it well below `transaction.timeout.ms`.",
+    }
     share_acknowledgement_mode: AcknowledgementMode {
         name: "share.acknowledgement.mode",
         default: "explicit",
@@ -550,6 +557,20 @@ settings! {
         rule: checks::zstd_level,
         set: |level: i32| level,
         doc: "Producer only. 0 stores blocks uncompressed; 1 to 3 compress (the pure-Rust encoder has no higher levels and 1-3 all use its fastest one). Java's default is 3.",
+    }
+    transactional_id: String {
+        name: "transactional.id",
+        default: none,
+        rule: checks::not_blank,
+        set: |id: impl Into<String>| id.into(),
+        doc: "Producer only. Makes the producer transactional: its records and the consumer offsets sent with them become visible together or not at all (to readers with `isolation.level=read_committed`). A second producer started with the same id fences the first (its next request is refused) and aborts what it left open. Keep it stable per worker instance (the `group.instance.id` of a static member is a good choice) so that a restarted worker aborts its predecessor's transaction at once instead of after `transaction.timeout.ms`. Needs `enable.idempotence=true`.",
+    }
+    transaction_timeout: Duration {
+        name: "transaction.timeout.ms",
+        default: "60000",
+        rule: checks::positive_ms,
+        set: |timeout: Duration| timeout,
+        doc: "Producer only. How long the transaction coordinator lets a transaction stay open before it aborts it: the bound on how long a frozen producer's open transaction holds back `read_committed` readers and the next owner of its input partitions. `Consumer::run_transactional` requires it within the member's session (`session.timeout.ms`; with `group.protocol=consumer`, `session.bound.ms` when set). At most the broker's `transaction.max.timeout.ms` (15 minutes by default).",
     }
     partitioner_ignore_keys: bool {
         name: "partitioner.ignore.keys",

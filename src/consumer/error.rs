@@ -88,6 +88,11 @@ pub enum ConsumerError {
     /// A seek was refused (the partition is not this member's, or the offset is negative);
     /// nothing moved.
     Seek(SeekError),
+    /// The transactional producer of [`Consumer::run_transactional`](crate::Consumer::run_transactional)
+    /// failed for good (fenced by a newer producer with the same `transactional.id`, or a
+    /// transaction that could neither commit nor abort), or was refused at
+    /// `with_transactions`. Nothing of its open transaction became visible; close the consumer.
+    Transaction(crate::producer::ProduceError),
     /// The rebalance listener failed. The rebalance it was told about happened all the same
     /// (a revocation's finished work was committed, an assignment started): the error reports
     /// the listener's own failure, returned from the poll that ran it.
@@ -118,6 +123,7 @@ impl ConsumerError {
             | ConsumerError::Guard(_)
             | ConsumerError::Unsupported(_) => ErrorKind::Config,
             ConsumerError::Listener { .. } => ErrorKind::Handler,
+            ConsumerError::Transaction(e) => e.kind(),
             ConsumerError::PositionUnknown { .. } => ErrorKind::Network,
             ConsumerError::Commit(failure) => commit_failure_kind(failure),
             ConsumerError::Handoff(failures) => {
@@ -183,6 +189,7 @@ impl fmt::Display for ConsumerError {
                 write!(f, "no starting position for {partition}: {reason}")
             }
             // The wrapped errors below are the source, not repeated here.
+            ConsumerError::Transaction(e) => write!(f, "{e}"),
             ConsumerError::Commit(_) => write!(f, "the offsets were not committed (not retried)"),
             ConsumerError::Handler {
                 tp: partition,
@@ -257,6 +264,7 @@ impl Error for ConsumerError {
             }
             ConsumerError::Thread(e) => Some(e),
             ConsumerError::Listener { error, .. } => Some(error.as_ref()),
+            ConsumerError::Transaction(e) => e.source(),
             ConsumerError::NoOffset { .. }
             | ConsumerError::Seek(_)
             | ConsumerError::Handoff(_)

@@ -36,6 +36,7 @@ use super::listener::{
     listener_error, AssignedContext, ConsumerRebalanceListener, RevokedPartition,
 };
 use super::stats::RebalanceCounters;
+use super::transactions::{self, SharedTransactional};
 
 /// Called when the guard reports a rebalance storm.
 pub type StormHook = Box<dyn FnMut(&StormStatus) + Send>;
@@ -55,6 +56,8 @@ pub(crate) struct Handoffs {
     pub(crate) listener: Option<Box<dyn ConsumerRebalanceListener>>,
     /// The rebalance signals of the `metrics` feature (nothing without it).
     pub(crate) metrics: ConsumerMetrics,
+    /// Set by `with_transactions`: every commit travels in the producer's transactions.
+    pub(crate) transactional: Option<SharedTransactional>,
 }
 
 impl Handoffs {
@@ -67,6 +70,7 @@ impl Handoffs {
             failures: Vec::new(),
             listener: None,
             metrics: ConsumerMetrics::new(group),
+            transactional: None,
         }
     }
 }
@@ -252,16 +256,34 @@ impl Driver<'_> {
         let listened = self.tell_revoked(partitions, &awaiting);
         // 5. The commit of `last + 1`, synchronously, as the identity that owns the partitions.
         let generation = identity.generation_id;
-        let answer = (!awaiting.offsets().is_empty()).then(|| {
-            let offsets = awaiting.offsets();
-            commit_outcome(
-                offsets,
-                self.member
-                    .commit_as(identity, &commit_entries(offsets), CommitKind::Handoff),
-            )
-        });
+        let answer = match self.handoffs.transactional.clone() {
+            // Exactly once: the open transaction holds outputs of the kept partitions too, so
+            // their progress commits in it with the revoked partitions' positions.
+            Some(transactional) => {
+                let answers = transactions::commit_handoff(
+                    &transactional,
+                    self.guard,
+                    &mut *self.member,
+                    identity,
+                    awaiting.offsets(),
+                );
+                if let Some((request, outcome)) = answers.kept {
+                    self.guard.commit_answered(request, &outcome);
+                }
+                answers.revoked
+            }
+            None => (!awaiting.offsets().is_empty()).then(|| {
+                let offsets = awaiting.offsets();
+                commit_outcome(
+                    offsets,
+                    self.member
+                        .commit_as(identity, &commit_entries(offsets), CommitKind::Handoff),
+                )
+            }),
+        };
         // 6. The guard hands the partitions back with the answer.
         let handed = self.guard.hand_back(awaiting, answer);
+        self.rewind_if_aborted();
         self.handoffs.counters.revoked += partitions.len() as u64;
         self.handoffs.metrics.handed_back(partitions, began);
         match handed.result {
@@ -293,6 +315,16 @@ impl Driver<'_> {
             }
         }
         listened
+    }
+
+    /// After an abort, the partitions still owned read again from the committed offsets.
+    fn rewind_if_aborted(&mut self) {
+        let Some(transactional) = &self.handoffs.transactional else {
+            return;
+        };
+        if transactions::lock(transactional).take_rewind() {
+            transactions::rewind_owned(self.guard, self.intake, &mut *self.member, self.config);
+        }
     }
 
     /// The listener's `on_revoked`, with each partition's last finished offset and the
@@ -401,6 +433,11 @@ impl Driver<'_> {
             "lost {} partition(s) ({reason}) without commit",
             partitions.len()
         );
+        if let Some(transactional) = &self.handoffs.transactional {
+            // Nothing commits at a loss: the open transaction's outputs never become visible.
+            transactions::lock(transactional).abort("partitions lost");
+        }
+        self.rewind_if_aborted();
         self.storm(Some(self.guard.storm_status()));
         match self.handoffs.listener.as_mut() {
             Some(listener) => listener

@@ -31,6 +31,8 @@
 //!
 //! Dependencies point down this list; no file imports one above it.
 //!
+//! - `exactly_once.rs`: [`Consumer::with_transactions`] and [`Consumer::run_transactional`]:
+//!   the loop of the transactional mode, each record's outputs into the open transaction.
 //! - `seeking.rs`: where the consumer stands and where it moves: `position`, `committed`,
 //!   `offsets_for_times`, `beginning_offsets`/`end_offsets`, `seek` (a guard event).
 //! - `poll_loop.rs`: the [`Consumer`]: subscribe, `poll`, `commit`, `run`, `run_with_workers`,
@@ -44,6 +46,9 @@
 //! - `retry.rs`: the failure policy of `run` and the workers: `processing.retries` with its
 //!   backoff (the partition held back in the intake, the poll loop going on) and the
 //!   dead-letter callback.
+//! - `transactions.rs`: exactly once from Kafka to Kafka: the one transactional commit (offsets
+//!   through TxnOffsetCommit, then EndTxn, or an abort and a rewind), used by the loop, the
+//!   application's `commit` and every handoff; the handler's [`TransactionContext`].
 //! - `pacer.rs`: `commit.interval.ms`: the paced commits of what finished while records flow,
 //!   sent without stopping the poll thread.
 //! - `handoff.rs`: the handoff driver: the membership's changes into the guard, revocation commits and
@@ -72,6 +77,7 @@ mod context;
 pub mod dead_letter;
 mod dispatch;
 mod error;
+mod exactly_once;
 mod failure_detection;
 mod handoff;
 mod intake;
@@ -82,6 +88,7 @@ mod retry;
 mod seeking;
 mod sizer;
 mod stats;
+mod transactions;
 mod wake;
 mod workers;
 
@@ -103,4 +110,5 @@ pub use listener::{AssignedContext, ConsumerRebalanceListener, RevokedPartition}
 pub use poll_loop::Consumer;
 pub use sizer::BatchPlan;
 pub use stats::{ConsumerStats, PartitionStats, RebalanceCounters, StatsHandle};
+pub use transactions::TransactionContext;
 pub use wake::Waker;

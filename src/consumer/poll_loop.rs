@@ -488,6 +488,10 @@ impl Consumer {
     /// when the broker says the membership is over (the member was removed, the group moved on
     /// without it, its `group.instance.id` was taken), its partitions are fenced as lost at once.
     pub fn commit(&mut self) -> Result<Vec<CommitOffset>, ConsumerError> {
+        if let Some(transactional) = self.handoffs.transactional.clone() {
+            // With transactions, the progress commits in the open transaction with its outputs.
+            return self.commit_transactional(&transactional);
+        }
         self.pacer.commit_now(&self.guard, &mut *self.member)
     }
 
@@ -629,7 +633,10 @@ impl Consumer {
         // add nothing, and its refusal by a group that began to re-form would report a failure
         // the revocation then repairs). A reader outside a group commits nothing here.
         let before = self.handoffs.failures.len();
-        self.driver().close()?;
+        let closed = self.driver().close();
+        // The close's handoff committed the last transaction; the producer goes with it.
+        self.close_transactions()?;
+        closed?;
         let failed = self.handoffs.failures.split_off(before);
         if failed.is_empty() {
             Ok(())

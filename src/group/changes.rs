@@ -221,3 +221,12 @@ impl std::fmt::Debug for MembershipView {
 /// session, the guard and the poll loop know nothing of) nor change what the session owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub(crate) struct ChangeId(pub(crate) u64);
+
+/// Sends one commit of offsets and returns each partition's result: a client's OffsetCommit in
+/// the product, a TxnOffsetCommit inside a transaction (`Consumer::run_transactional`), an
+/// in-memory coordinator in tests.
+pub type OffsetCommitSend<'a> = dyn FnMut(
+        &crate::wire::CommitIdentity<'_>,
+        &[crate::wire::OffsetCommitEntry],
+    ) -> Result<CommitResults, super::error::CommitError>
+    + 'a;

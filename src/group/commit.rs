@@ -60,7 +60,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-pub use super::changes::{CommitKind, CommitResults};
+pub use super::changes::{CommitKind, CommitResults, OffsetCommitSend};
 use super::error::CommitError;
 use super::membership::ErrorContext;
 use super::requests::MemberIdentity;
@@ -69,11 +69,6 @@ use crate::basics::partition::PartitionSet;
 use crate::guard::{BoxError, CommitFailure, CommitOffset};
 use crate::wire::{self, Client, ClientConfig, CommitIdentity, KafkaCode, WireError};
 use crate::TopicPartition;
-
-/// Sends one OffsetCommit and returns each partition's result: a client's `offset_commit` in
-/// the product, an in-memory coordinator in tests.
-pub(crate) type OffsetCommitSend<'a> = dyn FnMut(&CommitIdentity<'_>, &[wire::OffsetCommitEntry]) -> Result<CommitResults, WireError>
-    + 'a;
 
 impl CommitKind {
     /// Between polls, a refusal that ends the membership loses the assignment at once.
@@ -138,7 +133,7 @@ pub(crate) fn commit_offsets(
             .map_or(true, |r| r.iter().any(|(_, r)| r.is_err()));
         observe(group_id, kind, began.elapsed(), failed);
     }
-    let mut results = sent.map_err(CommitError::Wire)?;
+    let mut results = sent?;
     if kind != CommitKind::Paced {
         retry_stale_epoch(send, shared, &who, offsets, &mut results)?;
     }
@@ -237,7 +232,7 @@ fn retry_stale_epoch(
         generation_id_or_member_epoch: epoch,
         ..*who
     };
-    let retried = send(&retry_as, &again).map_err(CommitError::Wire)?;
+    let retried = send(&retry_as, &again)?;
     for (tp, result) in retried {
         if let Some(slot) = results.iter_mut().find(|(t, _)| *t == tp) {
             slot.1 = result;
@@ -572,7 +567,11 @@ fn offset_commit_sender(
             CommitKind::Handoff | CommitKind::Application => synchronous_attempts,
         });
         let answer = commit_offsets(
-            &mut |who, offsets| connected.offset_commit(who, offsets),
+            &mut |who, offsets| {
+                connected
+                    .offset_commit(who, offsets)
+                    .map_err(CommitError::Wire)
+            },
             &shared,
             &group_id,
             instance_id.as_deref(),

@@ -154,6 +154,15 @@ pub enum CommitError {
     /// could not be started): nothing was sent. The member's next poll fails with
     /// [`GroupError::CommitThreadDied`].
     ThreadGone,
+    /// The offsets travel in a transaction (`Consumer::run_transactional`), and the producer
+    /// could not put them in it: fenced by a newer producer, the coordinator unreachable for
+    /// `max.block.ms`, the transaction already doomed. Nothing of it commits.
+    Transaction {
+        /// The situation, as the producer's error names it.
+        kind: ErrorKind,
+        /// The producer's error.
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl CommitError {
@@ -167,6 +176,7 @@ impl CommitError {
             }
             CommitError::Wire(e) => e.kind(),
             CommitError::ThreadGone => ErrorKind::Internal,
+            CommitError::Transaction { kind, .. } => *kind,
         }
     }
 }
@@ -191,6 +201,9 @@ impl fmt::Display for CommitError {
             CommitError::ThreadGone => {
                 write!(f, "not committing: the commit thread is gone")
             }
+            CommitError::Transaction { error, .. } => {
+                write!(f, "the transaction carrying the offsets failed: {error}")
+            }
         }
     }
 }
@@ -202,6 +215,7 @@ impl std::error::Error for CommitError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CommitError::Wire(e) => e.source(),
+            CommitError::Transaction { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{Change, CommitKind, CommitResults, Decision, FenceHook, MembershipView};
+use super::commit::OffsetCommitSend;
 use super::error::{CommitError, GroupError};
 use super::membership::Membership;
 use super::requests::MemberIdentity;
@@ -87,6 +88,24 @@ impl Membership for ManualAssignment {
         self.client
             .offset_commit(&who, offsets)
             .map_err(CommitError::Wire)
+    }
+
+    /// Outside a group: generation -1 and no member id, which only a group without members
+    /// accepts.
+    fn commit_through(
+        &mut self,
+        _identity: &MemberIdentity,
+        offsets: &[OffsetCommitEntry],
+        _kind: CommitKind,
+        send: &mut OffsetCommitSend<'_>,
+    ) -> Result<CommitResults, CommitError> {
+        let who = CommitIdentity {
+            group_id: &self.group_id,
+            generation_id_or_member_epoch: -1,
+            member_id: "",
+            group_instance_id: None,
+        };
+        send(&who, offsets)
     }
 
     /// No paced commits outside a group: they would be commits nobody asked for.

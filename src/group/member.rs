@@ -38,7 +38,7 @@ use super::assignor::RebalanceProtocol;
 use super::changes::{
     Change, CommitKind, CommitResults, Decision, FenceHook, LostHook, MembershipView, Origin,
 };
-use super::commit::Committer;
+use super::commit::{commit_offsets, Committer, OffsetCommitSend};
 use super::config::GroupConfig;
 use super::error::{CommitError, GroupError};
 use super::listener::{close_with, poll_with, RebalanceListener};
@@ -354,6 +354,25 @@ impl<P: Protocol> Membership for Member<P> {
     ) -> Result<CommitResults, CommitError> {
         // On the commit thread, behind the paced commit in flight (if any): see `commit.rs`.
         self.committer.commit(identity, offsets, kind)
+    }
+
+    fn commit_through(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[wire::OffsetCommitEntry],
+        kind: CommitKind,
+        send: &mut OffsetCommitSend<'_>,
+    ) -> Result<CommitResults, CommitError> {
+        self.committer.settle();
+        commit_offsets(
+            send,
+            &self.shared,
+            &self.config.group_id,
+            self.config.group_instance_id.as_deref(),
+            identity,
+            offsets,
+            kind,
+        )
     }
 
     fn commit_in_background(

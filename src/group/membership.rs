@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use super::assignor::RebalanceProtocol;
 use super::changes::{
-    Change, ChangeId, CommitKind, CommitResults, Decision, FenceHook, MembershipView, Origin,
+    Change, ChangeId, CommitKind, CommitResults, Decision, FenceHook, MembershipView,
+    OffsetCommitSend, Origin,
 };
 use super::error::{CommitError, GroupError};
 pub(crate) use super::outcome::ErrorAction;
@@ -175,6 +176,19 @@ pub trait Membership: Send {
         identity: &MemberIdentity,
         offsets: &[OffsetCommitEntry],
         kind: CommitKind,
+    ) -> Result<CommitResults, CommitError>;
+
+    /// Commits synchronously as `identity` through `send` on the calling thread, after the
+    /// background commit in flight (if any) was answered: the same check against the session
+    /// right before the request, and the same judgement of a refusal, as every other commit.
+    /// `Consumer::run_transactional` sends its offsets this way, inside the transaction
+    /// (TxnOffsetCommit), because they must travel with the outputs of the records they cover.
+    fn commit_through(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[OffsetCommitEntry],
+        kind: CommitKind,
+        send: &mut OffsetCommitSend<'_>,
     ) -> Result<CommitResults, CommitError>;
 
     /// Commits synchronously as the current identity (the application's commit between polls,

@@ -117,7 +117,7 @@ pub use changes::{Change, Decision, FenceHook, LostHook, MembershipView};
 #[doc(hidden)]
 pub use classic::ClassicMember;
 #[doc(hidden)]
-pub use commit::{CommitKind, CommitResults};
+pub use commit::{CommitKind, CommitResults, OffsetCommitSend};
 #[doc(hidden)]
 pub use config::GroupConfig;
 #[doc(hidden)]

@@ -117,7 +117,7 @@ impl Accumulator {
             .unwrap_or_else(PoisonError::into_inner) = Some(nudge);
     }
 
-    fn wake_sender(&self) {
+    pub(crate) fn wake_sender(&self) {
         let nudge = self
             .wake_sender
             .lock()
@@ -417,11 +417,21 @@ impl Accumulator {
 
     /// Settles every batch still in the accumulator with `error` (the sender is ending).
     pub(crate) fn abort_all(&self, error: &ProduceError) {
+        self.lock().closed = true;
+        self.fail_buffered(error);
+    }
+
+    /// Settles every batch still in the accumulator with `error` and takes more (a transaction
+    /// is being aborted: what was not sent never will be).
+    pub(crate) fn fail_buffered(&self, error: &ProduceError) {
         let (batches, _) = {
             let mut state = self.lock();
-            state.closed = true;
+            // Every batch is ready now, whatever its linger: drain takes them all.
+            state.flushing += 1;
             drop(state);
-            self.drain(Instant::now())
+            let drained = self.drain(Instant::now());
+            self.lock().flushing -= 1;
+            drained
         };
         for b in batches {
             b.outcome.settle(Err(error.clone()));

@@ -85,6 +85,44 @@ pub enum ProduceError {
         /// Why.
         reason: String,
     },
+    /// Another producer started with the same `transactional.id` (its InitProducerId bumped
+    /// the epoch), or the coordinator no longer knows this producer's epoch: this one is a
+    /// zombie and nothing it sends can commit. Close it; the newer producer goes on.
+    Fenced {
+        /// The `transactional.id`.
+        transactional_id: String,
+        /// What the broker answered (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, ...).
+        code: KafkaCode,
+    },
+    /// The open transaction cannot commit: a record of it was not written, the broker answered
+    /// TRANSACTION_ABORTABLE, or the group refused its offsets. Abort it (nothing of it becomes
+    /// visible to `read_committed` readers), then begin a new one.
+    TransactionAbortable {
+        /// Why.
+        reason: String,
+    },
+    /// The record's transaction was aborted before the record was acknowledged: it was never
+    /// visible to `read_committed` readers.
+    TransactionAborted,
+    /// A transaction call out of order: `begin_transaction` twice, a `send` or a commit
+    /// outside a transaction, a commit after an abortable error, any transaction call on a
+    /// producer without `transactional.id`.
+    TransactionState {
+        /// The call.
+        operation: &'static str,
+        /// The state the producer was in.
+        state: &'static str,
+    },
+    /// A transaction request did not succeed within `max.block.ms` (the coordinator kept
+    /// moving, loading, or answering CONCURRENT_TRANSACTIONS). The call may be made again.
+    TransactionTimeout {
+        /// The call.
+        operation: &'static str,
+        /// How long it tried.
+        waited: Duration,
+        /// The last failure.
+        last: String,
+    },
     /// A wire error while starting (no broker reachable, refused credentials).
     Wire(Arc<WireError>),
     /// The producer was closed before the record was written (or the call came after close).
@@ -103,6 +141,12 @@ impl ProduceError {
                 ErrorKind::Config
             }
             ProduceError::Refused { .. } => ErrorKind::Refused,
+            ProduceError::Fenced { .. } | ProduceError::TransactionAborted => {
+                ErrorKind::GenerationOver
+            }
+            ProduceError::TransactionAbortable { .. } => ErrorKind::Refused,
+            ProduceError::TransactionState { .. } => ErrorKind::Config,
+            ProduceError::TransactionTimeout { .. } => ErrorKind::Network,
             ProduceError::Fatal { .. } => ErrorKind::Internal,
             ProduceError::Wire(e) => e.kind(),
             ProduceError::Closed => ErrorKind::Closed,
@@ -179,6 +223,33 @@ impl fmt::Display for ProduceError {
                 }
             }
             ProduceError::Fatal { reason } => write!(f, "the producer cannot go on: {reason}"),
+            ProduceError::Fenced {
+                transactional_id,
+                code,
+            } => write!(
+                f,
+                "transactional.id {transactional_id}: fenced ({}): a newer producer with the \
+                 same id took over, or this one's epoch is no longer valid; close this producer",
+                code.name()
+            ),
+            ProduceError::TransactionAbortable { reason } => write!(
+                f,
+                "the open transaction cannot commit and must be aborted: {reason}"
+            ),
+            ProduceError::TransactionAborted => {
+                f.write_str("the record's transaction was aborted before it was acknowledged")
+            }
+            ProduceError::TransactionState { operation, state } => {
+                write!(f, "{operation} is not allowed now: the producer is {state}")
+            }
+            ProduceError::TransactionTimeout {
+                operation,
+                waited,
+                last,
+            } => write!(
+                f,
+                "{operation} did not succeed within {waited:?} (max.block.ms); last: {last}"
+            ),
             ProduceError::Wire(e) => write!(f, "{e}"),
             ProduceError::Closed => f.write_str("the producer is closed"),
         }

@@ -22,7 +22,9 @@
 //! Files: `accumulator` (the batches waiting, per partition, and the buffer's bound), `config`
 //! (`ProducerConfig`, rows of the one settings table), `error` (`ProduceError`), `handle`
 //! (`DeliveryHandle`, one outcome per batch), `partitioner` (murmur2 as Java, sticky), `sender`
-//! (the sender thread and its numbered rules).
+//! (the sender thread and its numbered rules; `sender/transactional.rs` its part of a
+//! transaction), `transaction` (transactions: the calls to the transaction coordinator, the
+//! state the caller's thread and the sender share, [`ConsumerGroupMetadata`]).
 //!
 //! No async runtime: `send` is a short critical section, the sender and the lanes are threads.
 //! The sender's rules are the ones Java's producer follows (KIP-98 idempotence, KIP-360 epoch
@@ -35,8 +37,9 @@ mod error;
 mod handle;
 pub mod partitioner;
 mod sender;
+mod transaction;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,10 +49,13 @@ use log::warn;
 pub use config::{ProducerConfig, ProducerConfigBuilder};
 pub use error::ProduceError;
 pub use handle::{DeliveryHandle, RecordMetadata};
+pub use transaction::ConsumerGroupMetadata;
 
-use crate::wire::{Client, ProduceRecord};
+use crate::wire::{Client, CommitIdentity, OffsetCommitEntry, ProduceRecord};
+use crate::TopicPartition;
 use accumulator::Accumulator;
 use sender::Sender;
+use transaction::{OffsetResults, Transactions, TxnLink};
 
 /// A record to send: its topic, and optionally its partition, key, headers and timestamp.
 ///
@@ -160,6 +166,10 @@ pub struct Producer {
     acc: Arc<Accumulator>,
     thread: Mutex<Option<JoinHandle<()>>>,
     delivery_timeout: Duration,
+    /// `Some` with `transactional.id`: the transaction calls, one at a time.
+    transactions: Option<Mutex<Transactions>>,
+    transaction_timeout: Duration,
+    max_block: Duration,
 }
 
 impl Producer {
@@ -170,7 +180,21 @@ impl Producer {
         let settings = config.settings().clone();
         let acc = Accumulator::new(settings.clone());
         let delivery_timeout = settings.delivery_timeout;
-        let sender = Sender::new(Arc::clone(&acc), settings, client);
+        let transaction_timeout = settings.transaction_timeout;
+        let max_block = settings.max_block;
+        // A transactional producer talks to its coordinators on the caller's thread, over a
+        // client of its own: the sender's requests never wait behind an EndTxn.
+        let (link, transactions) = match &settings.transactional_id {
+            Some(id) => {
+                let link = Arc::new(TxnLink::new(id.clone()));
+                let coordinator_client = Client::connect(config.client_config())?;
+                let transactions =
+                    Transactions::new(Arc::clone(&link), coordinator_client, &settings);
+                (Some(link), Some(Mutex::new(transactions)))
+            }
+            None => (None, None),
+        };
+        let sender = Sender::new(Arc::clone(&acc), settings, client, link);
         let thread = sender.spawn().map_err(|e| ProduceError::Fatal {
             reason: format!("cannot start the sender thread: {e}"),
         })?;
@@ -178,12 +202,19 @@ impl Producer {
             acc,
             thread: Mutex::new(Some(thread)),
             delivery_timeout,
+            transactions,
+            transaction_timeout,
+            max_block,
         })
     }
 
     /// Queues `record` and returns its handle at once; blocks only for the topic's first
-    /// metadata or for room in `buffer.memory`, each up to `max.block.ms`.
+    /// metadata or for room in `buffer.memory`, each up to `max.block.ms`. A transactional
+    /// producer sends only inside a transaction.
     pub fn send(&self, record: ProducerRecord) -> Result<DeliveryHandle, ProduceError> {
+        if let Some(transactions) = &self.transactions {
+            lock(transactions).may_send()?;
+        }
         let now_ms = record.record.timestamp.unwrap_or_else(now_ms);
         self.acc
             .append(&record.topic, record.partition, &record.record, now_ms)
@@ -204,6 +235,109 @@ impl Producer {
     /// each is acknowledged or failed (look at their handles for which).
     pub fn flush(&self) -> Result<(), ProduceError> {
         self.acc.flush()
+    }
+
+    /// `transaction.timeout.ms`: how long the coordinator lets a transaction stay open.
+    pub fn transaction_timeout(&self) -> Duration {
+        self.transaction_timeout
+    }
+
+    /// Whether this producer has a `transactional.id`.
+    pub fn is_transactional(&self) -> bool {
+        self.transactions.is_some()
+    }
+
+    fn transactions(
+        &self,
+        operation: &'static str,
+    ) -> Result<MutexGuard<'_, Transactions>, ProduceError> {
+        self.transactions
+            .as_ref()
+            .map(lock)
+            .ok_or(ProduceError::TransactionState {
+                operation,
+                state: "not transactional (set transactional.id)",
+            })
+    }
+
+    /// Registers the `transactional.id` with its coordinator: fences every older producer of
+    /// the same id and aborts the transaction it left open. Once, before the first
+    /// transaction; retried until `max.block.ms` while the coordinator moves or loads.
+    pub fn init_transactions(&self) -> Result<(), ProduceError> {
+        self.transactions("init_transactions")?.init()
+    }
+
+    /// Opens a transaction: the records sent from now on, and the offsets given to
+    /// [`send_offsets_to_transaction`](Self::send_offsets_to_transaction), become visible
+    /// together at [`commit_transaction`](Self::commit_transaction), or never.
+    pub fn begin_transaction(&self) -> Result<(), ProduceError> {
+        self.transactions("begin_transaction")?.begin()
+    }
+
+    /// Puts a consumer's positions (`(partition, next offset)`) into the open transaction, for
+    /// the member `group` describes: the group coordinator refuses them if the member is no
+    /// longer in the generation it names (KIP-447), which makes the transaction abortable.
+    pub fn send_offsets_to_transaction(
+        &self,
+        offsets: &[(TopicPartition, i64)],
+        group: &ConsumerGroupMetadata,
+    ) -> Result<(), ProduceError> {
+        let entries: Vec<OffsetCommitEntry> = offsets
+            .iter()
+            .map(|(tp, offset)| OffsetCommitEntry {
+                tp: tp.clone(),
+                offset: *offset,
+                leader_epoch: None,
+                metadata: None,
+            })
+            .collect();
+        self.transactions("send_offsets_to_transaction")?
+            .send_group_offsets(&entries, group)
+    }
+
+    /// The consumer's commit through the open transaction: each partition's own answer, so
+    /// that the group layer judges a refusal as it judges an OffsetCommit's.
+    pub(crate) fn send_offsets_as(
+        &self,
+        who: &CommitIdentity<'_>,
+        offsets: &[OffsetCommitEntry],
+    ) -> Result<OffsetResults, ProduceError> {
+        self.transactions("send_offsets_to_transaction")?
+            .send_offsets(who, offsets)
+    }
+
+    /// Waits until every record of the transaction was acknowledged, then commits it: its
+    /// records and offsets become visible to `read_committed` readers together. A record
+    /// that failed makes it [`ProduceError::TransactionAbortable`]: abort it then.
+    pub fn commit_transaction(&self) -> Result<(), ProduceError> {
+        let mut transactions = self.transactions("commit_transaction")?;
+        self.acc.flush()?;
+        transactions.commit()
+    }
+
+    /// Aborts the open transaction: records not sent yet fail with
+    /// [`ProduceError::TransactionAborted`], those on the wire are waited for (they are
+    /// written, and never visible to `read_committed` readers), then the coordinator writes the
+    /// abort markers.
+    pub fn abort_transaction(&self) -> Result<(), ProduceError> {
+        let mut transactions = self.transactions("abort_transaction")?;
+        // Nothing buffered goes out any more; the sender fails what it queued (and says so
+        // before anything of the next transaction can reach it); what is on the wire is
+        // answered before EndTxn.
+        self.acc.fail_buffered(&ProduceError::TransactionAborted);
+        let acc = &self.acc;
+        if !transactions
+            .link()
+            .abort_queued(|| acc.wake_sender(), self.max_block)
+        {
+            return Err(ProduceError::TransactionTimeout {
+                operation: "abort_transaction",
+                waited: self.max_block,
+                last: "the sender did not fail its queued batches".to_string(),
+            });
+        }
+        self.acc.flush()?;
+        transactions.abort()
     }
 
     /// Flushes, then stops the sender and its lanes. Records sent after `close` fail with
@@ -249,6 +383,10 @@ impl Drop for Producer {
             }
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn now_ms() -> i64 {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::memory_log::InMemoryLog;
 use crate::group::assignor::RebalanceProtocol;
-use crate::group::commit::commit_offsets;
+use crate::group::commit::{commit_offsets, OffsetCommitSend};
 use crate::group::member::Handout;
 use crate::group::requests::MemberIdentity;
 use crate::group::session::{GroupThread, Shared};
@@ -185,7 +185,27 @@ impl<P: Steps> Shell<P> {
         commit_offsets(
             &mut |who: &CommitIdentity<'_>, offsets: &[OffsetCommitEntry]| {
                 self.send_and_journal(who, offsets)
+                    .map_err(CommitError::Wire)
             },
+            &shared,
+            &config.group_id,
+            config.group_instance_id.as_deref(),
+            identity,
+            offsets,
+            kind,
+        )
+    }
+
+    fn commit_through(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[OffsetCommitEntry],
+        kind: CommitKind,
+        send: &mut OffsetCommitSend<'_>,
+    ) -> Result<CommitResults, CommitError> {
+        let (shared, config) = (self.shared(), self.steps.config().clone());
+        commit_offsets(
+            send,
             &shared,
             &config.group_id,
             config.group_instance_id.as_deref(),
@@ -357,6 +377,17 @@ impl<P: Steps> Membership for InMemoryMember<P> {
         self.shell().commit_as(identity, offsets, kind)
     }
 
+    fn commit_through(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[OffsetCommitEntry],
+        kind: CommitKind,
+        send: &mut OffsetCommitSend<'_>,
+    ) -> Result<CommitResults, CommitError> {
+        release_paced(&self.shell);
+        self.shell().commit_through(identity, offsets, kind, send)
+    }
+
     fn commit_in_background(
         &mut self,
         offsets: Vec<OffsetCommitEntry>,
@@ -383,7 +414,9 @@ impl<P: Steps> Membership for InMemoryMember<P> {
                 &mut |who: &CommitIdentity<'_>, offsets: &[OffsetCommitEntry]| {
                     let _ = sent_tx.send(());
                     let _ = release_rx.recv();
-                    lock(&member).send_and_journal(who, offsets)
+                    lock(&member)
+                        .send_and_journal(who, offsets)
+                        .map_err(CommitError::Wire)
                 },
                 &shared,
                 &config.group_id,

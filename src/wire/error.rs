@@ -195,6 +195,10 @@ impl KafkaCode {
     /// added to the transaction).
     pub const TRANSACTION_ABORTABLE: KafkaCode =
         KafkaCode(ResponseError::TransactionAbortable.code());
+    /// `OPERATION_NOT_ATTEMPTED`: AddPartitionsToTxn did not try this partition because
+    /// another one of the request failed; it is asked again with the rest.
+    pub const OPERATION_NOT_ATTEMPTED: KafkaCode =
+        KafkaCode(ResponseError::OperationNotAttempted.code());
     /// `MESSAGE_TOO_LARGE`: the request or a batch exceeds the broker's or topic's limit.
     pub const MESSAGE_TOO_LARGE: KafkaCode = KafkaCode(ResponseError::MessageTooLarge.code());
     /// `NOT_ENOUGH_REPLICAS`: fewer in-sync replicas than `min.insync.replicas`; nothing written.

@@ -46,6 +46,17 @@ pub fn fetch_answered(
 /// starts), with our own fetch, within `bound`: what a producer test reads back to check that
 /// each record is there once and in order.
 pub fn read_topic(bootstrap: &str, topic: &str, bound: Duration) -> BTreeMap<i32, Vec<Record>> {
+    read_topic_as(bootstrap, topic, bound, IsolationLevel::ReadUncommitted)
+}
+
+/// [`read_topic`] as a reader with `isolation`: with `read_committed`, up to the last stable
+/// offset, without the records of aborted transactions (and never the control batches).
+pub fn read_topic_as(
+    bootstrap: &str,
+    topic: &str,
+    bound: Duration,
+    isolation: IsolationLevel,
+) -> BTreeMap<i32, Vec<Record>> {
     let mut cfg = ClientConfig::from_bootstrap_str(bootstrap);
     cfg.connection.request_timeout = Duration::from_secs(10);
     let mut c = Client::connect(cfg).expect("connect");
@@ -55,7 +66,7 @@ pub fn read_topic(bootstrap: &str, topic: &str, bound: Duration) -> BTreeMap<i32
         .map(|&p| TopicPartition::new(topic, p))
         .collect();
     let end = c
-        .list_offsets(&tps, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
+        .list_offsets(&tps, OffsetSpec::Latest, isolation)
         .expect("latest offsets");
     let mut positions: Vec<FetchPosition> = tps
         .iter()
@@ -66,6 +77,7 @@ pub fn read_topic(bootstrap: &str, topic: &str, bound: Duration) -> BTreeMap<i32
         .collect();
     let fetch = FetchConfig {
         max_wait: Duration::from_millis(100),
+        isolation,
         ..FetchConfig::default()
     };
     let mut out: BTreeMap<i32, Vec<Record>> = BTreeMap::new();

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use rebalance_guard::group::{
     Change, CommitError, CommitKind, CommitResults, FenceHook, GroupError, LostHook, LostReason,
-    MemberIdentity, Membership, MembershipView, RebalanceProtocol,
+    MemberIdentity, Membership, MembershipView, OffsetCommitSend, RebalanceProtocol,
 };
 use rebalance_guard::guard::SessionBound;
 use rebalance_guard::wire::{OffsetCommitEntry, RecordSource};
@@ -236,6 +236,16 @@ impl Membership for Recording {
         kind: CommitKind,
     ) -> Result<CommitResults, CommitError> {
         self.inner.commit_as(identity, offsets, kind)
+    }
+
+    fn commit_through(
+        &mut self,
+        identity: &MemberIdentity,
+        offsets: &[OffsetCommitEntry],
+        kind: CommitKind,
+        send: &mut OffsetCommitSend<'_>,
+    ) -> Result<CommitResults, CommitError> {
+        self.inner.commit_through(identity, offsets, kind, send)
     }
 
     fn commit_in_background(

@@ -15,6 +15,7 @@
 
 mod buffer;
 mod positions;
+pub(crate) use positions::committed_or_reset;
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};

@@ -46,7 +46,7 @@ pub(crate) struct PendingPositions {
 
 /// What one lookup found for one partition: the position, and the metadata committed with it
 /// (the completed-offsets map, when this library committed it).
-type Found = Result<(i64, Option<String>), ConsumerError>;
+pub(crate) type Found = Result<(i64, Option<String>), ConsumerError>;
 
 /// A partition whose starting position was found: where, the committed metadata, and why.
 pub(crate) type Placed = (TopicPartition, i64, Option<String>, Start);
@@ -171,7 +171,7 @@ fn per_partition(
 }
 
 /// The committed offset of each partition, or its `auto.offset.reset` position without one.
-fn committed_or_reset(
+pub(crate) fn committed_or_reset(
     client: &mut dyn RecordSource,
     config: &ConsumerConfig,
     partitions: &[TopicPartition],

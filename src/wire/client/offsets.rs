@@ -177,7 +177,7 @@ impl Client {
             by_topic.entry(&tp.topic).or_default().push(tp.partition);
         }
         let group = GroupId(StrBytes::from_string(group_id.to_string()));
-        let req = if version >= 8 {
+        let mut req = if version >= 8 {
             msg::OffsetFetchRequest::default().with_groups(vec![
                 offset_fetch_request::OffsetFetchRequestGroup::default()
                     .with_group_id(group)
@@ -196,6 +196,14 @@ impl Client {
                         .with_partition_indexes(ps)
                 })))
         };
+        if version >= 7 {
+            // KIP-447: while a transaction holds offsets of a partition that are not committed
+            // or aborted yet, the coordinator answers UNSTABLE_OFFSET_COMMIT (retriable) instead
+            // of the older offset. A new owner that read the older one would redo what the
+            // transaction's outputs already hold once it commits. Asked always: in a group
+            // without transactions nothing is ever pending, so nothing changes.
+            req = req.with_require_stable(true);
+        }
         let resp = conn.send(&req, version);
         let resp = self.failed_if_broken(coordinator, resp)?;
         // (topic, partition, offset, epoch, metadata, error)

@@ -13,6 +13,7 @@ mod faults;
 use crate::support;
 
 mod java;
+mod transactions;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -38,6 +38,8 @@ pub(crate) struct ProduceJob {
     pub(crate) timeout: Duration,
     /// `transactional.id`, inside a transaction.
     pub(crate) transactional_id: Option<Arc<str>>,
+    /// The transaction's protocol (with `transactional_id`): it decides the Produce version.
+    pub(crate) transaction_version: TransactionVersion,
     /// Per topic, per partition, one stamped batch.
     pub(crate) topics: Vec<TopicBatches>,
 }
@@ -107,14 +109,12 @@ impl Lane for ProduceLane {
     ) -> Result<Option<ProduceAnswer>> {
         let request_timeout = link.request_timeout();
         let conn = link.connection()?;
-        // A transactional batch stays at v11 (transaction version 1): from v12 the leader adds
+        // A transactional batch of protocol version 1 stays at v11: from v12 the leader adds
         // the partition to the transaction itself (KIP-890's version 2), which only a
-        // transaction the producer runs under version 2 may ask for. The job does not say
-        // which version its transaction runs yet, so transactional jobs take version 1's range
-        // (which a version-2 cluster still serves); a version-2 transaction needs the job to
-        // carry `TransactionVersion::produce_versions` instead.
+        // transaction run under version 2 may ask for (and which it needs: a version-2
+        // producer never sends AddPartitionsToTxn).
         let version = if job.transactional_id.is_some() {
-            conn.version_within(ApiKey::Produce, TransactionVersion::V1.produce_versions())?
+            conn.version_within(ApiKey::Produce, job.transaction_version.produce_versions())?
         } else {
             conn.version_for(ApiKey::Produce)?
         };

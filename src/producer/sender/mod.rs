@@ -43,6 +43,18 @@
 //!    too, so that its next metadata request goes to another broker first: asked on this
 //!    thread, a metadata request to a hung broker would hold every partition for a request
 //!    timeout.
+//!
+//! A transactional producer (`transactional.id`, [`super::transaction`]) follows two more:
+//!
+//! 8. The caller's thread owns the producer id and epoch (InitProducerId, EndTxn); the sender
+//!    adopts a new epoch only when nothing of the old one is pending, and never takes a new id
+//!    itself (rule 5 does not apply: a sequence that cannot continue, a batch refused or
+//!    expired, makes the transaction abortable instead). With transaction version 1 no batch
+//!    of a partition goes before AddPartitionsToTxn added the partition. PRODUCER_FENCED or
+//!    INVALID_PRODUCER_EPOCH ends the producer: a newer one with the same id took over.
+//! 9. An abort fails every batch not yet on the wire; those on the wire are answered first
+//!    (the caller waits for them before EndTxn), so nothing of the aborted transaction is
+//!    written after its abort marker.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -55,13 +67,16 @@ use log::{debug, info, trace, warn};
 use super::accumulator::{Accumulator, DrainedBatch, TopicState};
 use super::error::ProduceError;
 use super::handle::BatchOutcome;
+use super::transaction::TxnLink;
 use crate::config::{CompressionType, ProducerSettings};
 use crate::wire::records::encode::{Codec, ProducerStamp, SealedBatch};
 use crate::wire::{
     Client, KafkaCode, PartitionAnswer, ProduceDone, ProduceJob, ProduceLanes, ProducerIdentity,
-    TopicBatches,
+    TopicBatches, TransactionVersion,
 };
 use crate::TopicPartition;
+
+mod transactional;
 
 /// A batch on its way: sealed, with the sequence it was first sent with.
 #[derive(Debug)]
@@ -121,10 +136,21 @@ pub(crate) struct Sender {
     troubled: HashSet<i32>,
     metadata_at: Option<Instant>,
     metadata_due: bool,
+    /// A transactional producer's link to its caller (rules 8 and 9); `None` otherwise.
+    txn: Option<Arc<TxnLink>>,
+    /// The aborts of the link already applied (rule 9).
+    aborts_seen: u64,
+    /// Version 1: when the next AddPartitionsToTxn may go (after a retriable refusal).
+    add_partitions_at: Option<Instant>,
 }
 
 impl Sender {
-    pub(crate) fn new(acc: Arc<Accumulator>, settings: ProducerSettings, client: Client) -> Self {
+    pub(crate) fn new(
+        acc: Arc<Accumulator>,
+        settings: ProducerSettings,
+        client: Client,
+        txn: Option<Arc<TxnLink>>,
+    ) -> Self {
         let lanes = ProduceLanes::new(client.config(), settings.max_in_flight);
         acc.set_wake(lanes.nudge());
         let codec = Codec {
@@ -151,6 +177,9 @@ impl Sender {
             troubled: HashSet::new(),
             metadata_at: None,
             metadata_due: true,
+            txn,
+            aborts_seen: 0,
+            add_partitions_at: None,
         }
     }
 
@@ -177,7 +206,12 @@ impl Sender {
             for b in drained {
                 self.admit(b);
             }
+            self.apply_aborts();
             self.expire(now);
+            if let Err(e) = self.add_partitions(now) {
+                self.fail_everything(e);
+                return;
+            }
             self.send_ready(now);
             if self.acc.is_closed_and_empty() && self.jobs.is_empty() {
                 break;
@@ -262,6 +296,24 @@ impl Sender {
     /// nothing is unanswered or of unknown fate.
     fn ensure_identity(&mut self) -> Result<(), ProduceError> {
         if !self.settings.idempotence {
+            return Ok(());
+        }
+        if let Some(link) = &self.txn {
+            // Rule 8: the caller's thread owns the id and epoch; a new one (after an abort, or
+            // every EndTxn of version 2) comes only when nothing of the old epoch is pending.
+            let id = link.identity();
+            if id.is_some() && id != self.identity {
+                debug!("producer: transactional id epoch {:?}", id.map(|i| i.epoch));
+                self.identity = id;
+                self.reset_needed = false;
+                for flow in self.flows.values_mut() {
+                    flow.next_sequence = 0;
+                    flow.confirmed = false;
+                    for b in &mut flow.queue {
+                        b.sequence = None;
+                    }
+                }
+            }
             return Ok(());
         }
         let nothing_to_send = self.flows.values().all(|f| f.queue.is_empty());
@@ -378,6 +430,10 @@ impl Sender {
             if self.reset_needed && !next.fate_unknown {
                 continue;
             }
+            if self.txn.as_ref().is_some_and(|l| !l.is_added(tp)) {
+                // Rule 8 (version 1): not before the coordinator added the partition.
+                continue;
+            }
             match self.client.cached_leader(tp) {
                 Some(leader) if leader >= 0 => {
                     by_leader.entry(leader).or_default().push(tp.clone())
@@ -437,7 +493,7 @@ impl Sender {
                     producer_id: id.producer_id,
                     epoch: id.epoch,
                     base_sequence: seq,
-                    transactional: false,
+                    transactional: self.txn.is_some(),
                 },
                 _ => ProducerStamp::NONE,
             };
@@ -460,11 +516,18 @@ impl Sender {
             let job = ProduceJob {
                 acks: self.settings.acks.wire_value(),
                 timeout: self.settings.request_timeout,
-                transactional_id: None,
+                transactional_id: self.txn.as_ref().map(|l| Arc::clone(l.transactional_id())),
+                transaction_version: self
+                    .txn
+                    .as_ref()
+                    .map_or(TransactionVersion::V1, |l| l.version()),
                 topics,
             };
             match self.lanes.submit(leader, &addr, job) {
                 Ok(id) => {
+                    if let Some(link) = &self.txn {
+                        link.wrote();
+                    }
                     *self.broker_in_flight.entry(leader).or_default() += 1;
                     self.jobs.insert(id, Sent { batches });
                 }
@@ -492,6 +555,9 @@ impl Sender {
             if let Some(b) = flow.queue.front() {
                 until = until.min(b.created + self.settings.delivery_timeout);
             }
+        }
+        if let Some(at) = self.add_partitions_at {
+            until = until.min(at);
         }
         if self.metadata_due || self.acc.wants_metadata() {
             let at = self
@@ -609,10 +675,44 @@ impl Sender {
                             .any(|q| q.sequence.as_ref().is_some_and(earlier))
                 });
                 if !earlier_pending || code == KafkaCode::UNKNOWN_PRODUCER_ID {
+                    if self.txn.is_some() {
+                        // Rule 8: inside a transaction the sequence cannot restart; the
+                        // transaction aborts (and the abort moves the epoch).
+                        warn!("producer: {tp}: {why}; the transaction must abort");
+                        let error = ProduceError::Refused {
+                            topic: tp.topic.to_string(),
+                            partition: tp.partition,
+                            code,
+                            message: p.message.unwrap_or_default(),
+                        };
+                        self.settle(b, Err(error));
+                        return;
+                    }
                     warn!("producer: {tp}: {why}; a new producer id will be taken");
                     self.reset_needed = true;
                 }
                 self.retry(tp, b, why, false, now);
+            }
+            KafkaCode::PRODUCER_FENCED
+            | KafkaCode::INVALID_PRODUCER_EPOCH
+            | KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            | KafkaCode::INVALID_TXN_STATE
+                if self.txn.is_some() =>
+            {
+                // Rule 8: a newer producer of the same transactional id took over.
+                let error = ProduceError::Fenced {
+                    transactional_id: self
+                        .txn
+                        .as_ref()
+                        .map(|l| l.transactional_id().to_string())
+                        .unwrap_or_default(),
+                    code,
+                };
+                if let Some(link) = &self.txn {
+                    link.fatal(error.clone());
+                }
+                self.settle(b, Err(error.clone()));
+                self.fail_everything(error);
             }
             code if code.retriable() || code == KafkaCode::NOT_ENOUGH_REPLICAS => {
                 if code.is_stale_metadata() {
@@ -664,6 +764,10 @@ impl Sender {
     }
 
     fn settle(&mut self, b: Batch, result: Result<i64, ProduceError>) {
+        if let (Some(link), Err(error)) = (&self.txn, &result) {
+            // Rule 8: a record of the transaction was not written; it can only abort.
+            link.record_failed(error);
+        }
         let count = b.sealed.count() as u64;
         b.outcome.settle(result);
         self.acc.settled(count, b.charged);
