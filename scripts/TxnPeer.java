@@ -37,9 +37,10 @@
  *
  *       txnpeer consumed=N produced=N transactions=T aborted=A elapsed_ms=E result=R
  *
- *     R is done (COUNT reached; exit 0), stopped (SIGTERM; exit 0), fenced (a fatal producer
- *     error; exit 3) or error (anything else; exit 1, the cause on stderr). elapsed_ms runs from
- *     the first record received to the last commit.
+ *     R is done (COUNT reached; exit 0), stopped (SIGTERM; the JVM exits 143), fenced (a fatal
+ *     producer error, e.g. another producer initialised the same transactional.id; exit 3) or
+ *     error (anything else; exit 1, the cause on stderr). elapsed_ms runs from the first record
+ *     received to the last commit.
  *
  *   read-committed BOOTSTRAP TOPIC EXPECTED_COUNT TIMEOUT_MS
  *
