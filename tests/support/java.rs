@@ -1,5 +1,5 @@
 //! How a test starts one of the Java programs (`scripts/Peer.java`, `scripts/SharePeer.java`,
-//! `scripts/ProducerPeer.java`):
+//! `scripts/ProducerPeer.java`, `scripts/TxnPeer.java`):
 //! from the classes `scripts/setup-test-env` compiled, never from the source.
 //!
 //! Why compiled once: `java scripts/Peer.java` (a single-file source launch) compiles the program
