@@ -384,5 +384,7 @@ pub(crate) fn consumer_stats(
         next_batch_size: sizer.next_size(),
         per_record_estimate: sizer.estimate(),
         fetch: member.fetch_stats(),
+        transactions_committed: 0,
+        transactions_aborted: 0,
     }
 }

@@ -20,6 +20,7 @@ use super::retry::{self, Settled};
 use super::transactions::{
     lock, rewind_owned, SharedTransactional, TransactionContext, Transactional,
 };
+use super::workers::{self, Finish};
 
 impl Consumer {
     /// Makes this consumer exactly-once from Kafka to Kafka: its commits travel in `producer`'s
@@ -137,12 +138,7 @@ impl Consumer {
     where
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let Some(transactional) = self.handoffs.transactional.clone() else {
-            return Err(ConsumerError::Transaction(ProduceError::TransactionState {
-                operation: "run_transactional",
-                state: "without a transactional producer (call with_transactions first)",
-            }));
-        };
+        let transactional = self.transactional("run_transactional")?;
         let (guard, retries) = (self.guard.clone(), self.retries.clone());
         let mut outputs: Vec<ProducerRecord> = Vec::new();
         while !stop.load(Ordering::SeqCst) {
@@ -219,6 +215,82 @@ impl Consumer {
         Ok(())
     }
 
+    /// [`run_transactional`](Self::run_transactional) in the decoupled mode: `workers` threads
+    /// run the handler (as in [`run_with_workers`](Self::run_with_workers), `processing.order`
+    /// deciding which records may run at once). A record's outputs go into the open transaction
+    /// and the record counts as finished under one lock, which the transaction's commit holds
+    /// too, so a commit covers exactly the records whose outputs it makes visible: the
+    /// contiguous completed prefix, and what finished beyond it in the completed-offsets map
+    /// (`commit.metadata.max.bytes` must not be 0 outside `processing.order=partition`).
+    pub fn run_transactional_with_workers<E, H>(
+        &mut self,
+        stop: &AtomicBool,
+        workers: usize,
+        queue: usize,
+        handler: H,
+    ) -> Result<(), ConsumerError>
+    where
+        H: Fn(&Record, &mut TransactionContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let transactional = self.transactional("run_transactional_with_workers")?;
+        if self.config.processing_order() != crate::config::ProcessingOrder::Partition
+            && self.config.commit_metadata_max_bytes() == 0
+        {
+            return Err(ConsumerError::Transaction(ProduceError::Config(
+                ConfigError::Conflict {
+                    name: "commit.metadata.max.bytes",
+                    other: "processing.order",
+                    rule: "outside processing.order=partition, records finish beyond the \
+                           contiguous prefix and their outputs commit in the transaction; \
+                           without the completed-offsets map (commit.metadata.max.bytes=0) \
+                           the next owner would do them again"
+                        .to_string(),
+                },
+            )));
+        }
+        let guard = self.guard.clone();
+        let finish: Finish = Arc::new(move |lease, outputs| {
+            // One lock for the outputs and the completion: the commit takes it too.
+            let mut open = lock(&transactional);
+            if !guard.is_current(lease) {
+                // Its partition moved (or was rewound after an abort) while it ran: nothing
+                // of it is sent; it comes again.
+                outputs.clear();
+                if let Err(e) = guard.release(lease) {
+                    log::debug!("not released: {e}");
+                }
+                return Ok(());
+            }
+            open.send_outputs(outputs.drain(..))
+                .map_err(ConsumerError::Transaction)?;
+            if let Err(e) = guard.complete(lease) {
+                log::warn!("{e}");
+            }
+            Ok(())
+        });
+        workers::run(
+            self,
+            stop,
+            workers,
+            queue,
+            move |record: &Record, work: &WorkContext<'_>, outputs: &mut Vec<ProducerRecord>| {
+                let mut context = TransactionContext { work, outputs };
+                handler(record, &mut context)
+            },
+            Some(finish),
+        )
+    }
+
+    fn transactional(&self, operation: &'static str) -> Result<SharedTransactional, ConsumerError> {
+        self.handoffs.transactional.clone().ok_or_else(|| {
+            ConsumerError::Transaction(ProduceError::TransactionState {
+                operation,
+                state: "without a transactional producer (call with_transactions first)",
+            })
+        })
+    }
+
     /// The transactional form of [`commit`](Self::commit): the progress of every owned partition
     /// in the open transaction, then EndTxn; an abort makes the partitions still owned read again.
     pub(crate) fn commit_transactional(
@@ -229,10 +301,13 @@ impl Consumer {
         let result = {
             let guard = &self.guard;
             let member = &mut *self.member;
+            // The lock first: no worker's record finishes (outputs sent, completion counted)
+            // between reading the progress and the commit that carries it.
+            let mut open = lock(transactional);
             let mut commit = |offsets: &[crate::guard::CommitOffset]| {
                 commit_outcome(
                     offsets,
-                    lock(transactional).commit(
+                    open.commit(
                         guard,
                         member,
                         &identity,

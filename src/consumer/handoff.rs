@@ -265,7 +265,7 @@ impl Driver<'_> {
                     self.guard,
                     &mut *self.member,
                     identity,
-                    awaiting.offsets(),
+                    &awaiting,
                 );
                 if let Some((request, outcome)) = answers.kept {
                     self.guard.commit_answered(request, &outcome);

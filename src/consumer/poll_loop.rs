@@ -620,7 +620,16 @@ impl Consumer {
         H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        workers::run(self, stop, workers, queue, handler)
+        workers::run(
+            self,
+            stop,
+            workers,
+            queue,
+            move |record: &Record, context: &WorkContext<'_>, _outputs: &mut Vec<_>| {
+                handler(record, context)
+            },
+            None,
+        )
     }
 
     /// Graceful shutdown: stops intake, hands every partition back through a revocation (its
@@ -664,7 +673,7 @@ impl Consumer {
     /// A snapshot of per-partition signals (what an operator needs to see a stuck partition) and
     /// counters.
     pub fn stats(&self) -> ConsumerStats {
-        consumer_stats(
+        let mut stats = consumer_stats(
             &self.guard,
             &self.intake,
             &*self.member,
@@ -672,7 +681,13 @@ impl Consumer {
             &self.pacer,
             &self.sizer,
             &self.retries,
-        )
+        );
+        if let Some(transactional) = &self.handoffs.transactional {
+            let open = super::transactions::lock(transactional);
+            stats.transactions_committed = open.committed;
+            stats.transactions_aborted = open.aborted;
+        }
+        stats
     }
 
     /// A handle that reads this consumer's [`stats`](Self::stats) from any thread, while this
@@ -718,6 +733,14 @@ impl WorkSource for Consumer {
 
     fn commit_if_due(&mut self) {
         let now = Instant::now();
+        if let Some(transactional) = self.handoffs.transactional.clone() {
+            // The transactional mode paces its own commits (`transaction.interval.ms`); a
+            // failure is logged by the commit and the next interval commits again.
+            if super::transactions::lock(&transactional).due(now) {
+                let _ = self.commit_transactional(&transactional);
+            }
+            return;
+        }
         if self.pacer.due(now) {
             self.pacer.tick(&self.guard, &mut *self.member, now);
         }

@@ -177,6 +177,11 @@ pub struct ConsumerStats {
     /// Where fetched bytes came from: per broker, and how many partitions are read from a
     /// preferred read replica (`client.rack`, KIP-392) rather than their leader.
     pub fetch: FetchStats,
+    /// Transactions committed by `run_transactional` (0 outside the transactional mode).
+    pub transactions_committed: u64,
+    /// Transactions aborted (a loss, a refusal by the group, a record not written): their
+    /// records were done again.
+    pub transactions_aborted: u64,
 }
 
 impl ConsumerStats {
@@ -345,6 +350,8 @@ impl StatsPublisher {
             next_batch_size: 0,
             per_record_estimate: None,
             fetch: FetchStats::default(),
+            transactions_committed: 0,
+            transactions_aborted: 0,
         };
         StatsPublisher {
             published: Arc::new(Mutex::new(empty)),

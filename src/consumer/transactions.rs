@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::basics::error_kind::ErrorKind;
 use crate::group::{CommitError, CommitKind, CommitResults, MemberIdentity, Membership};
-use crate::guard::{CommitFailure, CommitRequest, Lease};
+use crate::guard::{AwaitingCommit, CommitFailure, CommitRequest, Lease};
 use crate::producer::{ProduceError, Producer, ProducerRecord};
 use crate::wire::{CommitIdentity, OffsetCommitEntry};
 
@@ -324,8 +324,21 @@ pub(crate) fn commit_handoff(
     guard: &Guard,
     member: &mut dyn Membership,
     identity: &MemberIdentity,
-    revoked: &[crate::guard::CommitOffset],
+    awaiting: &AwaitingCommit,
 ) -> HandoffAnswers {
+    let revoked = awaiting.offsets();
+    // The lock first: no worker's record finishes (outputs sent, completion counted) between
+    // reading the kept partitions' progress and the commit that carries it.
+    let mut open = lock(transactional);
+    if awaiting.any_drain_failed() {
+        // Work of a revoked partition did not finish in time: it may still send outputs into
+        // this transaction, and its offset is not committed. Nothing of it may become visible.
+        open.abort("a revoked partition's drain did not finish");
+        return HandoffAnswers {
+            revoked: None,
+            kept: None,
+        };
+    }
     let kept = guard.commit_request();
     let mut entries = commit_entries(revoked);
     if let Some(kept) = &kept {
@@ -337,7 +350,8 @@ pub(crate) fn commit_handoff(
             kept: None,
         };
     }
-    let answer = lock(transactional).commit(guard, member, identity, &entries, CommitKind::Handoff);
+    let answer = open.commit(guard, member, identity, &entries, CommitKind::Handoff);
+    drop(open);
     let (for_revoked, for_kept) = split_answer(answer, revoked);
     let revoked_answer = (!revoked.is_empty()).then(|| commit_outcome(revoked, for_revoked));
     let kept_answer = kept.map(|request| {

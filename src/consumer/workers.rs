@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use crate::basics::panic::panic_message;
 use crate::guard::Lease;
+use crate::producer::ProducerRecord;
 use crate::wire::ErrorChain;
 use crate::wire::Record;
 use crate::TopicPartition;
@@ -177,6 +178,13 @@ impl Pool {
     }
 }
 
+/// How a finished record counts as finished: by default the guard's `complete`; in the
+/// transactional mode its outputs go into the open transaction and the record completes under
+/// one lock, so that no commit can fall between the two (`transactions.rs`). A record that
+/// cannot finish this way fails the run with the error.
+pub(crate) type Finish =
+    Arc<dyn Fn(&Lease, &mut Vec<ProducerRecord>) -> Result<(), ConsumerError> + Send + Sync>;
+
 /// What one worker needs to run records.
 struct Worker<H> {
     order: ProcessingOrder,
@@ -184,13 +192,14 @@ struct Worker<H> {
     retries: Arc<Retries>,
     pool: Arc<Pool>,
     handler: Arc<H>,
+    finish: Option<Finish>,
 }
 
 /// One worker thread: runs the handler on its queue's records, in order, while their partition
 /// is still this member's, and stops starting records of a partition whose handler failed.
 fn work<E, H>(inbox: Inbox, worker: Worker<H>)
 where
-    H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+    H: WorkerHandler<E>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let Worker {
@@ -199,9 +208,17 @@ where
         retries,
         pool,
         handler,
+        finish,
     } = worker;
+    let mut outputs = Vec::new();
     while let Some((record, lease)) = inbox.recv(&pool.parking) {
-        run_one(&record, &lease, &guard, &retries, &pool, &*handler);
+        let ran = Ran {
+            guard: &guard,
+            retries: &retries,
+            pool: &pool,
+            finish: finish.as_ref(),
+        };
+        run_one(&record, &lease, &ran, &*handler, &mut outputs);
         inbox.done(&pool.parking, order, &lease, &record);
         pool.signal();
     }
@@ -215,34 +232,46 @@ where
 fn run_one<E, H>(
     record: &Record,
     lease: &Lease,
-    guard: &Guard,
-    retries: &Retries,
-    pool: &Pool,
+    ran: &Ran<'_>,
     handler: &H,
+    outputs: &mut Vec<ProducerRecord>,
 ) where
-    H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+    H: WorkerHandler<E>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let (guard, pool) = (ran.guard, ran.pool);
     if pool.stopping.load(Ordering::SeqCst) || pool.partition_failed(&lease.tp) {
         Pool::not_started(guard, lease);
         return;
     }
+    outputs.clear();
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         retry::handle(
-            retries,
+            ran.retries,
             guard,
             record,
             lease,
             || guard.start(lease),
-            handler,
+            |record: &Record, context: &WorkContext<'_>| {
+                // A try that failed leaves no outputs for the next one.
+                outputs.clear();
+                handler(record, context, &mut *outputs)
+            },
         )
     }));
     match outcome {
-        Ok(Some(Settled::Complete)) => {
-            if let Err(error) = guard.complete(lease) {
-                log::warn!("{error}");
+        Ok(Some(Settled::Complete)) => match ran.finish {
+            None => {
+                if let Err(error) = guard.complete(lease) {
+                    log::warn!("{error}");
+                }
             }
-        }
+            Some(finish) => {
+                if let Err(error) = finish(lease, outputs) {
+                    pool.fail(guard, lease, error);
+                }
+            }
+        },
         Ok(Some(Settled::Release)) => Pool::not_started(guard, lease),
         Ok(Some(Settled::Stop(error))) => pool.fail(guard, lease, error),
         Ok(None) => log::debug!(
@@ -263,6 +292,29 @@ fn run_one<E, H>(
     }
 }
 
+/// What a worker runs a record with: the application's handler, given where its outputs go
+/// (ignored outside the transactional mode).
+pub(crate) trait WorkerHandler<E>:
+    Fn(&Record, &WorkContext<'_>, &mut Vec<ProducerRecord>) -> Result<(), E> + Send + Sync + 'static
+{
+}
+
+impl<E, H> WorkerHandler<E> for H where
+    H: Fn(&Record, &WorkContext<'_>, &mut Vec<ProducerRecord>) -> Result<(), E>
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// What `run_one` needs besides the record and the handler.
+struct Ran<'a> {
+    guard: &'a Guard,
+    retries: &'a Retries,
+    pool: &'a Pool,
+    finish: Option<&'a Finish>,
+}
+
 /// Runs the decoupled mode for [`Consumer::run_with_workers`](super::Consumer::run_with_workers)
 /// (whose documentation says what the caller sees): starts `workers` threads, feeds them from
 /// `source`'s batches until `stop` is set or a handler fails, then stops (bounded), releases
@@ -273,10 +325,11 @@ pub(crate) fn run<S, E, H>(
     workers: usize,
     queue: usize,
     handler: H,
+    finish: Option<Finish>,
 ) -> Result<(), ConsumerError>
 where
     S: WorkSource,
-    H: Fn(&Record, &WorkContext<'_>) -> Result<(), E> + Send + Sync + 'static,
+    H: WorkerHandler<E>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let workers = workers.max(1);
@@ -312,6 +365,7 @@ where
             retries: source.retries(),
             pool: pool.clone(),
             handler: handler.clone(),
+            finish: finish.clone(),
         };
         *pool.alive.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let spawned = std::thread::Builder::new()

@@ -114,6 +114,12 @@ impl AwaitingCommit {
     pub fn offsets(&self) -> &[CommitOffset] {
         &self.offsets
     }
+
+    /// Whether some partition's drain failed (its work did not all finish in time): a
+    /// transaction holding outputs of that work must not commit.
+    pub fn any_drain_failed(&self) -> bool {
+        !self.failures.is_empty()
+    }
 }
 
 /// The end of a handoff: the partitions are revoked in the guard, and this says what was
