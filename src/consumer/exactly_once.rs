@@ -18,7 +18,7 @@ use super::pacer::CommitPacer;
 use super::poll_loop::Consumer;
 use super::retry::{self, Settled};
 use super::transactions::{
-    lock, rewind_owned, SharedTransactional, TransactionContext, Transactional,
+    lock, rewind_if_aborted, SharedTransactional, TransactionContext, Transactional,
 };
 use super::workers::{self, Finish};
 
@@ -291,34 +291,41 @@ impl Consumer {
         })
     }
 
-    /// The transactional form of [`commit`](Self::commit): the progress of every owned partition
-    /// in the open transaction, then EndTxn; an abort makes the partitions still owned read again.
+    /// The transactional form of [`commit`](Self::commit): the progress of every partition in
+    /// hand in the open transaction, then EndTxn; an abort sends the partitions back to the
+    /// committed offsets.
     pub(crate) fn commit_transactional(
         &mut self,
         transactional: &SharedTransactional,
     ) -> Result<Vec<crate::guard::CommitOffset>, ConsumerError> {
         let identity = self.member.identity();
         let result = {
-            let guard = &self.guard;
-            let member = &mut *self.member;
             // The lock first: no worker's record finishes (outputs sent, completion counted)
             // between reading the progress and the commit that carries it.
             let mut open = lock(transactional);
-            let mut commit = |offsets: &[crate::guard::CommitOffset]| {
-                commit_outcome(
-                    offsets,
-                    open.commit(
-                        guard,
-                        member,
+            match self.guard.transaction_request(&[]) {
+                None => Ok(Vec::new()),
+                Some(request) => {
+                    let answer = open.commit(
+                        &self.guard,
+                        &mut *self.member,
                         &identity,
-                        &commit_entries(offsets),
+                        &commit_entries(request.offsets()),
                         CommitKind::Application,
-                    ),
-                )
-            };
-            guard.commit_progress(&mut commit)
+                    );
+                    let outcome = commit_outcome(request.offsets(), answer);
+                    let committed = self.guard.commit_answered(request, &outcome);
+                    rewind_if_aborted(
+                        &mut open,
+                        &self.guard,
+                        &mut self.intake,
+                        &mut *self.member,
+                        &self.config,
+                    )?;
+                    outcome.map(|()| committed)
+                }
+            }
         };
-        self.rewind_if_aborted(transactional);
         result.map_err(|failure| {
             log::error!(
                 "transactional commit in generation {} failed: {failure}",
@@ -335,18 +342,6 @@ impl Consumer {
         }
         self.config.read_committed();
         self.fetch.isolation = crate::wire::IsolationLevel::ReadCommitted;
-    }
-
-    /// After an abort, the owned partitions read again from the committed offsets.
-    pub(crate) fn rewind_if_aborted(&mut self, transactional: &SharedTransactional) {
-        if lock(transactional).take_rewind() {
-            rewind_owned(
-                &self.guard,
-                &mut self.intake,
-                &mut *self.member,
-                &self.config,
-            );
-        }
     }
 
     /// The close's end of the transactional mode: the last transaction was committed (or

@@ -256,20 +256,28 @@ impl Driver<'_> {
         let listened = self.tell_revoked(partitions, &awaiting);
         // 5. The commit of `last + 1`, synchronously, as the identity that owns the partitions.
         let generation = identity.generation_id;
+        let mut rewound = Ok(());
         let answer = match self.handoffs.transactional.clone() {
             // Exactly once: the open transaction holds outputs of the kept partitions too, so
             // their progress commits in it with the revoked partitions' positions.
             Some(transactional) => {
+                let parts = transactions::HandoffParts {
+                    member: &mut *self.member,
+                    intake: &mut *self.intake,
+                    config: self.config,
+                };
                 let answers = transactions::commit_handoff(
                     &transactional,
                     self.guard,
-                    &mut *self.member,
+                    parts,
                     identity,
+                    partitions,
                     &awaiting,
                 );
                 if let Some((request, outcome)) = answers.kept {
                     self.guard.commit_answered(request, &outcome);
                 }
+                rewound = answers.rewound;
                 answers.revoked
             }
             None => (!awaiting.offsets().is_empty()).then(|| {
@@ -283,7 +291,6 @@ impl Driver<'_> {
         };
         // 6. The guard hands the partitions back with the answer.
         let handed = self.guard.hand_back(awaiting, answer);
-        self.rewind_if_aborted();
         self.handoffs.counters.revoked += partitions.len() as u64;
         self.handoffs.metrics.handed_back(partitions, began);
         match handed.result {
@@ -314,17 +321,7 @@ impl Driver<'_> {
                     }));
             }
         }
-        listened
-    }
-
-    /// After an abort, the partitions still owned read again from the committed offsets.
-    fn rewind_if_aborted(&mut self) {
-        let Some(transactional) = &self.handoffs.transactional else {
-            return;
-        };
-        if transactions::lock(transactional).take_rewind() {
-            transactions::rewind_owned(self.guard, self.intake, &mut *self.member, self.config);
-        }
+        rewound.and(listened)
     }
 
     /// The listener's `on_revoked`, with each partition's last finished offset and the
@@ -433,11 +430,19 @@ impl Driver<'_> {
             "lost {} partition(s) ({reason}) without commit",
             partitions.len()
         );
-        if let Some(transactional) = &self.handoffs.transactional {
-            // Nothing commits at a loss: the open transaction's outputs never become visible.
-            transactions::lock(transactional).abort("partitions lost");
+        if let Some(transactional) = self.handoffs.transactional.clone() {
+            // Nothing commits at a loss: the open transaction's outputs never become visible,
+            // and the partitions still in hand go back to what committed, under one lock.
+            let mut open = transactions::lock(&transactional);
+            open.abort("partitions lost");
+            transactions::rewind_if_aborted(
+                &mut open,
+                self.guard,
+                self.intake,
+                &mut *self.member,
+                self.config,
+            )?;
         }
-        self.rewind_if_aborted();
         self.storm(Some(self.guard.storm_status()));
         match self.handoffs.listener.as_mut() {
             Some(listener) => listener

@@ -39,6 +39,7 @@ use crate::producer::{ProduceError, Producer, ProducerRecord};
 use crate::wire::{CommitIdentity, OffsetCommitEntry};
 
 use super::context::{Guard, WorkContext};
+use super::error::ConsumerError;
 use super::intake::Intake;
 use super::pacer::CommitPacer;
 use super::ConsumerConfig;
@@ -228,8 +229,31 @@ impl Transactional {
                 }
             }
             Ok(results) => {
+                // Nothing of an aborted transaction counts, not even the partitions the group
+                // accepted: their offsets went with the abort.
                 self.abort("the group refused offsets of the transaction");
-                Ok(results)
+                let refused: Vec<String> = results
+                    .iter()
+                    .filter_map(|(tp, r)| r.as_ref().err().map(|e| format!("{tp}: {e}")))
+                    .collect();
+                let over = results.iter().any(|(_, r)| {
+                    r.as_ref()
+                        .err()
+                        .and_then(|e| e.kafka_code())
+                        .is_some_and(|c| crate::group::commit::membership_refusal([c]).is_some())
+                });
+                Err(CommitError::Transaction {
+                    kind: if over {
+                        ErrorKind::GenerationOver
+                    } else {
+                        ErrorKind::Refused
+                    },
+                    error: format!(
+                        "the group refused offsets of the transaction, which was aborted: {}",
+                        refused.join("; ")
+                    )
+                    .into(),
+                })
             }
             Err(e) => {
                 self.abort(&e.to_string());
@@ -275,38 +299,59 @@ fn accepted_all(offsets: &[OffsetCommitEntry], results: &CommitResults) -> bool 
     })
 }
 
-/// After an abort: every partition still owned reads again from what the group has committed
-/// (the position of the last transaction that did commit), so that the records the aborted
-/// transaction covered are done again. A partition whose position cannot be read now is left
-/// where it is and logged: its uncommitted progress will not be committed past, because the
-/// seek takes it away only when it succeeds; the next abort or revocation repeats the attempt.
+/// After an abort: every partition in hand (owned, or draining toward a revocation) goes back
+/// to what the group has committed (the position of the last transaction that did commit), so
+/// that the records the aborted transaction covered are done again (owned), or left to the next
+/// owner and not committed past by the handoff (draining). When the committed positions cannot
+/// be read, the consumer cannot tell how far to go back: the error is returned, and the
+/// caller stops (what is not rewound must not be committed).
 pub(crate) fn rewind_owned(
     guard: &Guard,
     intake: &mut Intake,
     member: &mut dyn Membership,
     config: &ConsumerConfig,
-) {
-    let owned = guard.owned();
-    if owned.is_empty() {
-        return;
+) -> Result<(), ConsumerError> {
+    let held = guard.in_hand();
+    if held.is_empty() {
+        return Ok(());
     }
-    let found = super::intake::committed_or_reset(member.records(), config, &owned);
-    let found = match found {
-        Ok(found) => found,
-        Err(e) => {
-            log::error!("after an abort, the committed offsets could not be read: {e}");
-            return;
-        }
-    };
+    let found = super::intake::committed_or_reset(member.records(), config, &held)?;
     for (tp, position) in found {
-        match position {
-            Ok((offset, _)) => match intake.seek_owned(guard, &tp, offset) {
-                Ok(()) => log::info!("{tp}: read again from {offset} after the abort"),
-                Err(e) => log::warn!("{tp}: not read again after the abort: {e}"),
-            },
-            Err(e) => log::error!("{tp}: no committed position after the abort: {e}"),
-        }
+        let (offset, _) = position?;
+        guard
+            .rewind_aborted(&tp, offset)
+            .map_err(ConsumerError::Seek)?;
+        intake.seek(&tp, offset);
+        log::info!("{tp}: read again from {offset} after the abort");
     }
+    Ok(())
+}
+
+/// After an abort (if there was one since the last call): [`rewind_owned`]. When that fails
+/// the transactional mode cannot go on (the guard still counts work the abort took away, and
+/// committing it would lose outputs): every later commit is refused and the error returned.
+///
+/// Called with the transaction's lock held since the abort: a worker whose record finished
+/// meanwhile would otherwise send its outputs into the next transaction and count the record
+/// as finished, and the rewind would then take the record away and have it done again: its
+/// output twice.
+pub(crate) fn rewind_if_aborted(
+    open: &mut Transactional,
+    guard: &Guard,
+    intake: &mut Intake,
+    member: &mut dyn Membership,
+    config: &ConsumerConfig,
+) -> Result<(), ConsumerError> {
+    if !open.take_rewind() {
+        return Ok(());
+    }
+    rewind_owned(guard, intake, member, config).inspect_err(|e| {
+        open.broken.get_or_insert_with(|| ProduceError::Fatal {
+            reason: format!(
+                "after an aborted transaction, no way back to the committed offsets: {e}"
+            ),
+        });
+    })
 }
 
 /// A revocation's transactional commit, answered for each of its two parts.
@@ -315,6 +360,15 @@ pub(crate) struct HandoffAnswers {
     pub(crate) revoked: Option<Result<(), CommitFailure>>,
     /// The kept partitions' request with its outcome (`None`: nothing of them moved).
     pub(crate) kept: Option<(CommitRequest, Result<(), CommitFailure>)>,
+    /// After an abort, the way back to the committed offsets (done under the same lock).
+    pub(crate) rewound: Result<(), ConsumerError>,
+}
+
+/// What a revocation's transactional commit needs of the consumer besides the guard.
+pub(crate) struct HandoffParts<'a> {
+    pub(crate) member: &'a mut dyn Membership,
+    pub(crate) intake: &'a mut Intake,
+    pub(crate) config: &'a ConsumerConfig,
 }
 
 /// The transactional commit of a revocation: the revoked partitions' drained positions and the
@@ -322,10 +376,16 @@ pub(crate) struct HandoffAnswers {
 pub(crate) fn commit_handoff(
     transactional: &SharedTransactional,
     guard: &Guard,
-    member: &mut dyn Membership,
+    parts: HandoffParts<'_>,
     identity: &MemberIdentity,
+    revoking: &[crate::TopicPartition],
     awaiting: &AwaitingCommit,
 ) -> HandoffAnswers {
+    let HandoffParts {
+        member,
+        intake,
+        config,
+    } = parts;
     let revoked = awaiting.offsets();
     // The lock first: no worker's record finishes (outputs sent, completion counted) between
     // reading the kept partitions' progress and the commit that carries it.
@@ -334,12 +394,14 @@ pub(crate) fn commit_handoff(
         // Work of a revoked partition did not finish in time: it may still send outputs into
         // this transaction, and its offset is not committed. Nothing of it may become visible.
         open.abort("a revoked partition's drain did not finish");
+        let rewound = rewind_if_aborted(&mut open, guard, intake, member, config);
         return HandoffAnswers {
             revoked: None,
             kept: None,
+            rewound,
         };
     }
-    let kept = guard.commit_request();
+    let kept = guard.transaction_request(revoking);
     let mut entries = commit_entries(revoked);
     if let Some(kept) = &kept {
         entries.extend(commit_entries(kept.offsets()));
@@ -348,9 +410,11 @@ pub(crate) fn commit_handoff(
         return HandoffAnswers {
             revoked: None,
             kept: None,
+            rewound: Ok(()),
         };
     }
     let answer = open.commit(guard, member, identity, &entries, CommitKind::Handoff);
+    let rewound = rewind_if_aborted(&mut open, guard, intake, member, config);
     drop(open);
     let (for_revoked, for_kept) = split_answer(answer, revoked);
     let revoked_answer = (!revoked.is_empty()).then(|| commit_outcome(revoked, for_revoked));
@@ -361,6 +425,7 @@ pub(crate) fn commit_handoff(
     HandoffAnswers {
         revoked: revoked_answer,
         kept: kept_answer,
+        rewound,
     }
 }
 

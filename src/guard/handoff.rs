@@ -436,6 +436,30 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         (!request.offsets.is_empty()).then_some(request)
     }
 
+    /// What a commit inside a transaction must carry now: the progress of every partition in
+    /// hand that moved, owned *or draining toward a revocation* (the transaction holds outputs
+    /// of both, so its offsets must cover both), except `except` (the revocation's own
+    /// partitions, whose positions the handoff reads). Answered with
+    /// [`commit_answered`](Self::commit_answered), which records only the owned ones (a draining
+    /// partition's handoff commits its position again).
+    pub fn transaction_request(&self, except: &[TopicPartition]) -> Option<CommitRequest> {
+        let mut request = CommitRequest::default();
+        for (tp, entry) in self.partitions.iter() {
+            if except.contains(tp) {
+                continue;
+            }
+            let state = lock(entry);
+            if !matches!(state.status, OwnerStatus::Owned | OwnerStatus::Draining) {
+                continue;
+            }
+            if let Some(offset) = state.commit_due(tp, self.map_limit) {
+                request.offsets.push(offset);
+                request.epochs.push(state.epoch);
+            }
+        }
+        (!request.offsets.is_empty()).then_some(request)
+    }
+
     /// Applies the broker's answer to a [`commit_request`](Self::commit_request): every position
     /// the broker accepted becomes the partition's last commit, if the partition is still owned
     /// under the epoch the request was read at (a partition revoked or lost meanwhile keeps the

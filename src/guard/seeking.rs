@@ -79,6 +79,56 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         Ok(())
     }
 
+    /// Takes back the progress an aborted transaction held: a partition owned, or draining
+    /// toward its revocation, reads from `offset` (what the group has committed) again, as a
+    /// seek there would, and its work at or after `offset`, finished or running, no longer
+    /// counts (a handler still running one sees its lease not current, and its outputs are not
+    /// sent). Why a draining partition too: its drained position would otherwise be committed by
+    /// its handoff, past work whose outputs the abort took away. Refused for a partition neither
+    /// owned nor draining (its next owner reads from what committed anyway).
+    pub fn rewind_aborted(&self, partition: &TopicPartition, offset: i64) -> Result<(), SeekError> {
+        if offset < 0 {
+            return Err(SeekError::Negative {
+                tp: partition.clone(),
+                offset,
+            });
+        }
+        let mut state = self
+            .partition(partition)
+            .filter(|state| matches!(state.status, OwnerStatus::Owned | OwnerStatus::Draining))
+            .ok_or_else(|| SeekError::NotOwned {
+                tp: partition.clone(),
+            })?;
+        let discarded = state.progress.seek(offset, self.clock.now());
+        // The next commit carries `offset` (what committed), whatever the guard believed.
+        state.last_committed = None;
+        state.last_metadata = None;
+        let discarded = self.keys.forget_unfinished(discarded);
+        log::info!(
+            "{partition}: back to {offset} after an aborted transaction ({discarded} unfinished \
+             record(s) taken away)"
+        );
+        Ok(())
+    }
+
+    /// The partitions in hand: owned, or draining toward a revocation (what an aborted
+    /// transaction may hold progress of).
+    pub fn in_hand(&self) -> Vec<TopicPartition> {
+        let mut held: Vec<_> = self
+            .partitions
+            .iter()
+            .filter(|(_, entry)| {
+                matches!(
+                    super::lock(entry).status,
+                    OwnerStatus::Owned | OwnerStatus::Draining
+                )
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        held.sort();
+        held
+    }
+
     /// Moves an owned partition's monotonicity mark back to `offset`, for a consumer whose fetch
     /// position was reset to an earlier offset because the log went back (OFFSET_OUT_OF_RANGE
     /// after a truncation, or a topic recreated under the same name): the records now at those

@@ -46,6 +46,10 @@ mod share_groups {}
 mod producer {}
 
 #[cfg(doctest)]
+#[doc = include_str!("../../docs/exactly-once.md")]
+mod exactly_once {}
+
+#[cfg(doctest)]
 #[doc = include_str!("../../docs/security.md")]
 mod security {}
 

@@ -16,7 +16,7 @@ use rebalance_guard::{
 };
 
 use super::producer;
-use crate::support::consumer::{config, wait_until};
+use crate::support::consumer::{config, consumer_protocol_config, wait_until};
 use crate::support::fetch::read_topic_as;
 use crate::support::{unique_name, BrokerKind};
 
@@ -149,35 +149,69 @@ fn fill(bootstrap: &str, topic: &str, count: usize) {
     p.close().expect("inputs written");
 }
 
+/// How a test's transactional worker runs.
+#[derive(Clone, Copy)]
+struct Mode {
+    /// `group.protocol=consumer` (KIP-848) rather than classic.
+    kip848: bool,
+    /// `run_transactional_with_workers` with this many threads rather than `run_transactional`.
+    workers: Option<usize>,
+    /// Time each record's handler takes, so that transactions stay open across a rebalance.
+    per_record: Duration,
+}
+
+const ALONE: Mode = Mode {
+    kip848: false,
+    workers: None,
+    per_record: Duration::ZERO,
+};
+
 /// A transactional worker of `group` that writes "out:<i>" to `output` for each input until
-/// `stop`; counts what its handler finished.
+/// `stop`; counts what its handler finished in `done`.
 fn worker(
     bootstrap: &str,
     group: &str,
-    input: &str,
-    output: &str,
+    topics: (&str, &str),
+    mode: Mode,
     stop: Arc<AtomicBool>,
     done: Arc<AtomicUsize>,
-    extra: &[(&str, &str)],
 ) -> thread::JoinHandle<Result<(), String>> {
-    let mut settings = vec![("transaction.interval.ms", "50")];
-    settings.extend_from_slice(extra);
-    let cfg = config(bootstrap, group, &settings);
+    let mut settings = vec![
+        ("transaction.interval.ms", "50"),
+        ("max.poll.records", "20"),
+    ];
+    let cfg = if mode.kip848 {
+        consumer_protocol_config(bootstrap, group, &settings)
+    } else {
+        settings.push(("partition.assignment.strategy", "cooperative-sticky"));
+        config(bootstrap, group, &settings)
+    };
     let producer = transactional(bootstrap, &unique_name("txn-worker"));
-    let (input, output) = (input.to_string(), output.to_string());
+    let (input, output) = (topics.0.to_string(), topics.1.to_string());
     thread::spawn(move || {
         let consumer = Consumer::subscribe(cfg, &[&input]).map_err(|e| e.to_string())?;
         let mut consumer = consumer
             .with_transactions(producer)
             .map_err(|e| e.to_string())?;
-        let run = consumer.run_transactional(&stop, |record, tx: &mut TransactionContext<'_>| {
+        let handle = move |record: &Record, tx: &mut TransactionContext<'_>| {
+            thread::sleep(mode.per_record);
             let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default());
             let out = value.replacen("in:", "out:", 1);
             tx.send(ProducerRecord::new(&output, out).key(record.key.clone().unwrap_or_default()));
             done.fetch_add(1, Ordering::SeqCst);
             Ok::<(), std::io::Error>(())
-        });
+        };
+        let run = match mode.workers {
+            Some(n) => consumer.run_transactional_with_workers(&stop, n, 16, handle),
+            None => consumer.run_transactional(&stop, handle),
+        };
+        let stats = consumer.stats();
         let closed = consumer.close();
+        log::info!(
+            "worker: {} transactions committed, {} aborted",
+            stats.transactions_committed,
+            stats.transactions_aborted
+        );
         run.map_err(|e| e.to_string())?;
         closed.map_err(|e| e.to_string())
     })
@@ -219,15 +253,8 @@ fn run_transactional_alone(kind: BrokerKind) {
         Arc::new(AtomicUsize::new(0)),
     );
     let group = unique_name("txn-group");
-    let w = worker(
-        bootstrap,
-        &group,
-        &input,
-        &output,
-        stop.clone(),
-        done.clone(),
-        &[],
-    );
+    let topics = (input.as_str(), output.as_str());
+    let w = worker(bootstrap, &group, topics, ALONE, stop.clone(), done.clone());
     wait_until("every input handled", Duration::from_secs(60), || {
         done.load(Ordering::SeqCst) >= count
     });
@@ -237,56 +264,89 @@ fn run_transactional_alone(kind: BrokerKind) {
 }
 
 /// Two transactional workers, the second joining while the first has a transaction open (a
-/// cooperative revocation hands partitions over): each output once.
-fn run_transactional_across_a_rebalance(kind: BrokerKind) {
+/// cooperative revocation, or KIP-848's, hands partitions over mid-transaction): each output
+/// once, and both workers did part of the work.
+fn across_a_rebalance(kind: BrokerKind, mode: Mode) {
     let broker = kind.start();
     let (input, output) = (unique_name("txn-in"), unique_name("txn-out"));
     broker.create_topic(&input, 4);
     broker.create_topic(&output, 2);
     let bootstrap = broker.bootstrap();
     let bootstrap = bootstrap.as_str();
-    let count = 2000;
+    let count = 1200;
     fill(bootstrap, &input, count);
     let group = unique_name("txn-group");
-    let coop = [
-        ("partition.assignment.strategy", "cooperative-sticky"),
-        ("max.poll.records", "20"),
-    ];
-    let (stop, done) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicUsize::new(0)),
-    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (first_done, second_done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let topics = (input.as_str(), output.as_str());
     let first = worker(
         bootstrap,
         &group,
-        &input,
-        &output,
+        topics,
+        mode,
         stop.clone(),
-        done.clone(),
-        &coop,
+        first_done.clone(),
     );
     wait_until("the first worker started", Duration::from_secs(60), || {
-        done.load(Ordering::SeqCst) >= 100
+        first_done.load(Ordering::SeqCst) >= 50
     });
     let second = worker(
         bootstrap,
         &group,
-        &input,
-        &output,
+        topics,
+        mode,
         stop.clone(),
-        done.clone(),
-        &coop,
+        second_done.clone(),
     );
     // Done counts handler runs, which an aborted transaction repeats: wait for the outputs.
     wait_until(
         "every input's output committed",
-        Duration::from_secs(90),
+        Duration::from_secs(120),
         || committed_view(bootstrap, &output).len() >= count,
     );
     stop.store(true, Ordering::SeqCst);
     first.join().expect("first").expect("first worker");
     second.join().expect("second").expect("second worker");
+    assert!(
+        second_done.load(Ordering::SeqCst) > 0,
+        "the second worker never got a partition: no handoff happened"
+    );
     assert_each_output_once(bootstrap, &output, count);
+}
+
+fn run_across_a_cooperative_rebalance(kind: BrokerKind) {
+    let mode = Mode {
+        per_record: Duration::from_millis(3),
+        ..ALONE
+    };
+    across_a_rebalance(kind, mode);
+}
+
+fn workers_across_a_cooperative_rebalance(kind: BrokerKind) {
+    let mode = Mode {
+        workers: Some(3),
+        per_record: Duration::from_millis(6),
+        ..ALONE
+    };
+    across_a_rebalance(kind, mode);
+}
+
+fn run_across_a_kip848_rebalance(kind: BrokerKind) {
+    let mode = Mode {
+        kip848: true,
+        per_record: Duration::from_millis(3),
+        ..ALONE
+    };
+    across_a_rebalance(kind, mode);
+}
+
+fn workers_across_a_kip848_rebalance(kind: BrokerKind) {
+    let mode = Mode {
+        kip848: true,
+        workers: Some(3),
+        per_record: Duration::from_millis(6),
+    };
+    across_a_rebalance(kind, mode);
 }
 
 crate::on_brokers! {
@@ -294,12 +354,16 @@ crate::on_brokers! {
         committed_and_aborted,
         a_newer_producer_fences_the_older,
         run_transactional_alone,
-        run_transactional_across_a_rebalance,
+        run_across_a_cooperative_rebalance,
+        workers_across_a_cooperative_rebalance,
+        run_across_a_kip848_rebalance,
+        workers_across_a_kip848_rebalance,
     }
     kafka3 {
         committed_and_aborted,
         a_newer_producer_fences_the_older,
         run_transactional_alone,
-        run_transactional_across_a_rebalance,
+        run_across_a_cooperative_rebalance,
+        workers_across_a_cooperative_rebalance,
     }
 }
