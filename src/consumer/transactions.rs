@@ -1,7 +1,7 @@
 //! Exactly once from Kafka to Kafka: the consumer's commits travel in a producer's transactions
 //! (KIP-98), fenced by the group (KIP-447), and the guard decides when a transaction ends.
 //!
-//! The story of one transaction, in [`Consumer::run_transactional`]:
+//! The story of one transaction, in [`Consumer::run_transactional`](super::Consumer::run_transactional):
 //!
 //! 1. A record's handler puts its outputs in its [`TransactionContext`]; nothing is sent while
 //!    it runs. When it finished (after its retries, if it needed some), its outputs go into
@@ -45,7 +45,7 @@ use super::pacer::CommitPacer;
 use super::ConsumerConfig;
 use crate::group::commit::{commit_entries, commit_outcome};
 
-/// What a handler of [`Consumer::run_transactional`] may do with the record it processes: put
+/// What a handler of [`Consumer::run_transactional`](super::Consumer::run_transactional) may do with the record it processes: put
 /// output records in the transaction, and ask whether the record's partition is still its own.
 pub struct TransactionContext<'a> {
     pub(crate) work: &'a WorkContext<'a>,
