@@ -642,6 +642,13 @@ impl Consumer {
         // add nothing, and its refusal by a group that began to re-form would report a failure
         // the revocation then repairs). A reader outside a group commits nothing here.
         let before = self.handoffs.failures.len();
+        if !self.in_group && self.handoffs.transactional.is_some() {
+            // Outside a group no handoff commits at the close: the last transaction commits
+            // here, or its outputs would be aborted with it.
+            if let Err(e) = self.commit() {
+                log::warn!("the last transaction did not commit at close: {e}");
+            }
+        }
         let closed = self.driver().close();
         // The close's handoff committed the last transaction; the producer goes with it.
         self.close_transactions()?;
