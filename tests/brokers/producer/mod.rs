@@ -14,6 +14,7 @@ use crate::support;
 
 mod java;
 mod transactions;
+mod txn_faults;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
