@@ -327,6 +327,13 @@ fn exactly_once_survives_killed_coordinators_and_leader() {
         }
         thread::sleep(Duration::from_millis(500));
     };
+    for (name, w) in [("a", &a), ("b", &b)] {
+        let stats = w.stats.snapshot();
+        eprintln!(
+            "worker {name}: {} transactions committed, {} aborted",
+            stats.transactions_committed, stats.transactions_aborted
+        );
+    }
     stop.store(true, Ordering::SeqCst);
     a.thread.join().expect("worker a").expect("worker a");
     b.thread.join().expect("worker b").expect("worker b");
