@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release --example transform_orders -- BOOTSTRAP GROUP INPUT OUTPUT TXN_ID \
-//!     INTERVAL_MS COUNT [--workers N] [--protocol classic|consumer] [--idle-ms N] [--set K=V]...
+//!     INTERVAL_MS COUNT [--workers N] [--protocol classic|consumer] [--idle-ms N] \
+//!     [--process-ms N] [--set K=V]... [--producer-set K=V]...
 //! ```
 //!
 //! - `TXN_ID`: the producer's `transactional.id` (one per worker process; a restart with the
@@ -14,6 +15,9 @@
 //! - `--workers N`: the decoupled mode (`run_transactional_with_workers`) with N threads.
 //! - `--protocol`: `group.protocol` (classic by default).
 //! - `--idle-ms N`: stop after N ms without a new order (0, the default: never).
+//! - `--process-ms N`: sleep N ms in the handler of every order (0, the default: none), so that
+//!   a transaction stays open long enough for the fault tests (`tests/brokers/producer/
+//!   txn_faults.rs`) to kill or freeze the process in the middle of one.
 //! - `--set K=V`: any consumer setting; `--producer-set K=V`: any producer setting.
 //!
 //! Output (stdout), what `scripts/bench --exactly-once` and the tests read:
@@ -47,6 +51,7 @@ struct Args {
     workers: usize,
     protocol: String,
     idle_ms: u64,
+    process_ms: u64,
     consumer_settings: Vec<(String, String)>,
     producer_settings: Vec<(String, String)>,
 }
@@ -65,6 +70,7 @@ fn parse() -> Result<Args, String> {
         workers: 0,
         protocol: "classic".to_string(),
         idle_ms: 0,
+        process_ms: 0,
         consumer_settings: Vec::new(),
         producer_settings: Vec::new(),
     };
@@ -82,6 +88,9 @@ fn parse() -> Result<Args, String> {
             "--protocol" => args.protocol = value()?,
             "--idle-ms" => {
                 args.idle_ms = value()?.parse().map_err(|e| format!("--idle-ms: {e}"))?
+            }
+            "--process-ms" => {
+                args.process_ms = value()?.parse().map_err(|e| format!("--process-ms: {e}"))?
             }
             "--set" => args.consumer_settings.push(setting(value()?)?),
             "--producer-set" => args.producer_settings.push(setting(value()?)?),
@@ -179,6 +188,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let output = args.output.clone();
     let count = args.count;
+    let process = Duration::from_millis(args.process_ms);
     let (done, started, seen, halt) = (consumed.clone(), first.clone(), last.clone(), stop.clone());
     let handle = move |order: &Record, tx: &mut TransactionContext<'_>| {
         if let Ok(mut at) = started.lock() {
@@ -186,6 +196,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Ok(mut at) = seen.lock() {
             *at = Instant::now();
+        }
+        if !process.is_zero() {
+            std::thread::sleep(process);
         }
         let mut fill = b"fill:".to_vec();
         fill.extend_from_slice(order.value.as_deref().unwrap_or_default());

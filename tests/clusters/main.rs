@@ -17,6 +17,8 @@
 //! * [`rack`]: Fetching from followers (KIP-392, issue 23 item 9) on a three-node Kafka 4.x cluster
 //!   whose nodes are in racks of their own (`broker.rack=rack-ID`).
 //! * [`share`]: A share group on three real Kafka 4.4 brokers while brokers fail.
+//! * [`transactions`]: Exactly once (issue 35) across a killed transaction coordinator, group
+//!   coordinator and output leader on a three-node Kafka 4.4 cluster.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -27,3 +29,4 @@ mod leaders;
 mod producer;
 mod rack;
 mod share;
+mod transactions;

@@ -700,3 +700,177 @@ fn java_txn_peer_reads_only_committed_records() {
         "read_uncommitted: the 20 committed and 10 aborted records are in the log: {all:?}"
     );
 }
+
+/// The lines `rec PARTITION OFFSET KEY VALUE` of TxnPeer `read-committed`, as (key, value) in
+/// the order received, and its `done` count.
+fn txn_peer_records(read: &str) -> (Vec<(String, String)>, Option<String>) {
+    let mut records = Vec::new();
+    let mut done = None;
+    for line in read.lines() {
+        let fields: Vec<&str> = line.splitn(5, ' ').collect();
+        match fields.as_slice() {
+            ["rec", _partition, _offset, key, value] => {
+                records.push((key.to_string(), value.to_string()))
+            }
+            ["done", count] => done = Some(count.to_string()),
+            _ => panic!("unexpected TxnPeer line {line:?}"),
+        }
+    }
+    (records, done)
+}
+
+/// Issue 35, interop: what OUR transactional producers write, Java's read_committed consumer
+/// (TxnPeer `read-committed`) reads, the committed records once and in order, the aborted ones
+/// never. The log is `write-aborted`'s, written by us: producer A commits c-0..c-9, opens a
+/// transaction with a-0..a-4, producer B commits c-10..c-14 in the middle of it, A adds
+/// a-5..a-9, B commits c-15..c-19, and A aborts. Java must tell A's aborted records by A's
+/// abort marker (the aborted-transactions list of the fetch), not by position. Why: a Java
+/// service downstream of ours must not see our aborted outputs.
+#[test]
+fn javas_read_committed_consumer_reads_our_transactions() {
+    use rebalance_guard::Producer;
+
+    let broker = BrokerKind::Kafka.start();
+    let bootstrap = broker.bootstrap();
+    let topic = unique_name("txn-ours-to-java");
+    broker.create_topic(&topic, 1);
+    let transactional = |id: &str| -> Producer {
+        producer(
+            &bootstrap,
+            &[
+                ("transactional.id", id),
+                ("transaction.timeout.ms", "30000"),
+                ("linger.ms", "2"),
+            ],
+        )
+    };
+    let send = |p: &Producer, values: std::ops::Range<usize>, prefix: &str| {
+        let handles: Vec<DeliveryHandle> = values
+            .map(|i| {
+                let v = format!("{prefix}-{i}");
+                p.send(ProducerRecord::new(&topic, v.clone()).key(v).partition(0))
+                    .expect("send")
+            })
+            .collect();
+        p.flush().expect("flush");
+        handles
+    };
+    let a = transactional(&unique_name("txn-ours-a"));
+    let b = transactional(&unique_name("txn-ours-b"));
+    a.init_transactions().expect("init a");
+    b.init_transactions().expect("init b");
+    a.begin_transaction().expect("begin a1");
+    let mut committed = send(&a, 0..10, "c");
+    a.commit_transaction().expect("commit a1");
+    a.begin_transaction().expect("begin a2");
+    send(&a, 0..5, "a");
+    b.begin_transaction().expect("begin b");
+    committed.extend(send(&b, 10..15, "c"));
+    send(&a, 5..10, "a");
+    committed.extend(send(&b, 15..20, "c"));
+    b.commit_transaction().expect("commit b");
+    a.abort_transaction().expect("abort a2");
+    for h in committed {
+        h.wait().expect("a committed record was written");
+    }
+    a.close().expect("close a");
+    b.close().expect("close b");
+
+    let read = txn_peer(&["read-committed", &bootstrap, &topic, "20", "60000"]);
+    let (records, done) = txn_peer_records(&read);
+    let aborted: Vec<&(String, String)> = records
+        .iter()
+        .filter(|(_, v)| v.starts_with("a-"))
+        .collect();
+    assert!(
+        aborted.is_empty(),
+        "Java's read_committed consumer returned our aborted records {aborted:?}"
+    );
+    let expected: Vec<(String, String)> = (0..20)
+        .map(|i| (format!("c-{i}"), format!("c-{i}")))
+        .collect();
+    assert_eq!(
+        records, expected,
+        "Java's read_committed consumer: our committed records once, in order"
+    );
+    assert_eq!(done.as_deref(), Some("count=20"), "the final line");
+    // The aborted records are in the log: the test would pass for nothing without them.
+    let in_log_aborted = super::read_all(&bootstrap, &topic)
+        .into_values()
+        .flatten()
+        .filter(|r| r.value.as_deref().is_some_and(|v| v.starts_with(b"a-")))
+        .count();
+    assert_eq!(in_log_aborted, 10, "our aborted records in the log");
+}
+
+/// Issue 35, interop: what Java's transactional producers write (TxnPeer `write-aborted`: 20
+/// committed records around 10 of a transaction aborted while another producer committed),
+/// OUR consumer with `isolation.level=read_committed` reads: c-0..c-19 once, in order, none of
+/// the aborted a-*, and its position reaches the partition's end (past the markers). Once
+/// assigned, once in a group.
+#[test]
+fn our_read_committed_consumer_skips_javas_aborted_transactions() {
+    use rebalance_guard::{Consumer, TopicPartition};
+
+    let broker = BrokerKind::Kafka.start();
+    let bootstrap = broker.bootstrap();
+    let topic = unique_name("txn-java-to-ours");
+    broker.create_topic(&topic, 1);
+    let written = txn_peer(&[
+        "write-aborted",
+        &bootstrap,
+        &topic,
+        &unique_name("txn-java-writer"),
+    ]);
+    assert!(
+        written.lines().any(|l| l == "done committed=20 aborted=10"),
+        "TxnPeer write-aborted printed {written:?}"
+    );
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    for grouped in [false, true] {
+        let cfg = support::consumer::config(
+            &bootstrap,
+            &unique_name("txn-java-reader"),
+            &[("isolation.level", "read_committed")],
+        );
+        let mut consumer = if grouped {
+            Consumer::subscribe(cfg, &[&topic]).expect("subscribe")
+        } else {
+            Consumer::assign(cfg, std::slice::from_ref(&tp)).expect("assign")
+        };
+        let end = consumer
+            .end_offsets(std::slice::from_ref(&tp))
+            .expect("end")[&tp];
+        let mut values = Vec::new();
+        let mut position = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while values.len() < 20 || position < end {
+            assert!(
+                Instant::now() < deadline,
+                "grouped={grouped}: read {values:?}, position {position} of {end}"
+            );
+            let mut batch = consumer.poll(Duration::from_millis(200)).expect("poll");
+            while let Some(d) = batch.next() {
+                values.push(
+                    String::from_utf8_lossy(d.record.value.as_deref().unwrap_or_default())
+                        .into_owned(),
+                );
+                batch.complete(d);
+            }
+            position = batch.position(&tp).unwrap_or(0);
+        }
+        consumer.close().expect("close");
+        let aborted: Vec<&String> = values.iter().filter(|v| v.starts_with("a-")).collect();
+        assert!(
+            aborted.is_empty(),
+            "grouped={grouped}: our read_committed consumer returned Java's aborted records \
+             {aborted:?}"
+        );
+        let expected: Vec<String> = (0..20).map(|i| format!("c-{i}")).collect();
+        assert_eq!(
+            values, expected,
+            "grouped={grouped}: our read_committed consumer, Java's committed records once, in \
+             order"
+        );
+    }
+}

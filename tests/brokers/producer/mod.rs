@@ -14,6 +14,7 @@ use crate::support;
 
 mod java;
 mod transactions;
+mod txn_faults;
 mod txn_matrix;
 
 use std::collections::BTreeMap;
