@@ -212,7 +212,9 @@ impl Consumer {
             }
             return Err(failure);
         }
-        Ok(())
+        // Stopped: a producer that cannot go on (fenced while the stop came) is still reported.
+        let broken = lock(&transactional).broken();
+        broken.map_or(Ok(()), |broken| Err(ConsumerError::Transaction(broken)))
     }
 
     /// [`run_transactional`](Self::run_transactional) in the decoupled mode: `workers` threads
@@ -269,6 +271,7 @@ impl Consumer {
             }
             Ok(())
         });
+        let shared = self.transactional("run_transactional_with_workers")?;
         workers::run(
             self,
             stop,
@@ -279,7 +282,9 @@ impl Consumer {
                 handler(record, &mut context)
             },
             Some(finish),
-        )
+        )?;
+        let broken = lock(&shared).broken();
+        broken.map_or(Ok(()), |broken| Err(ConsumerError::Transaction(broken)))
     }
 
     fn transactional(&self, operation: &'static str) -> Result<SharedTransactional, ConsumerError> {
@@ -356,6 +361,13 @@ impl Consumer {
         };
         let mut owned = owned;
         owned.abort("closing with a transaction still open");
-        owned.close().map_err(ConsumerError::Transaction)
+        let broken = owned.broken();
+        let closed = owned.close();
+        // A producer fenced or broken during the run says so at the close too: its last
+        // transaction did not commit.
+        match (broken, closed) {
+            (Some(broken), _) => Err(ConsumerError::Transaction(broken)),
+            (None, closed) => closed.map_err(ConsumerError::Transaction),
+        }
     }
 }
