@@ -224,10 +224,10 @@ settings! {
     }
     isolation_level: IsolationLevel {
         name: "isolation.level",
-        default: "read_uncommitted",
+        default: "read_committed",
         rule: checks::any,
         set: |level: IsolationLevel| level,
-        doc: "`read_uncommitted` or `read_committed` (only committed transactional records, up to the last stable offset). Java's default.",
+        doc: "`read_committed` (records of committed transactions only, up to the last stable offset) or `read_uncommitted`. `read_committed` by default (librdkafka's default; Java's is `read_uncommitted`), so that a consumer of what `run_transactional` writes never hands out an aborted attempt's output; on a topic without transactions both read the same records.",
     }
     client_rack: String {
         name: "client.rack",

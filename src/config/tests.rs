@@ -27,7 +27,7 @@ fn defaults_match_the_documented_table() {
     assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
     assert_eq!(c.group_protocol(), GroupProtocol::Classic);
     assert_eq!(c.auto_offset_reset(), AutoOffsetReset::Latest);
-    assert_eq!(c.isolation_level(), IsolationLevel::ReadUncommitted);
+    assert_eq!(c.isolation_level(), IsolationLevel::ReadCommitted);
     assert_eq!(c.revoke_drain_timeout(), Duration::from_secs(10));
     assert_eq!(c.batch_safety_factor(), 0.5);
     assert_eq!(c.group_instance_id(), None);
