@@ -29,6 +29,14 @@
 //!                             --session-timeout-ms and --heartbeat-interval-ms are not sent)
 //! [--set NAME=VALUE]          any other consumer setting (repeatable), e.g.
 //!                             commit.interval.ms=3600000 commit.metadata.max.bytes=0
+//! [--fills TOPIC]             exactly-once mode: write one fill per order to TOPIC in
+//!                             transactions (`with_transactions`, `run_transactional` or, with
+//!                             --workers, `run_transactional_with_workers`) instead of applying
+//!                             an effect; see below
+//! [--transactional-id ID]     the fills producer's transactional.id (default
+//!                             `order-fills-<instance id>`, else `order-fills-<name>`)
+//! [--transaction-timeout-ms N] transaction.timeout.ms (default: --session-timeout-ms, the
+//!                             longest the library accepts)
 //! ```
 //!
 //! **Decoupled mode.** With `--workers N` the handler runs on N threads while the poll thread
@@ -73,6 +81,18 @@
 //! failed name=N error=E                        the worker gave up (exit status 1)
 //! ```
 //!
+//! **Exactly-once mode.** With `--fills TOPIC` the worker is a consume-transform-produce loop:
+//! for each order it sends `fill:<order value>;by=<name>` (the order's key) to TOPIC inside the
+//! open transaction, and the order's offset is committed in that same transaction
+//! (`scripts/demo --exactly-once`). Nothing outside Kafka is written, so there is no idempotency
+//! key (an aborted transaction's orders must be done again). The `--effects` log then lists
+//! *attempts*: one line per handler call, written before the fill is handed to the transaction,
+//! so an attempt whose transaction aborts is in the log and not in the topic. Two more stdout
+//! lines: `transactional name=N id=ID timeout_ms=T` after `start`, and, before `closed`,
+//! `transactions name=N committed=C aborted=A` (the consumer's counters: the transactions its
+//! commits ended and those that aborted; `close` commits one more). A worker whose transactional
+//! loop fails (fenced, say) prints `failed` and exits 1.
+//!
 //! **Shutdown.** SIGINT or SIGTERM (or `--stop-after-idle-ms`) stops intake after the current
 //! record, commits, and closes the consumer, which revokes its partitions with a final commit and
 //! leaves the group, unless it is a static member (then the partitions wait for its return).
@@ -86,8 +106,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rebalance_guard::guard::PartitionSnapshot;
+use rebalance_guard::stats::{GuardView, MembershipView};
 use rebalance_guard::{
-    Consumer, ConsumerConfig, ConsumerError, ErrorChain, IdempotencyKey, Record, WorkContext,
+    Consumer, ConsumerConfig, ConsumerError, ErrorChain, IdempotencyKey, Producer, ProducerConfig,
+    ProducerRecord, Record, TransactionContext, WorkContext,
 };
 
 /// The operation part of the effect key: what this worker does to an order.
@@ -111,6 +133,10 @@ struct Args {
     workers: usize,
     processing_order: Option<String>,
     settings: Vec<(String, String)>,
+    /// Exactly-once mode: the topic of the fills.
+    fills: Option<String>,
+    transactional_id: String,
+    transaction_timeout_ms: u64,
 }
 
 fn usage() -> String {
@@ -119,7 +145,8 @@ fn usage() -> String {
      [--effects FILE] [--stop-after-idle-ms N] [--max-poll-interval-ms N] \
      [--session-timeout-ms N] [--heartbeat-interval-ms N] [--name NAME] [--workers N] \
      [--processing-order partition|key|unordered] [--protocol classic|consumer] \
-     [--set NAME=VALUE ...]"
+     [--set NAME=VALUE ...] [--fills TOPIC [--transactional-id ID] \
+     [--transaction-timeout-ms N]]"
         .to_string()
 }
 
@@ -140,6 +167,9 @@ fn parse_args() -> Result<Args, String> {
     let mut workers = 0usize;
     let mut processing_order = None;
     let mut settings = Vec::new();
+    let mut fills = None;
+    let mut transactional_id = None;
+    let mut transaction_timeout_ms = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -165,6 +195,9 @@ fn parse_args() -> Result<Args, String> {
             "--name" => name = Some(value()?),
             "--workers" => workers = number(value()?)? as usize,
             "--processing-order" => processing_order = Some(value()?),
+            "--fills" => fills = Some(value()?),
+            "--transactional-id" => transactional_id = Some(value()?),
+            "--transaction-timeout-ms" => transaction_timeout_ms = Some(number(value()?)?),
             "--set" => {
                 let pair = value()?;
                 let (key, v) = pair
@@ -191,6 +224,14 @@ fn parse_args() -> Result<Args, String> {
     let name = name
         .or_else(|| instance_id.clone())
         .unwrap_or_else(|| format!("worker-{}", std::process::id()));
+    // One transactional.id per worker; a static member's restart keeps it (derived from the
+    // instance id), so that the new process fences the old one and aborts what it left open.
+    let transactional_id = transactional_id.unwrap_or_else(|| {
+        format!(
+            "order-fills-{}",
+            instance_id.as_deref().unwrap_or(name.as_str())
+        )
+    });
     Ok(Args {
         bootstrap: bootstrap.ok_or_else(|| missing("--bootstrap"))?,
         group: group.ok_or_else(|| missing("--group"))?,
@@ -209,6 +250,9 @@ fn parse_args() -> Result<Args, String> {
         workers,
         processing_order,
         settings,
+        fills,
+        transactional_id,
+        transaction_timeout_ms: transaction_timeout_ms.unwrap_or(session_timeout_ms),
     })
 }
 
@@ -389,8 +433,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .chain(args.settings.iter().cloned());
     let config = ConsumerConfig::from_properties(properties)?;
     let group = args.group.clone();
-    let mut consumer = Consumer::subscribe(config, &[&args.topic])?
-        .with_idempotency_key(|record| order_id(record).map(IdempotencyKey::from))
+    let consumer = Consumer::subscribe(config, &[&args.topic])?
         .with_stats_interval(Duration::from_secs(15))
         .on_storm(|status| log::warn!("rebalance storm: {status:?}; intake goes on (demo)"));
     let mut effects = match &args.effects {
@@ -405,6 +448,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         args.strategy,
         args.instance_id.as_deref().unwrap_or("-")
     );
+    if let Some(fills) = &args.fills {
+        return run_fills(args, consumer, fills, effects);
+    }
+    let mut consumer =
+        consumer.with_idempotency_key(|record| order_id(record).map(IdempotencyKey::from));
 
     let mut printed = Printed::default();
     if args.workers > 0 {
@@ -547,50 +595,14 @@ fn run_decoupled(
     let last_effect_ms = Arc::new(AtomicU64::new(unix_millis() as u64));
     let idle_stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
-    let observer = {
-        let name = args.name.clone();
-        let (membership, done, idle_stop, last) = (
-            membership.clone(),
-            done.clone(),
-            idle_stop.clone(),
-            last_effect_ms.clone(),
-        );
-        let idle = args.stop_after_idle;
-        std::thread::Builder::new()
-            .name("observer".to_string())
-            .spawn(move || {
-                let mut printed = Printed::default();
-                loop {
-                    let finished = done.load(Ordering::SeqCst);
-                    let (identity, owned) = membership.read();
-                    let snapshot = guard.snapshot();
-                    // A member between JoinGroup and SyncGroup already has its new generation
-                    // and not yet its partitions: such a moment is not an assignment to print.
-                    if !owned.is_empty() || identity.generation_id < 0 {
-                        let owned = owned.iter().map(|tp| tp.partition).collect();
-                        print_changes(
-                            &name,
-                            identity.generation_id,
-                            owned,
-                            &snapshot.partitions,
-                            &mut printed,
-                        );
-                    }
-                    if finished {
-                        break;
-                    }
-                    if let Some(idle) = idle {
-                        let since =
-                            (unix_millis() as u64).saturating_sub(last.load(Ordering::SeqCst));
-                        if since >= idle.as_millis() as u64 {
-                            idle_stop.store(true, Ordering::SeqCst);
-                            shutdown::REQUESTED.store(true, Ordering::SeqCst);
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            })?
-    };
+    let observer = spawn_observer(
+        args,
+        membership.clone(),
+        guard,
+        done.clone(),
+        idle_stop.clone(),
+        last_effect_ms.clone(),
+    )?;
     let handler = {
         let name = args.name.clone();
         let group = args.group.clone();
@@ -650,6 +662,182 @@ fn run_decoupled(
         "signal"
     };
     Ok((reason, applied.load(Ordering::SeqCst)))
+}
+
+/// The observer of the decoupled and the exactly-once modes: every 50 ms it prints what the
+/// membership and the guard say (the poll thread is inside the library's loop and cannot), and
+/// stops the worker after `--stop-after-idle-ms` without an effect, until `done` is set.
+fn spawn_observer(
+    args: &Args,
+    membership: MembershipView,
+    guard: GuardView,
+    done: Arc<AtomicBool>,
+    idle_stop: Arc<AtomicBool>,
+    last: Arc<AtomicU64>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let name = args.name.clone();
+    let idle = args.stop_after_idle;
+    std::thread::Builder::new()
+        .name("observer".to_string())
+        .spawn(move || {
+            let mut printed = Printed::default();
+            loop {
+                let finished = done.load(Ordering::SeqCst);
+                let (identity, owned) = membership.read();
+                let snapshot = guard.snapshot();
+                // A member between JoinGroup and SyncGroup already has its new generation
+                // and not yet its partitions: such a moment is not an assignment to print.
+                if !owned.is_empty() || identity.generation_id < 0 {
+                    let owned = owned.iter().map(|tp| tp.partition).collect();
+                    print_changes(
+                        &name,
+                        identity.generation_id,
+                        owned,
+                        &snapshot.partitions,
+                        &mut printed,
+                    );
+                }
+                if finished {
+                    break;
+                }
+                if let Some(idle) = idle {
+                    let since = (unix_millis() as u64).saturating_sub(last.load(Ordering::SeqCst));
+                    if since >= idle.as_millis() as u64 {
+                        idle_stop.store(true, Ordering::SeqCst);
+                        shutdown::REQUESTED.store(true, Ordering::SeqCst);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+}
+
+/// The exactly-once mode (`--fills`): one fill per order into the open transaction, which
+/// commits the order's offset with it; the loop is the library's transactional one (with
+/// `--workers`, the decoupled form), watched by the observer thread.
+fn run_fills(
+    args: &Args,
+    consumer: Consumer,
+    fills: &str,
+    effects: Option<File>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let name = args.name.clone();
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(args.bootstrap.split(','))
+            .set("client.id", &format!("{name}-fills"))
+            .set("transactional.id", &args.transactional_id)
+            .set(
+                "transaction.timeout.ms",
+                &args.transaction_timeout_ms.to_string(),
+            )
+            .build()?,
+    )?;
+    // Fences an older producer with this transactional.id (a static member's previous process)
+    // and aborts what it left open.
+    let mut consumer = consumer.with_transactions(producer)?;
+    println!(
+        "transactional name={name} id={} timeout_ms={}",
+        args.transactional_id, args.transaction_timeout_ms
+    );
+    let membership = consumer.membership_view();
+    let applied = Arc::new(AtomicU64::new(0));
+    let last_effect_ms = Arc::new(AtomicU64::new(unix_millis() as u64));
+    let idle_stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let observer = spawn_observer(
+        args,
+        membership.clone(),
+        consumer.guard_view(),
+        done.clone(),
+        idle_stop.clone(),
+        last_effect_ms.clone(),
+    )?;
+    let handler = {
+        let name = name.clone();
+        let group = args.group.clone();
+        let topic = fills.to_string();
+        let process = args.process;
+        let effects = effects.map(Arc::new);
+        let (applied, last) = (applied.clone(), last_effect_ms.clone());
+        move |record: &Record, tx: &mut TransactionContext<'_>| -> Result<(), std::io::Error> {
+            let Some(order) = order_id_or_warn(record) else {
+                return Ok(());
+            };
+            let start = unix_millis();
+            if !process.is_zero() {
+                std::thread::sleep(process);
+            }
+            if !tx.is_current() {
+                // The library drops the fill of a record whose partition moved; the line says
+                // that it happened.
+                println!(
+                    "stale name={name} partition={} offset={}",
+                    record.partition, record.offset
+                );
+            }
+            if let Some(file) = &effects {
+                // An attempt: in the log before the fill is handed to the transaction.
+                let line = format!(
+                    "{} {order} {} {} {}\n",
+                    effect_key(&group, record),
+                    record.partition,
+                    record.offset,
+                    unix_millis()
+                );
+                (&**file).write_all(line.as_bytes())?;
+            }
+            let mut fill = b"fill:".to_vec();
+            fill.extend_from_slice(record.value.as_deref().unwrap_or_default());
+            fill.extend_from_slice(format!(";by={name}").as_bytes());
+            let mut out = ProducerRecord::new(topic.as_str(), fill);
+            if let Some(key) = &record.key {
+                out = out.key(key.clone());
+            }
+            tx.send(out);
+            applied.fetch_add(1, Ordering::SeqCst);
+            let end = unix_millis();
+            last.store(end as u64, Ordering::SeqCst);
+            let generation = membership.read().0.generation_id;
+            println!(
+                "applied name={name} gen={generation} partition={} from={} to={} count=1 \
+                 start_ms={start} end_ms={end}",
+                record.partition, record.offset, record.offset
+            );
+            Ok(())
+        }
+    };
+    let outcome = if args.workers > 0 {
+        consumer.run_transactional_with_workers(&shutdown::REQUESTED, args.workers, 64, handler)
+    } else {
+        consumer.run_transactional(&shutdown::REQUESTED, handler)
+    };
+    done.store(true, Ordering::SeqCst);
+    if observer.join().is_err() {
+        eprintln!("order_worker {name}: the observer thread panicked");
+    }
+    print_handoff_failures(&name, &mut consumer);
+    let stats = consumer.stats();
+    println!(
+        "transactions name={name} committed={} aborted={}",
+        stats.transactions_committed, stats.transactions_aborted
+    );
+    outcome?;
+    let reason = if idle_stop.load(Ordering::SeqCst) {
+        "idle"
+    } else {
+        "signal"
+    };
+    println!(
+        "stop name={name} reason={reason} applied={}",
+        applied.load(Ordering::SeqCst)
+    );
+    log::info!("{stats}");
+    // Commits the last transaction, hands the partitions back (leaves unless static) and
+    // closes the producer.
+    consumer.close()?;
+    println!("closed name={name}");
+    Ok(())
 }
 
 /// The end of a run in either mode: a last commit, the last changes printed, and a close that

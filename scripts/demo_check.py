@@ -11,7 +11,8 @@ Run with the project's virtualenv (standard library only). Inputs:
                 (see the doc comment of examples/order_worker.rs)
 
 Subcommands (``share`` and ``share-self-test``, for scripts/demo --share, are described in
-scripts/demo_check_share.py):
+scripts/demo_check_share.py; ``exactly-once`` and ``committed``, for scripts/demo
+--exactly-once, in scripts/demo_check_eos.py):
 
   progress --manifest M EFFECTS...
       print how many distinct orders of the manifest were applied so far
@@ -88,6 +89,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import demo_check_eos  # noqa: E402  (the exactly-once mode: scripts/demo --exactly-once)
 import demo_check_share  # noqa: E402  (the share mode: scripts/demo --share)
 import faults as fault_tools  # noqa: E402  (the fault windows and their gaps, one definition)
 
@@ -678,6 +680,23 @@ def main():
     p.add_argument("--brokers", type=int, help="cluster size, printed in the verdict (with --faults)")
     p.add_argument("--faults", help="scripts/faults.py events file: measure the gaps of each fault")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("committed", help="orders whose fill a worker committed (commit lines)")
+    p.add_argument("--manifest", required=True)
+    p.add_argument("out", nargs="*")
+    p.set_defaults(
+        func=lambda o: print(
+            demo_check_eos.committed_orders(read_manifest(o.manifest), o.out, read_events)
+        )
+    )
+
+    p = sub.add_parser(
+        "exactly-once", help="judge scripts/demo --exactly-once (scripts/demo_check_eos.py)"
+    )
+    demo_check_eos.add_arguments(p, parse_static_restart)
+    p.set_defaults(
+        func=lambda o: demo_check_eos.cmd_check(o, read_manifest, read_events, judge_static_restart)
+    )
 
     p = sub.add_parser("share", help="judge scripts/demo --share (scripts/demo_check_share.py)")
     demo_check_share.add_arguments(p)
