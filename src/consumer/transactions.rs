@@ -317,9 +317,9 @@ pub(crate) fn rewind_owned(
     }
     let found = super::intake::committed_or_reset(member.records(), config, &held)?;
     for (tp, position) in found {
-        let (offset, _) = position?;
+        let (offset, metadata) = position?;
         guard
-            .rewind_aborted(&tp, offset)
+            .rewind_aborted(&tp, offset, metadata.as_deref())
             .map_err(ConsumerError::Seek)?;
         intake.seek(&tp, offset);
         log::info!("{tp}: read again from {offset} after the abort");

@@ -377,6 +377,21 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         else {
             return 0;
         };
+        let (runs, named) = self.inherited_runs(partition, &mut state, start, metadata);
+        state.progress.resume_at(start, runs);
+        named
+    }
+
+    /// The offsets above `start` that the committed map `metadata` names as finished (ours,
+    /// written for `start`; anything else is ignored), and how many: what the next owner, or
+    /// this one after an aborted transaction, skips. Logged when there are any.
+    fn inherited_runs(
+        &self,
+        partition: &TopicPartition,
+        state: &mut PartitionState<M>,
+        start: i64,
+        metadata: Option<&str>,
+    ) -> (completed_map::Runs, u64) {
         let metadata = metadata.filter(|_| self.map_limit > 0);
         let runs = match metadata.map(|m| completed_map::decode(m, start)) {
             None | Some(Err(completed_map::MapError::Foreign)) => Vec::new(),
@@ -395,8 +410,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 "{partition}: {named} offset(s) above {start} already finished (committed map):                  they are skipped"
             );
         }
-        state.progress.resume_at(start, runs);
-        named
+        (runs, named)
     }
 
     /// Admits a message for processing, or says why not.

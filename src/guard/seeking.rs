@@ -86,7 +86,16 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// sent). Why a draining partition too: its drained position would otherwise be committed by
     /// its handoff, past work whose outputs the abort took away. Refused for a partition neither
     /// owned nor draining (its next owner reads from what committed anyway).
-    pub fn rewind_aborted(&self, partition: &TopicPartition, offset: i64) -> Result<(), SeekError> {
+    ///
+    /// `metadata` is what was committed with `offset`: its completed-offsets map names records
+    /// beyond `offset` that finished in transactions that did commit (their outputs are
+    /// visible), which must be skipped, not done again.
+    pub fn rewind_aborted(
+        &self,
+        partition: &TopicPartition,
+        offset: i64,
+        metadata: Option<&str>,
+    ) -> Result<(), SeekError> {
         if offset < 0 {
             return Err(SeekError::Negative {
                 tp: partition.clone(),
@@ -100,9 +109,12 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 tp: partition.clone(),
             })?;
         let discarded = state.progress.seek(offset, self.clock.now());
-        // The next commit carries `offset` (what committed), whatever the guard believed.
+        // The next commit carries `offset` (what committed), whatever the guard believed, and
+        // the records the committed map names as finished are skipped.
         state.last_committed = None;
         state.last_metadata = None;
+        let (runs, _) = self.inherited_runs(partition, &mut state, offset, metadata);
+        state.progress.resume_at(offset, runs);
         let discarded = self.keys.forget_unfinished(discarded);
         log::info!(
             "{partition}: back to {offset} after an aborted transaction ({discarded} unfinished \
