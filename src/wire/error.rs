@@ -195,6 +195,10 @@ impl KafkaCode {
     /// added to the transaction).
     pub const TRANSACTION_ABORTABLE: KafkaCode =
         KafkaCode(ResponseError::TransactionAbortable.code());
+    /// `UNSTABLE_OFFSET_COMMIT`: a transaction holds offsets of the partition that are neither
+    /// committed nor aborted yet; an OffsetFetch asking for stable offsets (KIP-447) waits.
+    pub const UNSTABLE_OFFSET_COMMIT: KafkaCode =
+        KafkaCode(ResponseError::UnstableOffsetCommit.code());
     /// `OPERATION_NOT_ATTEMPTED`: AddPartitionsToTxn did not try this partition because
     /// another one of the request failed; it is asked again with the rest.
     pub const OPERATION_NOT_ATTEMPTED: KafkaCode =
