@@ -18,7 +18,9 @@
 //! - `--process-ms N`: sleep N ms in the handler of every order (0, the default: none), so that
 //!   a transaction stays open long enough for the fault tests (`tests/brokers/producer/
 //!   txn_faults.rs`) to kill or freeze the process in the middle of one.
-//! - `--set K=V`: any consumer setting; `--producer-set K=V`: any producer setting.
+//! - `--set K=V`: any consumer setting; `--producer-set K=V`: any producer setting
+//!   (`transaction.timeout.ms` is 10000 unless given: Kafka's 60 s default exceeds the default
+//!   session of 45 s, which `with_transactions` refuses).
 //!
 //! Output (stdout), what `scripts/bench --exactly-once` and the tests read:
 //!
@@ -128,13 +130,18 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
+    // The producer's default `transaction.timeout.ms` (60 s, Kafka's) exceeds the consumer's
+    // default session (45 s), which `with_transactions` refuses: unless given, 10 s (a frozen
+    // worker's open transaction holds its partitions' next owner back at most that long).
     let mut producer = ProducerConfig::builder()
         .bootstrap_servers([args.bootstrap.as_str()])
-        .set("transactional.id", &args.transactional_id);
+        .set("transactional.id", &args.transactional_id)
+        .set("transaction.timeout.ms", "10000");
     for (k, v) in &args.producer_settings {
         producer = producer.set(k, v);
     }
     let producer_config = producer.build()?;
+    let producer = Producer::new(producer_config.clone())?;
     let mut consumer = ConsumerConfig::builder()
         .bootstrap_servers([args.bootstrap.as_str()])
         .group_id(&args.group)
@@ -148,7 +155,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "bench exactly-once settings impl=ours interval_ms={} isolation=read_committed \
          protocol={} workers={} acks={:?} linger_ms={} batch_size={} max_in_flight={} \
-         compression={:?} fetch_max_wait_ms={} max_poll_records={}",
+         compression={:?} fetch_min_bytes={} fetch_max_wait_ms={} max_partition_fetch_bytes={} \
+         max_poll_records={} session_timeout_ms={} transaction_timeout_ms={}",
         consumer_config.transaction_interval().as_millis(),
         args.protocol,
         args.workers,
@@ -157,10 +165,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         producer_config.batch_size(),
         producer_config.max_in_flight_requests_per_connection(),
         producer_config.compression_type(),
+        consumer_config.fetch_config().min_bytes,
         consumer_config.fetch_config().max_wait.as_millis(),
+        consumer_config.fetch_config().max_partition_bytes,
         consumer_config.max_poll_records(),
+        consumer_config.session_timeout().as_millis(),
+        producer.transaction_timeout().as_millis(),
     );
-    let producer = Producer::new(producer_config)?;
     let mut consumer =
         Consumer::subscribe(consumer_config, &[&args.input])?.with_transactions(producer)?;
     println!(

@@ -424,7 +424,14 @@ impl<P: Protocol> Membership for Member<P> {
     }
 
     fn enter_poll(&self) {
-        self.shared.lock().enter_poll();
+        let first = self.shared.lock().enter_poll();
+        if first {
+            // The first round waits for the first poll (`round_due`); the membership thread
+            // may be asleep until its next heartbeat tick (`heartbeat.interval.ms`), which
+            // would hold the join back that long when the application polls late (a
+            // transactional consumer polls after `init_transactions`).
+            self.shared.wake.notify_all();
+        }
     }
 
     fn leave_poll(&self) {

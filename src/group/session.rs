@@ -398,10 +398,12 @@ impl SessionState {
         })
     }
 
-    /// The application's thread entered `poll`: from now on its time is the library's.
-    pub(crate) fn enter_poll(&mut self) {
+    /// The application's thread entered `poll`: from now on its time is the library's. True
+    /// the first time: rounds beside the poll loop wait for it (see [`Self::round_due`]), so
+    /// the membership thread must be woken then.
+    pub(crate) fn enter_poll(&mut self) -> bool {
         self.in_poll = true;
-        self.polled = true;
+        !std::mem::replace(&mut self.polled, true)
     }
 
     /// `poll` returned at `now`: `max.poll.interval.ms` runs from here.

@@ -265,6 +265,11 @@ impl Sender {
         }
         let topics = self.acc.topics_wanted();
         if topics.is_empty() {
+            // Nothing to ask about (no record sent yet): nothing is due either. Left due, it
+            // would make `next_wake` answer "now" on every turn, and an idle producer (one made
+            // before its first record, as a transactional consumer's is while the group joins)
+            // would spin a core until its first `send`.
+            self.metadata_due = false;
             return;
         }
         self.metadata_at = Some(now);

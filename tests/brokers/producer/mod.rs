@@ -364,6 +364,61 @@ fn a_producer_is_shared_between_threads() {
     assert_once_in_order("4 threads", &read_all(&broker.bootstrap(), &topic), 4, 250);
 }
 
+/// This process's CPU time (user + system, in clock ticks), from `/proc/self/stat` (fields
+/// 14 and 15; the name in parentheses may hold spaces, so counted from its end).
+#[cfg(target_os = "linux")]
+fn process_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let after = stat
+        .rfind(')')
+        .and_then(|at| stat.get(at + 2..))
+        .expect("/proc/self/stat: the fields after the name");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name the state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let field = |i: usize| -> u64 {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .expect("/proc/self/stat: utime and stime")
+    };
+    field(11) + field(12)
+}
+
+/// A producer that has sent nothing yet (a transactional consumer's, while its group joins;
+/// a service's, waiting for its first request) must sleep, not spin: its sender thread once
+/// woke at once on every turn (a metadata refresh due with no topic to ask about) and burnt a
+/// core until the first `send`. Measured: the process's CPU time over one idle second (the
+/// test thread asleep, the producer's threads the only others), before the first record and
+/// after it.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_idle_producer_does_not_spin() {
+    let broker = BrokerKind::Kafka.start();
+    let topic = unique_name("produce-idle");
+    broker.create_topic(&topic, 1);
+    let idle_second = |producer: &Producer, when: &str| {
+        let before = process_cpu_ticks();
+        std::thread::sleep(Duration::from_secs(1));
+        let after = process_cpu_ticks();
+        // A spinning thread takes about 100 ticks a second (less on a loaded machine, never
+        // near 10); a sleeping one, 0 or 1.
+        assert!(
+            after - before < 10,
+            "{when}: an idle producer used {} ticks of CPU in one second (its sender thread spins)",
+            after - before
+        );
+        producer.flush().expect("flush");
+    };
+    let plain = producer(&broker.bootstrap(), &[]);
+    idle_second(&plain, "before the first send");
+    plain
+        .send(ProducerRecord::new(&topic, "one"))
+        .expect("send")
+        .wait()
+        .expect("delivered");
+    idle_second(&plain, "after the first record");
+}
+
 /// The dead-letter topic writes through the producer, but a missing dead-letter topic is an
 /// error within one request timeout (a typo must not create a topic, whatever the broker's
 /// `auto.create.topics.enable`), while a producer of its own may create one where the broker
