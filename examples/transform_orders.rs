@@ -15,6 +15,7 @@
 //! - `--workers N`: the decoupled mode (`run_transactional_with_workers`) with N threads.
 //! - `--protocol`: `group.protocol` (classic by default).
 //! - `--idle-ms N`: stop after N ms without a new order (0, the default: never).
+//! - `--first-order-ms N`: with `--idle-ms`, how long to wait for the first order instead.
 //! - `--process-ms N`: sleep N ms in the handler of every order (0, the default: none), so that
 //!   a transaction stays open long enough for the fault tests (`tests/brokers/producer/
 //!   txn_faults.rs`) to kill or freeze the process in the middle of one.
@@ -53,6 +54,7 @@ struct Args {
     workers: usize,
     protocol: String,
     idle_ms: u64,
+    first_order_ms: Option<u64>,
     process_ms: u64,
     consumer_settings: Vec<(String, String)>,
     producer_settings: Vec<(String, String)>,
@@ -72,6 +74,7 @@ fn parse() -> Result<Args, String> {
         workers: 0,
         protocol: "classic".to_string(),
         idle_ms: 0,
+        first_order_ms: None,
         process_ms: 0,
         consumer_settings: Vec::new(),
         producer_settings: Vec::new(),
@@ -88,6 +91,13 @@ fn parse() -> Result<Args, String> {
                 args.workers = value()?.parse().map_err(|e| format!("--workers: {e}"))?
             }
             "--protocol" => args.protocol = value()?,
+            "--first-order-ms" => {
+                args.first_order_ms = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--first-order-ms: {e}"))?,
+                )
+            }
             "--idle-ms" => {
                 args.idle_ms = value()?.parse().map_err(|e| format!("--idle-ms: {e}"))?
             }
@@ -184,12 +194,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let first: Arc<Mutex<Option<Instant>>> = Arc::default();
     let last = Arc::new(Mutex::new(Instant::now()));
     if args.idle_ms > 0 {
-        // A watcher ends the run after `--idle-ms` without a new order.
+        // A watcher ends the run after `--idle-ms` without a new order (before the first one:
+        // `--first-order-ms`, when given).
         let (stop, last, waker) = (stop.clone(), last.clone(), consumer.waker());
         let idle = Duration::from_millis(args.idle_ms);
+        let before_first = Duration::from_millis(args.first_order_ms.unwrap_or(args.idle_ms));
+        let done = consumed.clone();
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_millis(50));
-            let quiet = last.lock().map(|at| at.elapsed() >= idle).unwrap_or(true);
+            let bound = if done.load(Ordering::SeqCst) == 0 {
+                before_first
+            } else {
+                idle
+            };
+            let quiet = last.lock().map(|at| at.elapsed() >= bound).unwrap_or(true);
             if quiet {
                 stop.store(true, Ordering::SeqCst);
                 waker.wake();

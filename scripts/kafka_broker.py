@@ -376,6 +376,9 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls
         "transaction.state.log.replication.factor": "1",
         "transaction.state.log.min.isr": "1",
         "transaction.state.log.num.partitions": "1",
+        # A frozen producer's transaction is aborted within a second of its timeout instead of
+        # ten (Kafka's default check interval): the exactly-once fault tests wait for it.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
         # Classic groups: allow short sessions (the default floor is 6 s).

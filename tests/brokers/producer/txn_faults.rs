@@ -50,6 +50,8 @@ const IDLE_MS: u64 = 12_000;
 /// the frozen one's session and the coordinator's abort of its transaction, which Kafka checks
 /// every 10 s (`transaction.abort.timed.out.transaction.cleanup.interval.ms`): up to 16 s.
 const IDLE_BEHIND_ZOMBIE_MS: u64 = 30_000;
+/// How long the worker that took everything over stays after its last order.
+const IDLE_AFTER_TAKEOVER_MS: u64 = 3000;
 /// Session and transaction timeout of every worker.
 const SESSION_MS: u64 = 6000;
 /// Bound on every output being visible once the fault happened.
@@ -130,11 +132,12 @@ impl Setup {
 
     /// Starts a worker process named `name` with `transactional.id` `txn_id`.
     fn start(&self, name: &str, txn_id: &str) -> Worker {
-        self.start_idle(name, txn_id, IDLE_MS)
+        self.start_idle(name, txn_id, IDLE_MS, IDLE_MS)
     }
 
-    /// [`start`](Self::start) with `--idle-ms idle_ms`.
-    fn start_idle(&self, name: &str, txn_id: &str, idle_ms: u64) -> Worker {
+    /// [`start`](Self::start) waiting `first_ms` for its first order and stopping `idle_ms`
+    /// after its last.
+    fn start_idle(&self, name: &str, txn_id: &str, first_ms: u64, idle_ms: u64) -> Worker {
         let stdout = self.dir.join(format!("{name}.out"));
         let stderr = self.dir.join(format!("{name}.err"));
         let process_ms = PROCESS_MS * self.workers.max(1) as u64;
@@ -150,6 +153,7 @@ impl Setup {
         ])
         .args(["--protocol", self.protocol])
         .args(["--idle-ms", &idle_ms.to_string()])
+        .args(["--first-order-ms", &first_ms.to_string()])
         .args(["--process-ms", &process_ms.to_string()])
         .args(["--set", "max.poll.records=20"])
         .args([
@@ -430,7 +434,14 @@ fn frozen(kind: BrokerKind, protocol: &'static str, workers: usize) {
         "a frozen with {} of {INPUTS} visible and {open} records of an open transaction",
         count_per_value(&setup.committed()).len()
     );
-    let mut b = setup.start_idle("b", &unique_name("txnf-b"), IDLE_BEHIND_ZOMBIE_MS);
+    // b owns every partition from its first order on (a is frozen, then fenced): a short idle
+    // after its last order ends the test soon after the outputs are visible.
+    let mut b = setup.start_idle(
+        "b",
+        &unique_name("txnf-b"),
+        IDLE_BEHIND_ZOMBIE_MS,
+        IDLE_AFTER_TAKEOVER_MS,
+    );
     setup.wait_visible(INPUTS, ALL_VISIBLE, &[&a, &b]);
     let frozen_for = frozen_at.elapsed();
     assert!(
