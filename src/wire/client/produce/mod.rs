@@ -31,12 +31,32 @@ impl Client {
     }
 
     fn produce_once(&mut self, tp: &TopicPartition, batch: Bytes) -> Result<i64> {
+        self.produce_one_batch(tp, batch, None)
+    }
+
+    /// One Produce of one sealed batch to `tp`'s leader with acks=all, in the transaction
+    /// `transaction` names (its id and protocol, which decides the Produce version) when given;
+    /// the base offset the leader assigned. The one request behind the one-shot appends of
+    /// tests and tools.
+    pub(super) fn produce_one_batch(
+        &mut self,
+        tp: &TopicPartition,
+        batch: Bytes,
+        transaction: Option<(&str, txn::TransactionVersion)>,
+    ) -> Result<i64> {
         let leader = self.leader(tp)?;
         let timeout_ms =
             i32::try_from(self.config.connection.request_timeout.as_millis()).unwrap_or(i32::MAX);
         let conn = self.leader_connection(leader)?;
-        let version = conn.version_for(ApiKey::Produce)?;
+        let version = match transaction {
+            Some((_, tv)) => conn.version_within(ApiKey::Produce, tv.produce_versions())?,
+            None => conn.version_for(ApiKey::Produce)?,
+        };
         let req = msg::ProduceRequest::default()
+            .with_transactional_id(
+                transaction
+                    .map(|(id, _)| msg::TransactionalId(StrBytes::from_string(id.to_string()))),
+            )
             .with_acks(-1)
             .with_timeout_ms(timeout_ms)
             .with_topic_data(vec![produce_request::TopicProduceData::default()
@@ -65,7 +85,7 @@ impl Client {
             return Err(WireError::kafka(
                 ApiKey::Produce,
                 code,
-                format!("{tp} {msg}"),
+                format!("{tp} v{version} {msg}"),
             ));
         }
         Ok(p.base_offset)

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::{
-    self as msg, add_partitions_to_txn_request, produce_request, txn_offset_commit_request, ApiKey,
-    GroupId, ProducerId, TopicName, TransactionalId,
+    self as msg, add_partitions_to_txn_request, txn_offset_commit_request, ApiKey, GroupId,
+    ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -32,7 +32,7 @@ use super::super::offsets::{per_topic, CommitIdentity, OffsetCommitEntry};
 use super::super::Client;
 use super::ProducerIdentity;
 use crate::wire::connection::WireRequest;
-use crate::wire::error::{broker_text, KafkaCode, Result, WireError};
+use crate::wire::error::{KafkaCode, Result, WireError};
 use crate::wire::records::encode::{Codec, OpenBatch, ProducerStamp};
 use crate::wire::records::{self, ProduceRecord};
 use crate::wire::versions::{client_range, VersionRange};
@@ -544,46 +544,7 @@ impl Client {
                 base_sequence,
                 transactional: true,
             });
-        let leader = self.leader(tp)?;
-        let timeout_ms = millis_i32(self.config.connection.request_timeout);
-        let conn = self.leader_connection(leader)?;
-        let version = conn.version_within(ApiKey::Produce, tv.produce_versions())?;
-        let req = msg::ProduceRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
-                transactional_id.to_string(),
-            ))))
-            .with_acks(-1)
-            .with_timeout_ms(timeout_ms)
-            .with_topic_data(vec![produce_request::TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
-                .with_partition_data(vec![
-                    produce_request::PartitionProduceData::default()
-                        .with_index(tp.partition)
-                        .with_records(Some(batch)),
-                ])]);
-        let sent = conn.send(&req, version);
-        let resp = self.failed_if_broken(leader, sent)?;
-        let p = resp
-            .responses
-            .into_iter()
-            .flat_map(|t| t.partition_responses)
-            .find(|p| p.index == tp.partition)
-            .ok_or_else(|| WireError::Protocol(format!("Produce response lacks {tp}")))?;
-        if let Some(code) = KafkaCode::from_code(p.error_code) {
-            if code.is_stale_metadata() {
-                self.metadata_stale = true;
-            }
-            let msg = p
-                .error_message
-                .map(|m| broker_text(m.as_str()))
-                .unwrap_or_default();
-            return Err(WireError::kafka(
-                ApiKey::Produce,
-                code,
-                format!("{tp} v{version} {msg}"),
-            ));
-        }
-        Ok(p.base_offset)
+        self.produce_one_batch(tp, batch, Some((transactional_id, tv)))
     }
 }
 
