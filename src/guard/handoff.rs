@@ -117,7 +117,7 @@ impl AwaitingCommit {
 
     /// Whether some partition's drain failed (its work did not all finish in time): a
     /// transaction holding outputs of that work must not commit.
-    pub fn any_drain_failed(&self) -> bool {
+    pub(crate) fn any_drain_failed(&self) -> bool {
         !self.failures.is_empty()
     }
 }
@@ -442,7 +442,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// partitions, whose positions the handoff reads). Answered with
     /// [`commit_answered`](Self::commit_answered), which records only the owned ones (a draining
     /// partition's handoff commits its position again).
-    pub fn transaction_request(&self, except: &[TopicPartition]) -> Option<CommitRequest> {
+    pub(crate) fn transaction_request(&self, except: &[TopicPartition]) -> Option<CommitRequest> {
         let mut request = CommitRequest::default();
         for (tp, entry) in self.partitions.iter() {
             if except.contains(tp) {

@@ -79,6 +79,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         Ok(())
     }
 
+    internal_pub! {
     /// Takes back the progress an aborted transaction held: a partition owned, or draining
     /// toward its revocation, reads from `offset` (what the group has committed) again, as a
     /// seek there would, and its work at or after `offset`, finished or running, no longer
@@ -90,7 +91,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// `metadata` is what was committed with `offset`: its completed-offsets map names records
     /// beyond `offset` that finished in transactions that did commit (their outputs are
     /// visible), which must be skipped, not done again.
-    pub fn rewind_aborted(
+    fn rewind_aborted(
         &self,
         partition: &TopicPartition,
         offset: i64,
@@ -122,10 +123,11 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         );
         Ok(())
     }
+    }
 
     /// The partitions in hand: owned, or draining toward a revocation (what an aborted
     /// transaction may hold progress of).
-    pub fn in_hand(&self) -> Vec<TopicPartition> {
+    pub(crate) fn in_hand(&self) -> Vec<TopicPartition> {
         let mut held: Vec<_> = self
             .partitions
             .iter()
