@@ -20,7 +20,7 @@ use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -67,27 +67,6 @@ const HEALTHY_GAP_BOUND: Duration = Duration::from_secs(3);
 /// in three runs. (The paused-leader test tells that apart whenever Kafka fences the hung node
 /// after the sender's first retry to it.)
 const FAILOVER_BOUND: Duration = Duration::from_secs(3);
-
-/// Logs (`RUST_LOG`) stamped with the time since the test's start, to line them up with the
-/// test's own timings.
-fn init_logs() {
-    static START: OnceLock<Instant> = OnceLock::new();
-    let start = *START.get_or_init(Instant::now);
-    let _ = env_logger::builder()
-        .is_test(true)
-        .format(move |buf, record| {
-            use std::io::Write;
-            writeln!(
-                buf,
-                "[{:>9.3}s {} {}] {}",
-                start.elapsed().as_secs_f64(),
-                record.level(),
-                record.target(),
-                record.args()
-            )
-        })
-        .try_init();
-}
 
 /// The producer under test (see the module documentation).
 fn producer(bootstrap: &str) -> Producer {
@@ -547,7 +526,7 @@ while True:
 /// comes back (its unreplicated tail truncated) while the producer goes on.
 #[test]
 fn a_killed_leader_loses_nothing_and_writes_each_record_once_in_order() {
-    init_logs();
+    support::init_stamped_logs();
     let test_started = Instant::now();
     let cluster = KafkaCluster::start(3);
     let bootstrap = cluster.bootstrap().to_string();
@@ -631,7 +610,7 @@ fn a_killed_leader_loses_nothing_and_writes_each_record_once_in_order() {
 /// would show here as a pause of every partition.
 #[test]
 fn a_paused_leader_holds_only_its_own_partitions_and_loses_nothing() {
-    init_logs();
+    support::init_stamped_logs();
     let test_started = Instant::now();
     let cluster = KafkaCluster::start(3);
     let bootstrap = cluster.bootstrap().to_string();
@@ -750,7 +729,7 @@ fn a_paused_leader_holds_only_its_own_partitions_and_loses_nothing() {
 /// so every partition changes leader at least once.
 #[test]
 fn a_rolling_restart_loses_nothing_and_writes_each_record_once_in_order() {
-    init_logs();
+    support::init_stamped_logs();
     let test_started = Instant::now();
     let cluster = KafkaCluster::start(3);
     let bootstrap = cluster.bootstrap().to_string();

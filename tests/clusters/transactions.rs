@@ -27,7 +27,7 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -50,26 +50,6 @@ const SESSION_MS: &str = "20000";
 const RECOVERY: Duration = Duration::from_secs(90);
 /// Bound on every output being visible once the inputs stopped.
 const ALL_VISIBLE: Duration = Duration::from_secs(120);
-
-/// Logs (`RUST_LOG`) stamped with the time since the test's start.
-fn init_logs() {
-    static START: OnceLock<Instant> = OnceLock::new();
-    let start = *START.get_or_init(Instant::now);
-    let _ = env_logger::builder()
-        .is_test(true)
-        .format(move |buf, record| {
-            use std::io::Write;
-            writeln!(
-                buf,
-                "[{:>8.3}s {} {}] {}",
-                start.elapsed().as_secs_f64(),
-                record.level(),
-                record.target(),
-                record.args()
-            )
-        })
-        .try_init();
-}
 
 /// A producer writing `in:<i>` keyed `k<i>` to `topic` at [`RATE`] per second until `stop`;
 /// returns how many it wrote (every one acknowledged).
@@ -246,7 +226,7 @@ fn kill_and_recover(cluster: &KafkaCluster, node: NodeId, what: &str, workers: &
 
 #[test]
 fn exactly_once_survives_killed_coordinators_and_leader() {
-    init_logs();
+    support::init_stamped_logs();
     let test_start = Instant::now();
     let cluster = KafkaCluster::start_with(
         3,

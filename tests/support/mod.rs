@@ -163,6 +163,27 @@ pub fn scratch_dir() -> PathBuf {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
+/// Logs (`RUST_LOG`) stamped with the time since the first call, to line them up with a
+/// fault test's own timings (the cluster tests print when each node was killed).
+pub fn init_stamped_logs() {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    let _ = env_logger::builder()
+        .is_test(true)
+        .format(move |buf, record| {
+            use std::io::Write;
+            writeln!(
+                buf,
+                "[{:>9.3}s {} {}] {}",
+                start.elapsed().as_secs_f64(),
+                record.level(),
+                record.target(),
+                record.args()
+            )
+        })
+        .try_init();
+}
+
 /// A name unique across processes and runs: `<prefix>-<pid>-<nanos>-<seq>`.
 ///
 /// Use it for topics and groups so that tests never share state by accident.
