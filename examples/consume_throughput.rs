@@ -88,18 +88,20 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
     }
     let config = ConsumerConfig::from_properties(props)?;
     // The fetch settings in force, from the config's own getters, for the bench to print beside
-    // its table. Our prefetch is no setting: each broker's fetch thread keeps one fetch ahead.
+    // its table. Each broker's fetch thread keeps one fetch ahead, both answers within
+    // fetch.buffer.bytes.
     println!(
         "bench consume settings reader=ours-{} fetch.min.bytes={} fetch.max.wait.ms={} \
          max.partition.fetch.bytes={} fetch.max.bytes={} max.poll.records={} \
-         commit.interval.ms={} prefetch=one-fetch-ahead-per-broker",
+         commit.interval.ms={} fetch.buffer.bytes={} prefetch=one-fetch-ahead-per-broker",
         if args.keyed { "keyed" } else { "run" },
         config.fetch_min_bytes(),
         config.fetch_max_wait().as_millis(),
         config.max_partition_fetch_bytes(),
         config.fetch_max_bytes(),
         config.max_poll_records(),
-        config.commit_interval().as_millis()
+        config.commit_interval().as_millis(),
+        config.fetch_buffer_bytes()
     );
     let started = Instant::now();
     let mut consumer = Consumer::subscribe(config, &[&args.topic])?;

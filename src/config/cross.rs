@@ -45,6 +45,7 @@ pub(super) const NOT_FOR_SHARE_GROUPS: &[(&str, &str)] = &[
     ("rebalance.storm.threshold", "share groups have no rebalances that stop processing"),
     ("batch.safety.factor", "batches are bounded by `max.poll.records` and each record by its lock"),
     ("transaction.interval.ms", "share groups have no committed offsets to put in a transaction (KIP-932)"),
+    ("fetch.buffer.bytes", "a share fetch holds only the records it acquired, bounded by `max.poll.records` and `fetch.max.bytes`"),
 ];
 
 /// The producer's own settings (its rows in the table, documented "Producer only"): refused

@@ -272,6 +272,11 @@ impl ConsumerConfig {
     pub fn max_partition_fetch_bytes(&self) -> i32 {
         self.max_partition_fetch_bytes
     }
+    /// `fetch.buffer.bytes` (positive): the per-broker bound on fetched records held ahead of
+    /// the handler, printed by benchmarks beside the Kafka settings it narrows.
+    pub fn fetch_buffer_bytes(&self) -> i32 {
+        self.fetch_buffer_bytes
+    }
     internal_pub! {
     /// `isolation.level`.
     fn isolation_level(&self) -> IsolationLevel {
@@ -488,7 +493,9 @@ impl ConsumerConfig {
         FetchConfig {
             max_wait: self.fetch_max_wait,
             min_bytes: self.fetch_min_bytes,
-            max_bytes: self.fetch_max_bytes,
+            // Two answers are held per broker (the one handed out, the one fetched ahead), so
+            // each asks for at most half of `fetch.buffer.bytes`.
+            max_bytes: self.fetch_max_bytes.min((self.fetch_buffer_bytes / 2).max(1)),
             max_partition_bytes: self.max_partition_fetch_bytes,
             isolation: self.isolation_level,
             client_rack: self.client_rack.clone(),

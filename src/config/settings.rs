@@ -222,6 +222,13 @@ settings! {
         set: |bytes: i32| bytes,
         doc: "Soft cap on the data returned per partition in one fetch (1 MiB, Java's default).",
     }
+    fetch_buffer_bytes: i32 {
+        name: "fetch.buffer.bytes",
+        default: "4194304",
+        rule: checks::positive_bytes,
+        set: |bytes: i32| bytes,
+        doc: "Consumer only; ours. The bound, per broker, on fetched records held ahead of the handler: the fetch answer being handed out and the one fetched ahead each ask for at most half of it (and at most `fetch.max.bytes`), shared evenly among the partitions owned (at least 64 KiB each) so that no answer is held for one partition's sake. 4 MiB: the whole consumer peaks near 12 MB of memory at full speed on six partitions, where Java holds up to `fetch.max.bytes` (50 MiB) per broker; a record batch larger than a partition's share still comes whole, so it can be exceeded by one batch. Raise it on a link whose round trip is long (each answer carries at most half of it)",
+    }
     isolation_level: IsolationLevel {
         name: "isolation.level",
         default: "read_committed",

@@ -489,8 +489,22 @@ fn conversions_carry_the_settings() {
     assert!(client.connection.max_response_size > 100_000_000);
     assert_eq!(client.retry_backoff, Duration::from_millis(50));
     let fetch = c.fetch_config();
-    assert_eq!(fetch.max_bytes, 100_000_000);
+    // Each fetch answer is at most half of fetch.buffer.bytes (4 MiB by default)...
+    assert_eq!(fetch.max_bytes, 2 * 1024 * 1024);
     assert_eq!(fetch.max_wait, Duration::from_millis(500));
+    // ...and at most fetch.max.bytes, whichever is smaller.
+    let roomy = props(&[
+        ("fetch.max.bytes", "100000000"),
+        ("fetch.buffer.bytes", "1000000000"),
+    ])
+    .unwrap();
+    assert_eq!(roomy.fetch_config().max_bytes, 100_000_000);
+    let small = props(&[("fetch.max.bytes", "1000000")]).unwrap();
+    assert_eq!(small.fetch_config().max_bytes, 1_000_000);
+    let err = props(&[("fetch.buffer.bytes", "0")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fetch.buffer.bytes"), "{err}");
     let guard = c.guard_config();
     assert_eq!(guard.storm_threshold, 5);
     assert!(guard.validate().is_ok());

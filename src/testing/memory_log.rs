@@ -89,6 +89,8 @@ struct State {
     max_fetch_records: usize,
     fetch_wait: Duration,
     fetch_calls: u64,
+    /// `max.partition.fetch.bytes` of the last fetch asked for, as the consumer sent it.
+    last_partition_max_bytes: Option<i32>,
     /// Rotates the order partitions are filled in, so that `fetch.max.bytes` starves none.
     rotation: usize,
 }
@@ -303,6 +305,7 @@ impl InMemoryLog {
                     max_fetch_records: DEFAULT_MAX_FETCH_RECORDS,
                     fetch_wait: Duration::ZERO,
                     fetch_calls: 0,
+                    last_partition_max_bytes: None,
                     rotation: 0,
                 }),
                 produced: Condvar::new(),
@@ -582,6 +585,12 @@ impl InMemoryLog {
     pub fn fetch_calls(&self) -> u64 {
         self.state().fetch_calls
     }
+
+    /// What the last fetch allowed each partition (`max.partition.fetch.bytes` as sent), so
+    /// that a test can check how the consumer shares its fetch bound among partitions.
+    pub fn last_partition_max_bytes(&self) -> Option<i32> {
+        self.state().last_partition_max_bytes
+    }
 }
 
 impl RecordSource for InMemoryLog {
@@ -592,6 +601,7 @@ impl RecordSource for InMemoryLog {
     ) -> Result<Vec<LazyPartition>> {
         let mut state = self.state();
         state.fetch_calls += 1;
+        state.last_partition_max_bytes = Some(cfg.max_partition_bytes);
         if let Some(error) = take(&mut state.fetch_failures) {
             let failed = positions
                 .iter()

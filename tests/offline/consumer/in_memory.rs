@@ -1450,3 +1450,37 @@ fn run_does_not_dead_letter_a_record_whose_partition_was_lost_under_it() {
     assert_eq!(seen[&(0, 3)], 1, "{seen:?}");
     assert_all_committed_at(&log, 10);
 }
+
+/// `fetch.buffer.bytes` bounds what a member holds ahead of its handler: each fetch answer asks
+/// for at most half of it, shared evenly by the partitions owned (never below 64 KiB each), so
+/// that a partition fetched alone does not take a whole answer and pin it.
+#[test]
+fn the_fetch_buffer_bound_is_shared_among_the_partitions_owned() {
+    let cases: [(&[(&str, &str)], i32); 3] = [
+        // 1 MiB: answers of 512 KiB, 128 KiB per partition of the four.
+        (&[("fetch.buffer.bytes", "1048576")], 128 * 1024),
+        // 256 KiB: 32 KiB per partition would be below the floor.
+        (&[("fetch.buffer.bytes", "262144")], 64 * 1024),
+        // Room for every partition's max.partition.fetch.bytes: as set.
+        (
+            &[
+                ("fetch.buffer.bytes", "16777216"),
+                ("max.partition.fetch.bytes", "100000"),
+            ],
+            100_000,
+        ),
+    ];
+    for (extra, expected) in cases {
+        let (log, group, processed) = classic_group();
+        let mut node = classic_node(&group, "a", Strategy::Range, extra);
+        while count(&processed) < 4 * 10 {
+            node.turn(&processed);
+        }
+        assert_eq!(
+            log.last_partition_max_bytes(),
+            Some(expected),
+            "{extra:?}: each partition's share of a fetch"
+        );
+        node.consumer.close().expect("close");
+    }
+}
