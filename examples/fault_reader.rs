@@ -22,7 +22,9 @@
 //! `settings fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..
 //! session.timeout.ms=.. heartbeat.interval.ms=.. commit.interval.ms=..`, and
 //! `first-record UNIX_MS` once the first record arrived (the bench starts its faults once every
-//! reader printed it).
+//! reader printed it). The library's log goes to stderr (warnings by default; `RUST_LOG`, e.g.
+//! `RUST_LOG=rebalance_guard=debug scripts/bench --faults`, says more), each line stamped with
+//! unix milliseconds and its thread, to be read beside the records and the fault times.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -170,6 +172,22 @@ fn run(args: &Args) -> Result<(), BoxError> {
 }
 
 fn main() -> ExitCode {
+    // The library's log on stderr, each line stamped with wall-clock milliseconds like the
+    // records and the bench's fault times, and with its thread's name (RUST_LOG=rebalance_guard=debug shows what the poll
+    // thread waited for during a fault); warnings only by default.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format(|buf, record| {
+            writeln!(
+                buf,
+                "{} {:<5} [{}] {}: {}",
+                unix_millis(),
+                record.level(),
+                std::thread::current().name().unwrap_or("?"),
+                record.target(),
+                record.args()
+            )
+        })
+        .init();
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -1,31 +1,44 @@
 /*
- * The Java reader of scripts/bench: Apache Kafka's own KafkaConsumer in a consumer group,
- * committing synchronously after every poll that returned records (what a careful Java worker
- * does), reading --count records of a topic and printing one line:
+ * The Java readers of scripts/bench: Apache Kafka's own KafkaConsumer in a consumer group,
+ * reading --count records of a topic, committing as --commit says (the same three ways in the
+ * fault mode below, one definition: commitAfterPoll):
  *
- *   reader=java-commitsync records=N join_s=J first_to_last_s=T
+ *   sync   commitSync() after every poll that returned records (what a careful Java worker does;
+ *          the default)
+ *   async  commitAsync() after every poll that returned records (a failed commit is reported on
+ *          stderr; close() waits for the ones in flight): the fair peer of a client whose
+ *          commits do not block the poll loop
+ *   auto   enable.auto.commit=true with Java's default auto.commit.interval.ms, no commit call:
+ *          poll() commits when the interval is due and close() commits the last positions
+ *          (Java's default way)
+ *
+ * and printing one line:
+ *
+ *   reader=java-commitsync|java-commitasync|java-autocommit records=N join_s=J first_to_last_s=T
  *
  * join_s is from subscribe to the first record, first_to_last_s from the first record to the
- * last. Before it, the fetch settings in force (defaults included):
+ * last (close(), and with it auto's last commit, is not timed). Before it, the settings in force
+ * (defaults included), read back from Java's ConsumerConfig; READER is java (sync), java-async or
+ * java-auto, scripts/bench's names:
  *
- *   bench consume settings reader=java fetch.min.bytes=.. fetch.max.wait.ms=.. ...
+ *   bench consume settings reader=READER fetch.min.bytes=.. fetch.max.wait.ms=.. ...
+ *       max.poll.records=.. enable.auto.commit=.. auto.commit.interval.ms=..
  *
  * --set NAME=VALUE (repeatable) passes any consumer setting. Run as a single-file program:
  *
  *   java -cp "$(cat .cache/kafka/clients-4.4.0/classpath)" scripts/BenchConsumer.java \
- *        --bootstrap B --topic T --group G --count N
+ *        --bootstrap B --topic T --group G --count N [--commit sync|async|auto]
  *
  * Fault mode, for scripts/bench --faults (scripts/faults.py): with --faults-out FILE it reads
  * until the file --stop-file exists (checked after every poll; at most 900 s), notes every record
- * received, commits after every poll that returned records, with commitSync (--commit sync) or
- * commitAsync (--commit async: the fair peer of a client whose commits do not block the poll
- * loop), reports a failed commit on stderr and goes on, closes, and writes one line per record
- * to FILE, "unix_ms partition offset", in the order received. --set NAME=VALUE (repeatable)
+ * received, commits as --commit says (sync, async or auto, as above), reports a failed commit on
+ * stderr and goes on, closes, and writes one line per record to FILE, "unix_ms partition
+ * offset", in the order received. --set NAME=VALUE (repeatable)
  * passes any consumer setting (the bench gives ours and this reader the same fetch and group
  * settings); --count is not needed then.
  *
  *   java -cp ... scripts/BenchConsumer.java --bootstrap B --topic T --group G \
- *        --faults-out FILE --commit sync|async --stop-file STOP [--set NAME=VALUE ...]
+ *        --faults-out FILE --commit sync|async|auto --stop-file STOP [--set NAME=VALUE ...]
  *
  * Share mode, for scripts/bench --share (KIP-932): with --share commitsync|piggyback it reads
  * --count records of a topic as a member of the share group --group, with Apache Kafka's
@@ -106,8 +119,13 @@ public class BenchConsumer {
             }
         }
         boolean faults = faultsOut != null;
-        if (faults && (stopFile == null || !(commit.equals("sync") || commit.equals("async")))) {
-            System.err.println("BenchConsumer: --faults-out needs --stop-file and --commit sync|async");
+        Commit mode = Commit.parse(commit);
+        if (mode == null) {
+            System.err.println("BenchConsumer: --commit takes sync, async or auto");
+            System.exit(2);
+        }
+        if (faults && stopFile == null) {
+            System.err.println("BenchConsumer: --faults-out needs --stop-file");
             System.exit(2);
         }
         if (bootstrap == null || topic == null || group == null || (count <= 0 && !faults)) {
@@ -126,7 +144,7 @@ public class BenchConsumer {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, String.valueOf(mode == Commit.AUTO));
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
         props.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
@@ -136,21 +154,24 @@ public class BenchConsumer {
             props.put(kv[0], kv[1]);
         }
         if (faults) {
-            runFaults(props, topic, faultsOut, commit.equals("sync"), Path.of(stopFile));
+            runFaults(props, topic, faultsOut, mode, Path.of(stopFile));
             return;
         }
-        // The fetch settings in force (defaults included), for scripts/bench to print beside its
-        // table. The Java consumer's prefetch is no setting: it sends the next fetch for the
-        // partitions whose fetched records are used up, one fetch per broker ahead.
+        // The fetch and commit settings in force (defaults included), for scripts/bench to print
+        // beside its table. The Java consumer's prefetch is no setting: it sends the next fetch
+        // for the partitions whose fetched records are used up, one fetch per broker ahead.
         ConsumerConfig effective = new ConsumerConfig(props);
-        System.out.printf("bench consume settings reader=java fetch.min.bytes=%d"
+        System.out.printf("bench consume settings reader=%s fetch.min.bytes=%d"
                 + " fetch.max.wait.ms=%d max.partition.fetch.bytes=%d fetch.max.bytes=%d"
-                + " max.poll.records=%d%n",
+                + " max.poll.records=%d enable.auto.commit=%b auto.commit.interval.ms=%d%n",
+                mode.benchName,
                 effective.getInt(ConsumerConfig.FETCH_MIN_BYTES_CONFIG),
                 effective.getInt(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG),
                 effective.getInt(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG),
                 effective.getInt(ConsumerConfig.FETCH_MAX_BYTES_CONFIG),
-                effective.getInt(ConsumerConfig.MAX_POLL_RECORDS_CONFIG));
+                effective.getInt(ConsumerConfig.MAX_POLL_RECORDS_CONFIG),
+                effective.getBoolean(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG),
+                effective.getInt(ConsumerConfig.AUTO_COMMIT_INTERVAL_MS_CONFIG));
         long started = System.nanoTime();
         long first = -1, last = -1, seen = 0;
         long deadline = started + Duration.ofSeconds(300).toNanos();
@@ -169,12 +190,61 @@ public class BenchConsumer {
                     first = System.nanoTime();
                 }
                 seen += records.count();
-                consumer.commitSync();
+                commitAfterPoll(consumer, mode);
                 last = System.nanoTime();
             }
         }
-        System.out.printf("reader=java-commitsync records=%d join_s=%.3f first_to_last_s=%.3f%n",
-                seen, (first - started) / 1e9, (last - first) / 1e9);
+        System.out.printf("reader=%s records=%d join_s=%.3f first_to_last_s=%.3f%n",
+                mode.clientId, seen, (first - started) / 1e9, (last - first) / 1e9);
+    }
+
+    /** How a group reader commits (the header's --commit), with its names in both modes. */
+    enum Commit {
+        SYNC("java", "java-commitsync"),
+        ASYNC("java-async", "java-commitasync"),
+        AUTO("java-auto", "java-autocommit");
+
+        /** scripts/bench's reader name, in the settings line. */
+        final String benchName;
+        /** The result line's reader and the client.id (scripts/faults.py's reader names). */
+        final String clientId;
+
+        Commit(String benchName, String clientId) {
+            this.benchName = benchName;
+            this.clientId = clientId;
+        }
+
+        static Commit parse(String s) {
+            switch (s) {
+                case "sync": return SYNC;
+                case "async": return ASYNC;
+                case "auto": return AUTO;
+                default: return null;
+            }
+        }
+    }
+
+    /**
+     * The commit after a poll that returned records, the one definition both group modes use:
+     * commitSync, commitAsync (a failure reported on stderr when its answer comes), or nothing
+     * (auto: poll() and close() commit).
+     */
+    static void commitAfterPoll(KafkaConsumer<byte[], byte[]> consumer, Commit mode) {
+        switch (mode) {
+            case SYNC:
+                consumer.commitSync();
+                break;
+            case ASYNC:
+                consumer.commitAsync((offsets, e) -> {
+                    if (e != null) {
+                        System.err.println("BenchConsumer: " + System.currentTimeMillis()
+                                + " commitAsync failed: " + e);
+                    }
+                });
+                break;
+            case AUTO:
+                break;
+        }
     }
 
     /** The share mode (see the header): a share-group member that ACCEPTs every record. */
@@ -277,9 +347,9 @@ public class BenchConsumer {
     }
 
     /** The fault mode (see the header): every record's arrival, a commit after every poll. */
-    static void runFaults(Properties props, String topic, String out, boolean sync, Path stop)
+    static void runFaults(Properties props, String topic, String out, Commit mode, Path stop)
             throws Exception {
-        props.put(ConsumerConfig.CLIENT_ID_CONFIG, sync ? "java-commitsync" : "java-commitasync");
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, mode.clientId);
         List<long[]> seen = new ArrayList<>();
         long failures = 0;
         long deadline = System.nanoTime() + Duration.ofSeconds(900).toNanos();
@@ -306,16 +376,7 @@ public class BenchConsumer {
                     seen.add(new long[] {System.currentTimeMillis(), r.partition(), r.offset()});
                 }
                 try {
-                    if (sync) {
-                        consumer.commitSync();
-                    } else {
-                        consumer.commitAsync((offsets, e) -> {
-                            if (e != null) {
-                                System.err.println("BenchConsumer: " + System.currentTimeMillis()
-                                        + " commitAsync failed: " + e);
-                            }
-                        });
-                    }
+                    commitAfterPoll(consumer, mode);
                 } catch (Exception e) {
                     failures++;
                     System.err.println("BenchConsumer: " + System.currentTimeMillis() + " commit failed: " + e);
@@ -327,7 +388,7 @@ public class BenchConsumer {
                 w.write(r[0] + " " + r[1] + " " + r[2] + "\n");
             }
         }
-        System.out.printf("reader=java-commit%s records=%d failures=%d out=%s%n",
-                sync ? "sync" : "async", seen.size(), failures, out);
+        System.out.printf("reader=%s records=%d failures=%d out=%s%n",
+                mode.clientId, seen.size(), failures, out);
     }
 }

@@ -80,6 +80,17 @@ pub(in crate::wire) trait Lane: Default + Send + 'static {
     /// The connection is about to be dropped: end what the broker ties to it.
     fn disconnecting(&mut self) {}
 
+    /// Whether `answer` brings the asking thread something to hand out (a Fetch answer with
+    /// records): a round ends at the first such answer instead of waiting for the other jobs
+    /// (see [`Lanes::collect`]). Why: what one broker returned must not wait for another
+    /// broker's answer, least of all for a broker that is down, hung or reconnecting (Java's
+    /// `poll` likewise returns as soon as any fetch completed with records). The default, no
+    /// answer ends a round early, is for lanes whose rounds collect acknowledgements.
+    fn brings_data(answer: &Self::Answer) -> bool {
+        let _ = answer;
+        false
+    }
+
     /// Writes `job`'s request without reading its answer, for a lane whose [`Lanes`] let
     /// several requests be on the wire at once ([`Lanes::with_depth`]); [`Lane::read`] reads the
     /// answers back in the order they were written. `Some` answers the job at once (a request the
@@ -223,7 +234,8 @@ pub(in crate::wire) struct Wait {
     pub(in crate::wire) jobs: Vec<u64>,
     /// Never past this: the caller's wait plus [`FETCH_ANSWER_MARGIN`], or its own deadline.
     pub(in crate::wire) until: Instant,
-    /// A fetch round: the waker ends it, and while nothing has answered in this call and a job
+    /// A fetch round: the waker ends it, so does the first answer that
+    /// [brings data](Lane::brings_data), and while nothing has answered in this call and a job
     /// waited for is not even sent (connecting), it waits [`FETCH_CONNECT_GRACE`] longer.
     pub(in crate::wire) round: bool,
     /// A job past its own [`Flight::deadline`] is not waited for (it stays in flight, its
@@ -441,9 +453,9 @@ impl<L: Lane> Lanes<L> {
 
     /// Collects answers as `wait` says: until every job of `wait.jobs` has answered (or, with
     /// `by_deadline`, is overdue), never past `wait.until` (plus [`FETCH_CONNECT_GRACE`] in a
-    /// round while nothing has answered and a job waited for is not sent). Every report already
-    /// in is taken, answers of other jobs included: whichever call collects an answer returns
-    /// it.
+    /// round while nothing has answered and a job waited for is not sent). A round also ends
+    /// once an answer [brings data](Lane::brings_data). Every report already in is taken,
+    /// answers of other jobs included: whichever call collects an answer returns it.
     pub(in crate::wire) fn collect(&mut self, wait: &Wait) -> Collected<L::Answer> {
         let mut out = Collected {
             done: Vec::new(),
@@ -456,6 +468,15 @@ impl<L: Lane> Lanes<L> {
                 out.woken |= self.absorb(event, wait.round, &mut out.done);
             }
             if out.woken {
+                break;
+            }
+            if wait.round
+                && out
+                    .done
+                    .iter()
+                    .any(|d| d.result.as_ref().is_ok_and(L::brings_data))
+            {
+                // Data in hand: the jobs not answered yet stay in flight for a later call.
                 break;
             }
             let now = Instant::now();

@@ -4,6 +4,8 @@
 //! Modules:
 //! * [`api`]: The calls a Java or rust-rdkafka user looks for, on real Kafka (the run's shared 4.x
 //!   broker).
+//! * [`broker_faults`]: A broker that is down or slow holds only its own partitions (the mock
+//!   cluster, two brokers).
 //! * [`commit_interval`]: A member frozen mid-batch costs its next owner about one
 //!   `commit.interval.ms` of repeated work, not the whole batch.
 //! * [`commit_thread`]: The commit thread.
@@ -28,6 +30,7 @@
 //! * [`workers`]: The decoupled mode against real brokers.
 
 mod api;
+mod broker_faults;
 mod commit_interval;
 mod commit_thread;
 mod failure_detection;

@@ -98,17 +98,22 @@ impl Fetchers {
 
     /// Collects answers: waits until every job sent in this call (to the brokers `fresh`) and,
     /// when `max_wait` is not zero, every earlier job still within its deadline has answered,
-    /// but never past `start + max_wait + FETCH_ANSWER_MARGIN` once any broker has answered
-    /// (nor past `FETCH_CONNECT_GRACE` more while none has). Jobs not answered stay in
-    /// flight; their answers come with a later call. With nothing to wait for and nothing
-    /// answered, it waits for reports until that bound anyway (a caller looping on fetch must
-    /// not spin), unless `max_wait` is zero (the caller has other work).
+    /// or until the first answer with records (see [`Lane::brings_data`]), but never past
+    /// `start + max_wait + FETCH_ANSWER_MARGIN` once any broker has answered (nor past
+    /// `FETCH_CONNECT_GRACE` more while none has). The jobs of a troubled broker (its last
+    /// fetch failed or was late) are not waited for: a broker that is down, hung or backing
+    /// off before its next connect must not hold the records of the others, round after round,
+    /// until the cluster fences it. Jobs not answered stay in flight; their answers come with a
+    /// later call. With nothing to wait for and nothing answered, it waits for reports until
+    /// that bound anyway (a caller looping on fetch must not spin), unless `max_wait` is zero
+    /// (the caller has other work).
     pub(super) fn collect(&mut self, fresh: &[i32], max_wait: Duration) -> Vec<Answer> {
         let wait_carried = !max_wait.is_zero();
         let jobs = self
             .lanes
             .flights()
             .filter(|(_, f)| wait_carried || fresh.contains(&f.broker))
+            .filter(|(_, f)| !self.troubled.contains(&f.broker))
             .map(|(id, _)| id)
             .collect();
         let collected = self.lanes.collect(&Wait {
@@ -228,6 +233,15 @@ impl Lane for FetchLane {
     fn disconnecting(&mut self) {
         self.prefetched = None;
     }
+
+    /// An answer holding record data for some partition (possibly only control batches, which
+    /// decode to nothing; the next round then waits again).
+    fn brings_data(resp: &msg::FetchResponse) -> bool {
+        resp.responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .any(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+    }
 }
 
 fn not_connected() -> WireError {
@@ -337,9 +351,16 @@ mod tests {
     /// A client that knows two brokers, 1 leading t-0 and 2 leading t-1, with a long request
     /// timeout (what a hung broker would cost the caller before).
     fn client(first: &str, second: &str) -> Client {
+        client_with(first, second, Duration::from_millis(100))
+    }
+
+    /// [`client`] whose lanes wait `backoff` before they connect again after a failure.
+    fn client_with(first: &str, second: &str, backoff: Duration) -> Client {
         let mut config = ClientConfig::new(["127.0.0.1:9"]);
         config.connection.request_timeout = Duration::from_secs(20);
         config.connection.connect_timeout = Duration::from_secs(20);
+        config.retry_backoff = backoff;
+        config.retry_backoff_max = backoff;
         let mut client = Client::unconnected(config);
         for (id, addr) in [(1, first), (2, second)] {
             let (host, port) = addr.rsplit_once(':').expect("host:port");
@@ -383,8 +404,12 @@ mod tests {
             ..FetchConfig::default()
         };
         let bound = cfg.max_wait + FETCH_ANSWER_MARGIN + Duration::from_millis(300);
-        // Enough rounds to pass the connect grace too (the handshake-silent broker).
-        for round in 0..6 {
+        // Enough rounds to pass the connect grace too (the handshake-silent broker), and until
+        // the silent broker is overdue (each round ends at the other broker's records).
+        let overdue = Instant::now() + Duration::from_secs(5);
+        let mut round = 0;
+        while round < 6 || (!client.fetchers.is_troubled(1) && Instant::now() < overdue) {
+            round += 1;
             let started = Instant::now();
             let fetched = client.fetch(&positions(), &cfg).expect("fetch");
             let took = started.elapsed();
@@ -431,5 +456,69 @@ mod tests {
         let fetched = client.fetch(&only, &cfg).expect("fetch");
         assert_eq!(fetched.len(), 1);
         assert_eq!(fetched[0].records.len(), 3, "{:?}", fetched[0].error);
+    }
+
+    /// A round ends at the first answer with records: the other broker's long poll (here a
+    /// broker that never answers a fetch, with a 3 s wait) does not hold them.
+    #[test]
+    fn a_round_ends_at_the_first_answer_with_records() {
+        let hung = fake_broker(Fake::SilentOnFetch, 0);
+        let serving = fake_broker(Fake::Serving, 1);
+        let mut client = client(&hung, &serving);
+        let cfg = FetchConfig {
+            max_wait: Duration::from_secs(3),
+            ..FetchConfig::default()
+        };
+        for round in 0..3 {
+            let started = Instant::now();
+            let fetched = client.fetch(&positions(), &cfg).expect("fetch");
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(1),
+                "round {round}: the records of broker 2 waited {took:?} for broker 1"
+            );
+            for part in fetched {
+                let want = if part.tp.partition == 1 { 3 } else { 0 };
+                assert_eq!(part.records.len(), want, "round {round}, {}", part.tp);
+            }
+        }
+        assert!(client.fetchers.is_busy(1), "its request stays in flight");
+    }
+
+    /// A broker whose last fetch failed (it refuses connections) is not waited for while its
+    /// lane backs off before connecting again: a round that asks it again returns at once
+    /// instead of waiting out the connect grace, and its partition has nothing and no error.
+    #[test]
+    fn a_failed_broker_backing_off_is_not_waited_for() {
+        let refused = {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").to_string()
+        };
+        let serving = fake_broker(Fake::Serving, 1);
+        let mut client = client_with(&refused, &serving, Duration::from_secs(3));
+        let cfg = FetchConfig {
+            max_wait: Duration::ZERO,
+            ..FetchConfig::default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !client.fetchers.is_troubled(1) {
+            assert!(Instant::now() < deadline, "broker 1's refusal never came");
+            client.fetch(&positions(), &cfg).expect("fetch");
+        }
+        let only = [FetchPosition {
+            tp: TopicPartition::new("t", 0),
+            offset: 0,
+        }];
+        for round in 0..2 {
+            let started = Instant::now();
+            let fetched = client.fetch(&only, &cfg).expect("fetch");
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_millis(500),
+                "round {round}: waited {took:?} for a broker backing off"
+            );
+            assert_eq!(fetched.len(), 1);
+            assert!(fetched[0].records.is_empty() && fetched[0].error.is_none());
+        }
     }
 }
