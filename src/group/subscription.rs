@@ -87,7 +87,8 @@ pub(crate) struct Subscription {
     /// must not hand a partition to anyone else while its owner still claims it.
     pub owned_partitions: Vec<TopicPartition>,
     /// The generation in which `owned_partitions` was assigned (v2+), [`NO_GENERATION`] if none.
-    /// Lets the leader discard stale claims from a member that missed a rebalance.
+    /// Lets the leader settle a partition claimed by several members: the claim of the newest
+    /// generation wins (a member that missed a rebalance may claim what another now owns).
     pub generation_id: i32,
     /// The member's `client.rack` (v3+), for rack-aware assignors.
     pub rack_id: Option<String>,

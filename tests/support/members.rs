@@ -778,6 +778,12 @@ pub struct Stability {
     /// balances (range over one topic, roundrobin, cooperative-sticky); it
     /// keeps a member that has not joined yet from passing as "stable".
     pub every_member_owns: bool,
+    /// Also require member sizes to differ by one at most: the final assignment of an
+    /// assignor that balances, for members with equal subscriptions. Under a cooperative
+    /// assignor it tells the final assignment from an intermediate one, which is exactly-once
+    /// too but leaves the members that gain partitions short until the follow-up round, for
+    /// as long as the members that give them up take to revoke and rejoin.
+    pub balanced: bool,
     /// How often to poll.
     pub poll_every: Duration,
 }
@@ -788,6 +794,7 @@ impl Default for Stability {
             settle: Duration::from_secs(1),
             timeout: Duration::from_secs(60),
             every_member_owns: true,
+            balanced: false,
             poll_every: Duration::from_millis(50),
         }
     }
@@ -805,7 +812,8 @@ impl Stability {
 
 /// Poll `ownership` (every member's name and current ownership) until it is
 /// exactly-once over `topic_partitions` (see [`check_exactly_once_ownership`]),
-/// every member owns something if `opts.every_member_owns`, and it stays
+/// every member owns something if `opts.every_member_owns`, member sizes differ
+/// by one at most if `opts.balanced`, and it stays
 /// unchanged for `opts.settle`. Returns the stable ownership and how long it
 /// took to reach it (not counting the settle period). The timeout error
 /// carries the last violation seen.
@@ -826,8 +834,8 @@ where
             .iter()
             .map(|(n, o)| (n.as_str(), o.clone()))
             .collect();
-        let verdict =
-            check_exactly_once_ownership(topic_partitions, &view).and_then(|()| {
+        let verdict = check_exactly_once_ownership(topic_partitions, &view)
+            .and_then(|()| {
                 match view
                     .iter()
                     .find(|(_, o)| opts.every_member_owns && o.is_empty())
@@ -836,6 +844,15 @@ where
                         Err(format!("{name} owns nothing: {}", fmt_ownership(&view)))
                     }
                     None => Ok(()),
+                }
+            })
+            .and_then(|()| {
+                let sizes = view.iter().map(|(_, o)| o.len());
+                match (sizes.clone().min(), sizes.max()) {
+                    (Some(lo), Some(hi)) if opts.balanced && hi > lo + 1 => {
+                        Err(format!("not balanced: {}", fmt_ownership(&view)))
+                    }
+                    _ => Ok(()),
                 }
             });
         match verdict {

@@ -196,10 +196,14 @@ pub(crate) struct RoundRobinAssignor;
 /// revokes it, rejoins, and the follow-up rebalance hands it to the new owner. So no partition is
 /// ever owned by two members at once.
 ///
-/// A claim is kept when: the member's generation is the highest in the group (a member that missed
-/// a rebalance may hold stale claims, so Java discards every claim of an older generation), no other
-/// member of that generation claims the same partition (both claims are then discarded), the
-/// partition exists, and the member is still subscribed to its topic.
+/// A claim is kept when the partition exists, the member is still subscribed to its topic, and no
+/// other member claims the partition in a newer generation or in the same one (two claims of one
+/// generation are both discarded: neither can be trusted). A claim of an older generation is not
+/// discarded for its age alone: a member that missed a rebalance's SyncGroup rejoins claiming what
+/// it still owns, at the generation it last synced (librdkafka) or joined (Java and ours), and
+/// nobody was given those partitions meanwhile; discarding the claims would revoke them, and the
+/// follow-up round could hand them straight back. Java's assignor has resolved claims this way
+/// since 3.6 (KAFKA-14639), and librdkafka's does too.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CooperativeStickyAssignor;
 
@@ -502,9 +506,15 @@ pub(crate) fn assign_and_encode(
     members: &[MemberSubscription],
     partitions_per_topic: &BTreeMap<String, i32>,
 ) -> Result<BTreeMap<MemberId, Bytes>, LeaderError> {
+    log_input(assignor, members, partitions_per_topic);
     let assignment = assignor
         .assign(members, partitions_per_topic)
         .map_err(LeaderError::Assign)?;
+    if log::log_enabled!(log::Level::Debug) {
+        for (member, parts) in &assignment {
+            log::debug!("{}: assigns {member} [{}]", assignor.name(), join(parts));
+        }
+    }
     if assignor.protocol() == RebalanceProtocol::Cooperative {
         let bad = cooperative_violations(members, &assignment);
         if !bad.is_empty() {
@@ -525,6 +535,43 @@ pub(crate) fn assign_and_encode(
         out.insert(member, bytes);
     }
     Ok(out)
+}
+
+/// Logs (debug) what the leader's assignor is given: each member's claims with their generation
+/// decide what a sticky assignor keeps, so a surprising assignment is explained by this input.
+fn log_input(
+    assignor: &dyn Assignor,
+    members: &[MemberSubscription],
+    partitions_per_topic: &BTreeMap<String, i32>,
+) {
+    if !log::log_enabled!(log::Level::Debug) {
+        return;
+    }
+    log::debug!(
+        "{}: assigning {partitions_per_topic:?} over {} members",
+        assignor.name(),
+        members.len()
+    );
+    for m in members {
+        log::debug!(
+            "{}: member {} v{} generation {} owns [{}] topics {:?}",
+            assignor.name(),
+            m.member_id,
+            m.version,
+            m.owned_generation(),
+            join(&m.subscription.owned_partitions),
+            m.subscription.topics
+        );
+    }
+}
+
+/// `t-0 t-1 ...`, for logs.
+fn join(parts: &[TopicPartition]) -> String {
+    parts
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Why the leader could not produce the SyncGroup assignments.
@@ -666,23 +713,19 @@ pub(crate) fn sticky_assign(
             .is_some_and(|(count, _)| (0..*count).contains(&p.partition))
     };
 
-    // Which claims may be kept.
+    // Which claims may be kept: per partition, the claim of the highest generation among its
+    // valid claims (the partition exists, the claimant still subscribes to its topic), when
+    // exactly one member makes it. A claim of an older generation counts like any other until a
+    // newer one disputes it: a member that missed a generation's SyncGroup still owns what it
+    // claims (it never saw an assignment without it), and nobody was given those partitions
+    // meanwhile, since an assignment never hands out what a member still claims. Dropping every
+    // claim of an older generation instead revokes partitions from such a member and can hand
+    // them back to it in the follow-up round (KAFKA-14639, which changed Java's assignor to
+    // this rule in 3.6; librdkafka's sticky assignor resolves claims the same way).
     let generations: Vec<i32> = ordered.iter().map(|m| m.owned_generation()).collect();
-    let max_generation = generations.iter().copied().max().unwrap_or(NO_GENERATION);
     let mut claims: BTreeMap<TopicPartition, Vec<usize>> = BTreeMap::new();
     for (i, m) in ordered.iter().enumerate() {
         let owned: BTreeSet<&TopicPartition> = m.subscription.owned_partitions.iter().collect();
-        if generations[i] < max_generation {
-            if !owned.is_empty() {
-                log::info!(
-                    "cooperative-sticky: ignoring {} partitions claimed by {} at generation {} (group is at {max_generation})",
-                    owned.len(),
-                    m.member_id,
-                    generations[i]
-                );
-            }
-            continue;
-        }
         for p in owned {
             if exists(p) && subscribed(i, &p.topic) {
                 claims.entry(p.clone()).or_default().push(i);
@@ -692,13 +735,30 @@ pub(crate) fn sticky_assign(
     let mut assigned: Vec<BTreeSet<TopicPartition>> = vec![BTreeSet::new(); n];
     let mut kept: Vec<BTreeSet<TopicPartition>> = vec![BTreeSet::new(); n];
     for (p, owners) in claims {
-        if let [owner] = owners[..] {
+        let newest = owners
+            .iter()
+            .map(|&i| generations[i])
+            .max()
+            .unwrap_or(NO_GENERATION);
+        let winners: Vec<usize> = owners
+            .iter()
+            .copied()
+            .filter(|&i| generations[i] == newest)
+            .collect();
+        if let [owner] = winners[..] {
+            if owners.len() > 1 {
+                log::info!(
+                    "cooperative-sticky: {p} is claimed by {} members; {} keeps it (generation {newest}, the newest claim)",
+                    owners.len(),
+                    ordered[owner].member_id
+                );
+            }
             assigned[owner].insert(p.clone());
             kept[owner].insert(p);
         } else {
             log::warn!(
-                "cooperative-sticky: {p} is claimed by {} members in generation {max_generation}; none keeps it",
-                owners.len()
+                "cooperative-sticky: {p} is claimed by {} members in generation {newest}; none keeps it",
+                winners.len()
             );
         }
     }
@@ -1096,23 +1156,93 @@ mod tests {
     }
 
     #[test]
-    fn sticky_discards_claims_of_an_older_generation_but_still_withholds_them() {
+    fn sticky_stale_claim_loses_only_what_a_newer_generation_claims() {
         let ppt = topics(&[("t", 2)]);
-        // `stale` missed a rebalance and still claims t-0 at generation 1; `fresh` is at 5.
+        // `stale` missed rebalances and still claims t-0 and t-1 at generation 1; `fresh`
+        // claims t-1 at 5. t-1 stays with `fresh`; t-0, claimed by nobody else, with `stale`.
         let stale = owning(member("stale", &["t"]), 1, &parts(&[("t", 0), ("t", 1)]));
         let fresh = owning(member("fresh", &["t"]), 5, &parts(&[("t", 1)]));
         let sticky = sticky_assign(&[stale.clone(), fresh.clone()], &ppt).unwrap();
         assert_eq!(sticky["fresh"], parts(&[("t", 1)]));
-        assert_eq!(
-            sticky["stale"],
-            parts(&[("t", 0)]),
-            "unowned t-0 goes to the least loaded"
-        );
+        assert_eq!(sticky["stale"], parts(&[("t", 0)]));
         let got = CooperativeStickyAssignor
             .assign(&[stale, fresh], &ppt)
             .unwrap();
         assert_eq!(got["fresh"], parts(&[("t", 1)]));
         assert_eq!(got["stale"], parts(&[("t", 0)]));
+    }
+
+    /// The input our leader saw in an interop run on librdkafka's mock (generation 6 of
+    /// `group::interop::mock::cooperative_sticky_ours_leads`): confluent-1 (`b`) missed
+    /// generation 5's SyncGroup (the mock refuses a follower's SyncGroup that arrives after the
+    /// leader's), so it rejoined claiming t-3, t-4, t-5 at generation 4, while the others
+    /// claim at 5. Nobody else claims those partitions, so `b` still owns them and keeps them
+    /// all but the one the balance moves, as Java's assignor (since KAFKA-14639) and
+    /// librdkafka's do. Discarding its claims for being one generation old made `b` revoke
+    /// t-3 and t-5 and take t-2 instead: partitions revoked from a member that should have
+    /// kept them, and in other inputs handed back to it in the follow-up round.
+    #[test]
+    fn sticky_keeps_claims_of_a_member_that_missed_a_generation() {
+        let ppt = topics(&[("t", 6)]);
+        let a = owning(member("a", &["t"]), 5, &parts(&[("t", 0), ("t", 1)]));
+        let b = owning(
+            member("b", &["t"]),
+            4,
+            &parts(&[("t", 3), ("t", 4), ("t", 5)]),
+        );
+        let c = owning(member("c", &["t"]), 5, &[]);
+        let group = [a, b, c];
+        let got = CooperativeStickyAssignor.assign(&group, &ppt).unwrap();
+        let claimed: BTreeSet<TopicPartition> =
+            parts(&[("t", 3), ("t", 4), ("t", 5)]).into_iter().collect();
+        let b_got: BTreeSet<TopicPartition> = got["b"].iter().cloned().collect();
+        assert!(
+            b_got.is_subset(&claimed) && b_got.len() == 2,
+            "b keeps two of its three partitions and gets nothing else this round: {got:?}"
+        );
+        assert_eq!(got["a"], parts(&[("t", 0), ("t", 1)]), "{got:?}");
+        assert_eq!(got["c"], parts(&[("t", 2)]), "{got:?}");
+        // The follow-up round, everyone at generation 6 after applying it: c gets the one
+        // partition b revoked, and b loses nothing more.
+        let next: Vec<MemberSubscription> = group
+            .iter()
+            .map(|m| owning(m.clone(), 6, &got[&m.member_id]))
+            .collect();
+        let round2 = CooperativeStickyAssignor.assign(&next, &ppt).unwrap();
+        assert_eq!(round2["b"], got["b"], "{round2:?}");
+        assert_eq!(round2["c"].len(), 2, "{round2:?}");
+    }
+
+    /// A partition claimed by members of different generations stays with the highest
+    /// generation's claimant, whatever the member order; a tie at the highest generation
+    /// leaves it to nobody (neither claim can be trusted).
+    #[test]
+    fn sticky_highest_generation_wins_a_doubly_claimed_partition() {
+        let ppt = topics(&[("t", 4)]);
+        for (old, new) in [("a", "b"), ("b", "a")] {
+            let stale = owning(member(old, &["t"]), 2, &parts(&[("t", 0), ("t", 1)]));
+            let fresh = owning(member(new, &["t"]), 3, &parts(&[("t", 1), ("t", 2)]));
+            let sticky = sticky_assign(&[stale.clone(), fresh.clone()], &ppt).unwrap();
+            assert!(sticky[new].contains(&tp("t", 1)), "{sticky:?}");
+            assert!(sticky[new].contains(&tp("t", 2)), "{sticky:?}");
+            assert!(sticky[old].contains(&tp("t", 0)), "{sticky:?}");
+            let got = CooperativeStickyAssignor
+                .assign(&[stale.clone(), fresh.clone()], &ppt)
+                .unwrap();
+            assert!(!got[old].contains(&tp("t", 1)), "{got:?}");
+            assert!(cooperative_violations(&[stale, fresh], &got).is_empty());
+        }
+        // Three claimants of t-0: two tie at the highest generation, so no claim of it is
+        // kept, not even the lone one of the older generation (t-0 is then placed like an
+        // unowned partition, and c, already holding t-3, is not the least loaded).
+        let a = owning(member("a", &["t"]), 7, &parts(&[("t", 0)]));
+        let b = owning(member("b", &["t"]), 7, &parts(&[("t", 0)]));
+        let c = owning(member("c", &["t"]), 6, &parts(&[("t", 0), ("t", 3)]));
+        let group = [a, b, c];
+        let sticky = sticky_assign(&group, &ppt).unwrap();
+        assert_eq!(sticky["c"], parts(&[("t", 3)]), "{sticky:?}");
+        let got = CooperativeStickyAssignor.assign(&group, &ppt).unwrap();
+        assert!(cooperative_violations(&group, &got).is_empty(), "{got:?}");
     }
 
     #[test]
@@ -1530,6 +1660,32 @@ mod tests {
             }
             let round3 = CooperativeStickyAssignor.assign(&group, &ppt).unwrap();
             prop_assert_eq!(round3, round2);
+        }
+
+        /// Generations only settle conflicting claims: when no two members claim the same
+        /// partition, how old each member's claims are changes nothing, so a member that missed
+        /// a generation's SyncGroup keeps what it owns like every other member.
+        #[test]
+        fn sticky_generations_matter_only_for_conflicting_claims(
+            (members, ppt) in arb_group(),
+            claims in proptest::collection::vec((0..7usize, 0..4usize, 0..10i32), 0..30),
+            generations in proptest::collection::vec(-1..4i32, 7),
+        ) {
+            let mut claimed = BTreeSet::new();
+            let disjoint: Vec<(usize, usize, i32, i32)> = claims
+                .into_iter()
+                .filter(|&(_, topic, partition)| claimed.insert((topic, partition)))
+                .map(|(m, topic, partition)| (m, topic, partition, 3))
+                .collect();
+            let same = with_random_claims(&members, &disjoint);
+            let mut mixed = same.clone();
+            for (m, generation) in mixed.iter_mut().zip(&generations) {
+                m.subscription.generation_id = *generation;
+            }
+            prop_assert_eq!(
+                CooperativeStickyAssignor.assign(&mixed, &ppt).unwrap(),
+                CooperativeStickyAssignor.assign(&same, &ppt).unwrap()
+            );
         }
 
         #[test]
