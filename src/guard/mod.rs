@@ -141,9 +141,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-pub(crate) use clock::lease_now;
 #[cfg(test)]
 pub(crate) use clock::Suspender;
+pub(crate) use clock::{coarse_now, lease_now};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
 pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,
