@@ -151,6 +151,7 @@ impl Batch<'_> {
 
     /// Takes the next record from the intake and admits it through the guard, with the batch's
     /// checks (size, deadline, rebalance, paced commit) whenever the clocks are read.
+    #[inline(always)]
     fn admit_next(&mut self) -> Option<(Record, Lease)> {
         loop {
             if self.handed >= self.plan.size {
@@ -164,9 +165,9 @@ impl Batch<'_> {
             // Admitted at the guard's own reading, not `now`: the session bound is checked on
             // the lease clock, which counts a suspend of the machine; `now` (the batch's
             // deadline, pacing and sizing, durations of this process only) does not.
-            let admitted =
-                self.guard
-                    .process_message_at(self.clock.lease_now(), tp, record.offset, key, ());
+            let admitted = self
+                .guard
+                .admit_at(self.clock.admission(), tp, record.offset, key, ());
             let error = match admitted {
                 Ok(lease) => {
                     self.handed += 1;

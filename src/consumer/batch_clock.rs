@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::guard::coarse_now;
+use crate::guard::{coarse_now, AdmissionTime};
 
 use super::context::Guard;
 
@@ -35,8 +35,8 @@ pub(crate) const MAX_STRIDE: usize = 64;
 pub(crate) struct BatchClock {
     /// `Instant::now()` at the last reading: the batch deadline, pacing and sizing.
     now: Instant,
-    /// The guard's clock at the last reading: admissions (the session bound).
-    lease_now: Instant,
+    /// The guard's clock at the last reading, prepared for admissions (the session bound).
+    admission: AdmissionTime,
     /// The coarse clock at the last reading (`None`: there is none; read every time).
     coarse: Option<Duration>,
     /// Records handed out since the last reading.
@@ -53,7 +53,7 @@ impl BatchClock {
     pub(crate) fn new(now: Instant, guard: &Guard) -> Self {
         BatchClock {
             now,
-            lease_now: guard.now(),
+            admission: guard.admission_time(guard.now()),
             coarse: None,
             handed: 0,
             completed: 0,
@@ -72,7 +72,7 @@ impl BatchClock {
     pub(crate) fn read(&mut self, guard: &Guard) -> (usize, Duration) {
         self.coarse = coarse_now();
         let now = Instant::now();
-        self.lease_now = guard.now();
+        self.admission = guard.admission_time(guard.now());
         let since = (
             std::mem::take(&mut self.completed),
             now.saturating_duration_since(self.now),
@@ -96,8 +96,8 @@ impl BatchClock {
 
     /// The guard's clock at the last reading: the admission instant.
     #[inline]
-    pub(crate) fn lease_now(&self) -> Instant {
-        self.lease_now
+    pub(crate) fn admission(&self) -> &AdmissionTime {
+        &self.admission
     }
 
     /// A record went out.

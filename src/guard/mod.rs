@@ -160,6 +160,7 @@ pub use locks::{Acquired, Grant, LockGuard, LockGuardConfig, Outcome};
 #[cfg(not(feature = "test-support"))]
 pub(crate) use locks::{Acquired, Grant, LockGuard, LockGuardConfig, Outcome};
 pub use session_bound::SessionBound;
+use session_bound::SessionStamp;
 pub use storm::StormStatus;
 pub use types::{
     CommitFn, CommitOffset, CommitRequest, FlushBatch, FlushFn, GuardConfig, GuardSnapshot, Lease,
@@ -170,7 +171,7 @@ use crate::TopicPartition;
 use deadline::{lease_end, LeaseEnd};
 use key_set::KeySet;
 use partition_state::PartitionState;
-use progress::{Admitted, Progress, WorkState};
+use progress::{Admitted, Completion, Progress, WorkState};
 use storm::StormDetector;
 use table::PartitionTable;
 
@@ -178,6 +179,14 @@ use table::PartitionTable;
 /// under a lock), so a poisoned lock is still safe to use.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A reading of the guard's clock prepared for admissions ([`RebalanceGuard::admission_time`]):
+/// the instant, and the same instant encoded for the session bound's check.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdmissionTime {
+    now: Instant,
+    session: SessionStamp,
 }
 
 /// The rebalance guard. `K` is the idempotency key type (an order id, an event id); `M` is the
@@ -444,6 +453,30 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         key: Option<K>,
         payload: M,
     ) -> Result<Lease, AdmitError> {
+        self.admit_at(&self.admission_time(now), partition, offset, key, payload)
+    }
+
+    /// `now` (a reading of the guard's clock) prepared for [`admit_at`](Self::admit_at): a
+    /// caller that admits many records at one reading (the consumer's batch, which reads its
+    /// clocks about once per timer tick) prepares it once, and each admission's session check
+    /// is then two atomic loads and a comparison.
+    pub(crate) fn admission_time(&self, now: Instant) -> AdmissionTime {
+        AdmissionTime {
+            now,
+            session: self.session.stamp(now),
+        }
+    }
+
+    /// [`process_message_at`](Self::process_message_at) at a prepared instant.
+    pub(crate) fn admit_at(
+        &self,
+        at: &AdmissionTime,
+        partition: &TopicPartition,
+        offset: i64,
+        key: Option<K>,
+        payload: M,
+    ) -> Result<Lease, AdmitError> {
+        let now = at.now;
         let Some(mut state) = self.partition(partition) else {
             return Err(AdmitError::Fenced {
                 tp: partition.clone(),
@@ -459,7 +492,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 status: Some(state.status),
             });
         }
-        if self.session.is_expired(now) {
+        if self.session.is_expired_at(at.session) {
             return Err(AdmitError::SessionExpired {
                 tp: partition.clone(),
                 offset,
@@ -590,25 +623,18 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 offset: lease.offset,
             });
         }
-        if state.progress.told_stale(lease.offset) {
-            return match self.release_locked(&mut state, lease.offset) {
-                true => Err(CompleteError::NotCurrent {
+        match state.progress.complete_unless_told_stale(lease.offset) {
+            Completion::Done => Ok(()),
+            Completion::ToldStale if self.release_locked(&mut state, lease.offset) => {
+                Err(CompleteError::NotCurrent {
                     tp: lease.tp.clone(),
                     offset: lease.offset,
-                }),
-                false => Err(CompleteError::NotPending {
-                    tp: lease.tp.clone(),
-                    offset: lease.offset,
-                }),
-            };
-        }
-        if state.progress.complete(lease.offset) {
-            Ok(())
-        } else {
-            Err(CompleteError::NotPending {
+                })
+            }
+            Completion::ToldStale | Completion::NotPending => Err(CompleteError::NotPending {
                 tp: lease.tp.clone(),
                 offset: lease.offset,
-            })
+            }),
         }
     }
 
