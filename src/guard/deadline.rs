@@ -150,7 +150,12 @@ impl Deadline {
     /// Whether `now` is at or past the deadline: never for an open one, always for an ended one.
     #[inline]
     pub(crate) fn passed(&self, now: Instant) -> bool {
-        self.passed_stamp(self.stamp(now))
+        match self.at.load(Ordering::Acquire) {
+            OPEN => false,
+            ENDED => true,
+            // Encoded only when there is an instant to compare with.
+            at => self.time.encode(now) >= at,
+        }
     }
 
     /// `now` as this deadline's timebase encodes it, for [`passed_stamp`](Self::passed_stamp):

@@ -453,7 +453,9 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         key: Option<K>,
         payload: M,
     ) -> Result<Lease, AdmitError> {
-        self.admit_at(&self.admission_time(now), partition, offset, key, payload)
+        // One check, so `now` is encoded only if the session is bounded at all.
+        let expired = || self.session.is_expired(now);
+        self.admit(now, expired, partition, offset, key, payload)
     }
 
     /// `now` (a reading of the guard's clock) prepared for [`admit_at`](Self::admit_at): a
@@ -468,6 +470,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     }
 
     /// [`process_message_at`](Self::process_message_at) at a prepared instant.
+    #[inline]
     pub(crate) fn admit_at(
         &self,
         at: &AdmissionTime,
@@ -476,7 +479,21 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         key: Option<K>,
         payload: M,
     ) -> Result<Lease, AdmitError> {
-        let now = at.now;
+        let expired = || self.session.is_expired_at(at.session);
+        self.admit(at.now, expired, partition, offset, key, payload)
+    }
+
+    /// The admission itself (rule 2), with the session bound's check at `now` supplied by the
+    /// caller: asked once, after the fence passed.
+    fn admit(
+        &self,
+        now: Instant,
+        session_expired: impl FnOnce() -> bool,
+        partition: &TopicPartition,
+        offset: i64,
+        key: Option<K>,
+        payload: M,
+    ) -> Result<Lease, AdmitError> {
         let Some(mut state) = self.partition(partition) else {
             return Err(AdmitError::Fenced {
                 tp: partition.clone(),
@@ -492,7 +509,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 status: Some(state.status),
             });
         }
-        if self.session.is_expired_at(at.session) {
+        if session_expired() {
             return Err(AdmitError::SessionExpired {
                 tp: partition.clone(),
                 offset,

@@ -106,7 +106,7 @@ impl SessionBound {
     /// True once `now` is past the bound: the coordinator may have evicted the member.
     #[inline]
     pub fn is_expired(&self, now: Instant) -> bool {
-        self.is_expired_at(self.stamp(now))
+        self.until.passed(now) && (self.held.is_open() || self.held.passed(now))
     }
 
     /// `now` encoded once for [`is_expired_at`](Self::is_expired_at): an admission instant read
