@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run --release --example consume_throughput -- --bootstrap 127.0.0.1:9092 \
-//!     --topic T --group G --count 1000000 [--keyed] [--set NAME=VALUE ...]
+//!     --topic T --group G --count 1000000 [--keyed] [--workers N] [--set NAME=VALUE ...]
 //! ```
 //!
 //! Why it exists: users choose a consumer by what the whole loop costs (group membership, the
@@ -14,10 +14,13 @@
 //! per record, so every admission also goes through the guard's bounded key set. `join_s` is
 //! from subscribe to the first record, `first_to_last_s` from the first record to the last.
 //! `--set` overrides or adds a consumer setting (repeatable), to see what one setting costs
-//! (`--set max.poll.records=5000`: a tenth of the commits).
+//! (`--set max.poll.records=5000`: a tenth of the commits). `--workers N` reads with
+//! `Consumer::run_with_workers` (N worker threads, queues of 64) instead, to see what the
+//! decoupled mode costs per record (`reader=ours-workers`).
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rebalance_guard::{Consumer, ConsumerConfig, ErrorChain};
@@ -28,18 +31,19 @@ struct Args {
     group: String,
     count: u64,
     keyed: bool,
+    workers: Option<usize>,
     settings: Vec<(String, String)>,
 }
 
 fn usage() -> String {
     "usage: consume_throughput --bootstrap HOST:PORT --topic TOPIC --group GROUP --count N \
-     [--keyed] [--set NAME=VALUE ...]"
+     [--keyed] [--workers N] [--set NAME=VALUE ...]"
         .to_string()
 }
 
 fn parse_args() -> Result<Args, String> {
-    let (mut bootstrap, mut topic, mut group, mut count, mut keyed) =
-        (None, None, None, None, false);
+    let (mut bootstrap, mut topic, mut group, mut count, mut keyed, mut workers) =
+        (None, None, None, None, false, None);
     let mut settings = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -53,6 +57,7 @@ fn parse_args() -> Result<Args, String> {
             "--group" => group = Some(value()?),
             "--count" => count = Some(value()?.parse().map_err(|e| format!("--count: {e}"))?),
             "--keyed" => keyed = true,
+            "--workers" => workers = Some(value()?.parse().map_err(|e| format!("--workers: {e}"))?),
             "--set" => {
                 let pair = value()?;
                 let (name, v) = pair
@@ -69,6 +74,7 @@ fn parse_args() -> Result<Args, String> {
         group: group.ok_or_else(usage)?,
         count: count.ok_or_else(usage)?,
         keyed,
+        workers,
         settings,
     })
 }
@@ -114,6 +120,9 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
             Some(key)
         });
     }
+    if let Some(workers) = args.workers {
+        return run_with_workers(args, consumer, started, workers);
+    }
     let stop = AtomicBool::new(false);
     let mut seen = 0u64;
     let mut first: Option<Instant> = None;
@@ -147,6 +156,43 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         last.duration_since(first).as_secs_f64(),
         by_node.join(","),
         fetch.from_replicas
+    ))
+}
+
+/// The same read through `run_with_workers`: the handler counts on the workers, and the one that
+/// sees the last record stops the run.
+fn run_with_workers(
+    args: &Args,
+    mut consumer: Consumer,
+    started: Instant,
+    workers: usize,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicU64::new(0));
+    let times: Arc<Mutex<(Option<Instant>, Instant)>> = Arc::new(Mutex::new((None, started)));
+    let (count, handler_stop, handler_seen, handler_times) =
+        (args.count, stop.clone(), seen.clone(), times.clone());
+    consumer.run_with_workers(&stop, workers, 64, move |_record, _ctx| {
+        let n = handler_seen.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 || n == count {
+            let mut times = handler_times.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            times.0.get_or_insert(now);
+            if n == count {
+                times.1 = now;
+                handler_stop.store(true, Ordering::SeqCst);
+            }
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })?;
+    consumer.close()?;
+    let (first, last) = *times.lock().unwrap_or_else(|p| p.into_inner());
+    let first = first.unwrap_or(last);
+    Ok(format!(
+        "reader=ours-workers records={} join_s={:.3} first_to_last_s={:.3}",
+        seen.load(Ordering::Relaxed),
+        first.duration_since(started).as_secs_f64(),
+        last.duration_since(first).as_secs_f64(),
     ))
 }
 

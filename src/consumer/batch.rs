@@ -14,12 +14,13 @@ use crate::guard::{AdmitError, CommitOffset, CompleteError, Lease};
 use crate::wire::{KeyFn, Record};
 use crate::TopicPartition;
 
+use super::batch_clock::BatchClock;
 use super::context::Guard;
 use super::error::ConsumerError;
 use super::handoff::Handoffs;
 use super::intake::Intake;
 use super::pacer::CommitPacer;
-use super::retry::Retries;
+use super::retry::{Retries, Settled};
 use super::sizer::{BatchPlan, BatchSizer};
 use super::stats::{ConsumerStats, RebalanceCounters};
 
@@ -30,7 +31,6 @@ pub struct Delivery {
     /// The record.
     pub record: Record,
     lease: Lease,
-    handed_at: Instant,
 }
 
 impl Delivery {
@@ -71,10 +71,11 @@ pub struct Batch<'a> {
     /// `run`), and usually settled first in, first out, so a queue searched from the front
     /// costs O(1) per record where a map rebuilt per batch grew with the partition count.
     outstanding: VecDeque<Lease>,
-    /// When the last completed record was handed out, its processing time not measured yet:
-    /// the next [`Batch::next`] measures it with the clock reading it takes anyway, so a record
-    /// costs one clock read, not two.
-    unmeasured: Option<Instant>,
+    /// The record `run` is processing in place ([`Batch::run_next`]), so that a handler's panic
+    /// still releases it when the batch is dropped.
+    in_hand: Option<Lease>,
+    /// The readings of time, taken again only when time may have moved on (`batch_clock.rs`).
+    clock: BatchClock,
 }
 
 impl<'a> Batch<'a> {
@@ -92,9 +93,11 @@ impl<'a> Batch<'a> {
         pacer: &'a mut CommitPacer,
         retries: &'a Retries,
     ) -> Self {
-        let plan = sizer.begin_batch(Instant::now());
+        let now = Instant::now();
+        let plan = sizer.begin_batch(now);
         // Partitions held back by their completed-offsets map are tried again in every batch.
         intake.release_held();
+        let clock = BatchClock::new(now, guard);
         Batch {
             retries,
             intake,
@@ -107,7 +110,8 @@ impl<'a> Batch<'a> {
             plan,
             handed: 0,
             outstanding: VecDeque::new(),
-            unmeasured: None,
+            in_hand: None,
+            clock,
         }
     }
 }
@@ -122,73 +126,74 @@ impl Batch<'_> {
     /// reached, deadline reached, a rebalance change to apply, or nothing buffered).
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Delivery> {
+        let (record, lease) = self.admit_next()?;
+        self.outstanding.push_back(lease.clone());
+        Some(Delivery { record, lease })
+    }
+
+    /// `run`'s way through the batch: the next record is admitted, handed to `handle` in place
+    /// (no [`Delivery`] moved out and back, no lease copied into the outstanding list), then
+    /// completed or released as `handle` settled it, which is returned; `None` when the batch
+    /// is over, as [`Batch::next`].
+    pub(crate) fn run_next(
+        &mut self,
+        handle: impl FnOnce(&Record, &Lease) -> Settled,
+    ) -> Option<Settled> {
+        let (record, lease) = self.admit_next()?;
+        let settled = handle(&record, self.in_hand.insert(lease));
+        let lease = self.in_hand.take()?;
+        match settled {
+            Settled::Complete => self.complete_lease(&lease),
+            Settled::Release | Settled::Stop(_) => self.fail_lease(&lease),
+        }
+        Some(settled)
+    }
+
+    /// Takes the next record from the intake and admits it through the guard, with the batch's
+    /// checks (size, deadline, rebalance, paced commit) whenever the clocks are read.
+    #[inline(always)]
+    fn admit_next(&mut self) -> Option<(Record, Lease)> {
         loop {
             if self.handed >= self.plan.size {
                 return None;
             }
-            let now = Instant::now();
-            if let Some(handed_at) = self.unmeasured.take() {
-                self.sizer
-                    .record_processed(now.saturating_duration_since(handed_at));
-            }
-            // Every batch hands out at least one record: an estimate inflated by one very slow
-            // record must not stop batches before they start, or the consumer would livelock.
-            if self.handed > 0 && self.sizer.should_stop(now) {
-                log::info!(
-                    "batch stopped at its deadline after {} record(s); the rest stays for the \
-                     next poll",
-                    self.handed
-                );
+            if self.clock.due() && !self.read_clock() {
                 return None;
-            }
-            // Eager: a rebalance waits and stops everything. Cooperative: only a decided change
-            // ends the batch (its handoff runs at the boundary); a rebalance in progress does not.
-            if self.member.batch_boundary_due() {
-                return None;
-            }
-            if self.pacer.due(now) {
-                // Between two records: what finished so far goes to the commit thread, so a
-                // crash from here on repeats about one interval (plus the commit's round trip)
-                // of work, not the whole batch. Sending does not wait for the broker: the
-                // admission below still runs against this fresh reading.
-                self.pacer.tick(self.guard, self.member, now);
             }
             let (tp, record) = self.intake.next_record()?;
             let key = self.key_fn.and_then(|f| f(&record));
             // Admitted at the guard's own reading, not `now`: the session bound is checked on
             // the lease clock, which counts a suspend of the machine; `now` (the batch's
             // deadline, pacing and sizing, durations of this process only) does not.
-            let admitted = self.guard.process_message(&tp, record.offset, key, ());
-            if let Err(error) = &admitted {
-                self.handoffs.metrics.refused(&tp, error);
-            }
-            match admitted {
+            let admitted = self
+                .guard
+                .admit_at(self.clock.admission(), tp, record.offset, key, ());
+            let error = match admitted {
                 Ok(lease) => {
                     self.handed += 1;
-                    self.outstanding.push_back(lease.clone());
-                    return Some(Delivery {
-                        record,
-                        lease,
-                        handed_at: now,
-                    });
+                    self.clock.handed_out();
+                    return Some((record, lease));
                 }
-                Err(AdmitError::Fenced { .. }) => {
+                Err(error) => error,
+            };
+            self.handoffs.metrics.refused(tp, &error);
+            let tp = tp.clone();
+            match error {
+                AdmitError::Fenced { .. } => {
                     // Revoked or lost under us: none of its records may be processed.
                     let dropped = self.intake.drop_fenced(&tp) + 1;
                     self.handoffs.counters.dropped_records += dropped as u64;
                     log::warn!("{tp} is fenced: {dropped} fetched record(s) dropped unprocessed");
                 }
-                Err(error @ AdmitError::SessionExpired { .. }) => {
+                error @ AdmitError::SessionExpired { .. } => {
                     // Not ours to process until a heartbeat is answered again (or the loss is
                     // detected): the record stays first in line, and the batch ends here.
                     log::warn!("{error}: the batch stops until the session is renewed");
                     self.intake.push_front(tp, record);
                     return None;
                 }
-                Err(
-                    error @ (AdmitError::CompletedMapFull { .. }
-                    | AdmitError::SeekedWhileRunning { .. }),
-                ) => {
+                error @ (AdmitError::CompletedMapFull { .. }
+                | AdmitError::SeekedWhileRunning { .. }) => {
                     // Backpressure: the partition waits (this batch) for its gap to close, or
                     // for the handler a seek overtook; the record stays first in line, the
                     // other partitions go on.
@@ -196,14 +201,48 @@ impl Batch<'_> {
                     self.intake.push_front(tp.clone(), record);
                     self.intake.hold(&tp);
                 }
-                Err(
-                    error @ (AdmitError::AlreadyCompleted { .. }
-                    | AdmitError::AlreadyAdmitted { .. }),
-                ) => log::debug!("{error}"),
-                Err(error @ AdmitError::Duplicate { .. }) => log::info!("skipped: {error}"),
-                Err(error @ AdmitError::OffsetRegression { .. }) => log::error!("skipped: {error}"),
+                error @ (AdmitError::AlreadyCompleted { .. }
+                | AdmitError::AlreadyAdmitted { .. }) => log::debug!("{error}"),
+                error @ AdmitError::Duplicate { .. } => log::info!("skipped: {error}"),
+                error @ AdmitError::OffsetRegression { .. } => log::error!("skipped: {error}"),
             }
         }
+    }
+
+    /// Reads the clocks again and runs the checks that need the time: what finished since the
+    /// last reading goes to the sizer, the deadline (false: the batch stops), a rebalance that
+    /// ends the batch (false), the paced commit; then how many records may go before the next
+    /// reading.
+    fn read_clock(&mut self) -> bool {
+        let (completed, took) = self.clock.read(self.guard);
+        self.sizer.window_processed(completed, took);
+        let now = self.clock.now();
+        let fitting = self.sizer.records_fitting(now);
+        // Every batch hands out at least one record: an estimate inflated by one very slow
+        // record must not stop batches before they start, or the consumer would livelock.
+        if self.handed > 0 && fitting == 0 {
+            log::info!(
+                "batch stopped at its deadline after {} record(s); the rest stays for the \
+                 next poll",
+                self.handed
+            );
+            return false;
+        }
+        // Eager: a rebalance waits and stops everything. Cooperative: only a decided change
+        // ends the batch (its handoff runs at the boundary); a rebalance in progress does not.
+        // A partition fenced meanwhile admits nothing whenever this is read.
+        if self.member.batch_boundary_due() {
+            return false;
+        }
+        if self.pacer.due(now) {
+            // Between two records: what finished so far goes to the commit thread, so a
+            // crash from here on repeats about one interval (plus the commit's round trip)
+            // of work, not the whole batch. Sending does not wait for the broker: the
+            // admission after it still runs against this fresh reading.
+            self.pacer.tick(self.guard, self.member, now);
+        }
+        self.clock.allow(fitting);
+        true
     }
 
     /// Commits what finished so far, synchronously, without ending the batch (Java: a
@@ -267,14 +306,14 @@ impl Batch<'_> {
 
     /// The record's side effect happened: it counts towards the committed position.
     pub fn complete(&mut self, delivery: Delivery) {
-        if self.unmeasured.is_some() {
-            // Completed without a `next` in between: measured now.
-            self.sizer.record_processed(delivery.handed_at.elapsed());
-        } else {
-            self.unmeasured = Some(delivery.handed_at);
-        }
         self.settle(&delivery);
-        match self.guard.complete(&delivery.lease) {
+        self.complete_lease(&delivery.lease);
+    }
+
+    /// [`Batch::complete`] of a record the batch no longer tracks.
+    fn complete_lease(&mut self, lease: &Lease) {
+        self.clock.completed();
+        match self.guard.complete(lease) {
             Ok(()) => {}
             Err(error @ CompleteError::NotCurrent { .. }) => {
                 // Released, not done: it comes again before anything later of its partition.
@@ -291,7 +330,12 @@ impl Batch<'_> {
     /// is committed past it, even while its partition is being revoked.
     pub fn fail(&mut self, delivery: Delivery) {
         self.settle(&delivery);
-        self.release(&delivery.lease);
+        self.fail_lease(&delivery.lease);
+    }
+
+    /// [`Batch::fail`] of a record the batch no longer tracks.
+    fn fail_lease(&mut self, lease: &Lease) {
+        self.release(lease);
         self.intake.redeliver_released(self.guard);
     }
 
@@ -337,7 +381,9 @@ impl Batch<'_> {
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
         // Abandoned records are released: each comes again, and nothing is committed past it.
-        let abandoned = std::mem::take(&mut self.outstanding);
+        let mut abandoned = std::mem::take(&mut self.outstanding);
+        // A record `run` was processing when its handler panicked.
+        abandoned.extend(self.in_hand.take());
         for lease in &abandoned {
             log::warn!(
                 "{}: record {} was handed out but never completed; it comes again",
@@ -349,9 +395,8 @@ impl Drop for Batch<'_> {
         if !abandoned.is_empty() {
             self.intake.redeliver_released(self.guard);
         }
-        if let Some(handed_at) = self.unmeasured.take() {
-            self.sizer.record_processed(handed_at.elapsed());
-        }
+        let (completed, took) = self.clock.close();
+        self.sizer.window_processed(completed, took);
         self.sizer.end_batch();
     }
 }

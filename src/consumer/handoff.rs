@@ -89,8 +89,56 @@ pub(crate) struct Driver<'a> {
 /// on `finished`, and the drain waits for the partition's started records up to `timeout`.
 #[derive(Clone)]
 pub(crate) struct Drain {
-    pub(crate) finished: Arc<(Mutex<u64>, Condvar)>,
+    pub(crate) finished: Arc<Finished>,
     pub(crate) timeout: Duration,
+}
+
+/// The workers' word that a record finished (or a worker exited), for the threads that wait for
+/// that: a revocation's drain and the end of a run.
+///
+/// Why not a bare condition variable: a notification is a system call even when nobody waits
+/// (std's futex condition variable does not count its waiters), and workers signal after every
+/// record, while someone waits only during a revocation or a stop. So waiters count themselves,
+/// under the same lock as their check, and a signal wakes only when one does: a record costs an
+/// uncontended lock here, no system call.
+#[derive(Default)]
+pub(crate) struct Finished {
+    /// Threads waiting now. Changed only under this lock, held from a waiter's check to its
+    /// wait, so a signal (which takes the lock after its change) cannot fall between the two.
+    waiting: Mutex<usize>,
+    signal: Condvar,
+}
+
+impl Finished {
+    /// Something finished: wakes the waiters, if any. Call it after the change they check.
+    pub(crate) fn signal(&self) {
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if *waiting > 0 {
+            self.signal.notify_all();
+        }
+    }
+
+    /// Waits until `done()` holds (true) or `deadline` passed (false). `done` is checked under
+    /// the lock, first at once and again after every signal.
+    pub(crate) fn wait_until(&self, deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if done() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            *waiting += 1;
+            waiting = self
+                .signal
+                .wait_timeout(waiting, deadline - now)
+                .map(|(w, _)| w)
+                .unwrap_or_else(|p| p.into_inner().0);
+            *waiting -= 1;
+        }
+    }
 }
 
 impl Drain {
@@ -109,26 +157,18 @@ impl Drain {
         if cancelled > 0 {
             log::info!("{partition}: {cancelled} queued record(s) cancelled by the revocation");
         }
-        let (lock, signal) = &*self.finished;
-        let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let running = guard.unfinished(partition);
-            if running == 0 {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(format!(
-                    "{running} record(s) still running after revoke.drain.timeout.ms ({:?})",
-                    self.timeout
-                )
-                .into());
-            }
-            seen = signal
-                .wait_timeout(seen, deadline - now)
-                .map(|(s, _)| s)
-                .unwrap_or_else(|p| p.into_inner().0);
+        let mut running = 0;
+        if self.finished.wait_until(deadline, || {
+            running = guard.unfinished(partition);
+            running == 0
+        }) {
+            return Ok(());
         }
+        Err(format!(
+            "{running} record(s) still running after revoke.drain.timeout.ms ({:?})",
+            self.timeout
+        )
+        .into())
     }
 }
 

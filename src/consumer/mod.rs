@@ -43,6 +43,8 @@
 //!   the poll thread and the workers.
 //! - `batch.rs`: a [`Batch`] and its [`Delivery`]s: records leave the intake and are admitted
 //!   through the guard one at a time.
+//! - `batch_clock.rs`: the batch's readings of time (deadline, pacing, the admission instant),
+//!   read again only when the kernel's coarse clock moved or the sizer's stride ran out.
 //! - `retry.rs`: the failure policy of `run` and the workers: `processing.retries` with its
 //!   backoff (the partition held back in the intake, the poll loop going on) and the
 //!   dead-letter callback.
@@ -73,6 +75,7 @@
 //!   `crate::config`, which the share consumer reads too.
 
 mod batch;
+mod batch_clock;
 mod context;
 pub mod dead_letter;
 mod dispatch;

@@ -521,25 +521,18 @@ impl Consumer {
                 // No periodic check: the poll blocks until records, a change or a wake
                 // (`Waker`); `stop` is read when it returns, after each record and each batch.
                 let mut batch = self.poll(self.fetch.max_wait)?;
-                while let Some(delivery) = batch.next() {
-                    let settled = retry::handle(
-                        &retries,
-                        &guard,
-                        &delivery.record,
-                        delivery.lease(),
-                        || true,
-                        &mut handler,
-                    );
-                    match settled.unwrap_or(Settled::Release) {
-                        Settled::Complete => batch.complete(delivery),
-                        Settled::Release => {
-                            // Its retry is due later (the next polls hold its partition back
-                            // until then), or its partition moved: read again from it.
-                            batch.fail(delivery);
-                            break;
-                        }
+                // Each record is handled in place and settled (completed, or released) by the
+                // batch before the next one is taken.
+                while let Some(settled) = batch.run_next(|record, lease| {
+                    retry::handle(&retries, &guard, record, lease, || true, &mut handler)
+                        .unwrap_or(Settled::Release)
+                }) {
+                    match settled {
+                        Settled::Complete => {}
+                        // Its retry is due later (the next polls hold its partition back until
+                        // then), or its partition moved: read again from it.
+                        Settled::Release => break,
                         Settled::Stop(error) => {
-                            batch.fail(delivery);
                             failure = Some(error);
                             break;
                         }

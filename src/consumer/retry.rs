@@ -166,6 +166,7 @@ impl Retries {
     /// True when no record waits for a retry. A record's own wait is always seen: it was
     /// recorded (under the lock, with a release store) before the record was given back, and
     /// the record comes again only after that.
+    #[inline]
     fn none_waiting(&self) -> bool {
         self.waiting.load(Ordering::Acquire) == 0
     }
@@ -177,10 +178,16 @@ impl Retries {
 
     /// Whether the record admitted under `lease` may run now, and as which attempt. `now` is
     /// read only when some record waits (a record costs no clock read here otherwise).
+    #[inline]
     pub(crate) fn admit(&self, lease: &Lease, now: impl FnOnce() -> Instant) -> Admission {
         if self.none_waiting() {
             return Admission::Run(1);
         }
+        self.admit_waiting(lease, now)
+    }
+
+    /// [`Retries::admit`] while some record waits.
+    fn admit_waiting(&self, lease: &Lease, now: impl FnOnce() -> Instant) -> Admission {
         let mut state = self.state();
         let Some(waiting) = state.waiting.get(&lease.tp) else {
             return Admission::Run(1);
@@ -207,6 +214,7 @@ impl Retries {
     }
 
     /// Applies the policy to the handler's `result` on the `attempt`-th try of `record`.
+    #[inline]
     pub(crate) fn settle(
         &self,
         guard: &Guard,
@@ -215,13 +223,26 @@ impl Retries {
         attempt: u32,
         result: Result<(), BoxError>,
     ) -> Settled {
-        let error = match result {
+        match result {
             Ok(()) => {
                 self.forget(lease);
-                return Settled::Complete;
+                Settled::Complete
             }
-            Err(error) => error,
-        };
+            Err(error) => self.settle_failure(guard, record, lease, attempt, error),
+        }
+    }
+
+    /// [`Retries::settle`] of a failure: out of line, so that a success (every record's path)
+    /// costs an atomic load.
+    #[cold]
+    fn settle_failure(
+        &self,
+        guard: &Guard,
+        record: &Record,
+        lease: &Lease,
+        attempt: u32,
+        error: BoxError,
+    ) -> Settled {
         let callback = self
             .dead_letter
             .lock()
@@ -308,10 +329,15 @@ impl Retries {
 
     /// The record under `lease` is done with (finished, stopped, or its partition moved): its
     /// partition's wait ends if it was the waiting one.
+    #[inline]
     fn forget(&self, lease: &Lease) {
-        if self.none_waiting() {
-            return;
+        if !self.none_waiting() {
+            self.forget_waiting(lease);
         }
+    }
+
+    /// [`Retries::forget`] while some record waits.
+    fn forget_waiting(&self, lease: &Lease) {
         let mut state = self.state();
         if state
             .waiting
@@ -367,6 +393,7 @@ impl Retries {
 /// with the guard; `None` when it refuses: the record was not started and the guard already
 /// dealt with it), then the handler with the attempt in its [`WorkContext`], and returns what
 /// [`Retries::settle`] makes of the outcome.
+#[inline]
 pub(crate) fn handle<E>(
     retries: &Retries,
     guard: &Guard,

@@ -14,8 +14,8 @@
 //!    expected duration fits the budget.
 //! 2. **Deadline** (hard): the batch started at `t` must stop handing out records at
 //!    `t + budget`, and also as soon as the next record is expected to finish after that (see
-//!    [`BatchSizer::should_stop`]). The consumer then commits what finished and lets the rest be
-//!    fetched again.
+//!    [`BatchSizer::records_fitting`]). The consumer then commits what finished and lets the rest
+//!    be fetched again.
 //!
 //! The estimate is asymmetric on purpose, "fast attack, slow decay":
 //! - a record slower than the estimate replaces it at once, so a single very slow record (a
@@ -76,10 +76,10 @@ impl BatchPlan {
 /// Sizes batches from measured per-record processing time so that each finishes well within
 /// `max.poll.interval.ms`; see the module documentation for the rules.
 ///
-/// Use: [`begin_batch`](Self::begin_batch) before handing out records; before each record,
-/// [`should_stop`](Self::should_stop); after each record, [`record_processed`](Self::record_processed)
-/// (or [`batch_processed`](Self::batch_processed) once for a handler that takes the batch whole);
-/// then [`end_batch`](Self::end_batch).
+/// Use: [`begin_batch`](Self::begin_batch) before handing out records; whenever the clock is
+/// read, [`window_processed`](Self::window_processed) with what finished since the last reading,
+/// then [`records_fitting`](Self::records_fitting): how many more records may go before the
+/// next reading; then [`end_batch`](Self::end_batch).
 #[derive(Debug, Clone)]
 pub(crate) struct BatchSizer {
     max_poll_interval: Duration,
@@ -289,26 +289,64 @@ impl BatchSizer {
     /// Whether the batch in progress must stop handing out records at `now`: its deadline has
     /// arrived, or the next record, at the current estimate, would finish after it. Also `true`
     /// when no batch is in progress, since nothing was planned that could be handed out.
+    #[cfg(test)]
     pub(crate) fn should_stop(&self, now: Instant) -> bool {
+        self.records_fitting(now) == 0
+    }
+
+    /// How many more records the batch in progress may hand out from `now`, each taking the
+    /// current estimate, so that the last one finishes by the deadline: zero once the deadline
+    /// has arrived or the next record would finish after it (the batch stops), and zero when no
+    /// batch is in progress (nothing was planned that could be handed out). Without an estimate
+    /// (or with records too fast to measure) only the deadline bounds it.
+    ///
+    /// The batch reads its clock only every few records (`batch_clock.rs`); it reads it again
+    /// before handing out more than this many, so the deadline holds as it would if the clock
+    /// were read before every record.
+    pub(crate) fn records_fitting(&self, now: Instant) -> usize {
         let Some(plan) = &self.current else {
-            return true;
+            return 0;
         };
         if plan.is_past_deadline(now) {
-            return true;
+            return 0;
         }
-        match self.estimate() {
-            Some(per_record) => now
-                .checked_add(per_record)
-                .is_none_or(|done| done > plan.deadline),
-            None => false,
+        match self.estimate_ns {
+            Some(per_record) if per_record >= 1.0 => {
+                let left = plan.deadline.saturating_duration_since(now).as_secs_f64() * 1e9;
+                // `as` saturates: a huge quotient is simply "many".
+                (left / per_record) as usize
+            }
+            _ => usize::MAX,
         }
     }
 
     /// Records how long one record took to process.
+    #[cfg(test)]
     pub(crate) fn record_processed(&mut self, elapsed: Duration) {
-        // Via seconds: `as_nanos` is a u128, and its float conversion is a library call per
-        // record.
-        self.observe(elapsed.as_secs_f64() * 1e9, 1);
+        self.window_processed(1, elapsed);
+    }
+
+    /// Records that the `count` records completed since the batch last read its clock took
+    /// `elapsed` together (the batch reads it only every few records, `batch_clock.rs`).
+    ///
+    /// It counts as one sample, the slowest record the window allows at the current estimate:
+    /// the others took the estimate, the last one the rest (at least the window's average). So
+    /// one slow record among fast ones still replaces the estimate at once (fast attack), as if
+    /// it had been measured alone, and a fast window moves the estimate by one decay step, not
+    /// by `count` (a speed-up is trusted more slowly still). A window of one record is that
+    /// record's own time.
+    pub(crate) fn window_processed(&mut self, count: usize, elapsed: Duration) {
+        if count == 0 {
+            return;
+        }
+        // Via seconds: `as_nanos` is a u128, and its float conversion is a library call.
+        let total = elapsed.as_secs_f64() * 1e9;
+        let average = total / count as f64;
+        let sample = match self.estimate_ns {
+            Some(estimate) => (total - (count - 1) as f64 * estimate).max(average),
+            None => average,
+        };
+        self.observe(sample, 1);
     }
 
     /// Records that `count` records took `elapsed` together, for handlers that process a batch
@@ -336,8 +374,8 @@ impl BatchSizer {
         });
     }
 
-    /// Ends the batch in progress; [`should_stop`](Self::should_stop) answers `true` until the
-    /// next [`begin_batch`](Self::begin_batch).
+    /// Ends the batch in progress; [`records_fitting`](Self::records_fitting) answers zero until
+    /// the next [`begin_batch`](Self::begin_batch).
     pub(crate) fn end_batch(&mut self) {
         self.current = None;
     }
@@ -550,6 +588,47 @@ mod tests {
         // A slower batch average is believed at once.
         s.batch_processed(2, Duration::from_millis(400));
         assert_eq!(s.estimate(), Some(200 * MS));
+    }
+
+    #[test]
+    fn a_window_of_records_is_one_sample_and_a_slow_record_in_it_is_believed_at_once() {
+        let mut s = sizer(2000, 0.5, 500);
+        s.window_processed(0, Duration::from_secs(1));
+        assert_eq!(s.estimate(), None, "an empty window measures nothing");
+        s.window_processed(10, 100 * MS);
+        assert_eq!(s.estimate(), Some(10 * MS), "no estimate yet: the average");
+        // Nine records at the estimate and one that took the rest: the rest is believed.
+        s.window_processed(10, 9 * 10 * MS + 400 * MS);
+        assert_eq!(s.estimate(), Some(400 * MS));
+        // A faster window moves the estimate by one decay step, not by ten.
+        let mut single = s.clone();
+        single.record_processed(10 * MS);
+        s.window_processed(10, 100 * MS);
+        let (a, b) = (s.estimate().unwrap(), single.estimate().unwrap());
+        assert!(a >= b, "{a:?} decayed faster than one sample's {b:?}");
+    }
+
+    #[test]
+    fn records_fitting_is_how_many_more_finish_by_the_deadline_at_the_estimate() {
+        let mut s = sizer(2000, 0.5, 500);
+        let start = Instant::now();
+        assert_eq!(s.records_fitting(start), 0, "no batch planned");
+        s.begin_batch(start);
+        assert_eq!(
+            s.records_fitting(start),
+            usize::MAX,
+            "no estimate: the deadline only"
+        );
+        assert_eq!(s.records_fitting(start + 1000 * MS), 0, "the deadline");
+        s.record_processed(100 * MS);
+        s.begin_batch(start);
+        assert_eq!(s.records_fitting(start), 10);
+        assert_eq!(s.records_fitting(start + 850 * MS), 1);
+        assert_eq!(s.records_fitting(start + 901 * MS), 0);
+        assert_eq!(
+            s.should_stop(start + 901 * MS),
+            s.records_fitting(start + 901 * MS) == 0
+        );
     }
 
     #[test]

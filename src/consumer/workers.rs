@@ -46,7 +46,7 @@
 use std::collections::HashSet;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::basics::panic::panic_message;
@@ -61,7 +61,7 @@ use super::config::{ConsumerConfig, ProcessingOrder};
 use super::context::{Guard, WorkContext};
 use super::dispatch::{Dispatch, Inbox, Parking, Refused};
 use super::error::ConsumerError;
-use super::handoff::Drain;
+use super::handoff::{Drain, Finished};
 use super::retry::{self, Retries, Settled};
 use super::wake::Waker;
 
@@ -111,7 +111,7 @@ struct Pool {
     /// Workers still running.
     alive: Mutex<usize>,
     /// Signalled whenever a record finished or a worker exited.
-    finished: Arc<(Mutex<u64>, Condvar)>,
+    finished: Arc<Finished>,
     /// Outside partition order: what is in flight per partition, and the parked records.
     parking: Arc<Parking>,
     /// Partitions whose handler failed: no worker starts any later record of them (outside
@@ -134,9 +134,7 @@ impl Pool {
     }
 
     fn signal(&self) {
-        let (count, signal) = &*self.finished;
-        *count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        signal.notify_all();
+        self.finished.signal();
     }
 
     /// A record no worker will start (the run is stopping, or its partition failed): released,
@@ -346,7 +344,7 @@ where
         stopping: AtomicBool::new(false),
         failure: Mutex::new(None),
         alive: Mutex::new(0),
-        finished: Arc::new((Mutex::new(0u64), Condvar::new())),
+        finished: Arc::new(Finished::default()),
         parking,
         failed_partitions: Mutex::new(HashSet::new()),
         any_failed: AtomicBool::new(false),
@@ -407,25 +405,15 @@ where
 
 /// Waits until every worker exited or `deadline` passed.
 fn wait_for_workers(pool: &Pool, deadline: Instant) {
-    let (lock, signal) = &*pool.finished;
-    let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        let alive = *pool.alive.lock().unwrap_or_else(|p| p.into_inner());
-        if alive == 0 {
-            return;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            log::warn!(
-                "{alive} worker(s) still running a handler after revoke.drain.timeout.ms: \
-                 left to finish on their own; their records are not committed"
-            );
-            return;
-        }
-        seen = signal
-            .wait_timeout(seen, deadline - now)
-            .map(|(s, _)| s)
-            .unwrap_or_else(|p| p.into_inner().0);
+    let mut alive = 0;
+    if !pool.finished.wait_until(deadline, || {
+        alive = *pool.alive.lock().unwrap_or_else(|p| p.into_inner());
+        alive == 0
+    }) {
+        log::warn!(
+            "{alive} worker(s) still running a handler after revoke.drain.timeout.ms: \
+             left to finish on their own; their records are not committed"
+        );
     }
 }
 

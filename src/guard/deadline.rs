@@ -69,9 +69,14 @@ impl Timebase {
 
     /// Nanoseconds from `base` to `at`, plus one, saturating below [`ENDED`]; an instant before
     /// `base` encodes as `base` itself.
+    #[inline]
     fn encode(&self, at: Instant) -> u64 {
-        let nanos = at.saturating_duration_since(self.base).as_nanos();
-        u64::try_from(nanos)
+        let since = at.saturating_duration_since(self.base);
+        // In u64 arithmetic: `as_nanos` is a u128, and every admission checks a deadline.
+        since
+            .as_secs()
+            .checked_mul(1_000_000_000)
+            .and_then(|nanos| nanos.checked_add(u64::from(since.subsec_nanos())))
             .unwrap_or(u64::MAX)
             .min(ENDED - 2)
             .saturating_add(1)
@@ -143,11 +148,31 @@ impl Deadline {
     }
 
     /// Whether `now` is at or past the deadline: never for an open one, always for an ended one.
+    #[inline]
     pub(crate) fn passed(&self, now: Instant) -> bool {
         match self.at.load(Ordering::Acquire) {
             OPEN => false,
             ENDED => true,
+            // Encoded only when there is an instant to compare with.
             at => self.time.encode(now) >= at,
+        }
+    }
+
+    /// `now` as this deadline's timebase encodes it, for [`passed_stamp`](Self::passed_stamp):
+    /// one instant checked against many deadlines (or one deadline many times) is encoded once.
+    #[inline]
+    pub(crate) fn stamp(&self, now: Instant) -> u64 {
+        self.time.encode(now)
+    }
+
+    /// [`passed`](Self::passed) at the instant `stamp` encodes (from [`stamp`](Self::stamp) on
+    /// a deadline of the same timebase): an atomic load and a comparison.
+    #[inline]
+    pub(crate) fn passed_stamp(&self, stamp: u64) -> bool {
+        match self.at.load(Ordering::Acquire) {
+            OPEN => false,
+            ENDED => true,
+            at => stamp >= at,
         }
     }
 

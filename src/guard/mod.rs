@@ -69,8 +69,11 @@
 //!
 //! # Map
 //!
-//! - `mod.rs` (this file): the [`RebalanceGuard`] itself: assign, admit, complete, release,
+//! - `mod.rs` (this file): the [`RebalanceGuard`] itself: assign, complete, release,
 //!   snapshots, and the rules above.
+//! - `admission.rs`: admitting a record (rule 2: `process_message`), and the prepared instant
+//!   a caller that admits many records at one clock reading passes instead (the consumer's
+//!   batch).
 //! - `handoff.rs`: the handoff of revoked partitions as typed steps (fence -> [`Fenced`] ->
 //!   drain -> [`Drained`] -> prepare_commit -> [`AwaitingCommit`] -> hand_back ->
 //!   [`HandedBack`]), losses, and the commits of owned partitions.
@@ -113,6 +116,7 @@
 //!   the [`BootClock`] leases are read on: it counts the time the machine was suspended, as the
 //!   broker's clocks do.
 
+mod admission;
 mod clock;
 mod completed_map;
 mod deadline;
@@ -141,9 +145,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-pub(crate) use clock::lease_now;
+pub(crate) use admission::AdmissionTime;
 #[cfg(test)]
 pub(crate) use clock::Suspender;
+pub(crate) use clock::{coarse_now, lease_now};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
 pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,
@@ -170,7 +175,7 @@ use crate::TopicPartition;
 use deadline::{lease_end, LeaseEnd};
 use key_set::KeySet;
 use partition_state::PartitionState;
-use progress::{Admitted, Progress, WorkState};
+use progress::{Completion, Progress};
 use storm::StormDetector;
 use table::PartitionTable;
 
@@ -413,152 +418,6 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         (runs, named)
     }
 
-    /// Admits a message for processing, or says why not.
-    ///
-    /// The checks run in a fixed order: fence first (a revoked partition is refused even if the
-    /// message is also a duplicate, because the reason is what the caller acts on), then the
-    /// idempotency key, then offset monotonicity. An admitted message stays pending until
-    /// [`complete`](Self::complete), a revocation flush, or a loss.
-    pub fn process_message(
-        &self,
-        partition: &TopicPartition,
-        offset: i64,
-        key: Option<K>,
-        payload: M,
-    ) -> Result<Lease, AdmitError> {
-        self.process_message_at(self.clock.now(), partition, offset, key, payload)
-    }
-
-    /// [`process_message`](Self::process_message) with the admission time supplied by the caller.
-    ///
-    /// Reading a clock costs tens of nanoseconds on virtual machines, more than the rest of an
-    /// admission: a caller that already read the guard's clock passes that instant instead of
-    /// paying a second read. `now` must come from the guard's clock ([`RebalanceGuard::now`]),
-    /// not from `Instant::now()` (the guard's clock counts a suspend of the machine, `Instant`
-    /// does not), and be fresh: it is also the instant the [`SessionBound`] is checked against.
-    pub fn process_message_at(
-        &self,
-        now: Instant,
-        partition: &TopicPartition,
-        offset: i64,
-        key: Option<K>,
-        payload: M,
-    ) -> Result<Lease, AdmitError> {
-        let Some(mut state) = self.partition(partition) else {
-            return Err(AdmitError::Fenced {
-                tp: partition.clone(),
-                offset,
-                status: None,
-            });
-        };
-        if state.status != OwnerStatus::Owned {
-            state.fenced_rejected += 1;
-            return Err(AdmitError::Fenced {
-                tp: partition.clone(),
-                offset,
-                status: Some(state.status),
-            });
-        }
-        if self.session.is_expired(now) {
-            return Err(AdmitError::SessionExpired {
-                tp: partition.clone(),
-                offset,
-            });
-        }
-        // Fence passed; now the key, then monotonicity. On the common path (no regression) one
-        // insertion both checks for a duplicate and remembers the key.
-        let duplicate = |state: &mut PartitionState<M>| {
-            state.duplicates_rejected += 1;
-            AdmitError::Duplicate {
-                tp: partition.clone(),
-                offset,
-            }
-        };
-        if state.progress.is_voided(offset) {
-            return Err(AdmitError::SeekedWhileRunning {
-                tp: partition.clone(),
-                offset,
-            });
-        }
-        if state.progress.is_regression(offset) {
-            match state.progress.state_of(offset) {
-                // Rule 7: read again after it was released.
-                Some(WorkState::Released) => {
-                    let Some(handle) = key.map_or(Some(None), |key| self.keys.insert(key)) else {
-                        state.progress.finish_released(offset);
-                        return Err(duplicate(&mut state));
-                    };
-                    state.progress.readmit(offset, now, handle, payload);
-                    return Ok(Lease {
-                        tp: partition.clone(),
-                        offset,
-                        epoch: state.epoch,
-                    });
-                }
-                // Read again with a released record before it: this one is already handled.
-                Some(_) => {
-                    return Err(AdmitError::AlreadyAdmitted {
-                        tp: partition.clone(),
-                        offset,
-                    })
-                }
-                None => {}
-            }
-            if key.as_ref().is_some_and(|key| self.keys.contains(key)) {
-                return Err(duplicate(&mut state));
-            }
-            let high_water = state.progress.high_water().unwrap_or(offset);
-            state.regressions_rejected += 1;
-            return Err(AdmitError::OffsetRegression {
-                tp: partition.clone(),
-                offset,
-                high_water,
-            });
-        }
-        if self.map_limit > 0 && !state.progress.map_has_room(offset, self.map_limit) {
-            // Rule 6: the map of what finished beyond the gap must always fit the commit.
-            return Err(AdmitError::CompletedMapFull {
-                tp: partition.clone(),
-                offset,
-                position: state.progress.commit_position().unwrap_or(offset),
-            });
-        }
-        let key = match key {
-            None => None,
-            Some(key) => match self.keys.insert(key) {
-                None => {
-                    // The event's work is done (or in flight) under its first copy, so this
-                    // offset counts as finished: were it the partition's last record, the
-                    // position must still pass it, or the next owner would apply the event
-                    // again from there.
-                    state.progress.admit_completed(offset, now, None);
-                    return Err(duplicate(&mut state));
-                }
-                Some(handle) => handle,
-            },
-        };
-        if state.progress.take_inherited(offset) {
-            state.progress.admit_completed(offset, now, key);
-            state.skipped_completed += 1;
-            return Err(AdmitError::AlreadyCompleted {
-                tp: partition.clone(),
-                offset,
-            });
-        }
-        state.progress.admit(Admitted {
-            offset,
-            admitted_at: now,
-            key,
-            state: WorkState::Buffered(payload),
-            told_stale: false,
-        });
-        Ok(Lease {
-            tp: partition.clone(),
-            offset,
-            epoch: state.epoch,
-        })
-    }
-
     /// Records that the leased message finished (its side effect happened).
     ///
     /// A lease from an earlier assignment is refused and counted as "completed after revocation":
@@ -590,25 +449,18 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 offset: lease.offset,
             });
         }
-        if state.progress.told_stale(lease.offset) {
-            return match self.release_locked(&mut state, lease.offset) {
-                true => Err(CompleteError::NotCurrent {
+        match state.progress.complete_unless_told_stale(lease.offset) {
+            Completion::Done => Ok(()),
+            Completion::ToldStale if self.release_locked(&mut state, lease.offset) => {
+                Err(CompleteError::NotCurrent {
                     tp: lease.tp.clone(),
                     offset: lease.offset,
-                }),
-                false => Err(CompleteError::NotPending {
-                    tp: lease.tp.clone(),
-                    offset: lease.offset,
-                }),
-            };
-        }
-        if state.progress.complete(lease.offset) {
-            Ok(())
-        } else {
-            Err(CompleteError::NotPending {
+                })
+            }
+            Completion::ToldStale | Completion::NotPending => Err(CompleteError::NotPending {
                 tp: lease.tp.clone(),
                 offset: lease.offset,
-            })
+            }),
         }
     }
 

@@ -34,6 +34,10 @@ use std::time::{Duration, Instant};
 use super::clock::{BootClock, Clock};
 use super::deadline::{Deadline, Timebase};
 
+/// An instant encoded on a [`SessionBound`]'s timebase ([`SessionBound::stamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionStamp(u64);
+
 /// How long ownership can be trusted: renewed by the membership, read by whoever is about to
 /// act on a lease. Starts unbounded (a guard used without a group membership).
 pub struct SessionBound {
@@ -100,8 +104,24 @@ impl SessionBound {
     }
 
     /// True once `now` is past the bound: the coordinator may have evicted the member.
+    #[inline]
     pub fn is_expired(&self, now: Instant) -> bool {
         self.until.passed(now) && (self.held.is_open() || self.held.passed(now))
+    }
+
+    /// `now` encoded once for [`is_expired_at`](Self::is_expired_at): an admission instant read
+    /// once and checked for many records (the consumer's batch) costs each check two atomic
+    /// loads and a comparison instead of an instant's subtraction.
+    #[inline]
+    pub(crate) fn stamp(&self, now: Instant) -> SessionStamp {
+        // Both deadlines count from the one timebase they were made with (`on_clock`).
+        SessionStamp(self.until.stamp(now))
+    }
+
+    /// [`is_expired`](Self::is_expired) at the instant `stamp` encodes.
+    #[inline]
+    pub(crate) fn is_expired_at(&self, stamp: SessionStamp) -> bool {
+        self.until.passed_stamp(stamp.0) && (self.held.is_open() || self.held.passed_stamp(stamp.0))
     }
 
     /// [`is_expired`](Self::is_expired) now, on the bound's clock (which counts a suspend of

@@ -9,6 +9,8 @@
 //!   live count into [`PEAK`] first and reads the rise afterwards.
 //! * [`THREAD_LARGEST`], [`THREAD_LIVE`], [`THREAD_PEAK`]: the same on the calling thread only,
 //!   plus its largest single request, for a measurement that must not count other threads.
+//! * [`THREAD_ALLOCATIONS`]: how many blocks the calling thread asked for (allocations and
+//!   reallocations), for a test that a loop allocates nothing per iteration.
 //! * [`watch_frees`]: from then on every block is searched, just before it is freed, by the
 //!   watcher the binary installed ([`Counting::watching`]), and every reallocation moves (the
 //!   old block is freed and searched, as a growing buffer's old block would be). So that every
@@ -62,6 +64,8 @@ thread_local! {
     pub static THREAD_LIVE: Cell<isize> = const { Cell::new(0) };
     /// The highest [`THREAD_LIVE`] since it was last set.
     pub static THREAD_PEAK: Cell<isize> = const { Cell::new(0) };
+    /// Allocations and reallocations this thread asked for, ever.
+    pub static THREAD_ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// From now on, in this process, every freed block is handed to the allocator's watcher.
@@ -70,6 +74,7 @@ pub fn watch_frees() {
 }
 
 fn grew(n: usize) {
+    let _ = THREAD_ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
     let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
     PEAK.fetch_max(now, Ordering::Relaxed);
     let _ = THREAD_LARGEST.try_with(|m| m.set(m.get().max(n)));

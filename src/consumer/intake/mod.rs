@@ -515,8 +515,9 @@ impl Intake {
 
     /// Takes the next record to hand out, with its partition: round-robin over partitions with
     /// buffered, unpaused records, [`TURN_RECORDS`] consecutive records per turn, so one busy
-    /// partition does not starve the others and a batch touches few partitions.
-    pub(crate) fn next_record(&mut self) -> Option<(TopicPartition, Record)> {
+    /// partition does not starve the others and a batch touches few partitions. The partition
+    /// is lent, not cloned: a record costs no reference count of its topic here.
+    pub(crate) fn next_record(&mut self) -> Option<(&TopicPartition, Record)> {
         loop {
             let tp = self.ring.front()?;
             if self.turn >= TURN_RECORDS {
@@ -530,18 +531,20 @@ impl Intake {
                     if let Some(record) = buffer.pop_front() {
                         self.turn += 1;
                         // The next batch is decoded when the line runs out, so that an
-                        // empty line always means nothing is left.
+                        // empty line always means nothing is left (once per record batch).
                         let refill = buffer.needs_refill().then(|| buffer.refill());
-                        let empty = buffer.is_empty();
-                        let tp = tp.clone();
-                        if let Some(refill) = refill {
-                            self.settle(&tp, refill);
+                        if refill.is_some() || buffer.is_empty() {
+                            let empty = buffer.is_empty();
+                            let tp = tp.clone();
+                            if let Some(refill) = refill {
+                                self.settle(&tp, refill);
+                            }
+                            if empty {
+                                // Ran dry: the next poll fetches it.
+                                self.dry.insert(tp);
+                            }
                         }
-                        if empty {
-                            // Ran dry: the next poll fetches it.
-                            self.dry.insert(tp.clone());
-                        }
-                        return Some((tp, record));
+                        return Some((self.ring.front()?, record));
                     }
                 }
             }

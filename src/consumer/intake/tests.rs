@@ -40,15 +40,16 @@ fn filled(partitions: i32, count: i64) -> (Intake, Vec<TopicPartition>) {
 
 /// Drains the intake: (partition, offset) in hand-out order.
 fn drain(intake: &mut Intake) -> Vec<(i32, i64)> {
-    std::iter::from_fn(|| intake.next_record())
-        .map(|(tp, r)| {
+    std::iter::from_fn(|| {
+        intake.next_record().map(|(tp, r)| {
             assert_eq!(
                 tp.partition, r.partition,
                 "record handed out under another partition"
             );
             (r.partition, r.offset)
         })
-        .collect()
+    })
+    .collect()
 }
 
 #[test]
@@ -118,6 +119,7 @@ fn a_dropped_partition_ends_its_turn_at_once() {
 fn a_record_put_back_is_next_in_its_partition() {
     let (mut intake, tps) = filled(1, 3);
     let (tp, r) = intake.next_record().expect("a record");
+    let tp = tp.clone();
     assert_eq!(r.offset, 0);
     intake.push_front(tp, r);
     assert_eq!(tps.len(), 1);
@@ -155,6 +157,7 @@ fn a_partition_that_runs_dry_is_the_one_to_fetch() {
 fn a_partition_put_back_is_not_dry() {
     let (mut intake, _) = filled(1, 1);
     let (tp, r) = intake.next_record().expect("a record");
+    let tp = tp.clone();
     assert!(intake.has_dry_partition(), "its only record is out");
     intake.push_front(tp, r);
     assert!(!intake.has_dry_partition(), "the record is back");
