@@ -17,11 +17,13 @@
 //! A slow handler (a tick or more per record) thus still gets a reading per record, and a fast
 //! one about one per tick. Where there is no coarse clock every record reads both clocks, as
 //! before. The admission instant handed to the guard is the boot-clock reading: never more than
-//! about one tick of running time old (a suspend counted, see `coarse_now`).
+//! about one tick of running time old (a suspend counted, see `coarse_now`), and the session
+//! bound is checked against it as if it were a tick and a half later (`coarse_lag`): a reused
+//! reading ends a lease early, never late.
 
 use std::time::{Duration, Instant};
 
-use crate::guard::{coarse_now, AdmissionTime};
+use crate::guard::{coarse_lag, coarse_now, AdmissionTime};
 
 use super::context::Guard;
 
@@ -53,7 +55,7 @@ impl BatchClock {
     pub(crate) fn new(now: Instant, guard: &Guard) -> Self {
         BatchClock {
             now,
-            admission: guard.admission_time(guard.now()),
+            admission: guard.admission_time(guard.now(), coarse_lag()),
             coarse: None,
             handed: 0,
             completed: 0,
@@ -72,7 +74,7 @@ impl BatchClock {
     pub(crate) fn read(&mut self, guard: &Guard) -> (usize, Duration) {
         self.coarse = coarse_now();
         let now = Instant::now();
-        self.admission = guard.admission_time(guard.now());
+        self.admission = guard.admission_time(guard.now(), coarse_lag());
         let since = (
             std::mem::take(&mut self.completed),
             now.saturating_duration_since(self.now),

@@ -5,7 +5,7 @@
 //! ([`AdmissionTime`]).
 
 use std::hash::Hash;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::progress::{Admitted, WorkState};
 use super::session_bound::SessionStamp;
@@ -61,10 +61,14 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// caller that admits many records at one reading (the consumer's batch, which reads its
     /// clocks about once per timer tick) prepares it once, and each admission's session check
     /// is then two atomic loads and a comparison.
-    pub(crate) fn admission_time(&self, now: Instant) -> AdmissionTime {
+    ///
+    /// `max_age` is how old the reading may get while it is used: the session bound is checked
+    /// as if it were that much later, so that a reused reading ends a lease early, never late
+    /// (rule 9: a lease ends when ownership could have moved).
+    pub(crate) fn admission_time(&self, now: Instant, max_age: Duration) -> AdmissionTime {
         AdmissionTime {
             now,
-            session: self.session.stamp(now),
+            session: self.session.stamp(now + max_age),
         }
     }
 
@@ -206,5 +210,34 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             offset,
             epoch: state.epoch,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::guard::{AdmitError, GuardConfig, RebalanceGuard};
+    use crate::TopicPartition;
+
+    /// A reading reused for a while must end a lease early, never late: the session bound is
+    /// checked as if the reading were `max_age` later.
+    #[test]
+    fn a_prepared_reading_counts_its_age_against_the_session() {
+        let guard: RebalanceGuard<String> =
+            RebalanceGuard::new(GuardConfig::default()).expect("valid config");
+        let tp = TopicPartition::new("orders", 0);
+        guard.assign(std::slice::from_ref(&tp));
+        let now = guard.now();
+        // The session ends 5 ms after the reading.
+        guard.session_bound().renew(now, Duration::from_millis(5));
+        let fresh = guard.admission_time(now, Duration::ZERO);
+        assert!(guard.admit_at(&fresh, &tp, 0, None, ()).is_ok());
+        // The same reading, allowed to age 10 ms: the session may be over by then.
+        let aging = guard.admission_time(now, Duration::from_millis(10));
+        assert!(matches!(
+            guard.admit_at(&aging, &tp, 1, None, ()),
+            Err(AdmitError::SessionExpired { .. })
+        ));
     }
 }

@@ -158,6 +158,46 @@ pub(crate) fn coarse_now() -> Option<Duration> {
     None
 }
 
+/// How far the coarse clock can lag the precise one: its resolution, the length of a timer
+/// tick (CLOCK_MONOTONIC_COARSE's `clock_getres`), asked once. A reading kept while the coarse
+/// clock stood still is at most about this old, so a check that must not pass late (the
+/// session bound at admission) counts it as this much later. Zero where there is no coarse
+/// clock (readings are then fresh).
+pub(crate) fn coarse_lag() -> Duration {
+    static LAG: OnceLock<Duration> = OnceLock::new();
+    *LAG.get_or_init(coarse_resolution)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn coarse_resolution() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let (Ok(secs), Ok(nanos)) = (u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) else {
+        return FALLBACK_TICK;
+    };
+    if rc != 0 {
+        return FALLBACK_TICK;
+    }
+    // A tick and a half: the reading is taken at most one tick after the coarse clock last
+    // moved, and the kernel may run a tick late under load.
+    let tick = Duration::new(secs, nanos).max(Duration::from_millis(1));
+    tick + tick / 2
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn coarse_resolution() -> Duration {
+    Duration::ZERO
+}
+
+/// The lag assumed when the kernel does not say: a tick and a half of the longest usual tick
+/// (10 ms, `HZ=100`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const FALLBACK_TICK: Duration = Duration::from_millis(15);
+
 /// CLOCK_BOOTTIME: CLOCK_MONOTONIC plus the time the system spent suspended.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn boottime() -> Option<Duration> {

@@ -148,7 +148,7 @@ use std::time::Instant;
 pub(crate) use admission::AdmissionTime;
 #[cfg(test)]
 pub(crate) use clock::Suspender;
-pub(crate) use clock::{coarse_now, lease_now};
+pub(crate) use clock::{coarse_lag, coarse_now, lease_now};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
 pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,

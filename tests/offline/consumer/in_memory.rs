@@ -1482,6 +1482,8 @@ fn the_fetch_buffer_bound_is_shared_among_the_partitions_owned() {
             "{extra:?}: each partition's share of a fetch"
         );
         node.consumer.close().expect("close");
+    }
+}
 
 /// `run` allocates nothing per record once it runs steadily, keyed or not (a short idempotency
 /// key is held inline): over 30,000 records, after 10,000 that warm it up, fewer than one record
