@@ -43,7 +43,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
     /// admission: a caller that already read the guard's clock passes that instant instead of
     /// paying a second read. `now` must come from the guard's clock ([`RebalanceGuard::now`]),
     /// not from `Instant::now()` (the guard's clock counts a suspend of the machine, `Instant`
-    /// does not), and be fresh: it is also the instant the [`SessionBound`] is checked against.
+    /// does not), and be fresh: it is also the instant the [`SessionBound`](super::SessionBound) is checked against.
     pub fn process_message_at(
         &self,
         now: Instant,
