@@ -280,11 +280,59 @@ impl ShareFetcher {
 
     /// One round: a ShareFetch to every leader of assigned partitions that has none in flight
     /// (carrying the acknowledgements queued for it), then the answers that arrive within
-    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN) (plus [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing
-    /// has answered and a request is not even sent). Late answers stay in flight and come with
-    /// a later round. Fails only when the cluster's metadata cannot be read.
+    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN) (plus
+    /// [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing has answered and
+    /// a request is not even sent), those of the fetches sent ahead
+    /// ([`fetch_ahead`](Self::fetch_ahead)) included, by the rule the consumer's fetch lanes
+    /// wait by ([`Wait::fetch_round`]); but the round ends as soon as an answer brought
+    /// records: a leader with nothing to give holds its fetch for `max_wait`, and the records
+    /// another leader gave must not wait for it (its answer comes with a later round). Late
+    /// answers stay in flight and come with a later round. Fails only when the cluster's
+    /// metadata cannot be read.
     pub fn fetch(&mut self) -> Result<ShareFetchRound> {
         self.refresh_metadata()?;
+        let fresh = self.send_fetches();
+        let waits = !self.settings.max_wait.is_zero();
+        let jobs: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(id, f)| f.purpose == Purpose::Fetch && (waits || fresh.contains(id)))
+            .map(|(id, _)| *id)
+            .collect();
+        let wait = Wait {
+            any: true,
+            ..Wait::fetch_round(jobs, self.settings.max_wait)
+        };
+        loop {
+            let woken = self.collect(&wait);
+            let records = self.stash.batches.iter().any(|b| !b.records.is_empty());
+            let open = wait.jobs.iter().any(|id| self.in_flight.contains_key(id));
+            if woken || records || !open || Instant::now() >= wait.until {
+                break;
+            }
+        }
+        Ok(std::mem::take(&mut self.stash))
+    }
+
+    /// The first half of [`fetch`](Self::fetch), without waiting: a ShareFetch to every leader
+    /// of assigned partitions that has none in flight, carrying the acknowledgements queued
+    /// for it; the answers come with the next `fetch`. Why: the broker acquires the next
+    /// records while the caller's handlers run, instead of after them (the consumer's fetch
+    /// lanes prefetch the same way). Sends nothing while a leader or topic id is unknown or
+    /// the metadata is stale: the next `fetch` reads it first (this call never blocks).
+    pub fn fetch_ahead(&mut self) {
+        let unknown = self.assigned.iter().any(|tp| {
+            self.client.cached_leader(tp).is_none() || self.client.topic_id(&tp.topic).is_none()
+        });
+        if !unknown && !self.client.metadata_is_stale() {
+            self.send_fetches();
+        }
+    }
+
+    /// A ShareFetch to every leader of assigned partitions (and every leader whose session
+    /// still has partitions to forget) that has none in flight, carrying the acknowledgements
+    /// queued for it: the jobs sent.
+    fn send_fetches(&mut self) -> Vec<u64> {
         let mut wanted: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
         for tp in &self.assigned {
             match self.client.cached_leader(tp) {
@@ -322,19 +370,7 @@ impl ShareFetcher {
                 fresh.push(id);
             }
         }
-        if fresh.is_empty() {
-            // Every leader still has a fetch out (a slow or stopped broker): wait for those
-            // answers within the same bound instead of returning at once to a caller that
-            // would call again in a spin.
-            fresh = self
-                .in_flight
-                .iter()
-                .filter(|(_, f)| f.purpose == Purpose::Fetch)
-                .map(|(id, _)| *id)
-                .collect();
-        }
-        self.collect(&Wait::round(fresh, self.settings.max_wait));
-        Ok(std::mem::take(&mut self.stash))
+        fresh
     }
 
     /// Sends the queued acknowledgements now, in a ShareAcknowledge per leader, without waiting
@@ -596,11 +632,12 @@ impl ShareFetcher {
     /// Absorbs answers as `wait` says, by the lanes' one rule: until its jobs answered or its
     /// bound passes (a fetch round: the wait plus the margin, with the connect grace while
     /// nothing answered and a job is unsent; the nudge ends it).
-    fn collect(&mut self, wait: &Wait) {
+    fn collect(&mut self, wait: &Wait) -> bool {
         let collected = self.lanes.collect(wait);
         for done in collected.done {
             self.absorb(done);
         }
+        collected.woken
     }
 
     /// Reports the acknowledgements of `ids` still unanswered as timed out (their answers,
@@ -932,6 +969,9 @@ mod tests {
         /// Acquires 0..=2 of every partition it leads with no record data: every offset is owed
         /// a GAP.
         Gaps,
+        /// Has nothing to acquire: holds every ShareFetch for its `MaxWaitMs`, then answers
+        /// with no records, as Kafka does for a partition with nothing available.
+        Idle,
     }
 
     /// How long [`Fake::SlowSecond`] holds its second answer.
@@ -1073,6 +1113,10 @@ mod tests {
                             thread::sleep(Duration::from_secs(30));
                             return;
                         }
+                        Fake::Idle => {
+                            let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
+                            thread::sleep(Duration::from_millis(wait));
+                        }
                         Fake::DropsTheSecond if nth == 2 => return,
                         Fake::SlowSecond if nth == 2 => thread::sleep(SLOW),
                         _ => {}
@@ -1101,6 +1145,9 @@ mod tests {
                                         .with_leader_id(2)
                                         .with_leader_epoch(1),
                                 );
+                            }
+                            if fake == Fake::Idle {
+                                return data;
                             }
                             let records = if fake == Fake::Gaps {
                                 None
@@ -1242,6 +1289,12 @@ mod tests {
             assert!(b.sent_at >= started);
             assert_eq!(b.lock_duration, Duration::from_secs(1));
         }
+        // The rounds ended with the serving leader's answers: the hung one may read its one
+        // request only now.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !seen.lock().expect("seen").iter().any(|s| s.0 == 2) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let seen = seen.lock().expect("seen").clone();
         let epochs: Vec<i32> = seen.iter().filter(|s| s.0 == 1).map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 1, 2, 3]);
@@ -1250,6 +1303,61 @@ mod tests {
             1,
             "one request left in flight"
         );
+    }
+
+    /// A leader with nothing to give holds its fetch for the whole `MaxWaitMs`: the records
+    /// another leader gave are handed over at once, not after that wait, and the next round
+    /// fetches from the leader that gave records again while the idle one's fetch is still
+    /// out (its answer comes with a later round).
+    #[test]
+    fn a_leader_with_nothing_to_give_does_not_hold_the_records_of_another() {
+        let (addrs, seen) = cluster([Fake::Serving, Fake::Idle]);
+        let mut config = ClientConfig::new([addrs[0].clone()]);
+        config.connection.request_timeout = Duration::from_secs(20);
+        let settings = ShareFetchSettings {
+            max_wait: Duration::from_secs(3),
+            ..ShareFetchSettings::default()
+        };
+        let mut f = ShareFetcher::new(config, "g", "m", settings).expect("fetcher");
+        f.assign(
+            &[0, 1]
+                .iter()
+                .map(|p| TopicPartition::new("t", *p))
+                .collect(),
+        );
+        let first = f.fetch().expect("fetch");
+        assert_eq!(first.batches.len(), 1, "{first:?}");
+        let idle_asked = || {
+            seen.lock()
+                .expect("seen")
+                .iter()
+                .filter(|s| s.0 == 2)
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while idle_asked() == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(idle_asked(), 1, "the idle leader got its fetch");
+        let started = Instant::now();
+        for round in 0..3 {
+            let got = f.fetch().expect("fetch");
+            assert_eq!(got.batches.len(), 1, "round {round}: {got:?}");
+            assert_eq!(got.batches[0].tp, TopicPartition::new("t", 0));
+        }
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "three rounds from the serving leader took {took:?}: they waited for the idle one"
+        );
+        let from_serving = seen
+            .lock()
+            .expect("seen")
+            .iter()
+            .filter(|s| s.0 == 1)
+            .count();
+        assert_eq!(from_serving, 4);
+        assert_eq!(idle_asked(), 1, "the idle leader's one fetch stays out");
     }
 
     #[test]
@@ -1334,6 +1442,11 @@ mod tests {
         }
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].tp, tp);
+        // The round ended with broker 2's records: broker 1 may read its request later.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !seen.lock().expect("seen").contains(&(1, 1)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let seen = seen.lock().expect("seen").clone();
         // Broker 2 opened a session for t-0; broker 1's session forgets it.
         assert!(seen.contains(&(2, 0)), "{seen:?}");
@@ -1616,7 +1729,12 @@ mod tests {
     fn a_fence_ends_every_share_sessions_leases_and_voids_their_queued_acks() {
         let (addrs, seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
         let mut f = fetcher(&addrs, &[0, 1]);
-        let held = f.fetch().expect("fetch").batches;
+        // A round ends with the first answer that brought records: the other leader's is
+        // collected here without a fetch more.
+        let mut held = f.fetch().expect("fetch").batches;
+        let out: Vec<u64> = f.in_flight.keys().copied().collect();
+        f.collect(&Wait::until(out, Instant::now() + Duration::from_secs(5)));
+        held.append(&mut f.stash.batches);
         assert_eq!(held.len(), 2);
         f.member_fenced();
         assert!(held.iter().all(|b| b.scope.has_ended()));
@@ -1630,6 +1748,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![Err(AckError::SessionEnded)]
         );
+        // The round ended with the first answer: the other leader may read its request later.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().expect("seen").len() < 4 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 0, 0, 0], "both sessions reopen");
         assert!(carried
