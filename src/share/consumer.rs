@@ -14,6 +14,15 @@
 //! outcome before the next record of the batch, `poll` before it hands out buffered records,
 //! and the decoupled mode's workers wake the poll thread as they finish.
 //!
+//! `poll` keeps the broker busy while the application works: as it hands out records that
+//! empty the buffer, it sends the next ShareFetch ahead (`fetch_ahead`, carrying what was
+//! decided so far), so the next poll finds its records acquired, or nearly; the
+//! acknowledgements decided meanwhile ride on the fetch after that one. Only when the
+//! application came back within a quarter of the lock ([`PREFETCH_LOCK_SHARE`]): a record
+//! acquired ahead waits in the buffer about as long as the application took, and the buffer
+//! releases it, unseen, if its lease ran out there. `run` never fetches ahead: a fetch out to
+//! a leader would hold that leader's acknowledgements, which `run` sends between records.
+//!
 //! A fetch round that fails with what the network may let through later (a timeout, a refused
 //! or broken connection) is retried after the consumers' backoff; only what can never succeed
 //! (a refused authentication, a broker without share groups, a fatal member error) ends `poll`,
@@ -64,6 +73,13 @@ pub type AckFailureHook = Box<dyn FnMut(&TopicPartition, i64, AckType, &str) + S
 /// How long `close` waits for the last acknowledgements and the leave.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `poll` sends the next ShareFetch ahead only when the application came back for it within
+/// this share of the broker's lock (1/4): a record acquired ahead waits about one poll in the
+/// buffer, then has the rest of its lease for its handler. Why a quarter: with the lease's
+/// margin (at most half the lock) a record still has a quarter of the lock at the least when
+/// it is handed out; an application slower than that gets no record acquired ahead, as before.
+const PREFETCH_LOCK_SHARE: u32 = 4;
+
 /// A member of a share group (KIP-932): records of the subscribed topics are acquired under a
 /// lock, handed out in bounded batches, and acknowledged one by one by what their handler did
 /// and whether their lock could still be held.
@@ -108,6 +124,11 @@ pub struct ShareConsumer {
     pub(super) outstanding: usize,
     /// Acknowledgements queued since the last request that could carry them.
     acks_pending: bool,
+    /// When `poll` last handed records out (on the leases' clock): how long the application
+    /// takes with a poll's records, which decides whether the next fetch may go out ahead.
+    last_hand_out: Option<Instant>,
+    /// The lock the broker last granted (`AcquisitionLockTimeoutMs`).
+    lock_seen: Option<Duration>,
     /// Fetch rounds in a row that failed with an error the network may let through later.
     network_failures: u32,
     /// The membership's fence count last followed ([`crate::group::ShareAssignment::fenced`]).
@@ -199,6 +220,8 @@ impl ShareConsumer {
             stats: ShareStats::default(),
             outstanding: 0,
             acks_pending: false,
+            last_hand_out: None,
+            lock_seen: None,
             network_failures: 0,
             fences_seen: 0,
         })
@@ -254,11 +277,28 @@ impl ShareConsumer {
 
     /// Up to `max.poll.records` acquired records, waiting up to `timeout` for the first (a
     /// fetch round in progress may add up to `fetch.max.wait.ms` and the fetch margin; no
-    /// acknowledgement's answer is waited for; a zero `timeout` still makes one round). Each [`ShareDelivery`] must be finished (or
-    /// dropped: released); what it reports is decided at the instant it was finished and
-    /// acknowledged by the next poll (sent, not answered), before that poll hands out anything
-    /// (records already buffered included).
+    /// acknowledgement's answer is waited for; a zero `timeout` still makes one round). Each
+    /// [`ShareDelivery`] must be finished (or dropped: released); what it reports is decided at
+    /// the instant it was finished and acknowledged by the next poll, before that poll hands
+    /// out anything (records already buffered included): sent then, or, while the next
+    /// ShareFetch is already out to the record's leader, queued for the fetch after it, which
+    /// that poll sends once the answer is in.
+    ///
+    /// The next ShareFetch goes out as this poll returns (it acquires the next records while
+    /// the application works on these) when the buffer cannot serve the next poll and the
+    /// application came back for this poll within a quarter of the broker's lock: a record
+    /// acquired ahead waits about one poll before it is handed out, and one whose lease ran
+    /// out meanwhile is released, never handed out.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
+        self.poll_with(timeout, true)
+    }
+
+    /// [`poll`](Self::poll), sending the next fetch ahead when `ahead` allows it.
+    fn poll_with(
+        &mut self,
+        timeout: Duration,
+        ahead: bool,
+    ) -> Result<Vec<ShareDelivery>, ShareError> {
         let until = Instant::now() + timeout;
         if self.buffered() > 0 {
             // Records wait in the buffer: no fetch, but what finished since the last poll is
@@ -273,6 +313,9 @@ impl ShareConsumer {
             let want = self.config.consumer().max_poll_records();
             let out = self.hand_out(want);
             if !out.is_empty() {
+                if ahead {
+                    self.fetch_ahead(want);
+                }
                 return Ok(out);
             }
             if fetched && Instant::now() >= until {
@@ -300,7 +343,9 @@ impl ShareConsumer {
     {
         let wait = self.config.consumer().fetch_max_wait();
         while !stop.load(Ordering::Relaxed) {
-            for delivery in self.poll(wait)? {
+            // No fetch ahead: a fetch out to a leader would hold that leader's acknowledgements
+            // until its answer, where `run` sends each before the next record.
+            for delivery in self.poll_with(wait, false)? {
                 let result = handler(delivery.record(), delivery.context());
                 if let Err(failure) = &result {
                     debug!(
@@ -422,9 +467,46 @@ impl ShareConsumer {
             return;
         };
         let results = fetcher.send_acks_now();
-        self.acks_pending = fetcher.has_queued_acks();
-        self.stats.ack_round_trips += 1;
+        self.acks_went_out();
         self.ack_results(&results);
+    }
+
+    /// After a request that could carry the queued acknowledgements: one round trip more when
+    /// they went out (none does while every leader they wait for has a fetch out).
+    fn acks_went_out(&mut self) {
+        let queued = self.fetcher.as_ref().is_some_and(|f| f.has_queued_acks());
+        if self.acks_pending && !queued {
+            self.stats.ack_round_trips += 1;
+        }
+        self.acks_pending = queued;
+    }
+
+    /// Sends the next ShareFetch now, while the application works on the records `poll` just
+    /// handed out, when it is due: the buffer holds fewer than the next poll takes (`want`),
+    /// and the application came back for this poll within [`PREFETCH_LOCK_SHARE`] of the
+    /// lock (so a record acquired now waits about that long before it is handed out, far
+    /// inside its lease; one whose lease runs out in the buffer anyway is released, never
+    /// handed out). It carries the acknowledgements queued so far.
+    fn fetch_ahead(&mut self, want: usize) {
+        let now = self.locks.now();
+        let last = self.last_hand_out.replace(now);
+        if self.buffer.len() >= want {
+            return;
+        }
+        let (Some(last), Some(lock)) = (last, self.lock_seen) else {
+            return;
+        };
+        if now.saturating_duration_since(last) > lock / PREFETCH_LOCK_SHARE {
+            return;
+        }
+        let Some(fetcher) = self.fetcher.as_mut() else {
+            return;
+        };
+        if fetcher.assigned().is_empty() {
+            return;
+        }
+        fetcher.fetch_ahead();
+        self.acks_went_out();
     }
 
     /// Applies every outcome the handlers reported so far.
@@ -554,13 +636,11 @@ impl ShareConsumer {
             }
             return Ok(());
         }
-        if std::mem::take(&mut self.acks_pending) {
-            self.stats.ack_round_trips += 1;
-        }
         let round = match fetcher.fetch() {
             Ok(round) => round,
             Err(error) => return self.fetch_failed(error),
         };
+        self.acks_went_out();
         if self.network_failures > 0 {
             info!(
                 "share consumer: fetching again after {} failed round(s)",
@@ -589,6 +669,7 @@ impl ShareConsumer {
                 continue;
             }
             let grant = batch.grant();
+            self.lock_seen = Some(batch.lock_duration);
             for acquired in std::mem::take(&mut batch.records) {
                 let record = &acquired.record;
                 let tp = TopicPartition::new(record.topic.as_ref(), record.partition);
