@@ -14,14 +14,16 @@
 //! outcome before the next record of the batch, `poll` before it hands out buffered records,
 //! and the decoupled mode's workers wake the poll thread as they finish.
 //!
-//! `poll` keeps the broker busy while the application works: as it hands out records that
-//! empty the buffer, it sends the next ShareFetch ahead (`fetch_ahead`, carrying what was
-//! decided so far), so the next poll finds its records acquired, or nearly; the
-//! acknowledgements decided meanwhile ride on the fetch after that one. Only when the
-//! application came back within a quarter of the lock ([`PREFETCH_LOCK_SHARE`]): a record
-//! acquired ahead waits in the buffer about as long as the application took, and the buffer
-//! releases it, unseen, if its lease ran out there. `run` never fetches ahead: a fetch out to
-//! a leader would hold that leader's acknowledgements, which `run` sends between records.
+//! `poll` keeps the broker busy while this thread and the application work: as soon as a
+//! fetch's answer is in (before its records are leased and handed out), or as it hands out
+//! the records that leave too few for the next poll, it sends the next ShareFetch ahead
+//! (`fetch_ahead`, carrying what was decided so far), so the next poll finds its records
+//! acquired, or nearly; the acknowledgements decided meanwhile ride on the fetch after that
+//! one. Only when the application came back for this poll within a quarter of the lock
+//! ([`PREFETCH_LOCK_SHARE`]): a record acquired ahead waits in the buffer about as long as the
+//! application took, and the buffer releases it, unseen, if its lease ran out there. `run`
+//! never fetches ahead: a fetch out to a leader would hold that leader's acknowledgements,
+//! which `run` sends between records.
 //!
 //! A fetch round that fails with what the network may let through later (a timeout, a refused
 //! or broken connection) is retried after the consumers' backoff; only what can never succeed
@@ -127,6 +129,8 @@ pub struct ShareConsumer {
     /// When `poll` last handed records out (on the leases' clock): how long the application
     /// takes with a poll's records, which decides whether the next fetch may go out ahead.
     last_hand_out: Option<Instant>,
+    /// The poll under way may send the next ShareFetch ahead (see `poll_with`).
+    ahead: bool,
     /// The lock the broker last granted (`AcquisitionLockTimeoutMs`).
     lock_seen: Option<Duration>,
     /// Fetch rounds in a row that failed with an error the network may let through later.
@@ -221,6 +225,7 @@ impl ShareConsumer {
             outstanding: 0,
             acks_pending: false,
             last_hand_out: None,
+            ahead: false,
             lock_seen: None,
             network_failures: 0,
             fences_seen: 0,
@@ -284,21 +289,37 @@ impl ShareConsumer {
     /// ShareFetch is already out to the record's leader, queued for the fetch after it, which
     /// that poll sends once the answer is in.
     ///
-    /// The next ShareFetch goes out as this poll returns (it acquires the next records while
-    /// the application works on these) when the buffer cannot serve the next poll and the
-    /// application came back for this poll within a quarter of the broker's lock: a record
+    /// The next ShareFetch goes out before this poll returns (it acquires the next records
+    /// while the application works on these) when the buffer will not serve the next poll and
+    /// the application came back for this poll within a quarter of the broker's lock: a record
     /// acquired ahead waits about one poll before it is handed out, and one whose lease ran
     /// out meanwhile is released, never handed out.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
         self.poll_with(timeout, true)
     }
 
-    /// [`poll`](Self::poll), sending the next fetch ahead when `ahead` allows it.
+    /// [`poll`](Self::poll), sending the next fetch ahead when `ahead` allows it and the
+    /// application came back for this poll within [`PREFETCH_LOCK_SHARE`] of the lock.
     fn poll_with(
         &mut self,
         timeout: Duration,
         ahead: bool,
     ) -> Result<Vec<ShareDelivery>, ShareError> {
+        let now = self.locks.now();
+        self.ahead = ahead
+            && match (self.last_hand_out, self.lock_seen) {
+                (Some(last), Some(lock)) => {
+                    now.saturating_duration_since(last) <= lock / PREFETCH_LOCK_SHARE
+                }
+                _ => false,
+            };
+        let polled = self.poll_records(timeout);
+        self.ahead = false;
+        polled
+    }
+
+    /// The body of [`poll_with`](Self::poll_with).
+    fn poll_records(&mut self, timeout: Duration) -> Result<Vec<ShareDelivery>, ShareError> {
         let until = Instant::now() + timeout;
         if self.buffered() > 0 {
             // Records wait in the buffer: no fetch, but what finished since the last poll is
@@ -313,8 +334,11 @@ impl ShareConsumer {
             let want = self.config.consumer().max_poll_records();
             let out = self.hand_out(want);
             if !out.is_empty() {
-                if ahead {
-                    self.fetch_ahead(want);
+                self.last_hand_out = Some(self.locks.now());
+                if self.ahead && self.buffer.len() < want {
+                    // The round that filled the buffer did not send it (records served from
+                    // the buffer, or a leader still busy then).
+                    self.fetch_ahead();
                 }
                 return Ok(out);
             }
@@ -481,24 +505,11 @@ impl ShareConsumer {
         self.acks_pending = queued;
     }
 
-    /// Sends the next ShareFetch now, while the application works on the records `poll` just
-    /// handed out, when it is due: the buffer holds fewer than the next poll takes (`want`),
-    /// and the application came back for this poll within [`PREFETCH_LOCK_SHARE`] of the
-    /// lock (so a record acquired now waits about that long before it is handed out, far
-    /// inside its lease; one whose lease runs out in the buffer anyway is released, never
-    /// handed out). It carries the acknowledgements queued so far.
-    fn fetch_ahead(&mut self, want: usize) {
-        let now = self.locks.now();
-        let last = self.last_hand_out.replace(now);
-        if self.buffer.len() >= want {
-            return;
-        }
-        let (Some(last), Some(lock)) = (last, self.lock_seen) else {
-            return;
-        };
-        if now.saturating_duration_since(last) > lock / PREFETCH_LOCK_SHARE {
-            return;
-        }
+    /// Sends the next ShareFetch now, to every leader with none out, carrying the
+    /// acknowledgements queued so far: the broker acquires the next records while this member
+    /// works on the ones it has. `poll` calls it when the poll under way may
+    /// ([`poll_with`](Self::poll_with)) and its buffer will not serve the next poll.
+    fn fetch_ahead(&mut self) {
         let Some(fetcher) = self.fetcher.as_mut() else {
             return;
         };
@@ -641,6 +652,14 @@ impl ShareConsumer {
             Err(error) => return self.fetch_failed(error),
         };
         self.acks_went_out();
+        // The next fetch goes out as soon as this answer is in, before its records are leased
+        // and handed out, when the poll under way may send it and they will not fill the next
+        // poll too: the broker works on it while this thread and the application work on these.
+        let want = self.config.consumer().max_poll_records();
+        let acquired: usize = round.batches.iter().map(|b| b.records.len()).sum();
+        if self.ahead && acquired > 0 && self.buffer.len() + acquired < want.saturating_mul(2) {
+            self.fetch_ahead();
+        }
         if self.network_failures > 0 {
             info!(
                 "share consumer: fetching again after {} failed round(s)",
