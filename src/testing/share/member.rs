@@ -173,6 +173,9 @@ impl InMemoryShareSource {
         );
         let mut batches = Vec::new();
         for (tp, records) in acquired {
+            // One acquired range per partition and fetch (the coordinator keeps no in-flight
+            // batches of its own).
+            let range_last = records.iter().map(|(r, _)| r.offset).max().unwrap_or(0);
             batches.push(AcquiredBatch {
                 scope: self.partition_scope(&tp),
                 tp,
@@ -184,6 +187,7 @@ impl InMemoryShareSource {
                     .map(|(record, delivery_count)| AcquiredRecord {
                         record,
                         delivery_count,
+                        range_last,
                     })
                     .collect(),
             });

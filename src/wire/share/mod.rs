@@ -231,6 +231,10 @@ pub struct AcquiredRecord {
     pub record: Record,
     /// How often it was delivered, this time included (1 the first time).
     pub delivery_count: u16,
+    /// The last offset of the acquired range it came in (an `AcquiredRecords` entry of the
+    /// answer: one in-flight batch at the broker, which settles a batch acknowledged whole as
+    /// one and one acknowledged in parts offset by offset).
+    pub range_last: i64,
 }
 
 /// The records one partition's answer acquired, under one lock.

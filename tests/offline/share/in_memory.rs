@@ -703,3 +703,47 @@ fn an_application_slower_than_a_quarter_of_the_lock_gets_nothing_acquired_ahead(
     assert_eq!(consumer.stats().expired_in_buffer, 0);
     consumer.close().expect("close");
 }
+
+#[test]
+fn poll_hands_out_whole_acquired_ranges_when_they_fit_and_splits_only_one_larger_than_a_poll() {
+    let (log, coordinator) = group(2, 0, settings());
+    let batch = |n: usize| -> Vec<ProduceRecord> {
+        (0..n)
+            .map(|i| ProduceRecord {
+                key: Some(format!("order-{i}").into()),
+                value: Some("amount=10".into()),
+                ..ProduceRecord::default()
+            })
+            .collect()
+    };
+    log.produce_batch(&tp(0), &batch(3));
+    log.produce_batch(&tp(1), &batch(3));
+    let whole = [
+        ("max.poll.records", "4"),
+        ("share.acquire.mode", "batch_optimized"),
+    ];
+    let mut consumer = coordinator
+        .consumer(config("ranges", &whole), &[TOPIC])
+        .expect("consumer");
+    // One fetch acquires both batches whole (3 of partition 0 reach no limit of 4, partition 1's
+    // batch goes past it): two ranges of three. The poll takes the first whole; the second does
+    // not fit in the one place left and waits, so that each range is acknowledged whole.
+    let first = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&first), vec![(0, 0, 1), (0, 1, 1), (0, 2, 1)]);
+    assert_eq!(consumer.stats().buffered, 3);
+    first.into_iter().for_each(ShareDelivery::applied);
+    let second = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&second), vec![(1, 0, 1), (1, 1, 1), (1, 2, 1)]);
+    second.into_iter().for_each(ShareDelivery::applied);
+    // A range larger than a poll is split: a poll never comes back empty for it.
+    log.produce_batch(&tp(0), &batch(6));
+    let third = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&third).len(), 4, "{:?}", seen(&third));
+    third.into_iter().for_each(ShareDelivery::applied);
+    let fourth = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&fourth), vec![(0, 7, 1), (0, 8, 1)]);
+    fourth.into_iter().for_each(ShareDelivery::applied);
+    assert!(consumer.poll(POLL).expect("poll").is_empty());
+    assert_eq!(coordinator.stats().accepted, 12);
+    consumer.close().expect("close");
+}
