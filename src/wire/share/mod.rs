@@ -20,9 +20,9 @@
 //!   acknowledgement outcomes and leader hints;
 //! - `fetcher/`: [`ShareFetcher`], routing partitions to leaders (topic ids and leaders from
 //!   the client's one metadata cache), the acknowledgement queue and the calls of the poll
-//!   thread (`mod.rs`), and the requests and the share lane they travel on, one per broker, on
-//!   the request-lane machine of `wire/lane.rs` that the consumer's Fetch runs on too
-//!   (`requests.rs`).
+//!   thread (`mod.rs`), every answer taken in (`absorb.rs`), and the requests and the share
+//!   lane they travel on, one per broker, on the request-lane machine of `wire/lane.rs` that
+//!   the consumer's Fetch runs on too (`requests.rs`).
 //!
 //! Acknowledgements are never resent by this layer: one whose request failed (a session
 //! reset, a broken connection, a timeout) is reported failed with [`AckError`], and the caller
