@@ -57,8 +57,10 @@
  * already (scripts/share_group.py set-config). Before the result, the settings in force:
  *
  *   bench consume settings reader=java-share-MODE share.acknowledgement.mode=explicit
- *       fetch.min.bytes=.. fetch.max.wait.ms=.. max.partition.fetch.bytes=.. fetch.max.bytes=..
- *       max.poll.records=..
+ *       share.acquire.mode=.. fetch.min.bytes=.. fetch.max.wait.ms=..
+ *       max.partition.fetch.bytes=.. fetch.max.bytes=.. max.poll.records=..
+ *
+ * (share.acquire.mode: what --set gave, or Kafka's default, batch_optimized.)
  *
  *   java -cp ... scripts/BenchConsumer.java --bootstrap B --topic T --group G --count N \
  *        --share commitsync|piggyback [--set NAME=VALUE ...]
@@ -267,10 +269,14 @@ public class BenchConsumer {
         Properties plain = new Properties();
         plain.putAll(props);
         plain.remove(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG);
+        // A share consumer's own setting, which the plain consumer's config refuses.
+        String acquireMode = (String) plain.remove("share.acquire.mode");
         ConsumerConfig effective = new ConsumerConfig(plain);
         System.out.printf("bench consume settings reader=%s share.acknowledgement.mode=explicit"
+                + " share.acquire.mode=%s"
                 + " fetch.min.bytes=%d fetch.max.wait.ms=%d max.partition.fetch.bytes=%d"
                 + " fetch.max.bytes=%d max.poll.records=%d%n", reader,
+                acquireMode == null ? "batch_optimized" : acquireMode,
                 effective.getInt(ConsumerConfig.FETCH_MIN_BYTES_CONFIG),
                 effective.getInt(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG),
                 effective.getInt(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG),

@@ -9,18 +9,40 @@ the result line being ``reader=NAME records=N join_s=J first_to_last_s=T ack_rou
 Prints one line per reader, in the order of their first run:
 
   bench share reader=R median_rec_s=... ratio_vs_java_commitsync=... ratio_vs_java_piggyback=...
-        median_join_s=... median_ack_round_trips=... records_per_ack_round_trip=...
-        peak_rss_mb=... runs=N
+        ratio_vs_java_piggyback_record_limit=... median_join_s=... median_ack_round_trips=...
+        records_per_ack_round_trip=... peak_rss_mb=... runs=N
 
-(a ratio above 1: faster than that reader; a reader is not compared with itself). Exits 1 when a
-run read fewer than RECORDS records or a line cannot be read. Standard library only.
+(a ratio above 1: faster than that reader; a reader is not compared with itself), then the
+issue's goal, ours at least twice Java's piggybacked reader, in each share.acquire.mode (ours
+against Java in the same mode) and ours' default against Java's default, each reached or not
+(n/a when a reader of it did not run):
+
+  bench share goal vs_java_piggyback>=2.0 record_limit=R(yes|no) batch_optimized=R(yes|no)
+        ours_default=R(yes|no)
+
+Exits 1 when a run read fewer than RECORDS records or a line cannot be read. Standard library
+only.
 """
 
 import re
 import statistics
 import sys
 
-PEERS = [("java_commitsync", "java-share-commitsync"), ("java_piggyback", "java-share-piggyback")]
+PEERS = [
+    ("java_commitsync", "java-share-commitsync"),
+    ("java_piggyback", "java-share-piggyback"),
+    ("java_piggyback_record_limit", "java-share-piggyback-record-limit"),
+]
+
+# The goal's pairs (scripts/bench-share says which mode each reader runs with): ours against
+# Java's piggybacked reader in the same share.acquire.mode, and ours' default (record_limit)
+# against Java's (batch_optimized).
+GOAL = 2.0
+GOAL_PAIRS = [
+    ("record_limit", "ours-share", "java-share-piggyback-record-limit"),
+    ("batch_optimized", "ours-share-batch", "java-share-piggyback"),
+    ("ours_default", "ours-share", "java-share-piggyback"),
+]
 
 
 def table(lines, records):
@@ -65,6 +87,14 @@ def table(lines, records):
         fields.append("peak_rss_mb=%.1f" % (statistics.median(x[3] for x in v) / 1024))
         fields.append("runs=%d" % len(v))
         out.append(" ".join(fields))
+    goal = ["bench share goal vs_java_piggyback>=%.1f" % GOAL]
+    for name, ours, java in GOAL_PAIRS:
+        if ours in med and java in med:
+            ratio = med[ours] / med[java]
+            goal.append("%s=%.2f(%s)" % (name, ratio, "yes" if ratio >= GOAL else "no"))
+        else:
+            goal.append("%s=n/a" % name)
+    out.append(" ".join(goal))
     return out
 
 
@@ -86,6 +116,25 @@ def self_test():
     assert "median_ack_round_trips=20 records_per_ack_round_trip=67" in out[0], out
     assert "ratio_vs_java_commitsync" not in out[1], out
     assert out[1].endswith("peak_rss_mb=200.0 runs=2"), out
+    assert out[2] == (
+        "bench share goal vs_java_piggyback>=2.0 record_limit=n/a batch_optimized=n/a"
+        " ours_default=n/a"
+    ), out
+    pairs = [
+        "round=1 reader=%s peak_rss_kb=1024 reader=x records=1000 join_s=1.000 "
+        "first_to_last_s=%s ack_round_trips=1" % (reader, secs)
+        for reader, secs in (
+            ("ours-share", "0.100"),
+            ("ours-share-batch", "0.050"),
+            ("java-share-piggyback", "0.090"),
+            ("java-share-piggyback-record-limit", "0.300"),
+        )
+    ]
+    goal = table(pairs, 1000)[-1]
+    assert goal == (
+        "bench share goal vs_java_piggyback>=2.0 record_limit=3.00(yes) batch_optimized=1.80(no)"
+        " ours_default=0.90(no)"
+    ), goal
     for bad, why in ((lines[:1], 1001), (["round=1 reader=x garbage"], 1)):
         try:
             table(bad, why)

@@ -465,7 +465,7 @@ settings! {
         default: "record_limit",
         rule: checks::any,
         set: |mode: AcquireMode| mode,
-        doc: "Share consumer only. `record_limit` or `batch_optimized` (KIP-1206, ShareFetch v2). With `record_limit` the broker acquires at most what a fetch asks for (`max.poll.records` for `poll`, two per worker thread in the decoupled mode). Kafka's default is `batch_optimized` (whole batches); ours differs because an acquired record that waits past its lock spends one of its deliveries.",
+        doc: "Share consumer only. `record_limit` or `batch_optimized` (KIP-1206, ShareFetch v2). With `record_limit` the broker acquires at most what a fetch asks for (`max.poll.records` for `poll`, two per worker thread in the decoupled mode). Kafka's default is `batch_optimized` (whole batches); ours differs because an acquired record that waits past its lock spends one of its deliveries. What it costs: a `record_limit` acquisition ends inside a log batch, and Kafka 4.4 then keeps and acknowledges it one offset at a time, about twice the broker CPU per record; with fast handlers `batch_optimized` reads about twice as fast (docs/benchmarks.md).",
     }
     share_lock_safety_margin: Duration {
         name: "share.lock.safety.margin.ms",

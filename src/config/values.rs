@@ -372,7 +372,10 @@ impl SettingValue for IsolationLevel {
 /// Our default differs from Kafka's (`batch_optimized`): a record acquired and not started is a
 /// lock running out, and a lock that runs out spends one of the record's deliveries
 /// (`share.delivery.count.limit`, after which the broker archives it). A slow worker handed
-/// whole producer batches can burn a record's deliveries without ever starting it.
+/// whole producer batches can burn a record's deliveries without ever starting it. What that
+/// costs: a `RecordLimit` acquisition ends inside a log batch, and Kafka 4.4 then keeps and
+/// acknowledges that acquisition one offset at a time, at about twice the broker CPU per record
+/// (`scripts/bench --share` compares both).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AcquireMode {
     /// Whole batches, possibly more than asked for (Kafka's default): fewer requests.

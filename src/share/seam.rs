@@ -52,6 +52,9 @@ pub trait ShareSource: Send {
     fn nudge(&self) -> Option<Nudge>;
     /// As [`ShareFetcher::fetch`]: one round, carrying the queued acknowledgements.
     fn fetch(&mut self) -> Result<ShareFetchRound>;
+    /// As [`ShareFetcher::fetch_ahead`]: the next round's requests sent now, without waiting;
+    /// what they acquire comes with the next [`fetch`](Self::fetch).
+    fn fetch_ahead(&mut self);
     /// As `ShareFetcher::send_acks_now`: sends the queued acknowledgements, answers later.
     fn send_acks_now(&mut self) -> Vec<AckResult>;
     /// As `ShareFetcher::has_queued_acks`.
@@ -97,6 +100,10 @@ impl ShareSource for ShareFetcher {
 
     fn fetch(&mut self) -> Result<ShareFetchRound> {
         ShareFetcher::fetch(self)
+    }
+
+    fn fetch_ahead(&mut self) {
+        ShareFetcher::fetch_ahead(self)
     }
 
     fn send_acks_now(&mut self) -> Vec<AckResult> {

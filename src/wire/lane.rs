@@ -244,6 +244,10 @@ pub(in crate::wire) struct Wait {
     /// With no job to wait for and nothing answered, wait for any report until `until` anyway
     /// (a caller looping on fetch must not spin).
     pub(in crate::wire) linger: bool,
+    /// Return as soon as any job answered (the caller looks at the answer and calls again for
+    /// the rest: the share fetcher, whose records from one leader must not wait for another
+    /// leader's long poll).
+    pub(in crate::wire) any: bool,
 }
 
 impl Wait {
@@ -257,6 +261,21 @@ impl Wait {
             round: true,
             by_deadline: false,
             linger: false,
+            any: false,
+        }
+    }
+
+    /// The round both fetchers wait by ([`round`](Self::round)) for `jobs`, every fetch in
+    /// flight, sent now or carried from an earlier call (a prefetch, an answer a nudge did not
+    /// wait for): a carried job past its own [`Flight::deadline`] is not waited for (a hung
+    /// broker holds only its own partitions), and with nothing left to wait for and nothing
+    /// answered the round still waits for reports until its bound, unless `max_wait` is zero (a
+    /// caller looping on fetch must not spin; one with no time to wait has other work).
+    pub(in crate::wire) fn fetch_round(jobs: Vec<u64>, max_wait: Duration) -> Wait {
+        Wait {
+            by_deadline: true,
+            linger: !max_wait.is_zero(),
+            ..Wait::round(jobs, max_wait)
         }
     }
 
@@ -269,6 +288,7 @@ impl Wait {
             round: false,
             by_deadline: false,
             linger: false,
+            any: false,
         }
     }
 }
@@ -467,7 +487,7 @@ impl<L: Lane> Lanes<L> {
             while let Ok(event) = self.events_rx.try_recv() {
                 out.woken |= self.absorb(event, wait.round, &mut out.done);
             }
-            if out.woken {
+            if out.woken || (wait.any && !out.done.is_empty()) {
                 break;
             }
             if wait.round

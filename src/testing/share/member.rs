@@ -103,6 +103,9 @@ pub struct InMemoryShareSource {
     generation: u64,
     session: SessionScope,
     partitions: HashMap<TopicPartition, SessionScope>,
+    /// What a fetch sent ahead acquired: the next `fetch` hands it over (the fetch "in
+    /// flight" until then).
+    ahead: Option<Vec<AcquiredBatch>>,
 }
 
 impl InMemoryShareSource {
@@ -119,6 +122,7 @@ impl InMemoryShareSource {
             generation,
             session: SessionScope::new(),
             partitions: HashMap::new(),
+            ahead: None,
         }
     }
 
@@ -155,6 +159,40 @@ impl InMemoryShareSource {
             .entry(tp.clone())
             .or_insert_with(|| session.child())
             .clone()
+    }
+
+    /// Acquires what the coordinator gives this member now, under its lock from now.
+    fn acquire(&mut self) -> Vec<AcquiredBatch> {
+        let sent_at = self.coordinator.now();
+        let lock = self.coordinator.settings().lock_duration;
+        let acquired = self.coordinator.fetch(
+            &self.id,
+            &self.assigned,
+            self.max_records,
+            self.whole_batches,
+        );
+        let mut batches = Vec::new();
+        for (tp, records) in acquired {
+            // One acquired range per partition and fetch (the coordinator keeps no in-flight
+            // batches of its own).
+            let range_last = records.iter().map(|(r, _)| r.offset).max().unwrap_or(0);
+            batches.push(AcquiredBatch {
+                scope: self.partition_scope(&tp),
+                tp,
+                sent_at,
+                lock_duration: lock,
+                lock_ends_by: sent_at + lock,
+                records: records
+                    .into_iter()
+                    .map(|(record, delivery_count)| AcquiredRecord {
+                        record,
+                        delivery_count,
+                        range_last,
+                    })
+                    .collect(),
+            });
+        }
+        batches
     }
 
     /// Sends the queued acknowledgements: each applied or refused by the coordinator, or
@@ -221,33 +259,16 @@ impl ShareSource for InMemoryShareSource {
     }
 
     fn fetch(&mut self) -> Result<ShareFetchRound> {
-        self.check_session();
-        self.send_pending();
-        let sent_at = self.coordinator.now();
-        let lock = self.coordinator.settings().lock_duration;
-        let acquired = self.coordinator.fetch(
-            &self.id,
-            &self.assigned,
-            self.max_records,
-            self.whole_batches,
-        );
-        let mut batches = Vec::new();
-        for (tp, records) in acquired {
-            batches.push(AcquiredBatch {
-                scope: self.partition_scope(&tp),
-                tp,
-                sent_at,
-                lock_duration: lock,
-                lock_ends_by: sent_at + lock,
-                records: records
-                    .into_iter()
-                    .map(|(record, delivery_count)| AcquiredRecord {
-                        record,
-                        delivery_count,
-                    })
-                    .collect(),
-            });
-        }
+        // A fetch sent ahead is the one in flight: its answer is this round's, and the
+        // acknowledgements queued since wait for the next request, as on the wire.
+        let batches = match self.ahead.take() {
+            Some(batches) => batches,
+            None => {
+                self.check_session();
+                self.send_pending();
+                self.acquire()
+            }
+        };
         Ok(ShareFetchRound {
             batches,
             ack_results: std::mem::take(&mut self.results),
@@ -256,12 +277,22 @@ impl ShareSource for InMemoryShareSource {
         })
     }
 
-    fn send_acks_now(&mut self) -> Vec<AckResult> {
-        self.check_session();
-        self.send_pending();
-        std::mem::take(&mut self.results)
+    fn fetch_ahead(&mut self) {
+        if self.ahead.is_none() {
+            self.check_session();
+            self.send_pending();
+            self.ahead = Some(self.acquire());
+        }
     }
 
+    fn send_acks_now(&mut self) -> Vec<AckResult> {
+        if self.ahead.is_none() {
+            // A leader with a fetch out gets no ShareAcknowledge: they ride on the next fetch.
+            self.check_session();
+            self.send_pending();
+        }
+        std::mem::take(&mut self.results)
+    }
     fn has_queued_acks(&self) -> bool {
         !self.pending.is_empty()
     }

@@ -263,6 +263,7 @@ fn acquire(
             out.push(AcquiredRecord {
                 record,
                 delivery_count: count,
+                range_last: hi,
             });
         }
         if let Some(start) = from {

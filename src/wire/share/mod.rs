@@ -20,9 +20,9 @@
 //!   acknowledgement outcomes and leader hints;
 //! - `fetcher/`: [`ShareFetcher`], routing partitions to leaders (topic ids and leaders from
 //!   the client's one metadata cache), the acknowledgement queue and the calls of the poll
-//!   thread (`mod.rs`), and the requests and the share lane they travel on, one per broker, on
-//!   the request-lane machine of `wire/lane.rs` that the consumer's Fetch runs on too
-//!   (`requests.rs`).
+//!   thread (`mod.rs`), every answer taken in (`absorb.rs`), and the requests and the share
+//!   lane they travel on, one per broker, on the request-lane machine of `wire/lane.rs` that
+//!   the consumer's Fetch runs on too (`requests.rs`).
 //!
 //! Acknowledgements are never resent by this layer: one whose request failed (a session
 //! reset, a broken connection, a timeout) is reported failed with [`AckError`], and the caller
@@ -231,6 +231,10 @@ pub struct AcquiredRecord {
     pub record: Record,
     /// How often it was delivered, this time included (1 the first time).
     pub delivery_count: u16,
+    /// The last offset of the acquired range it came in (an `AcquiredRecords` entry of the
+    /// answer: one in-flight batch at the broker, which settles a batch acknowledged whole as
+    /// one and one acknowledged in parts offset by offset).
+    pub range_last: i64,
 }
 
 /// The records one partition's answer acquired, under one lock.

@@ -353,6 +353,9 @@ fn an_acknowledgement_after_its_lock_ended_is_refused_counted_and_never_taken_as
         again.is_empty(),
         "redelivered, but its key was applied: acknowledged without running again"
     );
+    // That ACCEPT rides on the next request: a poll sends it whatever its window let the
+    // last one do (a poll's wait is real time, the group's clock stands still).
+    assert!(consumer.poll(POLL).expect("poll").is_empty());
     let failed = failures.lock().expect("failures").clone();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!((failed[0].0, failed[0].1), (0, AckType::Accept));
@@ -605,4 +608,142 @@ fn workers_apply_every_record_once_and_each_is_accepted() {
         (stats.accepted, stats.delivered, stats.refused),
         (30, 30, 0)
     );
+}
+
+#[test]
+fn poll_acquires_the_next_records_ahead_and_releases_unseen_those_whose_lease_ran_out_meanwhile() {
+    let (_log, coordinator) = group(1, 6, settings());
+    let mut consumer = coordinator
+        .consumer(
+            config(
+                "ahead",
+                &[("max.poll.records", "2"), ("share.lock.renew", "false")],
+            ),
+            &[TOPIC],
+        )
+        .expect("consumer");
+    let first = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&first), vec![(0, 0, 1), (0, 1, 1)]);
+    assert_eq!(
+        coordinator.record(&tp(0), 2),
+        None,
+        "the first poll knows nothing of the application's pace: nothing acquired ahead"
+    );
+    first.into_iter().for_each(ShareDelivery::applied);
+    let second = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&second), vec![(0, 2, 1), (0, 3, 1)]);
+    // The application came back at once: the next records were acquired as the poll returned,
+    // while these two are worked on.
+    for offset in 4..6 {
+        let state = coordinator.record(&tp(0), offset).map(|r| r.state);
+        assert!(
+            matches!(state, Some(RecordState::Acquired { .. })),
+            "offset {offset} acquired ahead: {state:?}"
+        );
+    }
+    second.into_iter().for_each(ShareDelivery::applied);
+    // The application stalls past the lease of what was acquired ahead (a tenth of the lock
+    // before it ends): those records are released, never handed out, and come back.
+    coordinator.advance(LOCK - Duration::from_secs(2));
+    let third = consumer.poll(POLL).expect("poll");
+    assert_eq!(
+        seen(&third),
+        vec![(0, 4, 2), (0, 5, 2)],
+        "delivered again, after a release"
+    );
+    assert_eq!(consumer.stats().expired_in_buffer, 2);
+    third.into_iter().for_each(ShareDelivery::applied);
+    assert!(consumer.poll(POLL).expect("poll").is_empty());
+    for offset in 0..6 {
+        assert_eq!(
+            coordinator.record(&tp(0), offset).map(|r| r.state),
+            Some(RecordState::Acknowledged),
+            "offset {offset}"
+        );
+    }
+    let stats = coordinator.stats();
+    // Offsets 2 and 3 were applied inside their lease, and their ACCEPTs rode on a request
+    // sent before their lock ended; offsets 4 and 5 were never accepted in their first
+    // delivery.
+    assert_eq!((stats.accepted, stats.released, stats.refused), (6, 2, 0));
+    let locks = consumer.stats().locks;
+    assert_eq!(locks.accepted, 6);
+    assert_eq!(locks.applied_after_expiry, 0);
+    consumer.close().expect("close");
+}
+
+#[test]
+fn an_application_slower_than_a_quarter_of_the_lock_gets_nothing_acquired_ahead() {
+    let (_log, coordinator) = group(1, 6, settings());
+    let mut consumer = coordinator
+        .consumer(
+            config(
+                "behind",
+                &[("max.poll.records", "2"), ("share.lock.renew", "false")],
+            ),
+            &[TOPIC],
+        )
+        .expect("consumer");
+    let first = consumer.poll(POLL).expect("poll");
+    coordinator.advance(LOCK / 4 + Duration::from_secs(1));
+    first.into_iter().for_each(ShareDelivery::applied);
+    let second = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&second), vec![(0, 2, 1), (0, 3, 1)]);
+    assert_eq!(
+        coordinator.record(&tp(0), 4),
+        None,
+        "a record acquired now would wait a quarter of its lock before its handler runs"
+    );
+    second.into_iter().for_each(ShareDelivery::applied);
+    let third = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&third), vec![(0, 4, 1), (0, 5, 1)]);
+    third.into_iter().for_each(ShareDelivery::applied);
+    assert!(consumer.poll(POLL).expect("poll").is_empty());
+    assert_eq!(coordinator.stats().accepted, 6);
+    assert_eq!(consumer.stats().expired_in_buffer, 0);
+    consumer.close().expect("close");
+}
+
+#[test]
+fn poll_hands_out_whole_acquired_ranges_when_they_fit_and_splits_only_one_larger_than_a_poll() {
+    let (log, coordinator) = group(2, 0, settings());
+    let batch = |n: usize| -> Vec<ProduceRecord> {
+        (0..n)
+            .map(|i| ProduceRecord {
+                key: Some(format!("order-{i}").into()),
+                value: Some("amount=10".into()),
+                ..ProduceRecord::default()
+            })
+            .collect()
+    };
+    log.produce_batch(&tp(0), &batch(3));
+    log.produce_batch(&tp(1), &batch(3));
+    let whole = [
+        ("max.poll.records", "4"),
+        ("share.acquire.mode", "batch_optimized"),
+    ];
+    let mut consumer = coordinator
+        .consumer(config("ranges", &whole), &[TOPIC])
+        .expect("consumer");
+    // One fetch acquires both batches whole (3 of partition 0 reach no limit of 4, partition 1's
+    // batch goes past it): two ranges of three. The poll takes the first whole; the second does
+    // not fit in the one place left and waits, so that each range is acknowledged whole.
+    let first = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&first), vec![(0, 0, 1), (0, 1, 1), (0, 2, 1)]);
+    assert_eq!(consumer.stats().buffered, 3);
+    first.into_iter().for_each(ShareDelivery::applied);
+    let second = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&second), vec![(1, 0, 1), (1, 1, 1), (1, 2, 1)]);
+    second.into_iter().for_each(ShareDelivery::applied);
+    // A range larger than a poll is split: a poll never comes back empty for it.
+    log.produce_batch(&tp(0), &batch(6));
+    let third = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&third).len(), 4, "{:?}", seen(&third));
+    third.into_iter().for_each(ShareDelivery::applied);
+    let fourth = consumer.poll(POLL).expect("poll");
+    assert_eq!(seen(&fourth), vec![(0, 7, 1), (0, 8, 1)]);
+    fourth.into_iter().for_each(ShareDelivery::applied);
+    assert!(consumer.poll(POLL).expect("poll").is_empty());
+    assert_eq!(coordinator.stats().accepted, 12);
+    consumer.close().expect("close");
 }

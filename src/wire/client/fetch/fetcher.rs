@@ -116,11 +116,7 @@ impl Fetchers {
             .filter(|(_, f)| !self.troubled.contains(&f.broker))
             .map(|(id, _)| id)
             .collect();
-        let collected = self.lanes.collect(&Wait {
-            by_deadline: true,
-            linger: wait_carried,
-            ..Wait::round(jobs, max_wait)
-        });
+        let collected = self.lanes.collect(&Wait::fetch_round(jobs, max_wait));
         let mut answers = Vec::with_capacity(collected.done.len());
         for done in collected.done {
             let broker = done.broker;

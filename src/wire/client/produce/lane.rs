@@ -244,6 +244,7 @@ impl ProduceLanes {
             round: true,
             by_deadline: false,
             linger: true,
+            any: false,
         };
         self.lanes
             .collect(&wait)

@@ -4,24 +4,26 @@
 //! that leader, and hands the requests to the brokers' share lanes (`requests.rs`, on the
 //! request-lane machine of `wire/lane.rs`).
 //!
-//! Every answer passes through one place (`absorb`), whichever call collects it, so an answer
-//! that arrives late (a fetch left in flight by an earlier call) is never lost: its records and
-//! outcomes are kept for the next [`ShareFetcher::fetch`] (or the outcomes for the next
-//! [`ShareFetcher::flush_acks`]).
+//! Every answer passes through one place (`absorb`, in `absorb.rs`), whichever call collects
+//! it, so an answer that arrives late (a fetch left in flight by an earlier call) is never
+//! lost: its records and outcomes are kept for the next [`ShareFetcher::fetch`] (or the
+//! outcomes for the next [`ShareFetcher::flush_acks`]).
 //!
 //! Acknowledgements belong to the acquisition they were decided for ([`ShareAck::scope`]):
 //! one whose session ended, whose record was acquired again, or whose lock has certainly ended
 //! is dropped before any request could carry it, and reported failed with the reason.
 //!
 //! The map: this file holds the fetcher, its calls and the acknowledgement queue;
-//! `requests.rs` turns session requests into ShareFetch and ShareAcknowledge, submits them,
-//! and is the share lane that writes them on the broker's thread.
-//! Leaders, broker endpoints and topic ids come from the client's one cache
-//! (`wire/client/cluster.rs`); this file ends a partition's scope when its leader changes.
+//! `absorb.rs` takes in every answer (records, outcomes, leader hints, the acknowledgements an
+//! answer makes moot); `requests.rs` turns session requests into ShareFetch and
+//! ShareAcknowledge, submits them, and is the share lane that writes them on the broker's
+//! thread. Leaders, broker endpoints and topic ids come from the client's one cache
+//! (`wire/client/cluster.rs`); `absorb.rs` ends a partition's scope when its leader changes.
 
+mod absorb;
 mod requests;
 
-use requests::{Incoming, ShareLane, SHARE_VERSIONS};
+use requests::{ShareLane, SHARE_VERSIONS};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -31,15 +33,14 @@ use crate::guard::lease_now;
 use kafka_protocol::messages::ApiKey;
 use log::{debug, info};
 
-use super::answers::{self, Digest, MAX_OWED_PER_SESSION};
-use super::session::{AckQueue, SessionRequest, ShareSession, Verdict};
+use super::session::{AckQueue, SessionRequest, ShareSession};
 use super::{
     AckError, AckResult, AckType, RenewResult, SessionScope, ShareAck, ShareFetchRound,
     ShareFetchSettings,
 };
-use crate::wire::error::{Result, WireError};
-use crate::wire::lane::{Done, Lanes, Wait};
-use crate::wire::{Client, ClientConfig, FetchStats, KafkaCode};
+use crate::wire::error::Result;
+use crate::wire::lane::{Lanes, Wait};
+use crate::wire::{Client, ClientConfig, FetchStats};
 use crate::TopicPartition;
 
 /// What a request in flight was for.
@@ -280,11 +281,59 @@ impl ShareFetcher {
 
     /// One round: a ShareFetch to every leader of assigned partitions that has none in flight
     /// (carrying the acknowledgements queued for it), then the answers that arrive within
-    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN) (plus [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing
-    /// has answered and a request is not even sent). Late answers stay in flight and come with
-    /// a later round. Fails only when the cluster's metadata cannot be read.
+    /// `max_wait` plus [`FETCH_ANSWER_MARGIN`](crate::wire::FETCH_ANSWER_MARGIN) (plus
+    /// [`FETCH_CONNECT_GRACE`](crate::wire::FETCH_CONNECT_GRACE) while nothing has answered and
+    /// a request is not even sent), those of the fetches sent ahead
+    /// ([`fetch_ahead`](Self::fetch_ahead)) included, by the rule the consumer's fetch lanes
+    /// wait by ([`Wait::fetch_round`]); but the round ends as soon as an answer brought
+    /// records: a leader with nothing to give holds its fetch for `max_wait`, and the records
+    /// another leader gave must not wait for it (its answer comes with a later round). Late
+    /// answers stay in flight and come with a later round. Fails only when the cluster's
+    /// metadata cannot be read.
     pub fn fetch(&mut self) -> Result<ShareFetchRound> {
         self.refresh_metadata()?;
+        let fresh = self.send_fetches();
+        let waits = !self.settings.max_wait.is_zero();
+        let jobs: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(id, f)| f.purpose == Purpose::Fetch && (waits || fresh.contains(id)))
+            .map(|(id, _)| *id)
+            .collect();
+        let wait = Wait {
+            any: true,
+            ..Wait::fetch_round(jobs, self.settings.max_wait)
+        };
+        loop {
+            let woken = self.collect(&wait);
+            let records = self.stash.batches.iter().any(|b| !b.records.is_empty());
+            let open = wait.jobs.iter().any(|id| self.in_flight.contains_key(id));
+            if woken || records || !open || Instant::now() >= wait.until {
+                break;
+            }
+        }
+        Ok(std::mem::take(&mut self.stash))
+    }
+
+    /// The first half of [`fetch`](Self::fetch), without waiting: a ShareFetch to every leader
+    /// of assigned partitions that has none in flight, carrying the acknowledgements queued
+    /// for it; the answers come with the next `fetch`. Why: the broker acquires the next
+    /// records while the caller's handlers run, instead of after them (the consumer's fetch
+    /// lanes prefetch the same way). Sends nothing while a leader or topic id is unknown or
+    /// the metadata is stale: the next `fetch` reads it first (this call never blocks).
+    pub fn fetch_ahead(&mut self) {
+        let unknown = self.assigned.iter().any(|tp| {
+            self.client.cached_leader(tp).is_none() || self.client.topic_id(&tp.topic).is_none()
+        });
+        if !unknown && !self.client.metadata_is_stale() {
+            self.send_fetches();
+        }
+    }
+
+    /// A ShareFetch to every leader of assigned partitions (and every leader whose session
+    /// still has partitions to forget) that has none in flight, carrying the acknowledgements
+    /// queued for it: the jobs sent.
+    fn send_fetches(&mut self) -> Vec<u64> {
         let mut wanted: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
         for tp in &self.assigned {
             match self.client.cached_leader(tp) {
@@ -322,19 +371,7 @@ impl ShareFetcher {
                 fresh.push(id);
             }
         }
-        if fresh.is_empty() {
-            // Every leader still has a fetch out (a slow or stopped broker): wait for those
-            // answers within the same bound instead of returning at once to a caller that
-            // would call again in a spin.
-            fresh = self
-                .in_flight
-                .iter()
-                .filter(|(_, f)| f.purpose == Purpose::Fetch)
-                .map(|(id, _)| *id)
-                .collect();
-        }
-        self.collect(&Wait::round(fresh, self.settings.max_wait));
-        Ok(std::mem::take(&mut self.stash))
+        fresh
     }
 
     /// Sends the queued acknowledgements now, in a ShareAcknowledge per leader, without waiting
@@ -596,11 +633,12 @@ impl ShareFetcher {
     /// Absorbs answers as `wait` says, by the lanes' one rule: until its jobs answered or its
     /// bound passes (a fetch round: the wait plus the margin, with the connect grace while
     /// nothing answered and a job is unsent; the nudge ends it).
-    fn collect(&mut self, wait: &Wait) {
+    fn collect(&mut self, wait: &Wait) -> bool {
         let collected = self.lanes.collect(wait);
         for done in collected.done {
             self.absorb(done);
         }
+        collected.woken
     }
 
     /// Reports the acknowledgements of `ids` still unanswered as timed out (their answers,
@@ -616,206 +654,6 @@ impl ShareFetcher {
                         outcome: Err(AckError::TimedOut),
                     });
                 }
-            }
-        }
-    }
-
-    /// Takes in the answer (or failure) of a job, which arrived at `done.at` (stamped by the
-    /// broker's lane, on the lease clock).
-    fn absorb(&mut self, done: Done<Incoming>) {
-        let Done {
-            broker,
-            id,
-            sent_at,
-            at: arrived,
-            version,
-            result,
-        } = done;
-        let Some(flight) = self.in_flight.remove(&id) else {
-            return;
-        };
-        if flight.purpose == Purpose::Fetch {
-            if let Some(l) = self.sessions.get_mut(&broker) {
-                l.fetching = false;
-            }
-        }
-        if let Some(v) = version {
-            self.renew_versions.insert(broker, v);
-        }
-        let sent_at = sent_at.unwrap_or_else(lease_now);
-        let digest: Digest = match result {
-            Err(e) => {
-                debug!("share: request to broker {broker} failed: {e}");
-                let unsupported = matches!(e, WireError::UnsupportedVersion { .. });
-                if let Some(l) = self.sessions.get_mut(&broker) {
-                    if !unsupported {
-                        l.session.transport_failed(&flight.req);
-                    }
-                }
-                if !unsupported {
-                    self.client.mark_metadata_stale();
-                }
-                let err = if unsupported {
-                    AckError::RenewUnsupported
-                } else {
-                    AckError::Transport(e.to_string())
-                };
-                self.stash
-                    .ack_results
-                    .extend(answers::all_failed(&flight.req, &err));
-                if flight.purpose == Purpose::Renew {
-                    self.renewed.insert(id, None);
-                }
-                return;
-            }
-            Ok(Incoming::Fetch(resp)) => {
-                let bytes: usize = resp
-                    .responses
-                    .iter()
-                    .flat_map(|topic| &topic.partitions)
-                    .filter_map(|partition| partition.records.as_ref())
-                    .map(|records| records.len())
-                    .sum();
-                self.fetched
-                    .count(broker, u64::try_from(bytes).unwrap_or(u64::MAX));
-                // What the session's partitions already owe counts against its bound.
-                let queued: usize = flight
-                    .asked
-                    .iter()
-                    .filter_map(|tp| self.pending.get(tp))
-                    .map(Vec::len)
-                    .sum();
-                answers::fetch_answer(
-                    resp,
-                    &flight.req,
-                    sent_at,
-                    self.client.topic_names(),
-                    self.config.fetch_decode_budget,
-                    &flight.asked,
-                    MAX_OWED_PER_SESSION.saturating_sub(queued),
-                )
-            }
-            Ok(Incoming::Acknowledge(a)) => answers::acknowledge_answer(
-                &a.v1,
-                a.lock_timeout_ms,
-                &flight.req,
-                self.client.topic_names(),
-            ),
-        };
-        if flight.purpose != Purpose::Close {
-            if let Some(l) = self.sessions.get_mut(&broker) {
-                if l.session.answered(&flight.req, digest.top_error) == Verdict::Reset {
-                    info!(
-                        "share: session with broker {broker} reset ({}); it reopens with the next fetch",
-                        digest.top_error.map(KafkaCode::name).unwrap_or_default()
-                    );
-                }
-            }
-        }
-        if flight.purpose == Purpose::Renew {
-            self.renewed.insert(id, digest.lock);
-        }
-        for (node, host, port) in &digest.endpoints {
-            self.client.endpoint_named(*node, host, *port);
-        }
-        for (tp, leader) in digest.leaders {
-            debug!("share: {tp} is led by broker {leader} now");
-            self.lead(tp, leader);
-        }
-        if digest.stale {
-            self.client.mark_metadata_stale();
-        }
-        // Timed-out jobs had their acks taken (reported already): nothing to report twice.
-        self.stash.ack_results.extend(digest.acks);
-        self.stash.errors.extend(digest.errors);
-        self.stash.refused.extend(digest.refused);
-        let current = self.sessions.get(&broker).is_some_and(|l| {
-            !flight.req.scope.has_ended() && l.session.scope() == &flight.req.scope
-        });
-        if !current {
-            // Records of a session that ended are released at the broker already; the gaps
-            // owed for them are moot.
-            let dropped: usize = digest.batches.iter().map(|b| b.records.len()).sum();
-            if dropped > 0 {
-                info!(
-                    "share: {dropped} record(s) of an ended session with broker {broker} dropped"
-                );
-            }
-            return;
-        }
-        // Each partition's records belong to its scope as of the request: one whose leader
-        // moved while the request was out has it ended (the old leader released them).
-        let scope_of = |tp: &TopicPartition| {
-            flight
-                .scopes
-                .get(tp)
-                .filter(|scope| !scope.has_ended())
-                .cloned()
-        };
-        // The answer's lock, for every partition (one with no usable record owes its gaps
-        // under it too).
-        let lock = digest.lock.unwrap_or(Duration::ZERO);
-        let lock_ends_by = arrived.checked_add(lock).unwrap_or(arrived);
-        let earliest_end = sent_at.checked_add(lock).unwrap_or(sent_at);
-        let mut batches = Vec::with_capacity(digest.batches.len());
-        for mut batch in digest.batches {
-            let Some(scope) = scope_of(&batch.tp) else {
-                info!(
-                    "share: {} record(s) of {} dropped: the partition left the session while \
-                     the request was out",
-                    batch.records.len(),
-                    batch.tp
-                );
-                continue;
-            };
-            batch.scope = scope;
-            batch.lock_ends_by = arrived.checked_add(batch.lock_duration).unwrap_or(arrived);
-            batches.push(batch);
-        }
-        // Acknowledgements still queued for a record acquired again were decided for its
-        // earlier acquisition: the broker would apply them to this one.
-        for batch in &batches {
-            self.drop_reacquired(batch);
-        }
-        // Owed acknowledgements go first, before anything the caller queued since.
-        for (tp, owed) in digest.owed {
-            let Some(scope) = scope_of(&tp) else {
-                // Released with the partition's scope: nothing to gap or release.
-                continue;
-            };
-            let entry = self.pending.entry(tp.clone()).or_default();
-            let mut list: Vec<ShareAck> = owed
-                .into_iter()
-                .map(|(offset, kind)| ShareAck {
-                    tp: tp.clone(),
-                    offset,
-                    kind,
-                    scope: scope.clone(),
-                    lock_ends_by,
-                    deadline: earliest_end,
-                })
-                .collect();
-            list.append(entry);
-            *entry = list;
-        }
-        self.stash.batches.extend(batches);
-    }
-
-    /// `tp` is led by `leader` from now on (an answer's hint), in the client's one leader
-    /// cache: a different leader than before releases what the old leader's session acquired
-    /// of it, so that partition's scope ends there.
-    pub(super) fn lead(&mut self, tp: TopicPartition, leader: i32) {
-        if let Some(old) = self.client.leader_named(&tp, leader) {
-            self.moved(&tp, old, leader);
-        }
-    }
-
-    /// `tp`'s leader went from `old` to `new`: Kafka does not keep acquired records across a
-    /// leader change, so the old leader's session's scope of `tp` ends.
-    fn moved(&mut self, tp: &TopicPartition, old: i32, new: i32) {
-        if old != new {
-            if let Some(l) = self.sessions.get_mut(&old) {
-                l.session.end_partition(tp);
             }
         }
     }
@@ -862,37 +700,11 @@ impl ShareFetcher {
         }
         Ok(())
     }
-
-    /// Drops (and reports) the queued acknowledgements of records `batch` acquired again.
-    fn drop_reacquired(&mut self, batch: &super::AcquiredBatch) {
-        let Some(list) = self.pending.get_mut(&batch.tp) else {
-            return;
-        };
-        let offsets: BTreeSet<i64> = batch.records.iter().map(|r| r.record.offset).collect();
-        let mut stale = Vec::new();
-        list.retain(|ack| {
-            let again = offsets.contains(&ack.offset) && ack.kind != AckType::Renew;
-            if again {
-                stale.push(ack.clone());
-            }
-            !again
-        });
-        if list.is_empty() {
-            self.pending.remove(&batch.tp);
-        }
-        for ack in stale {
-            debug!(
-                "share: acknowledgement {:?} of {}@{} dropped: acquired again",
-                ack.kind, ack.tp, ack.offset
-            );
-            self.fail(&ack, AckError::Reacquired);
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::wire::FETCH_ANSWER_MARGIN;
+    use crate::wire::{KafkaCode, FETCH_ANSWER_MARGIN};
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -932,6 +744,9 @@ mod tests {
         /// Acquires 0..=2 of every partition it leads with no record data: every offset is owed
         /// a GAP.
         Gaps,
+        /// Has nothing to acquire: holds every ShareFetch for its `MaxWaitMs`, then answers
+        /// with no records, as Kafka does for a partition with nothing available.
+        Idle,
     }
 
     /// How long [`Fake::SlowSecond`] holds its second answer.
@@ -1073,6 +888,10 @@ mod tests {
                             thread::sleep(Duration::from_secs(30));
                             return;
                         }
+                        Fake::Idle => {
+                            let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
+                            thread::sleep(Duration::from_millis(wait));
+                        }
                         Fake::DropsTheSecond if nth == 2 => return,
                         Fake::SlowSecond if nth == 2 => thread::sleep(SLOW),
                         _ => {}
@@ -1101,6 +920,9 @@ mod tests {
                                         .with_leader_id(2)
                                         .with_leader_epoch(1),
                                 );
+                            }
+                            if fake == Fake::Idle {
+                                return data;
                             }
                             let records = if fake == Fake::Gaps {
                                 None
@@ -1242,6 +1064,12 @@ mod tests {
             assert!(b.sent_at >= started);
             assert_eq!(b.lock_duration, Duration::from_secs(1));
         }
+        // The rounds ended with the serving leader's answers: the hung one may read its one
+        // request only now.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !seen.lock().expect("seen").iter().any(|s| s.0 == 2) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let seen = seen.lock().expect("seen").clone();
         let epochs: Vec<i32> = seen.iter().filter(|s| s.0 == 1).map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 1, 2, 3]);
@@ -1250,6 +1078,61 @@ mod tests {
             1,
             "one request left in flight"
         );
+    }
+
+    /// A leader with nothing to give holds its fetch for the whole `MaxWaitMs`: the records
+    /// another leader gave are handed over at once, not after that wait, and the next round
+    /// fetches from the leader that gave records again while the idle one's fetch is still
+    /// out (its answer comes with a later round).
+    #[test]
+    fn a_leader_with_nothing_to_give_does_not_hold_the_records_of_another() {
+        let (addrs, seen) = cluster([Fake::Serving, Fake::Idle]);
+        let mut config = ClientConfig::new([addrs[0].clone()]);
+        config.connection.request_timeout = Duration::from_secs(20);
+        let settings = ShareFetchSettings {
+            max_wait: Duration::from_secs(3),
+            ..ShareFetchSettings::default()
+        };
+        let mut f = ShareFetcher::new(config, "g", "m", settings).expect("fetcher");
+        f.assign(
+            &[0, 1]
+                .iter()
+                .map(|p| TopicPartition::new("t", *p))
+                .collect(),
+        );
+        let first = f.fetch().expect("fetch");
+        assert_eq!(first.batches.len(), 1, "{first:?}");
+        let idle_asked = || {
+            seen.lock()
+                .expect("seen")
+                .iter()
+                .filter(|s| s.0 == 2)
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while idle_asked() == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(idle_asked(), 1, "the idle leader got its fetch");
+        let started = Instant::now();
+        for round in 0..3 {
+            let got = f.fetch().expect("fetch");
+            assert_eq!(got.batches.len(), 1, "round {round}: {got:?}");
+            assert_eq!(got.batches[0].tp, TopicPartition::new("t", 0));
+        }
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "three rounds from the serving leader took {took:?}: they waited for the idle one"
+        );
+        let from_serving = seen
+            .lock()
+            .expect("seen")
+            .iter()
+            .filter(|s| s.0 == 1)
+            .count();
+        assert_eq!(from_serving, 4);
+        assert_eq!(idle_asked(), 1, "the idle leader's one fetch stays out");
     }
 
     #[test]
@@ -1334,6 +1217,11 @@ mod tests {
         }
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].tp, tp);
+        // The round ended with broker 2's records: broker 1 may read its request later.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !seen.lock().expect("seen").contains(&(1, 1)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let seen = seen.lock().expect("seen").clone();
         // Broker 2 opened a session for t-0; broker 1's session forgets it.
         assert!(seen.contains(&(2, 0)), "{seen:?}");
@@ -1616,7 +1504,12 @@ mod tests {
     fn a_fence_ends_every_share_sessions_leases_and_voids_their_queued_acks() {
         let (addrs, seen, carried) = recording_cluster([Fake::Serving, Fake::Serving]);
         let mut f = fetcher(&addrs, &[0, 1]);
-        let held = f.fetch().expect("fetch").batches;
+        // A round ends with the first answer that brought records: the other leader's is
+        // collected here without a fetch more.
+        let mut held = f.fetch().expect("fetch").batches;
+        let out: Vec<u64> = f.in_flight.keys().copied().collect();
+        f.collect(&Wait::until(out, Instant::now() + Duration::from_secs(5)));
+        held.append(&mut f.stash.batches);
         assert_eq!(held.len(), 2);
         f.member_fenced();
         assert!(held.iter().all(|b| b.scope.has_ended()));
@@ -1630,6 +1523,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![Err(AckError::SessionEnded)]
         );
+        // The round ended with the first answer: the other leader may read its request later.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().expect("seen").len() < 4 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let epochs: Vec<i32> = seen.lock().expect("seen").iter().map(|s| s.1).collect();
         assert_eq!(epochs, vec![0, 0, 0, 0], "both sessions reopen");
         assert!(carried
