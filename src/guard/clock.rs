@@ -136,20 +136,10 @@ pub(crate) fn lease_now() -> Instant {
 /// boot clock read then counts the suspend). Where it is `None` the caller reads precisely
 /// every time.
 #[cfg(any(target_os = "linux", target_os = "android"))]
+#[inline]
 pub(crate) fn coarse_now() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call, and
-    // CLOCK_MONOTONIC_COARSE is a clock id every supported kernel (2.6.32 or later) knows.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    if rc != 0 {
-        return None;
-    }
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u32::try_from(ts.tv_nsec).ok()?;
-    Some(Duration::new(secs, nanos))
+    // CLOCK_MONOTONIC_COARSE: every supported kernel (2.6.32 or later) knows it.
+    read_clock(libc::CLOCK_MONOTONIC_COARSE, Reading::Time)
 }
 
 /// No coarse clock here: callers read the precise clocks every time (see the Linux version).
@@ -170,21 +160,12 @@ pub(crate) fn coarse_lag() -> Duration {
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn coarse_resolution() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    let (Ok(secs), Ok(nanos)) = (u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) else {
+    let Some(tick) = read_clock(libc::CLOCK_MONOTONIC_COARSE, Reading::Resolution) else {
         return FALLBACK_TICK;
     };
-    if rc != 0 {
-        return FALLBACK_TICK;
-    }
     // A tick and a half: the reading is taken at most one tick after the coarse clock last
     // moved, and the kernel may run a tick late under load.
-    let tick = Duration::new(secs, nanos).max(Duration::from_millis(1));
+    let tick = tick.max(Duration::from_millis(1));
     tick + tick / 2
 }
 
@@ -201,13 +182,37 @@ const FALLBACK_TICK: Duration = Duration::from_millis(15);
 /// CLOCK_BOOTTIME: CLOCK_MONOTONIC plus the time the system spent suspended.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn boottime() -> Option<Duration> {
+    // CLOCK_BOOTTIME: every supported kernel (2.6.39 or later) knows it.
+    read_clock(libc::CLOCK_BOOTTIME, Reading::Time)
+}
+
+/// What [`read_clock`] asks the kernel for.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[derive(Clone, Copy)]
+enum Reading {
+    /// `clock_gettime`: the clock's time.
+    Time,
+    /// `clock_getres`: its resolution.
+    Resolution,
+}
+
+/// One kernel clock's time or resolution, `None` when the kernel refuses it: the one place the
+/// guard's clocks call into libc.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[inline]
+fn read_clock(clock: libc::clockid_t, reading: Reading) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call, and
-    // CLOCK_BOOTTIME is a clock id every supported kernel (2.6.39 or later) knows.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; an id the kernel
+    // does not know makes it return an error, which is handled.
+    let rc = unsafe {
+        match reading {
+            Reading::Time => libc::clock_gettime(clock, &mut ts),
+            Reading::Resolution => libc::clock_getres(clock, &mut ts),
+        }
+    };
     if rc != 0 {
         return None;
     }
