@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rebalance_guard::wire::{IsolationLevel, Record};
 use rebalance_guard::{
@@ -218,8 +218,21 @@ fn worker(
 }
 
 /// Each input's output once in the `read_committed` view of `output`.
+///
+/// The view is read again (for at most 30 s) until every output is in it: a committed
+/// transaction's markers are written by its coordinator after EndTxn is answered (in Java
+/// too), so the last stable offset can trail a `commit_transaction` that returned, and a view
+/// read at once may end before the last transaction. Duplicates are checked on the final view.
 fn assert_each_output_once(bootstrap: &str, output: &str, count: usize) {
-    let seen = committed_view(bootstrap, output);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let seen = committed_view(bootstrap, output);
+        let visible: BTreeSet<&String> = seen.iter().collect();
+        if visible.len() >= count || Instant::now() >= deadline {
+            break seen;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
     let mut per: BTreeMap<String, usize> = BTreeMap::new();
     for v in &seen {
         *per.entry(v.clone()).or_default() += 1;
