@@ -1014,10 +1014,15 @@ mod tests {
     }
 
     fn fetcher(addrs: &[String], partitions: &[i32]) -> ShareFetcher {
+        fetcher_waiting(addrs, partitions, Duration::from_millis(100))
+    }
+
+    /// A fetcher of `partitions` whose ShareFetch may wait `max_wait` at the broker.
+    fn fetcher_waiting(addrs: &[String], partitions: &[i32], max_wait: Duration) -> ShareFetcher {
         let mut config = ClientConfig::new([addrs[0].clone()]);
         config.connection.request_timeout = Duration::from_secs(20);
         let settings = ShareFetchSettings {
-            max_wait: Duration::from_millis(100),
+            max_wait,
             ..ShareFetchSettings::default()
         };
         let mut f = ShareFetcher::new(config, "g", "m", settings).expect("fetcher");
@@ -1087,19 +1092,7 @@ mod tests {
     #[test]
     fn a_leader_with_nothing_to_give_does_not_hold_the_records_of_another() {
         let (addrs, seen) = cluster([Fake::Serving, Fake::Idle]);
-        let mut config = ClientConfig::new([addrs[0].clone()]);
-        config.connection.request_timeout = Duration::from_secs(20);
-        let settings = ShareFetchSettings {
-            max_wait: Duration::from_secs(3),
-            ..ShareFetchSettings::default()
-        };
-        let mut f = ShareFetcher::new(config, "g", "m", settings).expect("fetcher");
-        f.assign(
-            &[0, 1]
-                .iter()
-                .map(|p| TopicPartition::new("t", *p))
-                .collect(),
-        );
+        let mut f = fetcher_waiting(&addrs, &[0, 1], Duration::from_secs(3));
         let first = f.fetch().expect("fetch");
         assert_eq!(first.batches.len(), 1, "{first:?}");
         let idle_asked = || {
