@@ -131,6 +131,7 @@ mod on {
             CommitKind::Handoff => "handoff",
             CommitKind::Application => "application",
             CommitKind::Paced => "paced",
+            CommitKind::Fencing => "fencing",
         };
         let labels = [("group", group.to_string()), ("kind", kind.to_string())];
         histogram!(COMMIT_SECONDS, &labels).record(took);

@@ -40,6 +40,13 @@ impl Delivery {
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
+
+    /// The fencing token of the assignment it was admitted in (see
+    /// [`WorkContext::fencing_token`](crate::WorkContext::fencing_token)): write it with the
+    /// effect, and have the sink refuse a smaller one than it stored.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
 }
 
 /// One bounded batch: hands out records until its size or its deadline is reached.

@@ -47,6 +47,16 @@ impl<'a> WorkContext<'a> {
         self.guard.is_current(self.lease)
     }
 
+    /// The fencing token of the assignment the record was admitted in: larger in every later
+    /// assignment of its partition, to any member. Write it with the effect, and have the sink
+    /// refuse a write whose token is below the largest it stored for the partition: a member
+    /// that checked [`is_current`](Self::is_current), stalled, and writes after its partition
+    /// moved is then refused by the sink itself (see the guide's "Exactly once into a
+    /// database"). 0 outside a group.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
+
     /// The record's lease.
     pub fn lease(&self) -> &'a Lease {
         self.lease

@@ -385,6 +385,7 @@ mod tests {
             tp,
             offset,
             epoch: 1,
+            fencing_token: 1,
         };
         (record, lease)
     }

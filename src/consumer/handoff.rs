@@ -8,8 +8,9 @@
 //!   guard hands the partitions back; the membership is acknowledged (its next request may go).
 //! - **lost**: the lost hook fenced them when the loss was detected; drop their records and
 //!   positions. Nothing is flushed or committed.
-//! - **assign**: activate in the guard, then start from the committed offset (or
-//!   `auto.offset.reset`).
+//! - **assign**: activate in the guard; raise each partition's fencing token (`fencing.rs`:
+//!   read, commit one more as the identity assigned, only then is the partition fetched); the
+//!   listener's `on_assigned`; then start from the committed offset (or `auto.offset.reset`).
 //!
 //! Besides the driver this file owns what a handoff leaves behind: the [`HandoffFailure`]s the
 //! application collects, and the [`Drain`] through which a revocation waits for worker threads.
@@ -31,6 +32,7 @@ use crate::TopicPartition;
 use super::config::ConsumerConfig;
 use super::context::Guard;
 use super::error::{ConsumerError, HandoffFailure};
+use super::fencing;
 use super::intake::Intake;
 use super::listener::{
     listener_error, AssignedContext, ConsumerRebalanceListener, RevokedPartition,
@@ -58,6 +60,8 @@ pub(crate) struct Handoffs {
     pub(crate) metrics: ConsumerMetrics,
     /// Set by `with_transactions`: every commit travels in the producer's transactions.
     pub(crate) transactional: Option<SharedTransactional>,
+    /// When owned partitions whose fencing token could not be raised are tried again.
+    pub(crate) fencing_retry: fencing::RetryClock,
 }
 
 impl Handoffs {
@@ -71,6 +75,7 @@ impl Handoffs {
             listener: None,
             metrics: ConsumerMetrics::new(group),
             transactional: None,
+            fencing_retry: fencing::RetryClock::default(),
         }
     }
 }
@@ -225,8 +230,56 @@ impl Driver<'_> {
                 break Err(error);
             }
         };
+        if result.is_ok() {
+            self.retry_fencing();
+        }
         self.member.leave_poll();
         result
+    }
+
+    /// Raises the fencing token of `partitions` (assigned as `identity`, none yet): the ones
+    /// accepted are fetched from now on, the others stay held and are tried again later.
+    fn raise_tokens(&mut self, identity: &MemberIdentity, partitions: &[TopicPartition]) {
+        let raised = fencing::raise(
+            &mut *self.member,
+            self.guard,
+            self.config.group_id(),
+            identity,
+            partitions,
+        );
+        for (tp, _) in &raised.fenced {
+            self.intake.fenced(tp);
+        }
+        for (tp, why) in &raised.failed {
+            log::warn!("{tp}: no fencing token yet, not fetched: {why}");
+        }
+        if raised.failed.is_empty() {
+            self.handoffs.fencing_retry.settled();
+        } else {
+            let config = self.config;
+            self.handoffs
+                .fencing_retry
+                .failed(Instant::now(), |n| config.retry_backoff_after(n));
+        }
+    }
+
+    /// Tries again to raise the token of the owned partitions that have none, as the member's
+    /// identity now, once their backoff passed. A partition no longer owned leaves the wait.
+    fn retry_fencing(&mut self) {
+        let waiting = self.intake.unfenced();
+        if waiting.is_empty() || !self.handoffs.fencing_retry.due(Instant::now()) {
+            return;
+        }
+        let mut owned = Vec::with_capacity(waiting.len());
+        for tp in waiting {
+            // Given a token meanwhile, or not owned any more: nothing to wait for.
+            match self.guard.fencing_token(&tp) {
+                Some(0) => owned.push(tp),
+                _ => self.intake.fenced(&tp),
+            }
+        }
+        let identity = self.member.identity();
+        self.raise_tokens(&identity, &owned);
     }
 
     /// Hands back everything the member still owns, in the current generation, before it
@@ -414,8 +467,8 @@ impl Driver<'_> {
         }
     }
 
-    /// Newly assigned partitions: active in the guard, then started from the committed offset
-    /// (or `auto.offset.reset`).
+    /// Newly assigned partitions: active in the guard, their fencing token raised, then
+    /// started from the committed offset (or `auto.offset.reset`).
     fn start(
         &mut self,
         identity: &MemberIdentity,
@@ -434,6 +487,17 @@ impl Driver<'_> {
             identity.generation_id
         );
         self.intake.assigned(partitions, Instant::now());
+        // The token before anything else of the assignment: the listener sees it, and no
+        // record is fetched without it.
+        if self.member.fences_assignments() {
+            let fresh: Vec<TopicPartition> = partitions
+                .iter()
+                .filter(|tp| self.guard.fencing_token(tp) == Some(0))
+                .cloned()
+                .collect();
+            self.intake.hold_unfenced(&fresh);
+            self.raise_tokens(identity, &fresh);
+        }
         // The listener sees them owned and not started: a seek there is where reading starts.
         let listened = match self.handoffs.listener.as_mut() {
             None => Ok(()),

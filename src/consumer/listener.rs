@@ -58,6 +58,15 @@ impl AssignedContext<'_> {
     pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> Result<(), ConsumerError> {
         self.intake.seek_owned(self.guard, tp, offset)
     }
+
+    /// The fencing token of `tp`'s new assignment, which every record of it will carry: the
+    /// place to claim the partition in a sink (store the token as its largest), so that from
+    /// here on the sink refuses the previous owner's late writes even before this member
+    /// wrote anything. `None` when `tp` is not owned or its token could not be raised yet (the
+    /// partition is then not read until it is; its records carry it).
+    pub fn fencing_token(&self, tp: &TopicPartition) -> Option<u64> {
+        self.guard.fencing_token(tp).filter(|&token| token > 0)
+    }
 }
 
 /// The application's calls at each rebalance. Every method has a default that does nothing;

@@ -58,6 +58,8 @@
 //!   group's `commit.rs`).
 //! - `listener.rs`: the application's [`ConsumerRebalanceListener`] and what holds when each of
 //!   its calls runs.
+//! - `fencing.rs`: the fencing token of each assignment, raised through the group's committed
+//!   metadata before any record of the partition is handed out.
 //! - `intake/`: fetch intake: positions, buffers, pause/resume, fetch errors, resets, and
 //!   (`intake/positions.rs`) the starting-position lookups, retried until found.
 //! - `sizer`: the `BatchSizer`: how many records a batch may hold and when it must stop.
@@ -82,6 +84,7 @@ mod dispatch;
 mod error;
 mod exactly_once;
 mod failure_detection;
+mod fencing;
 mod handoff;
 mod intake;
 mod listener;

@@ -442,6 +442,7 @@ mod tests {
             tp: TopicPartition::new("orders", 0),
             offset,
             epoch,
+            fencing_token: epoch,
         }
     }
 

@@ -72,6 +72,12 @@ impl TransactionContext<'_> {
         self.work.lease()
     }
 
+    /// The fencing token of the record's assignment (see [`WorkContext::fencing_token`]), for
+    /// an effect outside Kafka beside the transaction's outputs.
+    pub fn fencing_token(&self) -> u64 {
+        self.work.fencing_token()
+    }
+
     /// Which try of the record this is (see [`WorkContext::attempt`]).
     pub fn attempt(&self) -> u32 {
         self.work.attempt()

@@ -60,6 +60,10 @@ pub enum CommitKind {
     /// lost and assigned back since those offsets were read, and a retry would then carry an
     /// old position over a newer owner's commit. The next interval reads them again instead.
     Paced,
+    /// The commit that raises a newly assigned partition's fencing token (the committed
+    /// position again, with the next token in its metadata), before any record of it is
+    /// handed out: a refusal that ends the membership loses the assignment, as between polls.
+    Fencing,
 }
 
 /// Called with partitions the membership has decided to revoke, before the poll thread hands

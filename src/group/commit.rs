@@ -564,7 +564,9 @@ fn offset_commit_sender(
         };
         connected.set_max_retries(match kind {
             CommitKind::Paced => PACED_ATTEMPTS,
-            CommitKind::Handoff | CommitKind::Application => synchronous_attempts,
+            CommitKind::Handoff | CommitKind::Application | CommitKind::Fencing => {
+                synchronous_attempts
+            }
         });
         let answer = commit_offsets(
             &mut |who, offsets| {

@@ -126,6 +126,12 @@ impl Membership for ManualAssignment {
         false
     }
 
+    /// Outside a group nobody else is given these partitions, and a commit is made only when
+    /// the application asks for one: no token is raised (leases carry 0).
+    fn fences_assignments(&self) -> bool {
+        false
+    }
+
     fn records(&mut self) -> &mut dyn RecordSource {
         &mut self.client
     }

@@ -191,6 +191,13 @@ pub trait Membership: Send {
         send: &mut OffsetCommitSend<'_>,
     ) -> Result<CommitResults, CommitError>;
 
+    /// True when an assignment must raise its partitions' fencing token before their records
+    /// are handed out (`consumer/fencing.rs`). A member of no group is given partitions nobody
+    /// else is given, and commits only when the application asks: it raises none.
+    fn fences_assignments(&self) -> bool {
+        true
+    }
+
     /// Commits synchronously as the current identity (the application's commit between polls,
     /// with offsets read just before it).
     fn commit(&mut self, offsets: &[OffsetCommitEntry]) -> Result<CommitResults, CommitError> {

@@ -146,6 +146,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                         tp: partition.clone(),
                         offset,
                         epoch: state.epoch,
+                        fencing_token: state.fencing_token,
                     });
                 }
                 // Read again with a released record before it: this one is already handled.
@@ -209,6 +210,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
             tp: partition.clone(),
             offset,
             epoch: state.epoch,
+            fencing_token: state.fencing_token,
         })
     }
 }

@@ -3,10 +3,15 @@
 //!
 //! Kafka stores one position per partition. With 101 running and 102..110 finished, the position
 //! is 101, and without more information the next owner redoes 102..110, whose effects already
-//! happened. The map carries them: `rgc1;<position>;<kind><payload>`.
+//! happened. The map carries them: `rgc2;<token>;<position>;<kind><payload>`.
 //!
-//! - `rgc1;` is the magic and the version: metadata written by another client (or by a later,
+//! - `rgc2;` is the magic and the version: metadata written by another client (or by a later,
 //!   incompatible version of this one) does not start with it and is ignored, never misread.
+//!   Version 1 (`rgc1;<position>;...`, written before the token existed) is still read, as
+//!   token 0.
+//! - `<token>` is the partition's fencing token in decimal: the one the assignment that wrote
+//!   the commit was given (see `consumer/fencing.rs`). The next owner reads it, whatever
+//!   position it was written for, and commits one more before it reads a record.
 //! - `<position>` is the committed offset the map is relative to, in decimal. A reader whose
 //!   committed offset differs (someone committed a position without our map) ignores the map.
 //! - `<kind>` is `r` (run-length: alternating lengths of unfinished and finished runs, starting
@@ -19,8 +24,15 @@
 
 use std::fmt;
 
-/// The prefix that marks metadata as ours, version 1.
-pub(crate) const MAGIC: &str = "rgc1;";
+/// The prefix that marks metadata as ours, version 2 (with the fencing token).
+pub(crate) const MAGIC: &str = "rgc2;";
+
+/// The prefix of version 1, written before the token existed: read as token 0.
+const MAGIC_V1: &str = "rgc1;";
+
+/// The longest token in decimal (`u64::MAX`): the room the header keeps for it, whatever the
+/// token is now, so that a map admitted under one token still fits under a larger one.
+const LONGEST_TOKEN: usize = 20;
 
 /// Offsets completed beyond a position, as sorted, disjoint, non-adjacent half-open ranges.
 pub(crate) type Runs = Vec<(i64, i64)>;
@@ -73,11 +85,12 @@ pub(crate) fn always_fits(position: i64, last: i64, limit: usize) -> bool {
     const LONGEST_POSITION: usize = 20;
     let span = last.saturating_sub(position).max(0) as u64;
     let body = 1 + base64_len(span.div_ceil(8));
-    MAGIC.len() + LONGEST_POSITION + 1 + body <= limit || worst_case_len(position, last) <= limit
+    MAGIC.len() + LONGEST_TOKEN + 1 + LONGEST_POSITION + 1 + body <= limit
+        || worst_case_len(position, last) <= limit
 }
 
-/// The header's length, `rgc1;<position>;`, counted without formatting (admission asks for it
-/// with every record).
+/// The header's longest length, `rgc2;<token>;<position>;` with the longest token, counted
+/// without formatting (admission asks for it with every record).
 fn header_len(position: i64) -> usize {
     let mut digits = 1;
     let mut rest = position.unsigned_abs() / 10;
@@ -85,17 +98,18 @@ fn header_len(position: i64) -> usize {
         digits += 1;
         rest /= 10;
     }
-    MAGIC.len() + usize::from(position < 0) + digits + 1
+    MAGIC.len() + LONGEST_TOKEN + 1 + usize::from(position < 0) + digits + 1
 }
 
 fn base64_len(bytes: u64) -> usize {
     usize::try_from((bytes * 4).div_ceil(3)).unwrap_or(usize::MAX)
 }
 
-/// Encodes the runs (all above `position`) as metadata text, in the shorter of the two forms.
-/// An empty map encodes to the bare header, so that committing it replaces an older map.
-pub(crate) fn encode(position: i64, runs: &[(i64, i64)]) -> String {
-    let mut text = format!("{MAGIC}{position};");
+/// Encodes the fencing token and the runs (all above `position`) as metadata text, the runs in
+/// the shorter of the two forms. An empty map encodes to the bare header, so that committing it
+/// replaces an older map.
+pub(crate) fn encode(token: u64, position: i64, runs: &[(i64, i64)]) -> String {
+    let mut text = format!("{MAGIC}{token};{position};");
     let Some(&(_, last_end)) = runs.last() else {
         text.push('r');
         return text;
@@ -125,9 +139,54 @@ pub(crate) fn encode(position: i64, runs: &[(i64, i64)]) -> String {
     text
 }
 
+/// The fencing token committed metadata carries: 0 when it carries none (another client's
+/// metadata, version 1, none at all). A malformed token reads as 0 too, and is logged by the
+/// caller's map decoding; the token is only ever raised from what is read, so a 0 can cost
+/// liveness (a sink refuses the new owner's writes until its own record is reset), never
+/// safety.
+pub(crate) fn token(metadata: &str) -> u64 {
+    metadata
+        .strip_prefix(MAGIC)
+        .and_then(|rest| rest.split_once(';'))
+        .and_then(|(token, _)| token.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Replaces the token of committed metadata (ours, either version) and keeps its map, for the
+/// commit that raises the token at an assignment: `None` when the metadata is not ours, and the
+/// caller writes a bare header for its position instead.
+pub(crate) fn with_token(metadata: &str, token: u64) -> Option<String> {
+    let rest = match metadata.strip_prefix(MAGIC) {
+        Some(rest) => rest.split_once(';')?.1,
+        None => metadata.strip_prefix(MAGIC_V1)?,
+    };
+    Some(format!("{MAGIC}{token};{rest}"))
+}
+
+/// The commit that raises a partition's fencing token at an assignment: the token one more than
+/// the one `committed` metadata carries, and that metadata with the new token (its map kept),
+/// or a bare header for `position` when the metadata is not ours.
+pub(crate) fn raised(committed: Option<&str>, position: i64) -> (u64, String) {
+    let committed = committed.unwrap_or("");
+    let next = token(committed).saturating_add(1);
+    let text = with_token(committed, next).unwrap_or_else(|| encode(next, position, &[]));
+    (next, text)
+}
+
 /// Reads committed metadata as the map for the committed `position`.
 pub(crate) fn decode(metadata: &str, position: i64) -> Result<Runs, MapError> {
-    let rest = metadata.strip_prefix(MAGIC).ok_or(MapError::Foreign)?;
+    let rest = match metadata.strip_prefix(MAGIC) {
+        Some(rest) => {
+            let (token, rest) = rest
+                .split_once(';')
+                .ok_or(MapError::Malformed("no token"))?;
+            token
+                .parse::<u64>()
+                .map_err(|_| MapError::Malformed("token is not a number"))?;
+            rest
+        }
+        None => metadata.strip_prefix(MAGIC_V1).ok_or(MapError::Foreign)?,
+    };
     let (written_for, body) = rest
         .split_once(';')
         .ok_or(MapError::Malformed("no position"))?;
@@ -272,15 +331,15 @@ mod tests {
     #[test]
     fn a_map_reads_back_as_written_in_both_forms() {
         let sparse = vec![(102, 111), (5000, 5001)];
-        let text = encode(101, &sparse);
-        assert!(text.starts_with("rgc1;101;r"), "{text}");
+        let text = encode(4, 101, &sparse);
+        assert!(text.starts_with("rgc2;4;101;r"), "{text}");
         assert_eq!(decode(&text, 101), Ok(sparse));
         let dense: Runs = (0..200).map(|i| (102 + 2 * i, 103 + 2 * i)).collect();
-        let text = encode(101, &dense);
-        assert!(text.starts_with("rgc1;101;b"), "{text}");
+        let text = encode(4, 101, &dense);
+        assert!(text.starts_with("rgc2;4;101;b"), "{text}");
         assert_eq!(decode(&text, 101), Ok(dense.clone()));
         assert!(text.len() <= worst_case_len(101, 102 + 2 * 199));
-        assert_eq!(decode(&encode(7, &[]), 7), Ok(vec![]));
+        assert_eq!(decode(&encode(0, 7, &[]), 7), Ok(vec![]));
     }
 
     #[test]
@@ -288,7 +347,7 @@ mod tests {
         for position in [0, 9, 10, 99, 100, 123_456, i64::MAX, -1, i64::MIN] {
             assert_eq!(
                 header_len(position),
-                format!("{MAGIC}{position};").len(),
+                format!("{MAGIC}{};{position};", u64::MAX).len(),
                 "{position}"
             );
         }
@@ -302,7 +361,7 @@ mod tests {
             Err(MapError::Foreign)
         );
         assert_eq!(
-            decode(&encode(101, &[(103, 104)]), 150),
+            decode(&encode(1, 101, &[(103, 104)]), 150),
             Err(MapError::OtherPosition { written_for: 101 })
         );
     }
@@ -318,6 +377,13 @@ mod tests {
             "rgc1;1;r_",
             "rgc1;1;r____________w",
             "rgc1;9223372036854775806;rAQ",
+            "rgc2;",
+            "rgc2;x;1;r",
+            "rgc2;-1;1;r",
+            "rgc2;18446744073709551616;1;r",
+            "rgc2;1;",
+            "rgc2;1;x;r",
+            "rgc2;1;1;q",
         ] {
             assert!(
                 matches!(decode(bad, 1), Err(MapError::Malformed(_)))
@@ -332,7 +398,7 @@ mod tests {
         let mut rle = Vec::new();
         varint(&mut rle, 0);
         varint(&mut rle, 1 << 62);
-        let mut text = format!("{MAGIC}0;r");
+        let mut text = format!("{MAGIC}3;0;r");
         base64(&mut text, &rle);
         assert_eq!(decode(&text, 0), Ok(vec![(1, 1 + (1 << 62))]));
     }
@@ -351,9 +417,39 @@ mod tests {
                     runs
                 },
             );
-            let text = encode(10, &runs);
+            let text = encode(u64::MAX, 10, &runs);
             assert!(text.len() <= worst_case_len(10, 22), "{pattern:b}: {text}");
             assert_eq!(decode(&text, 10), Ok(runs));
         }
+    }
+
+    #[test]
+    fn the_token_reads_back_from_either_version_and_is_zero_otherwise() {
+        assert_eq!(token(&encode(42, 101, &[(103, 104)])), 42);
+        assert_eq!(token(&encode(u64::MAX, 0, &[])), u64::MAX);
+        for other in [
+            "",
+            "rgc1;101;r",
+            "java metadata",
+            "rgc2;",
+            "rgc2;x;1;r",
+            "rgc2;-3;1;r",
+        ] {
+            assert_eq!(token(other), 0, "{other}");
+        }
+        // Version 1 is read as a map, with token 0.
+        assert_eq!(decode("rgc1;101;r", 101), Ok(vec![]));
+    }
+
+    #[test]
+    fn raising_the_token_keeps_the_map() {
+        let runs = vec![(103, 104), (200, 210)];
+        let raised = with_token(&encode(6, 101, &runs), 7).expect("ours");
+        assert_eq!(token(&raised), 7);
+        assert_eq!(decode(&raised, 101), Ok(runs));
+        let from_v1 = with_token("rgc1;101;r", 1).expect("ours");
+        assert_eq!(from_v1, "rgc2;1;101;r");
+        assert_eq!(with_token("java metadata", 3), None);
+        assert_eq!(with_token("rgc2;", 3), None);
     }
 }

@@ -150,6 +150,8 @@ pub(crate) use admission::AdmissionTime;
 pub(crate) use clock::Suspender;
 pub(crate) use clock::{coarse_lag, coarse_now, lease_now};
 pub use clock::{BootClock, Clock, ManualClock, MonotonicClock};
+/// The fencing token's raise at an assignment: the consumer's `fencing.rs` writes what it says.
+pub(crate) use completed_map::raised as raised_fencing_token;
 pub use error::{
     AdmitError, BoxError, CommitFailure, CompleteError, GuardConfigError, HandoffError,
     HandoffStage, PartitionFailure, RewindError, SeekError,
@@ -330,6 +332,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 Mutex::new(PartitionState {
                     status: OwnerStatus::Revoked,
                     epoch: 0,
+                    fencing_token: 0,
                     progress: Progress::default(),
                     last_committed: None,
                     last_metadata: None,
@@ -360,6 +363,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                     let discarded = state.progress.clear();
                     state.status = OwnerStatus::Owned;
                     state.epoch += 1;
+                    state.fencing_token = 0;
                     state.last_committed = None;
                     state.last_metadata = None;
                     log::info!("{tp} assigned (epoch {})", state.epoch);
@@ -385,6 +389,33 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         let (runs, named) = self.inherited_runs(partition, &mut state, start, metadata);
         state.progress.resume_at(start, runs);
         named
+    }
+
+    /// Gives an owned partition's current assignment its fencing token, which every lease of
+    /// the assignment carries from then on and every commit of it writes into its metadata.
+    /// The caller takes the token from the group (`consumer/fencing.rs`: one more than the
+    /// committed one, committed under the group's fencing before any record is admitted);
+    /// the guard only carries it. Returns false (and changes nothing) when the partition is
+    /// not owned: the assignment the token was taken for is over.
+    pub fn set_fencing_token(&self, partition: &TopicPartition, token: u64) -> bool {
+        match self
+            .partition(partition)
+            .filter(|state| state.status == OwnerStatus::Owned)
+        {
+            Some(mut state) => {
+                state.fencing_token = token;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The fencing token of an owned partition's current assignment (0 until it has one);
+    /// `None` when the partition is not owned.
+    pub fn fencing_token(&self, partition: &TopicPartition) -> Option<u64> {
+        self.partition(partition)
+            .filter(|state| state.status == OwnerStatus::Owned)
+            .map(|state| state.fencing_token)
     }
 
     /// The offsets above `start` that the committed map `metadata` names as finished (ours,
@@ -641,7 +672,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
         if state.status != OwnerStatus::Owned {
             return Vec::new();
         }
-        let epoch = state.epoch;
+        let (epoch, fencing_token) = (state.epoch, state.fencing_token);
         state
             .progress
             .take_buffered()
@@ -652,6 +683,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                         tp: partition.clone(),
                         offset,
                         epoch,
+                        fencing_token,
                     },
                     payload,
                 )

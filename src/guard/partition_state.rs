@@ -11,6 +11,12 @@ use crate::TopicPartition;
 pub(super) struct PartitionState<M> {
     pub(super) status: OwnerStatus,
     pub(super) epoch: u64,
+    /// The assignment's fencing token (0 until [`RebalanceGuard::set_fencing_token`] gives one),
+    /// handed out with every lease and written into every commit's metadata, so the next
+    /// owner reads it and takes a larger one.
+    ///
+    /// [`RebalanceGuard::set_fencing_token`]: super::RebalanceGuard::set_fencing_token
+    pub(super) fencing_token: u64,
     pub(super) progress: Progress<M>,
     pub(super) last_committed: Option<i64>,
     /// The metadata (completed-offsets map) of the last commit, so an unchanged map at an
@@ -52,7 +58,10 @@ impl<M> PartitionState<M> {
         if completed.is_none() && runs.is_empty() {
             return None;
         }
-        let metadata = (map_limit > 0).then(|| completed_map::encode(position, &runs));
+        // The token travels in every commit (with an empty map when maps are off): a commit
+        // without it would hand the next owner token 0.
+        let metadata = (map_limit > 0 || self.fencing_token > 0)
+            .then(|| completed_map::encode(self.fencing_token, position, &runs));
         let moved = completed.is_some_and(|next| self.last_committed.is_none_or(|l| next > l));
         let changed = metadata.is_some() && metadata != self.last_metadata;
         (moved || changed).then(|| CommitOffset {

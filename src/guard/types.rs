@@ -113,6 +113,13 @@ pub struct Lease {
     pub offset: i64,
     /// The partition's assignment epoch when the message was admitted.
     pub epoch: u64,
+    /// The partition's fencing token in that assignment: the same for every message of one
+    /// assignment, and larger in every later assignment of the partition, to this member or
+    /// any other. A sink that stores the largest token it has seen per partition and refuses
+    /// a write carrying a smaller one refuses the writes of a member whose partition moved,
+    /// however late they arrive (see [`RebalanceGuard::set_fencing_token`](crate::guard::RebalanceGuard::set_fencing_token)). 0 when the
+    /// assignment has none (the guard used on its own, a consumer outside a group).
+    pub fencing_token: u64,
 }
 
 /// What a revocation hands the caller's flush function for one partition.

@@ -498,9 +498,11 @@ impl InMemoryLog {
                     KafkaCode::UNKNOWN_TOPIC_OR_PARTITION
                 }
                 None => {
+                    // As Kafka answers it: a negative position (a fencing token's commit for a
+                    // partition without one) reads back as none, its metadata kept.
                     let committed = CommittedOffset {
                         tp: entry.tp.clone(),
-                        offset: Some(entry.offset),
+                        offset: (entry.offset >= 0).then_some(entry.offset),
                         leader_epoch: entry.leader_epoch,
                         metadata: entry.metadata.clone(),
                     };

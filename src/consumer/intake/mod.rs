@@ -70,6 +70,9 @@ pub(crate) struct Intake {
     /// Partitions whose next record the guard held back (its completed-offsets map is full):
     /// out of the ring until the next batch.
     held: HashSet<TopicPartition>,
+    /// Owned partitions whose assignment has no fencing token yet (`fencing.rs`): not fetched,
+    /// so no record of them is handed out, until the coordinator accepted their token.
+    unfenced: PartitionSet,
     /// Every partition that has a position and nothing buffered (the ones to fetch), and maybe
     /// some that no longer qualify (discarded when next looked at): kept as buffers run dry and
     /// positions are set, so that a poll costs O(dry partitions), not O(owned partitions).
@@ -189,7 +192,27 @@ impl Intake {
     /// True when an owned, unpaused partition with a fetch position has nothing buffered.
     pub(crate) fn has_dry_partition(&mut self) -> bool {
         self.prune_dry();
-        self.dry.iter().any(|tp| !self.paused.contains_key(tp))
+        self.dry
+            .iter()
+            .any(|tp| !self.paused.contains_key(tp) && !self.unfenced.contains(tp))
+    }
+
+    /// Newly assigned partitions whose fencing token is being raised: not fetched until
+    /// [`Intake::fenced`] says they have it.
+    pub(crate) fn hold_unfenced(&mut self, partitions: &[TopicPartition]) {
+        self.unfenced.extend(partitions.iter().cloned());
+    }
+
+    /// `tp`'s assignment has its fencing token: it is fetched from now on.
+    pub(crate) fn fenced(&mut self, tp: &TopicPartition) {
+        self.unfenced.remove(tp);
+    }
+
+    /// The owned partitions still waiting for their fencing token, in order.
+    pub(crate) fn unfenced(&self) -> Vec<TopicPartition> {
+        let mut unfenced: Vec<TopicPartition> = self.unfenced.iter().cloned().collect();
+        unfenced.sort();
+        unfenced
     }
 
     /// Drops the entries of [`Intake::dry`] that no longer qualify (no position, or records
@@ -224,7 +247,7 @@ impl Intake {
         let positions: Vec<FetchPosition> = self
             .dry
             .iter()
-            .filter(|tp| !self.paused.contains_key(*tp))
+            .filter(|tp| !self.paused.contains_key(*tp) && !self.unfenced.contains(*tp))
             .filter_map(|tp| {
                 let offset = *self.positions.get(tp)?;
                 Some(FetchPosition {
@@ -402,6 +425,7 @@ impl Intake {
     /// Returns how many records were dropped.
     pub(crate) fn drop_partition(&mut self, tp: &TopicPartition) -> usize {
         self.held.remove(tp);
+        self.unfenced.remove(tp);
         self.positions.remove(tp);
         self.fetch_errors.remove(tp);
         self.pending.remove(tp);

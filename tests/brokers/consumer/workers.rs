@@ -543,7 +543,7 @@ fn held_open_out_of_order(kind: BrokerKind, map_bytes: &str) -> (Vec<i64>, Vec<A
                     && (map_bytes == "0"
                         || metadata
                             .as_deref()
-                            .is_some_and(|m| m.len() > "rgc1;101;r".len()))
+                            .is_some_and(|m| m.starts_with("rgc2;") && !m.ends_with(";101;r")))
             })
     });
     let (b, b_view) = spawn_workers_with_view(

@@ -123,16 +123,70 @@ fn commit_and_fetch_round_trip(kind: BrokerKind) {
     }
 }
 
+/// The fencing token of a partition nobody committed a position for is committed at offset -1
+/// (`consumer/fencing.rs`): the group then still has no position for it (every client resets,
+/// as before), and the token is read back with the metadata. Kafka stores it so, whatever the
+/// version; what the others do is asserted as they do it.
+fn a_commit_at_offset_minus_one_stores_metadata_and_no_position(kind: BrokerKind) {
+    let broker = kind.start();
+    let mut c = Client::connect(ClientConfig::from_bootstrap_str(&broker.bootstrap()))
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+    let topic = unique_name("token");
+    broker.create_topic(&topic, 1);
+    let group = unique_name("group");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let who = CommitIdentity {
+        group_id: &group,
+        generation_id_or_member_epoch: -1,
+        member_id: "",
+        group_instance_id: None,
+    };
+    let entry = OffsetCommitEntry {
+        tp: tp.clone(),
+        offset: -1,
+        leader_epoch: None,
+        metadata: Some("rgc2;1;-1;r".to_string()),
+    };
+    let results = c.offset_commit(&who, &[entry]).expect("commit");
+    eprintln!("{kind:?}: commit at -1: {results:?}");
+    let after = c
+        .offset_fetch(&group, std::slice::from_ref(&tp))
+        .expect("fetch");
+    eprintln!("{kind:?}: read back: {after:?}");
+    assert!(
+        results.iter().all(|(_, r)| r.is_ok()),
+        "{kind:?}: {results:?}"
+    );
+    assert!(
+        after[0].offset.is_none_or(|o| o < 0),
+        "{kind:?}: a position appeared: {after:?}"
+    );
+    if stores_metadata(kind) {
+        assert_eq!(
+            after[0].metadata.as_deref(),
+            Some("rgc2;1;-1;r"),
+            "{kind:?}"
+        );
+    }
+}
+
 crate::on_brokers! {
     kafka {
         commit_and_fetch_round_trip,
+        a_commit_at_offset_minus_one_stores_metadata_and_no_position,
+    }
+
+    kafka3 {
+        a_commit_at_offset_minus_one_stores_metadata_and_no_position,
     }
 
     mock {
         commit_and_fetch_round_trip,
+        a_commit_at_offset_minus_one_stores_metadata_and_no_position,
     }
 
     tansu {
         commit_and_fetch_round_trip,
+        a_commit_at_offset_minus_one_stores_metadata_and_no_position,
     }
 }

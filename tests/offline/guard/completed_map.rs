@@ -60,7 +60,7 @@ fn the_next_owner_redoes_only_the_unfinished_offset_and_skips_what_finished_beyo
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].next_offset, 101, "101 is still running");
     let metadata = sent[0].metadata.clone().expect("a map");
-    assert!(metadata.starts_with("rgc1;101;"), "{metadata}");
+    assert!(metadata.starts_with("rgc2;0;101;"), "{metadata}");
     assert!(
         commit(&a).is_empty(),
         "nothing moved: nothing to commit again"
@@ -86,7 +86,7 @@ fn the_next_owner_redoes_only_the_unfinished_offset_and_skips_what_finished_beyo
     );
     assert_eq!(
         sent[0].metadata.as_deref(),
-        Some("rgc1;111;r"),
+        Some("rgc2;0;111;r"),
         "an empty map"
     );
     let snapshot = b.snapshot();
