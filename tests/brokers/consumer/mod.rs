@@ -34,6 +34,7 @@ mod broker_faults;
 mod commit_interval;
 mod commit_thread;
 mod failure_detection;
+mod fencing_token;
 mod group_protocol;
 mod kip848;
 mod lag;

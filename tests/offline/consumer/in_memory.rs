@@ -27,12 +27,12 @@ use rebalance_guard::testing::{ClassicGroup, InMemoryLog, Journal, Kip848Group, 
 use rebalance_guard::wire::KafkaCode;
 use rebalance_guard::TopicPartition;
 
-const TOPIC: &str = "orders";
-const PARTITIONS: i32 = 4;
+pub(super) const TOPIC: &str = "orders";
+pub(super) const PARTITIONS: i32 = 4;
 const SESSION: Duration = Duration::from_secs(30);
 
 /// Every (partition, offset) a handler processed, by which node, in order.
-type Processed = Arc<Mutex<Vec<(String, TopicPartition, i64)>>>;
+pub(super) type Processed = Arc<Mutex<Vec<(String, TopicPartition, i64)>>>;
 
 fn config(group: &str, extra: &[(&str, &str)]) -> ConsumerConfig {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -60,7 +60,7 @@ fn log_with(records_per_partition: usize) -> InMemoryLog {
     log
 }
 
-fn produce(log: &InMemoryLog, records_per_partition: usize) {
+pub(super) fn produce(log: &InMemoryLog, records_per_partition: usize) {
     for p in 0..PARTITIONS {
         for i in 0..records_per_partition {
             let key = format!("{p}-{i}");
@@ -69,22 +69,22 @@ fn produce(log: &InMemoryLog, records_per_partition: usize) {
     }
 }
 
-fn tp(p: i32) -> TopicPartition {
+pub(super) fn tp(p: i32) -> TopicPartition {
     TopicPartition::new(TOPIC, p)
 }
 
 /// One consumer over an in-memory member, and the test's handle on the member.
-struct Node {
-    name: String,
-    consumer: Consumer,
-    handle: MemberHandle,
+pub(super) struct Node {
+    pub(super) name: String,
+    pub(super) consumer: Consumer,
+    pub(super) handle: MemberHandle,
 }
 
 fn kip848_node(group: &Kip848Group, name: &str) -> Node {
     kip848_node_with(group, name, &[])
 }
 
-fn kip848_node_with(group: &Kip848Group, name: &str, extra: &[(&str, &str)]) -> Node {
+pub(super) fn kip848_node_with(group: &Kip848Group, name: &str, extra: &[(&str, &str)]) -> Node {
     let mut handle = None;
     let consumer = Consumer::with_membership(config("g", extra), &[TOPIC], |settings, hook| {
         let (member, h) = group.member(settings, hook);
@@ -99,7 +99,7 @@ fn kip848_node_with(group: &Kip848Group, name: &str, extra: &[(&str, &str)]) -> 
     }
 }
 
-fn classic_node(
+pub(super) fn classic_node(
     group: &ClassicGroup,
     name: &str,
     strategy: Strategy,
@@ -163,7 +163,7 @@ fn drive(
 
 /// A classic group (in-memory coordinator) over a log of ten records per partition, and an
 /// empty record of what its members process.
-fn classic_group() -> (InMemoryLog, ClassicGroup, Processed) {
+pub(super) fn classic_group() -> (InMemoryLog, ClassicGroup, Processed) {
     let log = log_with(10);
     let group = ClassicGroup::new(log.clone(), SESSION);
     (log, group, Processed::default())
@@ -171,7 +171,7 @@ fn classic_group() -> (InMemoryLog, ClassicGroup, Processed) {
 
 /// A KIP-848 group (in-memory coordinator) over a log of ten records per partition, and an
 /// empty record of what its members process.
-fn kip848_group() -> (InMemoryLog, Kip848Group, Processed) {
+pub(super) fn kip848_group() -> (InMemoryLog, Kip848Group, Processed) {
     let log = log_with(10);
     let group = Kip848Group::new(log.clone(), "g", &[(TOPIC, PARTITIONS)]);
     (log, group, Processed::default())
