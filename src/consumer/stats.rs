@@ -225,13 +225,14 @@ impl fmt::Display for ConsumerStats {
             let g = &p.guard;
             write!(
                 f,
-                "\n  {} {} epoch={} fetched_next={:?} admitted={:?} completed={:?} committed={:?} \
+                "\n  {} {} epoch={} token={} fetched_next={:?} admitted={:?} completed={:?} committed={:?} \
                  in_flight={} oldest={:?} buffered={} paused={:?} dups={} regressions={} \
                  after_revoke={} skipped_by_map={} rebalances={} high_watermark={:?} \
                  last_stable={:?} lag={:?} fetch_lag={:?}",
                 g.tp,
                 g.status,
                 g.epoch,
+                g.fencing_token,
                 p.next_fetch_offset,
                 g.highest_admitted,
                 g.contiguous_completed,

@@ -732,6 +732,7 @@ impl<K: Eq + Hash, M> RebalanceGuard<K, M> {
                 PartitionSnapshot {
                     tp: tp.clone(),
                     epoch: state.epoch,
+                    fencing_token: state.fencing_token,
                     status: state.status,
                     highest_admitted: state.progress.high_water(),
                     contiguous_completed: state.progress.completed_next().map(|next| next - 1),

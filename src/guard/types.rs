@@ -202,6 +202,9 @@ pub struct PartitionSnapshot {
     pub tp: TopicPartition,
     /// Assignment epoch; increases on every assign, revoke and loss.
     pub epoch: u64,
+    /// The fencing token of the current (or last) assignment: 0 until the assignment has one,
+    /// which an owned partition without it is waiting for (it is not read meanwhile).
+    pub fencing_token: u64,
     /// Ownership status.
     pub status: OwnerStatus,
     /// Highest offset admitted in the current assignment.
