@@ -67,8 +67,8 @@ install_server() {
     # The package would create and start a cluster of its own (/var/lib/postgresql/15/main, port
     # 5432): this script runs its own clusters, so none is created.
     mkdir -p /etc/postgresql-common
-    if [[ ! -e /etc/postgresql-common/createcluster.conf ]]; then
-        echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+    if ! grep -qs '^ *create_main_cluster' /etc/postgresql-common/createcluster.conf; then
+        echo "create_main_cluster = false" >>/etc/postgresql-common/createcluster.conf
     fi
     apt-get update -qq >&2
     apt-get install -y -qq --no-install-recommends postgresql-15 postgresql-client-15 >&2
