@@ -17,6 +17,8 @@
 //!   consumer (`Consumer::subscribe` → poll loop → guard → commits), on real Kafka 4.x.
 //! * [`lag`]: Lag on real Kafka.
 //! * [`loop_`]: The consumer end to end against real brokers.
+//! * [`order_book_pg`]: Exactly once into a database: the PostgreSQL order book's members
+//!   (examples/order_book_pg) through a zombie write and a kill, on real Kafka and PostgreSQL.
 //! * [`patterns`]: Pattern subscriptions (`Consumer::subscribe_pattern`) on real Apache Kafka.
 //! * [`positions`]: Where fetching starts, and what happens when that is not known.
 //! * [`rebalance`]: What a rebalance stops, seen from the records.
@@ -39,6 +41,7 @@ mod group_protocol;
 mod kip848;
 mod lag;
 mod loop_;
+mod order_book_pg;
 mod patterns;
 mod positions;
 mod rebalance;
