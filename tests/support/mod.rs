@@ -17,6 +17,8 @@
 //!   that check what one answer holds on a busy machine.
 //! * [`share`]: a share group on the shared Kafka 4.4 broker (its group configuration set) and
 //!   our share worker example as a process of its own, to kill or freeze.
+//! * [`process::ChildProcess`]: an example run as a process of its own (a share worker, a
+//!   transactional worker, a database member), to kill, freeze or stop mid-work.
 //! * [`peer`] / [`peer_consume`]: `scripts/peer.py`, confluent-kafka and
 //!   kafka-python helpers that produce and read records with no code of ours
 //!   on the wire.
@@ -52,6 +54,7 @@ pub mod log_capture;
 pub mod log_lines;
 pub mod members;
 pub mod ours;
+pub mod process;
 pub mod proxy;
 pub mod share;
 pub mod share_peer;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use rebalance_guard::wire::{Client, ClientConfig, ProduceRecord};
 use rebalance_guard::TopicPartition;
 
 use super::consumer::produce_until_accepted;
+use super::process::ChildProcess;
 use super::{repo_root, unique_name, BrokerKind};
 
 /// A share group on a fresh topic of the shared Kafka 4.4 broker.
@@ -213,15 +214,12 @@ pub struct Effect {
     pub worker: String,
 }
 
-/// A share worker process (the example), with its effect log.
+/// A share worker process (the example), with its effect log; the process handle
+/// ([`ChildProcess`]: its signals, its end, its logs) is reached through it.
 pub struct WorkerProcess {
-    /// Its name.
-    pub name: String,
-    child: Option<Child>,
+    process: ChildProcess,
     /// Its effect log.
     pub effects: PathBuf,
-    /// Its stdout.
-    pub stdout: PathBuf,
 }
 
 impl WorkerProcess {
@@ -236,8 +234,6 @@ impl WorkerProcess {
         settings: &[&str],
     ) -> WorkerProcess {
         let effects = dir.join(format!("{name}.effects"));
-        let stdout = dir.join(format!("{name}.out"));
-        let stderr = dir.join(format!("{name}.err"));
         let mut command = Command::new(share_worker_binary());
         command
             .args(["--bootstrap", &setup.bootstrap, "--group", &setup.group])
@@ -246,93 +242,33 @@ impl WorkerProcess {
             .args(["--process-ms", &process_ms.to_string()])
             .arg("--effects")
             .arg(&effects)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
             .env("RUST_LOG", "info");
         for s in settings {
             command.args(["--set", s]);
         }
-        let child = command.spawn().expect("start the share worker");
         WorkerProcess {
-            name: name.to_string(),
-            child: Some(child),
+            process: ChildProcess::spawn(name, dir, &mut command),
             effects,
-            stdout,
-        }
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) with kill(1).
-    pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {}", self.pid());
-    }
-
-    /// Stops it gracefully (SIGTERM) and waits up to `bound` for its exit; true on status 0.
-    pub fn stop(&mut self, bound: Duration) -> bool {
-        self.signal("TERM");
-        self.wait(bound)
-    }
-
-    /// Waits up to `bound` for its exit; true on status 0 (a kill is not).
-    pub fn wait(&mut self, bound: Duration) -> bool {
-        let Some(child) = self.child.as_mut() else {
-            return false;
-        };
-        let until = Instant::now() + bound;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    self.child = None;
-                    return status.success();
-                }
-                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    self.child = None;
-                    return false;
-                }
-            }
-        }
-    }
-
-    /// Kills it (SIGKILL) and reaps it.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 
     /// Its effects so far.
     pub fn effects(&self) -> Vec<Effect> {
-        read_effects(&self.effects, &self.name)
-    }
-
-    /// Its stdout so far.
-    pub fn output(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+        read_effects(&self.effects, &self.process.name)
     }
 }
 
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            // A frozen worker must be thawed to die cleanly.
-            let _ = Command::new("kill")
-                .args(["-CONT".to_string(), child.id().to_string()])
-                .status();
-        }
-        self.kill();
+impl std::ops::Deref for WorkerProcess {
+    type Target = ChildProcess;
+
+    fn deref(&self) -> &ChildProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for WorkerProcess {
+    fn deref_mut(&mut self) -> &mut ChildProcess {
+        &mut self.process
     }
 }
 

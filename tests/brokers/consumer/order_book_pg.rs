@@ -24,9 +24,9 @@
 //! (a test run by hand) the test starts a server of its own with the same script.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -35,6 +35,7 @@ use rebalance_guard::ProducerRecord;
 
 use crate::producer::producer;
 use crate::support::consumer::committed;
+use crate::support::process::{logs_of, ChildProcess};
 use crate::support::{repo_root, scratch_dir, unique_name, BrokerKind};
 
 /// Orders produced, spread evenly over [`PARTITIONS`] partitions.
@@ -226,8 +227,6 @@ impl Setup {
 
     /// Starts member `name` with `extra` flags.
     fn start(&self, name: &str, extra: &[&str]) -> Member {
-        let stdout = self.dir.join(format!("{name}.out"));
-        let stderr = self.dir.join(format!("{name}.err"));
         let mut cmd = Command::new(binary());
         cmd.args([&self.bootstrap, &self.group, &self.topic, &self.db])
             .args(["--name", name, "--protocol", self.protocol])
@@ -236,22 +235,14 @@ impl Setup {
             .args(["--set", "max.poll.records=20"])
             .args(self.mode.args())
             .args(extra)
-            .env("RUST_LOG", "rebalance_guard=info")
-            .stdin(Stdio::null())
-            .stdout(File::create(&stdout).expect("stdout file"))
-            .stderr(File::create(&stderr).expect("stderr file"));
+            .env("RUST_LOG", "rebalance_guard=info");
         if self.protocol == "classic" {
             cmd.args(["--set", &format!("session.timeout.ms={SESSION_MS}")])
                 .args(["--set", "heartbeat.interval.ms=300"]);
         }
-        let child = cmd.spawn().expect("start order_book_pg");
-        eprintln!("{name}: pid {}", child.id());
-        Member {
-            name: name.to_string(),
-            child: Some(child),
-            stdout,
-            stderr,
-        }
+        let member = ChildProcess::spawn(name, &self.dir, &mut cmd);
+        eprintln!("{name}: pid {}", member.pid());
+        member
     }
 
     fn sql(&self, sql: &str) -> String {
@@ -280,7 +271,7 @@ impl Setup {
                 panic!(
                     "timed out after {BOUND:?} waiting for {what}; {} orders applied\n{}",
                     self.applied(),
-                    logs(members)
+                    logs_of(members)
                 );
             }
             thread::sleep(Duration::from_millis(100));
@@ -330,7 +321,7 @@ impl Setup {
              {wrong_place}\n{}",
             self.db,
             present.len(),
-            logs(members)
+            logs_of(members)
         );
         let redone = self.sql(
             "SELECT partition || ' ' || \"offset\" || ' ' || applied_by FROM applications \
@@ -341,7 +332,7 @@ impl Setup {
                 redone.is_empty(),
                 "records that reached the write again (absorbed by the key, but one record at \
                  a time per partition should start where the database says): {redone}\n{}",
-                logs(members)
+                logs_of(members)
             ),
             Some(from) => {
                 for line in redone.lines() {
@@ -357,7 +348,7 @@ impl Setup {
                          prefix {prefix}: the successor did not start where the database said\n{}",
                         f[0],
                         f[1],
-                        logs(members)
+                        logs_of(members)
                     );
                 }
             }
@@ -375,98 +366,11 @@ fn order(i: usize) -> String {
     format!("ord-{i:06}")
 }
 
-fn logs(members: &[&Member]) -> String {
-    members.iter().map(|m| m.logs()).collect()
-}
+/// A member process (the example), killed (SIGKILL) when dropped if still running.
+type Member = ChildProcess;
 
-/// A member process; killed (SIGKILL) when dropped if still running.
-struct Member {
-    name: String,
-    child: Option<Child>,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Member {
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-    }
-
-    /// Sends `signal` (`-STOP`, `-CONT`) with kill(1).
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} {}", self.pid());
-    }
-
-    /// Waits for the process to end; `None` past `bound`.
-    fn wait_exit(&mut self, bound: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + bound;
-        let child = self.child.as_mut().expect("running");
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Waits for a clean end (its idle stop, its close) and its summary line.
-    fn assert_clean_exit(&mut self, others: &[&Member]) {
-        let status = self.wait_exit(BOUND);
-        let stdout = fs::read_to_string(&self.stdout).unwrap_or_default();
-        let summary = stdout.lines().find(|l| l.starts_with("order_book "));
-        assert!(
-            status.is_some_and(|s| s.success()) && summary.is_some(),
-            "{} did not end cleanly ({status:?})\n{}{}",
-            self.name,
-            self.logs(),
-            logs(others)
-        );
-        eprintln!("{}: {}", self.name, summary.unwrap_or_default());
-    }
-
-    fn logs(&self) -> String {
-        format!(
-            "--- {} stdout ---\n{}\n--- {} stderr ({}) ---\n{}\n",
-            self.name,
-            tail(&self.stdout, 3000),
-            self.name,
-            self.stderr.display(),
-            tail(&self.stderr, 8000)
-        )
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn tail(path: &Path, max: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
-    let mut start = text.len().saturating_sub(max);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text[start..].to_string()
-}
+/// The line a member prints as it ends cleanly.
+const SUMMARY: &str = "order_book ";
 
 /// The records a `--hold-before-write` member holds: `(partition, offset)` of each
 /// `held-<topic>-<partition>-<offset>` file in `dir`.
@@ -503,7 +407,7 @@ fn zombie(kind: BrokerKind, protocol: &'static str, mode: Mode) {
     );
     // A worker may be right between its check and its file: let it get there.
     thread::sleep(Duration::from_millis(300));
-    a.signal("-STOP");
+    a.signal("STOP");
     let frozen_at = Instant::now();
     let zombies = held(&hold, &setup.topic);
     eprintln!("a frozen holding {zombies:?}");
@@ -525,7 +429,7 @@ fn zombie(kind: BrokerKind, protocol: &'static str, mode: Mode) {
         frozen_at.elapsed()
     );
     fs::write(hold.join("release"), b"").expect("release file");
-    a.signal("-CONT");
+    a.signal("CONT");
     for (p, o) in &zombies {
         setup.wait(
             &format!("a's held write of partition {p} offset {o} to be refused"),
@@ -541,7 +445,7 @@ fn zombie(kind: BrokerKind, protocol: &'static str, mode: Mode) {
     setup.wait("every order in the table", &[&a, &b], || {
         setup.applied() >= ORDERS as i64
     });
-    b.assert_clean_exit(&[&a]);
+    b.assert_clean_exit(BOUND, SUMMARY, &[&a]);
     let woken = a.wait_exit(BOUND);
     eprintln!("a (woken) ended: {woken:?}");
     let held_by_b = setup.number(&format!(
@@ -558,7 +462,7 @@ fn zombie(kind: BrokerKind, protocol: &'static str, mode: Mode) {
         held_by_b as usize,
         zombies.len(),
         "each held order is b's, with a token above the refused one's\n{}",
-        logs(&[&a, &b])
+        logs_of(&[&a, &b])
     );
     let redone = (!mode.in_order()).then(BTreeMap::new);
     setup.assert_each_order_once(redone.as_ref(), &[&a, &b]);
@@ -604,13 +508,13 @@ fn killed(kind: BrokerKind, protocol: &'static str, mode: Mode) {
     setup.wait("every order in the table", &[&a, &b], || {
         setup.applied() >= ORDERS as i64
     });
-    b.assert_clean_exit(&[&a]);
+    b.assert_clean_exit(BOUND, SUMMARY, &[&a]);
     let by_b = setup.number("SELECT count(*) FROM orders WHERE applied_by = 'b'");
     assert_eq!(
         (by_a + by_b) as usize,
         ORDERS,
         "a applied {by_a} before the kill, b the rest\n{}",
-        logs(&[&a, &b])
+        logs_of(&[&a, &b])
     );
     let redone = (!mode.in_order()).then_some(stored);
     setup.assert_each_order_once(redone.as_ref(), &[&a, &b]);

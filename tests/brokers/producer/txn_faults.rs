@@ -19,9 +19,9 @@
 //! that never became visible), the trace of the fault having hit an open transaction.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -31,6 +31,7 @@ use rebalance_guard::ProducerRecord;
 
 use super::producer;
 use crate::support::fetch::read_topic_as;
+use crate::support::process::{logs_of, ChildProcess};
 use crate::support::{repo_root, scratch_dir, unique_name, BrokerKind};
 
 /// Input records, keyed, over [`PARTITIONS`] partitions.
@@ -138,8 +139,6 @@ impl Setup {
     /// [`start`](Self::start) waiting `first_ms` for its first order and stopping `idle_ms`
     /// after its last.
     fn start_idle(&self, name: &str, txn_id: &str, first_ms: u64, idle_ms: u64) -> Worker {
-        let stdout = self.dir.join(format!("{name}.out"));
-        let stderr = self.dir.join(format!("{name}.err"));
         let process_ms = PROCESS_MS * self.workers.max(1) as u64;
         let mut cmd = Command::new(transform_binary());
         cmd.args([
@@ -160,10 +159,7 @@ impl Setup {
             "--producer-set",
             &format!("transaction.timeout.ms={SESSION_MS}"),
         ])
-        .env("RUST_LOG", "rebalance_guard=info")
-        .stdin(Stdio::null())
-        .stdout(File::create(&stdout).expect("stdout file"))
-        .stderr(File::create(&stderr).expect("stderr file"));
+        .env("RUST_LOG", "rebalance_guard=info");
         if self.protocol == "classic" {
             cmd.args(["--set", &format!("session.timeout.ms={SESSION_MS}")])
                 .args(["--set", "heartbeat.interval.ms=500"]);
@@ -171,15 +167,9 @@ impl Setup {
         if self.workers > 0 {
             cmd.args(["--workers", &self.workers.to_string()]);
         }
-        let child = cmd.spawn().expect("start transform_orders");
-        eprintln!("{name}: pid {} transactional.id {txn_id}", child.id());
-        Worker {
-            name: name.to_string(),
-            child: Some(child),
-            stdout,
-            stderr,
-            started: Instant::now(),
-        }
+        let worker = ChildProcess::spawn(name, &self.dir, &mut cmd);
+        eprintln!("{name}: pid {} transactional.id {txn_id}", worker.pid());
+        worker
     }
 
     /// The output's values as a `read_committed` reader sees them.
@@ -218,7 +208,7 @@ impl Setup {
                     "{distinct} of the {n} outputs awaited visible after {bound:?}; missing: \
                      {:?}\n{}",
                     missing(&seen),
-                    logs(workers)
+                    logs_of(workers)
                 );
             }
             thread::sleep(Duration::from_millis(300));
@@ -245,7 +235,7 @@ impl Setup {
              {lost:?}; unexpected: {strange:?}\n{}",
             self.output,
             seen.len(),
-            logs(workers)
+            logs_of(workers)
         );
         eprintln!(
             "each of {INPUTS} outputs visible once; {} records in the log of aborted \
@@ -279,107 +269,11 @@ fn missing(seen: &[String]) -> Vec<usize> {
         .collect()
 }
 
-fn logs(workers: &[&Worker]) -> String {
-    workers.iter().map(|w| w.logs()).collect()
-}
+/// A worker process (the example), killed (SIGKILL) when dropped if still running.
+type Worker = ChildProcess;
 
-/// A worker process; killed (SIGKILL) when dropped if still running.
-struct Worker {
-    name: String,
-    child: Option<Child>,
-    stdout: PathBuf,
-    stderr: PathBuf,
-    started: Instant,
-}
-
-impl Worker {
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    /// SIGKILL (`Child::kill`), reaped.
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        let status = child.wait().expect("reap");
-        eprintln!(
-            "{}: killed after {:?} ({status})",
-            self.name,
-            self.started.elapsed()
-        );
-    }
-
-    /// Sends `signal` (`-STOP`, `-CONT`) with kill(1).
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} {}", self.pid());
-    }
-
-    /// Waits for the process to end (its idle time, then its close); `None` past `bound`.
-    fn wait_exit(&mut self, bound: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + bound;
-        let child = self.child.as_mut().expect("running");
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Waits for a clean end and for its final line.
-    fn assert_clean_exit(&mut self, others: &[&Worker]) {
-        let status = self.wait_exit(EXIT_BOUND);
-        let stdout = fs::read_to_string(&self.stdout).unwrap_or_default();
-        assert!(
-            status.is_some_and(|s| s.success())
-                && stdout.lines().any(|l| l.starts_with("transform consumed=")),
-            "{} did not end cleanly ({status:?})\n{}{}",
-            self.name,
-            self.logs(),
-            logs(others)
-        );
-        let last = stdout.lines().last().unwrap_or_default();
-        eprintln!("{}: {last}", self.name);
-    }
-
-    fn logs(&self) -> String {
-        format!(
-            "--- {} stdout ---\n{}\n--- {} stderr ({}) ---\n{}\n",
-            self.name,
-            log_tail(&self.stdout, 2000),
-            self.name,
-            self.stderr.display(),
-            log_tail(&self.stderr, 12000)
-        )
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The last `max` bytes (about) of the file at `path`.
-fn log_tail(path: &Path, max: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
-    let mut start = text.len().saturating_sub(max);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text[start..].to_string()
-}
+/// The line a worker prints as it ends cleanly.
+const SUMMARY: &str = "transform consumed=";
 
 /// Two workers share the input; one of them is killed with SIGKILL while both are busy (a
 /// quarter of the outputs visible, records in the log past what is visible: a transaction
@@ -406,8 +300,8 @@ fn sigkill(kind: BrokerKind, protocol: &'static str, workers: usize) {
     );
     let mut replacement = setup.start("a2", &id_a);
     setup.wait_visible(INPUTS, ALL_VISIBLE, &[&a, &b, &replacement]);
-    b.assert_clean_exit(&[&a, &replacement]);
-    replacement.assert_clean_exit(&[&a, &b]);
+    b.assert_clean_exit(EXIT_BOUND, SUMMARY, &[&a, &replacement]);
+    replacement.assert_clean_exit(EXIT_BOUND, SUMMARY, &[&a, &b]);
     setup.assert_each_output_once(&[&a, &b, &replacement]);
 }
 
@@ -428,7 +322,7 @@ fn frozen(kind: BrokerKind, protocol: &'static str, workers: usize) {
         thread::sleep(Duration::from_millis(20));
         open = setup.invisible();
     }
-    a.signal("-STOP");
+    a.signal("STOP");
     let frozen_at = Instant::now();
     eprintln!(
         "a frozen with {} of {INPUTS} visible and {open} records of an open transaction",
@@ -449,18 +343,18 @@ fn frozen(kind: BrokerKind, protocol: &'static str, workers: usize) {
         "b finished {frozen_for:?} after a froze, within a's session: did a own nothing?"
     );
     let before = setup.committed();
-    a.signal("-CONT");
+    a.signal("CONT");
     eprintln!("a woken after {frozen_for:?}");
     let woken = a.wait_exit(EXIT_BOUND);
     eprintln!("a (woken) ended: {woken:?}\n{}", a.logs());
     assert!(woken.is_some(), "a did not end after waking\n{}", a.logs());
-    b.assert_clean_exit(&[&a]);
+    b.assert_clean_exit(EXIT_BOUND, SUMMARY, &[&a]);
     let after = setup.committed();
     assert_eq!(
         count_per_value(&after),
         count_per_value(&before),
         "the woken zombie changed the read_committed view\n{}",
-        logs(&[&a, &b])
+        logs_of(&[&a, &b])
     );
     setup.assert_each_output_once(&[&a, &b]);
 }
