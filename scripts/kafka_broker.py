@@ -394,6 +394,11 @@ def server_properties(opts, data_dir, port, controller_port, sasl_port=None, tls
         "num.recovery.threads.per.data.dir": "1",
         "background.threads": "2",
         "log.cleaner.threads": "1",
+        # No deletion by time: tests write records with explicit timestamps years in the past
+        # (2021), and the default seven days' retention deleted a partition whose records all
+        # carried one at the next check (every 5 minutes), between a test's write and its read
+        # (OFFSET_OUT_OF_RANGE, records missing).
+        "log.retention.ms": "-1",
     })
     if sasl_port is not None:
         props["listeners"] += ",SASL_PLAINTEXT://127.0.0.1:%d" % sasl_port
